@@ -1,0 +1,10 @@
+module github.com/cudamem/cudamem
+
+go 1.24
+
+require (
+	github.com/ebitengine/purego v0.10.2
+	github.com/stretchr/testify v1.12.1
+)
+
+require go.yaml.in/yaml/v3 v3.0.5 // indirect

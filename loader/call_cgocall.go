@@ -1,0 +1,64 @@
+//go:build linux && (amd64 || arm64)
+
+package loader
+
+import "unsafe"
+
+// MaxArgs is the most integer arguments a call may pass.
+const MaxArgs = 16
+
+// frame is the record the trampoline reads: it lives on the caller's stack
+// for the duration of one call. Its field offsets reach the assembly
+// through go_asm.h.
+type frame struct {
+	fn    uintptr
+	ctxfn uintptr // cuCtxSetCurrent, called first with ctx when non-zero
+	ctx   uintptr
+	args  [MaxArgs]uintptr
+	ret   uintptr
+}
+
+// trampolineABI0 is the address of the assembly trampoline, which expects
+// the C calling convention with a *frame as its one argument.
+var trampolineABI0 uintptr
+
+//go:linkname runtime_cgocall runtime.cgocall
+//go:noescape
+func runtime_cgocall(fn uintptr, arg unsafe.Pointer) int32
+
+// ctxSetCurrent is cuCtxSetCurrent once the driver is loaded.
+var ctxSetCurrent uintptr
+
+// Call calls the entry point with integer arguments and returns its result
+// register (for CUDA, a CUresult). An unresolved Proc returns NotFound, as
+// does a call with more than MaxArgs arguments.
+//
+// Call is nosplit so that uintptr(unsafe.Pointer(&x)) arguments computed
+// by the caller stay valid: the goroutine stack cannot move before the C
+// call begins, and it never moves during one.
+//
+//go:nosplit
+func (p *Proc) Call(args ...uintptr) uintptr {
+	return call(p.addr, 0, 0, args)
+}
+
+// CallCtx is Call with the CUDA context ctx made current (cuCtxSetCurrent)
+// on the OS thread that runs the call, inside the same crossing into C.
+// If setting the context fails its CUresult is returned and the entry point
+// is not called.
+//
+//go:nosplit
+func (p *Proc) CallCtx(ctx uintptr, args ...uintptr) uintptr {
+	return call(p.addr, ctxSetCurrent, ctx, args)
+}
+
+//go:nosplit
+func call(fn, ctxfn, ctx uintptr, args []uintptr) uintptr {
+	if fn == 0 || len(args) > MaxArgs {
+		return NotFound
+	}
+	f := frame{fn: fn, ctxfn: ctxfn, ctx: ctx}
+	copy(f.args[:], args)
+	runtime_cgocall(trampolineABI0, unsafe.Pointer(&f))
+	return f.ret
+}

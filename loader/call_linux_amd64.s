@@ -1,0 +1,67 @@
+#include "textflag.h"
+#include "go_asm.h"
+
+// trampoline runs on the system stack, entered from runtime.cgocall with
+// the C calling convention: DI holds a *frame. It optionally calls
+// frame.ctxfn(frame.ctx) (cuCtxSetCurrent), then frame.fn with frame.args
+// (six in registers, the rest on the stack), and stores RAX in frame.ret.
+GLOBL ·trampolineABI0(SB), NOPTR|RODATA, $8
+DATA ·trampolineABI0(SB)/8, $trampoline<>(SB)
+
+// Stack use: BP and BX saved (16 bytes), then 80 bytes for stack
+// arguments 7..16. Entry SP is 8 mod 16, so after two pushes and 80 bytes
+// SP is 0 mod 16 at each CALL, as the ABI requires.
+TEXT trampoline<>(SB), NOSPLIT|NOFRAME, $0
+	PUSHQ BP
+	MOVQ  SP, BP
+	PUSHQ BX
+	SUBQ  $80, SP
+	MOVQ  DI, BX // BX is callee-saved: it keeps the frame across calls
+
+	MOVQ frame_ctxfn(BX), AX
+	TESTQ AX, AX
+	JZ   args
+	MOVQ frame_ctx(BX), DI
+	CALL AX
+	MOVLQSX AX, AX
+	TESTQ AX, AX
+	JNZ  done
+
+args:
+	MOVQ (frame_args+6*8)(BX), AX
+	MOVQ AX, 0(SP)
+	MOVQ (frame_args+7*8)(BX), AX
+	MOVQ AX, 8(SP)
+	MOVQ (frame_args+8*8)(BX), AX
+	MOVQ AX, 16(SP)
+	MOVQ (frame_args+9*8)(BX), AX
+	MOVQ AX, 24(SP)
+	MOVQ (frame_args+10*8)(BX), AX
+	MOVQ AX, 32(SP)
+	MOVQ (frame_args+11*8)(BX), AX
+	MOVQ AX, 40(SP)
+	MOVQ (frame_args+12*8)(BX), AX
+	MOVQ AX, 48(SP)
+	MOVQ (frame_args+13*8)(BX), AX
+	MOVQ AX, 56(SP)
+	MOVQ (frame_args+14*8)(BX), AX
+	MOVQ AX, 64(SP)
+	MOVQ (frame_args+15*8)(BX), AX
+	MOVQ AX, 72(SP)
+
+	MOVQ (frame_args+0*8)(BX), DI
+	MOVQ (frame_args+1*8)(BX), SI
+	MOVQ (frame_args+2*8)(BX), DX
+	MOVQ (frame_args+3*8)(BX), CX
+	MOVQ (frame_args+4*8)(BX), R8
+	MOVQ (frame_args+5*8)(BX), R9
+	MOVQ frame_fn(BX), R10
+	XORL AX, AX // no vector registers used, for variadic callees
+	CALL R10
+
+done:
+	MOVQ AX, frame_ret(BX)
+	ADDQ $80, SP
+	POPQ BX
+	POPQ BP
+	RET

@@ -1,0 +1,414 @@
+package loader
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"unsafe"
+)
+
+// EnvDriver names the environment variable that overrides the driver search:
+// when set, only that path is tried.
+const EnvDriver = "CUDAMEM_DRIVER"
+
+// ABIVersion is the CUDA version (1000*major + 10*minor) whose entry-point
+// signatures our calls are written against. Entry points are requested at
+// this version, or at the driver's own version when that is older.
+const ABIVersion = 12000
+
+// NotFound is what a call to an unresolved entry point returns instead of a
+// CUresult. No CUresult has this value.
+const NotFound = ^uintptr(0)
+
+// Attempt is one library path tried and why it failed.
+type Attempt struct {
+	Path string
+	Err  error
+}
+
+// LoadError reports that no driver library could be opened.
+type LoadError struct {
+	Attempts []Attempt
+	Reason   string // set when nothing could be tried (e.g. unsupported OS)
+}
+
+func (e *LoadError) Error() string {
+	var b strings.Builder
+	b.WriteString("no CUDA driver")
+	if e.Reason != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Reason)
+	}
+	for _, a := range e.Attempts {
+		fmt.Fprintf(&b, "; tried %s: %v", a.Path, a.Err)
+	}
+	if len(e.Attempts) > 0 {
+		fmt.Fprintf(&b, " (set %s to the driver library's path to override)", EnvDriver)
+	}
+	return b.String()
+}
+
+// InitError reports that the driver loaded but cuInit failed (for example
+// CUDA_ERROR_NO_DEVICE, 100). Code is the CUresult.
+type InitError struct {
+	Path string
+	Code int32
+}
+
+func (e *InitError) Error() string {
+	return fmt.Sprintf("cuInit failed with CUresult %d (driver %s)", e.Code, e.Path)
+}
+
+// Proc is one driver entry point. The zero Proc is unresolved: calls return
+// NotFound.
+type Proc struct {
+	addr uintptr
+	name string
+}
+
+// Name is the entry point's base name, e.g. "cuMemAlloc".
+func (p *Proc) Name() string { return p.name }
+
+// Found reports whether the entry point was resolved.
+func (p *Proc) Found() bool { return p.addr != 0 }
+
+// Addr is the resolved function address (0 if unresolved).
+func (p *Proc) Addr() uintptr { return p.addr }
+
+// Driver is the opened driver library and its resolved entry points. Fields
+// are the entry points by base name without the "cu" prefix; see [Load].
+type Driver struct {
+	Path    string // the library path that loaded
+	Version int    // cuDriverGetVersion: 1000*major + 10*minor
+	lib     *Library
+
+	// Bootstrap, found with dlsym.
+	GetProcAddress Proc
+	DriverGetVersion,
+	Init Proc
+
+	GetErrorName, GetErrorString Proc
+
+	// Devices.
+	DeviceGet, DeviceGetCount, DeviceGetName, DeviceGetUuid, DeviceTotalMem,
+	DeviceGetAttribute, DeviceCanAccessPeer, DeviceGetP2PAttribute,
+	DeviceGetPCIBusId, DeviceGetDefaultMemPool, DeviceGetMemPool,
+	DeviceSetMemPool Proc
+
+	// Contexts.
+	DevicePrimaryCtxRetain, DevicePrimaryCtxRelease, CtxSetCurrent,
+	CtxGetCurrent, CtxGetDevice, CtxSynchronize, CtxEnablePeerAccess,
+	CtxDisablePeerAccess, CtxGetStreamPriorityRange Proc
+
+	// Streams and events.
+	StreamCreate, StreamCreateWithPriority, StreamDestroy, StreamSynchronize,
+	StreamQuery, StreamWaitEvent, StreamGetPriority, StreamGetFlags,
+	EventCreate, EventDestroy, EventRecord, EventSynchronize, EventQuery,
+	EventElapsedTime Proc
+
+	// Memory.
+	MemGetInfo, MemAlloc, MemFree, MemAllocHost, MemFreeHost, MemHostAlloc,
+	MemHostGetDevicePointer, MemHostRegister, MemHostUnregister,
+	MemAllocManaged, MemGetAddressRange, PointerGetAttribute,
+	PointerGetAttributes, Memcpy, MemcpyAsync, MemcpyPeerAsync, MemcpyHtoD,
+	MemcpyDtoH, MemcpyDtoD, MemcpyHtoDAsync, MemcpyDtoHAsync,
+	MemcpyDtoDAsync, MemsetD8, MemsetD32, MemsetD8Async, MemsetD16Async,
+	MemsetD32Async, MemPrefetchAsync, MemAdvise, MemRangeGetAttribute Proc
+
+	// Stream-ordered pools.
+	MemAllocAsync, MemFreeAsync, MemAllocFromPoolAsync, MemPoolCreate,
+	MemPoolDestroy, MemPoolSetAttribute, MemPoolGetAttribute, MemPoolTrimTo,
+	MemPoolSetAccess, MemPoolGetAccess, MemPoolExportToShareableHandle,
+	MemPoolImportFromShareableHandle, MemPoolExportPointer,
+	MemPoolImportPointer, MemGetDefaultMemPool, MemGetMemPool,
+	MemSetMemPool Proc
+
+	// Virtual memory management.
+	MemCreate, MemRelease, MemAddressReserve, MemAddressFree, MemMap,
+	MemUnmap, MemSetAccess, MemGetAccess, MemGetAllocationGranularity,
+	MemExportToShareableHandle, MemImportFromShareableHandle,
+	MemRetainAllocationHandle, MemGetAllocationPropertiesFromHandle Proc
+
+	// Legacy IPC.
+	IpcGetMemHandle, IpcOpenMemHandle, IpcCloseMemHandle Proc
+
+	// Modules and launches (tests and tools run small kernels).
+	ModuleLoadData, ModuleUnload, ModuleGetFunction, LaunchKernel Proc
+}
+
+// symbol describes how to resolve one entry point.
+type symbol struct {
+	p     *Proc
+	name  string // base name, for cuGetProcAddress
+	ver   int    // ABI version our call matches; 0 means ABIVersion
+	since int    // the ABI changed at this version: older drivers lack ours
+	dlsym string // explicit versioned name for the dlsym fallback
+}
+
+func (d *Driver) symbols() []symbol {
+	return []symbol{
+		{p: &d.GetErrorName, name: "cuGetErrorName"},
+		{p: &d.GetErrorString, name: "cuGetErrorString"},
+
+		{p: &d.DeviceGet, name: "cuDeviceGet"},
+		{p: &d.DeviceGetCount, name: "cuDeviceGetCount"},
+		{p: &d.DeviceGetName, name: "cuDeviceGetName"},
+		{p: &d.DeviceGetUuid, name: "cuDeviceGetUuid", dlsym: "cuDeviceGetUuid_v2"},
+		{p: &d.DeviceTotalMem, name: "cuDeviceTotalMem", dlsym: "cuDeviceTotalMem_v2"},
+		{p: &d.DeviceGetAttribute, name: "cuDeviceGetAttribute"},
+		{p: &d.DeviceCanAccessPeer, name: "cuDeviceCanAccessPeer"},
+		{p: &d.DeviceGetP2PAttribute, name: "cuDeviceGetP2PAttribute"},
+		{p: &d.DeviceGetPCIBusId, name: "cuDeviceGetPCIBusId"},
+		{p: &d.DeviceGetDefaultMemPool, name: "cuDeviceGetDefaultMemPool"},
+		{p: &d.DeviceGetMemPool, name: "cuDeviceGetMemPool"},
+		{p: &d.DeviceSetMemPool, name: "cuDeviceSetMemPool"},
+
+		{p: &d.DevicePrimaryCtxRetain, name: "cuDevicePrimaryCtxRetain"},
+		{p: &d.DevicePrimaryCtxRelease, name: "cuDevicePrimaryCtxRelease", dlsym: "cuDevicePrimaryCtxRelease_v2"},
+		{p: &d.CtxSetCurrent, name: "cuCtxSetCurrent"},
+		{p: &d.CtxGetCurrent, name: "cuCtxGetCurrent"},
+		{p: &d.CtxGetDevice, name: "cuCtxGetDevice"},
+		{p: &d.CtxSynchronize, name: "cuCtxSynchronize"},
+		{p: &d.CtxEnablePeerAccess, name: "cuCtxEnablePeerAccess"},
+		{p: &d.CtxDisablePeerAccess, name: "cuCtxDisablePeerAccess"},
+		{p: &d.CtxGetStreamPriorityRange, name: "cuCtxGetStreamPriorityRange"},
+
+		{p: &d.StreamCreate, name: "cuStreamCreate"},
+		{p: &d.StreamCreateWithPriority, name: "cuStreamCreateWithPriority"},
+		{p: &d.StreamDestroy, name: "cuStreamDestroy", dlsym: "cuStreamDestroy_v2"},
+		{p: &d.StreamSynchronize, name: "cuStreamSynchronize"},
+		{p: &d.StreamQuery, name: "cuStreamQuery"},
+		{p: &d.StreamWaitEvent, name: "cuStreamWaitEvent"},
+		{p: &d.StreamGetPriority, name: "cuStreamGetPriority"},
+		{p: &d.StreamGetFlags, name: "cuStreamGetFlags"},
+		{p: &d.EventCreate, name: "cuEventCreate"},
+		{p: &d.EventDestroy, name: "cuEventDestroy", dlsym: "cuEventDestroy_v2"},
+		{p: &d.EventRecord, name: "cuEventRecord"},
+		{p: &d.EventSynchronize, name: "cuEventSynchronize"},
+		{p: &d.EventQuery, name: "cuEventQuery"},
+		{p: &d.EventElapsedTime, name: "cuEventElapsedTime"},
+
+		{p: &d.MemGetInfo, name: "cuMemGetInfo", dlsym: "cuMemGetInfo_v2"},
+		{p: &d.MemAlloc, name: "cuMemAlloc", dlsym: "cuMemAlloc_v2"},
+		{p: &d.MemFree, name: "cuMemFree", dlsym: "cuMemFree_v2"},
+		{p: &d.MemAllocHost, name: "cuMemAllocHost", dlsym: "cuMemAllocHost_v2"},
+		{p: &d.MemFreeHost, name: "cuMemFreeHost"},
+		{p: &d.MemHostAlloc, name: "cuMemHostAlloc"},
+		{p: &d.MemHostGetDevicePointer, name: "cuMemHostGetDevicePointer", dlsym: "cuMemHostGetDevicePointer_v2"},
+		{p: &d.MemHostRegister, name: "cuMemHostRegister", dlsym: "cuMemHostRegister_v2"},
+		{p: &d.MemHostUnregister, name: "cuMemHostUnregister"},
+		{p: &d.MemAllocManaged, name: "cuMemAllocManaged"},
+		{p: &d.MemGetAddressRange, name: "cuMemGetAddressRange", dlsym: "cuMemGetAddressRange_v2"},
+		{p: &d.PointerGetAttribute, name: "cuPointerGetAttribute"},
+		{p: &d.PointerGetAttributes, name: "cuPointerGetAttributes"},
+		{p: &d.Memcpy, name: "cuMemcpy"},
+		{p: &d.MemcpyAsync, name: "cuMemcpyAsync"},
+		{p: &d.MemcpyPeerAsync, name: "cuMemcpyPeerAsync"},
+		{p: &d.MemcpyHtoD, name: "cuMemcpyHtoD", dlsym: "cuMemcpyHtoD_v2"},
+		{p: &d.MemcpyDtoH, name: "cuMemcpyDtoH", dlsym: "cuMemcpyDtoH_v2"},
+		{p: &d.MemcpyDtoD, name: "cuMemcpyDtoD", dlsym: "cuMemcpyDtoD_v2"},
+		{p: &d.MemcpyHtoDAsync, name: "cuMemcpyHtoDAsync", dlsym: "cuMemcpyHtoDAsync_v2"},
+		{p: &d.MemcpyDtoHAsync, name: "cuMemcpyDtoHAsync", dlsym: "cuMemcpyDtoHAsync_v2"},
+		{p: &d.MemcpyDtoDAsync, name: "cuMemcpyDtoDAsync", dlsym: "cuMemcpyDtoDAsync_v2"},
+		{p: &d.MemsetD8, name: "cuMemsetD8", dlsym: "cuMemsetD8_v2"},
+		{p: &d.MemsetD32, name: "cuMemsetD32", dlsym: "cuMemsetD32_v2"},
+		{p: &d.MemsetD8Async, name: "cuMemsetD8Async"},
+		{p: &d.MemsetD16Async, name: "cuMemsetD16Async"},
+		{p: &d.MemsetD32Async, name: "cuMemsetD32Async"},
+		// CUDA 12.2 changed these two to take a CUmemLocation; we speak that.
+		{p: &d.MemPrefetchAsync, name: "cuMemPrefetchAsync", ver: 12020, since: 12020, dlsym: "cuMemPrefetchAsync_v2"},
+		{p: &d.MemAdvise, name: "cuMemAdvise", ver: 12020, since: 12020, dlsym: "cuMemAdvise_v2"},
+		{p: &d.MemRangeGetAttribute, name: "cuMemRangeGetAttribute"},
+
+		{p: &d.MemAllocAsync, name: "cuMemAllocAsync"},
+		{p: &d.MemFreeAsync, name: "cuMemFreeAsync"},
+		{p: &d.MemAllocFromPoolAsync, name: "cuMemAllocFromPoolAsync"},
+		{p: &d.MemPoolCreate, name: "cuMemPoolCreate"},
+		{p: &d.MemPoolDestroy, name: "cuMemPoolDestroy"},
+		{p: &d.MemPoolSetAttribute, name: "cuMemPoolSetAttribute"},
+		{p: &d.MemPoolGetAttribute, name: "cuMemPoolGetAttribute"},
+		{p: &d.MemPoolTrimTo, name: "cuMemPoolTrimTo"},
+		{p: &d.MemPoolSetAccess, name: "cuMemPoolSetAccess"},
+		{p: &d.MemPoolGetAccess, name: "cuMemPoolGetAccess"},
+		{p: &d.MemPoolExportToShareableHandle, name: "cuMemPoolExportToShareableHandle"},
+		{p: &d.MemPoolImportFromShareableHandle, name: "cuMemPoolImportFromShareableHandle"},
+		{p: &d.MemPoolExportPointer, name: "cuMemPoolExportPointer"},
+		{p: &d.MemPoolImportPointer, name: "cuMemPoolImportPointer"},
+		// New in CUDA 13.0 (pools for host and managed locations).
+		{p: &d.MemGetDefaultMemPool, name: "cuMemGetDefaultMemPool", ver: 13000, since: 13000},
+		{p: &d.MemGetMemPool, name: "cuMemGetMemPool", ver: 13000, since: 13000},
+		{p: &d.MemSetMemPool, name: "cuMemSetMemPool", ver: 13000, since: 13000},
+
+		{p: &d.MemCreate, name: "cuMemCreate"},
+		{p: &d.MemRelease, name: "cuMemRelease"},
+		{p: &d.MemAddressReserve, name: "cuMemAddressReserve"},
+		{p: &d.MemAddressFree, name: "cuMemAddressFree"},
+		{p: &d.MemMap, name: "cuMemMap"},
+		{p: &d.MemUnmap, name: "cuMemUnmap"},
+		{p: &d.MemSetAccess, name: "cuMemSetAccess"},
+		{p: &d.MemGetAccess, name: "cuMemGetAccess"},
+		{p: &d.MemGetAllocationGranularity, name: "cuMemGetAllocationGranularity"},
+		{p: &d.MemExportToShareableHandle, name: "cuMemExportToShareableHandle"},
+		{p: &d.MemImportFromShareableHandle, name: "cuMemImportFromShareableHandle"},
+		{p: &d.MemRetainAllocationHandle, name: "cuMemRetainAllocationHandle"},
+		{p: &d.MemGetAllocationPropertiesFromHandle, name: "cuMemGetAllocationPropertiesFromHandle"},
+
+		{p: &d.IpcGetMemHandle, name: "cuIpcGetMemHandle"},
+		{p: &d.IpcOpenMemHandle, name: "cuIpcOpenMemHandle", dlsym: "cuIpcOpenMemHandle_v2"},
+		{p: &d.IpcCloseMemHandle, name: "cuIpcCloseMemHandle"},
+
+		{p: &d.ModuleLoadData, name: "cuModuleLoadData"},
+		{p: &d.ModuleUnload, name: "cuModuleUnload"},
+		{p: &d.ModuleGetFunction, name: "cuModuleGetFunction"},
+		{p: &d.LaunchKernel, name: "cuLaunchKernel"},
+	}
+}
+
+// Missing lists the entry points the driver did not provide.
+func (d *Driver) Missing() []string {
+	var out []string
+	for _, s := range d.symbols() {
+		if !s.p.Found() {
+			out = append(out, s.name)
+		}
+	}
+	return out
+}
+
+// Resolved counts the entry points the driver provided (bootstrap excluded).
+func (d *Driver) Resolved() (found, total int) {
+	for _, s := range d.symbols() {
+		total++
+		if s.p.Found() {
+			found++
+		}
+	}
+	return found, total
+}
+
+// SearchPaths returns the paths Load tries, in order.
+func SearchPaths() []string {
+	if p := os.Getenv(EnvDriver); p != "" {
+		return []string{p}
+	}
+	return defaultPaths
+}
+
+var load = sync.OnceValues(func() (*Driver, error) { return Open(SearchPaths()...) })
+
+// Load opens the driver once per process (see the package documentation
+// for the search order) and returns the same result to every caller. On
+// an *InitError the returned Driver is non-nil so tools can still report
+// the path and version.
+func Load() (*Driver, error) { return load() }
+
+// Open loads the first of paths that opens as the CUDA driver, initializes
+// it with cuInit(0) and resolves every entry point. Most code wants Load;
+// Open exists for tools and tests that need a particular library.
+func Open(paths ...string) (*Driver, error) {
+	if len(paths) == 0 {
+		return nil, &LoadError{Reason: noDriverReason}
+	}
+	le := &LoadError{}
+	for _, p := range paths {
+		lib, err := OpenLibrary(p)
+		if err != nil {
+			le.Attempts = append(le.Attempts, Attempt{p, err})
+			continue
+		}
+		d, err := bootstrap(lib)
+		if err != nil {
+			lib.Close()
+			le.Attempts = append(le.Attempts, Attempt{p, err})
+			continue
+		}
+		return d, d.init()
+	}
+	return nil, le
+}
+
+func bootstrap(lib *Library) (*Driver, error) {
+	d := &Driver{Path: lib.Path(), lib: lib}
+	var err error
+	if d.DriverGetVersion, err = lib.Lookup("cuDriverGetVersion"); err != nil {
+		return nil, fmt.Errorf("not a CUDA driver: %w", err)
+	}
+	if d.Init, err = lib.Lookup("cuInit"); err != nil {
+		return nil, fmt.Errorf("not a CUDA driver: %w", err)
+	}
+	// v2 (CUDA 12.0+) takes a fifth argument; remember which one we hold.
+	if d.GetProcAddress, err = lib.Lookup("cuGetProcAddress_v2"); err == nil {
+		d.GetProcAddress.name = "cuGetProcAddress_v2"
+	} else if d.GetProcAddress, err = lib.Lookup("cuGetProcAddress"); err != nil {
+		d.GetProcAddress = Proc{}
+	}
+	var v int32
+	if r := d.DriverGetVersion.Call(uintptr(unsafe.Pointer(&v))); r != 0 {
+		return nil, fmt.Errorf("cuDriverGetVersion returned CUresult %d", int32(r))
+	}
+	d.Version = int(v)
+	return d, nil
+}
+
+// init runs cuInit(0) and resolves the entry points. Resolution happens
+// even when cuInit fails, so a tool can still describe the driver.
+func (d *Driver) init() error {
+	r := int32(d.Init.Call(0))
+	for _, s := range d.symbols() {
+		*s.p = d.resolve(s)
+	}
+	if ctxSetCurrent == 0 {
+		ctxSetCurrent = d.CtxSetCurrent.addr
+	}
+	if r != 0 {
+		return &InitError{Path: d.Path, Code: r}
+	}
+	return nil
+}
+
+const (
+	procLegacyStream = 1 // CU_GET_PROC_ADDRESS_LEGACY_STREAM
+)
+
+func (d *Driver) resolve(s symbol) Proc {
+	ver := s.ver
+	if ver == 0 {
+		ver = ABIVersion
+	}
+	if s.since > d.Version {
+		return Proc{name: s.name}
+	}
+	ver = min(ver, d.Version)
+	if d.GetProcAddress.Found() {
+		name := append([]byte(s.name), 0)
+		var fn uintptr
+		var status int32
+		var r uintptr
+		if d.GetProcAddress.name == "cuGetProcAddress_v2" {
+			r = d.GetProcAddress.Call(uintptr(unsafe.Pointer(&name[0])), uintptr(unsafe.Pointer(&fn)),
+				uintptr(ver), procLegacyStream, uintptr(unsafe.Pointer(&status)))
+		} else {
+			r = d.GetProcAddress.Call(uintptr(unsafe.Pointer(&name[0])), uintptr(unsafe.Pointer(&fn)),
+				uintptr(ver), procLegacyStream)
+		}
+		if int32(r) == 0 {
+			// Success with a NULL pointer means no function with our ABI.
+			return Proc{addr: fn, name: s.name}
+		}
+	}
+	// No resolver (a very old driver) or it refused: plain dlsym of the
+	// explicitly versioned name.
+	n := s.dlsym
+	if n == "" {
+		n = s.name
+	}
+	if p, err := d.lib.Lookup(n); err == nil {
+		return Proc{addr: p.addr, name: s.name}
+	}
+	return Proc{name: s.name}
+}
+
+// errNoSymbol is wrapped by Library.Lookup failures.
+var errNoSymbol = errors.New("symbol not found")

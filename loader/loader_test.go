@@ -1,0 +1,292 @@
+//go:build linux && (amd64 || arm64)
+
+package loader
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func libc(t testing.TB) *Library {
+	t.Helper()
+	l, err := OpenLibrary("libc.so.6")
+	require.NoError(t, err)
+	return l
+}
+
+func lookup(t testing.TB, l *Library, name string) Proc {
+	t.Helper()
+	p, err := l.Lookup(name)
+	require.NoError(t, err)
+	require.True(t, p.Found())
+	return p
+}
+
+func cstr(s string) []byte { return append([]byte(s), 0) }
+
+func TestCallLibcArities(t *testing.T) {
+	l := libc(t)
+	getpid := lookup(t, l, "getpid")
+	assert.Equal(t, os.Getpid(), int(int32(getpid.Call())), "0 args")
+
+	strlen := lookup(t, l, "strlen")
+	s := cstr("cudamem")
+	assert.Equal(t, uintptr(7), strlen.Call(uintptr(unsafe.Pointer(&s[0]))), "1 arg")
+
+	labs := lookup(t, l, "labs")
+	neg := -12345
+	assert.Equal(t, uintptr(12345), labs.Call(uintptr(neg)), "negative argument keeps its 64 bits")
+
+	memcmp := lookup(t, l, "memcmp")
+	a, b := cstr("abcdef"), cstr("abcxef")
+	assert.Equal(t, uintptr(0), memcmp.Call(uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0])), 3), "3 args")
+	assert.NotEqual(t, uintptr(0), memcmp.Call(uintptr(unsafe.Pointer(&a[0])), uintptr(unsafe.Pointer(&b[0])), 4))
+
+	// snprintf with 16 integer arguments: buf, size, format and 13 values,
+	// so the last seven travel on the stack (amd64) or eight (arm64).
+	snprintf := lookup(t, l, "snprintf")
+	buf := make([]byte, 128)
+	format := cstr("%ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld")
+	n := snprintf.Call(uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(unsafe.Pointer(&format[0])),
+		1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13)
+	want := "1 2 3 4 5 6 7 8 9 10 11 12 13"
+	assert.Equal(t, uintptr(len(want)), n)
+	assert.Equal(t, want, string(buf[:len(want)]))
+	runtime.KeepAlive(buf)
+}
+
+func TestCallRejectsBadInput(t *testing.T) {
+	var p Proc
+	assert.Equal(t, NotFound, p.Call(1, 2), "unresolved proc")
+	assert.Equal(t, NotFound, p.CallCtx(1, 2), "unresolved proc with context")
+	strlen := lookup(t, libc(t), "strlen")
+	args := make([]uintptr, MaxArgs+1)
+	assert.Equal(t, NotFound, strlen.Call(args...), "too many arguments")
+}
+
+func TestCallWritesThroughStackPointer(t *testing.T) {
+	// The callee writes into a Go stack variable; the write must be seen.
+	l := libc(t)
+	memset := lookup(t, l, "memset")
+	var x uint64
+	memset.Call(uintptr(unsafe.Pointer(&x)), 0xab, 8)
+	assert.Equal(t, uint64(0xabababababababab), x)
+}
+
+func TestCallAllocatesNothing(t *testing.T) {
+	strlen := lookup(t, libc(t), "strlen")
+	s := cstr("zero allocations")
+	p := uintptr(unsafe.Pointer(&s[0]))
+	allocs := testing.AllocsPerRun(1000, func() { strlen.Call(p) })
+	assert.Zero(t, allocs)
+	var n uint64
+	memset := lookup(t, libc(t), "memset")
+	allocs = testing.AllocsPerRun(1000, func() { memset.Call(uintptr(unsafe.Pointer(&n)), 0, 8) })
+	assert.Zero(t, allocs, "a pointer to a stack variable must not move it to the heap")
+}
+
+func TestCallConcurrent(t *testing.T) {
+	l := libc(t)
+	strlen := lookup(t, l, "strlen")
+	var wg sync.WaitGroup
+	for g := 0; g < 64; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			s := cstr(strings.Repeat("x", g))
+			for i := 0; i < 2000; i++ {
+				if r := strlen.Call(uintptr(unsafe.Pointer(&s[0]))); r != uintptr(g) {
+					t.Errorf("strlen = %d, want %d", r, g)
+					return
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+}
+
+func TestSearchPathsEnvOverride(t *testing.T) {
+	t.Setenv(EnvDriver, "/opt/custom/libcuda.so.1")
+	assert.Equal(t, []string{"/opt/custom/libcuda.so.1"}, SearchPaths())
+	t.Setenv(EnvDriver, "")
+	assert.Equal(t, []string{"libcuda.so.1", "libcuda.so", "/usr/lib/wsl/lib/libcuda.so.1"}, SearchPaths())
+}
+
+func TestOpenMissingFile(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "libcuda.so.1")
+	_, err := Open(p)
+	var le *LoadError
+	require.ErrorAs(t, err, &le)
+	require.Len(t, le.Attempts, 1)
+	msg := err.Error()
+	assert.Contains(t, msg, p)
+	assert.Contains(t, msg, "No such file")
+	assert.Contains(t, msg, EnvDriver, "the error says how to override")
+}
+
+func TestOpenNotALibrary(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "libcuda.so.1")
+	require.NoError(t, os.WriteFile(p, []byte("this is not an ELF file, just text\n"), 0o644))
+	_, err := Open(p)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), p)
+	assert.Regexp(t, "invalid ELF header|file too short", err.Error())
+}
+
+func TestOpenLibraryThatIsNotCUDA(t *testing.T) {
+	_, err := Open("libc.so.6")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "libc.so.6")
+	assert.Contains(t, err.Error(), "not a CUDA driver")
+	assert.Contains(t, err.Error(), "cuDriverGetVersion")
+}
+
+func TestOpenListsEveryAttempt(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "a.so"), filepath.Join(dir, "b.so")
+	_, err := Open(a, b)
+	var le *LoadError
+	require.ErrorAs(t, err, &le)
+	require.Len(t, le.Attempts, 2)
+	assert.Equal(t, a, le.Attempts[0].Path)
+	assert.Equal(t, b, le.Attempts[1].Path)
+	_, err = Open()
+	require.ErrorAs(t, err, &le)
+}
+
+// fakeDriver compiles testdata/fakecuda.c into a shared library.
+func fakeDriver(t *testing.T) string {
+	t.Helper()
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "cc"
+	}
+	if _, err := exec.LookPath(cc); err != nil {
+		if os.Getenv("CUDAMEM_REQUIRE_CC") != "" {
+			t.Fatalf("no C compiler (%s): %v", cc, err)
+		}
+		t.Skipf("fake driver needs a C compiler (%s): %v", cc, err)
+	}
+	out := filepath.Join(t.TempDir(), "libfakecuda.so")
+	cmd := exec.Command(cc, "-shared", "-fPIC", "-O1", "-o", out, "testdata/fakecuda.c")
+	b, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", b)
+	return out
+}
+
+func openFake(t *testing.T, path string, version, initResult int) (*Driver, error) {
+	t.Helper()
+	l, err := OpenLibrary(path)
+	require.NoError(t, err)
+	setV := lookup(t, l, "fake_set_version")
+	setI := lookup(t, l, "fake_set_init_result")
+	setV.Call(uintptr(version))
+	setI.Call(uintptr(initResult))
+	return Open(path)
+}
+
+func TestFakeDriverResolution(t *testing.T) {
+	path := fakeDriver(t)
+	d, err := openFake(t, path, 12040, 0)
+	require.NoError(t, err)
+	assert.Equal(t, 12040, d.Version)
+	assert.Equal(t, path, d.Path)
+	assert.Equal(t, "cuGetProcAddress_v2", d.GetProcAddress.Name())
+
+	var n int32
+	require.True(t, d.DeviceGetCount.Found())
+	assert.Equal(t, uintptr(0), d.DeviceGetCount.Call(uintptr(unsafe.Pointer(&n))))
+	assert.Equal(t, int32(3), n)
+
+	// Entry points the fake lacks are unresolved, report NotFound, and are listed.
+	assert.False(t, d.MemGetInfo.Found())
+	assert.Equal(t, NotFound, d.MemGetInfo.Call(0, 0))
+	assert.Contains(t, d.Missing(), "cuMemGetInfo")
+	found, total := d.Resolved()
+	assert.Equal(t, 5, found)
+	assert.Greater(t, total, 90)
+
+	// cuMemAdvise is requested at the CUDA 12.2 ABI (CUmemLocation by value).
+	assert.Equal(t, uintptr(1002), d.MemAdvise.Call(0, 0, 0, 0))
+}
+
+func TestFakeDriverOldVersion(t *testing.T) {
+	// A 12.0 driver would hand out the old cuMemAdvise ABI: leave it unresolved.
+	d, err := openFake(t, fakeDriver(t), 12000, 0)
+	require.NoError(t, err)
+	assert.False(t, d.MemAdvise.Found(), "old-ABI cuMemAdvise must not be used")
+	assert.True(t, d.DeviceGetCount.Found())
+	// An 11.8 driver: requests are capped at the driver's version.
+	d, err = openFake(t, fakeDriver(t), 11080, 0)
+	require.NoError(t, err)
+	assert.True(t, d.DeviceGetCount.Found(), "resolved at the driver's own version")
+}
+
+func TestFakeDriverInitFailure(t *testing.T) {
+	d, err := openFake(t, fakeDriver(t), 12040, 100)
+	var ie *InitError
+	require.ErrorAs(t, err, &ie)
+	assert.Equal(t, int32(100), ie.Code)
+	require.NotNil(t, d, "the driver is returned for diagnostics")
+	assert.Equal(t, 12040, d.Version)
+}
+
+func TestCallCtxSetsContextOnSameThread(t *testing.T) {
+	d, err := openFake(t, fakeDriver(t), 12040, 0)
+	require.NoError(t, err)
+	get := d.CtxGetCurrent
+	require.True(t, get.Found())
+	// Call through the context-setting path with ctxfn = the fake's
+	// cuCtxSetCurrent, whatever the package-level one is.
+	var got uintptr
+	r := call(get.addr, d.CtxSetCurrent.addr, 0x1234, []uintptr{uintptr(unsafe.Pointer(&got))})
+	assert.Equal(t, uintptr(0), r)
+	assert.Equal(t, uintptr(0x1234), got)
+	// A failing cuCtxSetCurrent stops the call and returns its result.
+	got = 0
+	r = call(get.addr, d.CtxSetCurrent.addr, 0xbad, []uintptr{uintptr(unsafe.Pointer(&got))})
+	assert.Equal(t, uintptr(201), r&0xffffffff)
+	assert.Equal(t, uintptr(0), got, "the entry point was not called")
+}
+
+func TestSixteenArguments(t *testing.T) {
+	d, err := openFake(t, fakeDriver(t), 12040, 0)
+	require.NoError(t, err)
+	var want uintptr
+	args := make([]uintptr, 16)
+	for i := range args {
+		args[i] = uintptr(1000 + i*i)
+		want += uintptr(i+1) * args[i]
+	}
+	assert.Equal(t, want, d.LaunchKernel.Call(args...))
+	assert.Equal(t, want, d.LaunchKernel.CallCtx(0, args...), "same through the context path (ctx 0 is allowed)")
+}
+
+// Benchmarks of the call path itself, beside purego's SyscallN in the same
+// run. GPU figures (driver calls, with a cgo baseline) are in package cuda
+// and cudamem bench.
+func BenchmarkCallLabs(b *testing.B) {
+	labs := lookup(b, libc(b), "labs")
+	b.ReportAllocs()
+	for b.Loop() {
+		labs.Call(7)
+	}
+}
+
+func BenchmarkSyscallNLabs(b *testing.B) {
+	labs := lookup(b, libc(b), "labs")
+	b.ReportAllocs()
+	for b.Loop() {
+		purego.SyscallN(labs.addr, 7)
+	}
+}
