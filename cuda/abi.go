@@ -1,0 +1,802 @@
+package cuda
+
+import (
+	"encoding/hex"
+	"strconv"
+)
+
+// This file mirrors the driver's memory-related types and constants. Struct
+// layouts match the C definitions on the 64-bit targets CUDA supports
+// (linux/amd64, linux/arm64, windows/amd64): pointers and size_t are 8 bytes,
+// int, unsigned int and enums 4. abi_test.go pins every size and offset.
+
+// DevicePtr is a CUdeviceptr: an address in the unified virtual address space
+// of a device allocation. It is an integer, never a Go pointer.
+type DevicePtr uint64
+
+// MemHandle is a CUmemGenericAllocationHandle: the physical allocation that
+// cuMemCreate returns and cuMemMap maps into a reserved address range.
+type MemHandle uint64
+
+// IPCHandleSize is the size in bytes of the opaque IPC and fabric handles.
+const IPCHandleSize = 64
+
+// UUID is a CUuuid, the 16-byte identity of a device.
+type UUID [16]byte
+
+// String formats u the way nvidia-smi prints GPU UUIDs:
+// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" in lowercase hex.
+func (u UUID) String() string {
+	var b [40]byte
+	copy(b[:], "GPU-")
+	hex.Encode(b[4:12], u[0:4])
+	b[12] = '-'
+	hex.Encode(b[13:17], u[4:6])
+	b[17] = '-'
+	hex.Encode(b[18:22], u[6:8])
+	b[22] = '-'
+	hex.Encode(b[23:27], u[8:10])
+	b[27] = '-'
+	hex.Encode(b[28:40], u[10:16])
+	return string(b[:])
+}
+
+// IPCMemHandle is a CUipcMemHandle: the opaque token cuIpcGetMemHandle
+// produces for a cuMemAlloc allocation so another process can open it. It is a
+// struct, not an array, because cuIpcOpenMemHandle takes it by value.
+type IPCMemHandle struct {
+	Reserved [IPCHandleSize]byte
+}
+
+// IPCEventHandle is a CUipcEventHandle: the opaque token for sharing an
+// interprocess event (one created with EventInterprocess|EventDisableTiming).
+type IPCEventHandle struct {
+	Reserved [IPCHandleSize]byte
+}
+
+// MemFabricHandle is a CUmemFabricHandle: the opaque token a MemHandle
+// exported with MemHandleTypeFabric becomes, importable on other nodes of the
+// same NVLink fabric.
+type MemFabricHandle struct {
+	Data [IPCHandleSize]byte
+}
+
+// MemPoolPtrExportData is a CUmemPoolPtrExportData: the opaque description
+// of one allocation in an exported memory pool, sent to the importing process.
+type MemPoolPtrExportData struct {
+	Reserved [64]byte
+}
+
+// MemLocationType is a CUmemLocationType: what kind of place a MemLocation
+// names, and so how its ID is read.
+type MemLocationType int32
+
+// Memory location types.
+const (
+	MemLocationTypeInvalid MemLocationType = 0
+	// MemLocationTypeNone means no preferred location (managed memory pools).
+	MemLocationTypeNone MemLocationType = 0
+	// MemLocationTypeDevice: ID is a device ordinal.
+	MemLocationTypeDevice MemLocationType = 1
+	// MemLocationTypeHost: ID is ignored.
+	MemLocationTypeHost MemLocationType = 2
+	// MemLocationTypeHostNUMA: ID is a host NUMA node.
+	MemLocationTypeHostNUMA MemLocationType = 3
+	// MemLocationTypeHostNUMACurrent: the calling thread's NUMA node; ID is
+	// ignored.
+	MemLocationTypeHostNUMACurrent MemLocationType = 4
+)
+
+// MemLocation is a CUmemLocation: a device, the host, or a host NUMA node.
+type MemLocation struct {
+	Type MemLocationType
+	ID   int32
+}
+
+// Pack returns l's 8 bytes read as a little-endian uint64: Type in the low 32
+// bits, ID in the high 32. Entry points that take a CUmemLocation by value
+// (cuMemPrefetchAsync_v2, cuMemAdvise_v2) receive it in one integer register
+// on every supported target, so this is the word to pass.
+func (l MemLocation) Pack() uint64 {
+	return uint64(uint32(l.Type)) | uint64(uint32(l.ID))<<32
+}
+
+// MemAllocationType is a CUmemAllocationType: the kind of physical memory
+// cuMemCreate or a memory pool provides.
+type MemAllocationType int32
+
+// Allocation types.
+const (
+	MemAllocationTypeInvalid MemAllocationType = 0
+	// MemAllocationTypePinned memory stays where it was placed while in use.
+	MemAllocationTypePinned MemAllocationType = 1
+	// MemAllocationTypeManaged memory may migrate (managed memory pools).
+	MemAllocationTypeManaged MemAllocationType = 2
+)
+
+// MemHandleType is a CUmemAllocationHandleType: a way to export an
+// allocation or pool to another process. Values are bits and may be OR'ed
+// where a set of types is requested.
+type MemHandleType uint32
+
+// Shareable handle types.
+const (
+	MemHandleTypeNone MemHandleType = 0x0
+	// MemHandleTypePosixFileDescriptor exports a file descriptor (int).
+	MemHandleTypePosixFileDescriptor MemHandleType = 0x1
+	// MemHandleTypeWin32 exports an NT HANDLE.
+	MemHandleTypeWin32 MemHandleType = 0x2
+	// MemHandleTypeWin32KMT exports a D3DKMT_HANDLE.
+	MemHandleTypeWin32KMT MemHandleType = 0x4
+	// MemHandleTypeFabric exports a MemFabricHandle.
+	MemHandleTypeFabric MemHandleType = 0x8
+)
+
+// MemAllocationCompType is a CUmemAllocationCompType: whether cuMemCreate
+// should ask for compressible memory. In MemAllocationProp it is one byte.
+type MemAllocationCompType uint8
+
+// Compression requests.
+const (
+	MemAllocationCompNone    MemAllocationCompType = 0x0
+	MemAllocationCompGeneric MemAllocationCompType = 0x1
+)
+
+// Usage bits for MemAllocationPropFlags.Usage (cuMemCreate).
+const (
+	MemCreateUsageTilePool     = 0x1
+	MemCreateUsageHWDecompress = 0x2
+)
+
+// MemPoolCreateUsageHWDecompress is a usage bit for MemPoolProps.Usage: the
+// pool's memory serves as hardware decompression buffers.
+const MemPoolCreateUsageHWDecompress = 0x2
+
+// MemAllocationPropFlags is the nested allocFlags struct of
+// CUmemAllocationProp. It is 8 bytes: two one-byte fields, a two-byte usage
+// mask and four reserved bytes.
+type MemAllocationPropFlags struct {
+	CompressionType      MemAllocationCompType
+	GPUDirectRDMACapable uint8
+	Usage                uint16
+	Reserved             [4]uint8
+}
+
+// MemAllocationProp is a CUmemAllocationProp: what cuMemCreate should
+// allocate, and what cuMemGetAllocationGranularity and
+// cuMemGetAllocationPropertiesFromHandle describe.
+type MemAllocationProp struct {
+	Type                 MemAllocationType
+	RequestedHandleTypes MemHandleType
+	Location             MemLocation
+	// Win32HandleMetaData points to Windows OBJECT_ATTRIBUTES when
+	// RequestedHandleTypes includes MemHandleTypeWin32; otherwise it is 0.
+	// The caller keeps that memory alive and unmoved during the call.
+	Win32HandleMetaData uintptr
+	AllocFlags          MemAllocationPropFlags
+}
+
+// MemAccessFlags is a CUmemAccess_flags: the protection a mapping grants to a
+// location.
+type MemAccessFlags uint32
+
+// Access protections.
+const (
+	MemAccessProtNone      MemAccessFlags = 0x0
+	MemAccessProtRead      MemAccessFlags = 0x1
+	MemAccessProtReadWrite MemAccessFlags = 0x3
+)
+
+// MemAccessDesc is a CUmemAccessDesc: one location and the access it gets, as
+// passed to cuMemSetAccess and cuMemPoolSetAccess.
+type MemAccessDesc struct {
+	Location MemLocation
+	Flags    MemAccessFlags
+}
+
+// MemPoolProps is a CUmemPoolProps: how cuMemPoolCreate should make a pool.
+type MemPoolProps struct {
+	AllocType   MemAllocationType
+	HandleTypes MemHandleType
+	Location    MemLocation
+	// Win32SecurityAttributes points to Windows SECURITY_ATTRIBUTES when
+	// HandleTypes includes MemHandleTypeWin32; otherwise it is 0.
+	Win32SecurityAttributes uintptr
+	// MaxSize caps the pool in bytes; 0 picks a system-dependent default.
+	MaxSize  uint64
+	Usage    uint16
+	Reserved [54]byte
+}
+
+// MemPoolAttribute is a CUmemPool_attribute, read and written with
+// cuMemPoolGetAttribute and cuMemPoolSetAttribute. The Reuse* attributes are
+// int-valued; the others are 64-bit byte counts.
+type MemPoolAttribute int32
+
+// Memory pool attributes.
+const (
+	MemPoolAttrReuseFollowEventDependencies   MemPoolAttribute = 1
+	MemPoolAttrReuseAllowOpportunistic        MemPoolAttribute = 2
+	MemPoolAttrReuseAllowInternalDependencies MemPoolAttribute = 3
+	MemPoolAttrReleaseThreshold               MemPoolAttribute = 4
+	MemPoolAttrReservedMemCurrent             MemPoolAttribute = 5
+	MemPoolAttrReservedMemHigh                MemPoolAttribute = 6
+	MemPoolAttrUsedMemCurrent                 MemPoolAttribute = 7
+	MemPoolAttrUsedMemHigh                    MemPoolAttribute = 8
+)
+
+var memPoolAttrNames = [...]string{
+	MemPoolAttrReuseFollowEventDependencies:   "ReuseFollowEventDependencies",
+	MemPoolAttrReuseAllowOpportunistic:        "ReuseAllowOpportunistic",
+	MemPoolAttrReuseAllowInternalDependencies: "ReuseAllowInternalDependencies",
+	MemPoolAttrReleaseThreshold:               "ReleaseThreshold",
+	MemPoolAttrReservedMemCurrent:             "ReservedMemCurrent",
+	MemPoolAttrReservedMemHigh:                "ReservedMemHigh",
+	MemPoolAttrUsedMemCurrent:                 "UsedMemCurrent",
+	MemPoolAttrUsedMemHigh:                    "UsedMemHigh",
+}
+
+// String returns the attribute's Go name without its prefix, e.g.
+// "ReleaseThreshold", or "MemPoolAttribute(N)" for an unknown value.
+func (a MemPoolAttribute) String() string {
+	return enumName(memPoolAttrNames[:], int(a), "MemPoolAttribute")
+}
+
+// MemAllocationGranularity is a CUmemAllocationGranularity_flags: which
+// granularity cuMemGetAllocationGranularity reports.
+type MemAllocationGranularity int32
+
+// Granularity kinds.
+const (
+	// MemAllocationGranularityMinimum is the granularity sizes and offsets
+	// must be multiples of.
+	MemAllocationGranularityMinimum MemAllocationGranularity = 0x0
+	// MemAllocationGranularityRecommended is the granularity that performs
+	// best.
+	MemAllocationGranularityRecommended MemAllocationGranularity = 0x1
+)
+
+// MemRangeHandleType is a CUmemRangeHandleType: what
+// cuMemGetHandleForAddressRange exports an address range as.
+type MemRangeHandleType int32
+
+// Address range handle types.
+const (
+	MemRangeHandleTypeDMABufFD MemRangeHandleType = 0x1
+)
+
+// MemRangeFlagDMABufMappingTypePCIe asks cuMemGetHandleForAddressRange for a
+// dma-buf mapped through the PCIe BAR1 aperture.
+const MemRangeFlagDMABufMappingTypePCIe = 0x1
+
+// MemAdvice is a CUmem_advise: a hint for cuMemAdvise about managed memory.
+type MemAdvice int32
+
+// Managed memory advice.
+const (
+	MemAdviseSetReadMostly          MemAdvice = 1
+	MemAdviseUnsetReadMostly        MemAdvice = 2
+	MemAdviseSetPreferredLocation   MemAdvice = 3
+	MemAdviseUnsetPreferredLocation MemAdvice = 4
+	MemAdviseSetAccessedBy          MemAdvice = 5
+	MemAdviseUnsetAccessedBy        MemAdvice = 6
+)
+
+// MemRangeAttribute is a CUmem_range_attribute, queried on managed memory
+// with cuMemRangeGetAttribute.
+type MemRangeAttribute int32
+
+// Managed memory range attributes.
+const (
+	MemRangeAttrReadMostly               MemRangeAttribute = 1
+	MemRangeAttrPreferredLocation        MemRangeAttribute = 2
+	MemRangeAttrAccessedBy               MemRangeAttribute = 3
+	MemRangeAttrLastPrefetchLocation     MemRangeAttribute = 4
+	MemRangeAttrPreferredLocationType    MemRangeAttribute = 5
+	MemRangeAttrPreferredLocationID      MemRangeAttribute = 6
+	MemRangeAttrLastPrefetchLocationType MemRangeAttribute = 7
+	MemRangeAttrLastPrefetchLocationID   MemRangeAttribute = 8
+)
+
+// MemAttachFlags is a CUmemAttach_flags: who may access managed memory, for
+// cuMemAllocManaged and cuStreamAttachMemAsync.
+type MemAttachFlags uint32
+
+// Managed memory attachment.
+const (
+	// MemAttachGlobal: any stream on any device.
+	MemAttachGlobal MemAttachFlags = 0x1
+	// MemAttachHost: the host only, until attached to a stream.
+	MemAttachHost MemAttachFlags = 0x2
+	// MemAttachSingle: one stream (cuStreamAttachMemAsync only).
+	MemAttachSingle MemAttachFlags = 0x4
+)
+
+// MemoryType is a CUmemorytype: where memory physically lives, as reported by
+// PointerAttrMemoryType.
+type MemoryType int32
+
+// Memory types.
+const (
+	MemoryTypeHost    MemoryType = 0x1
+	MemoryTypeDevice  MemoryType = 0x2
+	MemoryTypeArray   MemoryType = 0x3
+	MemoryTypeUnified MemoryType = 0x4
+)
+
+// PointerAttribute is a CUpointer_attribute, queried with
+// cuPointerGetAttribute(s). Each attribute has its own value type.
+type PointerAttribute int32
+
+// Pointer attributes.
+const (
+	PointerAttrContext                PointerAttribute = 1
+	PointerAttrMemoryType             PointerAttribute = 2
+	PointerAttrDevicePointer          PointerAttribute = 3
+	PointerAttrHostPointer            PointerAttribute = 4
+	PointerAttrP2PTokens              PointerAttribute = 5
+	PointerAttrSyncMemOps             PointerAttribute = 6
+	PointerAttrBufferID               PointerAttribute = 7
+	PointerAttrIsManaged              PointerAttribute = 8
+	PointerAttrDeviceOrdinal          PointerAttribute = 9
+	PointerAttrIsLegacyCUDAIPCCapable PointerAttribute = 10
+	PointerAttrRangeStartAddr         PointerAttribute = 11
+	PointerAttrRangeSize              PointerAttribute = 12
+	PointerAttrMapped                 PointerAttribute = 13
+	PointerAttrAllowedHandleTypes     PointerAttribute = 14
+	PointerAttrIsGPUDirectRDMACapable PointerAttribute = 15
+	PointerAttrAccessFlags            PointerAttribute = 16
+	PointerAttrMemPoolHandle          PointerAttribute = 17
+	PointerAttrMappingSize            PointerAttribute = 18
+	PointerAttrMappingBaseAddr        PointerAttribute = 19
+	PointerAttrMemoryBlockID          PointerAttribute = 20
+	PointerAttrIsHWDecompressCapable  PointerAttribute = 21
+)
+
+var pointerAttrNames = [...]string{
+	PointerAttrContext:                "Context",
+	PointerAttrMemoryType:             "MemoryType",
+	PointerAttrDevicePointer:          "DevicePointer",
+	PointerAttrHostPointer:            "HostPointer",
+	PointerAttrP2PTokens:              "P2PTokens",
+	PointerAttrSyncMemOps:             "SyncMemOps",
+	PointerAttrBufferID:               "BufferID",
+	PointerAttrIsManaged:              "IsManaged",
+	PointerAttrDeviceOrdinal:          "DeviceOrdinal",
+	PointerAttrIsLegacyCUDAIPCCapable: "IsLegacyCUDAIPCCapable",
+	PointerAttrRangeStartAddr:         "RangeStartAddr",
+	PointerAttrRangeSize:              "RangeSize",
+	PointerAttrMapped:                 "Mapped",
+	PointerAttrAllowedHandleTypes:     "AllowedHandleTypes",
+	PointerAttrIsGPUDirectRDMACapable: "IsGPUDirectRDMACapable",
+	PointerAttrAccessFlags:            "AccessFlags",
+	PointerAttrMemPoolHandle:          "MemPoolHandle",
+	PointerAttrMappingSize:            "MappingSize",
+	PointerAttrMappingBaseAddr:        "MappingBaseAddr",
+	PointerAttrMemoryBlockID:          "MemoryBlockID",
+	PointerAttrIsHWDecompressCapable:  "IsHWDecompressCapable",
+}
+
+// String returns the attribute's Go name without its prefix, e.g.
+// "RangeStartAddr", or "PointerAttribute(N)" for an unknown value.
+func (a PointerAttribute) String() string {
+	return enumName(pointerAttrNames[:], int(a), "PointerAttribute")
+}
+
+// DeviceAttribute is a CUdevice_attribute, queried with cuDeviceGetAttribute.
+// Every value of the CUDA 13.0 header is here; deprecated names that only
+// alias another value are left out in favor of the current name.
+type DeviceAttribute int32
+
+// Device attributes.
+const (
+	DeviceAttrMaxThreadsPerBlock                       DeviceAttribute = 1
+	DeviceAttrMaxBlockDimX                             DeviceAttribute = 2
+	DeviceAttrMaxBlockDimY                             DeviceAttribute = 3
+	DeviceAttrMaxBlockDimZ                             DeviceAttribute = 4
+	DeviceAttrMaxGridDimX                              DeviceAttribute = 5
+	DeviceAttrMaxGridDimY                              DeviceAttribute = 6
+	DeviceAttrMaxGridDimZ                              DeviceAttribute = 7
+	DeviceAttrMaxSharedMemoryPerBlock                  DeviceAttribute = 8
+	DeviceAttrTotalConstantMemory                      DeviceAttribute = 9
+	DeviceAttrWarpSize                                 DeviceAttribute = 10
+	DeviceAttrMaxPitch                                 DeviceAttribute = 11
+	DeviceAttrMaxRegistersPerBlock                     DeviceAttribute = 12
+	DeviceAttrClockRate                                DeviceAttribute = 13
+	DeviceAttrTextureAlignment                         DeviceAttribute = 14
+	DeviceAttrGPUOverlap                               DeviceAttribute = 15
+	DeviceAttrMultiprocessorCount                      DeviceAttribute = 16
+	DeviceAttrKernelExecTimeout                        DeviceAttribute = 17
+	DeviceAttrIntegrated                               DeviceAttribute = 18
+	DeviceAttrCanMapHostMemory                         DeviceAttribute = 19
+	DeviceAttrComputeMode                              DeviceAttribute = 20
+	DeviceAttrMaximumTexture1DWidth                    DeviceAttribute = 21
+	DeviceAttrMaximumTexture2DWidth                    DeviceAttribute = 22
+	DeviceAttrMaximumTexture2DHeight                   DeviceAttribute = 23
+	DeviceAttrMaximumTexture3DWidth                    DeviceAttribute = 24
+	DeviceAttrMaximumTexture3DHeight                   DeviceAttribute = 25
+	DeviceAttrMaximumTexture3DDepth                    DeviceAttribute = 26
+	DeviceAttrMaximumTexture2DLayeredWidth             DeviceAttribute = 27
+	DeviceAttrMaximumTexture2DLayeredHeight            DeviceAttribute = 28
+	DeviceAttrMaximumTexture2DLayeredLayers            DeviceAttribute = 29
+	DeviceAttrSurfaceAlignment                         DeviceAttribute = 30
+	DeviceAttrConcurrentKernels                        DeviceAttribute = 31
+	DeviceAttrECCEnabled                               DeviceAttribute = 32
+	DeviceAttrPCIBusID                                 DeviceAttribute = 33
+	DeviceAttrPCIDeviceID                              DeviceAttribute = 34
+	DeviceAttrTCCDriver                                DeviceAttribute = 35
+	DeviceAttrMemoryClockRate                          DeviceAttribute = 36
+	DeviceAttrGlobalMemoryBusWidth                     DeviceAttribute = 37
+	DeviceAttrL2CacheSize                              DeviceAttribute = 38
+	DeviceAttrMaxThreadsPerMultiprocessor              DeviceAttribute = 39
+	DeviceAttrAsyncEngineCount                         DeviceAttribute = 40
+	DeviceAttrUnifiedAddressing                        DeviceAttribute = 41
+	DeviceAttrMaximumTexture1DLayeredWidth             DeviceAttribute = 42
+	DeviceAttrMaximumTexture1DLayeredLayers            DeviceAttribute = 43
+	DeviceAttrCanTex2DGather                           DeviceAttribute = 44
+	DeviceAttrMaximumTexture2DGatherWidth              DeviceAttribute = 45
+	DeviceAttrMaximumTexture2DGatherHeight             DeviceAttribute = 46
+	DeviceAttrMaximumTexture3DWidthAlternate           DeviceAttribute = 47
+	DeviceAttrMaximumTexture3DHeightAlternate          DeviceAttribute = 48
+	DeviceAttrMaximumTexture3DDepthAlternate           DeviceAttribute = 49
+	DeviceAttrPCIDomainID                              DeviceAttribute = 50
+	DeviceAttrTexturePitchAlignment                    DeviceAttribute = 51
+	DeviceAttrMaximumTextureCubemapWidth               DeviceAttribute = 52
+	DeviceAttrMaximumTextureCubemapLayeredWidth        DeviceAttribute = 53
+	DeviceAttrMaximumTextureCubemapLayeredLayers       DeviceAttribute = 54
+	DeviceAttrMaximumSurface1DWidth                    DeviceAttribute = 55
+	DeviceAttrMaximumSurface2DWidth                    DeviceAttribute = 56
+	DeviceAttrMaximumSurface2DHeight                   DeviceAttribute = 57
+	DeviceAttrMaximumSurface3DWidth                    DeviceAttribute = 58
+	DeviceAttrMaximumSurface3DHeight                   DeviceAttribute = 59
+	DeviceAttrMaximumSurface3DDepth                    DeviceAttribute = 60
+	DeviceAttrMaximumSurface1DLayeredWidth             DeviceAttribute = 61
+	DeviceAttrMaximumSurface1DLayeredLayers            DeviceAttribute = 62
+	DeviceAttrMaximumSurface2DLayeredWidth             DeviceAttribute = 63
+	DeviceAttrMaximumSurface2DLayeredHeight            DeviceAttribute = 64
+	DeviceAttrMaximumSurface2DLayeredLayers            DeviceAttribute = 65
+	DeviceAttrMaximumSurfaceCubemapWidth               DeviceAttribute = 66
+	DeviceAttrMaximumSurfaceCubemapLayeredWidth        DeviceAttribute = 67
+	DeviceAttrMaximumSurfaceCubemapLayeredLayers       DeviceAttribute = 68
+	DeviceAttrMaximumTexture1DLinearWidth              DeviceAttribute = 69
+	DeviceAttrMaximumTexture2DLinearWidth              DeviceAttribute = 70
+	DeviceAttrMaximumTexture2DLinearHeight             DeviceAttribute = 71
+	DeviceAttrMaximumTexture2DLinearPitch              DeviceAttribute = 72
+	DeviceAttrMaximumTexture2DMipmappedWidth           DeviceAttribute = 73
+	DeviceAttrMaximumTexture2DMipmappedHeight          DeviceAttribute = 74
+	DeviceAttrComputeCapabilityMajor                   DeviceAttribute = 75
+	DeviceAttrComputeCapabilityMinor                   DeviceAttribute = 76
+	DeviceAttrMaximumTexture1DMipmappedWidth           DeviceAttribute = 77
+	DeviceAttrStreamPrioritiesSupported                DeviceAttribute = 78
+	DeviceAttrGlobalL1CacheSupported                   DeviceAttribute = 79
+	DeviceAttrLocalL1CacheSupported                    DeviceAttribute = 80
+	DeviceAttrMaxSharedMemoryPerMultiprocessor         DeviceAttribute = 81
+	DeviceAttrMaxRegistersPerMultiprocessor            DeviceAttribute = 82
+	DeviceAttrManagedMemory                            DeviceAttribute = 83
+	DeviceAttrMultiGPUBoard                            DeviceAttribute = 84
+	DeviceAttrMultiGPUBoardGroupID                     DeviceAttribute = 85
+	DeviceAttrHostNativeAtomicSupported                DeviceAttribute = 86
+	DeviceAttrSingleToDoublePrecisionPerfRatio         DeviceAttribute = 87
+	DeviceAttrPageableMemoryAccess                     DeviceAttribute = 88
+	DeviceAttrConcurrentManagedAccess                  DeviceAttribute = 89
+	DeviceAttrComputePreemptionSupported               DeviceAttribute = 90
+	DeviceAttrCanUseHostPointerForRegisteredMem        DeviceAttribute = 91
+	DeviceAttrCanUseStreamMemOpsV1                     DeviceAttribute = 92
+	DeviceAttrCanUse64BitStreamMemOpsV1                DeviceAttribute = 93
+	DeviceAttrCanUseStreamWaitValueNORV1               DeviceAttribute = 94
+	DeviceAttrCooperativeLaunch                        DeviceAttribute = 95
+	DeviceAttrCooperativeMultiDeviceLaunch             DeviceAttribute = 96
+	DeviceAttrMaxSharedMemoryPerBlockOptin             DeviceAttribute = 97
+	DeviceAttrCanFlushRemoteWrites                     DeviceAttribute = 98
+	DeviceAttrHostRegisterSupported                    DeviceAttribute = 99
+	DeviceAttrPageableMemoryAccessUsesHostPageTables   DeviceAttribute = 100
+	DeviceAttrDirectManagedMemAccessFromHost           DeviceAttribute = 101
+	DeviceAttrVirtualMemoryManagementSupported         DeviceAttribute = 102
+	DeviceAttrHandleTypePosixFileDescriptorSupported   DeviceAttribute = 103
+	DeviceAttrHandleTypeWin32HandleSupported           DeviceAttribute = 104
+	DeviceAttrHandleTypeWin32KMTHandleSupported        DeviceAttribute = 105
+	DeviceAttrMaxBlocksPerMultiprocessor               DeviceAttribute = 106
+	DeviceAttrGenericCompressionSupported              DeviceAttribute = 107
+	DeviceAttrMaxPersistingL2CacheSize                 DeviceAttribute = 108
+	DeviceAttrMaxAccessPolicyWindowSize                DeviceAttribute = 109
+	DeviceAttrGPUDirectRDMAWithCUDAVMMSupported        DeviceAttribute = 110
+	DeviceAttrReservedSharedMemoryPerBlock             DeviceAttribute = 111
+	DeviceAttrSparseCUDAArraySupported                 DeviceAttribute = 112
+	DeviceAttrReadOnlyHostRegisterSupported            DeviceAttribute = 113
+	DeviceAttrTimelineSemaphoreInteropSupported        DeviceAttribute = 114
+	DeviceAttrMemoryPoolsSupported                     DeviceAttribute = 115
+	DeviceAttrGPUDirectRDMASupported                   DeviceAttribute = 116
+	DeviceAttrGPUDirectRDMAFlushWritesOptions          DeviceAttribute = 117
+	DeviceAttrGPUDirectRDMAWritesOrdering              DeviceAttribute = 118
+	DeviceAttrMemPoolSupportedHandleTypes              DeviceAttribute = 119
+	DeviceAttrClusterLaunch                            DeviceAttribute = 120
+	DeviceAttrDeferredMappingCUDAArraySupported        DeviceAttribute = 121
+	DeviceAttrCanUse64BitStreamMemOps                  DeviceAttribute = 122
+	DeviceAttrCanUseStreamWaitValueNOR                 DeviceAttribute = 123
+	DeviceAttrDMABufSupported                          DeviceAttribute = 124
+	DeviceAttrIPCEventSupported                        DeviceAttribute = 125
+	DeviceAttrMemSyncDomainCount                       DeviceAttribute = 126
+	DeviceAttrTensorMapAccessSupported                 DeviceAttribute = 127
+	DeviceAttrHandleTypeFabricSupported                DeviceAttribute = 128
+	DeviceAttrUnifiedFunctionPointers                  DeviceAttribute = 129
+	DeviceAttrNUMAConfig                               DeviceAttribute = 130
+	DeviceAttrNUMAID                                   DeviceAttribute = 131
+	DeviceAttrMulticastSupported                       DeviceAttribute = 132
+	DeviceAttrMPSEnabled                               DeviceAttribute = 133
+	DeviceAttrHostNUMAID                               DeviceAttribute = 134
+	DeviceAttrD3D12CIGSupported                        DeviceAttribute = 135
+	DeviceAttrMemDecompressAlgorithmMask               DeviceAttribute = 136
+	DeviceAttrMemDecompressMaximumLength               DeviceAttribute = 137
+	DeviceAttrVulkanCIGSupported                       DeviceAttribute = 138
+	DeviceAttrGPUPCIDeviceID                           DeviceAttribute = 139
+	DeviceAttrGPUPCISubsystemID                        DeviceAttribute = 140
+	DeviceAttrHostNUMAVirtualMemoryManagementSupported DeviceAttribute = 141
+	DeviceAttrHostNUMAMemoryPoolsSupported             DeviceAttribute = 142
+	DeviceAttrHostNUMAMultinodeIPCSupported            DeviceAttribute = 143
+	DeviceAttrHostMemoryPoolsSupported                 DeviceAttribute = 144
+	DeviceAttrHostVirtualMemoryManagementSupported     DeviceAttribute = 145
+	DeviceAttrHostAllocDMABufSupported                 DeviceAttribute = 146
+	DeviceAttrOnlyPartialHostNativeAtomicSupported     DeviceAttribute = 147
+)
+
+var deviceAttrNames = [...]string{
+	DeviceAttrMaxThreadsPerBlock:                       "MaxThreadsPerBlock",
+	DeviceAttrMaxBlockDimX:                             "MaxBlockDimX",
+	DeviceAttrMaxBlockDimY:                             "MaxBlockDimY",
+	DeviceAttrMaxBlockDimZ:                             "MaxBlockDimZ",
+	DeviceAttrMaxGridDimX:                              "MaxGridDimX",
+	DeviceAttrMaxGridDimY:                              "MaxGridDimY",
+	DeviceAttrMaxGridDimZ:                              "MaxGridDimZ",
+	DeviceAttrMaxSharedMemoryPerBlock:                  "MaxSharedMemoryPerBlock",
+	DeviceAttrTotalConstantMemory:                      "TotalConstantMemory",
+	DeviceAttrWarpSize:                                 "WarpSize",
+	DeviceAttrMaxPitch:                                 "MaxPitch",
+	DeviceAttrMaxRegistersPerBlock:                     "MaxRegistersPerBlock",
+	DeviceAttrClockRate:                                "ClockRate",
+	DeviceAttrTextureAlignment:                         "TextureAlignment",
+	DeviceAttrGPUOverlap:                               "GPUOverlap",
+	DeviceAttrMultiprocessorCount:                      "MultiprocessorCount",
+	DeviceAttrKernelExecTimeout:                        "KernelExecTimeout",
+	DeviceAttrIntegrated:                               "Integrated",
+	DeviceAttrCanMapHostMemory:                         "CanMapHostMemory",
+	DeviceAttrComputeMode:                              "ComputeMode",
+	DeviceAttrMaximumTexture1DWidth:                    "MaximumTexture1DWidth",
+	DeviceAttrMaximumTexture2DWidth:                    "MaximumTexture2DWidth",
+	DeviceAttrMaximumTexture2DHeight:                   "MaximumTexture2DHeight",
+	DeviceAttrMaximumTexture3DWidth:                    "MaximumTexture3DWidth",
+	DeviceAttrMaximumTexture3DHeight:                   "MaximumTexture3DHeight",
+	DeviceAttrMaximumTexture3DDepth:                    "MaximumTexture3DDepth",
+	DeviceAttrMaximumTexture2DLayeredWidth:             "MaximumTexture2DLayeredWidth",
+	DeviceAttrMaximumTexture2DLayeredHeight:            "MaximumTexture2DLayeredHeight",
+	DeviceAttrMaximumTexture2DLayeredLayers:            "MaximumTexture2DLayeredLayers",
+	DeviceAttrSurfaceAlignment:                         "SurfaceAlignment",
+	DeviceAttrConcurrentKernels:                        "ConcurrentKernels",
+	DeviceAttrECCEnabled:                               "ECCEnabled",
+	DeviceAttrPCIBusID:                                 "PCIBusID",
+	DeviceAttrPCIDeviceID:                              "PCIDeviceID",
+	DeviceAttrTCCDriver:                                "TCCDriver",
+	DeviceAttrMemoryClockRate:                          "MemoryClockRate",
+	DeviceAttrGlobalMemoryBusWidth:                     "GlobalMemoryBusWidth",
+	DeviceAttrL2CacheSize:                              "L2CacheSize",
+	DeviceAttrMaxThreadsPerMultiprocessor:              "MaxThreadsPerMultiprocessor",
+	DeviceAttrAsyncEngineCount:                         "AsyncEngineCount",
+	DeviceAttrUnifiedAddressing:                        "UnifiedAddressing",
+	DeviceAttrMaximumTexture1DLayeredWidth:             "MaximumTexture1DLayeredWidth",
+	DeviceAttrMaximumTexture1DLayeredLayers:            "MaximumTexture1DLayeredLayers",
+	DeviceAttrCanTex2DGather:                           "CanTex2DGather",
+	DeviceAttrMaximumTexture2DGatherWidth:              "MaximumTexture2DGatherWidth",
+	DeviceAttrMaximumTexture2DGatherHeight:             "MaximumTexture2DGatherHeight",
+	DeviceAttrMaximumTexture3DWidthAlternate:           "MaximumTexture3DWidthAlternate",
+	DeviceAttrMaximumTexture3DHeightAlternate:          "MaximumTexture3DHeightAlternate",
+	DeviceAttrMaximumTexture3DDepthAlternate:           "MaximumTexture3DDepthAlternate",
+	DeviceAttrPCIDomainID:                              "PCIDomainID",
+	DeviceAttrTexturePitchAlignment:                    "TexturePitchAlignment",
+	DeviceAttrMaximumTextureCubemapWidth:               "MaximumTextureCubemapWidth",
+	DeviceAttrMaximumTextureCubemapLayeredWidth:        "MaximumTextureCubemapLayeredWidth",
+	DeviceAttrMaximumTextureCubemapLayeredLayers:       "MaximumTextureCubemapLayeredLayers",
+	DeviceAttrMaximumSurface1DWidth:                    "MaximumSurface1DWidth",
+	DeviceAttrMaximumSurface2DWidth:                    "MaximumSurface2DWidth",
+	DeviceAttrMaximumSurface2DHeight:                   "MaximumSurface2DHeight",
+	DeviceAttrMaximumSurface3DWidth:                    "MaximumSurface3DWidth",
+	DeviceAttrMaximumSurface3DHeight:                   "MaximumSurface3DHeight",
+	DeviceAttrMaximumSurface3DDepth:                    "MaximumSurface3DDepth",
+	DeviceAttrMaximumSurface1DLayeredWidth:             "MaximumSurface1DLayeredWidth",
+	DeviceAttrMaximumSurface1DLayeredLayers:            "MaximumSurface1DLayeredLayers",
+	DeviceAttrMaximumSurface2DLayeredWidth:             "MaximumSurface2DLayeredWidth",
+	DeviceAttrMaximumSurface2DLayeredHeight:            "MaximumSurface2DLayeredHeight",
+	DeviceAttrMaximumSurface2DLayeredLayers:            "MaximumSurface2DLayeredLayers",
+	DeviceAttrMaximumSurfaceCubemapWidth:               "MaximumSurfaceCubemapWidth",
+	DeviceAttrMaximumSurfaceCubemapLayeredWidth:        "MaximumSurfaceCubemapLayeredWidth",
+	DeviceAttrMaximumSurfaceCubemapLayeredLayers:       "MaximumSurfaceCubemapLayeredLayers",
+	DeviceAttrMaximumTexture1DLinearWidth:              "MaximumTexture1DLinearWidth",
+	DeviceAttrMaximumTexture2DLinearWidth:              "MaximumTexture2DLinearWidth",
+	DeviceAttrMaximumTexture2DLinearHeight:             "MaximumTexture2DLinearHeight",
+	DeviceAttrMaximumTexture2DLinearPitch:              "MaximumTexture2DLinearPitch",
+	DeviceAttrMaximumTexture2DMipmappedWidth:           "MaximumTexture2DMipmappedWidth",
+	DeviceAttrMaximumTexture2DMipmappedHeight:          "MaximumTexture2DMipmappedHeight",
+	DeviceAttrComputeCapabilityMajor:                   "ComputeCapabilityMajor",
+	DeviceAttrComputeCapabilityMinor:                   "ComputeCapabilityMinor",
+	DeviceAttrMaximumTexture1DMipmappedWidth:           "MaximumTexture1DMipmappedWidth",
+	DeviceAttrStreamPrioritiesSupported:                "StreamPrioritiesSupported",
+	DeviceAttrGlobalL1CacheSupported:                   "GlobalL1CacheSupported",
+	DeviceAttrLocalL1CacheSupported:                    "LocalL1CacheSupported",
+	DeviceAttrMaxSharedMemoryPerMultiprocessor:         "MaxSharedMemoryPerMultiprocessor",
+	DeviceAttrMaxRegistersPerMultiprocessor:            "MaxRegistersPerMultiprocessor",
+	DeviceAttrManagedMemory:                            "ManagedMemory",
+	DeviceAttrMultiGPUBoard:                            "MultiGPUBoard",
+	DeviceAttrMultiGPUBoardGroupID:                     "MultiGPUBoardGroupID",
+	DeviceAttrHostNativeAtomicSupported:                "HostNativeAtomicSupported",
+	DeviceAttrSingleToDoublePrecisionPerfRatio:         "SingleToDoublePrecisionPerfRatio",
+	DeviceAttrPageableMemoryAccess:                     "PageableMemoryAccess",
+	DeviceAttrConcurrentManagedAccess:                  "ConcurrentManagedAccess",
+	DeviceAttrComputePreemptionSupported:               "ComputePreemptionSupported",
+	DeviceAttrCanUseHostPointerForRegisteredMem:        "CanUseHostPointerForRegisteredMem",
+	DeviceAttrCanUseStreamMemOpsV1:                     "CanUseStreamMemOpsV1",
+	DeviceAttrCanUse64BitStreamMemOpsV1:                "CanUse64BitStreamMemOpsV1",
+	DeviceAttrCanUseStreamWaitValueNORV1:               "CanUseStreamWaitValueNORV1",
+	DeviceAttrCooperativeLaunch:                        "CooperativeLaunch",
+	DeviceAttrCooperativeMultiDeviceLaunch:             "CooperativeMultiDeviceLaunch",
+	DeviceAttrMaxSharedMemoryPerBlockOptin:             "MaxSharedMemoryPerBlockOptin",
+	DeviceAttrCanFlushRemoteWrites:                     "CanFlushRemoteWrites",
+	DeviceAttrHostRegisterSupported:                    "HostRegisterSupported",
+	DeviceAttrPageableMemoryAccessUsesHostPageTables:   "PageableMemoryAccessUsesHostPageTables",
+	DeviceAttrDirectManagedMemAccessFromHost:           "DirectManagedMemAccessFromHost",
+	DeviceAttrVirtualMemoryManagementSupported:         "VirtualMemoryManagementSupported",
+	DeviceAttrHandleTypePosixFileDescriptorSupported:   "HandleTypePosixFileDescriptorSupported",
+	DeviceAttrHandleTypeWin32HandleSupported:           "HandleTypeWin32HandleSupported",
+	DeviceAttrHandleTypeWin32KMTHandleSupported:        "HandleTypeWin32KMTHandleSupported",
+	DeviceAttrMaxBlocksPerMultiprocessor:               "MaxBlocksPerMultiprocessor",
+	DeviceAttrGenericCompressionSupported:              "GenericCompressionSupported",
+	DeviceAttrMaxPersistingL2CacheSize:                 "MaxPersistingL2CacheSize",
+	DeviceAttrMaxAccessPolicyWindowSize:                "MaxAccessPolicyWindowSize",
+	DeviceAttrGPUDirectRDMAWithCUDAVMMSupported:        "GPUDirectRDMAWithCUDAVMMSupported",
+	DeviceAttrReservedSharedMemoryPerBlock:             "ReservedSharedMemoryPerBlock",
+	DeviceAttrSparseCUDAArraySupported:                 "SparseCUDAArraySupported",
+	DeviceAttrReadOnlyHostRegisterSupported:            "ReadOnlyHostRegisterSupported",
+	DeviceAttrTimelineSemaphoreInteropSupported:        "TimelineSemaphoreInteropSupported",
+	DeviceAttrMemoryPoolsSupported:                     "MemoryPoolsSupported",
+	DeviceAttrGPUDirectRDMASupported:                   "GPUDirectRDMASupported",
+	DeviceAttrGPUDirectRDMAFlushWritesOptions:          "GPUDirectRDMAFlushWritesOptions",
+	DeviceAttrGPUDirectRDMAWritesOrdering:              "GPUDirectRDMAWritesOrdering",
+	DeviceAttrMemPoolSupportedHandleTypes:              "MemPoolSupportedHandleTypes",
+	DeviceAttrClusterLaunch:                            "ClusterLaunch",
+	DeviceAttrDeferredMappingCUDAArraySupported:        "DeferredMappingCUDAArraySupported",
+	DeviceAttrCanUse64BitStreamMemOps:                  "CanUse64BitStreamMemOps",
+	DeviceAttrCanUseStreamWaitValueNOR:                 "CanUseStreamWaitValueNOR",
+	DeviceAttrDMABufSupported:                          "DMABufSupported",
+	DeviceAttrIPCEventSupported:                        "IPCEventSupported",
+	DeviceAttrMemSyncDomainCount:                       "MemSyncDomainCount",
+	DeviceAttrTensorMapAccessSupported:                 "TensorMapAccessSupported",
+	DeviceAttrHandleTypeFabricSupported:                "HandleTypeFabricSupported",
+	DeviceAttrUnifiedFunctionPointers:                  "UnifiedFunctionPointers",
+	DeviceAttrNUMAConfig:                               "NUMAConfig",
+	DeviceAttrNUMAID:                                   "NUMAID",
+	DeviceAttrMulticastSupported:                       "MulticastSupported",
+	DeviceAttrMPSEnabled:                               "MPSEnabled",
+	DeviceAttrHostNUMAID:                               "HostNUMAID",
+	DeviceAttrD3D12CIGSupported:                        "D3D12CIGSupported",
+	DeviceAttrMemDecompressAlgorithmMask:               "MemDecompressAlgorithmMask",
+	DeviceAttrMemDecompressMaximumLength:               "MemDecompressMaximumLength",
+	DeviceAttrVulkanCIGSupported:                       "VulkanCIGSupported",
+	DeviceAttrGPUPCIDeviceID:                           "GPUPCIDeviceID",
+	DeviceAttrGPUPCISubsystemID:                        "GPUPCISubsystemID",
+	DeviceAttrHostNUMAVirtualMemoryManagementSupported: "HostNUMAVirtualMemoryManagementSupported",
+	DeviceAttrHostNUMAMemoryPoolsSupported:             "HostNUMAMemoryPoolsSupported",
+	DeviceAttrHostNUMAMultinodeIPCSupported:            "HostNUMAMultinodeIPCSupported",
+	DeviceAttrHostMemoryPoolsSupported:                 "HostMemoryPoolsSupported",
+	DeviceAttrHostVirtualMemoryManagementSupported:     "HostVirtualMemoryManagementSupported",
+	DeviceAttrHostAllocDMABufSupported:                 "HostAllocDMABufSupported",
+	DeviceAttrOnlyPartialHostNativeAtomicSupported:     "OnlyPartialHostNativeAtomicSupported",
+}
+
+// String returns the attribute's Go name without its prefix, e.g.
+// "ComputeCapabilityMajor", or "DeviceAttribute(N)" for an unknown value.
+func (a DeviceAttribute) String() string {
+	return enumName(deviceAttrNames[:], int(a), "DeviceAttribute")
+}
+
+// StreamFlags is a CUstream_flags, for cuStreamCreate.
+type StreamFlags uint32
+
+// Stream creation flags.
+const (
+	StreamDefault StreamFlags = 0x0
+	// StreamNonBlocking streams do not synchronize with the legacy NULL
+	// stream.
+	StreamNonBlocking StreamFlags = 0x1
+)
+
+// EventFlags is a CUevent_flags, for cuEventCreate.
+type EventFlags uint32
+
+// Event creation flags.
+const (
+	EventDefault       EventFlags = 0x0
+	EventBlockingSync  EventFlags = 0x1
+	EventDisableTiming EventFlags = 0x2
+	// EventInterprocess events can be shared with cuIpcGetEventHandle; they
+	// must also have EventDisableTiming.
+	EventInterprocess EventFlags = 0x4
+)
+
+// IPCMemFlags is a CUipcMem_flags, for cuIpcOpenMemHandle.
+type IPCMemFlags uint32
+
+// IPC open flags.
+const (
+	// IPCMemLazyEnablePeerAccess enables peer access between the devices
+	// involved as it becomes needed.
+	IPCMemLazyEnablePeerAccess IPCMemFlags = 0x1
+)
+
+// MemHostAllocFlags are the CU_MEMHOSTALLOC_* bits for cuMemHostAlloc.
+type MemHostAllocFlags uint32
+
+// Pinned host allocation flags.
+const (
+	// MemHostAllocPortable memory is pinned for every context, not just the
+	// current one.
+	MemHostAllocPortable MemHostAllocFlags = 0x01
+	// MemHostAllocDeviceMap maps the memory into the device address space
+	// (see cuMemHostGetDevicePointer).
+	MemHostAllocDeviceMap MemHostAllocFlags = 0x02
+	// MemHostAllocWriteCombined memory is fast for the device to read over
+	// PCIe and slow for the host to read.
+	MemHostAllocWriteCombined MemHostAllocFlags = 0x04
+)
+
+// MemHostRegisterFlags are the CU_MEMHOSTREGISTER_* bits for
+// cuMemHostRegister.
+type MemHostRegisterFlags uint32
+
+// Host registration flags.
+const (
+	MemHostRegisterPortable  MemHostRegisterFlags = 0x01
+	MemHostRegisterDeviceMap MemHostRegisterFlags = 0x02
+	// MemHostRegisterIOMemory registers I/O memory (such as a PCIe BAR)
+	// rather than system RAM.
+	MemHostRegisterIOMemory MemHostRegisterFlags = 0x04
+	// MemHostRegisterReadOnly maps the memory read-only for the device.
+	MemHostRegisterReadOnly MemHostRegisterFlags = 0x08
+)
+
+// GetProcAddressFlags are the CUdriverProcAddress_flags bits for
+// cuGetProcAddress (a 64-bit argument).
+type GetProcAddressFlags uint64
+
+// Entry point lookup modes.
+const (
+	// GetProcAddressDefault selects variants by how C callers were compiled
+	// (a header macro); a caller without it, such as this package, gets the
+	// legacy default-stream variants.
+	GetProcAddressDefault GetProcAddressFlags = 0
+	// GetProcAddressLegacyStream picks the legacy default-stream variants.
+	GetProcAddressLegacyStream GetProcAddressFlags = 1 << 0
+	// GetProcAddressPerThreadDefaultStream picks the per-thread default
+	// stream (_ptds/_ptsz) variants, falling back to the legacy one where an
+	// entry point has no per-thread variant.
+	GetProcAddressPerThreadDefaultStream GetProcAddressFlags = 1 << 1
+)
+
+// ProcAddressQueryResult is a CUdriverProcAddressQueryResult: why
+// cuGetProcAddress_v2 did or did not find a symbol.
+type ProcAddressQueryResult int32
+
+// Entry point lookup outcomes.
+const (
+	GetProcAddressSuccess ProcAddressQueryResult = 0
+	// GetProcAddressSymbolNotFound: no such entry point in this driver.
+	GetProcAddressSymbolNotFound ProcAddressQueryResult = 1
+	// GetProcAddressVersionNotSufficient: the entry point exists, but not at
+	// the requested CUDA version.
+	GetProcAddressVersionNotSufficient ProcAddressQueryResult = 2
+)
+
+// enumName returns names[v] when v indexes a non-empty entry, and otherwise
+// "typ(v)".
+func enumName(names []string, v int, typ string) string {
+	if v >= 0 && v < len(names) && names[v] != "" {
+		return names[v]
+	}
+	return typ + "(" + strconv.Itoa(v) + ")"
+}

@@ -1,0 +1,624 @@
+package cuda
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The expected numbers below were worked out by hand from the C struct
+// definitions with the C alignment rules of LP64 (linux amd64/arm64) and
+// LLP64 (windows amd64), which agree for these structs: 8-byte pointers,
+// size_t and unsigned long long; 4-byte int, unsigned int and enums; 2-byte
+// unsigned short; 1-byte unsigned char.
+func TestABILayout(t *testing.T) {
+	type field struct {
+		name   string
+		offset uintptr
+		want   uintptr
+	}
+	for _, tc := range []struct {
+		name        string // the C struct
+		size, align uintptr
+		wantSize    uintptr
+		wantAlign   uintptr
+		fields      []field
+	}{
+		{
+			name: "CUuuid", size: unsafe.Sizeof(UUID{}), align: unsafe.Alignof(UUID{}),
+			wantSize: 16, wantAlign: 1,
+		},
+		{
+			name: "CUipcMemHandle", size: unsafe.Sizeof(IPCMemHandle{}), align: unsafe.Alignof(IPCMemHandle{}),
+			wantSize: 64, wantAlign: 1,
+			fields: []field{{"reserved", unsafe.Offsetof(IPCMemHandle{}.Reserved), 0}},
+		},
+		{
+			name: "CUipcEventHandle", size: unsafe.Sizeof(IPCEventHandle{}), align: unsafe.Alignof(IPCEventHandle{}),
+			wantSize: 64, wantAlign: 1,
+			fields: []field{{"reserved", unsafe.Offsetof(IPCEventHandle{}.Reserved), 0}},
+		},
+		{
+			name: "CUmemFabricHandle", size: unsafe.Sizeof(MemFabricHandle{}), align: unsafe.Alignof(MemFabricHandle{}),
+			wantSize: 64, wantAlign: 1,
+			fields: []field{{"data", unsafe.Offsetof(MemFabricHandle{}.Data), 0}},
+		},
+		{
+			name: "CUmemPoolPtrExportData", size: unsafe.Sizeof(MemPoolPtrExportData{}), align: unsafe.Alignof(MemPoolPtrExportData{}),
+			wantSize: 64, wantAlign: 1,
+			fields: []field{{"reserved", unsafe.Offsetof(MemPoolPtrExportData{}.Reserved), 0}},
+		},
+		{
+			name: "CUmemLocation", size: unsafe.Sizeof(MemLocation{}), align: unsafe.Alignof(MemLocation{}),
+			wantSize: 8, wantAlign: 4,
+			fields: []field{
+				{"type", unsafe.Offsetof(MemLocation{}.Type), 0},
+				{"id", unsafe.Offsetof(MemLocation{}.ID), 4},
+			},
+		},
+		{
+			name: "CUmemAllocationProp.allocFlags", size: unsafe.Sizeof(MemAllocationPropFlags{}), align: unsafe.Alignof(MemAllocationPropFlags{}),
+			wantSize: 8, wantAlign: 2,
+			fields: []field{
+				{"compressionType", unsafe.Offsetof(MemAllocationPropFlags{}.CompressionType), 0},
+				{"gpuDirectRDMACapable", unsafe.Offsetof(MemAllocationPropFlags{}.GPUDirectRDMACapable), 1},
+				{"usage", unsafe.Offsetof(MemAllocationPropFlags{}.Usage), 2},
+				{"reserved", unsafe.Offsetof(MemAllocationPropFlags{}.Reserved), 4},
+			},
+		},
+		{
+			name: "CUmemAllocationProp", size: unsafe.Sizeof(MemAllocationProp{}), align: unsafe.Alignof(MemAllocationProp{}),
+			wantSize: 32, wantAlign: 8,
+			fields: []field{
+				{"type", unsafe.Offsetof(MemAllocationProp{}.Type), 0},
+				{"requestedHandleTypes", unsafe.Offsetof(MemAllocationProp{}.RequestedHandleTypes), 4},
+				{"location", unsafe.Offsetof(MemAllocationProp{}.Location), 8},
+				{"win32HandleMetaData", unsafe.Offsetof(MemAllocationProp{}.Win32HandleMetaData), 16},
+				{"allocFlags", unsafe.Offsetof(MemAllocationProp{}.AllocFlags), 24},
+			},
+		},
+		{
+			name: "CUmemAccessDesc", size: unsafe.Sizeof(MemAccessDesc{}), align: unsafe.Alignof(MemAccessDesc{}),
+			wantSize: 12, wantAlign: 4,
+			fields: []field{
+				{"location", unsafe.Offsetof(MemAccessDesc{}.Location), 0},
+				{"flags", unsafe.Offsetof(MemAccessDesc{}.Flags), 8},
+			},
+		},
+		{
+			name: "CUmemPoolProps", size: unsafe.Sizeof(MemPoolProps{}), align: unsafe.Alignof(MemPoolProps{}),
+			wantSize: 88, wantAlign: 8,
+			fields: []field{
+				{"allocType", unsafe.Offsetof(MemPoolProps{}.AllocType), 0},
+				{"handleTypes", unsafe.Offsetof(MemPoolProps{}.HandleTypes), 4},
+				{"location", unsafe.Offsetof(MemPoolProps{}.Location), 8},
+				{"win32SecurityAttributes", unsafe.Offsetof(MemPoolProps{}.Win32SecurityAttributes), 16},
+				{"maxSize", unsafe.Offsetof(MemPoolProps{}.MaxSize), 24},
+				{"usage", unsafe.Offsetof(MemPoolProps{}.Usage), 32},
+				{"reserved", unsafe.Offsetof(MemPoolProps{}.Reserved), 34},
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.wantSize, tc.size, "sizeof")
+			assert.Equal(t, tc.wantAlign, tc.align, "alignof")
+			for _, f := range tc.fields {
+				assert.Equal(t, f.want, f.offset, "offsetof %s", f.name)
+			}
+		})
+	}
+
+	// Scalar typedefs and enums.
+	assert.Equal(t, uintptr(8), unsafe.Sizeof(DevicePtr(0)), "CUdeviceptr")
+	assert.Equal(t, uintptr(8), unsafe.Sizeof(MemHandle(0)), "CUmemGenericAllocationHandle")
+	assert.Equal(t, uintptr(8), unsafe.Sizeof(GetProcAddressFlags(0)), "cuuint64_t flags")
+	for name, size := range map[string]uintptr{
+		"CUresult":                         unsafe.Sizeof(Result(0)),
+		"CUmemLocationType":                unsafe.Sizeof(MemLocationType(0)),
+		"CUmemAllocationType":              unsafe.Sizeof(MemAllocationType(0)),
+		"CUmemAllocationHandleType":        unsafe.Sizeof(MemHandleType(0)),
+		"CUmemAccess_flags":                unsafe.Sizeof(MemAccessFlags(0)),
+		"CUmemPool_attribute":              unsafe.Sizeof(MemPoolAttribute(0)),
+		"CUmemAllocationGranularity_flags": unsafe.Sizeof(MemAllocationGranularity(0)),
+		"CUmemRangeHandleType":             unsafe.Sizeof(MemRangeHandleType(0)),
+		"CUmem_advise":                     unsafe.Sizeof(MemAdvice(0)),
+		"CUmem_range_attribute":            unsafe.Sizeof(MemRangeAttribute(0)),
+		"CUmemAttach_flags":                unsafe.Sizeof(MemAttachFlags(0)),
+		"CUmemorytype":                     unsafe.Sizeof(MemoryType(0)),
+		"CUpointer_attribute":              unsafe.Sizeof(PointerAttribute(0)),
+		"CUdevice_attribute":               unsafe.Sizeof(DeviceAttribute(0)),
+		"CUstream_flags":                   unsafe.Sizeof(StreamFlags(0)),
+		"CUevent_flags":                    unsafe.Sizeof(EventFlags(0)),
+		"CUipcMem_flags":                   unsafe.Sizeof(IPCMemFlags(0)),
+		"CUdriverProcAddressQueryResult":   unsafe.Sizeof(ProcAddressQueryResult(0)),
+	} {
+		assert.Equal(t, uintptr(4), size, "sizeof %s", name)
+	}
+}
+
+func TestMemLocationPack(t *testing.T) {
+	assert.Equal(t, uint64(0), MemLocation{}.Pack())
+	assert.Equal(t, uint64(0x0000_0003_0000_0001), MemLocation{Type: MemLocationTypeDevice, ID: 3}.Pack())
+	assert.Equal(t, uint64(0x0000_0001_0000_0003), MemLocation{Type: MemLocationTypeHostNUMA, ID: 1}.Pack())
+	// A negative ID keeps its 32-bit two's complement form in the high word
+	// and must not bleed into the type.
+	assert.Equal(t, uint64(0xffff_ffff_0000_0002), MemLocation{Type: MemLocationTypeHost, ID: -1}.Pack())
+
+	// Pack is exactly the in-memory bytes on a little-endian target.
+	l := MemLocation{Type: MemLocationTypeHostNUMACurrent, ID: 0x01020304}
+	if isLittleEndian() {
+		assert.Equal(t, *(*uint64)(unsafe.Pointer(&l)), l.Pack())
+	}
+}
+
+func isLittleEndian() bool {
+	x := uint16(1)
+	return *(*byte)(unsafe.Pointer(&x)) == 1
+}
+
+func TestUUIDString(t *testing.T) {
+	u := UUID{
+		0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef,
+		0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54, 0x32, 0x10,
+	}
+	assert.Equal(t, "GPU-01234567-89ab-cdef-fedc-ba9876543210", u.String())
+	assert.Equal(t, "GPU-00000000-0000-0000-0000-000000000000", UUID{}.String())
+}
+
+func TestEnumValues(t *testing.T) {
+	// Values copied from the CUDA 13.0 header for the constants this module
+	// relies on most; the header-driven tests below check the rest when the
+	// header is available.
+	for _, tc := range []struct {
+		name      string
+		got, want int64
+	}{
+		{"CU_MEM_LOCATION_TYPE_INVALID", int64(MemLocationTypeInvalid), 0},
+		{"CU_MEM_LOCATION_TYPE_DEVICE", int64(MemLocationTypeDevice), 1},
+		{"CU_MEM_LOCATION_TYPE_HOST", int64(MemLocationTypeHost), 2},
+		{"CU_MEM_LOCATION_TYPE_HOST_NUMA", int64(MemLocationTypeHostNUMA), 3},
+		{"CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT", int64(MemLocationTypeHostNUMACurrent), 4},
+		{"CU_MEM_ALLOCATION_TYPE_PINNED", int64(MemAllocationTypePinned), 1},
+		{"CU_MEM_ALLOCATION_TYPE_MANAGED", int64(MemAllocationTypeManaged), 2},
+		{"CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR", int64(MemHandleTypePosixFileDescriptor), 1},
+		{"CU_MEM_HANDLE_TYPE_WIN32", int64(MemHandleTypeWin32), 2},
+		{"CU_MEM_HANDLE_TYPE_WIN32_KMT", int64(MemHandleTypeWin32KMT), 4},
+		{"CU_MEM_HANDLE_TYPE_FABRIC", int64(MemHandleTypeFabric), 8},
+		{"CU_MEM_ACCESS_FLAGS_PROT_READ", int64(MemAccessProtRead), 1},
+		{"CU_MEM_ACCESS_FLAGS_PROT_READWRITE", int64(MemAccessProtReadWrite), 3},
+		{"CU_MEM_ALLOC_GRANULARITY_RECOMMENDED", int64(MemAllocationGranularityRecommended), 1},
+		{"CU_MEMPOOL_ATTR_RELEASE_THRESHOLD", int64(MemPoolAttrReleaseThreshold), 4},
+		{"CU_MEMPOOL_ATTR_USED_MEM_HIGH", int64(MemPoolAttrUsedMemHigh), 8},
+		{"CU_MEM_ADVISE_SET_PREFERRED_LOCATION", int64(MemAdviseSetPreferredLocation), 3},
+		{"CU_MEM_ATTACH_GLOBAL", int64(MemAttachGlobal), 1},
+		{"CU_MEM_ATTACH_HOST", int64(MemAttachHost), 2},
+		{"CU_MEM_ATTACH_SINGLE", int64(MemAttachSingle), 4},
+		{"CU_POINTER_ATTRIBUTE_MEMORY_TYPE", int64(PointerAttrMemoryType), 2},
+		{"CU_POINTER_ATTRIBUTE_RANGE_START_ADDR", int64(PointerAttrRangeStartAddr), 11},
+		{"CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE", int64(PointerAttrMemPoolHandle), 17},
+		{"CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR", int64(DeviceAttrComputeCapabilityMajor), 75},
+		{"CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY", int64(DeviceAttrManagedMemory), 83},
+		{"CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS", int64(DeviceAttrConcurrentManagedAccess), 89},
+		{"CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED", int64(DeviceAttrVirtualMemoryManagementSupported), 102},
+		{"CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED", int64(DeviceAttrHandleTypePosixFileDescriptorSupported), 103},
+		{"CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED", int64(DeviceAttrMemoryPoolsSupported), 115},
+		{"CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED", int64(DeviceAttrGPUDirectRDMASupported), 116},
+		{"CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES", int64(DeviceAttrMemPoolSupportedHandleTypes), 119},
+		{"CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED", int64(DeviceAttrHandleTypeFabricSupported), 128},
+		{"CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID", int64(DeviceAttrHostNUMAID), 134},
+		{"CU_STREAM_NON_BLOCKING", int64(StreamNonBlocking), 1},
+		{"CU_EVENT_DISABLE_TIMING", int64(EventDisableTiming), 2},
+		{"CU_EVENT_INTERPROCESS", int64(EventInterprocess), 4},
+		{"CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS", int64(IPCMemLazyEnablePeerAccess), 1},
+		{"CU_MEMHOSTALLOC_PORTABLE", int64(MemHostAllocPortable), 1},
+		{"CU_MEMHOSTALLOC_DEVICEMAP", int64(MemHostAllocDeviceMap), 2},
+		{"CU_MEMHOSTALLOC_WRITECOMBINED", int64(MemHostAllocWriteCombined), 4},
+		{"CU_MEMHOSTREGISTER_READ_ONLY", int64(MemHostRegisterReadOnly), 8},
+		{"CU_GET_PROC_ADDRESS_LEGACY_STREAM", int64(GetProcAddressLegacyStream), 1},
+		{"CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM", int64(GetProcAddressPerThreadDefaultStream), 2},
+		{"CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT", int64(GetProcAddressVersionNotSufficient), 2},
+		{"CU_IPC_HANDLE_SIZE", IPCHandleSize, 64},
+	} {
+		assert.Equal(t, tc.want, tc.got, tc.name)
+	}
+}
+
+func TestEnumStrings(t *testing.T) {
+	assert.Equal(t, "ReleaseThreshold", MemPoolAttrReleaseThreshold.String())
+	assert.Equal(t, "ReuseFollowEventDependencies", MemPoolAttrReuseFollowEventDependencies.String())
+	assert.Equal(t, "UsedMemHigh", MemPoolAttrUsedMemHigh.String())
+	assert.Equal(t, "MemPoolAttribute(0)", MemPoolAttribute(0).String())
+	assert.Equal(t, "MemPoolAttribute(99)", MemPoolAttribute(99).String())
+	assert.Equal(t, "MemPoolAttribute(-1)", MemPoolAttribute(-1).String())
+
+	assert.Equal(t, "ComputeCapabilityMajor", DeviceAttrComputeCapabilityMajor.String())
+	assert.Equal(t, "HostNUMAID", DeviceAttrHostNUMAID.String())
+	assert.Equal(t, "GPUDirectRDMASupported", DeviceAttrGPUDirectRDMASupported.String())
+	assert.Equal(t, "DeviceAttribute(0)", DeviceAttribute(0).String())
+	assert.Equal(t, "DeviceAttribute(100000)", DeviceAttribute(100000).String())
+
+	assert.Equal(t, "RangeStartAddr", PointerAttrRangeStartAddr.String())
+	assert.Equal(t, "PointerAttribute(0)", PointerAttribute(0).String())
+}
+
+// The maps below tie every enumerator of the header to the Go constant that
+// stands for it (deprecated aliases map to the current name's constant), so
+// a constant missing from abi.go fails to compile and a value that drifted or
+// an enumerator added to a newer header fails the test.
+
+var deviceAttrsByCName = map[string]DeviceAttribute{
+	"CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK":                         DeviceAttrMaxThreadsPerBlock,
+	"CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X":                               DeviceAttrMaxBlockDimX,
+	"CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y":                               DeviceAttrMaxBlockDimY,
+	"CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z":                               DeviceAttrMaxBlockDimZ,
+	"CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X":                                DeviceAttrMaxGridDimX,
+	"CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y":                                DeviceAttrMaxGridDimY,
+	"CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z":                                DeviceAttrMaxGridDimZ,
+	"CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK":                   DeviceAttrMaxSharedMemoryPerBlock,
+	"CU_DEVICE_ATTRIBUTE_SHARED_MEMORY_PER_BLOCK":                       DeviceAttrMaxSharedMemoryPerBlock,
+	"CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY":                         DeviceAttrTotalConstantMemory,
+	"CU_DEVICE_ATTRIBUTE_WARP_SIZE":                                     DeviceAttrWarpSize,
+	"CU_DEVICE_ATTRIBUTE_MAX_PITCH":                                     DeviceAttrMaxPitch,
+	"CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK":                       DeviceAttrMaxRegistersPerBlock,
+	"CU_DEVICE_ATTRIBUTE_REGISTERS_PER_BLOCK":                           DeviceAttrMaxRegistersPerBlock,
+	"CU_DEVICE_ATTRIBUTE_CLOCK_RATE":                                    DeviceAttrClockRate,
+	"CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT":                             DeviceAttrTextureAlignment,
+	"CU_DEVICE_ATTRIBUTE_GPU_OVERLAP":                                   DeviceAttrGPUOverlap,
+	"CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT":                          DeviceAttrMultiprocessorCount,
+	"CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT":                           DeviceAttrKernelExecTimeout,
+	"CU_DEVICE_ATTRIBUTE_INTEGRATED":                                    DeviceAttrIntegrated,
+	"CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY":                           DeviceAttrCanMapHostMemory,
+	"CU_DEVICE_ATTRIBUTE_COMPUTE_MODE":                                  DeviceAttrComputeMode,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_WIDTH":                       DeviceAttrMaximumTexture1DWidth,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_WIDTH":                       DeviceAttrMaximumTexture2DWidth,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_HEIGHT":                      DeviceAttrMaximumTexture2DHeight,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH":                       DeviceAttrMaximumTexture3DWidth,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT":                      DeviceAttrMaximumTexture3DHeight,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH":                       DeviceAttrMaximumTexture3DDepth,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_WIDTH":               DeviceAttrMaximumTexture2DLayeredWidth,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_HEIGHT":              DeviceAttrMaximumTexture2DLayeredHeight,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LAYERED_LAYERS":              DeviceAttrMaximumTexture2DLayeredLayers,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_ARRAY_WIDTH":                 DeviceAttrMaximumTexture2DLayeredWidth,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_ARRAY_HEIGHT":                DeviceAttrMaximumTexture2DLayeredHeight,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_ARRAY_NUMSLICES":             DeviceAttrMaximumTexture2DLayeredLayers,
+	"CU_DEVICE_ATTRIBUTE_SURFACE_ALIGNMENT":                             DeviceAttrSurfaceAlignment,
+	"CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS":                            DeviceAttrConcurrentKernels,
+	"CU_DEVICE_ATTRIBUTE_ECC_ENABLED":                                   DeviceAttrECCEnabled,
+	"CU_DEVICE_ATTRIBUTE_PCI_BUS_ID":                                    DeviceAttrPCIBusID,
+	"CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID":                                 DeviceAttrPCIDeviceID,
+	"CU_DEVICE_ATTRIBUTE_TCC_DRIVER":                                    DeviceAttrTCCDriver,
+	"CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE":                             DeviceAttrMemoryClockRate,
+	"CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH":                       DeviceAttrGlobalMemoryBusWidth,
+	"CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE":                                 DeviceAttrL2CacheSize,
+	"CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR":                DeviceAttrMaxThreadsPerMultiprocessor,
+	"CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT":                            DeviceAttrAsyncEngineCount,
+	"CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING":                            DeviceAttrUnifiedAddressing,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_WIDTH":               DeviceAttrMaximumTexture1DLayeredWidth,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LAYERED_LAYERS":              DeviceAttrMaximumTexture1DLayeredLayers,
+	"CU_DEVICE_ATTRIBUTE_CAN_TEX2D_GATHER":                              DeviceAttrCanTex2DGather,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_GATHER_WIDTH":                DeviceAttrMaximumTexture2DGatherWidth,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_GATHER_HEIGHT":               DeviceAttrMaximumTexture2DGatherHeight,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_WIDTH_ALTERNATE":             DeviceAttrMaximumTexture3DWidthAlternate,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_HEIGHT_ALTERNATE":            DeviceAttrMaximumTexture3DHeightAlternate,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE3D_DEPTH_ALTERNATE":             DeviceAttrMaximumTexture3DDepthAlternate,
+	"CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID":                                 DeviceAttrPCIDomainID,
+	"CU_DEVICE_ATTRIBUTE_TEXTURE_PITCH_ALIGNMENT":                       DeviceAttrTexturePitchAlignment,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_WIDTH":                  DeviceAttrMaximumTextureCubemapWidth,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_LAYERED_WIDTH":          DeviceAttrMaximumTextureCubemapLayeredWidth,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURECUBEMAP_LAYERED_LAYERS":         DeviceAttrMaximumTextureCubemapLayeredLayers,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_WIDTH":                       DeviceAttrMaximumSurface1DWidth,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_WIDTH":                       DeviceAttrMaximumSurface2DWidth,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_HEIGHT":                      DeviceAttrMaximumSurface2DHeight,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_WIDTH":                       DeviceAttrMaximumSurface3DWidth,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_HEIGHT":                      DeviceAttrMaximumSurface3DHeight,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE3D_DEPTH":                       DeviceAttrMaximumSurface3DDepth,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_LAYERED_WIDTH":               DeviceAttrMaximumSurface1DLayeredWidth,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE1D_LAYERED_LAYERS":              DeviceAttrMaximumSurface1DLayeredLayers,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_WIDTH":               DeviceAttrMaximumSurface2DLayeredWidth,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_HEIGHT":              DeviceAttrMaximumSurface2DLayeredHeight,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACE2D_LAYERED_LAYERS":              DeviceAttrMaximumSurface2DLayeredLayers,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_WIDTH":                  DeviceAttrMaximumSurfaceCubemapWidth,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_LAYERED_WIDTH":          DeviceAttrMaximumSurfaceCubemapLayeredWidth,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_SURFACECUBEMAP_LAYERED_LAYERS":         DeviceAttrMaximumSurfaceCubemapLayeredLayers,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_LINEAR_WIDTH":                DeviceAttrMaximumTexture1DLinearWidth,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_WIDTH":                DeviceAttrMaximumTexture2DLinearWidth,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_HEIGHT":               DeviceAttrMaximumTexture2DLinearHeight,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_LINEAR_PITCH":                DeviceAttrMaximumTexture2DLinearPitch,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_MIPMAPPED_WIDTH":             DeviceAttrMaximumTexture2DMipmappedWidth,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE2D_MIPMAPPED_HEIGHT":            DeviceAttrMaximumTexture2DMipmappedHeight,
+	"CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR":                      DeviceAttrComputeCapabilityMajor,
+	"CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR":                      DeviceAttrComputeCapabilityMinor,
+	"CU_DEVICE_ATTRIBUTE_MAXIMUM_TEXTURE1D_MIPMAPPED_WIDTH":             DeviceAttrMaximumTexture1DMipmappedWidth,
+	"CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED":                   DeviceAttrStreamPrioritiesSupported,
+	"CU_DEVICE_ATTRIBUTE_GLOBAL_L1_CACHE_SUPPORTED":                     DeviceAttrGlobalL1CacheSupported,
+	"CU_DEVICE_ATTRIBUTE_LOCAL_L1_CACHE_SUPPORTED":                      DeviceAttrLocalL1CacheSupported,
+	"CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR":          DeviceAttrMaxSharedMemoryPerMultiprocessor,
+	"CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR":              DeviceAttrMaxRegistersPerMultiprocessor,
+	"CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY":                                DeviceAttrManagedMemory,
+	"CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD":                               DeviceAttrMultiGPUBoard,
+	"CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID":                      DeviceAttrMultiGPUBoardGroupID,
+	"CU_DEVICE_ATTRIBUTE_HOST_NATIVE_ATOMIC_SUPPORTED":                  DeviceAttrHostNativeAtomicSupported,
+	"CU_DEVICE_ATTRIBUTE_SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO":         DeviceAttrSingleToDoublePrecisionPerfRatio,
+	"CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS":                        DeviceAttrPageableMemoryAccess,
+	"CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS":                     DeviceAttrConcurrentManagedAccess,
+	"CU_DEVICE_ATTRIBUTE_COMPUTE_PREEMPTION_SUPPORTED":                  DeviceAttrComputePreemptionSupported,
+	"CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM":       DeviceAttrCanUseHostPointerForRegisteredMem,
+	"CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_MEM_OPS_V1":                     DeviceAttrCanUseStreamMemOpsV1,
+	"CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS_V1":              DeviceAttrCanUse64BitStreamMemOpsV1,
+	"CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR_V1":              DeviceAttrCanUseStreamWaitValueNORV1,
+	"CU_DEVICE_ATTRIBUTE_COOPERATIVE_LAUNCH":                            DeviceAttrCooperativeLaunch,
+	"CU_DEVICE_ATTRIBUTE_COOPERATIVE_MULTI_DEVICE_LAUNCH":               DeviceAttrCooperativeMultiDeviceLaunch,
+	"CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN":             DeviceAttrMaxSharedMemoryPerBlockOptin,
+	"CU_DEVICE_ATTRIBUTE_CAN_FLUSH_REMOTE_WRITES":                       DeviceAttrCanFlushRemoteWrites,
+	"CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED":                       DeviceAttrHostRegisterSupported,
+	"CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES":  DeviceAttrPageableMemoryAccessUsesHostPageTables,
+	"CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST":           DeviceAttrDirectManagedMemAccessFromHost,
+	"CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED":          DeviceAttrVirtualMemoryManagementSupported,
+	"CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED":           DeviceAttrVirtualMemoryManagementSupported,
+	"CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED":   DeviceAttrHandleTypePosixFileDescriptorSupported,
+	"CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_HANDLE_SUPPORTED":            DeviceAttrHandleTypeWin32HandleSupported,
+	"CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED":        DeviceAttrHandleTypeWin32KMTHandleSupported,
+	"CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR":                 DeviceAttrMaxBlocksPerMultiprocessor,
+	"CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED":                 DeviceAttrGenericCompressionSupported,
+	"CU_DEVICE_ATTRIBUTE_MAX_PERSISTING_L2_CACHE_SIZE":                  DeviceAttrMaxPersistingL2CacheSize,
+	"CU_DEVICE_ATTRIBUTE_MAX_ACCESS_POLICY_WINDOW_SIZE":                 DeviceAttrMaxAccessPolicyWindowSize,
+	"CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED":       DeviceAttrGPUDirectRDMAWithCUDAVMMSupported,
+	"CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK":              DeviceAttrReservedSharedMemoryPerBlock,
+	"CU_DEVICE_ATTRIBUTE_SPARSE_CUDA_ARRAY_SUPPORTED":                   DeviceAttrSparseCUDAArraySupported,
+	"CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED":             DeviceAttrReadOnlyHostRegisterSupported,
+	"CU_DEVICE_ATTRIBUTE_TIMELINE_SEMAPHORE_INTEROP_SUPPORTED":          DeviceAttrTimelineSemaphoreInteropSupported,
+	"CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED":                        DeviceAttrMemoryPoolsSupported,
+	"CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED":                     DeviceAttrGPUDirectRDMASupported,
+	"CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS":          DeviceAttrGPUDirectRDMAFlushWritesOptions,
+	"CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING":               DeviceAttrGPUDirectRDMAWritesOrdering,
+	"CU_DEVICE_ATTRIBUTE_MEMPOOL_SUPPORTED_HANDLE_TYPES":                DeviceAttrMemPoolSupportedHandleTypes,
+	"CU_DEVICE_ATTRIBUTE_CLUSTER_LAUNCH":                                DeviceAttrClusterLaunch,
+	"CU_DEVICE_ATTRIBUTE_DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED":         DeviceAttrDeferredMappingCUDAArraySupported,
+	"CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS":                 DeviceAttrCanUse64BitStreamMemOps,
+	"CU_DEVICE_ATTRIBUTE_CAN_USE_STREAM_WAIT_VALUE_NOR":                 DeviceAttrCanUseStreamWaitValueNOR,
+	"CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED":                             DeviceAttrDMABufSupported,
+	"CU_DEVICE_ATTRIBUTE_IPC_EVENT_SUPPORTED":                           DeviceAttrIPCEventSupported,
+	"CU_DEVICE_ATTRIBUTE_MEM_SYNC_DOMAIN_COUNT":                         DeviceAttrMemSyncDomainCount,
+	"CU_DEVICE_ATTRIBUTE_TENSOR_MAP_ACCESS_SUPPORTED":                   DeviceAttrTensorMapAccessSupported,
+	"CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED":                  DeviceAttrHandleTypeFabricSupported,
+	"CU_DEVICE_ATTRIBUTE_UNIFIED_FUNCTION_POINTERS":                     DeviceAttrUnifiedFunctionPointers,
+	"CU_DEVICE_ATTRIBUTE_NUMA_CONFIG":                                   DeviceAttrNUMAConfig,
+	"CU_DEVICE_ATTRIBUTE_NUMA_ID":                                       DeviceAttrNUMAID,
+	"CU_DEVICE_ATTRIBUTE_MULTICAST_SUPPORTED":                           DeviceAttrMulticastSupported,
+	"CU_DEVICE_ATTRIBUTE_MPS_ENABLED":                                   DeviceAttrMPSEnabled,
+	"CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID":                                  DeviceAttrHostNUMAID,
+	"CU_DEVICE_ATTRIBUTE_D3D12_CIG_SUPPORTED":                           DeviceAttrD3D12CIGSupported,
+	"CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_ALGORITHM_MASK":                 DeviceAttrMemDecompressAlgorithmMask,
+	"CU_DEVICE_ATTRIBUTE_MEM_DECOMPRESS_MAXIMUM_LENGTH":                 DeviceAttrMemDecompressMaximumLength,
+	"CU_DEVICE_ATTRIBUTE_VULKAN_CIG_SUPPORTED":                          DeviceAttrVulkanCIGSupported,
+	"CU_DEVICE_ATTRIBUTE_GPU_PCI_DEVICE_ID":                             DeviceAttrGPUPCIDeviceID,
+	"CU_DEVICE_ATTRIBUTE_GPU_PCI_SUBSYSTEM_ID":                          DeviceAttrGPUPCISubsystemID,
+	"CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED": DeviceAttrHostNUMAVirtualMemoryManagementSupported,
+	"CU_DEVICE_ATTRIBUTE_HOST_NUMA_MEMORY_POOLS_SUPPORTED":              DeviceAttrHostNUMAMemoryPoolsSupported,
+	"CU_DEVICE_ATTRIBUTE_HOST_NUMA_MULTINODE_IPC_SUPPORTED":             DeviceAttrHostNUMAMultinodeIPCSupported,
+	"CU_DEVICE_ATTRIBUTE_HOST_MEMORY_POOLS_SUPPORTED":                   DeviceAttrHostMemoryPoolsSupported,
+	"CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED":      DeviceAttrHostVirtualMemoryManagementSupported,
+	"CU_DEVICE_ATTRIBUTE_HOST_ALLOC_DMA_BUF_SUPPORTED":                  DeviceAttrHostAllocDMABufSupported,
+	"CU_DEVICE_ATTRIBUTE_ONLY_PARTIAL_HOST_NATIVE_ATOMIC_SUPPORTED":     DeviceAttrOnlyPartialHostNativeAtomicSupported,
+}
+
+var pointerAttrsByCName = map[string]PointerAttribute{
+	"CU_POINTER_ATTRIBUTE_CONTEXT":                    PointerAttrContext,
+	"CU_POINTER_ATTRIBUTE_MEMORY_TYPE":                PointerAttrMemoryType,
+	"CU_POINTER_ATTRIBUTE_DEVICE_POINTER":             PointerAttrDevicePointer,
+	"CU_POINTER_ATTRIBUTE_HOST_POINTER":               PointerAttrHostPointer,
+	"CU_POINTER_ATTRIBUTE_P2P_TOKENS":                 PointerAttrP2PTokens,
+	"CU_POINTER_ATTRIBUTE_SYNC_MEMOPS":                PointerAttrSyncMemOps,
+	"CU_POINTER_ATTRIBUTE_BUFFER_ID":                  PointerAttrBufferID,
+	"CU_POINTER_ATTRIBUTE_IS_MANAGED":                 PointerAttrIsManaged,
+	"CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL":             PointerAttrDeviceOrdinal,
+	"CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE": PointerAttrIsLegacyCUDAIPCCapable,
+	"CU_POINTER_ATTRIBUTE_RANGE_START_ADDR":           PointerAttrRangeStartAddr,
+	"CU_POINTER_ATTRIBUTE_RANGE_SIZE":                 PointerAttrRangeSize,
+	"CU_POINTER_ATTRIBUTE_MAPPED":                     PointerAttrMapped,
+	"CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES":       PointerAttrAllowedHandleTypes,
+	"CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE": PointerAttrIsGPUDirectRDMACapable,
+	"CU_POINTER_ATTRIBUTE_ACCESS_FLAGS":               PointerAttrAccessFlags,
+	"CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE":             PointerAttrMemPoolHandle,
+	"CU_POINTER_ATTRIBUTE_MAPPING_SIZE":               PointerAttrMappingSize,
+	"CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR":          PointerAttrMappingBaseAddr,
+	"CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID":            PointerAttrMemoryBlockID,
+	"CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE":   PointerAttrIsHWDecompressCapable,
+}
+
+var memPoolAttrsByCName = map[string]MemPoolAttribute{
+	"CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES":   MemPoolAttrReuseFollowEventDependencies,
+	"CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC":         MemPoolAttrReuseAllowOpportunistic,
+	"CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES": MemPoolAttrReuseAllowInternalDependencies,
+	"CU_MEMPOOL_ATTR_RELEASE_THRESHOLD":                 MemPoolAttrReleaseThreshold,
+	"CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT":              MemPoolAttrReservedMemCurrent,
+	"CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH":                 MemPoolAttrReservedMemHigh,
+	"CU_MEMPOOL_ATTR_USED_MEM_CURRENT":                  MemPoolAttrUsedMemCurrent,
+	"CU_MEMPOOL_ATTR_USED_MEM_HIGH":                     MemPoolAttrUsedMemHigh,
+}
+
+func TestEnumsMatchHeader(t *testing.T) {
+	header := readHeader(t)
+	for _, tc := range []struct {
+		tag    string
+		prefix string
+		goVals map[string]int64
+		str    func(int64) string
+		goName string
+	}{
+		{"CUdevice_attribute_enum", "CU_DEVICE_ATTRIBUTE_", toInt64(deviceAttrsByCName),
+			func(v int64) string { return DeviceAttribute(v).String() }, "DeviceAttribute"},
+		{"CUpointer_attribute_enum", "CU_POINTER_ATTRIBUTE_", toInt64(pointerAttrsByCName),
+			func(v int64) string { return PointerAttribute(v).String() }, "PointerAttribute"},
+		{"CUmemPool_attribute_enum", "CU_MEMPOOL_ATTR_", toInt64(memPoolAttrsByCName),
+			func(v int64) string { return MemPoolAttribute(v).String() }, "MemPoolAttribute"},
+	} {
+		t.Run(tc.goName, func(t *testing.T) {
+			seen := make(map[string]bool)
+			for _, c := range headerEnum(t, header, tc.tag) {
+				if c.name == tc.prefix+"MAX" {
+					continue // sentinel, not an attribute
+				}
+				seen[c.name] = true
+				v, ok := tc.goVals[c.name]
+				if !assert.True(t, ok, "%s = %d has no Go constant", c.name, c.value) {
+					continue
+				}
+				assert.Equal(t, c.value, v, c.name)
+				assert.NotRegexp(t, `\(`, tc.str(c.value), "%s(%d) has no String name", tc.goName, c.value)
+			}
+			for name := range tc.goVals {
+				assert.True(t, seen[name], "%s is not in the header", name)
+			}
+		})
+	}
+
+	// The remaining enums, compared by value.
+	for _, tc := range []struct {
+		tag  string
+		want map[string]int64
+	}{
+		{"cudaError_enum", nil}, // covered by TestResultTableMatchesHeader
+		{"CUmemLocationType_enum", map[string]int64{
+			"CU_MEM_LOCATION_TYPE_INVALID": int64(MemLocationTypeInvalid), "CU_MEM_LOCATION_TYPE_NONE": int64(MemLocationTypeNone),
+			"CU_MEM_LOCATION_TYPE_DEVICE": int64(MemLocationTypeDevice), "CU_MEM_LOCATION_TYPE_HOST": int64(MemLocationTypeHost),
+			"CU_MEM_LOCATION_TYPE_HOST_NUMA":         int64(MemLocationTypeHostNUMA),
+			"CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT": int64(MemLocationTypeHostNUMACurrent),
+		}},
+		{"CUmemAllocationType_enum", map[string]int64{
+			"CU_MEM_ALLOCATION_TYPE_INVALID": int64(MemAllocationTypeInvalid), "CU_MEM_ALLOCATION_TYPE_PINNED": int64(MemAllocationTypePinned),
+			"CU_MEM_ALLOCATION_TYPE_MANAGED": int64(MemAllocationTypeManaged),
+		}},
+		{"CUmemAllocationHandleType_enum", map[string]int64{
+			"CU_MEM_HANDLE_TYPE_NONE": int64(MemHandleTypeNone), "CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR": int64(MemHandleTypePosixFileDescriptor),
+			"CU_MEM_HANDLE_TYPE_WIN32": int64(MemHandleTypeWin32), "CU_MEM_HANDLE_TYPE_WIN32_KMT": int64(MemHandleTypeWin32KMT),
+			"CU_MEM_HANDLE_TYPE_FABRIC": int64(MemHandleTypeFabric),
+		}},
+		{"CUmemAccess_flags_enum", map[string]int64{
+			"CU_MEM_ACCESS_FLAGS_PROT_NONE": int64(MemAccessProtNone), "CU_MEM_ACCESS_FLAGS_PROT_READ": int64(MemAccessProtRead),
+			"CU_MEM_ACCESS_FLAGS_PROT_READWRITE": int64(MemAccessProtReadWrite),
+		}},
+		{"CUmemAllocationGranularity_flags_enum", map[string]int64{
+			"CU_MEM_ALLOC_GRANULARITY_MINIMUM":     int64(MemAllocationGranularityMinimum),
+			"CU_MEM_ALLOC_GRANULARITY_RECOMMENDED": int64(MemAllocationGranularityRecommended),
+		}},
+		{"CUmemAllocationCompType_enum", map[string]int64{
+			"CU_MEM_ALLOCATION_COMP_NONE": int64(MemAllocationCompNone), "CU_MEM_ALLOCATION_COMP_GENERIC": int64(MemAllocationCompGeneric),
+		}},
+		{"CUmemRangeHandleType_enum", map[string]int64{
+			"CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD": int64(MemRangeHandleTypeDMABufFD),
+		}},
+		{"CUmemRangeFlags_enum", map[string]int64{
+			"CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE": MemRangeFlagDMABufMappingTypePCIe,
+		}},
+		{"CUmem_advise_enum", map[string]int64{
+			"CU_MEM_ADVISE_SET_READ_MOSTLY": int64(MemAdviseSetReadMostly), "CU_MEM_ADVISE_UNSET_READ_MOSTLY": int64(MemAdviseUnsetReadMostly),
+			"CU_MEM_ADVISE_SET_PREFERRED_LOCATION":   int64(MemAdviseSetPreferredLocation),
+			"CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION": int64(MemAdviseUnsetPreferredLocation),
+			"CU_MEM_ADVISE_SET_ACCESSED_BY":          int64(MemAdviseSetAccessedBy), "CU_MEM_ADVISE_UNSET_ACCESSED_BY": int64(MemAdviseUnsetAccessedBy),
+		}},
+		{"CUmem_range_attribute_enum", map[string]int64{
+			"CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY":                 int64(MemRangeAttrReadMostly),
+			"CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION":          int64(MemRangeAttrPreferredLocation),
+			"CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY":                 int64(MemRangeAttrAccessedBy),
+			"CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION":      int64(MemRangeAttrLastPrefetchLocation),
+			"CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE":     int64(MemRangeAttrPreferredLocationType),
+			"CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID":       int64(MemRangeAttrPreferredLocationID),
+			"CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE": int64(MemRangeAttrLastPrefetchLocationType),
+			"CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID":   int64(MemRangeAttrLastPrefetchLocationID),
+		}},
+		{"CUmemAttach_flags_enum", map[string]int64{
+			"CU_MEM_ATTACH_GLOBAL": int64(MemAttachGlobal), "CU_MEM_ATTACH_HOST": int64(MemAttachHost), "CU_MEM_ATTACH_SINGLE": int64(MemAttachSingle),
+		}},
+		{"CUmemorytype_enum", map[string]int64{
+			"CU_MEMORYTYPE_HOST": int64(MemoryTypeHost), "CU_MEMORYTYPE_DEVICE": int64(MemoryTypeDevice),
+			"CU_MEMORYTYPE_ARRAY": int64(MemoryTypeArray), "CU_MEMORYTYPE_UNIFIED": int64(MemoryTypeUnified),
+		}},
+		{"CUstream_flags_enum", map[string]int64{
+			"CU_STREAM_DEFAULT": int64(StreamDefault), "CU_STREAM_NON_BLOCKING": int64(StreamNonBlocking),
+		}},
+		{"CUevent_flags_enum", map[string]int64{
+			"CU_EVENT_DEFAULT": int64(EventDefault), "CU_EVENT_BLOCKING_SYNC": int64(EventBlockingSync),
+			"CU_EVENT_DISABLE_TIMING": int64(EventDisableTiming), "CU_EVENT_INTERPROCESS": int64(EventInterprocess),
+		}},
+		{"CUipcMem_flags_enum", map[string]int64{
+			"CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS": int64(IPCMemLazyEnablePeerAccess),
+		}},
+		{"CUdriverProcAddress_flags_enum", map[string]int64{
+			"CU_GET_PROC_ADDRESS_DEFAULT":                   int64(GetProcAddressDefault),
+			"CU_GET_PROC_ADDRESS_LEGACY_STREAM":             int64(GetProcAddressLegacyStream),
+			"CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM": int64(GetProcAddressPerThreadDefaultStream),
+		}},
+		{"CUdriverProcAddressQueryResult_enum", map[string]int64{
+			"CU_GET_PROC_ADDRESS_SUCCESS":                int64(GetProcAddressSuccess),
+			"CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND":       int64(GetProcAddressSymbolNotFound),
+			"CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT": int64(GetProcAddressVersionNotSufficient),
+		}},
+	} {
+		if tc.want == nil {
+			continue
+		}
+		t.Run(tc.tag, func(t *testing.T) {
+			got := make(map[string]int64)
+			for _, c := range headerEnum(t, header, tc.tag) {
+				if strings.HasSuffix(c.name, "_MAX") {
+					continue
+				}
+				got[c.name] = c.value
+			}
+			assert.Equal(t, tc.want, got)
+		})
+	}
+
+	// #define'd flags, which are not enums.
+	for name, want := range map[string]int64{
+		"CU_IPC_HANDLE_SIZE":                     IPCHandleSize,
+		"CU_MEMHOSTALLOC_PORTABLE":               int64(MemHostAllocPortable),
+		"CU_MEMHOSTALLOC_DEVICEMAP":              int64(MemHostAllocDeviceMap),
+		"CU_MEMHOSTALLOC_WRITECOMBINED":          int64(MemHostAllocWriteCombined),
+		"CU_MEMHOSTREGISTER_PORTABLE":            int64(MemHostRegisterPortable),
+		"CU_MEMHOSTREGISTER_DEVICEMAP":           int64(MemHostRegisterDeviceMap),
+		"CU_MEMHOSTREGISTER_IOMEMORY":            int64(MemHostRegisterIOMemory),
+		"CU_MEMHOSTREGISTER_READ_ONLY":           int64(MemHostRegisterReadOnly),
+		"CU_MEM_CREATE_USAGE_TILE_POOL":          MemCreateUsageTilePool,
+		"CU_MEM_CREATE_USAGE_HW_DECOMPRESS":      MemCreateUsageHWDecompress,
+		"CU_MEM_POOL_CREATE_USAGE_HW_DECOMPRESS": MemPoolCreateUsageHWDecompress,
+	} {
+		m := regexp.MustCompile(`(?m)^#define\s+` + name + `\s+(\S+)`).FindStringSubmatch(header)
+		if !assert.NotNil(t, m, "#define %s not found", name) {
+			continue
+		}
+		assert.Equal(t, want, evalEnumExpr(t, m[1]), name)
+	}
+}
+
+func toInt64[T ~int32](m map[string]T) map[string]int64 {
+	out := make(map[string]int64, len(m))
+	for k, v := range m {
+		out[k] = int64(v)
+	}
+	return out
+}
+
+func TestEnumStringTablesComplete(t *testing.T) {
+	// Every constant has a String name, and no two constants share one.
+	check := func(t *testing.T, names []string, consts map[string]int64) {
+		byName := make(map[string]int64)
+		for _, v := range consts {
+			require.True(t, v > 0 && v < int64(len(names)), "value %d outside the name table", v)
+			n := names[v]
+			require.NotEmpty(t, n, "value %d has no name", v)
+			if prev, dup := byName[n]; dup && prev != v {
+				t.Errorf("name %s used by %d and %d", n, prev, v)
+			}
+			byName[n] = v
+		}
+	}
+	t.Run("DeviceAttribute", func(t *testing.T) { check(t, deviceAttrNames[:], toInt64(deviceAttrsByCName)) })
+	t.Run("PointerAttribute", func(t *testing.T) { check(t, pointerAttrNames[:], toInt64(pointerAttrsByCName)) })
+	t.Run("MemPoolAttribute", func(t *testing.T) { check(t, memPoolAttrNames[:], toInt64(memPoolAttrsByCName)) })
+}

@@ -1,0 +1,55 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Match them with errors.Is; every error this module returns
+// wraps one of these or a Result.
+var (
+	// ErrNoDriver means the CUDA driver library could not be loaded. The
+	// wrapped loader error lists every path tried and why each failed.
+	ErrNoDriver = errors.New("cuda: no CUDA driver")
+
+	// ErrNotSupported means the driver, the device or this platform lacks the
+	// feature: an entry point the installed driver does not export, a device
+	// attribute that says no, or CUDA_ERROR_NOT_SUPPORTED from the driver.
+	ErrNotSupported = errors.New("cuda: not supported")
+
+	// ErrClosed means a handle was used after Close.
+	ErrClosed = errors.New("cuda: use of closed handle")
+
+	// ErrInvalidArgument means Go-side validation rejected an argument before
+	// any driver call was made.
+	ErrInvalidArgument = errors.New("cuda: invalid argument")
+)
+
+// OpError records the operation that failed (a driver entry point such as
+// "cuMemPoolCreate", or a method such as "Stream.Sync") and why.
+type OpError struct {
+	Op  string
+	Err error
+}
+
+func (e *OpError) Error() string { return e.Op + ": " + e.Err.Error() }
+
+// Unwrap returns the underlying error (a Result or a sentinel).
+func (e *OpError) Unwrap() error { return e.Err }
+
+// check turns a driver result into an error naming the operation; Success
+// becomes nil, never a non-nil error.
+func check(op string, r Result) error {
+	if r == Success {
+		return nil
+	}
+	return &OpError{Op: op, Err: r}
+}
+
+// Errorf returns an error naming op that wraps base (for example
+// ErrInvalidArgument) with a formatted explanation that should include the
+// offending values. Higher layers use it so their errors read like this
+// package's.
+func Errorf(op string, base error, format string, args ...any) error {
+	return &OpError{Op: op, Err: fmt.Errorf("%w: "+format, append([]any{base}, args...)...)}
+}

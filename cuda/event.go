@@ -1,0 +1,144 @@
+package cuda
+
+import (
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// Event is a CUDA event: a marker in a stream that other streams and the
+// host can wait for, and that can time GPU work. Close destroys it; use
+// after Close returns an error matching ErrClosed.
+type Event struct {
+	dev    *Device
+	handle uintptr
+
+	mu     sync.RWMutex
+	closed bool
+}
+
+// NewEvent creates an event on the device. EventDefault records timing.
+func (d *Device) NewEvent(flags EventFlags) (*Event, error) {
+	ctx, err := d.context()
+	if err != nil {
+		return nil, err
+	}
+	e := &Event{dev: d}
+	if r := d.drv.EventCreate.CallCtx(ctx, uintptr(unsafe.Pointer(&e.handle)), uintptr(flags)); !ok(r) {
+		return nil, fail(&d.drv.EventCreate, r)
+	}
+	return e, nil
+}
+
+func (e *Event) get(op string) (uintptr, error) {
+	if e == nil {
+		return 0, Errorf(op, ErrInvalidArgument, "nil event")
+	}
+	e.mu.RLock()
+	if e.closed {
+		e.mu.RUnlock()
+		return 0, &OpError{Op: op, Err: ErrClosed}
+	}
+	return e.handle, nil
+}
+
+func (e *Event) end() { e.mu.RUnlock() }
+
+// Handle is the CUevent handle.
+func (e *Event) Handle() uintptr { return e.handle }
+
+// Record marks the event at the current end of stream s.
+func (e *Event) Record(s *Stream) error {
+	h, err := e.get("Event.Record")
+	if err != nil {
+		return err
+	}
+	defer e.end()
+	ctx, sh, err := s.begin("Event.Record")
+	if err != nil {
+		return err
+	}
+	defer s.end()
+	return result(&e.dev.drv.EventRecord, e.dev.drv.EventRecord.CallCtx(ctx, h, sh))
+}
+
+// Sync waits until the work before the event's last record has finished.
+func (e *Event) Sync() error {
+	h, err := e.get("Event.Sync")
+	if err != nil {
+		return err
+	}
+	defer e.end()
+	ctx, err := e.dev.context()
+	if err != nil {
+		return err
+	}
+	return result(&e.dev.drv.EventSynchronize, e.dev.drv.EventSynchronize.CallCtx(ctx, h))
+}
+
+// Done reports whether the work before the event has finished.
+func (e *Event) Done() (bool, error) {
+	h, err := e.get("Event.Done")
+	if err != nil {
+		return false, err
+	}
+	defer e.end()
+	ctx, err := e.dev.context()
+	if err != nil {
+		return false, err
+	}
+	r := e.dev.drv.EventQuery.CallCtx(ctx, h)
+	switch {
+	case ok(r):
+		return true, nil
+	case Result(int32(r)) == ErrorNotReady:
+		return false, nil
+	}
+	return false, fail(&e.dev.drv.EventQuery, r)
+}
+
+// Elapsed returns the GPU time between start and end (both recorded and
+// completed, both created with timing).
+func Elapsed(start, end *Event) (time.Duration, error) {
+	hs, err := start.get("Elapsed")
+	if err != nil {
+		return 0, err
+	}
+	defer start.end()
+	he, err := end.get("Elapsed")
+	if err != nil {
+		return 0, err
+	}
+	defer end.end()
+	ctx, err := start.dev.context()
+	if err != nil {
+		return 0, err
+	}
+	var ms float32
+	p := &start.dev.drv.EventElapsedTime
+	if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&ms)), hs, he); !ok(r) {
+		return 0, fail(p, r)
+	}
+	return time.Duration(float64(ms) * float64(time.Millisecond)), nil
+}
+
+// Close destroys the event. It is idempotent.
+func (e *Event) Close() error {
+	if e == nil {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil
+	}
+	ctx, err := e.dev.context()
+	if err != nil {
+		return err
+	}
+	if r := e.dev.drv.EventDestroy.CallCtx(ctx, e.handle); !ok(r) {
+		return fail(&e.dev.drv.EventDestroy, r)
+	}
+	e.closed = true
+	return nil
+}

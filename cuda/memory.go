@@ -1,0 +1,338 @@
+package cuda
+
+import (
+	"unsafe"
+)
+
+// This file holds the driver's allocation, copy and fill calls, typed and
+// checked. They manage no lifetimes: package buffer and package resource
+// build owned, closable memory on top of them.
+
+// MemAlloc allocates size bytes of device memory synchronously (cuMemAlloc).
+func (d *Device) MemAlloc(size uint64) (DevicePtr, error) {
+	ctx, err := d.context()
+	if err != nil {
+		return 0, err
+	}
+	var p DevicePtr
+	if r := d.drv.MemAlloc.CallCtx(ctx, uintptr(unsafe.Pointer(&p)), uintptr(size)); !ok(r) {
+		return 0, sizeErr(fail(&d.drv.MemAlloc, r), size)
+	}
+	return p, nil
+}
+
+// MemFree frees memory from MemAlloc or MemAllocManaged (cuMemFree).
+func (d *Device) MemFree(p DevicePtr) error {
+	ctx, err := d.context()
+	if err != nil {
+		return err
+	}
+	return result(&d.drv.MemFree, d.drv.MemFree.CallCtx(ctx, uintptr(p)))
+}
+
+// MemAllocManaged allocates size bytes of managed (unified) memory,
+// accessible from the host and every device (cuMemAllocManaged).
+func (d *Device) MemAllocManaged(size uint64, flags MemAttachFlags) (DevicePtr, error) {
+	ctx, err := d.context()
+	if err != nil {
+		return 0, err
+	}
+	var p DevicePtr
+	if r := d.drv.MemAllocManaged.CallCtx(ctx, uintptr(unsafe.Pointer(&p)), uintptr(size), uintptr(flags)); !ok(r) {
+		return 0, sizeErr(fail(&d.drv.MemAllocManaged, r), size)
+	}
+	return p, nil
+}
+
+// MemHostAlloc allocates size bytes of page-locked host memory
+// (cuMemHostAlloc). With MemHostAllocPortable it is pinned for every
+// context; the returned pointer is also a valid device address under
+// unified addressing.
+func (d *Device) MemHostAlloc(size uint64, flags MemHostAllocFlags) (unsafe.Pointer, error) {
+	ctx, err := d.context()
+	if err != nil {
+		return nil, err
+	}
+	var p unsafe.Pointer
+	if r := d.drv.MemHostAlloc.CallCtx(ctx, uintptr(unsafe.Pointer(&p)), uintptr(size), uintptr(flags)); !ok(r) {
+		return nil, sizeErr(fail(&d.drv.MemHostAlloc, r), size)
+	}
+	return p, nil
+}
+
+// MemFreeHost frees memory from MemHostAlloc (cuMemFreeHost).
+func (d *Device) MemFreeHost(p unsafe.Pointer) error {
+	ctx, err := d.context()
+	if err != nil {
+		return err
+	}
+	return result(&d.drv.MemFreeHost, d.drv.MemFreeHost.CallCtx(ctx, uintptr(p)))
+}
+
+// MemHostRegister page-locks existing host memory (cuMemHostRegister). The
+// memory must stay allocated and unmoved until MemHostUnregister: use it
+// only on memory not managed by the Go garbage collector (or pinned for
+// the whole time).
+func (d *Device) MemHostRegister(p unsafe.Pointer, size uint64, flags MemHostRegisterFlags) error {
+	ctx, err := d.context()
+	if err != nil {
+		return err
+	}
+	return result(&d.drv.MemHostRegister, d.drv.MemHostRegister.CallCtx(ctx, uintptr(p), uintptr(size), uintptr(flags)))
+}
+
+// MemHostUnregister undoes MemHostRegister.
+func (d *Device) MemHostUnregister(p unsafe.Pointer) error {
+	ctx, err := d.context()
+	if err != nil {
+		return err
+	}
+	return result(&d.drv.MemHostUnregister, d.drv.MemHostUnregister.CallCtx(ctx, uintptr(p)))
+}
+
+// MemAdvise gives the driver a usage hint for managed memory
+// (cuMemAdvise, CUDA 12.2 ABI).
+func (d *Device) MemAdvise(p DevicePtr, size uint64, advice MemAdvice, loc MemLocation) error {
+	ctx, err := d.context()
+	if err != nil {
+		return err
+	}
+	return result(&d.drv.MemAdvise, d.drv.MemAdvise.CallCtx(ctx, uintptr(p), uintptr(size), uintptr(advice), uintptr(loc.Pack())))
+}
+
+// MemcpyHtoD copies size bytes from host memory to the device synchronously
+// (cuMemcpyHtoD). From pageable memory the driver stages the copy itself.
+func (d *Device) MemcpyHtoD(dst DevicePtr, src unsafe.Pointer, size uint64) error {
+	ctx, err := d.context()
+	if err != nil {
+		return err
+	}
+	return result(&d.drv.MemcpyHtoD, d.drv.MemcpyHtoD.CallCtx(ctx, uintptr(dst), uintptr(src), uintptr(size)))
+}
+
+// MemcpyDtoH copies size bytes from the device to host memory synchronously.
+func (d *Device) MemcpyDtoH(dst unsafe.Pointer, src DevicePtr, size uint64) error {
+	ctx, err := d.context()
+	if err != nil {
+		return err
+	}
+	return result(&d.drv.MemcpyDtoH, d.drv.MemcpyDtoH.CallCtx(ctx, uintptr(dst), uintptr(src), uintptr(size)))
+}
+
+// MemcpyAsync copies size bytes between any two addresses the driver knows
+// (device, pinned host or managed; cuMemcpyAsync infers the direction),
+// ordered on s.
+func (s *Stream) MemcpyAsync(dst, src DevicePtr, size uint64) error {
+	ctx, h, err := s.begin("cuMemcpyAsync")
+	if err != nil {
+		return err
+	}
+	r := s.dev.drv.MemcpyAsync.CallCtx(ctx, uintptr(dst), uintptr(src), uintptr(size), h)
+	s.end()
+	return result(&s.dev.drv.MemcpyAsync, r)
+}
+
+// MemcpyHtoDAsync copies size bytes from host memory at src to dst, ordered
+// on s. Pinned src makes it asynchronous; pageable src is staged by the
+// driver and returns once src may be reused.
+func (s *Stream) MemcpyHtoDAsync(dst DevicePtr, src unsafe.Pointer, size uint64) error {
+	ctx, h, err := s.begin("cuMemcpyHtoDAsync")
+	if err != nil {
+		return err
+	}
+	r := s.dev.drv.MemcpyHtoDAsync.CallCtx(ctx, uintptr(dst), uintptr(src), uintptr(size), h)
+	s.end()
+	return result(&s.dev.drv.MemcpyHtoDAsync, r)
+}
+
+// MemcpyDtoHAsync copies size bytes from src to host memory at dst, ordered
+// on s. With pageable dst the copy has finished when it returns; with
+// pinned dst, synchronize s before reading dst.
+func (s *Stream) MemcpyDtoHAsync(dst unsafe.Pointer, src DevicePtr, size uint64) error {
+	ctx, h, err := s.begin("cuMemcpyDtoHAsync")
+	if err != nil {
+		return err
+	}
+	r := s.dev.drv.MemcpyDtoHAsync.CallCtx(ctx, uintptr(dst), uintptr(src), uintptr(size), h)
+	s.end()
+	return result(&s.dev.drv.MemcpyDtoHAsync, r)
+}
+
+// MemcpyPeerAsync copies size bytes from src on srcDev to dst on dstDev,
+// ordered on s; it works with or without peer access enabled.
+func (s *Stream) MemcpyPeerAsync(dst DevicePtr, dstDev *Device, src DevicePtr, srcDev *Device, size uint64) error {
+	ctx, h, err := s.begin("cuMemcpyPeerAsync")
+	if err != nil {
+		return err
+	}
+	defer s.end()
+	if dstDev == nil || srcDev == nil {
+		return Errorf("cuMemcpyPeerAsync", ErrInvalidArgument, "nil device")
+	}
+	dctx, err := dstDev.context()
+	if err != nil {
+		return err
+	}
+	sctx, err := srcDev.context()
+	if err != nil {
+		return err
+	}
+	return result(&s.dev.drv.MemcpyPeerAsync, s.dev.drv.MemcpyPeerAsync.CallCtx(ctx, uintptr(dst), dctx, uintptr(src), sctx, uintptr(size), h))
+}
+
+// MemsetD8Async sets n bytes at p to v, ordered on s.
+func (s *Stream) MemsetD8Async(p DevicePtr, v uint8, n uint64) error {
+	ctx, h, err := s.begin("cuMemsetD8Async")
+	if err != nil {
+		return err
+	}
+	r := s.dev.drv.MemsetD8Async.CallCtx(ctx, uintptr(p), uintptr(v), uintptr(n), h)
+	s.end()
+	return result(&s.dev.drv.MemsetD8Async, r)
+}
+
+// MemsetD16Async sets n 16-bit words at p (2-byte aligned) to v.
+func (s *Stream) MemsetD16Async(p DevicePtr, v uint16, n uint64) error {
+	ctx, h, err := s.begin("cuMemsetD16Async")
+	if err != nil {
+		return err
+	}
+	r := s.dev.drv.MemsetD16Async.CallCtx(ctx, uintptr(p), uintptr(v), uintptr(n), h)
+	s.end()
+	return result(&s.dev.drv.MemsetD16Async, r)
+}
+
+// MemsetD32Async sets n 32-bit words at p (4-byte aligned) to v.
+func (s *Stream) MemsetD32Async(p DevicePtr, v uint32, n uint64) error {
+	ctx, h, err := s.begin("cuMemsetD32Async")
+	if err != nil {
+		return err
+	}
+	r := s.dev.drv.MemsetD32Async.CallCtx(ctx, uintptr(p), uintptr(v), uintptr(n), h)
+	s.end()
+	return result(&s.dev.drv.MemsetD32Async, r)
+}
+
+// MemPrefetchAsync migrates managed memory toward loc, ordered on s
+// (cuMemPrefetchAsync, CUDA 12.2 ABI).
+func (s *Stream) MemPrefetchAsync(p DevicePtr, size uint64, loc MemLocation) error {
+	ctx, h, err := s.begin("cuMemPrefetchAsync")
+	if err != nil {
+		return err
+	}
+	r := s.dev.drv.MemPrefetchAsync.CallCtx(ctx, uintptr(p), uintptr(size), uintptr(loc.Pack()), 0, h)
+	s.end()
+	return result(&s.dev.drv.MemPrefetchAsync, r)
+}
+
+// MemAllocAsync allocates size bytes from the device's current pool,
+// ordered on s (cuMemAllocAsync).
+func (s *Stream) MemAllocAsync(size uint64) (DevicePtr, error) {
+	ctx, h, err := s.begin("cuMemAllocAsync")
+	if err != nil {
+		return 0, err
+	}
+	var p DevicePtr
+	r := s.dev.drv.MemAllocAsync.CallCtx(ctx, uintptr(unsafe.Pointer(&p)), uintptr(size), h)
+	s.end()
+	if !ok(r) {
+		return 0, sizeErr(fail(&s.dev.drv.MemAllocAsync, r), size)
+	}
+	return p, nil
+}
+
+// MemAllocFromPoolAsync allocates size bytes from pool, ordered on s
+// (cuMemAllocFromPoolAsync). The memory may be used on s at once, and on
+// other streams after synchronizing with s.
+func (s *Stream) MemAllocFromPoolAsync(pool MemPool, size uint64) (DevicePtr, error) {
+	ctx, h, err := s.begin("cuMemAllocFromPoolAsync")
+	if err != nil {
+		return 0, err
+	}
+	var p DevicePtr
+	r := s.dev.drv.MemAllocFromPoolAsync.CallCtx(ctx, uintptr(unsafe.Pointer(&p)), uintptr(size), pool.handle, h)
+	s.end()
+	if !ok(r) {
+		return 0, sizeErr(fail(&s.dev.drv.MemAllocFromPoolAsync, r), size)
+	}
+	return p, nil
+}
+
+// MemFreeAsync returns stream-ordered memory to its pool once the work
+// already on s has finished (cuMemFreeAsync).
+func (s *Stream) MemFreeAsync(p DevicePtr) error {
+	ctx, h, err := s.begin("cuMemFreeAsync")
+	if err != nil {
+		return err
+	}
+	r := s.dev.drv.MemFreeAsync.CallCtx(ctx, uintptr(p), h)
+	s.end()
+	return result(&s.dev.drv.MemFreeAsync, r)
+}
+
+// PointerInfo describes an address the driver knows.
+type PointerInfo struct {
+	Type      MemoryType // device, host or array memory
+	Device    int        // ordinal of the device the memory belongs to
+	Managed   bool       // managed (unified) memory
+	RangeBase DevicePtr  // start of the allocation that contains the address
+	RangeSize uint64     // size of that allocation
+	Pool      uintptr    // the memory pool it came from, or 0
+}
+
+// QueryPointer asks the driver what p is (cuPointerGetAttribute). An address
+// the driver does not know returns an error matching ErrorInvalidValue.
+func QueryPointer(p DevicePtr) (PointerInfo, error) {
+	ds, err := devices()
+	if err != nil {
+		return PointerInfo{}, err
+	}
+	if len(ds) == 0 {
+		return PointerInfo{}, Errorf("QueryPointer", ErrNotSupported, "no CUDA devices")
+	}
+	d := ds[0]
+	ctx, err := d.context()
+	if err != nil {
+		return PointerInfo{}, err
+	}
+	var info PointerInfo
+	var mt, ord, managed int32
+	pg := &d.drv.PointerGetAttribute
+	attrs := []struct {
+		dst  unsafe.Pointer
+		attr PointerAttribute
+	}{
+		{unsafe.Pointer(&mt), PointerAttrMemoryType},
+		{unsafe.Pointer(&ord), PointerAttrDeviceOrdinal},
+		{unsafe.Pointer(&managed), PointerAttrIsManaged},
+		{unsafe.Pointer(&info.RangeBase), PointerAttrRangeStartAddr},
+		{unsafe.Pointer(&info.RangeSize), PointerAttrRangeSize},
+		{unsafe.Pointer(&info.Pool), PointerAttrMemPoolHandle},
+	}
+	for _, a := range attrs {
+		if r := pg.CallCtx(ctx, uintptr(a.dst), uintptr(a.attr), uintptr(p)); !ok(r) {
+			if a.attr == PointerAttrMemPoolHandle {
+				continue // not pool memory
+			}
+			return PointerInfo{}, fail(pg, r)
+		}
+	}
+	info.Type, info.Device, info.Managed = MemoryType(mt), int(ord), managed != 0
+	return info, nil
+}
+
+// sizeErr adds the requested size to an allocation error.
+func sizeErr(err error, size uint64) error {
+	if oe, isOp := err.(*OpError); isOp {
+		return &OpError{Op: oe.Op, Err: &sizedError{size: size, err: oe.Err}}
+	}
+	return err
+}
+
+type sizedError struct {
+	size uint64
+	err  error
+}
+
+func (e *sizedError) Error() string { return e.err.Error() + " (" + formatSize(e.size) + " requested)" }
+func (e *sizedError) Unwrap() error { return e.err }
