@@ -8,14 +8,16 @@
 GLOBL ·trampolineABI0(SB), NOPTR|RODATA, $8
 DATA ·trampolineABI0(SB)/8, $trampoline<>(SB)
 
-// Stack use: BP and BX saved (16 bytes), then 80 bytes for stack
-// arguments 7..16. Entry SP is 8 mod 16, so after two pushes and 80 bytes
-// SP is 0 mod 16 at each CALL, as the ABI requires.
+// Stack use: BP and BX saved (16 bytes), then 88 bytes: stack arguments
+// 7..16 at 0..79 and 8 bytes of padding. Entry SP is 8 mod 16 (the caller's
+// CALL pushed a return address onto a 16-byte aligned stack); two pushes
+// make it 8 mod 16 again, and 88 more bytes make it 0 mod 16 at each CALL,
+// as the System V ABI requires (SSE code in libc faults otherwise).
 TEXT trampoline<>(SB), NOSPLIT|NOFRAME, $0
 	PUSHQ BP
 	MOVQ  SP, BP
 	PUSHQ BX
-	SUBQ  $80, SP
+	SUBQ  $88, SP
 	MOVQ  DI, BX // BX is callee-saved: it keeps the frame across calls
 
 	MOVQ frame_ctxfn(BX), AX
@@ -61,7 +63,7 @@ args:
 
 done:
 	MOVQ AX, frame_ret(BX)
-	ADDQ $80, SP
+	ADDQ $88, SP
 	POPQ BX
 	POPQ BP
 	RET

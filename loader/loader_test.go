@@ -178,7 +178,7 @@ func fakeDriver(t *testing.T) string {
 		t.Skipf("fake driver needs a C compiler (%s): %v", cc, err)
 	}
 	out := filepath.Join(t.TempDir(), "libfakecuda.so")
-	cmd := exec.Command(cc, "-shared", "-fPIC", "-O1", "-o", out, "testdata/fakecuda.c")
+	cmd := exec.Command(cc, "-shared", "-fPIC", "-O1", "-fno-omit-frame-pointer", "-o", out, "testdata/fakecuda.c")
 	b, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", b)
 	return out
@@ -289,4 +289,15 @@ func BenchmarkSyscallNLabs(b *testing.B) {
 	for b.Loop() {
 		purego.SyscallN(labs.addr, 7)
 	}
+}
+
+func TestStackAlignedForC(t *testing.T) {
+	// C code may use aligned SSE stores to its stack; a trampoline that
+	// misaligns the stack crashes libc (seen: snprintf, cuInit).
+	l, err := OpenLibrary(fakeDriver(t))
+	require.NoError(t, err)
+	p := lookup(t, l, "fake_stack_misalignment")
+	assert.Equal(t, uintptr(0), p.Call(), "direct")
+	assert.Equal(t, uintptr(0), p.CallCtx(0), "through the context path")
+	assert.Equal(t, uintptr(0), call(p.addr, 0, 0, make([]uintptr, MaxArgs)), "with stack arguments")
 }

@@ -48,3 +48,10 @@ int cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long
 	if (status) *status = *pfn ? 0 : 1;
 	return 0;
 }
+
+/* Returns the callee's frame address modulo 16: 0 when the caller kept the
+   stack aligned as the ABI requires (the tests build this file with frame
+   pointers). */
+unsigned long fake_stack_misalignment(void) {
+	return (unsigned long)__builtin_frame_address(0) & 15;
+}
