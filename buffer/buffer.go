@@ -1,0 +1,204 @@
+package buffer
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// MemoryResource allocates and frees memory. Implementations live in
+// package resource (device pools, pinned, managed, synchronous, adaptors);
+// any type with these methods can back a Buffer.
+//
+// Allocate and Deallocate are stream-ordered: the memory may be used on s
+// as soon as Allocate returns, and is reused only after work already
+// submitted to s when Deallocate is called has finished. A nil stream means
+// the resource's default (the legacy default stream of its device).
+// Implementations must be safe for concurrent use.
+type MemoryResource interface {
+	// Allocate returns a new owned Buffer of exactly size bytes (size 0 is
+	// allowed and returns an empty buffer).
+	Allocate(size uint64, s *cuda.Stream) (*Buffer, error)
+	// Deallocate frees memory this resource allocated. Buffers call it from
+	// Close; user code rarely needs to.
+	Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error
+	// DeviceAccessible reports whether kernels can use the memory.
+	DeviceAccessible() bool
+	// HostAccessible reports whether the CPU can read and write the memory
+	// directly (see Buffer.Bytes).
+	HostAccessible() bool
+	// DeviceID is the ordinal of the device the memory belongs to, or -1 if
+	// it belongs to none (pinned host memory).
+	DeviceID() int
+}
+
+// leaks counts buffers freed by the garbage collector's safety net instead
+// of Close.
+var leaks atomic.Int64
+
+// Leaks returns how many owned buffers were garbage collected without
+// Close (their memory was freed by a cleanup). Tests assert it stays 0.
+func Leaks() int64 { return leaks.Load() }
+
+// state is what Close and the cleanup share. It must not point back to the
+// Buffer, or the Buffer could never be collected.
+type state struct {
+	mu     sync.RWMutex
+	closed bool
+	ptr    cuda.DevicePtr
+	size   uint64
+	mr     MemoryResource
+	stream *cuda.Stream
+}
+
+// Buffer is a range of memory: device, pinned host, managed, or anything a
+// MemoryResource hands out. An owned Buffer (made by a resource, or by
+// Owned) frees its memory through the resource on Close; a borrowed one
+// (FromPointer) never frees. Views (Slice) share their parent's memory and
+// lifetime.
+//
+// Any use after Close returns an error matching cuda.ErrClosed. Close is
+// idempotent. A Buffer lost without Close is freed by a cleanup when
+// garbage collected and counted by Leaks; do not rely on it, since the
+// collector may run late or never.
+//
+// Methods are safe for concurrent use; Close waits for calls in progress.
+type Buffer struct {
+	st      *state
+	off     uint64  // offset into the parent's range, for views
+	size    uint64  // this buffer's (or view's) size
+	parent  *Buffer // non-nil for views: keeps the owner alive
+	cleanup runtime.Cleanup
+}
+
+// Owned wraps memory that mr allocated: Close will call
+// mr.Deallocate(ptr, size, s), on s unless CloseOn names another stream.
+// Resources use it to build the Buffers they return.
+func Owned(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream) *Buffer {
+	b := &Buffer{st: &state{ptr: ptr, size: size, mr: mr, stream: s}, size: size}
+	if mr != nil && ptr != 0 {
+		b.cleanup = runtime.AddCleanup(b, collect, b.st)
+	}
+	return b
+}
+
+// FromPointer wraps memory owned elsewhere (another library, a kernel's
+// output, an imported mapping). The Buffer never frees it; Close only stops
+// further use. Accessibility and device are asked of the driver.
+func FromPointer(ptr cuda.DevicePtr, size uint64) *Buffer {
+	return &Buffer{st: &state{ptr: ptr, size: size}, size: size}
+}
+
+// collect is the safety net for a Buffer that was never closed.
+func collect(st *state) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed || st.mr == nil {
+		return
+	}
+	st.closed = true
+	leaks.Add(1)
+	if err := st.mr.Deallocate(st.ptr, st.size, st.stream); err != nil && st.stream != nil {
+		// The allocation stream may be gone by now: free on the default one.
+		_ = st.mr.Deallocate(st.ptr, st.size, nil)
+	}
+}
+
+// Close frees an owned buffer on its allocation stream (or the resource's
+// default stream if it had none). Closing a view or a borrowed buffer only
+// stops its use; closing an owner also ends every view of it.
+func (b *Buffer) Close() error { return b.CloseOn(nil) }
+
+// CloseOn frees an owned buffer ordered on s instead of the allocation
+// stream: use it when the memory was last used on another stream.
+func (b *Buffer) CloseOn(s *cuda.Stream) error {
+	if b == nil {
+		return nil
+	}
+	if b.parent != nil {
+		return nil // views never free; they end with their owner
+	}
+	st := b.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return nil
+	}
+	if st.mr != nil && st.ptr != 0 {
+		if s == nil {
+			s = st.stream
+		}
+		if err := st.mr.Deallocate(st.ptr, st.size, s); err != nil {
+			// Still open: the caller may retry (on another stream, say).
+			return fmt.Errorf("buffer close (%#x, %d bytes): %w", uint64(st.ptr), st.size, err)
+		}
+	}
+	st.closed = true
+	b.cleanup.Stop()
+	return nil
+}
+
+// acquire locks the buffer for a call: it fails with cuda.ErrClosed after
+// Close; otherwise release must follow.
+func (b *Buffer) acquire(op string) (cuda.DevicePtr, error) {
+	if b == nil {
+		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil buffer")
+	}
+	b.st.mu.RLock()
+	if b.st.closed {
+		b.st.mu.RUnlock()
+		return 0, &cuda.OpError{Op: op, Err: cuda.ErrClosed}
+	}
+	return b.st.ptr + cuda.DevicePtr(b.off), nil
+}
+
+func (b *Buffer) release() { b.st.mu.RUnlock() }
+
+// IsClosed reports whether the buffer (or, for a view, its owner) is closed.
+func (b *Buffer) IsClosed() bool {
+	b.st.mu.RLock()
+	defer b.st.mu.RUnlock()
+	return b.st.closed
+}
+
+// Ptr is the buffer's address (a device address, or a host address for
+// host memory under unified addressing), or 0 once closed.
+func (b *Buffer) Ptr() cuda.DevicePtr {
+	b.st.mu.RLock()
+	defer b.st.mu.RUnlock()
+	if b.st.closed {
+		return 0
+	}
+	return b.st.ptr + cuda.DevicePtr(b.off)
+}
+
+// Size is the buffer's size in bytes (it stays readable after Close).
+func (b *Buffer) Size() uint64 { return b.size }
+
+// Resource is the resource that owns the memory, or nil for borrowed
+// buffers (and for every buffer once closed).
+func (b *Buffer) Resource() MemoryResource {
+	b.st.mu.RLock()
+	defer b.st.mu.RUnlock()
+	if b.st.closed {
+		return nil
+	}
+	return b.st.mr
+}
+
+// Stream is the stream the buffer was allocated on (nil if none).
+func (b *Buffer) Stream() *cuda.Stream { return b.st.stream }
+
+// IsOwned reports whether Close frees the memory.
+func (b *Buffer) IsOwned() bool { return b.parent == nil && b.st.mr != nil }
+
+// String describes the buffer for logs.
+func (b *Buffer) String() string {
+	if b.IsClosed() {
+		return fmt.Sprintf("Buffer(closed, %d bytes)", b.size)
+	}
+	return fmt.Sprintf("Buffer(%#x, %d bytes)", uint64(b.Ptr()), b.size)
+}
