@@ -1,0 +1,176 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/loader"
+)
+
+// Info is what `cudamem info` reports.
+type Info struct {
+	Driver  DriverInfo   `json:"driver"`
+	Devices []DeviceInfo `json:"devices"`
+}
+
+// DriverInfo describes the loaded driver library.
+type DriverInfo struct {
+	Path    string   `json:"path"`
+	Version string   `json:"version"` // e.g. "13.0"
+	Raw     int      `json:"version_number"`
+	Missing []string `json:"missing_entry_points,omitempty"`
+}
+
+// DeviceInfo describes one device.
+type DeviceInfo struct {
+	Ordinal           int      `json:"ordinal"`
+	Name              string   `json:"name"`
+	UUID              string   `json:"uuid"`
+	PCIBusID          string   `json:"pci_bus_id"`
+	TotalMemory       uint64   `json:"total_memory"`
+	ComputeCapability string   `json:"compute_capability"`
+	MemoryPools       bool     `json:"memory_pools"`
+	VirtualMemory     bool     `json:"virtual_memory"`
+	PosixFDIPC        bool     `json:"posix_fd_ipc"`
+	PoolIPC           bool     `json:"pool_ipc"`
+	GPUDirectRDMA     bool     `json:"gpudirect_rdma"`
+	ManagedMemory     bool     `json:"managed_memory"`
+	ConcurrentManaged bool     `json:"concurrent_managed_access"`
+	HostNUMAID        int      `json:"host_numa_id"`
+	Peers             []int    `json:"peers"`
+	Errors            []string `json:"errors,omitempty"`
+}
+
+func runInfo(args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("info", flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	fs.SetOutput(w)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: info takes no arguments, got %q", errUsage, fs.Args())
+	}
+	info, err := collectInfo()
+	if err != nil {
+		return describeLoadError(err)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(info)
+	}
+	printInfo(w, info)
+	return nil
+}
+
+// describeLoadError turns a load failure into a message listing what was
+// tried, one path per line.
+func describeLoadError(err error) error {
+	var le *loader.LoadError
+	if !errors.As(err, &le) {
+		return err
+	}
+	var b strings.Builder
+	b.WriteString("no CUDA driver found")
+	if le.Reason != "" {
+		b.WriteString(": " + le.Reason)
+	}
+	for _, a := range le.Attempts {
+		fmt.Fprintf(&b, "\n  tried %s: %v", a.Path, a.Err)
+	}
+	if len(le.Attempts) > 0 {
+		fmt.Fprintf(&b, "\nset %s to the path of libcuda.so.1 (or nvcuda.dll) to choose the library", loader.EnvDriver)
+	}
+	return errors.New(b.String())
+}
+
+func collectInfo() (*Info, error) {
+	path, version, err := cuda.Driver()
+	if err != nil {
+		return nil, err
+	}
+	missing, _ := cuda.DriverMissing()
+	info := &Info{Driver: DriverInfo{Path: path, Version: cuda.VersionString(version), Raw: version, Missing: missing}}
+	devs, err := cuda.Devices()
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range devs {
+		di := DeviceInfo{Ordinal: d.Ordinal(), Peers: []int{}, HostNUMAID: -1}
+		note := func(what string, err error) {
+			if err != nil {
+				di.Errors = append(di.Errors, what+": "+err.Error())
+			}
+		}
+		di.Name, err = d.Name()
+		note("name", err)
+		u, err := d.UUID()
+		note("uuid", err)
+		di.UUID = u.String()
+		di.PCIBusID, err = d.PCIBusID()
+		note("pci bus id", err)
+		di.TotalMemory, err = d.TotalMemory()
+		note("total memory", err)
+		major, minor, err := d.ComputeCapability()
+		note("compute capability", err)
+		di.ComputeCapability = fmt.Sprintf("%d.%d", major, minor)
+		f, err := d.Features()
+		note("features", err)
+		di.MemoryPools, di.VirtualMemory, di.PosixFDIPC, di.PoolIPC = f.MemoryPools, f.VirtualMemory, f.PosixFDHandles, f.PoolIPC
+		di.GPUDirectRDMA, di.ManagedMemory, di.ConcurrentManaged, di.HostNUMAID = f.GPUDirectRDMA, f.ManagedMemory, f.ConcurrentManagedAccess, f.HostNUMAID
+		for _, p := range devs {
+			ok, err := d.CanAccessPeer(p)
+			note("peer "+p.String(), err)
+			if ok {
+				di.Peers = append(di.Peers, p.Ordinal())
+			}
+		}
+		info.Devices = append(info.Devices, di)
+	}
+	return info, nil
+}
+
+func yes(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func printInfo(w io.Writer, info *Info) {
+	fmt.Fprintf(w, "driver:  %s (CUDA %s)\n", info.Driver.Path, info.Driver.Version)
+	if len(info.Driver.Missing) > 0 {
+		fmt.Fprintf(w, "missing: %s\n", strings.Join(info.Driver.Missing, ", "))
+	}
+	fmt.Fprintf(w, "devices: %d\n", len(info.Devices))
+	for _, d := range info.Devices {
+		fmt.Fprintf(w, "\nGPU %d: %s\n", d.Ordinal, d.Name)
+		fmt.Fprintf(w, "  uuid:               %s\n", d.UUID)
+		fmt.Fprintf(w, "  pci bus id:         %s\n", d.PCIBusID)
+		fmt.Fprintf(w, "  memory:             %.1f GiB (%d bytes)\n", float64(d.TotalMemory)/(1<<30), d.TotalMemory)
+		fmt.Fprintf(w, "  compute capability: %s\n", d.ComputeCapability)
+		fmt.Fprintf(w, "  memory pools:       %s\n", yes(d.MemoryPools))
+		fmt.Fprintf(w, "  virtual memory:     %s\n", yes(d.VirtualMemory))
+		fmt.Fprintf(w, "  POSIX-fd IPC:       %s (pools: %s)\n", yes(d.PosixFDIPC), yes(d.PoolIPC))
+		fmt.Fprintf(w, "  GPUDirect RDMA:     %s\n", yes(d.GPUDirectRDMA))
+		fmt.Fprintf(w, "  managed memory:     %s (concurrent access: %s)\n", yes(d.ManagedMemory), yes(d.ConcurrentManaged))
+		fmt.Fprintf(w, "  host NUMA node:     %d\n", d.HostNUMAID)
+		peers := make([]string, len(d.Peers))
+		for i, p := range d.Peers {
+			peers[i] = fmt.Sprintf("GPU %d", p)
+		}
+		if len(peers) == 0 {
+			peers = []string{"none"}
+		}
+		fmt.Fprintf(w, "  peer access to:     %s\n", strings.Join(peers, ", "))
+		for _, e := range d.Errors {
+			fmt.Fprintf(w, "  error:              %s\n", e)
+		}
+	}
+}
