@@ -1,0 +1,48 @@
+// Package cuda is cudamem's typed layer over the CUDA driver: results and
+// errors, devices, primary contexts, streams, events, and the driver's
+// memory, pool and copy calls. It loads the driver at run time (package
+// loader) and needs neither cgo nor the CUDA toolkit to build.
+//
+// Higher packages build on it: buffer (Buffer and the MemoryResource
+// interface), resource (pools, pinned, managed and synchronous resources),
+// ipc and virtual. Use those for owned memory; this package's memory calls
+// manage no lifetimes.
+//
+// # Loading
+//
+// The driver is loaded on first use, once per process (see package loader
+// for the search order and the CUDAMEM_DRIVER override). Without a driver,
+// calls return an error matching [ErrNoDriver] that lists every path tried.
+// Entry points an older driver lacks report [ErrNotSupported].
+//
+// # Contexts and goroutines
+//
+// The CUDA "current context" belongs to an OS thread, and goroutines move
+// between threads. cudamem never relies on it: every call that needs a
+// context makes its device's primary context current on the thread that
+// performs the driver call, inside the same crossing into C. Callers never
+// need runtime.LockOSThread, and any goroutine may use any device. Primary
+// contexts are retained on first use and kept for the life of the process.
+//
+// # Streams
+//
+// A nil *Stream is rejected here; higher layers map a nil stream to the
+// device's legacy default stream ([Device.DefaultStream], handle 0). The
+// per-thread default stream is never used, because goroutines are not
+// threads.
+//
+// # Errors
+//
+// Driver failures are [*OpError] values naming the entry point and wrapping
+// a [Result]; match them with errors.Is:
+//
+//	if errors.Is(err, cuda.ErrorOutOfMemory) { ... }
+//
+// Go-side validation failures wrap [ErrInvalidArgument]; use after Close
+// wraps [ErrClosed]. A Success result is never returned as an error.
+//
+// # Lifetimes
+//
+// Streams and events are closed explicitly with Close, which is idempotent;
+// any other use afterwards returns an error matching ErrClosed.
+package cuda
