@@ -1,0 +1,26 @@
+package buffer
+
+import "github.com/cudamem/cudamem/cuda"
+
+// Disown hands an owned buffer's memory to the caller: the buffer becomes
+// closed (later use returns cuda.ErrClosed) without freeing anything, and
+// the garbage-collection safety net is stopped. Resources use it to move
+// memory into a new Buffer, as when a virtual-memory allocation grows.
+// Views and borrowed buffers cannot be disowned.
+func (b *Buffer) Disown() (ptr cuda.DevicePtr, size uint64, err error) {
+	if b == nil {
+		return 0, 0, cuda.Errorf("Buffer.Disown", cuda.ErrInvalidArgument, "nil buffer")
+	}
+	if !b.IsOwned() {
+		return 0, 0, cuda.Errorf("Buffer.Disown", cuda.ErrInvalidArgument, "buffer %#x (%d bytes) is a view or borrowed", uint64(b.st.ptr+cuda.DevicePtr(b.off)), b.size)
+	}
+	st := b.st
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return 0, 0, &cuda.OpError{Op: "Buffer.Disown", Err: cuda.ErrClosed}
+	}
+	st.closed = true
+	b.cleanup.Stop()
+	return st.ptr, st.size, nil
+}
