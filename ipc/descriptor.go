@@ -1,0 +1,67 @@
+package ipc
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// Descriptor describes one buffer of an exported pool: plain bytes, safe to
+// send any way (a pipe, a socket, a file) to a process that imported the
+// pool. It holds no file descriptor and no pointer.
+type Descriptor struct {
+	Pool UUID                      // the exporting pool
+	Size uint64                    // the buffer's size in bytes
+	Data cuda.MemPoolPtrExportData // the driver's opaque export data
+}
+
+// descriptorMagic starts every encoded descriptor.
+var descriptorMagic = [8]byte{'c', 'u', 'd', 'a', 'm', 'e', 'm', 'D'}
+
+const (
+	descriptorVersion = 1
+	// DescriptorSize is the length of an encoded Descriptor: magic (8),
+	// version (2), reserved (2), size (8), pool UUID (16), export data (64),
+	// CRC-32 of everything before it (4).
+	DescriptorSize = 8 + 2 + 2 + 8 + 16 + 64 + 4
+)
+
+// ErrBadDescriptor is wrapped by every decoding failure.
+var ErrBadDescriptor = errors.New("ipc: bad buffer descriptor")
+
+// MarshalBinary encodes d in a fixed, versioned, checksummed layout.
+func (d Descriptor) MarshalBinary() ([]byte, error) {
+	b := make([]byte, DescriptorSize)
+	copy(b, descriptorMagic[:])
+	binary.LittleEndian.PutUint16(b[8:], descriptorVersion)
+	binary.LittleEndian.PutUint64(b[12:], d.Size)
+	copy(b[20:36], d.Pool[:])
+	copy(b[36:100], d.Data.Reserved[:])
+	binary.LittleEndian.PutUint32(b[100:], crc32.ChecksumIEEE(b[:100]))
+	return b, nil
+}
+
+// UnmarshalBinary decodes what MarshalBinary produced. Anything else —
+// wrong length, magic, version or checksum — is rejected with an error
+// wrapping ErrBadDescriptor, and d is left unchanged.
+func (d *Descriptor) UnmarshalBinary(b []byte) error {
+	switch {
+	case len(b) != DescriptorSize:
+		return fmt.Errorf("%w: %d bytes, want %d", ErrBadDescriptor, len(b), DescriptorSize)
+	case [8]byte(b[:8]) != descriptorMagic:
+		return fmt.Errorf("%w: not a cudamem descriptor (magic %q)", ErrBadDescriptor, b[:8])
+	case binary.LittleEndian.Uint16(b[8:]) != descriptorVersion:
+		return fmt.Errorf("%w: version %d, this library reads %d", ErrBadDescriptor, binary.LittleEndian.Uint16(b[8:]), descriptorVersion)
+	case binary.LittleEndian.Uint32(b[100:]) != crc32.ChecksumIEEE(b[:100]):
+		return fmt.Errorf("%w: checksum mismatch (corrupted in transit?)", ErrBadDescriptor)
+	}
+	var out Descriptor
+	out.Size = binary.LittleEndian.Uint64(b[12:])
+	copy(out.Pool[:], b[20:36])
+	copy(out.Data.Reserved[:], b[36:100])
+	*d = out
+	return nil
+}
