@@ -1,0 +1,138 @@
+package resource_test
+
+import (
+	"testing"
+
+	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/cuda/cudatest"
+	"github.com/cudamem/cudamem/resource"
+)
+
+// Each benchmark measures one allocate+free pair through the resource
+// (Allocate, then Buffer.Close) and, in the same binary and run, the raw
+// driver pair it wraps, so the two can be compared directly: the resource
+// should stay within 1.3x of the raw pair.
+
+var pairSizes = []struct {
+	name string
+	n    uint64
+}{{"256B", 256}, {"1MiB", mib}, {"64MiB", 64 * mib}}
+
+// BenchmarkDevicePoolPair: the device's current pool, release threshold at
+// the maximum (NewDevicePool sets it), on one stream.
+func BenchmarkDevicePoolPair(b *testing.B) {
+	dev := cudatest.Device(b)
+	s := cudatest.Stream(b, dev)
+	mr, err := resource.NewDevicePool(dev, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pool := mr.Pool()
+	for _, sz := range pairSizes {
+		b.Run("raw/"+sz.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				p, err := s.MemAllocFromPoolAsync(pool, sz.n)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := s.MemFreeAsync(p); err != nil {
+					b.Fatal(err)
+				}
+			}
+			syncOrFail(b, s)
+		})
+		b.Run("resource/"+sz.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				buf, err := mr.Allocate(sz.n, s)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := buf.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			syncOrFail(b, s)
+		})
+	}
+}
+
+// BenchmarkPinnedPoolPair: 1 MiB of pinned host memory from a host pool.
+func BenchmarkPinnedPoolPair(b *testing.B) {
+	dev := cudatest.Device(b)
+	s := cudatest.Stream(b, dev)
+	mr, err := resource.NewPinnedPool(nil)
+	cudatest.SkipIfNotSupported(b, err)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer mr.Close()
+	pool := mr.Pool()
+	b.Run("raw/1MiB", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p, err := s.MemAllocFromPoolAsync(pool, mib)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := s.MemFreeAsync(p); err != nil {
+				b.Fatal(err)
+			}
+		}
+		syncOrFail(b, s)
+	})
+	b.Run("resource/1MiB", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			buf, err := mr.Allocate(mib, s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := buf.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		syncOrFail(b, s)
+	})
+}
+
+// BenchmarkLegacyPinnedPair: 1 MiB through cuMemHostAlloc/cuMemFreeHost.
+func BenchmarkLegacyPinnedPair(b *testing.B) {
+	dev := cudatest.Device(b)
+	s := cudatest.Stream(b, dev)
+	mr, err := resource.NewLegacyPinned()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("raw/1MiB", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p, err := dev.MemHostAlloc(mib, cuda.MemHostAllocPortable|cuda.MemHostAllocDeviceMap)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := dev.MemFreeHost(p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("resource/1MiB", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			buf, err := mr.Allocate(mib, s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := buf.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func syncOrFail(b *testing.B, s *cuda.Stream) {
+	if err := s.Sync(); err != nil {
+		b.Fatal(err)
+	}
+}

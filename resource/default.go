@@ -1,0 +1,107 @@
+package resource
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// defaultEntry is a device's default resource; auto marks one Default
+// made itself (and may make again if it was closed).
+type defaultEntry struct {
+	mr   buffer.MemoryResource
+	auto bool
+}
+
+var defaults struct {
+	mu sync.Mutex
+	m  map[*cuda.Device]defaultEntry
+}
+
+// Default returns dev's default memory resource, as RMM's per-device
+// resource and cuda.core's Device.memory_resource do. Unless SetDefault
+// chose another, it is made on first use: a DevicePool on the device's
+// current pool when the device supports memory pools, a SyncDevice
+// otherwise (the choice cuda.core #726 asks for). The automatic pool is
+// not owned, so closing it destroys nothing; Default makes a new one if it
+// was closed. Default is safe for concurrent use.
+func Default(dev *cuda.Device) (buffer.MemoryResource, error) {
+	const op = "Default"
+	if dev == nil {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device")
+	}
+	defaults.mu.Lock()
+	defer defaults.mu.Unlock()
+	e, ok := defaults.m[dev]
+	if ok && !(e.auto && isClosed(e.mr)) {
+		return e.mr, nil
+	}
+	f, err := dev.Features()
+	if err != nil {
+		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%v features: %w", dev, err)}
+	}
+	var mr buffer.MemoryResource
+	if f.MemoryPools {
+		mr, err = NewDevicePool(dev, nil)
+	} else {
+		mr, err = NewSyncDevice(dev)
+	}
+	if err != nil {
+		return nil, &cuda.OpError{Op: op, Err: err}
+	}
+	if defaults.m == nil {
+		defaults.m = make(map[*cuda.Device]defaultEntry)
+	}
+	defaults.m[dev] = defaultEntry{mr: mr, auto: true}
+	return mr, nil
+}
+
+// isClosed reports whether mr is a resource Default made and it was closed.
+func isClosed(mr buffer.MemoryResource) bool {
+	p, ok := mr.(*DevicePool)
+	return ok && p.IsClosed()
+}
+
+// SetDefault makes mr dev's default resource. The previous default is not
+// closed (code that holds it may still use it). mr must be bound to dev
+// or to no device (DeviceID -1, as pinned host memory is); a nil device or
+// resource is an error matching cuda.ErrInvalidArgument.
+func SetDefault(dev *cuda.Device, mr buffer.MemoryResource) error {
+	const op = "SetDefault"
+	if dev == nil {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device")
+	}
+	if mr == nil || isNilPointer(mr) {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil memory resource for %v", dev)
+	}
+	if id := mr.DeviceID(); id != -1 && id != dev.Ordinal() {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "resource %v belongs to GPU %d, not %v", mr, id, dev)
+	}
+	defaults.mu.Lock()
+	defer defaults.mu.Unlock()
+	if defaults.m == nil {
+		defaults.m = make(map[*cuda.Device]defaultEntry)
+	}
+	defaults.m[dev] = defaultEntry{mr: mr}
+	return nil
+}
+
+// isNilPointer reports whether mr is one of this package's resource types
+// holding a nil pointer.
+func isNilPointer(mr buffer.MemoryResource) bool {
+	switch r := mr.(type) {
+	case *DevicePool:
+		return r == nil
+	case *PinnedPool:
+		return r == nil
+	case *LegacyPinned:
+		return r == nil
+	case *Managed:
+		return r == nil
+	case *SyncDevice:
+		return r == nil
+	}
+	return false
+}

@@ -1,0 +1,452 @@
+package resource
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// DevicePoolOptions ask NewDevicePool for a pool of its own (cuda.core's
+// DeviceMemoryResourceOptions, with RMM's release threshold and initial
+// size). The zero value is a valid set of options: an owned, non-IPC pool
+// with the driver's default maximum size that keeps freed memory cached.
+type DevicePoolOptions struct {
+	// MaxSize caps the pool in bytes; 0 leaves it to the driver (about the
+	// device's memory).
+	MaxSize uint64
+	// IPC makes the pool exportable to other processes as a POSIX file
+	// descriptor (see package ipc). Linux only: elsewhere, and on devices
+	// without the capability, NewDevicePool fails with cuda.ErrNotSupported.
+	IPC bool
+	// ReleaseThreshold is how many reserved bytes the pool keeps at
+	// synchronization points. 0 means no limit: freed memory stays cached
+	// for reuse (RMM's default), and Trim gives it back.
+	ReleaseThreshold uint64
+	// InitialReserve primes the pool: NewDevicePool allocates and frees
+	// this many bytes, so the first allocations need not grow it. It must
+	// not exceed MaxSize (when set) or ReleaseThreshold (when not 0).
+	InitialReserve uint64
+}
+
+// check validates the options without a driver; goos is the target OS.
+func (o *DevicePoolOptions) check(goos string) error {
+	const op = "NewDevicePool"
+	if o.IPC && goos != "linux" {
+		return cuda.Errorf(op, cuda.ErrNotSupported, "IPC-enabled pools use POSIX file descriptors, available on Linux only (not %s)", goos)
+	}
+	if o.MaxSize != 0 && o.InitialReserve > o.MaxSize {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "InitialReserve %d exceeds MaxSize %d", o.InitialReserve, o.MaxSize)
+	}
+	if t := threshold(o.ReleaseThreshold); o.InitialReserve > t {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument,
+			"InitialReserve %d exceeds ReleaseThreshold %d: the pool would release the reserve at the next synchronization", o.InitialReserve, t)
+	}
+	return nil
+}
+
+// DevicePool allocates device memory from a CUDA memory pool, stream
+// ordered (cuMemAllocFromPoolAsync / cuMemFreeAsync): cuda.core's
+// DeviceMemoryResource, RMM's cuda_async_memory_resource. A pair costs a
+// few hundred nanoseconds once the pool holds memory, against roughly
+// 100 µs for cuMemAlloc/cuMemFree.
+//
+// A DevicePool either borrows the device's current pool (NewDevicePool
+// with nil options; Close only stops this value's use) or owns a pool it
+// created (Close revokes peer access and destroys it).
+//
+// Methods are safe for concurrent use. After Close every method except
+// Deallocate returns an error matching cuda.ErrClosed; Deallocate keeps
+// working so buffers that outlive the resource can still be freed (the
+// driver releases a destroyed pool's memory when its last allocation is
+// freed).
+type DevicePool struct {
+	core   poolCore
+	peerMu sync.Mutex // serializes SetPeerAccess calls (Close excludes them through core.mu)
+}
+
+var _ buffer.MemoryResource = (*DevicePool)(nil)
+
+// NewDevicePool returns a device pool resource for dev.
+//
+// With nil opts it wraps the device's current pool (cuDeviceGetMemPool:
+// the default pool unless something changed it), without owning it; if
+// that pool's release threshold is 0 it is raised to the maximum, so freed
+// memory stays cached instead of going back to the driver at every
+// synchronization (cuda.core does the same).
+//
+// With opts it creates a pool of its own (cuMemPoolCreate) and owns it.
+func NewDevicePool(dev *cuda.Device, opts *DevicePoolOptions) (*DevicePool, error) {
+	const op = "NewDevicePool"
+	if dev == nil {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device")
+	}
+	if opts != nil {
+		if err := opts.check(runtime.GOOS); err != nil {
+			return nil, err
+		}
+	}
+	f, err := dev.Features()
+	if err != nil {
+		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%v features: %w", dev, err)}
+	}
+	if !f.MemoryPools {
+		return nil, cuda.Errorf(op, cuda.ErrNotSupported, "%v does not support memory pools (use NewSyncDevice, or Default to pick)", dev)
+	}
+	p := &DevicePool{core: poolCore{kind: "DevicePool", dev: dev}}
+	if opts == nil {
+		pool, err := dev.CurrentMemPool()
+		if err != nil {
+			return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("current pool of %v: %w", dev, err)}
+		}
+		t, err := pool.Attribute(cuda.MemPoolAttrReleaseThreshold)
+		if err != nil {
+			return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("current pool of %v: %w", dev, err)}
+		}
+		if t == 0 {
+			if err := pool.SetAttribute(cuda.MemPoolAttrReleaseThreshold, keepAll); err != nil {
+				return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("current pool of %v: %w", dev, err)}
+			}
+		}
+		p.core.pool = pool
+		return p, nil
+	}
+	if opts.IPC && !f.PoolIPC {
+		return nil, cuda.Errorf(op, cuda.ErrNotSupported, "%v cannot export memory pools as POSIX file descriptors", dev)
+	}
+	props := cuda.MemPoolProps{
+		AllocType: cuda.MemAllocationTypePinned,
+		Location:  cuda.MemLocation{Type: cuda.MemLocationTypeDevice, ID: int32(dev.Ordinal())},
+		MaxSize:   opts.MaxSize,
+	}
+	if opts.IPC {
+		props.HandleTypes = cuda.MemHandleTypePosixFileDescriptor
+	}
+	pool, err := dev.CreateMemPool(&props)
+	if err != nil {
+		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%v: %w", dev, err)}
+	}
+	err = pool.SetAttribute(cuda.MemPoolAttrReleaseThreshold, threshold(opts.ReleaseThreshold))
+	if err == nil {
+		err = prime(pool, dev.DefaultStream(), opts.InitialReserve)
+	}
+	if err != nil {
+		_ = pool.Destroy()
+		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%v: %w", dev, err)}
+	}
+	p.core.pool, p.core.owned, p.core.ipc = pool, true, opts.IPC
+	return p, nil
+}
+
+// Allocate returns a new buffer of size bytes, allocated in stream order
+// on s (nil: the device's legacy default stream). The memory may be used
+// on s at once, elsewhere after synchronizing with s. Closing the buffer
+// frees it on s unless CloseOn names another stream. Size 0 returns an
+// empty buffer without calling the driver.
+func (p *DevicePool) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	if p == nil {
+		return nil, errNil("DevicePool", "Allocate")
+	}
+	return p.core.allocate("DevicePool", p, size, s)
+}
+
+// Deallocate frees memory from Allocate in stream order on s (nil: the
+// device's legacy default stream). Buffers call it from Close. A zero ptr
+// is a no-op.
+func (p *DevicePool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
+	if ptr == 0 {
+		return nil
+	}
+	if p == nil {
+		return errNil("DevicePool", "Deallocate")
+	}
+	return p.core.deallocate("DevicePool", ptr, size, s)
+}
+
+// DeviceAccessible reports true: kernels on the device (and on peers
+// granted access) can use the memory.
+func (p *DevicePool) DeviceAccessible() bool { return true }
+
+// HostAccessible reports false: the CPU cannot touch device memory.
+func (p *DevicePool) HostAccessible() bool { return false }
+
+// DeviceID is the ordinal of the pool's device (-1 for a nil or zero pool).
+func (p *DevicePool) DeviceID() int {
+	if p == nil || p.core.dev == nil {
+		return -1
+	}
+	return p.core.dev.Ordinal()
+}
+
+// Device is the pool's device.
+func (p *DevicePool) Device() *cuda.Device {
+	if p == nil {
+		return nil
+	}
+	return p.core.dev
+}
+
+// Pool returns the driver memory pool, for packages that build on it
+// (package ipc exports it). It is the zero MemPool once p is closed. Do not
+// destroy it: Close does that for owned pools.
+func (p *DevicePool) Pool() cuda.MemPool {
+	if p == nil {
+		return cuda.MemPool{}
+	}
+	return p.core.memPool()
+}
+
+// IsOwned reports whether p created its pool (and Close destroys it),
+// rather than borrowing the device's current pool.
+func (p *DevicePool) IsOwned() bool { return p != nil && p.core.owned }
+
+// IsIPCEnabled reports whether the pool can be exported to other processes.
+func (p *DevicePool) IsIPCEnabled() bool { return p != nil && p.core.ipc }
+
+// IsClosed reports whether Close has been called (true for nil).
+func (p *DevicePool) IsClosed() bool { return p == nil || p.core.isClosed() }
+
+// Attributes reads the pool's attributes from the driver.
+func (p *DevicePool) Attributes() (PoolAttributes, error) {
+	if p == nil {
+		return PoolAttributes{}, errNil("DevicePool", "Attributes")
+	}
+	return p.core.attributes("DevicePool")
+}
+
+// SetReleaseThreshold sets how many reserved bytes the pool keeps at
+// synchronization points (0: release all unused memory at every sync;
+// math.MaxUint64: keep everything).
+func (p *DevicePool) SetReleaseThreshold(n uint64) error {
+	if p == nil {
+		return errNil("DevicePool", "SetReleaseThreshold")
+	}
+	return p.core.set("DevicePool", "SetReleaseThreshold", cuda.MemPoolAttrReleaseThreshold, n)
+}
+
+// SetReuseFollowEventDependencies sets whether allocations may reuse memory
+// freed on another stream once an event or stream dependency orders it.
+func (p *DevicePool) SetReuseFollowEventDependencies(on bool) error {
+	if p == nil {
+		return errNil("DevicePool", "SetReuseFollowEventDependencies")
+	}
+	return p.core.set("DevicePool", "SetReuseFollowEventDependencies", cuda.MemPoolAttrReuseFollowEventDependencies, flagValue(on))
+}
+
+// SetReuseAllowOpportunistic sets whether allocations may reuse memory
+// whose free has completed, with no dependency between them.
+func (p *DevicePool) SetReuseAllowOpportunistic(on bool) error {
+	if p == nil {
+		return errNil("DevicePool", "SetReuseAllowOpportunistic")
+	}
+	return p.core.set("DevicePool", "SetReuseAllowOpportunistic", cuda.MemPoolAttrReuseAllowOpportunistic, flagValue(on))
+}
+
+// SetReuseAllowInternalDependencies sets whether the driver may insert
+// stream dependencies to reuse memory freed on another stream.
+func (p *DevicePool) SetReuseAllowInternalDependencies(on bool) error {
+	if p == nil {
+		return errNil("DevicePool", "SetReuseAllowInternalDependencies")
+	}
+	return p.core.set("DevicePool", "SetReuseAllowInternalDependencies", cuda.MemPoolAttrReuseAllowInternalDependencies, flagValue(on))
+}
+
+// ResetHighWatermarks resets ReservedMemHigh and UsedMemHigh to 0 (the
+// only value the driver accepts), so they track peaks from now on.
+func (p *DevicePool) ResetHighWatermarks() error {
+	if p == nil {
+		return errNil("DevicePool", "ResetHighWatermarks")
+	}
+	return p.core.resetHighWatermarks("DevicePool")
+}
+
+// Trim gives cached memory back to the driver until the pool holds at
+// most keep bytes (cuMemPoolTrimTo). Memory of live allocations, and of
+// frees not yet observed by a synchronization, stays.
+func (p *DevicePool) Trim(keep uint64) error {
+	if p == nil {
+		return errNil("DevicePool", "Trim")
+	}
+	return p.core.trim("DevicePool", keep)
+}
+
+// deviceLoc is the location of device d.
+func deviceLoc(d *cuda.Device) cuda.MemLocation {
+	return cuda.MemLocation{Type: cuda.MemLocationTypeDevice, ID: int32(d.Ordinal())}
+}
+
+// peers returns the devices other than the pool's own that currently have
+// any access to the pool, asking the driver (never a cache, so changes
+// made through another DevicePool on the same pool show; cuda.core #1720).
+// The caller holds the pool.
+func (p *DevicePool) peers() ([]*cuda.Device, error) {
+	all, err := cuda.Devices()
+	if err != nil {
+		return nil, err
+	}
+	var out []*cuda.Device
+	for _, d := range all {
+		if d == p.core.dev {
+			continue
+		}
+		f, err := p.core.pool.Access(deviceLoc(d))
+		if err != nil {
+			return nil, fmt.Errorf("access of %v: %w", d, err)
+		}
+		if f != cuda.MemAccessProtNone {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// PeerAccess returns the ordinals of the other devices that may access the
+// pool's memory, sorted, as the driver reports them now.
+func (p *DevicePool) PeerAccess() ([]int, error) {
+	if p == nil {
+		return nil, errNil("DevicePool", "PeerAccess")
+	}
+	if err := p.core.acquire("DevicePool", "PeerAccess"); err != nil {
+		return nil, err
+	}
+	defer p.core.release()
+	ds, err := p.peers()
+	if err != nil {
+		return nil, p.core.opErr("PeerAccess", err)
+	}
+	out := make([]int, 0, len(ds))
+	for _, d := range ds {
+		out = append(out, d.Ordinal())
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// SetPeerAccess makes exactly the listed devices (besides the pool's own)
+// able to read and write the pool's memory: it grants read-write access
+// to each listed peer and revokes it from every other device that has it,
+// in one cuMemPoolSetAccess call. It applies to existing allocations too.
+// SetPeerAccess() with no arguments revokes all peer access.
+//
+// Every peer must be able to access the pool's device (Device.CanAccessPeer);
+// otherwise nothing changes and the error, matching cuda.ErrNotSupported,
+// names the devices that cannot. Listing the pool's own device, whose
+// access cannot change, is an error matching cuda.ErrInvalidArgument.
+func (p *DevicePool) SetPeerAccess(peers ...*cuda.Device) error {
+	const op = "SetPeerAccess"
+	if p == nil {
+		return errNil("DevicePool", op)
+	}
+	if err := p.core.acquire("DevicePool", op); err != nil {
+		return err
+	}
+	defer p.core.release()
+	own := p.core.dev
+	want := make(map[*cuda.Device]bool, len(peers))
+	var cannot []string
+	for i, d := range peers {
+		switch {
+		case d == nil:
+			return cuda.Errorf("DevicePool."+op, cuda.ErrInvalidArgument, "peer %d is nil", i)
+		case d == own:
+			return cuda.Errorf("DevicePool."+op, cuda.ErrInvalidArgument,
+				"%v is the pool's own device: its access is always read-write and cannot be changed", d)
+		case want[d]:
+			continue
+		}
+		want[d] = true
+		can, err := d.CanAccessPeer(own)
+		if err != nil {
+			return p.core.opErr(op, fmt.Errorf("can %v access %v: %w", d, own, err))
+		}
+		if !can {
+			cannot = append(cannot, d.String())
+		}
+	}
+	if len(cannot) > 0 {
+		return cuda.Errorf("DevicePool."+op, cuda.ErrNotSupported, "%s cannot access peer %v", strings.Join(cannot, ", "), own)
+	}
+	p.peerMu.Lock()
+	defer p.peerMu.Unlock()
+	have, err := p.peers()
+	if err != nil {
+		return p.core.opErr(op, err)
+	}
+	var descs []cuda.MemAccessDesc
+	for d := range want {
+		if !slices.Contains(have, d) {
+			descs = append(descs, cuda.MemAccessDesc{Location: deviceLoc(d), Flags: cuda.MemAccessProtReadWrite})
+		}
+	}
+	for _, d := range have {
+		if !want[d] {
+			descs = append(descs, cuda.MemAccessDesc{Location: deviceLoc(d), Flags: cuda.MemAccessProtNone})
+		}
+	}
+	if err := p.core.pool.SetAccess(descs...); err != nil {
+		return p.core.opErr(op, err)
+	}
+	return nil
+}
+
+// revokePeers removes every peer's access; Close calls it before
+// destroying an owned pool (the step cuda.core #2807 lost).
+func (p *DevicePool) revokePeers() error {
+	have, err := p.peers()
+	if err != nil {
+		return err
+	}
+	descs := make([]cuda.MemAccessDesc, 0, len(have))
+	for _, d := range have {
+		descs = append(descs, cuda.MemAccessDesc{Location: deviceLoc(d), Flags: cuda.MemAccessProtNone})
+	}
+	return p.core.pool.SetAccess(descs...)
+}
+
+// Close ends the resource. An owned pool has its peer access revoked and
+// is destroyed (cuMemPoolDestroy; memory still allocated from it is
+// released once freed); a borrowed pool is left as it is. Close is
+// idempotent; if it fails the resource stays open and Close may be retried.
+func (p *DevicePool) Close() error {
+	if p == nil || p.core.dev == nil || p.core.pool.IsZero() {
+		return nil
+	}
+	c := &p.core
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	if c.owned {
+		if err := p.revokePeers(); err != nil {
+			return c.opErr("Close", fmt.Errorf("revoke peer access: %w", err))
+		}
+		if err := c.pool.Destroy(); err != nil {
+			return c.opErr("Close", err)
+		}
+	}
+	c.closed = true
+	return nil
+}
+
+// String describes the resource for logs.
+func (p *DevicePool) String() string {
+	if p == nil || p.core.dev == nil {
+		return "DevicePool(nil)"
+	}
+	kind := "current pool"
+	if p.core.owned {
+		kind = "owned pool"
+	}
+	if p.core.ipc {
+		kind += ", IPC"
+	}
+	if p.IsClosed() {
+		kind += ", closed"
+	}
+	return fmt.Sprintf("DevicePool(%v, %s)", p.core.dev, kind)
+}

@@ -1,0 +1,67 @@
+// Package resource provides memory resources: implementations of
+// buffer.MemoryResource that hand out owned buffers of device, pinned host
+// or managed memory. It brings cuda.core's memory resources to Go, with
+// RMM's conveniences where cuda.core lacks them.
+//
+// # Choosing a resource
+//
+//   - [DevicePool]: device memory from a CUDA memory pool, stream ordered
+//     (cuMemAllocFromPoolAsync). The fast, usual choice. [NewDevicePool]
+//     with nil options borrows the device's current pool; with
+//     [DevicePoolOptions] it creates and owns a pool (maximum size, IPC
+//     export, release threshold, initial reserve). Attributes, trimming
+//     and peer access are methods of the pool. cuda.core:
+//     DeviceMemoryResource. RMM: cuda_async_memory_resource.
+//   - [PinnedPool]: page-locked host memory from a pool with a host (or
+//     host NUMA) location, readable by the CPU and every device. cuda.core:
+//     PinnedMemoryResource.
+//   - [LegacyPinned]: page-locked host memory from cuMemHostAlloc, for
+//     drivers without host pools. cuda.core: LegacyPinnedMemoryResource.
+//   - [Managed]: managed (unified) memory from cuMemAllocManaged, with
+//     [Prefetch] and [Advise] for its buffers.
+//   - [SyncDevice]: device memory from cuMemAlloc, for devices without
+//     memory pools. cuda.core: _SynchronousMemoryResource.
+//   - [Default] and [SetDefault]: a per-device default resource, chosen
+//     automatically (DevicePool, else SyncDevice) until set.
+//
+// # Streams
+//
+// Allocate and Deallocate take the stream that orders them; nil means the
+// legacy default stream of the resource's device (device 0 for host
+// memory). Stream-ordered memory (the pools) may be used on the
+// allocation stream at once and on other streams after synchronizing with
+// it; a Buffer frees on its allocation stream unless CloseOn names
+// another. The synchronous resources (LegacyPinned, SyncDevice, Managed)
+// wait for the stream before freeing, since their free calls are not
+// stream ordered.
+//
+// # Lifetimes
+//
+// Buffers are closed by their users (Buffer.Close). Resources that own a
+// driver object (an owned DevicePool, a PinnedPool) are closed with Close,
+// which is idempotent. Close on a pool resource with live buffers is
+// allowed: the buffers can still be closed afterwards (Deallocate keeps
+// working) and the driver releases the pool once the last is freed. Every
+// other call on a closed resource, Attributes included, returns an error
+// matching cuda.ErrClosed. An owned DevicePool revokes its peer access
+// before it is destroyed (cuda.core #2807 meant to and did not).
+//
+// # Errors
+//
+// Errors name the operation ("DevicePool.Allocate: ...") and the values
+// involved, and wrap the cause: match them with errors.Is against
+// cuda.ErrClosed, cuda.ErrInvalidArgument (bad input, caught before the
+// driver is called), cuda.ErrNotSupported (a device, driver or platform
+// without the feature; tests skip on it) or a cuda.Result such as
+// cuda.ErrorOutOfMemory. Nothing in this package panics on bad input: nil
+// devices, nil or zero-value resources, closed buffers and any size give
+// errors. Allocating size 0 returns an empty buffer without calling the
+// driver; deallocating address 0 does nothing.
+//
+// # Names
+//
+// Go names drop cuda.core's "MemoryResource" suffix, which the package
+// name already says: resource.DevicePool is DeviceMemoryResource,
+// DevicePool.SetPeerAccess and PeerAccess are peer_accessible_by, and
+// PoolAttributes holds the attributes property as one 64-bit snapshot.
+package resource

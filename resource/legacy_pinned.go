@@ -1,0 +1,108 @@
+package resource
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// LegacyPinned allocates page-locked host memory with cuMemHostAlloc
+// (portable, device-mapped) and frees it with cuMemFreeHost: cuda.core's
+// LegacyPinnedMemoryResource. Each pair costs about a millisecond; prefer
+// PinnedPool where the driver has host pools. Deallocate first waits for
+// the stream, since cuMemFreeHost is not stream ordered.
+//
+// The memory is readable and writable by the CPU and by every device;
+// under unified addressing Buffer.Ptr is the host address. Calls run in
+// device 0's context; the nil stream is device 0's legacy default stream.
+// LegacyPinned holds no driver object, so it has no Close. It is safe for
+// concurrent use.
+type LegacyPinned struct {
+	dev *cuda.Device
+}
+
+var _ buffer.MemoryResource = (*LegacyPinned)(nil)
+
+// NewLegacyPinned returns a legacy pinned host memory resource.
+func NewLegacyPinned() (*LegacyPinned, error) {
+	dev, err := cuda.GetDevice(0)
+	if err != nil {
+		return nil, &cuda.OpError{Op: "NewLegacyPinned", Err: err}
+	}
+	return &LegacyPinned{dev: dev}, nil
+}
+
+func (r *LegacyPinned) check(op string) error {
+	if r == nil || r.dev == nil {
+		return cuda.Errorf("LegacyPinned."+op, cuda.ErrInvalidArgument, "LegacyPinned is not initialized (create it with NewLegacyPinned)")
+	}
+	return nil
+}
+
+// Allocate returns a new buffer of size bytes of pinned host memory. The
+// allocation is synchronous; s (nil: device 0's legacy default stream) is
+// recorded as the stream Close frees on. Size 0 returns an empty buffer
+// without calling the driver.
+func (r *LegacyPinned) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	if err := r.check("Allocate"); err != nil {
+		return nil, err
+	}
+	if s == nil {
+		s = r.dev.DefaultStream()
+	}
+	if size == 0 {
+		return buffer.Owned(0, 0, r, s), nil
+	}
+	p, err := r.dev.MemHostAlloc(size, cuda.MemHostAllocPortable|cuda.MemHostAllocDeviceMap)
+	if err != nil {
+		return nil, &cuda.OpError{Op: "LegacyPinned.Allocate", Err: fmt.Errorf("%d bytes: %w", size, err)}
+	}
+	return buffer.Owned(devicePtr(p), size, r, s), nil
+}
+
+// Deallocate waits for s (nil: device 0's legacy default stream), then
+// frees the memory. A zero ptr is a no-op.
+func (r *LegacyPinned) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
+	if ptr == 0 {
+		return nil
+	}
+	if err := r.check("Deallocate"); err != nil {
+		return err
+	}
+	if s == nil {
+		s = r.dev.DefaultStream()
+	}
+	if err := s.Sync(); err != nil {
+		return &cuda.OpError{Op: "LegacyPinned.Deallocate", Err: fmt.Errorf("%#x (%d bytes): %w", uint64(ptr), size, err)}
+	}
+	if err := r.dev.MemFreeHost(hostPtr(ptr)); err != nil {
+		return &cuda.OpError{Op: "LegacyPinned.Deallocate", Err: fmt.Errorf("%#x (%d bytes): %w", uint64(ptr), size, err)}
+	}
+	return nil
+}
+
+// DeviceAccessible reports true.
+func (r *LegacyPinned) DeviceAccessible() bool { return true }
+
+// HostAccessible reports true.
+func (r *LegacyPinned) HostAccessible() bool { return true }
+
+// DeviceID reports -1: pinned memory belongs to no device.
+func (r *LegacyPinned) DeviceID() int { return -1 }
+
+// String describes the resource for logs.
+func (r *LegacyPinned) String() string { return "LegacyPinned" }
+
+// devicePtr is the unified address of host memory from the driver.
+func devicePtr(p unsafe.Pointer) cuda.DevicePtr { return cuda.DevicePtr(uintptr(p)) }
+
+// hostPtr turns a unified address of driver-allocated host memory back
+// into a pointer. The memory is not the Go heap's, so the collector does
+// not care about it; reading the word through memory keeps vet's
+// uintptr-to-pointer rule (meant for Go memory) out of the way.
+func hostPtr(p cuda.DevicePtr) unsafe.Pointer {
+	u := uintptr(p)
+	return *(*unsafe.Pointer)(unsafe.Pointer(&u))
+}

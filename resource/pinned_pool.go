@@ -1,0 +1,264 @@
+package resource
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// PinnedPoolOptions configure NewPinnedPool (cuda.core's
+// PinnedMemoryResourceOptions). The zero value asks for a plain host pool
+// that keeps freed memory cached.
+type PinnedPoolOptions struct {
+	// NUMANode places the memory on a host NUMA node. nil means plain
+	// host memory, except with IPC (plain host pools cannot be exported),
+	// where it means the NUMA node nearest device 0 (or node 0 when the
+	// driver does not say), rather than always node 0 (cuda.core #1603).
+	NUMANode *int
+	// IPC makes the pool exportable to other processes as a POSIX file
+	// descriptor. Linux only.
+	IPC bool
+	// MaxSize caps the pool in bytes; 0 leaves it to the driver.
+	MaxSize uint64
+	// ReleaseThreshold is how many reserved bytes the pool keeps at
+	// synchronization points; 0 means no limit (keep freed memory cached).
+	ReleaseThreshold uint64
+}
+
+// check validates the options without a driver; goos is the target OS.
+func (o *PinnedPoolOptions) check(goos string) error {
+	const op = "NewPinnedPool"
+	if o.NUMANode != nil && *o.NUMANode < 0 {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "negative NUMANode %d (leave it nil for plain host memory)", *o.NUMANode)
+	}
+	if o.IPC && goos != "linux" {
+		return cuda.Errorf(op, cuda.ErrNotSupported, "IPC-enabled pools use POSIX file descriptors, available on Linux only (not %s)", goos)
+	}
+	return nil
+}
+
+// Driver versions that accept host-location pools.
+const (
+	minDriverHostPool     = 13000 // CU_MEM_LOCATION_TYPE_HOST pools
+	minDriverHostNUMAPool = 12060 // CU_MEM_LOCATION_TYPE_HOST_NUMA pools
+)
+
+// PinnedPool allocates page-locked host memory from a CUDA memory pool
+// with a host location, stream ordered: cuda.core's PinnedMemoryResource.
+// The memory is readable and writable by the CPU (under unified
+// addressing, Buffer.Ptr is the host address) and by every device, which
+// NewPinnedPool grants read-write access. Pooling matters here: a pair of
+// cuMemHostAlloc/cuMemFreeHost calls costs about a millisecond, a pool
+// pair about a microsecond.
+//
+// The pool is owned: Close destroys it. Calls on the pool run in device
+// 0's context; the nil stream is device 0's legacy default stream. Methods
+// are safe for concurrent use; after Close they return errors matching
+// cuda.ErrClosed, except Deallocate (see DevicePool).
+type PinnedPool struct {
+	core poolCore
+	loc  cuda.MemLocation
+}
+
+var _ buffer.MemoryResource = (*PinnedPool)(nil)
+
+// NewPinnedPool creates a pinned host memory pool. nil opts means the
+// zero options. A driver or device without host-location pools (drivers
+// before CUDA 12.6 for NUMA pools, 13.0 for plain host pools) gives an
+// error matching cuda.ErrNotSupported.
+func NewPinnedPool(opts *PinnedPoolOptions) (*PinnedPool, error) {
+	const op = "NewPinnedPool"
+	if opts == nil {
+		opts = &PinnedPoolOptions{}
+	}
+	if err := opts.check(runtime.GOOS); err != nil {
+		return nil, err
+	}
+	devs, err := cuda.Devices()
+	if err != nil {
+		return nil, &cuda.OpError{Op: op, Err: err}
+	}
+	if len(devs) == 0 {
+		return nil, cuda.Errorf(op, cuda.ErrNotSupported, "no CUDA devices")
+	}
+	dev := devs[0]
+	f, err := dev.Features()
+	if err != nil {
+		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%v features: %w", dev, err)}
+	}
+	if !f.MemoryPools {
+		return nil, cuda.Errorf(op, cuda.ErrNotSupported, "%v does not support memory pools (use NewLegacyPinned)", dev)
+	}
+	if opts.IPC && !f.PoolIPC {
+		return nil, cuda.Errorf(op, cuda.ErrNotSupported, "%v cannot export memory pools as POSIX file descriptors", dev)
+	}
+	loc := cuda.MemLocation{Type: cuda.MemLocationTypeHost}
+	switch {
+	case opts.NUMANode != nil:
+		loc = cuda.MemLocation{Type: cuda.MemLocationTypeHostNUMA, ID: int32(*opts.NUMANode)}
+	case opts.IPC:
+		loc = cuda.MemLocation{Type: cuda.MemLocationTypeHostNUMA, ID: int32(max(f.HostNUMAID, 0))}
+	}
+	_, version, err := cuda.Driver()
+	if err != nil {
+		return nil, &cuda.OpError{Op: op, Err: err}
+	}
+	need := minDriverHostPool
+	if loc.Type == cuda.MemLocationTypeHostNUMA {
+		need = minDriverHostNUMAPool
+	}
+	if version < need {
+		return nil, cuda.Errorf(op, cuda.ErrNotSupported, "pools at %s need a CUDA %s driver (this one is %s)",
+			locString(loc), cuda.VersionString(need), cuda.VersionString(version))
+	}
+	props := cuda.MemPoolProps{AllocType: cuda.MemAllocationTypePinned, Location: loc, MaxSize: opts.MaxSize}
+	if opts.IPC {
+		props.HandleTypes = cuda.MemHandleTypePosixFileDescriptor
+	}
+	pool, err := dev.CreateMemPool(&props)
+	if err != nil {
+		if errors.Is(err, cuda.ErrorInvalidValue) || errors.Is(err, cuda.ErrNotSupported) {
+			// Drivers that reject host-location pools say INVALID_VALUE
+			// (cuda.core #2795); report it as the missing feature it is.
+			return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: host memory pools rejected by the driver: %w", cuda.ErrNotSupported, err)}
+		}
+		return nil, &cuda.OpError{Op: op, Err: err}
+	}
+	descs := make([]cuda.MemAccessDesc, len(devs))
+	for i, d := range devs {
+		descs[i] = cuda.MemAccessDesc{Location: deviceLoc(d), Flags: cuda.MemAccessProtReadWrite}
+	}
+	err = pool.SetAccess(descs...)
+	if err == nil {
+		err = pool.SetAttribute(cuda.MemPoolAttrReleaseThreshold, threshold(opts.ReleaseThreshold))
+	}
+	if err != nil {
+		_ = pool.Destroy()
+		return nil, &cuda.OpError{Op: op, Err: err}
+	}
+	return &PinnedPool{core: poolCore{kind: "PinnedPool", dev: dev, pool: pool, owned: true, ipc: opts.IPC}, loc: loc}, nil
+}
+
+// Allocate returns a new buffer of size bytes of pinned host memory,
+// allocated in stream order on s (nil: device 0's legacy default stream).
+// Synchronize with s before touching it from the CPU. Size 0 returns an
+// empty buffer without calling the driver.
+func (p *PinnedPool) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	if p == nil {
+		return nil, errNil("PinnedPool", "Allocate")
+	}
+	return p.core.allocate("PinnedPool", p, size, s)
+}
+
+// Deallocate frees memory from Allocate in stream order on s (nil: device
+// 0's legacy default stream). A zero ptr is a no-op.
+func (p *PinnedPool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
+	if ptr == 0 {
+		return nil
+	}
+	if p == nil {
+		return errNil("PinnedPool", "Deallocate")
+	}
+	return p.core.deallocate("PinnedPool", ptr, size, s)
+}
+
+// DeviceAccessible reports true: every device may use the memory.
+func (p *PinnedPool) DeviceAccessible() bool { return true }
+
+// HostAccessible reports true: the CPU may read and write the memory.
+func (p *PinnedPool) HostAccessible() bool { return true }
+
+// DeviceID reports -1: pinned memory belongs to no device.
+func (p *PinnedPool) DeviceID() int { return -1 }
+
+// Location is where the memory lives: the host, or a host NUMA node.
+func (p *PinnedPool) Location() cuda.MemLocation {
+	if p == nil {
+		return cuda.MemLocation{}
+	}
+	return p.loc
+}
+
+// Pool returns the driver memory pool (see DevicePool.Pool).
+func (p *PinnedPool) Pool() cuda.MemPool {
+	if p == nil {
+		return cuda.MemPool{}
+	}
+	return p.core.memPool()
+}
+
+// IsIPCEnabled reports whether the pool can be exported to other processes.
+func (p *PinnedPool) IsIPCEnabled() bool { return p != nil && p.core.ipc }
+
+// IsClosed reports whether Close has been called (true for nil).
+func (p *PinnedPool) IsClosed() bool { return p == nil || p.core.isClosed() }
+
+// Attributes reads the pool's attributes from the driver.
+func (p *PinnedPool) Attributes() (PoolAttributes, error) {
+	if p == nil {
+		return PoolAttributes{}, errNil("PinnedPool", "Attributes")
+	}
+	return p.core.attributes("PinnedPool")
+}
+
+// SetReleaseThreshold sets how many reserved bytes the pool keeps at
+// synchronization points.
+func (p *PinnedPool) SetReleaseThreshold(n uint64) error {
+	if p == nil {
+		return errNil("PinnedPool", "SetReleaseThreshold")
+	}
+	return p.core.set("PinnedPool", "SetReleaseThreshold", cuda.MemPoolAttrReleaseThreshold, n)
+}
+
+// ResetHighWatermarks resets ReservedMemHigh and UsedMemHigh to 0.
+func (p *PinnedPool) ResetHighWatermarks() error {
+	if p == nil {
+		return errNil("PinnedPool", "ResetHighWatermarks")
+	}
+	return p.core.resetHighWatermarks("PinnedPool")
+}
+
+// Trim gives cached memory back until the pool holds at most keep bytes.
+func (p *PinnedPool) Trim(keep uint64) error {
+	if p == nil {
+		return errNil("PinnedPool", "Trim")
+	}
+	return p.core.trim("PinnedPool", keep)
+}
+
+// Close destroys the pool; memory still allocated from it is released
+// once freed. Idempotent; on failure the pool stays open.
+func (p *PinnedPool) Close() error {
+	if p == nil || p.core.dev == nil || p.core.pool.IsZero() {
+		return nil
+	}
+	c := &p.core
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	if err := c.pool.Destroy(); err != nil {
+		return c.opErr("Close", err)
+	}
+	c.closed = true
+	return nil
+}
+
+// String describes the resource for logs.
+func (p *PinnedPool) String() string {
+	if p == nil || p.core.dev == nil {
+		return "PinnedPool(nil)"
+	}
+	s := locString(p.loc)
+	if p.core.ipc {
+		s += ", IPC"
+	}
+	if p.IsClosed() {
+		s += ", closed"
+	}
+	return "PinnedPool(" + s + ")"
+}

@@ -1,0 +1,110 @@
+package resource
+
+import (
+	"fmt"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// SyncDevice allocates device memory with cuMemAlloc and frees it with
+// cuMemFree: cuda.core's _SynchronousMemoryResource, RMM's
+// cuda_memory_resource. It works on every device, including those without
+// memory pools, where Default picks it; elsewhere prefer DevicePool (a
+// SyncDevice pair costs about 100 µs and cuMemFree may synchronize the
+// device). Deallocate first waits for the stream.
+//
+// SyncDevice holds no driver object, so it has no Close. It is safe for
+// concurrent use.
+type SyncDevice struct {
+	dev *cuda.Device
+}
+
+var _ buffer.MemoryResource = (*SyncDevice)(nil)
+
+// NewSyncDevice returns a synchronous device memory resource for dev.
+func NewSyncDevice(dev *cuda.Device) (*SyncDevice, error) {
+	if dev == nil {
+		return nil, cuda.Errorf("NewSyncDevice", cuda.ErrInvalidArgument, "nil device")
+	}
+	return &SyncDevice{dev: dev}, nil
+}
+
+func (r *SyncDevice) check(op string) error {
+	if r == nil || r.dev == nil {
+		return cuda.Errorf("SyncDevice."+op, cuda.ErrInvalidArgument, "SyncDevice is not initialized (create it with NewSyncDevice)")
+	}
+	return nil
+}
+
+// Allocate returns a new buffer of size bytes of device memory. The
+// allocation is synchronous; s (nil: the device's legacy default stream)
+// is recorded as the stream Close frees on. Size 0 returns an empty buffer
+// without calling the driver.
+func (r *SyncDevice) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	if err := r.check("Allocate"); err != nil {
+		return nil, err
+	}
+	if s == nil {
+		s = r.dev.DefaultStream()
+	}
+	if size == 0 {
+		return buffer.Owned(0, 0, r, s), nil
+	}
+	p, err := r.dev.MemAlloc(size)
+	if err != nil {
+		return nil, &cuda.OpError{Op: "SyncDevice.Allocate", Err: fmt.Errorf("%d bytes on %v: %w", size, r.dev, err)}
+	}
+	return buffer.Owned(p, size, r, s), nil
+}
+
+// Deallocate waits for s (nil: the device's legacy default stream), then
+// frees the memory. A zero ptr is a no-op.
+func (r *SyncDevice) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
+	if ptr == 0 {
+		return nil
+	}
+	if err := r.check("Deallocate"); err != nil {
+		return err
+	}
+	if s == nil {
+		s = r.dev.DefaultStream()
+	}
+	if err := s.Sync(); err != nil {
+		return &cuda.OpError{Op: "SyncDevice.Deallocate", Err: fmt.Errorf("%#x (%d bytes): %w", uint64(ptr), size, err)}
+	}
+	if err := r.dev.MemFree(ptr); err != nil {
+		return &cuda.OpError{Op: "SyncDevice.Deallocate", Err: fmt.Errorf("%#x (%d bytes): %w", uint64(ptr), size, err)}
+	}
+	return nil
+}
+
+// DeviceAccessible reports true.
+func (r *SyncDevice) DeviceAccessible() bool { return true }
+
+// HostAccessible reports false.
+func (r *SyncDevice) HostAccessible() bool { return false }
+
+// DeviceID is the device's ordinal (-1 for a nil or zero value).
+func (r *SyncDevice) DeviceID() int {
+	if r == nil || r.dev == nil {
+		return -1
+	}
+	return r.dev.Ordinal()
+}
+
+// Device is the resource's device.
+func (r *SyncDevice) Device() *cuda.Device {
+	if r == nil {
+		return nil
+	}
+	return r.dev
+}
+
+// String describes the resource for logs.
+func (r *SyncDevice) String() string {
+	if r == nil || r.dev == nil {
+		return "SyncDevice(nil)"
+	}
+	return fmt.Sprintf("SyncDevice(%v)", r.dev)
+}
