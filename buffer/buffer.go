@@ -52,6 +52,19 @@ type state struct {
 	size   uint64
 	mr     MemoryResource
 	stream *cuda.Stream
+
+	// The driver's description of the allocation (cuPointerGetAttribute),
+	// asked once when needed: for borrowed buffers' accessors, and to tell
+	// pinned from managed memory in host copies.
+	infoOnce sync.Once
+	info     cuda.PointerInfo
+	infoErr  error
+}
+
+// pointerInfo returns the driver's description of the allocation.
+func (st *state) pointerInfo() (cuda.PointerInfo, error) {
+	st.infoOnce.Do(func() { st.info, st.infoErr = cuda.QueryPointer(st.ptr) })
+	return st.info, st.infoErr
 }
 
 // Buffer is a range of memory: device, pinned host, managed, or anything a
@@ -72,6 +85,7 @@ type Buffer struct {
 	size    uint64  // this buffer's (or view's) size
 	parent  *Buffer // non-nil for views: keeps the owner alive
 	cleanup runtime.Cleanup
+	vclosed atomic.Bool // a view's own Close (owners use st.closed)
 }
 
 // Owned wraps memory that mr allocated: Close will call
@@ -109,7 +123,8 @@ func collect(st *state) {
 
 // Close frees an owned buffer on its allocation stream (or the resource's
 // default stream if it had none). Closing a view or a borrowed buffer only
-// stops its use; closing an owner also ends every view of it.
+// stops its use; closing an owner ends every view of it, and closing a view
+// ends the views sliced from it.
 func (b *Buffer) Close() error { return b.CloseOn(nil) }
 
 // CloseOn frees an owned buffer ordered on s instead of the allocation
@@ -119,7 +134,8 @@ func (b *Buffer) CloseOn(s *cuda.Stream) error {
 		return nil
 	}
 	if b.parent != nil {
-		return nil // views never free; they end with their owner
+		b.vclosed.Store(true) // views never free; they only stop being usable
+		return nil
 	}
 	st := b.st
 	st.mu.Lock()
@@ -148,20 +164,36 @@ func (b *Buffer) acquire(op string) (cuda.DevicePtr, error) {
 		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil buffer")
 	}
 	b.st.mu.RLock()
-	if b.st.closed {
+	if b.st.closed || b.viewClosed() {
 		b.st.mu.RUnlock()
-		return 0, &cuda.OpError{Op: op, Err: cuda.ErrClosed}
+		return 0, closedErr(op)
 	}
 	return b.st.ptr + cuda.DevicePtr(b.off), nil
 }
 
 func (b *Buffer) release() { b.st.mu.RUnlock() }
 
-// IsClosed reports whether the buffer (or, for a view, its owner) is closed.
+func closedErr(op string) error { return &cuda.OpError{Op: op, Err: cuda.ErrClosed} }
+
+// viewClosed reports whether b, or a view it was sliced from, was closed.
+func (b *Buffer) viewClosed() bool {
+	for v := b; v.parent != nil; v = v.parent {
+		if v.vclosed.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// IsClosed reports whether the buffer is closed: by its own Close, or for
+// a view, by the Close of its owner or of a view it was sliced from.
 func (b *Buffer) IsClosed() bool {
+	if b == nil {
+		return true
+	}
 	b.st.mu.RLock()
 	defer b.st.mu.RUnlock()
-	return b.st.closed
+	return b.st.closed || b.viewClosed()
 }
 
 // Ptr is the buffer's address (a device address, or a host address for
@@ -169,7 +201,7 @@ func (b *Buffer) IsClosed() bool {
 func (b *Buffer) Ptr() cuda.DevicePtr {
 	b.st.mu.RLock()
 	defer b.st.mu.RUnlock()
-	if b.st.closed {
+	if b.st.closed || b.viewClosed() {
 		return 0
 	}
 	return b.st.ptr + cuda.DevicePtr(b.off)
@@ -183,7 +215,7 @@ func (b *Buffer) Size() uint64 { return b.size }
 func (b *Buffer) Resource() MemoryResource {
 	b.st.mu.RLock()
 	defer b.st.mu.RUnlock()
-	if b.st.closed {
+	if b.st.closed || b.viewClosed() {
 		return nil
 	}
 	return b.st.mr

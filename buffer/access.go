@@ -1,0 +1,117 @@
+package buffer
+
+import (
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// props is where a buffer's memory lives and who can touch it.
+type props struct {
+	device  int  // device ordinal, -1 for host memory or memory the driver does not know
+	devAcc  bool // kernels can use it
+	hostAcc bool // the CPU can use it
+}
+
+// props asks the resource, or for borrowed memory the driver (once per
+// allocation). It takes no lock: st.mr never changes, and the driver's
+// answer is cached in the state.
+func (b *Buffer) props() props {
+	if mr := b.st.mr; mr != nil {
+		return props{device: mr.DeviceID(), devAcc: mr.DeviceAccessible(), hostAcc: mr.HostAccessible()}
+	}
+	info, err := b.st.pointerInfo()
+	if err != nil {
+		return props{device: -1}
+	}
+	host := info.Type == cuda.MemoryTypeHost && !info.Managed
+	p := props{device: info.Device, devAcc: true, hostAcc: host || info.Managed}
+	if host {
+		p.device = -1
+	}
+	return p
+}
+
+// DeviceID is the ordinal of the device the memory belongs to, or -1 for
+// host memory (pinned memory is bound to no device), for memory the driver
+// does not know, and once the buffer is closed. Owned buffers ask their
+// resource; borrowed ones ask the driver (cuPointerGetAttribute, once).
+func (b *Buffer) DeviceID() int {
+	if b.IsClosed() {
+		return -1
+	}
+	return b.props().device
+}
+
+// DeviceAccessible reports whether kernels can use the memory: device,
+// pinned and managed memory can. It is false once the buffer is closed.
+func (b *Buffer) DeviceAccessible() bool {
+	if b.IsClosed() {
+		return false
+	}
+	return b.props().devAcc
+}
+
+// HostAccessible reports whether the CPU can use the memory directly
+// (see [Buffer.Bytes]): pinned host and managed memory can, device memory
+// cannot. It is false once the buffer is closed.
+func (b *Buffer) HostAccessible() bool {
+	if b.IsClosed() {
+		return false
+	}
+	return b.props().hostAcc
+}
+
+// Device returns the device the memory belongs to. Host memory belongs to
+// none: that is an error matching [cuda.ErrInvalidArgument].
+func (b *Buffer) Device() (*cuda.Device, error) {
+	const op = "Buffer.Device"
+	ptr, err := b.acquire(op)
+	if err != nil {
+		return nil, err
+	}
+	defer b.release()
+	id := b.props().device
+	if id < 0 {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "the memory at %#x belongs to no device (host memory, or memory the driver does not know)", uint64(ptr))
+	}
+	return cuda.GetDevice(id)
+}
+
+// streamFor resolves a stream argument: s itself if not nil, else the
+// buffer's allocation stream, else the legacy default stream of the
+// buffer's device (of device 0 for memory bound to no device).
+func (b *Buffer) streamFor(s *cuda.Stream) (*cuda.Stream, error) {
+	if s != nil {
+		return s, nil
+	}
+	if b.st.stream != nil {
+		return b.st.stream, nil
+	}
+	id := b.props().device
+	if id < 0 {
+		id = 0
+	}
+	d, err := cuda.GetDevice(id)
+	if err != nil {
+		return nil, err
+	}
+	return d.DefaultStream(), nil
+}
+
+// pinnedHost reports whether the memory is page-locked host memory that is
+// not managed (cuMemHostAlloc, cuMemAllocHost, cuMemHostRegister, a host
+// pool): host copies to and from it are plain memory moves once the stream
+// has drained. Call it only after streamFor succeeded, so that buffers
+// whose resource names no real device never reach the driver.
+func (b *Buffer) pinnedHost() bool {
+	p := b.props()
+	if !p.hostAcc {
+		return false
+	}
+	info, err := b.st.pointerInfo()
+	if err != nil {
+		// Host-accessible memory the driver does not know: plain host
+		// memory, unless its resource claims kernels can reach it.
+		return !p.devAcc
+	}
+	return info.Type == cuda.MemoryTypeHost && !info.Managed
+}

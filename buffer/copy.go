@@ -1,0 +1,121 @@
+package buffer
+
+import (
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// CopyTo copies the buffer's contents into dst, ordered on s (nil: this
+// buffer's stream; see the package documentation). The sizes must be equal;
+// slice a buffer first to copy part of it. Views of one allocation must not
+// overlap. Memory on two different devices
+// is copied with cuMemcpyPeerAsync, anything else with cuMemcpyAsync. The
+// copy is asynchronous: synchronize s before the CPU reads dst.
+func (b *Buffer) CopyTo(dst *Buffer, s *cuda.Stream) error {
+	return copyBuffers("Buffer.CopyTo", dst, b, b, s)
+}
+
+// CopyFrom copies src's contents into the buffer, ordered on s (nil: this
+// buffer's stream). It is [Buffer.CopyTo] seen from the destination.
+func (b *Buffer) CopyFrom(src *Buffer, s *cuda.Stream) error {
+	return copyBuffers("Buffer.CopyFrom", b, src, b, s)
+}
+
+// Clone allocates a buffer of the same size from mr (nil: this buffer's
+// own resource) and copies the contents into it, ordered on s (nil: this
+// buffer's stream, which also becomes the clone's allocation stream). It
+// is cuda.core's copy_to with no destination. The caller owns the clone.
+func (b *Buffer) Clone(mr MemoryResource, s *cuda.Stream) (*Buffer, error) {
+	const op = "Buffer.Clone"
+	if _, err := b.acquire(op); err != nil {
+		return nil, err
+	}
+	b.release()
+	if mr == nil {
+		if mr = b.st.mr; mr == nil {
+			return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "a destination resource must be given (this buffer does not have a MemoryResource)")
+		}
+	}
+	s, err := b.streamFor(s)
+	if err != nil {
+		return nil, err
+	}
+	out, err := mr.Allocate(b.size, s)
+	if err != nil {
+		return nil, err
+	}
+	if out.Size() != b.size {
+		_ = out.Close()
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "the resource returned %d bytes for a request of %d", out.Size(), b.size)
+	}
+	if err := out.CopyFrom(b, s); err != nil {
+		_ = out.Close()
+		return nil, err
+	}
+	return out, nil
+}
+
+// copyBuffers copies src into dst on s, resolved through self.
+func copyBuffers(op string, dst, src, self *Buffer, s *cuda.Stream) error {
+	if dst == nil || src == nil {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil buffer")
+	}
+	dp, sp, err := acquirePair(op, dst, src)
+	if err != nil {
+		return err
+	}
+	defer releasePair(dst, src)
+	if src.size != dst.size {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer sizes mismatch between src and dst (sizes are: src=%d, dst=%d)", src.size, dst.size)
+	}
+	if src.size == 0 {
+		return nil
+	}
+	if src.st == dst.st && src.off < dst.off+dst.size && dst.off < src.off+src.size {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "src and dst overlap (views of one allocation at offsets %d and %d, %d bytes)", src.off, dst.off, src.size)
+	}
+	s, err = self.streamFor(s)
+	if err != nil {
+		return err
+	}
+	spr, dpr := src.props(), dst.props()
+	if spr.device >= 0 && dpr.device >= 0 && spr.device != dpr.device && !spr.hostAcc && !dpr.hostAcc {
+		sd, err := cuda.GetDevice(spr.device)
+		if err != nil {
+			return err
+		}
+		dd, err := cuda.GetDevice(dpr.device)
+		if err != nil {
+			return err
+		}
+		return s.MemcpyPeerAsync(dp, dd, sp, sd, src.size)
+	}
+	return s.MemcpyAsync(dp, sp, src.size)
+}
+
+// acquirePair acquires two buffers for one call. Buffers that share an
+// owner (views of one allocation) share a lock, taken once: a second read
+// lock could deadlock behind a waiting Close.
+func acquirePair(op string, dst, src *Buffer) (dp, sp cuda.DevicePtr, err error) {
+	if dp, err = dst.acquire(op); err != nil {
+		return 0, 0, err
+	}
+	if src.st == dst.st {
+		if src.viewClosed() {
+			dst.release()
+			return 0, 0, closedErr(op)
+		}
+		return dp, src.st.ptr + cuda.DevicePtr(src.off), nil
+	}
+	if sp, err = src.acquire(op); err != nil {
+		dst.release()
+		return 0, 0, err
+	}
+	return dp, sp, nil
+}
+
+func releasePair(dst, src *Buffer) {
+	if src.st != dst.st {
+		src.release()
+	}
+	dst.release()
+}

@@ -1,0 +1,86 @@
+// Package buffer holds [Buffer], a range of memory a CUDA device or the host
+// can use, and the [MemoryResource] interface that hands buffers out. It is
+// the Go counterpart of cuda.core's Buffer and MemoryResource; the
+// resources themselves (device pools, pinned, managed, synchronous, and
+// adaptors) live in package resource.
+//
+// # Buffers and ownership
+//
+// A Buffer is an address, a size, and, when owned, the resource that frees
+// it. There are three kinds:
+//
+//   - Owned buffers come from a resource's Allocate (or from [Owned], which
+//     resources use to build them). Close gives the memory back through
+//     [MemoryResource.Deallocate].
+//   - Borrowed buffers wrap memory owned elsewhere ([FromPointer]). Close
+//     only ends their use; where the memory lives is asked of the driver.
+//   - Views ([Buffer.Slice]) are ranges of another buffer. They never free,
+//     keep their owner from being garbage collected, and end when the owner
+//     (or a view they were sliced from) is closed.
+//
+// [Buffer.Close] and [Buffer.CloseOn] are idempotent. Every other method of
+// a closed buffer returns an error matching [cuda.ErrClosed];
+// [Buffer.Ptr] then returns 0, [Buffer.Resource] nil, and the
+// accessibility accessors report memory reachable from nowhere.
+//
+// # Streams
+//
+// Copies and fills are ordered on a stream and asynchronous unless their
+// documentation says otherwise: they start after the work already submitted
+// to the stream, and the CPU must synchronize the stream before it reads
+// what they wrote. A nil stream argument means the buffer's allocation
+// stream ([Buffer.Stream]) if it has one, else the legacy default stream
+// of the buffer's device ([cuda.Device.DefaultStream]), or of device 0 for
+// memory bound to no device (pinned host memory). For copies between two
+// buffers it is the stream of the receiver. The per-thread default stream
+// is never used, because goroutines are not threads.
+//
+// Close frees on the allocation stream; when the memory was last used on
+// another stream, free it there with CloseOn, or make the allocation
+// stream wait for that one first ([cuda.Stream.WaitStream]).
+//
+// # Copies
+//
+// [Buffer.CopyTo], [Buffer.CopyFrom] and [Buffer.Clone] copy between
+// buffers of equal size, on one device, between host and device, or
+// between two devices (cuMemcpyPeerAsync). [CopyFromHost] and [CopyToHost]
+// copy between a buffer and a Go slice of plain data ([]float32, []uint16,
+// arrays and structs of numbers; never types that hold Go pointers).
+// [Buffer.ReadAt] and [Buffer.WriteAt] make a buffer an [io.ReaderAt] and
+// an [io.WriterAt]. Sizes must match exactly; slice a buffer to copy part
+// of it. A size mismatch is an error matching [cuda.ErrInvalidArgument]
+// that names both sizes.
+//
+// Go slices live in pageable memory, which the DMA engines cannot read
+// directly. Copies of 1 MiB or more between a Go slice and device memory
+// are staged through a small pool of pinned host memory (32 MiB, allocated
+// on first use and kept for the life of the process), moving data on
+// several CPU cores while the DMA engine moves the previous piece; smaller
+// copies, and copies made while another one uses the pool, go through the
+// driver's own staging. Copies to and from pinned host buffers need no
+// staging: they are plain memory moves.
+//
+// # Host views
+//
+// [Buffer.Bytes] returns host-accessible memory (pinned or managed) as a
+// []byte without copying. The slice is not tracked: it is invalid once the
+// buffer is closed, and the streams that write the memory must be
+// synchronized before it is read.
+//
+// # Lifetimes and leaks
+//
+// Close every owned buffer. A Buffer that becomes unreachable without
+// Close is freed by a cleanup ([runtime.AddCleanup]) on its allocation
+// stream and counted by [Leaks]; tests can assert the count stays zero. Do
+// not rely on it: the garbage collector may run late or never, and device
+// memory is invisible to it, so a program can run out of device memory
+// long before the collector sees a reason to run.
+//
+// # Concurrency
+//
+// A Buffer is safe for concurrent use. Close waits for the methods in
+// progress on the buffer (not for the device work they submitted: that
+// is what stream ordering is for), and a MemoryResource must be safe for
+// concurrent use. Device memory itself is not synchronized: two streams
+// writing the same bytes race, as in CUDA.
+package buffer

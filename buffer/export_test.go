@@ -1,0 +1,32 @@
+package buffer
+
+// Hooks for the external tests and benchmarks.
+
+// SetStaging forces staging of large host copies on or off; the returned
+// function restores the default.
+func SetStaging(on bool) (restore func()) {
+	old := stageMode.Load()
+	if on {
+		stageMode.Store(1)
+	} else {
+		stageMode.Store(2)
+	}
+	return func() { stageMode.Store(old) }
+}
+
+// ResetStaging frees the staging pool and sets its parameters for the
+// next allocation.
+func ResetStaging(chunkSize, chunks, workers int) error {
+	return resetStaging(chunkSize, chunks, workers)
+}
+
+// StagingConfig returns the staging pool's parameters.
+func StagingConfig() (chunkSize, chunks, workers int) {
+	return stageChunkSize, stageChunks, stageWorkers
+}
+
+// StagingByDefault reports the package default.
+const StagingByDefault = stageByDefault
+
+// StageMinBytes is the smallest staged copy.
+const StageMinBytes = stageMinBytes

@@ -1,0 +1,248 @@
+package buffer
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"reflect"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// CopyFromHost copies src, a slice of plain data, into dst, ordered on s
+// (nil: dst's stream). The byte sizes must be equal (len(src) times the
+// size of T); slice dst first to fill part of it. T must hold no Go
+// pointers: numbers, bools, and arrays and structs of them (an error
+// matching [cuda.ErrInvalidArgument] names the offending type otherwise).
+//
+// It returns once src may be reused. The transfer into dst may still be
+// running then; work later submitted to s sees the data. One exception, as
+// with cuMemcpyHtoDAsync: when src is itself page-locked memory (for
+// example the [Buffer.Bytes] of a pinned buffer) the copy is fully
+// asynchronous, so src must stay unchanged until s reaches this point.
+// Large copies from ordinary (pageable) Go memory are staged through pinned
+// memory; see the package documentation.
+func CopyFromHost[T any](dst *Buffer, src []T, s *cuda.Stream) error {
+	const op = "CopyFromHost"
+	if err := checkPlain(op, reflect.TypeFor[T]()); err != nil {
+		return err
+	}
+	p := bytesOf(src)
+	ptr, err := dst.acquire(op)
+	if err != nil {
+		return err
+	}
+	defer dst.release()
+	if uint64(len(p)) != dst.size {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer sizes mismatch between src and dst (sizes are: src=%d, dst=%d)", len(p), dst.size)
+	}
+	err = dst.fromHost(ptr, p, s, false)
+	runtime.KeepAlive(src)
+	return err
+}
+
+// CopyToHost copies src into dst, a slice of plain data, ordered on s (nil:
+// src's stream), and returns once the data is in dst: it waits for the
+// work submitted to s before it. The byte sizes must be equal, and T must
+// hold no Go pointers, as for [CopyFromHost].
+func CopyToHost[T any](dst []T, src *Buffer, s *cuda.Stream) error {
+	const op = "CopyToHost"
+	if err := checkPlain(op, reflect.TypeFor[T]()); err != nil {
+		return err
+	}
+	p := bytesOf(dst)
+	ptr, err := src.acquire(op)
+	if err != nil {
+		return err
+	}
+	defer src.release()
+	if uint64(len(p)) != src.size {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer sizes mismatch between src and dst (sizes are: src=%d, dst=%d)", src.size, len(p))
+	}
+	err = src.toHost(p, ptr, s)
+	runtime.KeepAlive(dst)
+	return err
+}
+
+// ReadAt reads len(p) bytes at offset off of the buffer into p, as
+// [io.ReaderAt] specifies: fewer bytes only at the end of the buffer, then
+// with io.EOF. It is synchronous, ordered on the buffer's stream (see the
+// package documentation): it returns once p holds the data.
+func (b *Buffer) ReadAt(p []byte, off int64) (int, error) {
+	const op = "Buffer.ReadAt"
+	ptr, err := b.acquire(op)
+	if err != nil {
+		return 0, err
+	}
+	defer b.release()
+	if off < 0 {
+		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "negative offset %d", off)
+	}
+	if uint64(off) >= b.size {
+		return 0, io.EOF
+	}
+	n := uint64(len(p))
+	if rest := b.size - uint64(off); n > rest {
+		n = rest
+	}
+	if err := b.toHost(p[:n], ptr+cuda.DevicePtr(off), nil); err != nil {
+		return 0, err
+	}
+	if n < uint64(len(p)) {
+		return int(n), io.EOF
+	}
+	return int(n), nil
+}
+
+// WriteAt writes p into the buffer at offset off, as [io.WriterAt]
+// specifies. A write that would not fit writes nothing and returns an
+// error matching [cuda.ErrInvalidArgument]; buffers do not grow. It is
+// synchronous, ordered on the buffer's stream: it returns once the data is
+// in the buffer.
+func (b *Buffer) WriteAt(p []byte, off int64) (int, error) {
+	const op = "Buffer.WriteAt"
+	ptr, err := b.acquire(op)
+	if err != nil {
+		return 0, err
+	}
+	defer b.release()
+	if off < 0 {
+		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "negative offset %d", off)
+	}
+	if n := uint64(len(p)); uint64(off) > b.size || n > b.size-uint64(off) {
+		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "writing %d bytes at offset %d overruns a %d-byte buffer", n, off, b.size)
+	}
+	if err := b.fromHost(ptr+cuda.DevicePtr(off), p, nil, true); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// fromHost copies host bytes p to ptr (inside b, acquired) on s. With wait
+// it returns once the data is in the buffer.
+func (b *Buffer) fromHost(ptr cuda.DevicePtr, p []byte, s *cuda.Stream, wait bool) error {
+	if len(p) == 0 {
+		return nil
+	}
+	s, err := b.streamFor(s)
+	if err != nil {
+		return err
+	}
+	if b.pinnedHost() {
+		// Host to host: drain the stream, then move the bytes on the CPU.
+		if err := s.Sync(); err != nil {
+			return err
+		}
+		parallelCopy(hostSlice(ptr, uint64(len(p))), p)
+		return nil
+	}
+	if len(p) >= stageMinBytes && stagingOn() {
+		if done, err := stagedHtoD(s, ptr, p); done {
+			if err == nil && wait {
+				err = s.Sync()
+			}
+			return err
+		}
+	}
+	err = s.MemcpyHtoDAsync(ptr, unsafe.Pointer(unsafe.SliceData(p)), uint64(len(p)))
+	runtime.KeepAlive(p)
+	if err == nil && wait {
+		err = s.Sync()
+	}
+	return err
+}
+
+// toHost copies len(p) bytes at ptr (inside b, acquired) into p on s, and
+// returns once they are there.
+func (b *Buffer) toHost(p []byte, ptr cuda.DevicePtr, s *cuda.Stream) error {
+	if len(p) == 0 {
+		return nil
+	}
+	s, err := b.streamFor(s)
+	if err != nil {
+		return err
+	}
+	if b.pinnedHost() {
+		if err := s.Sync(); err != nil {
+			return err
+		}
+		parallelCopy(p, hostSlice(ptr, uint64(len(p))))
+		return nil
+	}
+	if len(p) >= stageMinBytes && stagingOn() {
+		if done, err := stagedDtoH(s, p, ptr); done {
+			return err
+		}
+	}
+	err = s.MemcpyDtoHAsync(unsafe.Pointer(unsafe.SliceData(p)), ptr, uint64(len(p)))
+	runtime.KeepAlive(p)
+	if err != nil {
+		return err
+	}
+	// Pageable p: the copy has finished. Page-locked p: it may not have.
+	return s.Sync()
+}
+
+// bytesOf views a slice of plain data as bytes.
+func bytesOf[T any](s []T) []byte {
+	var zero T
+	n := uintptr(len(s)) * unsafe.Sizeof(zero)
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), n)
+}
+
+// hostSlice views host-accessible memory at p as bytes. The address comes
+// from the driver, not from Go: it is converted through memory rather than
+// with unsafe.Pointer(uintptr), which vet rightly flags for Go pointers.
+func hostSlice(p cuda.DevicePtr, n uint64) []byte {
+	addr := uintptr(p)
+	return unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&addr))), n)
+}
+
+// plainTypes caches checkPlain's verdict per type: the offending path, or
+// "" for plain data.
+var plainTypes sync.Map // reflect.Type -> string
+
+// checkPlain rejects element types that hold Go pointers: their bytes mean
+// nothing on a device, and writing them back from a device would hide
+// pointers from the garbage collector.
+func checkPlain(op string, t reflect.Type) error {
+	v, ok := plainTypes.Load(t)
+	if !ok {
+		v, _ = plainTypes.LoadOrStore(t, pointerPath(t, t.String()))
+	}
+	if path := v.(string); path != "" {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "element type %v holds Go pointers (%s): only plain data (numbers, bools, and arrays and structs of them) can be copied to or from a buffer", t, path)
+	}
+	return nil
+}
+
+// pointerPath returns where t holds a pointer, as "path (kind)", or "".
+func pointerPath(t reflect.Type, path string) string {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.UnsafePointer, reflect.Slice, reflect.Map, reflect.String,
+		reflect.Interface, reflect.Chan, reflect.Func:
+		return fmt.Sprintf("%s is a %v", path, t.Kind())
+	case reflect.Array:
+		if t.Len() == 0 {
+			return ""
+		}
+		return pointerPath(t.Elem(), path+"[i]")
+	case reflect.Struct:
+		for i := range t.NumField() {
+			f := t.Field(i)
+			if p := pointerPath(f.Type, path+"."+f.Name); p != "" {
+				return p
+			}
+		}
+	}
+	return ""
+}
+
+// maxSlice is the largest length a Go slice may have on this platform.
+const maxSlice = math.MaxInt
