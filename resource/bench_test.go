@@ -3,6 +3,7 @@ package resource_test
 import (
 	"testing"
 
+	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/cuda/cudatest"
 	"github.com/cudamem/cudamem/resource"
@@ -134,5 +135,28 @@ func BenchmarkLegacyPinnedPair(b *testing.B) {
 func syncOrFail(b *testing.B, s *cuda.Stream) {
 	if err := s.Sync(); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// nopResource is a MemoryResource whose Deallocate does nothing.
+type nopResource struct{}
+
+func (nopResource) Allocate(uint64, *cuda.Stream) (*buffer.Buffer, error) { return nil, nil }
+func (nopResource) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }
+func (nopResource) DeviceAccessible() bool                                { return true }
+func (nopResource) HostAccessible() bool                                  { return false }
+func (nopResource) DeviceID() int                                         { return 0 }
+
+// BenchmarkOwnedBufferPair measures what wrapping memory in a Buffer and
+// closing it costs (buffer.Owned + Buffer.Close over a resource that does
+// nothing): the part of a resource pair that is not the driver's. It needs
+// no GPU.
+func BenchmarkOwnedBufferPair(b *testing.B) {
+	b.ReportAllocs()
+	var mr nopResource
+	for b.Loop() {
+		if err := buffer.Owned(0x1000, 256, mr, nil).Close(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

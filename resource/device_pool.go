@@ -61,9 +61,8 @@ func (o *DevicePoolOptions) check(goos string) error {
 //
 // Methods are safe for concurrent use. After Close every method except
 // Deallocate returns an error matching cuda.ErrClosed; Deallocate keeps
-// working so buffers that outlive the resource can still be freed (the
-// driver releases a destroyed pool's memory when its last allocation is
-// freed).
+// working so buffers that outlive the resource can still be freed, and an
+// owned pool is destroyed when the last of them is.
 type DevicePool struct {
 	core   poolCore
 	peerMu sync.Mutex // serializes SetPeerAccess calls (Close excludes them through core.mu)
@@ -139,6 +138,13 @@ func NewDevicePool(dev *cuda.Device, opts *DevicePoolOptions) (*DevicePool, erro
 		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%v: %w", dev, err)}
 	}
 	p.core.pool, p.core.owned, p.core.ipc = pool, true, opts.IPC
+	p.core.quiesce = func() []*cuda.Device { return []*cuda.Device{dev} }
+	p.core.destroy = func() error {
+		if err := p.revokePeers(); err != nil {
+			return fmt.Errorf("revoke peer access: %w", err)
+		}
+		return pool.Destroy()
+	}
 	return p, nil
 }
 
@@ -407,30 +413,21 @@ func (p *DevicePool) revokePeers() error {
 	return p.core.pool.SetAccess(descs...)
 }
 
-// Close ends the resource. An owned pool has its peer access revoked and
-// is destroyed (cuMemPoolDestroy; memory still allocated from it is
-// released once freed); a borrowed pool is left as it is. Close is
-// idempotent; if it fails the resource stays open and Close may be retried.
+// Close ends the resource: every later call but Deallocate returns an
+// error matching cuda.ErrClosed. An owned pool is destroyed, with its peer
+// access revoked first (cuda.core #2807), once no buffer from it is live
+// and the device's work has finished: by Close when nothing is allocated,
+// else by the Deallocate (Buffer.Close) of the last live buffer. A borrowed
+// pool is left as it is. Close is idempotent; if destroying the pool
+// fails, Close (or, for a deferred destruction, the next Close) returns
+// the error, and calling Close again retries.
 func (p *DevicePool) Close() error {
 	if p == nil || p.core.dev == nil || p.core.pool.IsZero() {
 		return nil
 	}
-	c := &p.core
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil
-	}
-	if c.owned {
-		if err := p.revokePeers(); err != nil {
-			return c.opErr("Close", fmt.Errorf("revoke peer access: %w", err))
-		}
-		if err := c.pool.Destroy(); err != nil {
-			return c.opErr("Close", err)
-		}
-	}
-	c.closed = true
-	return nil
+	p.core.mu.Lock()
+	defer p.core.mu.Unlock()
+	return p.core.closeLocked()
 }
 
 // String describes the resource for logs.

@@ -171,8 +171,9 @@ func TestDevicePoolOptions(t *testing.T) {
 }
 
 // TestDevicePoolClosed: after Close every call but Deallocate returns
-// cuda.ErrClosed; buffers allocated before can still be closed; closing a
-// borrowed pool leaves the device's pool working.
+// cuda.ErrClosed; buffers allocated before can still be closed (the last
+// one destroys the pool); closing a borrowed pool leaves the device's pool
+// working.
 func TestDevicePoolClosed(t *testing.T) {
 	dev := cudatest.Device(t)
 	checkBufferLeaks(t)
@@ -200,6 +201,7 @@ func TestDevicePoolClosed(t *testing.T) {
 	assert.ErrorIs(t, err, cuda.ErrClosed)
 
 	require.NoError(t, live.Close(), "buffers outlive their pool resource")
+	require.NoError(t, mr.Close(), "the last buffer's Close destroyed the pool")
 	require.NoError(t, dev.Sync())
 
 	borrowed, err := resource.NewDevicePool(dev, nil)

@@ -39,12 +39,16 @@
 //
 // Buffers are closed by their users (Buffer.Close). Resources that own a
 // driver object (an owned DevicePool, a PinnedPool) are closed with Close,
-// which is idempotent. Close on a pool resource with live buffers is
-// allowed: the buffers can still be closed afterwards (Deallocate keeps
-// working) and the driver releases the pool once the last is freed. Every
-// other call on a closed resource, Attributes included, returns an error
-// matching cuda.ErrClosed. An owned DevicePool revokes its peer access
-// before it is destroyed (cuda.core #2807 meant to and did not).
+// which is idempotent; every later call on a closed resource, Attributes
+// included, returns an error matching cuda.ErrClosed, except Deallocate, so
+// buffers may outlive their resource. An owned pool is destroyed only when
+// none of its buffers is live and its device's work has finished: by Close
+// when nothing is allocated, else by the last buffer's Close. (The driver
+// documents destroying a pool with live allocations as allowed, but on
+// driver 580 a later synchronization then crashed; cuda.core also keeps
+// pools alive while their buffers are.) An owned DevicePool revokes its
+// peer access before it is destroyed (cuda.core #2807 meant to and did
+// not).
 //
 // # Errors
 //

@@ -98,7 +98,12 @@ func TestPinnedPool(t *testing.T) {
 	t.Run("closed", func(t *testing.T) {
 		mr, err := resource.NewPinnedPool(nil)
 		require.NoError(t, err)
+		live, err := mr.Allocate(4096, nil)
+		require.NoError(t, err)
 		require.NoError(t, mr.Close())
+		require.NoError(t, mr.Close())
+		assert.True(t, mr.IsClosed())
+		require.NoError(t, live.Close(), "the last buffer destroys the pool")
 		require.NoError(t, mr.Close())
 		_, err = mr.Allocate(64, nil)
 		assert.ErrorIs(t, err, cuda.ErrClosed)

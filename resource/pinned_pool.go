@@ -139,7 +139,11 @@ func NewPinnedPool(opts *PinnedPoolOptions) (*PinnedPool, error) {
 		_ = pool.Destroy()
 		return nil, &cuda.OpError{Op: op, Err: err}
 	}
-	return &PinnedPool{core: poolCore{kind: "PinnedPool", dev: dev, pool: pool, owned: true, ipc: opts.IPC}, loc: loc}, nil
+	p := &PinnedPool{core: poolCore{kind: "PinnedPool", dev: dev, pool: pool, owned: true, ipc: opts.IPC}, loc: loc}
+	// Frees may have been ordered on any device's streams.
+	p.core.quiesce = func() []*cuda.Device { return devs }
+	p.core.destroy = pool.Destroy
+	return p, nil
 }
 
 // Allocate returns a new buffer of size bytes of pinned host memory,
@@ -229,23 +233,19 @@ func (p *PinnedPool) Trim(keep uint64) error {
 	return p.core.trim("PinnedPool", keep)
 }
 
-// Close destroys the pool; memory still allocated from it is released
-// once freed. Idempotent; on failure the pool stays open.
+// Close ends the resource: every later call but Deallocate returns an
+// error matching cuda.ErrClosed. The pool is destroyed once no buffer from
+// it is live and every device's work has finished: by Close when nothing
+// is allocated, else by the Deallocate of the last live buffer. Close is
+// idempotent; if destroying fails, the next Close returns the error and
+// retries.
 func (p *PinnedPool) Close() error {
 	if p == nil || p.core.dev == nil || p.core.pool.IsZero() {
 		return nil
 	}
-	c := &p.core
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return nil
-	}
-	if err := c.pool.Destroy(); err != nil {
-		return c.opErr("Close", err)
-	}
-	c.closed = true
-	return nil
+	p.core.mu.Lock()
+	defer p.core.mu.Unlock()
+	return p.core.closeLocked()
 }
 
 // String describes the resource for logs.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
@@ -46,6 +47,15 @@ type PoolAttributes struct {
 // whether this value owns it, and the closed state. The outer types wrap
 // its methods with nil checks and their own documentation; kind names the
 // outer type in errors (it is empty in a zero value, so methods take it).
+//
+// An owned pool is destroyed only when no allocation from it is live and
+// every free has completed: Close destroys it at once when nothing is
+// allocated, and otherwise the Deallocate of the last live allocation
+// does. Destroying a pool with allocations outstanding, or freeing into a
+// destroyed pool, is allowed by the driver's documentation, but in this
+// package's tests (driver 580, CUDA 13.0) it was followed by a
+// segmentation fault inside a later cuCtxSynchronize; cuda.core likewise
+// keeps a pool alive while its buffers are.
 type poolCore struct {
 	kind  string       // "DevicePool" or "PinnedPool", for error messages
 	dev   *cuda.Device // serves the pool's calls; its default stream is the nil-stream default
@@ -53,8 +63,17 @@ type poolCore struct {
 	owned bool
 	ipc   bool
 
-	mu     sync.RWMutex // read-held by calls on the pool; Close takes it exclusively
-	closed bool
+	// destroy releases an owned pool (revoking access first where needed);
+	// quiesce is the devices whose work is waited for before it runs.
+	destroy func() error
+	quiesce func() []*cuda.Device
+
+	live    atomic.Int64 // allocations made and not yet deallocated
+	closing atomic.Bool  // Close was called: the last Deallocate destroys an owned pool
+
+	mu        sync.RWMutex // read-held by calls on the pool; Close takes it exclusively
+	closed    bool
+	destroyed bool
 }
 
 // opErr returns an error for method op of the pool that wraps err.
@@ -97,6 +116,9 @@ func (c *poolCore) allocate(kind string, mr buffer.MemoryResource, size uint64, 
 		return buffer.Owned(0, 0, mr, s), nil
 	}
 	ptr, err := s.MemAllocFromPoolAsync(c.pool, size)
+	if err == nil {
+		c.live.Add(1)
+	}
 	c.release()
 	if err != nil {
 		return nil, c.opErr("Allocate", fmt.Errorf("%d bytes from the pool of %v: %w", size, c.where(), err))
@@ -104,9 +126,9 @@ func (c *poolCore) allocate(kind string, mr buffer.MemoryResource, size uint64, 
 	return buffer.Owned(ptr, size, mr, s), nil
 }
 
-// deallocate is the shared Deallocate. It works after Close too: freeing
-// memory allocated earlier is always valid, and the driver releases a
-// destroyed pool's memory once its last allocation is freed.
+// deallocate is the shared Deallocate. It works after Close too: an owned
+// pool lives until its last allocation is freed, and that free destroys it
+// (after waiting for the pool's devices, so the frees have completed).
 func (c *poolCore) deallocate(kind string, ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	if ptr == 0 {
 		return nil
@@ -120,6 +142,47 @@ func (c *poolCore) deallocate(kind string, ptr cuda.DevicePtr, size uint64, s *c
 	if err := s.MemFreeAsync(ptr); err != nil {
 		return c.opErr("Deallocate", fmt.Errorf("%#x (%d bytes): %w", uint64(ptr), size, err))
 	}
+	if c.live.Add(-1) <= 0 && c.closing.Load() {
+		// The free succeeded, so the buffer is closed whatever happens
+		// next; if destroying the pool fails, the next Close retries it
+		// and reports the error.
+		c.mu.Lock()
+		_ = c.finishLocked()
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// closeLocked marks the pool closed and destroys an owned pool now if no
+// allocation is live (else the last Deallocate does). Once called, the pool
+// is closed for use whatever happens; a failed destruction (now, or a
+// deferred one) is returned and retried by the next call. The caller holds
+// mu exclusively.
+func (c *poolCore) closeLocked() error {
+	c.closed = true
+	c.closing.Store(true)
+	if err := c.finishLocked(); err != nil {
+		return c.opErr("Close", err)
+	}
+	return nil
+}
+
+// finishLocked destroys a closed owned pool once nothing is live: it waits
+// for the devices that may have frees pending, then destroys. The caller
+// holds mu exclusively.
+func (c *poolCore) finishLocked() error {
+	if !c.closed || !c.owned || c.destroyed || c.live.Load() > 0 {
+		return nil
+	}
+	for _, d := range c.quiesce() {
+		if err := d.Sync(); err != nil {
+			return fmt.Errorf("wait for %v before destroying the pool: %w", d, err)
+		}
+	}
+	if err := c.destroy(); err != nil {
+		return err
+	}
+	c.destroyed = true
 	return nil
 }
 
