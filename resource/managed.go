@@ -249,10 +249,13 @@ var adviceNames = map[cuda.MemAdvice]string{
 }
 
 // Advise tells the driver how a managed buffer will be used
-// (cuMemAdvise). loc is the preferred location for the *PreferredLocation
-// advice and the accessing device or host for *AccessedBy; the driver
-// ignores it for *ReadMostly (pass the zero MemLocation). A buffer that is
-// not managed memory is an error matching cuda.ErrInvalidArgument.
+// (cuMemAdvise). loc is the preferred location for SetPreferredLocation
+// and the accessing device or host for *AccessedBy. The driver documents
+// loc as ignored for *ReadMostly and UnsetPreferredLocation, yet rejects
+// an invalid one (CUDA_ERROR_INVALID_VALUE on driver 580): pass the zero
+// MemLocation there and Advise sends the buffer's device in its place. A
+// buffer that is not managed memory is an error matching
+// cuda.ErrInvalidArgument.
 func Advise(b *buffer.Buffer, advice cuda.MemAdvice, loc cuda.MemLocation) error {
 	const op = "Advise"
 	name, known := adviceNames[advice]
@@ -268,6 +271,12 @@ func Advise(b *buffer.Buffer, advice cuda.MemAdvice, loc cuda.MemLocation) error
 	ptr, size, dev, err := managedRange(op, b)
 	if err != nil || size == 0 {
 		return err
+	}
+	switch advice {
+	case cuda.MemAdviseSetReadMostly, cuda.MemAdviseUnsetReadMostly, cuda.MemAdviseUnsetPreferredLocation:
+		if loc == (cuda.MemLocation{}) {
+			loc = deviceLoc(dev)
+		}
 	}
 	if err := dev.MemAdvise(ptr, size, advice, loc); err != nil {
 		return &cuda.OpError{Op: op, Err: fmt.Errorf("%s for buffer %#x (%d bytes), %s: %w", name, uint64(ptr), size, locString(loc), err)}
