@@ -140,7 +140,7 @@ func (b *Buffer) fromHost(ptr cuda.DevicePtr, p []byte, s *cuda.Stream, wait boo
 		return nil
 	}
 	if len(p) >= stageMinBytes && stagingOn() {
-		if done, err := stagedHtoD(s, ptr, p); done {
+		if done, err := stagedHtoD(&stage, streamQueue{s}, s.Device(), ptr, p); done {
 			if err == nil && wait {
 				err = s.Sync()
 			}
@@ -173,7 +173,7 @@ func (b *Buffer) toHost(p []byte, ptr cuda.DevicePtr, s *cuda.Stream) error {
 		return nil
 	}
 	if len(p) >= stageMinBytes && stagingOn() {
-		if done, err := stagedDtoH(s, p, ptr); done {
+		if done, err := stagedDtoH(&stage, streamQueue{s}, s.Device(), p, ptr); done {
 			return err
 		}
 	}

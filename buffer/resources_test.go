@@ -20,7 +20,7 @@ type deviceResource struct {
 	dev *cuda.Device
 
 	mu    sync.Mutex
-	frees []*cuda.Stream // the stream of each Deallocate
+	frees []*cuda.Stream // the stream of each completed Deallocate
 }
 
 func (m *deviceResource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
@@ -35,13 +35,16 @@ func (m *deviceResource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, 
 }
 
 func (m *deviceResource) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream) error {
-	m.mu.Lock()
-	m.frees = append(m.frees, s)
-	m.mu.Unlock()
 	if err := drain(m.dev, s); err != nil {
 		return err
 	}
-	return m.dev.MemFree(p)
+	if err := m.dev.MemFree(p); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	m.frees = append(m.frees, s) // after the free, so tests see it done
+	m.mu.Unlock()
+	return nil
 }
 
 func (m *deviceResource) DeviceAccessible() bool { return true }

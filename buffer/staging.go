@@ -13,10 +13,10 @@ import (
 // Host copies from and to ordinary (pageable) Go memory. The driver copies
 // pageable memory by itself, staging it through its own pinned buffers with
 // one CPU thread; that runs well below the bus's speed. Copies of at least
-// stageMinBytes go through a small pool of pinned chunks instead: the CPU
-// moves each piece between the Go slice and a chunk with several
-// goroutines while the DMA engine moves the previous piece, and an event
-// per chunk says when its DMA has finished so the chunk can be refilled.
+// stageMinBytes go through a small pool of pinned chunks instead: several
+// goroutines move the pieces between the Go slice and the chunks while the
+// DMA engine moves the pieces before, and an event per chunk says when its
+// DMA has finished so the chunk can be refilled (see pipeline).
 //
 // The pool is allocated on first use (cuMemHostAlloc, portable, so every
 // device's context may use it) and kept for the life of the process. One
@@ -36,7 +36,7 @@ const (
 var (
 	stageChunkSize = 8 << 20 // bytes per pinned chunk
 	stageChunks    = 4       // chunks in the pool
-	stageWorkers   = 4       // goroutines per chunk's memory move (capped by GOMAXPROCS)
+	stageWorkers   = 8       // goroutines moving memory (capped by GOMAXPROCS)
 )
 
 // stageMode overrides stageByDefault: 0 default, 1 on, 2 off.
@@ -67,8 +67,33 @@ type chunk struct {
 	mem     []byte         // the same memory
 	dev     *cuda.Device   // allocated through this device's context
 	events  map[*cuda.Device]*cuda.Event
-	pending *cuda.Event // recorded after the chunk's last DMA; nil when idle
+	pending waiter // marks the end of the chunk's last DMA; nil when idle
 }
+
+// waiter is a point in a queue of DMAs (a recorded cuda.Event).
+type waiter interface{ Sync() error }
+
+// dmaQueue is what a staged copy needs of a stream. streamQueue is the
+// real one; tests drive the pipelines with a fake DMA engine.
+type dmaQueue interface {
+	htod(dst cuda.DevicePtr, src unsafe.Pointer, n uint64) error
+	dtoh(dst unsafe.Pointer, src cuda.DevicePtr, n uint64) error
+	record(c *chunk) error // set c.pending to the end of the work queued so far
+	sync() error
+}
+
+type streamQueue struct{ s *cuda.Stream }
+
+func (q streamQueue) htod(dst cuda.DevicePtr, src unsafe.Pointer, n uint64) error {
+	return q.s.MemcpyHtoDAsync(dst, src, n)
+}
+
+func (q streamQueue) dtoh(dst unsafe.Pointer, src cuda.DevicePtr, n uint64) error {
+	return q.s.MemcpyDtoHAsync(dst, src, n)
+}
+
+func (q streamQueue) record(c *chunk) error { return c.record(q.s) }
+func (q streamQueue) sync() error           { return q.s.Sync() }
 
 var stage stagePool
 
@@ -134,8 +159,8 @@ func (p *stagePool) done(n int) {
 // fail ends a copy that went wrong. Chunks whose DMA may still run without
 // an event recorded are waited for through the stream; if even that fails
 // the pool is retired and later copies go to the driver directly.
-func (p *stagePool) fail(s *cuda.Stream, err error) error {
-	serr := s.Sync()
+func (p *stagePool) fail(q dmaQueue, err error) error {
+	serr := q.sync()
 	for _, c := range p.chunks {
 		if werr := c.wait(); werr != nil && serr == nil {
 			serr = werr
@@ -176,80 +201,197 @@ func (c *chunk) record(s *cuda.Stream) error {
 	return nil
 }
 
-// stagedHtoD copies src to dst through the pool, ordered on s. It returns
-// once src may be reused; the last DMAs may still run. done is false when
-// the pool was not available (nothing was done).
-func stagedHtoD(s *cuda.Stream, dst cuda.DevicePtr, src []byte) (done bool, err error) {
-	p := &stage
-	if !p.acquire(s.Device()) {
-		return false, nil
-	}
-	size, i := p.size, 0
-	for off := 0; off < len(src); off, i = off+size, i+1 {
-		n := min(size, len(src)-off)
-		c := p.take(i)
-		if err := c.wait(); err != nil {
-			return true, p.fail(s, err)
-		}
-		parallelCopy(c.mem[:n], src[off:off+n])
-		if err := s.MemcpyHtoDAsync(dst+cuda.DevicePtr(off), c.host, uint64(n)); err != nil {
-			return true, p.fail(s, err)
-		}
-		if err := c.record(s); err != nil {
-			return true, p.fail(s, err)
-		}
-	}
-	p.done(i)
-	return true, nil
+// pipeline is one staged copy's plan: the copy is cut into pieces (at most
+// a chunk each), piece i goes through chunk i mod len(chunks), and every
+// worker goroutine moves its stripe of every piece in order. The goroutine
+// that drives the DMAs opens a piece to the workers (ready) once its chunk
+// is free (host to device) or filled (device to host); the last worker to
+// finish a piece closes done. Workers run ahead through the open pieces
+// without waiting for each other, so the CPU cores stay busy while the DMA
+// engine and the driver calls proceed.
+type pipeline struct {
+	n, piece, pieces, workers int
+	ready, done               []chan struct{}
+	count                     []atomic.Int32
+	abort                     chan struct{}
+	wg                        sync.WaitGroup
 }
 
-// stagedDtoH copies src to dst through the pool, ordered on s, and returns
-// once dst holds the data. done is false when the pool was not available.
-func stagedDtoH(s *cuda.Stream, dst []byte, src cuda.DevicePtr) (done bool, err error) {
-	p := &stage
-	if !p.acquire(s.Device()) {
-		return false, nil
-	}
-	size := p.size
-	pieces := (len(dst) + size - 1) / size
-	issue := func(i int) error {
-		off := i * size
-		n := min(size, len(dst)-off)
-		c := p.take(i)
-		if err := c.wait(); err != nil {
-			return err
-		}
-		if err := s.MemcpyDtoHAsync(c.host, src+cuda.DevicePtr(off), uint64(n)); err != nil {
-			return err
-		}
-		return c.record(s)
-	}
-	k := len(p.chunks)
-	for i := 0; i < k && i < pieces; i++ {
-		if err := issue(i); err != nil {
-			return true, p.fail(s, err)
-		}
+// newPipeline plans a copy of n bytes over k chunks of size bytes. Small
+// copies use smaller pieces, so that moving and DMA still overlap.
+func newPipeline(n, size, k int) *pipeline {
+	piece := (n + 2*k - 1) / (2 * k)
+	piece = (piece + 64<<10 - 1) &^ (64<<10 - 1)
+	piece = max(min(piece, size), min(256<<10, size))
+	pieces := (n + piece - 1) / piece
+	l := &pipeline{
+		n: n, piece: piece, pieces: pieces,
+		workers: max(1, min(stageWorkers, runtime.GOMAXPROCS(0))),
+		ready:   make([]chan struct{}, pieces),
+		done:    make([]chan struct{}, pieces),
+		count:   make([]atomic.Int32, pieces),
+		abort:   make(chan struct{}),
 	}
 	for i := range pieces {
-		off := i * size
-		n := min(size, len(dst)-off)
-		c := p.take(i)
-		if err := c.wait(); err != nil {
-			return true, p.fail(s, err)
+		l.ready[i], l.done[i] = make(chan struct{}), make(chan struct{})
+	}
+	return l
+}
+
+// span is piece i's byte range in the copy.
+func (l *pipeline) span(i int) (off, n int) {
+	off = i * l.piece
+	return off, min(l.piece, l.n-off)
+}
+
+// start runs the workers; move(i, lo, hi) moves bytes [lo, hi) of piece i.
+func (l *pipeline) start(move func(i, lo, hi int)) {
+	for w := range l.workers {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for i := range l.pieces {
+				select {
+				case <-l.ready[i]:
+				case <-l.abort:
+					return
+				}
+				_, n := l.span(i)
+				lo := (n * w / l.workers) &^ 63
+				hi := n
+				if w+1 < l.workers {
+					hi = (n * (w + 1) / l.workers) &^ 63
+				}
+				if lo < hi {
+					move(i, lo, hi)
+				}
+				if int(l.count[i].Add(1)) == l.workers {
+					close(l.done[i])
+				}
+			}
+		}()
+	}
+}
+
+// stop ends the workers early (after a failure) and waits for them.
+func (l *pipeline) stop() {
+	close(l.abort)
+	l.wg.Wait()
+}
+
+// stagedHtoD copies src to dst through pool p (the process's, outside
+// tests) on q, a stream of dev. It returns once src may be reused; the last
+// DMAs may still run. done is false when the pool was not available
+// (nothing was done).
+func stagedHtoD(p *stagePool, q dmaQueue, dev *cuda.Device, dst cuda.DevicePtr, src []byte) (done bool, err error) {
+	if !p.acquire(dev) {
+		return false, nil
+	}
+	k := len(p.chunks)
+	l := newPipeline(len(src), p.size, k)
+	l.start(func(i, lo, hi int) {
+		off, _ := l.span(i)
+		copy(p.take(i).mem[lo:hi], src[off+lo:off+hi])
+	})
+	// open lets the workers fill piece j once its chunk's last DMA is over.
+	open := func(j int) error {
+		if err := p.take(j).wait(); err != nil {
+			return err
 		}
-		parallelCopy(dst[off:off+n], c.mem[:n])
-		if i+k < pieces {
-			if err := issue(i + k); err != nil {
-				return true, p.fail(s, err)
+		close(l.ready[j])
+		return nil
+	}
+	failed := func(err error) (bool, error) {
+		l.stop()
+		return true, p.fail(q, err)
+	}
+	for j := range min(k, l.pieces) {
+		if err := open(j); err != nil {
+			return failed(err)
+		}
+	}
+	// With two chunks or more, the chunk of the piece before is reopened
+	// after the DMA of this piece is queued, so the engine never idles.
+	lag := min(1, k-1)
+	for i := range l.pieces {
+		<-l.done[i]
+		c := p.take(i)
+		off, n := l.span(i)
+		if err := q.htod(dst+cuda.DevicePtr(off), c.host, uint64(n)); err != nil {
+			return failed(err)
+		}
+		if err := q.record(c); err != nil {
+			return failed(err)
+		}
+		if j := i - lag + k; i >= lag && j < l.pieces {
+			if err := open(j); err != nil {
+				return failed(err)
 			}
 		}
 	}
-	p.done(pieces)
+	l.wg.Wait()
+	p.done(l.pieces)
+	return true, nil
+}
+
+// stagedDtoH copies src to dst through pool p on q, a stream of dev, and
+// returns once dst holds the data. done is false when the pool was not
+// available.
+func stagedDtoH(p *stagePool, q dmaQueue, dev *cuda.Device, dst []byte, src cuda.DevicePtr) (done bool, err error) {
+	if !p.acquire(dev) {
+		return false, nil
+	}
+	k := len(p.chunks)
+	l := newPipeline(len(dst), p.size, k)
+	l.start(func(i, lo, hi int) {
+		off, _ := l.span(i)
+		copy(dst[off+lo:off+hi], p.take(i).mem[lo:hi])
+	})
+	issue := func(j int) error {
+		c := p.take(j)
+		if err := c.wait(); err != nil {
+			return err
+		}
+		off, n := l.span(j)
+		if err := q.dtoh(c.host, src+cuda.DevicePtr(off), uint64(n)); err != nil {
+			return err
+		}
+		return q.record(c)
+	}
+	failed := func(err error) (bool, error) {
+		l.stop()
+		return true, p.fail(q, err)
+	}
+	issued, opened := 0, 0
+	for ; issued < min(k, l.pieces); issued++ {
+		if err := issue(issued); err != nil {
+			return failed(err)
+		}
+	}
+	for i := range l.pieces {
+		// Open every piece whose DMA is queued, as each lands, so the
+		// workers never wait for this goroutine.
+		for ; opened < issued; opened++ {
+			if err := p.take(opened).wait(); err != nil {
+				return failed(err)
+			}
+			close(l.ready[opened])
+		}
+		<-l.done[i]
+		if issued < l.pieces {
+			if err := issue(issued); err != nil {
+				return failed(err)
+			}
+			issued++
+		}
+	}
+	l.wg.Wait()
+	p.done(l.pieces)
 	return true, nil
 }
 
 // copyPiece is the least a goroutine of parallelCopy moves.
-const copyPiece = 512 << 10
+const copyPiece = 256 << 10
 
 // parallelCopy is copy(dst, src) split among up to stageWorkers goroutines:
 // one core cannot saturate the memory bus.

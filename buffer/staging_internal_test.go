@@ -2,11 +2,18 @@ package buffer
 
 import (
 	"bytes"
+	"errors"
+	"fmt"
+	"math/rand"
 	"reflect"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cudamem/cudamem/cuda"
 )
 
 func TestParallelCopy(t *testing.T) {
@@ -76,4 +83,183 @@ func BenchmarkParallelCopy(b *testing.B) {
 			}
 		})
 	}
+}
+
+// fakeEngine is a DMA engine for the staging pipelines without a GPU: it
+// runs the copies queued to it later, in order, on its own goroutine, as a
+// stream does, with random delays. A pipeline that refilled a chunk before
+// its DMA ran, or read one before its DMA landed, gets wrong bytes (and,
+// under -race, a reported race).
+type fakeEngine struct {
+	dev    []byte // device memory; address fakeBase is dev[0]
+	ops    chan func()
+	rnd    *rand.Rand // used by the engine goroutine only
+	calls  int
+	failAt int // the failAt-th copy call fails (0: none)
+}
+
+const fakeBase cuda.DevicePtr = 0x10000
+
+var errFakeDMA = errors.New("fake DMA failure")
+
+func newFakeEngine(t *testing.T, size int, seed int64) *fakeEngine {
+	e := &fakeEngine{dev: make([]byte, size), ops: make(chan func(), 4096), rnd: rand.New(rand.NewSource(seed))}
+	go func() {
+		for op := range e.ops {
+			if e.rnd.Intn(4) == 0 {
+				time.Sleep(time.Duration(e.rnd.Intn(200)) * time.Microsecond)
+			}
+			op()
+		}
+	}()
+	t.Cleanup(func() { close(e.ops) })
+	return e
+}
+
+func (e *fakeEngine) htod(dst cuda.DevicePtr, src unsafe.Pointer, n uint64) error {
+	if e.calls++; e.calls == e.failAt {
+		return errFakeDMA
+	}
+	off := int(dst - fakeBase)
+	e.ops <- func() { copy(e.dev[off:off+int(n)], unsafe.Slice((*byte)(src), n)) }
+	return nil
+}
+
+func (e *fakeEngine) dtoh(dst unsafe.Pointer, src cuda.DevicePtr, n uint64) error {
+	if e.calls++; e.calls == e.failAt {
+		return errFakeDMA
+	}
+	off := int(src - fakeBase)
+	e.ops <- func() { copy(unsafe.Slice((*byte)(dst), n), e.dev[off:off+int(n)]) }
+	return nil
+}
+
+type chanWaiter chan struct{}
+
+func (w chanWaiter) Sync() error { <-w; return nil }
+
+func (e *fakeEngine) record(c *chunk) error {
+	w := make(chanWaiter)
+	e.ops <- func() { close(w) }
+	c.pending = w
+	return nil
+}
+
+func (e *fakeEngine) sync() error {
+	w := make(chanWaiter)
+	e.ops <- func() { close(w) }
+	return w.Sync()
+}
+
+// fakePool is a staging pool of Go memory.
+func fakePool(chunkSize, chunks int) *stagePool {
+	p := &stagePool{ready: true, size: chunkSize}
+	for range chunks {
+		m := make([]byte, chunkSize)
+		p.chunks = append(p.chunks, &chunk{host: unsafe.Pointer(&m[0]), mem: m})
+	}
+	return p
+}
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*31) + seed + byte(i>>16)
+	}
+	return b
+}
+
+func TestStagingPipelines(t *testing.T) {
+	defer func(w int) { stageWorkers = w }(stageWorkers)
+	for _, c := range []struct{ chunk, chunks, workers int }{
+		{64 << 10, 1, 1}, {64 << 10, 1, 3}, {64 << 10, 2, 2}, {64 << 10, 4, 8},
+		{1 << 20, 4, 3}, {1 << 20, 3, 16}, {300 << 10, 2, 5},
+	} {
+		for _, n := range []int{1, 4097, 256<<10 - 1, 1<<20 + 3, 5*c.chunk + 12345} {
+			name := fmt.Sprintf("%dKiBx%d-w%d/%d", c.chunk>>10, c.chunks, c.workers, n)
+			t.Run(name, func(t *testing.T) {
+				stageWorkers = c.workers
+				p := fakePool(c.chunk, c.chunks)
+				e := newFakeEngine(t, n+100, int64(n))
+				const at = 7
+
+				src := pattern(n, 1)
+				want := append([]byte(nil), src...)
+				done, err := stagedHtoD(p, e, nil, fakeBase+at, src)
+				require.True(t, done)
+				require.NoError(t, err)
+				for i := range src {
+					src[i] = 0 // reusable once the call returns
+				}
+				require.NoError(t, e.sync())
+				if !bytes.Equal(want, e.dev[at:at+n]) {
+					t.Fatal("host to device: the device holds other bytes")
+				}
+
+				// A second copy right away reuses chunks with DMAs in flight.
+				src = pattern(n, 2)
+				done, err = stagedHtoD(p, e, nil, fakeBase+at, src)
+				require.True(t, done)
+				require.NoError(t, err)
+				require.NoError(t, e.sync())
+				if !bytes.Equal(pattern(n, 2), e.dev[at:at+n]) {
+					t.Fatal("second host to device: the device holds other bytes")
+				}
+
+				copy(e.dev[at:], pattern(n, 3))
+				dst := make([]byte, n)
+				done, err = stagedDtoH(p, e, nil, dst, fakeBase+at)
+				require.True(t, done)
+				require.NoError(t, err)
+				if !bytes.Equal(pattern(n, 3), dst) {
+					t.Fatal("device to host: dst holds other bytes when the call returns")
+				}
+				assert.True(t, p.mu.TryLock(), "the pool is free again")
+				p.mu.Unlock()
+			})
+		}
+	}
+}
+
+func TestStagingFailure(t *testing.T) {
+	defer func(w int) { stageWorkers = w }(stageWorkers)
+	stageWorkers = 4
+	const n = 1<<20 + 5
+	for _, failAt := range []int{1, 2, 5} {
+		p := fakePool(128<<10, 3)
+		e := newFakeEngine(t, n, int64(failAt))
+		e.failAt = failAt
+		done, err := stagedHtoD(p, e, nil, fakeBase, pattern(n, 1))
+		assert.True(t, done)
+		assert.ErrorIs(t, err, errFakeDMA)
+		e.calls, e.failAt = 0, failAt
+		done, err = stagedDtoH(p, e, nil, make([]byte, n), fakeBase)
+		assert.True(t, done)
+		assert.ErrorIs(t, err, errFakeDMA)
+		assert.NoError(t, p.err, "the stream drained: the pool stays in service")
+
+		e.failAt = 0
+		src := pattern(n, 9)
+		done, err = stagedHtoD(p, e, nil, fakeBase, src)
+		require.True(t, done)
+		require.NoError(t, err)
+		require.NoError(t, e.sync())
+		assert.True(t, bytes.Equal(src, e.dev), "a copy after a failure")
+	}
+}
+
+func TestStagingBusyPool(t *testing.T) {
+	p := fakePool(64<<10, 2)
+	e := newFakeEngine(t, 1<<20, 1)
+	p.mu.Lock()
+	done, err := stagedHtoD(p, e, nil, fakeBase, make([]byte, 1<<20))
+	assert.False(t, done, "a busy pool sends the copy to the driver")
+	assert.NoError(t, err)
+	done, err = stagedDtoH(p, e, nil, make([]byte, 1<<20), fakeBase)
+	assert.False(t, done)
+	assert.NoError(t, err)
+	p.mu.Unlock()
+	p.err = errFakeDMA
+	done, _ = stagedHtoD(p, e, nil, fakeBase, make([]byte, 1<<20))
+	assert.False(t, done, "a retired pool too")
 }
