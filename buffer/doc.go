@@ -52,13 +52,15 @@
 // that names both sizes.
 //
 // Go slices live in pageable memory, which the DMA engines cannot read
-// directly. Copies of 1 MiB or more between a Go slice and device memory
+// directly. Copies of 4 MiB or more between a Go slice and device memory
 // are staged through a small pool of pinned host memory (32 MiB, allocated
 // on first use and kept for the life of the process): up to 8 goroutines
 // (no more than GOMAXPROCS) move the data between the slice and the pool
-// while the DMA engine moves the pieces before, which runs two to three
-// times as fast as the driver's own staging. Smaller copies, and copies
-// made while another one uses the pool, go through the driver. Copies to and from pinned host buffers need no
+// while the DMA engine moves the pieces before. On an H200 host a 256 MiB
+// copy ran at about 40 GB/s that way, against 6 (to the device) and 14
+// (from it) through the driver's own staging, and 55 from pinned memory.
+// Smaller copies, and copies made while another one uses the pool, go
+// through the driver. Copies to and from pinned host buffers need no
 // staging: they are plain memory moves.
 //
 // # Host views

@@ -416,11 +416,11 @@ func TestCopyHostConcurrent(t *testing.T) {
 
 func TestBufferReadAtWriteAt(t *testing.T) {
 	d, s, k := gpu(t)
-	const n = 3<<20 + 100
+	const n = 6<<20 + 100
 	b := alloc(t, &deviceResource{dev: d}, n, s)
 	want := cudatest.Pattern(n, 51)
 	// Write in uneven pieces, the largest staged.
-	for _, piece := range [][2]int{{0, 1000}, {1000, 2<<20 + 2000}, {2<<20 + 2000, n}} {
+	for _, piece := range [][2]int{{0, 1000}, {1000, 5<<20 + 2000}, {5<<20 + 2000, n}} {
 		m, err := b.WriteAt(want[piece[0]:piece[1]], int64(piece[0]))
 		require.NoError(t, err)
 		require.Equal(t, piece[1]-piece[0], m)
