@@ -35,9 +35,13 @@ var ctxSetCurrent uintptr
 //
 // Call is nosplit so that uintptr(unsafe.Pointer(&x)) arguments computed
 // by the caller stay valid: the goroutine stack cannot move before the C
-// call begins, and it never moves during one.
+// call begins, and it never moves during one. It is also norace: the race
+// detector's instrumentation would otherwise insert calls that can grow
+// (and so move) the stack, losing the driver's writes (seen in -race
+// builds, and caught by TestCallSurvivesStackGrowth).
 //
 //go:nosplit
+//go:norace
 func (p *Proc) Call(args ...uintptr) uintptr {
 	return call(p.addr, 0, 0, args)
 }
@@ -48,17 +52,23 @@ func (p *Proc) Call(args ...uintptr) uintptr {
 // is not called.
 //
 //go:nosplit
+//go:norace
 func (p *Proc) CallCtx(ctx uintptr, args ...uintptr) uintptr {
 	return call(p.addr, ctxSetCurrent, ctx, args)
 }
 
 //go:nosplit
+//go:norace
 func call(fn, ctxfn, ctx uintptr, args []uintptr) uintptr {
 	if fn == 0 || len(args) > MaxArgs {
 		return NotFound
 	}
 	f := frame{fn: fn, ctxfn: ctxfn, ctx: ctx}
-	copy(f.args[:], args)
+	// A loop, not copy: under -race copy becomes runtime.slicecopy, an
+	// ordinary function whose prologue may move the stack.
+	for i, a := range args {
+		f.args[i] = a
+	}
 	runtime_cgocall(trampolineABI0, unsafe.Pointer(&f))
 	return f.ret
 }

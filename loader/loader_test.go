@@ -301,3 +301,42 @@ func TestStackAlignedForC(t *testing.T) {
 	assert.Equal(t, uintptr(0), p.CallCtx(0), "through the context path")
 	assert.Equal(t, uintptr(0), call(p.addr, 0, 0, make([]uintptr, MaxArgs)), "with stack arguments")
 }
+
+var stackPad [64]byte
+
+// deepWrite recurses n frames deep (to land the call at many different
+// stack depths) and then has C write into a stack variable from inside a
+// closure, the pattern of the cuda package's lazy initializers.
+//
+//go:noinline
+func deepWrite(t *testing.T, p Proc, n, depth int) {
+	var pad [128]byte
+	stackPad[0] = pad[n%128]
+	if n > 0 {
+		deepWrite(t, p, n-1, depth)
+		return
+	}
+	var once sync.Once
+	var got uint64
+	once.Do(func() {
+		var c uint64
+		p.Call(uintptr(unsafe.Pointer(&c)), 0xab, 8)
+		got = c
+	})
+	if got != 0xabababababababab {
+		t.Errorf("depth %d: the C write into a stack variable was lost (%#x): the stack moved mid-call", depth, got)
+	}
+}
+
+// TestCallSurvivesStackGrowth: a pointer argument computed by the caller
+// must stay valid until C runs. Under -race, copy() inside the call path
+// became runtime.slicecopy, whose prologue could move the stack; this test
+// caught it (run it with go test -race).
+func TestCallSurvivesStackGrowth(t *testing.T) {
+	memset := lookup(t, libc(t), "memset")
+	for depth := 0; depth < 400; depth++ {
+		done := make(chan struct{})
+		go func() { defer close(done); deepWrite(t, memset, depth, depth) }()
+		<-done
+	}
+}
