@@ -2,7 +2,6 @@ package buffer
 
 import (
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -43,8 +42,8 @@ var leaks atomic.Int64
 // Close (their memory was freed by a cleanup). Tests assert it stays 0.
 func Leaks() int64 { return leaks.Load() }
 
-// state is what Close and the cleanup share. It must not point back to the
-// Buffer, or the Buffer could never be collected.
+// state is an allocation's shared state: the owner Buffer embeds it, and
+// its views point to it.
 type state struct {
 	mu     sync.RWMutex
 	closed bool
@@ -55,16 +54,26 @@ type state struct {
 
 	// The driver's description of the allocation (cuPointerGetAttribute),
 	// asked once when needed: for borrowed buffers' accessors, and to tell
-	// pinned from managed memory in host copies.
-	infoOnce sync.Once
-	info     cuda.PointerInfo
-	infoErr  error
+	// pinned from managed memory in host copies. Allocated lazily, so the
+	// common owned buffer costs one allocation.
+	info atomic.Pointer[pointerInfo]
 }
 
-// pointerInfo returns the driver's description of the allocation.
+type pointerInfo struct {
+	info cuda.PointerInfo
+	err  error
+}
+
+// pointerInfo returns the driver's description of the allocation. Racing
+// first calls may both ask the driver; the answers are the same.
 func (st *state) pointerInfo() (cuda.PointerInfo, error) {
-	st.infoOnce.Do(func() { st.info, st.infoErr = cuda.QueryPointer(st.ptr) })
-	return st.info, st.infoErr
+	if pi := st.info.Load(); pi != nil {
+		return pi.info, pi.err
+	}
+	pi := &pointerInfo{}
+	pi.info, pi.err = cuda.QueryPointer(st.ptr)
+	st.info.Store(pi)
+	return pi.info, pi.err
 }
 
 // Buffer is a range of memory: device, pinned host, managed, or anything a
@@ -80,22 +89,28 @@ func (st *state) pointerInfo() (cuda.PointerInfo, error) {
 //
 // Methods are safe for concurrent use; Close waits for calls in progress.
 type Buffer struct {
-	st      *state
+	st      *state  // &own for an owner; the owner's state for views
 	off     uint64  // offset into the parent's range, for views
 	size    uint64  // this buffer's (or view's) size
 	parent  *Buffer // non-nil for views: keeps the owner alive
-	cleanup runtime.Cleanup
+	track   *tracked    // the safety net's record, for owned buffers
 	vclosed atomic.Bool // a view's own Close (owners use st.closed)
+	own     state
 }
 
 // Owned wraps memory that mr allocated: Close will call
 // mr.Deallocate(ptr, size, s), on s unless CloseOn names another stream.
 // Resources use it to build the Buffers they return.
 func Owned(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream) *Buffer {
-	b := &Buffer{st: &state{ptr: ptr, size: size, mr: mr, stream: s}, size: size}
-	if mr != nil && ptr != 0 {
-		b.cleanup = runtime.AddCleanup(b, collect, b.st)
+	if mr == nil || ptr == 0 {
+		b := &Buffer{size: size, own: state{ptr: ptr, size: size, mr: mr, stream: s}}
+		b.st = &b.own
+		return b
 	}
+	b, t := newTracked()
+	b.size, b.own = size, state{ptr: ptr, size: size, mr: mr, stream: s}
+	b.st, b.track = &b.own, t
+	t.track(ptr, size, mr, s)
 	return b
 }
 
@@ -103,22 +118,9 @@ func Owned(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream) *
 // output, an imported mapping). The Buffer never frees it; Close only stops
 // further use. Accessibility and device are asked of the driver.
 func FromPointer(ptr cuda.DevicePtr, size uint64) *Buffer {
-	return &Buffer{st: &state{ptr: ptr, size: size}, size: size}
-}
-
-// collect is the safety net for a Buffer that was never closed.
-func collect(st *state) {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.closed || st.mr == nil {
-		return
-	}
-	st.closed = true
-	leaks.Add(1)
-	if err := st.mr.Deallocate(st.ptr, st.size, st.stream); err != nil && st.stream != nil {
-		// The allocation stream may be gone by now: free on the default one.
-		_ = st.mr.Deallocate(st.ptr, st.size, nil)
-	}
+	b := &Buffer{size: size, own: state{ptr: ptr, size: size}}
+	b.st = &b.own
+	return b
 }
 
 // Close frees an owned buffer on its allocation stream (or the resource's
@@ -153,7 +155,7 @@ func (b *Buffer) CloseOn(s *cuda.Stream) error {
 		}
 	}
 	st.closed = true
-	b.cleanup.Stop()
+	b.track.stop()
 	return nil
 }
 

@@ -21,6 +21,6 @@ func (b *Buffer) Disown() (ptr cuda.DevicePtr, size uint64, err error) {
 		return 0, 0, &cuda.OpError{Op: "Buffer.Disown", Err: cuda.ErrClosed}
 	}
 	st.closed = true
-	b.cleanup.Stop()
+	b.track.stop()
 	return st.ptr, st.size, nil
 }
