@@ -89,10 +89,10 @@ func (st *state) pointerInfo() (cuda.PointerInfo, error) {
 //
 // Methods are safe for concurrent use; Close waits for calls in progress.
 type Buffer struct {
-	st      *state  // &own for an owner; the owner's state for views
-	off     uint64  // offset into the parent's range, for views
-	size    uint64  // this buffer's (or view's) size
-	parent  *Buffer // non-nil for views: keeps the owner alive
+	st      *state      // &own for an owner; the owner's state for views
+	off     uint64      // offset into the parent's range, for views
+	size    uint64      // this buffer's (or view's) size
+	parent  *Buffer     // non-nil for views: keeps the owner alive
 	track   *tracked    // the safety net's record, for owned buffers
 	vclosed atomic.Bool // a view's own Close (owners use st.closed)
 	own     state
