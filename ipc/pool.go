@@ -109,7 +109,10 @@ func ExportPool(p ExportablePool) (*Handle, error) {
 }
 
 // ExportBuffer describes b, a whole buffer of an IPC-enabled pool (or of
-// an imported pool: re-export), for a process that imported the pool.
+// an imported pool: re-export), for a process that imported the pool. It
+// first waits for b's allocation stream: the driver exports only
+// allocations that exist, and a stream-ordered allocation exists once its
+// stream reaches it (exporting earlier fails with CUDA_ERROR_INVALID_VALUE).
 func ExportBuffer(b *buffer.Buffer) (Descriptor, error) {
 	const op = "ipc.ExportBuffer"
 	if b == nil || b.IsClosed() {
@@ -128,6 +131,11 @@ func ExportBuffer(b *buffer.Buffer) (Descriptor, error) {
 		u, err := poolUUID(mr)
 		if err != nil {
 			return Descriptor{}, err
+		}
+		if s := b.Stream(); s != nil {
+			if err := s.Sync(); err != nil {
+				return Descriptor{}, &cuda.OpError{Op: op, Err: err}
+			}
 		}
 		data, err := mr.Pool().ExportPointer(b.Ptr())
 		if err != nil {
