@@ -66,6 +66,7 @@ func call(fn, ctxfn, ctx uintptr, args []uintptr) uintptr {
 	f := frame{fn: fn, ctxfn: ctxfn, ctx: ctx}
 	// A loop, not copy: under -race copy becomes runtime.slicecopy, an
 	// ordinary function whose prologue may move the stack.
+	//lint:ignore S1001 copy must not be used here (see above)
 	for i, a := range args {
 		f.args[i] = a
 	}
