@@ -26,9 +26,6 @@ var trampolineABI0 uintptr
 //go:noescape
 func runtime_cgocall(fn uintptr, arg unsafe.Pointer) int32
 
-// ctxSetCurrent is cuCtxSetCurrent once the driver is loaded.
-var ctxSetCurrent uintptr
-
 // Call calls the entry point with integer arguments and returns its result
 // register (for CUDA, a CUresult). An unresolved Proc returns NotFound, as
 // does a call with more than MaxArgs arguments.
@@ -46,15 +43,19 @@ func (p *Proc) Call(args ...uintptr) uintptr {
 	return call(p.addr, 0, 0, args)
 }
 
-// CallCtx is Call with the CUDA context ctx made current (cuCtxSetCurrent)
-// on the OS thread that runs the call, inside the same crossing into C.
-// If setting the context fails its CUresult is returned and the entry point
-// is not called.
+// CallCtx is Call with the CUDA context ctx made current (cuCtxSetCurrent
+// of the entry point's own driver) on the OS thread that runs the call,
+// inside the same crossing into C. If setting the context fails its
+// CUresult is returned and the entry point is not called. A Proc from a
+// library without cuCtxSetCurrent (Library.Lookup) returns NotFound.
 //
 //go:nosplit
 //go:norace
 func (p *Proc) CallCtx(ctx uintptr, args ...uintptr) uintptr {
-	return call(p.addr, ctxSetCurrent, ctx, args)
+	if p.setCtx == 0 {
+		return NotFound
+	}
+	return call(p.addr, p.setCtx, ctx, args)
 }
 
 //go:nosplit

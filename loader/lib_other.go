@@ -26,8 +26,6 @@ func (l *Library) Lookup(name string) (Proc, error) { return Proc{name: name}, e
 // Close does nothing.
 func (l *Library) Close() error { return nil }
 
-var ctxSetCurrent uintptr
-
 // Call returns NotFound: nothing can be resolved here.
 func (p *Proc) Call(args ...uintptr) uintptr { return NotFound }
 

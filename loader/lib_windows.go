@@ -52,8 +52,6 @@ func (l *Library) Close() error {
 	return err
 }
 
-var ctxSetCurrent uintptr
-
 // Call calls the entry point; see the linux documentation of Call.
 //
 //go:nosplit
@@ -69,11 +67,11 @@ func (p *Proc) Call(args ...uintptr) uintptr {
 //
 //go:nosplit
 func (p *Proc) CallCtx(ctx uintptr, args ...uintptr) uintptr {
-	if p.addr == 0 || len(args) > MaxArgs {
+	if p.addr == 0 || p.setCtx == 0 || len(args) > MaxArgs {
 		return NotFound
 	}
 	runtime.LockOSThread()
-	if r, _, _ := syscall.SyscallN(ctxSetCurrent, ctx); int32(r) != 0 {
+	if r, _, _ := syscall.SyscallN(p.setCtx, ctx); int32(r) != 0 {
 		runtime.UnlockOSThread()
 		return r
 	}

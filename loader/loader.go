@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"unsafe"
@@ -64,8 +65,9 @@ func (e *InitError) Error() string {
 // Proc is one driver entry point. The zero Proc is unresolved: calls return
 // NotFound.
 type Proc struct {
-	addr uintptr
-	name string
+	addr   uintptr
+	name   string
+	setCtx uintptr // its driver's cuCtxSetCurrent, for CallCtx
 }
 
 // Name is the entry point's base name, e.g. "cuMemAlloc".
@@ -359,8 +361,10 @@ func (d *Driver) init() error {
 	for _, s := range d.symbols() {
 		*s.p = d.resolve(s)
 	}
-	if ctxSetCurrent == 0 {
-		ctxSetCurrent = d.CtxSetCurrent.addr
+	// Each entry point carries its own driver's cuCtxSetCurrent, so
+	// drivers opened side by side (tests, tools) never mix.
+	for _, s := range d.symbols() {
+		s.p.setCtx = d.CtxSetCurrent.addr
 	}
 	if r != 0 {
 		return &InitError{Path: d.Path, Code: r}
@@ -393,6 +397,7 @@ func (d *Driver) resolve(s symbol) Proc {
 			r = d.GetProcAddress.Call(uintptr(unsafe.Pointer(&name[0])), uintptr(unsafe.Pointer(&fn)),
 				uintptr(ver), procLegacyStream)
 		}
+		runtime.KeepAlive(name)
 		if int32(r) == 0 {
 			// Success with a NULL pointer means no function with our ABI.
 			return Proc{addr: fn, name: s.name}

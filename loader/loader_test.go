@@ -294,11 +294,15 @@ func BenchmarkSyscallNLabs(b *testing.B) {
 func TestStackAlignedForC(t *testing.T) {
 	// C code may use aligned SSE stores to its stack; a trampoline that
 	// misaligns the stack crashes libc (seen: snprintf, cuInit).
-	l, err := OpenLibrary(fakeDriver(t))
+	path := fakeDriver(t)
+	d, err := openFake(t, path, 12040, 0)
+	require.NoError(t, err)
+	l, err := OpenLibrary(path)
 	require.NoError(t, err)
 	p := lookup(t, l, "fake_stack_misalignment")
 	assert.Equal(t, uintptr(0), p.Call(), "direct")
-	assert.Equal(t, uintptr(0), p.CallCtx(0), "through the context path")
+	assert.Equal(t, uintptr(0), call(p.addr, d.CtxSetCurrent.addr, 0x1234, nil), "through the context path")
+	assert.Equal(t, NotFound, p.CallCtx(0), "a plain library symbol has no context setter")
 	assert.Equal(t, uintptr(0), call(p.addr, 0, 0, make([]uintptr, MaxArgs)), "with stack arguments")
 }
 
