@@ -2,7 +2,6 @@ package ipc
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 
@@ -29,8 +28,9 @@ const (
 	DescriptorSize = 8 + 2 + 2 + 8 + 16 + 64 + 4
 )
 
-// ErrBadDescriptor is wrapped by every decoding failure.
-var ErrBadDescriptor = errors.New("ipc: bad buffer descriptor")
+// ErrBadDescriptor is wrapped by every decoding failure. It matches
+// cuda.ErrInvalidArgument too.
+var ErrBadDescriptor = fmt.Errorf("ipc: bad buffer descriptor (%w)", cuda.ErrInvalidArgument)
 
 // MarshalBinary encodes d in a fixed, versioned, checksummed layout.
 func (d Descriptor) MarshalBinary() ([]byte, error) {

@@ -10,7 +10,7 @@
 //     (SendHandle / ReceiveHandle, SCM_RIGHTS) or to a child process
 //     (Handle.ExtraFile with exec.Cmd.ExtraFiles).
 //  3. The other process imports it: ImportPool maps the pool once per UUID
-//     (a Registry dedupes repeated imports).
+//     (a registry keyed by UUID dedupes repeated imports; see Lookup).
 //  4. Buffers travel as Descriptors: plain, versioned, checksummed bytes
 //     (ExportBuffer, Descriptor.MarshalBinary) that the importer turns into
 //     Buffers of the imported pool (ImportedPool.Import).

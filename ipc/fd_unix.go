@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"syscall"
+
+	"github.com/cudamem/cudamem/cuda"
 )
 
 // MaxFDs is the most file descriptors one message carries.
@@ -17,10 +19,10 @@ const MaxFDs = 64
 // should close) its own fds.
 func SendFDs(conn *net.UnixConn, payload []byte, fds ...int) error {
 	if conn == nil {
-		return fmt.Errorf("ipc.SendFDs: nil connection")
+		return cuda.Errorf("ipc.SendFDs", cuda.ErrInvalidArgument, "nil connection")
 	}
 	if len(fds) > MaxFDs {
-		return fmt.Errorf("ipc.SendFDs: %d file descriptors, at most %d per message", len(fds), MaxFDs)
+		return cuda.Errorf("ipc.SendFDs", cuda.ErrInvalidArgument, "%d file descriptors, at most %d per message", len(fds), MaxFDs)
 	}
 	if len(payload) == 0 {
 		payload = []byte{0} // a message must carry at least one byte
@@ -45,7 +47,7 @@ func SendFDs(conn *net.UnixConn, payload []byte, fds ...int) error {
 // and every descriptor received is closed.
 func ReceiveFDs(conn *net.UnixConn, maxPayload int) (payload []byte, fds []int, err error) {
 	if conn == nil {
-		return nil, nil, fmt.Errorf("ipc.ReceiveFDs: nil connection")
+		return nil, nil, cuda.Errorf("ipc.ReceiveFDs", cuda.ErrInvalidArgument, "nil connection")
 	}
 	buf := make([]byte, max(maxPayload, 1))
 	oob := make([]byte, syscall.CmsgSpace(MaxFDs*4))
@@ -120,7 +122,7 @@ func ReceiveHandle(conn *net.UnixConn) (*Handle, error) {
 	}
 	if len(fds) != 1 || len(payload) != len(UUID{}) {
 		closeFDs(fds)
-		return nil, fmt.Errorf("ipc.ReceiveHandle: got %d fds and %d bytes, want 1 fd and a %d-byte UUID", len(fds), len(payload), len(UUID{}))
+		return nil, cuda.Errorf("ipc.ReceiveHandle", cuda.ErrInvalidArgument, "got %d fds and %d bytes, want 1 fd and a %d-byte UUID", len(fds), len(payload), len(UUID{}))
 	}
 	return NewHandle(fds[0], UUID(payload))
 }

@@ -29,10 +29,18 @@ func NewHandle(fd int, uuid UUID) (*Handle, error) {
 }
 
 // UUID names the exported pool.
-func (h *Handle) UUID() UUID { return h.uuid }
+func (h *Handle) UUID() UUID {
+	if h == nil {
+		return UUID{}
+	}
+	return h.uuid
+}
 
 // FD returns the file descriptor, still owned by h.
 func (h *Handle) FD() (int, error) {
+	if h == nil {
+		return -1, cuda.Errorf("Handle.FD", cuda.ErrInvalidArgument, "nil handle")
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.fd < 0 {

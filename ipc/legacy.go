@@ -45,8 +45,21 @@ func (h *LegacyHandle) UnmarshalBinary(b []byte) error {
 // ExportLegacy returns a legacy IPC handle for b, which must be device
 // memory from cuMemAlloc (a whole allocation).
 func ExportLegacy(b *buffer.Buffer) (LegacyHandle, error) {
-	if b == nil || b.IsClosed() {
-		return LegacyHandle{}, &cuda.OpError{Op: "ipc.ExportLegacy", Err: cuda.ErrClosed}
+	const op = "ipc.ExportLegacy"
+	if b == nil {
+		return LegacyHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil buffer")
+	}
+	if b.IsClosed() {
+		return LegacyHandle{}, &cuda.OpError{Op: op, Err: cuda.ErrClosed}
+	}
+	// The driver exports whole allocations: a view would be mapped at its
+	// allocation's base on the other side, with the wrong bytes.
+	info, err := cuda.QueryPointer(b.Ptr())
+	if err != nil {
+		return LegacyHandle{}, &cuda.OpError{Op: op, Err: err}
+	}
+	if !b.IsOwned() || info.RangeBase != b.Ptr() || info.RangeSize < b.Size() || info.Pool != 0 {
+		return LegacyHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "%v is not a whole cuMemAlloc allocation (use resource.SyncDevice; pool memory goes through ExportBuffer)", b)
 	}
 	dev, err := b.Device()
 	if err != nil {
@@ -70,7 +83,7 @@ func OpenLegacy(dev *cuda.Device, h LegacyHandle) (*buffer.Buffer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ipc.OpenLegacy (%d bytes): %w", h.Size, err)
 	}
-	return buffer.Owned(p, h.Size, &legacyMapping{dev: dev}, nil), nil
+	return buffer.Owned(p, h.Size, &legacyMapping{dev: dev}, dev.DefaultStream()), nil
 }
 
 // legacyMapping is the MemoryResource behind OpenLegacy's buffers: it only
@@ -81,11 +94,14 @@ func (m *legacyMapping) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, e
 	return nil, cuda.Errorf("ipc.legacyMapping.Allocate", cuda.ErrInvalidArgument, "cannot allocate from memory opened with OpenLegacy")
 }
 
+// Deallocate waits for s (nil: the legacy default stream) and unmaps:
+// cuIpcCloseMemHandle is not stream-ordered.
 func (m *legacyMapping) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream) error {
-	if s != nil {
-		if err := s.Sync(); err != nil {
-			return err
-		}
+	if s == nil {
+		s = m.dev.DefaultStream()
+	}
+	if err := s.Sync(); err != nil {
+		return err
 	}
 	return m.dev.IPCCloseMemHandle(p)
 }

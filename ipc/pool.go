@@ -78,7 +78,10 @@ func poolUUID(p ExportablePool) (UUID, error) {
 }
 
 func checkExportable(op string, p ExportablePool) error {
-	if p == nil || p.IsClosed() {
+	if p == nil {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil pool")
+	}
+	if p.IsClosed() {
 		return &cuda.OpError{Op: op, Err: cuda.ErrClosed}
 	}
 	if !p.IsIPCEnabled() {
@@ -93,6 +96,9 @@ func ExportPool(p ExportablePool) (*Handle, error) {
 	const op = "ipc.ExportPool"
 	if ip, ok := p.(*ImportedPool); ok {
 		return ip.Export()
+	}
+	if p == nil {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil pool")
 	}
 	if err := checkExportable(op, p); err != nil {
 		return nil, err
@@ -162,6 +168,9 @@ type ImportedPool struct {
 	mu      sync.RWMutex
 	closed  bool
 	gone    bool // the driver pool was destroyed
+	// destroyErr is a failed destroy from the last Deallocate, reported
+	// (and retried) by Close.
+	destroyErr error
 
 	descMu sync.Mutex
 	descs  map[cuda.DevicePtr]Descriptor // imported buffers, for re-export
@@ -178,17 +187,20 @@ var registry struct {
 // caller's to close. A pool already imported (same UUID) is returned as is.
 func ImportPool(dev *cuda.Device, h *Handle) (*ImportedPool, error) {
 	const op = "ipc.ImportPool"
-	if dev == nil {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device")
-	}
-	fd, err := h.FD()
-	if err != nil {
-		return nil, err
+	if dev == nil || h == nil {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device or handle")
 	}
 	registry.Lock()
 	defer registry.Unlock()
 	if p := registry.pools[h.UUID()]; p != nil {
+		if p.dev != dev {
+			return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v is already imported on %v, not %v", h.UUID(), p.dev, dev)
+		}
 		return p, nil
+	}
+	fd, err := h.FD()
+	if err != nil {
+		return nil, err
 	}
 	pool, err := dev.ImportMemPoolFD(fd)
 	if err != nil {
@@ -218,14 +230,24 @@ func Lookup(u UUID) (*ImportedPool, bool) {
 // UUID names the exporting pool.
 func (p *ImportedPool) UUID() UUID { return p.uuid }
 
-// Pool is the imported driver pool.
-func (p *ImportedPool) Pool() cuda.MemPool { return p.pool }
+// Pool is the imported driver pool (the zero MemPool once closed).
+func (p *ImportedPool) Pool() cuda.MemPool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return cuda.MemPool{}
+	}
+	return p.pool
+}
 
 // IsIPCEnabled reports true: an imported pool can be exported again.
 func (p *ImportedPool) IsIPCEnabled() bool { return true }
 
 // IsClosed reports whether Close was called.
 func (p *ImportedPool) IsClosed() bool {
+	if p == nil || p.dev == nil {
+		return true
+	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	return p.closed
@@ -234,6 +256,9 @@ func (p *ImportedPool) IsClosed() bool {
 // Export hands out a new Handle to this pool (a duplicate of the imported
 // fd, with the owner's UUID), so a third process can import it.
 func (p *ImportedPool) Export() (*Handle, error) {
+	if p == nil || p.dev == nil {
+		return nil, cuda.Errorf("ImportedPool.Export", cuda.ErrInvalidArgument, "nil or zero *ImportedPool")
+	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
@@ -251,6 +276,9 @@ func (p *ImportedPool) Export() (*Handle, error) {
 // memory lives until the owner frees it.
 func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, error) {
 	const op = "ImportedPool.Import"
+	if p == nil || p.dev == nil {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil or zero *ImportedPool (use ImportPool)")
+	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if p.closed {
@@ -262,6 +290,15 @@ func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, err
 	ptr, err := p.pool.ImportPointer(&d.Data)
 	if err != nil {
 		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%d bytes from pool %v: %w", d.Size, p.uuid, err)}
+	}
+	// The checksum guards against corruption, not lies: never let a
+	// descriptor claim more than the mapping holds.
+	if info, err := cuda.QueryPointer(ptr); err != nil || info.RangeBase+cuda.DevicePtr(info.RangeSize) < ptr+cuda.DevicePtr(d.Size) {
+		if s == nil {
+			s = p.dev.DefaultStream()
+		}
+		_ = s.MemFreeAsync(ptr)
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "descriptor claims %d bytes, the imported allocation holds %d (%v)", d.Size, info.RangeSize, err)
 	}
 	p.live.Add(1)
 	p.descMu.Lock()
@@ -285,6 +322,9 @@ func (p *ImportedPool) descriptor(b *buffer.Buffer) (Descriptor, error) {
 
 // Allocate always fails: memory comes from the exporting process.
 func (p *ImportedPool) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	if p == nil {
+		return nil, cuda.Errorf("ImportedPool.Allocate", cuda.ErrInvalidArgument, "nil *ImportedPool")
+	}
 	return nil, cuda.Errorf("ImportedPool.Allocate", cuda.ErrInvalidArgument, "cannot allocate from an imported (mapped) IPC memory pool %v", p.uuid)
 }
 
@@ -307,7 +347,9 @@ func (p *ImportedPool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.live.Add(-1) <= 0 && p.closing.Load() {
-		return p.destroyLocked()
+		// The free succeeded, so the buffer is closed whatever happens next:
+		// a failed destroy is kept and reported by the next Close.
+		p.destroyErr = p.destroyLocked()
 	}
 	return nil
 }
@@ -319,15 +361,27 @@ func (p *ImportedPool) DeviceAccessible() bool { return true }
 func (p *ImportedPool) HostAccessible() bool { return false }
 
 // DeviceID is the importing device's ordinal.
-func (p *ImportedPool) DeviceID() int { return p.dev.Ordinal() }
+func (p *ImportedPool) DeviceID() int {
+	if p == nil || p.dev == nil {
+		return -1
+	}
+	return p.dev.Ordinal()
+}
 
 // Close forgets the pool (a later ImportPool maps it afresh), closes the
 // kept fd and, once no imported buffer is left, destroys the mapping.
 // It is idempotent.
 func (p *ImportedPool) Close() error {
+	if p == nil {
+		return nil
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
+		if p.destroyErr != nil {
+			p.destroyErr = p.destroyLocked()
+			return p.destroyErr
+		}
 		return nil
 	}
 	p.closed = true
@@ -355,8 +409,11 @@ func (p *ImportedPool) destroyLocked() error {
 	if err := p.dev.Sync(); err != nil {
 		return err
 	}
+	if err := p.pool.Destroy(); err != nil {
+		return err
+	}
 	p.gone = true
-	return p.pool.Destroy()
+	return nil
 }
 
 // String describes the pool.

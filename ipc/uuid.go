@@ -7,7 +7,7 @@ import (
 )
 
 // UUID names an exported pool across processes, so that a pool imported
-// twice maps once (see Registry).
+// twice maps once (see ImportPool and Lookup).
 type UUID [16]byte
 
 // NewUUID returns a random (version 4) UUID.
