@@ -37,7 +37,7 @@ func TestNilStreamAndEvent(t *testing.T) {
 	var s *Stream
 	err := s.Sync()
 	assert.ErrorIs(t, err, ErrInvalidArgument)
-	assert.Contains(t, err.Error(), "nil stream")
+	assert.Contains(t, err.Error(), "nil or zero stream")
 	assert.NoError(t, s.Close())
 	var e *Event
 	assert.ErrorIs(t, e.Sync(), ErrInvalidArgument)
@@ -90,4 +90,18 @@ func TestNegativeOrdinalRejectedWithoutDriver(t *testing.T) {
 	_, err := GetDevice(-1)
 	assert.ErrorIs(t, err, ErrInvalidArgument)
 	assert.Contains(t, err.Error(), "-1")
+}
+
+func TestZeroValuesRejected(t *testing.T) {
+	var s Stream
+	assert.ErrorIs(t, s.Sync(), ErrInvalidArgument)
+	assert.NoError(t, s.Close())
+	var e Event
+	assert.ErrorIs(t, e.Sync(), ErrInvalidArgument)
+	assert.NoError(t, e.Close())
+	var ns *Stream
+	assert.Nil(t, ns.Device())
+	assert.Zero(t, ns.Handle())
+	d := &Device{}
+	assert.ErrorIs(t, d.EnablePeerAccess(nil), ErrInvalidArgument)
 }

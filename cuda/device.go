@@ -258,6 +258,9 @@ func (d *Device) Sync() error {
 // use memory allocated with cuMemAlloc in peer's primary context. It is
 // idempotent. (Pool and VMM memory have their own access controls.)
 func (d *Device) EnablePeerAccess(peer *Device) error {
+	if peer == nil || peer == d {
+		return Errorf("Device.EnablePeerAccess", ErrInvalidArgument, "peer %v is nil or the device itself", peer)
+	}
 	ctx, err := d.context()
 	if err != nil {
 		return err

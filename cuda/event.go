@@ -31,8 +31,8 @@ func (d *Device) NewEvent(flags EventFlags) (*Event, error) {
 }
 
 func (e *Event) get(op string) (uintptr, error) {
-	if e == nil {
-		return 0, Errorf(op, ErrInvalidArgument, "nil event")
+	if e == nil || e.dev == nil {
+		return 0, Errorf(op, ErrInvalidArgument, "nil or zero event (use Device.NewEvent)")
 	}
 	e.mu.RLock()
 	if e.closed {
@@ -124,7 +124,7 @@ func Elapsed(start, end *Event) (time.Duration, error) {
 
 // Close destroys the event. It is idempotent.
 func (e *Event) Close() error {
-	if e == nil {
+	if e == nil || e.dev == nil {
 		return nil
 	}
 	e.mu.Lock()

@@ -57,11 +57,21 @@ func (d *Device) StreamPriorityRange() (least, greatest int, err error) {
 	return int(lo), int(hi), nil
 }
 
-// Device is the device the stream belongs to.
-func (s *Stream) Device() *Device { return s.dev }
+// Device is the device the stream belongs to (nil for a nil stream).
+func (s *Stream) Device() *Device {
+	if s == nil {
+		return nil
+	}
+	return s.dev
+}
 
 // Handle is the CUstream handle (0 for the legacy default stream).
-func (s *Stream) Handle() uintptr { return s.handle }
+func (s *Stream) Handle() uintptr {
+	if s == nil {
+		return 0
+	}
+	return s.handle
+}
 
 // IsDefault reports whether s is a legacy default stream.
 func (s *Stream) IsDefault() bool { return s != nil && !s.owned }
@@ -69,8 +79,8 @@ func (s *Stream) IsDefault() bool { return s != nil && !s.owned }
 // begin returns the context and handle for a call on s, holding a read
 // lock that end releases, so Close cannot destroy the stream mid-call.
 func (s *Stream) begin(op string) (ctx, handle uintptr, err error) {
-	if s == nil {
-		return 0, 0, Errorf(op, ErrInvalidArgument, "nil stream (use Device.DefaultStream for the legacy default stream)")
+	if s == nil || s.dev == nil {
+		return 0, 0, Errorf(op, ErrInvalidArgument, "nil or zero stream (use Device.NewStream, or Device.DefaultStream for the legacy default stream)")
 	}
 	s.mu.RLock()
 	if s.closed {
@@ -151,7 +161,7 @@ func (s *Stream) WaitStream(other *Stream) error {
 // (cuStreamDestroy does not wait, but the driver finishes the work). It is
 // idempotent; closing a default stream does nothing.
 func (s *Stream) Close() error {
-	if s == nil || !s.owned {
+	if s == nil || !s.owned || s.dev == nil {
 		return nil
 	}
 	s.mu.Lock()
