@@ -201,6 +201,9 @@ func (b *Buffer) IsClosed() bool {
 // Ptr is the buffer's address (a device address, or a host address for
 // host memory under unified addressing), or 0 once closed.
 func (b *Buffer) Ptr() cuda.DevicePtr {
+	if b == nil {
+		return 0
+	}
 	b.st.mu.RLock()
 	defer b.st.mu.RUnlock()
 	if b.st.closed || b.viewClosed() {
@@ -210,11 +213,19 @@ func (b *Buffer) Ptr() cuda.DevicePtr {
 }
 
 // Size is the buffer's size in bytes (it stays readable after Close).
-func (b *Buffer) Size() uint64 { return b.size }
+func (b *Buffer) Size() uint64 {
+	if b == nil {
+		return 0
+	}
+	return b.size
+}
 
 // Resource is the resource that owns the memory, or nil for borrowed
 // buffers (and for every buffer once closed).
 func (b *Buffer) Resource() MemoryResource {
+	if b == nil {
+		return nil
+	}
 	b.st.mu.RLock()
 	defer b.st.mu.RUnlock()
 	if b.st.closed || b.viewClosed() {
@@ -224,13 +235,21 @@ func (b *Buffer) Resource() MemoryResource {
 }
 
 // Stream is the stream the buffer was allocated on (nil if none).
-func (b *Buffer) Stream() *cuda.Stream { return b.st.stream }
+func (b *Buffer) Stream() *cuda.Stream {
+	if b == nil {
+		return nil
+	}
+	return b.st.stream
+}
 
 // IsOwned reports whether Close frees the memory.
-func (b *Buffer) IsOwned() bool { return b.parent == nil && b.st.mr != nil }
+func (b *Buffer) IsOwned() bool { return b != nil && b.parent == nil && b.st.mr != nil }
 
 // String describes the buffer for logs.
 func (b *Buffer) String() string {
+	if b == nil {
+		return "Buffer(nil)"
+	}
 	if b.IsClosed() {
 		return fmt.Sprintf("Buffer(closed, %d bytes)", b.size)
 	}

@@ -547,3 +547,16 @@ func TestFakeConcurrentUseAndClose(t *testing.T) {
 	}
 	assert.Equal(t, 20, mr.free)
 }
+
+func TestNilBufferAccessorsDoNotPanic(t *testing.T) {
+	var b *buffer.Buffer
+	assert.Zero(t, b.Ptr())
+	assert.Zero(t, b.Size())
+	assert.Nil(t, b.Resource())
+	assert.Nil(t, b.Stream())
+	assert.False(t, b.IsOwned())
+	assert.True(t, b.IsClosed())
+	assert.Equal(t, "Buffer(nil)", b.String())
+	assert.NoError(t, b.Close())
+	assert.ErrorIs(t, b.Fill32(0, nil), cuda.ErrInvalidArgument)
+}
