@@ -2,6 +2,7 @@ package resource
 
 import (
 	"fmt"
+	"reflect"
 	"sync"
 
 	"github.com/cudamem/cudamem/buffer"
@@ -88,20 +89,13 @@ func SetDefault(dev *cuda.Device, mr buffer.MemoryResource) error {
 	return nil
 }
 
-// isNilPointer reports whether mr is one of this package's resource types
-// holding a nil pointer.
+// isNilPointer reports whether mr holds a nil pointer (of any type, so
+// resources from other packages are caught too).
 func isNilPointer(mr buffer.MemoryResource) bool {
-	switch r := mr.(type) {
-	case *DevicePool:
-		return r == nil
-	case *PinnedPool:
-		return r == nil
-	case *LegacyPinned:
-		return r == nil
-	case *Managed:
-		return r == nil
-	case *SyncDevice:
-		return r == nil
+	v := reflect.ValueOf(mr)
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return v.IsNil()
 	}
 	return false
 }
