@@ -43,7 +43,7 @@ func (r *Resource) Export(b *buffer.Buffer) ([]Chunk, error) {
 		fd, err := r.dev.MemExportFD(c.h)
 		if err != nil {
 			CloseChunks(out)
-			return nil, fmt.Errorf("virtual.Export %v: %w", b, err)
+			return nil, fmt.Errorf("virtual.Export %#x: %w", uint64(a.base), err)
 		}
 		out = append(out, Chunk{FD: fd, Size: c.size})
 	}
@@ -56,6 +56,9 @@ func (r *Resource) Export(b *buffer.Buffer) ([]Chunk, error) {
 // fds stay the caller's to close. Closing the buffer unmaps the memory
 // and releases the imported handles; the exporter's memory lives on.
 func (r *Resource) Import(chunks []Chunk, size uint64) (*buffer.Buffer, error) {
+	if err := r.check("virtual.Import"); err != nil {
+		return nil, err
+	}
 	var total uint64
 	for i, c := range chunks {
 		if c.FD < 0 || c.Size == 0 || c.Size%r.gran != 0 {

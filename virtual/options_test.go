@@ -72,3 +72,15 @@ func TestUndoRunsInReverse(t *testing.T) {
 	u.run()
 	assert.Equal(t, []int{2, 1, 0}, got, "undo steps run once")
 }
+
+func TestZeroResourceRejected(t *testing.T) {
+	for _, r := range []*Resource{nil, {}} {
+		_, err := r.Allocate(1, nil)
+		assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
+		_, err = r.Import([]Chunk{{FD: 3, Size: 1}}, 1)
+		assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
+		_, err = r.Grow(nil, 1)
+		assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
+		assert.ErrorIs(t, r.Deallocate(0x1000, 1, nil), cuda.ErrInvalidArgument)
+	}
+}

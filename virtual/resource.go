@@ -115,6 +115,14 @@ func New(dev *cuda.Device, opts *Options) (*Resource, error) {
 	return r, nil
 }
 
+// check rejects nil and zero Resources (use New).
+func (r *Resource) check(op string) error {
+	if r == nil || r.dev == nil || r.gran == 0 {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil or zero *virtual.Resource (create it with virtual.New)")
+	}
+	return nil
+}
+
 func devLoc(d *cuda.Device) cuda.MemLocation {
 	return cuda.MemLocation{Type: cuda.MemLocationTypeDevice, ID: int32(d.Ordinal())}
 }
@@ -137,7 +145,7 @@ func (r *Resource) HostAccessible() bool { return r.opts.Location != OnDevice }
 
 // DeviceID is the device ordinal for device memory, -1 for host memory.
 func (r *Resource) DeviceID() int {
-	if r.opts.Location != OnDevice {
+	if r == nil || r.dev == nil || r.opts.Location != OnDevice {
 		return -1
 	}
 	return r.dev.Ordinal()
@@ -187,6 +195,9 @@ func (r *Resource) newChunk(ptr cuda.DevicePtr, size uint64, descs []cuda.MemAcc
 // exactly size bytes). The stream only becomes the buffer's stream: mapping
 // is synchronous. Size 0 returns an empty buffer.
 func (r *Resource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	if err := r.check("virtual.Allocate"); err != nil {
+		return nil, err
+	}
 	if size == 0 {
 		return buffer.Owned(0, 0, r, s), nil
 	}
@@ -220,6 +231,9 @@ func (r *Resource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error)
 func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	if ptr == 0 {
 		return nil
+	}
+	if err := r.check("virtual.Deallocate"); err != nil {
+		return err
 	}
 	r.mu.Lock()
 	a := r.allocs[ptr]
@@ -265,6 +279,9 @@ func (r *Resource) free(a *allocation) error {
 // take finds b's allocation and hands b's ownership to the caller: b must
 // be a live, owned buffer from this resource.
 func (r *Resource) take(op string, b *buffer.Buffer) (*allocation, *cuda.Stream, error) {
+	if err := r.check(op); err != nil {
+		return nil, nil, err
+	}
 	if b == nil {
 		return nil, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil buffer")
 	}
@@ -285,8 +302,12 @@ func (r *Resource) take(op string, b *buffer.Buffer) (*allocation, *cuda.Stream,
 
 // Grow returns a buffer of newSize bytes holding b's data, and closes b
 // (without freeing). The pointer stays the same unless the address space
-// after the allocation is taken; no data is copied either way. A newSize
-// not above b's size returns b unchanged. On error b is untouched.
+// after the allocation is taken; no data is copied either way. When the
+// allocation must move, Grow first waits for b's stream (or, with none,
+// the device), so work already submitted on it is done before the old
+// addresses are unmapped; work on other streams is the caller's to order,
+// as for Close. A newSize not above b's size returns b unchanged. On error
+// b is untouched. Grow consumes b: do not use b concurrently with it.
 func (r *Resource) Grow(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error) {
 	a, s, err := r.take("virtual.Grow", b)
 	if err != nil {
@@ -295,36 +316,54 @@ func (r *Resource) Grow(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error
 	if newSize <= b.Size() {
 		return b, nil
 	}
+	oldPtr := b.Ptr() // before r.mu: Buffer locks are never taken under r.mu
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	if r.allocs[oldPtr] != a {
+		r.mu.Unlock()
+		return nil, &cuda.OpError{Op: "virtual.Grow", Err: cuda.ErrClosed}
+	}
 	need := r.alignUp(newSize)
 	if need < newSize {
+		r.mu.Unlock()
 		return nil, cuda.Errorf("virtual.Grow", cuda.ErrInvalidArgument, "size %d overflows", newSize)
 	}
 	if need > a.mapped {
-		if err := r.extend(a, need); err != nil {
-			return nil, fmt.Errorf("virtual.Grow %v to %d bytes: %w", b, newSize, err)
+		if err := r.extend(a, need, s); err != nil {
+			r.mu.Unlock()
+			return nil, fmt.Errorf("virtual.Grow %#x to %d bytes: %w", uint64(oldPtr), newSize, err)
 		}
 	}
-	return r.rewrap(a, b, newSize, s)
+	r.rekey(oldPtr, a)
+	a.size = newSize
+	base := a.base
+	r.mu.Unlock()
+	return r.rewrap(b, base, newSize, s)
 }
 
-// rewrap moves ownership from b to a new buffer for a's current base.
-func (r *Resource) rewrap(a *allocation, b *buffer.Buffer, size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	oldPtr := b.Ptr()
-	if _, _, err := b.Disown(); err != nil {
-		return nil, err
-	}
+// rekey files a under its (possibly new) base. Called with r.mu held.
+//
+// Lock order: a Buffer's lock, then r.mu (Close holds the first while
+// Deallocate takes the second). So nothing here calls a Buffer method
+// (Ptr, String, Disown...) while holding r.mu.
+func (r *Resource) rekey(oldPtr cuda.DevicePtr, a *allocation) {
 	if a.base != oldPtr {
 		delete(r.allocs, oldPtr)
 		r.allocs[a.base] = a
 	}
-	a.size = size
-	return buffer.Owned(a.base, size, r, s), nil
+}
+
+// rewrap moves ownership from b to a new buffer at base. It must not be
+// called with r.mu held (it takes b's lock, and Close holds b's lock while
+// it takes r.mu).
+func (r *Resource) rewrap(b *buffer.Buffer, base cuda.DevicePtr, size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	if _, _, err := b.Disown(); err != nil {
+		return nil, err
+	}
+	return buffer.Owned(base, size, r, s), nil
 }
 
 // extend maps memory so a covers need bytes. Called with r.mu held.
-func (r *Resource) extend(a *allocation, need uint64) error {
+func (r *Resource) extend(a *allocation, need uint64, s *cuda.Stream) error {
 	add := need - a.mapped
 	reserved := a.reserved()
 	var u undo
@@ -337,7 +376,7 @@ func (r *Resource) extend(a *allocation, need uint64) error {
 			r.dev.MemAddressFree(p, extra)
 		}
 		if err != nil || p != hint {
-			return r.remap(a, need)
+			return r.remap(a, need, s)
 		}
 		u.add(func() { r.dev.MemAddressFree(p, extra) })
 		a.reservations = append(a.reservations, span{p, extra})
@@ -357,7 +396,7 @@ func (r *Resource) extend(a *allocation, need uint64) error {
 // chunks are mapped there too (the same physical memory: nothing is
 // copied), a new chunk fills the rest, then the old range is released. If
 // anything fails the old allocation is left as it was.
-func (r *Resource) remap(a *allocation, need uint64) error {
+func (r *Resource) remap(a *allocation, need uint64, s *cuda.Stream) error {
 	reserve := max(need, r.alignUp(r.opts.Reserve))
 	var u undo
 	np, err := r.dev.MemAddressReserve(reserve, r.align, 0)
@@ -382,7 +421,12 @@ func (r *Resource) remap(a *allocation, need uint64) error {
 		u.run()
 		return err
 	}
-	// The new range is complete: retire the old one.
+	// The new range is complete. Work already submitted may still use the
+	// old addresses: let it finish before they go.
+	if err := r.wait(s); err != nil {
+		u.run()
+		return err
+	}
 	old := *a
 	a.base, a.reservations = np, []span{{np, reserve}}
 	a.chunks = append(append([]chunk(nil), old.chunks...), chunk{old.mapped, need - old.mapped, h})
@@ -414,8 +458,12 @@ func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, err
 	if err := r.wait(s); err != nil {
 		return nil, err
 	}
+	oldPtr := b.Ptr()
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	if r.allocs[oldPtr] != a {
+		r.mu.Unlock()
+		return nil, &cuda.OpError{Op: "virtual.Shrink", Err: cuda.ErrClosed}
+	}
 	need := r.alignUp(newSize)
 	for len(a.chunks) > 1 {
 		c := a.chunks[len(a.chunks)-1]
@@ -423,15 +471,22 @@ func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, err
 			break
 		}
 		if err := r.dev.MemUnmap(a.base+cuda.DevicePtr(c.off), c.size); err != nil {
-			return nil, fmt.Errorf("virtual.Shrink %v: %w", b, err)
-		}
-		if err := r.dev.MemRelease(c.h); err != nil {
-			return nil, fmt.Errorf("virtual.Shrink %v: %w", b, err)
+			r.mu.Unlock()
+			return nil, fmt.Errorf("virtual.Shrink %#x: %w", uint64(oldPtr), err)
 		}
 		a.chunks = a.chunks[:len(a.chunks)-1]
 		a.mapped = c.off
+		// Unmapped: the chunk is no longer part of the allocation even if
+		// its release fails (then its memory leaks, and the error says so).
+		if err := r.dev.MemRelease(c.h); err != nil {
+			r.mu.Unlock()
+			return nil, fmt.Errorf("virtual.Shrink %#x: %w", uint64(oldPtr), err)
+		}
 	}
-	return r.rewrap(a, b, newSize, s)
+	a.size = newSize
+	base := a.base
+	r.mu.Unlock()
+	return r.rewrap(b, base, newSize, s)
 }
 
 // SetPeerAccess sets the given devices' access to b's memory (NoAccess
@@ -467,7 +522,7 @@ func (r *Resource) SetPeerAccess(b *buffer.Buffer, access Access, peers ...*cuda
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if err := r.dev.MemSetAccess(a.base, a.mapped, descs...); err != nil {
-		return fmt.Errorf("virtual.SetPeerAccess %v: %w", b, err)
+		return fmt.Errorf("virtual.SetPeerAccess %#x: %w", uint64(a.base), err)
 	}
 	for _, d := range descs {
 		a.setDesc(d)
@@ -531,6 +586,9 @@ func (r *Resource) Info(b *buffer.Buffer) (Info, error) {
 
 // Live returns the base addresses of the resource's live allocations.
 func (r *Resource) Live() []cuda.DevicePtr {
+	if r == nil {
+		return nil
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]cuda.DevicePtr, 0, len(r.allocs))
