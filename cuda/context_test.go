@@ -23,9 +23,14 @@ func TestCallMakesContextCurrent(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	for _, d := range append(ds, ds[0]) { // visit every device, then switch back
-		_, _, err := d.MemInfo()
-		require.NoError(t, err)
+		// Start from no context at all on this thread.
+		require.True(t, ok(d.drv.CtxSetCurrent.Call(0)))
 		cur, err := currentContext(d)
+		require.NoError(t, err)
+		require.Zero(t, cur)
+		_, _, err = d.MemInfo()
+		require.NoError(t, err)
+		cur, err = currentContext(d)
 		require.NoError(t, err)
 		ctx, err := d.context()
 		require.NoError(t, err)
