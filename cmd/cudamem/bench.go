@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -57,11 +58,16 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 	scale := fs.Float64("iters", 1, "multiply iteration counts by `X`")
 	baseline := fs.String("cgo", "", "`path` of the C baseline program (testdata/cgobench); default: cgo-baseline beside this binary, if present")
 	asJSON := fs.Bool("json", false, "print JSON lines instead of a table")
+	lock := fs.Bool("lock", false, "lock the benchmarking goroutine to one OS thread (as the C baseline is); cudamem never needs it, this shows what thread affinity is worth")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 || *scale <= 0 {
 		return fmt.Errorf("%w: bad bench arguments %q (iters %v)", errUsage, fs.Args(), *scale)
+	}
+	if *lock {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 	}
 	dev, err := cuda.GetDevice(*device)
 	if err != nil {
