@@ -255,3 +255,17 @@ func (b *Buffer) String() string {
 	}
 	return fmt.Sprintf("Buffer(%#x, %d bytes)", uint64(b.Ptr()), b.size)
 }
+
+// Use runs f with the buffer's address while keeping the buffer open:
+// Close (and Disown) wait until f returns, so f may hand the address to
+// the driver without racing a concurrent Close. Resources and other
+// packages use it for driver calls on a buffer (prefetch, export). f must
+// not call methods of b itself.
+func (b *Buffer) Use(op string, f func(ptr cuda.DevicePtr) error) error {
+	ptr, err := b.acquire(op)
+	if err != nil {
+		return err
+	}
+	defer b.release()
+	return f(ptr)
+}

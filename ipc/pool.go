@@ -143,9 +143,17 @@ func ExportBuffer(b *buffer.Buffer) (Descriptor, error) {
 				return Descriptor{}, &cuda.OpError{Op: op, Err: err}
 			}
 		}
-		data, err := mr.Pool().ExportPointer(b.Ptr())
+		var data cuda.MemPoolPtrExportData
+		size := b.Size()
+		err = b.Use(op, func(ptr cuda.DevicePtr) error {
+			var err error
+			if data, err = mr.Pool().ExportPointer(ptr); err != nil {
+				return &cuda.OpError{Op: op, Err: fmt.Errorf("%#x (%d bytes): %w", uint64(ptr), size, err)}
+			}
+			return nil
+		})
 		if err != nil {
-			return Descriptor{}, &cuda.OpError{Op: op, Err: fmt.Errorf("%v: %w", b, err)}
+			return Descriptor{}, err
 		}
 		return Descriptor{Pool: u, Size: b.Size(), Data: data}, nil
 	default:

@@ -232,10 +232,16 @@ func Prefetch(b *buffer.Buffer, loc cuda.MemLocation, s *cuda.Stream) error {
 			s = d.DefaultStream()
 		}
 	}
-	if err := s.MemPrefetchAsync(ptr, size, loc); err != nil {
-		return &cuda.OpError{Op: op, Err: fmt.Errorf("buffer %#x (%d bytes) to %s: %w", uint64(ptr), size, locString(loc), err)}
-	}
-	return nil
+	// Under Use: a concurrent Close must not free the range mid-call.
+	return b.Use(op, func(cur cuda.DevicePtr) error {
+		if cur != ptr {
+			return &cuda.OpError{Op: op, Err: cuda.ErrClosed}
+		}
+		if err := s.MemPrefetchAsync(ptr, size, loc); err != nil {
+			return &cuda.OpError{Op: op, Err: fmt.Errorf("buffer %#x (%d bytes) to %s: %w", uint64(ptr), size, locString(loc), err)}
+		}
+		return nil
+	})
 }
 
 // adviceNames names the advice values for messages.
@@ -278,8 +284,13 @@ func Advise(b *buffer.Buffer, advice cuda.MemAdvice, loc cuda.MemLocation) error
 			loc = deviceLoc(dev)
 		}
 	}
-	if err := dev.MemAdvise(ptr, size, advice, loc); err != nil {
-		return &cuda.OpError{Op: op, Err: fmt.Errorf("%s for buffer %#x (%d bytes), %s: %w", name, uint64(ptr), size, locString(loc), err)}
-	}
-	return nil
+	return b.Use(op, func(cur cuda.DevicePtr) error {
+		if cur != ptr {
+			return &cuda.OpError{Op: op, Err: cuda.ErrClosed}
+		}
+		if err := dev.MemAdvise(ptr, size, advice, loc); err != nil {
+			return &cuda.OpError{Op: op, Err: fmt.Errorf("%s for buffer %#x (%d bytes), %s: %w", name, uint64(ptr), size, locString(loc), err)}
+		}
+		return nil
+	})
 }
