@@ -3,6 +3,7 @@
 //
 //	cudamem info [-json]      driver, devices, memory features, peers
 //	cudamem bench [flags]     driver-call and memory benchmarks, with ratios to C
+//	cudamem selftest          check every device's memory paths end to end
 //
 // It needs no CUDA toolkit: the driver library is loaded at run time.
 // Without a driver, info says what it tried and exits with status 1.
@@ -23,9 +24,10 @@ func main() {
 const usage = `usage: cudamem <command> [flags]
 
 commands:
-  info    show the CUDA driver, devices and their memory features (-json for JSON)
-  bench   measure driver calls, pool allocation and copies beside a C baseline
-  help    show this help
+  info      show the CUDA driver, devices and their memory features (-json for JSON)
+  bench     measure driver calls, pool allocation and copies beside a C baseline
+  selftest  allocate, copy and check memory on every device (pools, pinned, managed, VMM, peers)
+  help      show this help
 `
 
 // errUsage marks errors that should print the usage text.
@@ -42,6 +44,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		err = runInfo(args[1:], stdout)
 	case "bench":
 		err = runBench(args[1:], stdout, stderr)
+	case "selftest":
+		err = runSelftest(args[1:], stdout)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0

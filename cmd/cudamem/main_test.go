@@ -76,3 +76,17 @@ func TestBenchSmoke(t *testing.T) {
 	assert.Contains(t, stdout, `"trivial/go"`)
 	assert.Contains(t, stderr, "no C baseline")
 }
+
+func TestEmbeddedKernelsMatchTestdata(t *testing.T) {
+	want, err := os.ReadFile("../../testdata/kernels.ptx")
+	require.NoError(t, err)
+	assert.Equal(t, string(want), string(kernels), "cmd/cudamem/kernels.ptx must be a copy of testdata/kernels.ptx")
+}
+
+func TestSelftest(t *testing.T) {
+	cudatest.Device(t)
+	code, stdout, stderr := runCmd("selftest")
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+	assert.Contains(t, stdout, "checks passed")
+	assert.NotContains(t, stdout, "FAIL")
+}

@@ -1,0 +1,290 @@
+package main
+
+import (
+	"bytes"
+	_ "embed"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/resource"
+	"github.com/cudamem/cudamem/virtual"
+)
+
+// kernels is a copy of testdata/kernels.ptx (a test keeps them equal):
+// selftest proves what the device itself reads and writes.
+//
+//go:embed kernels.ptx
+var kernels []byte
+
+// pattern is what the pattern kernels write: byte i is byte(uint32(i)*31 + seed).
+func pattern(n int, seed uint32) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(uint32(i)*31 + seed)
+	}
+	return b
+}
+
+// deviceKit is one device's stream and kernels.
+type deviceKit struct {
+	dev          *cuda.Device
+	s            *cuda.Stream
+	write, check *cuda.Function
+}
+
+func newKit(d *cuda.Device) (*deviceKit, error) {
+	s, err := d.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	m, err := d.LoadModule(kernels)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	k := &deviceKit{dev: d, s: s}
+	if k.write, err = m.Function("cudamem_pattern_write"); err == nil {
+		k.check, err = m.Function("cudamem_pattern_check")
+	}
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return k, nil
+}
+
+var grid, block = cuda.Dim3{X: 264}, cuda.Dim3{X: 256}
+
+// deviceWrite writes the pattern for seed into b from a kernel on k's device.
+func (k *deviceKit) deviceWrite(b *buffer.Buffer, seed uint32) error {
+	return k.write.Launch(k.s, grid, block, 0, b.Ptr(), b.Size(), seed)
+}
+
+// deviceCheck counts, on the device, the bytes of b that differ from the
+// pattern for seed.
+func (k *deviceKit) deviceCheck(b *buffer.Buffer, seed uint32) error {
+	counter, err := k.dev.MemAlloc(4)
+	if err != nil {
+		return err
+	}
+	defer k.dev.MemFree(counter)
+	if err := k.s.MemsetD32Async(counter, 0, 1); err != nil {
+		return err
+	}
+	if err := k.check.Launch(k.s, grid, block, 0, b.Ptr(), b.Size(), seed, counter); err != nil {
+		return err
+	}
+	out := make([]uint32, 1)
+	if err := buffer.CopyToHost(out, buffer.FromPointer(counter, 4), k.s); err != nil {
+		return err
+	}
+	if out[0] != 0 {
+		return fmt.Errorf("the device sees %d of %d bytes wrong", out[0], b.Size())
+	}
+	return nil
+}
+
+func hostCheck(got []byte, seed uint32) error {
+	if want := pattern(len(got), seed); !bytes.Equal(got, want) {
+		return errors.New("the host reads different bytes than were written")
+	}
+	return nil
+}
+
+type step struct {
+	name string
+	run  func() error
+}
+
+func runSelftest(args []string, w io.Writer) error {
+	fs := flag.NewFlagSet("selftest", flag.ContinueOnError)
+	fs.SetOutput(w)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: selftest takes no arguments, got %q", errUsage, fs.Args())
+	}
+	devs, err := cuda.Devices()
+	if err != nil {
+		return describeLoadError(err)
+	}
+	if len(devs) == 0 {
+		return errors.New("no CUDA devices")
+	}
+	kits := make([]*deviceKit, len(devs))
+	for i, d := range devs {
+		if kits[i], err = newKit(d); err != nil {
+			return fmt.Errorf("%v: %w", d, err)
+		}
+		defer kits[i].s.Close()
+	}
+	var steps []step
+	for _, k := range kits {
+		steps = append(steps, deviceSteps(k)...)
+	}
+	for _, a := range kits {
+		for _, b := range kits {
+			if a != b {
+				steps = append(steps, peerStep(a, b))
+			}
+		}
+	}
+	failed := 0
+	for _, st := range steps {
+		start := time.Now()
+		err := st.run()
+		status := "ok  "
+		if errors.Is(err, cuda.ErrNotSupported) {
+			status, err = "skip", fmt.Errorf("not supported: %w", err)
+		} else if err != nil {
+			status = "FAIL"
+			failed++
+		}
+		fmt.Fprintf(w, "%s %-44s %8.2f ms", status, st.name, float64(time.Since(start).Microseconds())/1000)
+		if err != nil {
+			fmt.Fprintf(w, "  %v", err)
+		}
+		fmt.Fprintln(w)
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d checks failed", failed, len(steps))
+	}
+	fmt.Fprintf(w, "all %d checks passed\n", len(steps))
+	return nil
+}
+
+const selfSize = 16 << 20
+
+func deviceSteps(k *deviceKit) []step {
+	d := k.dev
+	return []step{
+		{d.String() + ": device pool, host and device agree", func() error {
+			pool, err := resource.NewDevicePool(d, nil)
+			if err != nil {
+				return err
+			}
+			b, err := pool.Allocate(selfSize, k.s)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			if err := buffer.CopyFromHost(b, pattern(selfSize, 1), k.s); err != nil {
+				return err
+			}
+			if err := k.deviceCheck(b, 1); err != nil {
+				return err
+			}
+			if err := k.deviceWrite(b, 2); err != nil {
+				return err
+			}
+			got := make([]byte, selfSize)
+			if err := buffer.CopyToHost(got, b, k.s); err != nil {
+				return err
+			}
+			return hostCheck(got, 2)
+		}},
+		{d.String() + ": pinned host memory seen by the device", func() error {
+			mr, err := resource.NewLegacyPinned()
+			if err != nil {
+				return err
+			}
+			b, err := mr.Allocate(1<<20, k.s)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			if err := k.deviceWrite(b, 3); err != nil {
+				return err
+			}
+			if err := k.s.Sync(); err != nil {
+				return err
+			}
+			view, err := b.Bytes()
+			if err != nil {
+				return err
+			}
+			return hostCheck(view, 3)
+		}},
+		{d.String() + ": managed memory, host then device", func() error {
+			mr, err := resource.NewManaged(d, nil)
+			if err != nil {
+				return err
+			}
+			b, err := mr.Allocate(1<<20, k.s)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			view, err := b.Bytes()
+			if err != nil {
+				return err
+			}
+			copy(view, pattern(len(view), 4))
+			return k.deviceCheck(b, 4)
+		}},
+		{d.String() + ": virtual memory grows and keeps its data", func() error {
+			r, err := virtual.New(d, nil)
+			if err != nil {
+				return err
+			}
+			b, err := r.Allocate(r.Granularity(), k.s)
+			if err != nil {
+				return err
+			}
+			if err := k.deviceWrite(b, 5); err != nil {
+				b.Close()
+				return err
+			}
+			g, err := r.Grow(b, 3*r.Granularity())
+			if err != nil {
+				b.Close()
+				return err
+			}
+			defer g.Close()
+			head, err := g.Slice(0, r.Granularity())
+			if err != nil {
+				return err
+			}
+			return k.deviceCheck(head, 5)
+		}},
+	}
+}
+
+func peerStep(src, dst *deviceKit) step {
+	return step{fmt.Sprintf("%v -> %v: peer copy", src.dev, dst.dev), func() error {
+		a, err := resource.Default(src.dev)
+		if err != nil {
+			return err
+		}
+		b, err := resource.Default(dst.dev)
+		if err != nil {
+			return err
+		}
+		sb, err := a.Allocate(selfSize, src.s)
+		if err != nil {
+			return err
+		}
+		defer sb.Close()
+		db, err := b.Allocate(selfSize, dst.s)
+		if err != nil {
+			return err
+		}
+		defer db.Close()
+		if err := src.deviceWrite(sb, 6); err != nil {
+			return err
+		}
+		if err := src.s.Sync(); err != nil {
+			return err
+		}
+		if err := db.CopyFrom(sb, dst.s); err != nil {
+			return err
+		}
+		return dst.deviceCheck(db, 6)
+	}}
+}
