@@ -90,7 +90,7 @@ func (r *Resource) Import(chunks []Chunk, size uint64) (*buffer.Buffer, error) {
 			return nil, fmt.Errorf("virtual.Import chunk %d: %w", i, err)
 		}
 		u.add(func() { r.dev.MemUnmap(at, c.Size) })
-		a.chunks = append(a.chunks, chunk{a.mapped, c.Size, h})
+		a.chunks = append(a.chunks, chunk{off: a.mapped, size: c.Size, h: h})
 		a.mapped += c.Size
 	}
 	if err := r.dev.MemSetAccess(ptr, total, descs...); err != nil {

@@ -42,6 +42,7 @@ type span struct {
 type chunk struct {
 	off, size uint64
 	h         cuda.MemHandle
+	unmapped  bool // set when a failed free got as far as unmapping it
 }
 
 func (a *allocation) reserved() uint64 {
@@ -219,7 +220,7 @@ func (r *Resource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error)
 		return nil, fmt.Errorf("virtual.Allocate %d bytes: %w", size, err)
 	}
 	a := &allocation{base: ptr, size: size, mapped: aligned,
-		reservations: []span{{ptr, reserve}}, chunks: []chunk{{0, aligned, h}}, descs: descs}
+		reservations: []span{{ptr, reserve}}, chunks: []chunk{{off: 0, size: aligned, h: h}}, descs: descs}
 	r.mu.Lock()
 	r.allocs[ptr] = a
 	r.mu.Unlock()
@@ -242,13 +243,17 @@ func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 	if a == nil {
 		return cuda.Errorf("virtual.Deallocate", cuda.ErrInvalidArgument, "%#x (%d bytes) is not an allocation of this resource", uint64(ptr), size)
 	}
-	if err := r.wait(s); err != nil {
+	err := r.wait(s)
+	if err == nil {
+		err = r.free(a)
+	}
+	if err != nil {
+		// Keep it findable: the buffer stays open and Close can be retried.
 		r.mu.Lock()
 		r.allocs[ptr] = a
 		r.mu.Unlock()
-		return err
 	}
-	return r.free(a)
+	return err
 }
 
 func (r *Resource) wait(s *cuda.Stream) error {
@@ -259,20 +264,40 @@ func (r *Resource) wait(s *cuda.Stream) error {
 }
 
 // free unmaps and releases everything a holds, reporting the first error.
+// What succeeded is removed from a, so a retry (Close again) continues
+// where a failure stopped instead of releasing anything twice.
 func (r *Resource) free(a *allocation) error {
 	var first error
-	keep := func(err error) {
+	keep := func(err error) bool {
 		if err != nil && first == nil {
 			first = fmt.Errorf("virtual: freeing %#x: %w", uint64(a.base), err)
 		}
+		return err != nil
 	}
+	left := a.chunks[:0]
 	for _, c := range a.chunks {
-		keep(r.dev.MemUnmap(a.base+cuda.DevicePtr(c.off), c.size))
-		keep(r.dev.MemRelease(c.h))
+		if !c.unmapped {
+			if keep(r.dev.MemUnmap(a.base+cuda.DevicePtr(c.off), c.size)) {
+				left = append(left, c)
+				continue
+			}
+			c.unmapped = true
+		}
+		if keep(r.dev.MemRelease(c.h)) {
+			left = append(left, c)
+		}
 	}
+	a.chunks = left
+	if len(a.chunks) > 0 {
+		return first // address space goes only once nothing is mapped in it
+	}
+	resv := a.reservations[:0]
 	for _, s := range a.reservations {
-		keep(r.dev.MemAddressFree(s.ptr, s.size))
+		if keep(r.dev.MemAddressFree(s.ptr, s.size)) {
+			resv = append(resv, s)
+		}
 	}
+	a.reservations = resv
 	return first
 }
 
@@ -387,7 +412,7 @@ func (r *Resource) extend(a *allocation, need uint64, s *cuda.Stream) error {
 		u.run()
 		return err
 	}
-	a.chunks = append(a.chunks, chunk{a.mapped, add, h})
+	a.chunks = append(a.chunks, chunk{off: a.mapped, size: add, h: h})
 	a.mapped = need
 	return nil
 }
@@ -429,7 +454,7 @@ func (r *Resource) remap(a *allocation, need uint64, s *cuda.Stream) error {
 	}
 	old := *a
 	a.base, a.reservations = np, []span{{np, reserve}}
-	a.chunks = append(append([]chunk(nil), old.chunks...), chunk{old.mapped, need - old.mapped, h})
+	a.chunks = append(append([]chunk(nil), old.chunks...), chunk{off: old.mapped, size: need - old.mapped, h: h})
 	a.mapped = need
 	for _, c := range old.chunks {
 		r.dev.MemUnmap(old.base+cuda.DevicePtr(c.off), c.size)
