@@ -1,0 +1,153 @@
+package resource
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// Limiting caps the bytes live through it: an Allocate that would take
+// the total past the limit fails with an error matching
+// cuda.ErrorOutOfMemory, without asking the upstream. It is RMM's
+// limiting_resource_adaptor, and what PyTorch's
+// set_per_process_memory_fraction does inside its allocator: a budget for
+// one component sharing a device (or a pool) with others, and a way to
+// test out-of-memory paths without filling a GPU.
+//
+// The cap counts the bytes requested, not what the upstream reserves
+// behind them (a pool rounds up and caches), so it bounds what callers
+// hold, not the device memory in use. Bytes are reserved with a
+// compare-and-swap before the upstream is called and given back if the
+// upstream fails, so concurrent callers can never overshoot the limit
+// together; the price is that a request may fail while another one that
+// will itself fail still holds its reservation.
+//
+// Buffers from Allocate are owned by the Limiting, so that their Close
+// gives the bytes back. Limiting is safe for concurrent use; it adds two
+// atomic operations to a pair.
+type Limiting struct {
+	up    buffer.MemoryResource
+	limit uint64
+	used  atomic.Uint64
+}
+
+var (
+	_ buffer.MemoryResource = (*Limiting)(nil)
+	_ ownerAllocator        = (*Limiting)(nil)
+)
+
+// NewLimiting returns a resource that allocates from upstream while at
+// most limit bytes are live through it. A limit of 0 refuses every
+// non-empty allocation. A nil upstream makes every Allocate fail with an
+// error matching cuda.ErrInvalidArgument (the constructor returns no
+// error, so adaptors can be nested in one expression).
+func NewLimiting(upstream buffer.MemoryResource, limit uint64) *Limiting {
+	return &Limiting{up: adaptorUpstream(upstream), limit: limit}
+}
+
+// Allocate reserves size bytes against the limit and allocates them from
+// the upstream on s. Beyond the limit it returns an error matching
+// cuda.ErrorOutOfMemory that names the request, the limit and the bytes
+// in use; upstream errors are returned unchanged. Size 0 always fits.
+func (r *Limiting) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	b, _, err := r.allocateFor(r, size, s)
+	return b, err
+}
+
+func (r *Limiting) allocateFor(owner buffer.MemoryResource, size uint64, s *cuda.Stream) (*buffer.Buffer, cuda.DevicePtr, error) {
+	if r == nil || r.up == nil {
+		return nil, 0, errNoUpstream("Limiting", "Allocate")
+	}
+	if size > 0 {
+		for {
+			used := r.used.Load() // never above r.limit, so the subtraction cannot wrap
+			if size > r.limit-used {
+				return nil, 0, &cuda.OpError{Op: "Limiting.Allocate", Err: fmt.Errorf(
+					"%d bytes would exceed the limit of %d bytes (%d in use): %w", size, r.limit, used, cuda.ErrorOutOfMemory)}
+			}
+			if r.used.CompareAndSwap(used, used+size) {
+				break
+			}
+		}
+	}
+	b, ptr, err := allocateFrom("Limiting.Allocate", r.up, owner, size, s)
+	if err != nil {
+		if size > 0 {
+			subSat(&r.used, size)
+		}
+		return nil, 0, err
+	}
+	return b, ptr, nil
+}
+
+// Deallocate frees through the upstream and, once the upstream succeeded,
+// returns size bytes to the budget (never below zero, even for memory
+// this Limiting did not allocate). A failed free keeps the bytes counted:
+// the memory is still held, and the buffer's Close may be retried. A zero
+// ptr does nothing.
+func (r *Limiting) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
+	if ptr == 0 {
+		return nil
+	}
+	if r == nil || r.up == nil {
+		return errNoUpstream("Limiting", "Deallocate")
+	}
+	if err := r.up.Deallocate(ptr, size, s); err != nil {
+		return err
+	}
+	subSat(&r.used, size)
+	return nil
+}
+
+// Used is the number of bytes live through the resource, including
+// reservations of allocations still in progress.
+func (r *Limiting) Used() uint64 {
+	if r == nil {
+		return 0
+	}
+	return r.used.Load()
+}
+
+// Limit is the cap in bytes.
+func (r *Limiting) Limit() uint64 {
+	if r == nil {
+		return 0
+	}
+	return r.limit
+}
+
+// Upstream is the resource allocations come from (nil if none).
+func (r *Limiting) Upstream() buffer.MemoryResource {
+	if r == nil {
+		return nil
+	}
+	return r.up
+}
+
+// DeviceAccessible reports the upstream's answer (false without one).
+func (r *Limiting) DeviceAccessible() bool {
+	return r != nil && r.up != nil && r.up.DeviceAccessible()
+}
+
+// HostAccessible reports the upstream's answer (false without one).
+func (r *Limiting) HostAccessible() bool {
+	return r != nil && r.up != nil && r.up.HostAccessible()
+}
+
+// DeviceID is the upstream's device (-1 without an upstream).
+func (r *Limiting) DeviceID() int {
+	if r == nil || r.up == nil {
+		return -1
+	}
+	return r.up.DeviceID()
+}
+
+// String describes the resource for logs.
+func (r *Limiting) String() string {
+	if r == nil {
+		return "Limiting(nil)"
+	}
+	return adaptorString("Limiting", r.up, fmt.Sprintf("%d of %d bytes used", r.used.Load(), r.limit))
+}

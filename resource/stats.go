@@ -1,0 +1,176 @@
+package resource
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// Stats is a snapshot of a Statistics resource's counters, in the terms of
+// RMM's statistics_resource_adaptor and PyTorch's memory_stats
+// ("allocated_bytes.all.{current,peak,allocated}").
+type Stats struct {
+	// CurrentBytes and CurrentCount are the bytes and allocations live
+	// now: allocated and not yet deallocated.
+	CurrentBytes, CurrentCount uint64
+	// PeakBytes and PeakCount are the highest CurrentBytes and
+	// CurrentCount since the resource was made or ResetPeak was called.
+	// The two peaks are tracked separately, so they may come from
+	// different moments.
+	PeakBytes, PeakCount uint64
+	// TotalBytes and TotalCount add up every successful allocation ever.
+	TotalBytes, TotalCount uint64
+	// Failures counts Allocate calls the upstream refused.
+	Failures uint64
+}
+
+// String formats the counters for logs.
+func (s Stats) String() string {
+	return fmt.Sprintf("current %d bytes in %d allocations, peak %d bytes / %d allocations, total %d bytes in %d allocations, %d failures",
+		s.CurrentBytes, s.CurrentCount, s.PeakBytes, s.PeakCount, s.TotalBytes, s.TotalCount, s.Failures)
+}
+
+// Statistics counts what goes through it: current, peak and total bytes
+// and allocations, and failed allocations. It answers "how much does this
+// component use, and how much did it need at worst" without asking the
+// driver, for any upstream (a pool's UsedMemCurrent mixes every user of
+// the pool, and rounds).
+//
+// The counters are separate atomics, with no lock, so a pair costs a few
+// uncontended atomic operations more. The price is that a snapshot taken
+// while other goroutines allocate may mix moments: each field is exact,
+// but CurrentBytes and CurrentCount may be one allocation apart. Stats
+// never reports a peak below the current value it read.
+//
+// Buffers from Allocate are owned by the Statistics, so that their Close
+// is counted. Statistics is safe for concurrent use.
+type Statistics struct {
+	up buffer.MemoryResource
+
+	curBytes, peakBytes, totalBytes atomic.Uint64
+	curCount, peakCount, totalCount atomic.Uint64
+	failures                        atomic.Uint64
+}
+
+var (
+	_ buffer.MemoryResource = (*Statistics)(nil)
+	_ ownerAllocator        = (*Statistics)(nil)
+)
+
+// NewStatistics returns a resource that allocates from upstream and counts
+// the allocations. A nil upstream makes every Allocate fail with an error
+// matching cuda.ErrInvalidArgument.
+func NewStatistics(upstream buffer.MemoryResource) *Statistics {
+	return &Statistics{up: adaptorUpstream(upstream)}
+}
+
+// Allocate allocates from the upstream and counts the allocation, or the
+// failure. Upstream errors are returned unchanged.
+func (r *Statistics) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	b, _, err := r.allocateFor(r, size, s)
+	return b, err
+}
+
+func (r *Statistics) allocateFor(owner buffer.MemoryResource, size uint64, s *cuda.Stream) (*buffer.Buffer, cuda.DevicePtr, error) {
+	if r == nil || r.up == nil {
+		return nil, 0, errNoUpstream("Statistics", "Allocate")
+	}
+	b, ptr, err := allocateFrom("Statistics.Allocate", r.up, owner, size, s)
+	if err != nil {
+		r.failures.Add(1)
+		return nil, 0, err
+	}
+	if ptr != 0 { // an empty allocation owns nothing and is never deallocated
+		raiseTo(&r.peakBytes, r.curBytes.Add(size))
+		raiseTo(&r.peakCount, r.curCount.Add(1))
+		r.totalBytes.Add(size)
+		r.totalCount.Add(1)
+	}
+	return b, ptr, nil
+}
+
+// Deallocate frees through the upstream and, once the upstream succeeded,
+// takes the allocation off the current counters (never below zero, even
+// for memory this Statistics did not allocate). A zero ptr does nothing.
+func (r *Statistics) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
+	if ptr == 0 {
+		return nil
+	}
+	if r == nil || r.up == nil {
+		return errNoUpstream("Statistics", "Deallocate")
+	}
+	if err := r.up.Deallocate(ptr, size, s); err != nil {
+		return err
+	}
+	subSat(&r.curBytes, size)
+	subSat(&r.curCount, 1)
+	return nil
+}
+
+// Stats returns the counters (zero for a nil Statistics).
+func (r *Statistics) Stats() Stats {
+	if r == nil {
+		return Stats{}
+	}
+	st := Stats{
+		CurrentBytes: r.curBytes.Load(),
+		CurrentCount: r.curCount.Load(),
+		PeakBytes:    r.peakBytes.Load(),
+		PeakCount:    r.peakCount.Load(),
+		TotalBytes:   r.totalBytes.Load(),
+		TotalCount:   r.totalCount.Load(),
+		Failures:     r.failures.Load(),
+	}
+	// An Allocate between its current and peak updates, or racing
+	// ResetPeak, can leave a peak below current for a moment.
+	st.PeakBytes = max(st.PeakBytes, st.CurrentBytes)
+	st.PeakCount = max(st.PeakCount, st.CurrentCount)
+	return st
+}
+
+// ResetPeak starts a new peak from the current values, as PyTorch's
+// reset_peak_memory_stats does: measure the high watermark of one phase
+// of a program. Totals and failures keep counting.
+func (r *Statistics) ResetPeak() {
+	if r == nil {
+		return
+	}
+	r.peakBytes.Store(r.curBytes.Load())
+	r.peakCount.Store(r.curCount.Load())
+}
+
+// Upstream is the resource allocations come from (nil if none).
+func (r *Statistics) Upstream() buffer.MemoryResource {
+	if r == nil {
+		return nil
+	}
+	return r.up
+}
+
+// DeviceAccessible reports the upstream's answer (false without one).
+func (r *Statistics) DeviceAccessible() bool {
+	return r != nil && r.up != nil && r.up.DeviceAccessible()
+}
+
+// HostAccessible reports the upstream's answer (false without one).
+func (r *Statistics) HostAccessible() bool {
+	return r != nil && r.up != nil && r.up.HostAccessible()
+}
+
+// DeviceID is the upstream's device (-1 without an upstream).
+func (r *Statistics) DeviceID() int {
+	if r == nil || r.up == nil {
+		return -1
+	}
+	return r.up.DeviceID()
+}
+
+// String describes the resource for logs.
+func (r *Statistics) String() string {
+	if r == nil {
+		return "Statistics(nil)"
+	}
+	return adaptorString("Statistics", r.up, fmt.Sprintf("%d bytes in %d allocations", r.curBytes.Load(), r.curCount.Load()))
+}

@@ -1,0 +1,353 @@
+package resource
+
+import (
+	"cmp"
+	"fmt"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// TrackingOptions configures NewTracking. A nil *TrackingOptions means the
+// zero value.
+type TrackingOptions struct {
+	// CaptureStacks records the call stack of every Allocate (up to 32
+	// frames), so Report can say where leaked memory was allocated. It
+	// costs a runtime.Callers and one small allocation per Allocate (a
+	// few hundred ns, more for deep stacks): fine for tests and debugging
+	// sessions, worth leaving off in hot production paths. Stacks are
+	// symbolized only when printed.
+	CaptureStacks bool
+}
+
+// trackStackDepth is how many frames CaptureStacks keeps: enough to reach
+// the test or handler that allocated through a few layers of helpers.
+const trackStackDepth = 32
+
+// Allocation is one live allocation seen by a Tracking resource.
+type Allocation struct {
+	Ptr    cuda.DevicePtr
+	Size   uint64
+	Stream *cuda.Stream // the stream the buffer was allocated on
+	Time   time.Time    // when Allocate returned it
+	// Callers holds the program counters of the allocating goroutine's
+	// stack, innermost first, as runtime.Callers gives them, when
+	// CaptureStacks is on; nil otherwise. Stack formats them.
+	Callers []uintptr
+}
+
+// Stack formats the allocation's call stack, one "function\n\tfile:line"
+// entry per frame, from the first frame outside package resource (the
+// adaptors' own frames say nothing about the allocation site); "" when no
+// stack was captured.
+func (a Allocation) Stack() string {
+	var sb strings.Builder
+	writeStack(&sb, a.Callers, "")
+	return sb.String()
+}
+
+// trackRecord is what the live map holds per address.
+type trackRecord struct {
+	size    uint64
+	stream  *cuda.Stream
+	time    time.Time
+	callers []uintptr
+}
+
+// Tracking keeps a record of every live allocation made through it:
+// address, size, stream, time and, with CaptureStacks, the allocating
+// call stack. It answers "what is still allocated, and who allocated
+// it": tests assert that LiveCount is 0 when they end and print Report
+// when it is not, as RMM's tracking_resource_adaptor is used.
+//
+// Because it knows what is live, Tracking catches frees of memory it did
+// not hand out or already freed (a double free), and frees with the wrong
+// size: Deallocate refuses them with an error matching
+// cuda.ErrInvalidArgument and does not pass them on. The upstream would
+// not always notice: a pool may have handed the address out again, and
+// would free the new owner's memory. (A double free after the address
+// was reallocated through this same Tracking looks like a valid free;
+// nothing below the Buffer can tell them apart.)
+//
+// The record is a map under a mutex: simple, and cheap next to a driver
+// call, but a point of contention for many goroutines allocating at once.
+// Buffers from Allocate are owned by the Tracking, so that their Close
+// ends the record. Tracking is safe for concurrent use.
+type Tracking struct {
+	up     buffer.MemoryResource
+	stacks bool
+
+	mu    sync.Mutex
+	live  map[cuda.DevicePtr]trackRecord
+	bytes uint64
+}
+
+var (
+	_ buffer.MemoryResource = (*Tracking)(nil)
+	_ ownerAllocator        = (*Tracking)(nil)
+)
+
+// NewTracking returns a resource that allocates from upstream and records
+// the live allocations. opts may be nil. A nil upstream makes every
+// Allocate fail with an error matching cuda.ErrInvalidArgument.
+func NewTracking(upstream buffer.MemoryResource, opts *TrackingOptions) *Tracking {
+	r := &Tracking{up: adaptorUpstream(upstream), live: make(map[cuda.DevicePtr]trackRecord)}
+	if opts != nil {
+		r.stacks = opts.CaptureStacks
+	}
+	return r
+}
+
+// Allocate allocates from the upstream and records the allocation.
+// Upstream errors are returned unchanged.
+func (r *Tracking) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	b, _, err := r.allocateFor(r, size, s)
+	return b, err
+}
+
+func (r *Tracking) allocateFor(owner buffer.MemoryResource, size uint64, s *cuda.Stream) (*buffer.Buffer, cuda.DevicePtr, error) {
+	if r == nil || r.up == nil || r.live == nil {
+		return nil, 0, errNoUpstream("Tracking", "Allocate")
+	}
+	var callers []uintptr
+	if r.stacks {
+		var pcs [trackStackDepth]uintptr
+		n := runtime.Callers(2, pcs[:]) // skip runtime.Callers and this method
+		callers = slices.Clone(pcs[:n])
+	}
+	b, ptr, err := allocateFrom("Tracking.Allocate", r.up, owner, size, s)
+	if err != nil {
+		return nil, 0, err
+	}
+	if ptr != 0 { // an empty allocation owns nothing and is never deallocated
+		rec := trackRecord{size: size, stream: b.Stream(), time: time.Now(), callers: callers}
+		r.mu.Lock()
+		if old, ok := r.live[ptr]; ok {
+			// The upstream handed out an address it already gave us: it
+			// was freed behind our back (through the upstream directly).
+			// The new record replaces the stale one.
+			r.bytes -= old.size
+		}
+		r.live[ptr] = rec
+		r.bytes += size
+		r.mu.Unlock()
+	}
+	return b, ptr, nil
+}
+
+// Deallocate frees a live allocation through the upstream. A ptr that is
+// not live here (never allocated through this Tracking, or already freed)
+// or a size that differs from the allocation's is refused with an error
+// matching cuda.ErrInvalidArgument, and the upstream is not called. If the
+// upstream fails, the allocation stays live (the buffer's Close may be
+// retried). A zero ptr does nothing.
+func (r *Tracking) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
+	if ptr == 0 {
+		return nil
+	}
+	if r == nil || r.up == nil || r.live == nil {
+		return errNoUpstream("Tracking", "Deallocate")
+	}
+	r.mu.Lock()
+	rec, ok := r.live[ptr]
+	if !ok || rec.size != size {
+		r.mu.Unlock()
+		if !ok {
+			return cuda.Errorf("Tracking.Deallocate", cuda.ErrInvalidArgument, "%#x (%d bytes) is not a live allocation of this resource (freed twice, or allocated elsewhere)", uint64(ptr), size)
+		}
+		return cuda.Errorf("Tracking.Deallocate", cuda.ErrInvalidArgument, "%#x freed with size %d, allocated with %d", uint64(ptr), size, rec.size)
+	}
+	// Off the books before the upstream frees it, so a racing second free
+	// of the same address is refused rather than forwarded, and so the
+	// record is gone before the upstream can hand the address out again.
+	delete(r.live, ptr)
+	r.bytes -= size
+	r.mu.Unlock()
+	if err := r.up.Deallocate(ptr, size, s); err != nil {
+		r.mu.Lock()
+		r.live[ptr] = rec
+		r.bytes += size
+		r.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// Live returns the live allocations sorted by address (nil if none).
+// Their Callers slices are shared with the record: do not modify them.
+func (r *Tracking) Live() []Allocation {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	if len(r.live) == 0 {
+		r.mu.Unlock()
+		return nil
+	}
+	out := make([]Allocation, 0, len(r.live))
+	for p, rec := range r.live {
+		out = append(out, Allocation{Ptr: p, Size: rec.size, Stream: rec.stream, Time: rec.time, Callers: rec.callers})
+	}
+	r.mu.Unlock()
+	slices.SortFunc(out, func(a, b Allocation) int { return cmp.Compare(a.Ptr, b.Ptr) })
+	return out
+}
+
+// LiveBytes is the sum of the sizes of the live allocations.
+func (r *Tracking) LiveBytes() uint64 {
+	if r == nil {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.bytes
+}
+
+// LiveCount is the number of live allocations.
+func (r *Tracking) LiveCount() int {
+	if r == nil {
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.live)
+}
+
+// reportListMax is how many allocations Report lists per site.
+const reportListMax = 8
+
+// Report describes the live allocations for a human reading a leak: a
+// summary line, then one section per allocation site (identical call
+// stacks), largest first, each with its allocations (the first few, by
+// address) and its stack. Without CaptureStacks all allocations form one
+// section.
+func (r *Tracking) Report() string {
+	live := r.Live()
+	if len(live) == 0 {
+		return "Tracking: no live allocations\n"
+	}
+	type site struct {
+		key    string
+		bytes  uint64
+		allocs []Allocation
+	}
+	sites := map[string]*site{}
+	var total uint64
+	for _, a := range live {
+		total += a.Size
+		k := stackKey(a.Callers)
+		st := sites[k]
+		if st == nil {
+			st = &site{key: k}
+			sites[k] = st
+		}
+		st.bytes += a.Size
+		st.allocs = append(st.allocs, a)
+	}
+	order := make([]*site, 0, len(sites))
+	for _, st := range sites {
+		order = append(order, st)
+	}
+	slices.SortFunc(order, func(a, b *site) int {
+		return cmp.Or(cmp.Compare(b.bytes, a.bytes), cmp.Compare(len(b.allocs), len(a.allocs)), cmp.Compare(a.allocs[0].Ptr, b.allocs[0].Ptr))
+	})
+
+	var sb strings.Builder
+	now := time.Now()
+	fmt.Fprintf(&sb, "Tracking: %d live allocations, %d bytes, from %d sites\n", len(live), total, len(order))
+	for _, st := range order {
+		fmt.Fprintf(&sb, "\n%d allocations, %d bytes", len(st.allocs), st.bytes)
+		if st.allocs[0].Callers == nil {
+			sb.WriteString(" (allocation site unknown: CaptureStacks is off)\n")
+		} else {
+			sb.WriteString(", allocated at:\n")
+			writeStack(&sb, st.allocs[0].Callers, "\t")
+		}
+		for i, a := range st.allocs {
+			if i == reportListMax {
+				fmt.Fprintf(&sb, "\t... and %d more\n", len(st.allocs)-i)
+				break
+			}
+			fmt.Fprintf(&sb, "\t%#x: %d bytes, stream %#x, %v ago\n", uint64(a.Ptr), a.Size, a.Stream.Handle(), now.Sub(a.Time).Round(time.Microsecond))
+		}
+	}
+	return sb.String()
+}
+
+// stackKey identifies a call stack for grouping.
+func stackKey(pcs []uintptr) string {
+	b := make([]byte, 0, len(pcs)*8)
+	for _, pc := range pcs {
+		b = strconv.AppendUint(b, uint64(pc), 16)
+		b = append(b, ' ')
+	}
+	return string(b)
+}
+
+// resourceFrame reports whether fn belongs to this package. Its frames sit
+// on top of every stack captured under a stack of adaptors (or a
+// sub-allocator) and say nothing about the allocation site.
+func resourceFrame(fn string) bool {
+	return strings.HasPrefix(fn, "github.com/cudamem/cudamem/resource.")
+}
+
+// writeStack writes the frames of pcs, skipping this package's frames at
+// the top, each line prefixed with indent.
+func writeStack(sb *strings.Builder, pcs []uintptr, indent string) {
+	if len(pcs) == 0 {
+		return
+	}
+	frames := runtime.CallersFrames(pcs)
+	top := true
+	for {
+		f, more := frames.Next()
+		if !(top && resourceFrame(f.Function)) && f.Function != "runtime.goexit" {
+			top = false
+			fmt.Fprintf(sb, "%s%s\n%s\t%s:%d\n", indent, f.Function, indent, f.File, f.Line)
+		}
+		if !more {
+			return
+		}
+	}
+}
+
+// Upstream is the resource allocations come from (nil if none).
+func (r *Tracking) Upstream() buffer.MemoryResource {
+	if r == nil {
+		return nil
+	}
+	return r.up
+}
+
+// DeviceAccessible reports the upstream's answer (false without one).
+func (r *Tracking) DeviceAccessible() bool {
+	return r != nil && r.up != nil && r.up.DeviceAccessible()
+}
+
+// HostAccessible reports the upstream's answer (false without one).
+func (r *Tracking) HostAccessible() bool {
+	return r != nil && r.up != nil && r.up.HostAccessible()
+}
+
+// DeviceID is the upstream's device (-1 without an upstream).
+func (r *Tracking) DeviceID() int {
+	if r == nil || r.up == nil {
+		return -1
+	}
+	return r.up.DeviceID()
+}
+
+// String describes the resource for logs.
+func (r *Tracking) String() string {
+	if r == nil {
+		return "Tracking(nil)"
+	}
+	n, b := r.LiveCount(), r.LiveBytes()
+	return adaptorString("Tracking", r.up, fmt.Sprintf("%d live allocations, %d bytes", n, b))
+}
