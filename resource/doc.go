@@ -23,6 +23,15 @@
 //     memory pools. cuda.core: _SynchronousMemoryResource.
 //   - [Default] and [SetDefault]: a per-device default resource, chosen
 //     automatically (DevicePool, else SyncDevice) until set.
+//   - [SubAllocator]: a Go-side coalescing sub-allocator over any of the
+//     above, for allocation-heavy code: same-stream pairs make no driver
+//     call. RMM: pool_memory_resource.
+//
+// Adaptors wrap any resource and compose ([NewTracking] over
+// [NewStatistics] over [NewLimiting] over a pool, say): [Limiting] caps the
+// bytes in use, [Statistics] counts current, peak and total bytes and
+// allocations, [Tracking] records live allocations with the stacks that
+// made them. RMM: limiting, statistics and tracking resource adaptors.
 //
 // # Streams
 //

@@ -28,6 +28,25 @@ func extraMeasurements(e *benchEnv) []measurement {
 			})
 		}
 	}
+	if pool != nil {
+		if sub, err := resource.NewSubAllocator(pool, nil); err == nil {
+			e.cleanup = append(e.cleanup, func() { sub.Close() })
+			for _, size := range []uint64{256, 1 << 20} {
+				ms = append(ms, measurement{
+					name: "poolpair/suballoc/" + sizeLabel(size), baseline: "poolpair/cgo/" + sizeLabel(size), iters: 200_000,
+					run: func(n int) (time.Duration, error) {
+						return timed(n, e.stream, func() error {
+							b, err := sub.Allocate(size, e.stream)
+							if err != nil {
+								return err
+							}
+							return b.Close()
+						})
+					},
+				})
+			}
+		}
+	}
 	ms = append(ms, bufferMeasurements(e)...)
 	return ms
 }
