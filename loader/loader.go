@@ -366,6 +366,9 @@ func (d *Driver) init() error {
 	for _, s := range d.symbols() {
 		s.p.setCtx = d.CtxSetCurrent.addr
 	}
+	for _, p := range []*Proc{&d.GetProcAddress, &d.DriverGetVersion, &d.Init} {
+		p.setCtx = d.CtxSetCurrent.addr
+	}
 	if r != 0 {
 		return &InitError{Path: d.Path, Code: r}
 	}

@@ -216,6 +216,11 @@ func TestFakeDriverResolution(t *testing.T) {
 	assert.Equal(t, 5, found)
 	assert.Greater(t, total, 90)
 
+	// Bootstrap entry points (found with dlsym) can take the context path too.
+	var v int32
+	assert.Equal(t, uintptr(0), d.DriverGetVersion.CallCtx(0x1234, uintptr(unsafe.Pointer(&v))))
+	assert.Equal(t, int32(12040), v)
+
 	// cuMemAdvise is requested at the CUDA 12.2 ABI (CUmemLocation by value).
 	assert.Equal(t, uintptr(1002), d.MemAdvise.Call(0, 0, 0, 0))
 }
