@@ -71,16 +71,7 @@ func (r *LegacyPinned) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 	if err := r.check("Deallocate"); err != nil {
 		return err
 	}
-	if s == nil {
-		s = r.dev.DefaultStream()
-	}
-	if err := s.Sync(); err != nil {
-		return &cuda.OpError{Op: "LegacyPinned.Deallocate", Err: fmt.Errorf("%#x (%d bytes): %w", uint64(ptr), size, err)}
-	}
-	if err := r.dev.MemFreeHost(hostPtr(ptr)); err != nil {
-		return &cuda.OpError{Op: "LegacyPinned.Deallocate", Err: fmt.Errorf("%#x (%d bytes): %w", uint64(ptr), size, err)}
-	}
-	return nil
+	return syncFree("LegacyPinned", r.dev, ptr, size, s, func() error { return r.dev.MemFreeHost(hostPtr(ptr)) })
 }
 
 // DeviceAccessible reports true.

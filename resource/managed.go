@@ -102,16 +102,7 @@ func (r *Managed) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) er
 	if err := r.check("Deallocate"); err != nil {
 		return err
 	}
-	if s == nil {
-		s = r.dev.DefaultStream()
-	}
-	if err := s.Sync(); err != nil {
-		return &cuda.OpError{Op: "Managed.Deallocate", Err: fmt.Errorf("%#x (%d bytes): %w", uint64(ptr), size, err)}
-	}
-	if err := r.dev.MemFree(ptr); err != nil {
-		return &cuda.OpError{Op: "Managed.Deallocate", Err: fmt.Errorf("%#x (%d bytes): %w", uint64(ptr), size, err)}
-	}
-	return nil
+	return syncFree("Managed", r.dev, ptr, size, s, func() error { return r.dev.MemFree(ptr) })
 }
 
 // DeviceAccessible reports true.

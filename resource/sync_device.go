@@ -67,16 +67,7 @@ func (r *SyncDevice) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream)
 	if err := r.check("Deallocate"); err != nil {
 		return err
 	}
-	if s == nil {
-		s = r.dev.DefaultStream()
-	}
-	if err := s.Sync(); err != nil {
-		return &cuda.OpError{Op: "SyncDevice.Deallocate", Err: fmt.Errorf("%#x (%d bytes): %w", uint64(ptr), size, err)}
-	}
-	if err := r.dev.MemFree(ptr); err != nil {
-		return &cuda.OpError{Op: "SyncDevice.Deallocate", Err: fmt.Errorf("%#x (%d bytes): %w", uint64(ptr), size, err)}
-	}
-	return nil
+	return syncFree("SyncDevice", r.dev, ptr, size, s, func() error { return r.dev.MemFree(ptr) })
 }
 
 // DeviceAccessible reports true.
