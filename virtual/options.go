@@ -2,6 +2,7 @@ package virtual
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 
 	"github.com/cudamem/cudamem/cuda"
@@ -125,18 +126,27 @@ func (o *Options) props(dev *cuda.Device) (cuda.MemAllocationProp, error) {
 	}
 	switch o.Location {
 	case OnDevice:
-		p.Location = cuda.MemLocation{Type: cuda.MemLocationTypeDevice, ID: int32(dev.Ordinal())}
+		if dev == nil {
+			return p, cuda.Errorf("virtual.New", cuda.ErrInvalidArgument, "nil device")
+		}
+		p.Location = cuda.MemLocation{Type: cuda.MemLocationTypeDevice, ID: int32(ordinal(dev))}
 	case OnHost:
 		p.Location = cuda.MemLocation{Type: cuda.MemLocationTypeHost}
 	case OnHostNUMA:
-		if o.NUMANode < 0 {
-			return p, optErr("NUMANode", "negative node %d", o.NUMANode)
+		// The driver takes the node as a 32-bit int: larger values would
+		// silently become another node.
+		if o.NUMANode < 0 || o.NUMANode > math.MaxInt32 {
+			return p, optErr("NUMANode", "node %d is out of range [0, %d]", o.NUMANode, math.MaxInt32)
 		}
 		p.Location = cuda.MemLocation{Type: cuda.MemLocationTypeHostNUMA, ID: int32(o.NUMANode)}
 	case OnHostNUMACurrent:
 		p.Location = cuda.MemLocation{Type: cuda.MemLocationTypeHostNUMACurrent}
 	default:
 		return p, optErr("Location", "unknown value %d", int(o.Location))
+	}
+	if o.NUMANode != 0 && o.Location != OnHostNUMA {
+		// Ignoring it would place the memory somewhere the caller did not ask.
+		return p, optErr("NUMANode", "node %d is set but Location is %d, not OnHostNUMA", o.NUMANode, int(o.Location))
 	}
 	switch o.HandleType {
 	case HandleDefault:
@@ -171,13 +181,46 @@ func (o *Options) props(dev *cuda.Device) (cuda.MemAllocationProp, error) {
 	if _, err := o.PeerAccess.flags(); err != nil {
 		return p, optErr("PeerAccess", "%v", err)
 	}
-	for i, peer := range o.Peers {
-		if peer == nil {
-			return p, optErr("Peers", "peer %d is nil", i)
-		}
-		if peer == dev {
-			return p, optErr("Peers", "%v is the resource's own device", peer)
-		}
+	if err := checkPeers("virtual.New", "option Peers: peer", dev, o.Peers); err != nil {
+		return p, err
 	}
 	return p, nil
+}
+
+// checkPeers rejects nil peers, the resource's own device and duplicates
+// (the driver would get two access entries for one device). what prefixes
+// the message ("option Peers: peer", "peer").
+func checkPeers(op, what string, dev *cuda.Device, peers []*cuda.Device) error {
+	for i, peer := range peers {
+		if peer == nil {
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "%s %d is nil", what, i)
+		}
+		if dev != nil && (peer == dev || ordinal(peer) == ordinal(dev)) {
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "%s %d (%v) is the resource's own device", what, i, peer)
+		}
+		for j, q := range peers[:i] {
+			if q == peer || ordinal(q) == ordinal(peer) {
+				return cuda.Errorf(op, cuda.ErrInvalidArgument, "%s %d (%v) is also peer %d", what, i, peer, j)
+			}
+		}
+	}
+	return nil
+}
+
+// layout validates the options that depend on the granularity and returns
+// the reservation alignment and the per-allocation reserve (Reserve
+// rounded up to the granularity).
+func (o *Options) layout(gran uint64) (align, reserve uint64, err error) {
+	align = max(gran, o.AddrAlign)
+	reserve, ok := roundUp(o.Reserve, gran)
+	if !ok {
+		return 0, 0, optErr("Reserve", "%d bytes rounded up to the granularity %d overflows", o.Reserve, gran)
+	}
+	if o.AddrHint%cuda.DevicePtr(align) != 0 {
+		return 0, 0, optErr("AddrHint", "%#x is not a multiple of the alignment %d", uint64(o.AddrHint), align)
+	}
+	if end := uint64(o.AddrHint) + max(reserve, gran); o.AddrHint != 0 && end < uint64(o.AddrHint) {
+		return 0, 0, optErr("AddrHint", "%#x plus a reservation of %d bytes overflows", uint64(o.AddrHint), max(reserve, gran))
+	}
+	return align, reserve, nil
 }

@@ -1,6 +1,7 @@
 package virtual
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -12,19 +13,28 @@ import (
 // Resource allocates VMM memory; see the package documentation. It is a
 // buffer.MemoryResource and is safe for concurrent use.
 type Resource struct {
-	dev   *cuda.Device
-	opts  Options
-	prop  cuda.MemAllocationProp
-	gran  uint64
-	align uint64
-	descs []cuda.MemAccessDesc
+	dev     *cuda.Device
+	drv     driver
+	opts    Options
+	prop    cuda.MemAllocationProp
+	gran    uint64
+	align   uint64
+	reserve uint64 // Options.Reserve rounded up to the granularity
+	descs   []cuda.MemAccessDesc
 
 	mu     sync.Mutex
 	allocs map[cuda.DevicePtr]*allocation
+
+	left pending // what failed cleanups could not give back yet
 }
 
 // allocation is one live VMM allocation: physical chunks mapped back to back
 // from base, inside address reservations that are contiguous from base.
+//
+// Invariants, between operations: the chunks cover [0, mapped) in order;
+// mapped >= size rounded up to the granularity; mapped <= the reserved
+// total. An operation that fails restores them before it returns (or, for
+// Close, marks the allocation dying).
 type allocation struct {
 	base         cuda.DevicePtr
 	size         uint64 // the size the user asked for
@@ -32,6 +42,10 @@ type allocation struct {
 	reservations []span
 	chunks       []chunk
 	descs        []cuda.MemAccessDesc // access granted on every chunk
+	// dying is set when a failed free got past the point where the
+	// allocation could be put back: only Close (retrying the free) may
+	// use it any more.
+	dying bool
 }
 
 type span struct {
@@ -60,6 +74,11 @@ func New(dev *cuda.Device, opts *Options) (*Resource, error) {
 	if dev == nil {
 		return nil, cuda.Errorf("virtual.New", cuda.ErrInvalidArgument, "nil device")
 	}
+	return newResource(device{dev}, dev, opts)
+}
+
+// newResource is New over any driver (tests pass a fake).
+func newResource(drv driver, dev *cuda.Device, opts *Options) (*Resource, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
@@ -69,7 +88,7 @@ func New(dev *cuda.Device, opts *Options) (*Resource, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := dev.Features()
+	f, err := drv.Features()
 	if err != nil {
 		return nil, err
 	}
@@ -83,7 +102,7 @@ func New(dev *cuda.Device, opts *Options) (*Resource, error) {
 		return nil, cuda.Errorf("virtual.New", cuda.ErrNotSupported, "%v cannot export VMM memory as POSIX file descriptors (use HandleNone)", dev)
 	}
 	for _, p := range o.Peers {
-		ok, err := p.CanAccessPeer(dev)
+		ok, err := drv.peerCanAccess(p)
 		if err != nil {
 			return nil, err
 		}
@@ -95,15 +114,21 @@ func New(dev *cuda.Device, opts *Options) (*Resource, error) {
 	if o.Granularity == Minimum {
 		kind = cuda.MemAllocationGranularityMinimum
 	}
-	gran, err := dev.AllocationGranularity(&prop, kind)
+	gran, err := drv.AllocationGranularity(&prop, kind)
 	if err != nil {
 		return nil, err
 	}
-	r := &Resource{dev: dev, opts: o, prop: prop, gran: gran, align: gran, allocs: map[cuda.DevicePtr]*allocation{}}
-	if o.AddrAlign > gran {
-		r.align = o.AddrAlign
+	// Everything below divides by the granularity and rounds to it.
+	if gran == 0 || gran&(gran-1) != 0 {
+		return nil, cuda.Errorf("virtual.New", cuda.ErrNotSupported, "the driver reports an allocation granularity of %d (not a power of two)", gran)
 	}
-	self, _ := o.SelfAccess.flags()
+	align, reserve, err := o.layout(gran)
+	if err != nil {
+		return nil, err
+	}
+	r := &Resource{dev: dev, drv: drv, opts: o, prop: prop, gran: gran, align: align, reserve: reserve,
+		allocs: map[cuda.DevicePtr]*allocation{}}
+	self, _ := o.SelfAccess.flags() // validated by props
 	r.descs = append(r.descs, cuda.MemAccessDesc{Location: prop.Location, Flags: self})
 	if o.Location != OnDevice {
 		// Host memory is also made usable by the resource's own device.
@@ -118,52 +143,83 @@ func New(dev *cuda.Device, opts *Options) (*Resource, error) {
 
 // check rejects nil and zero Resources (use New).
 func (r *Resource) check(op string) error {
-	if r == nil || r.dev == nil || r.gran == 0 {
+	if r == nil || r.dev == nil || r.drv == nil || r.gran == 0 {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil or zero *virtual.Resource (create it with virtual.New)")
 	}
 	return nil
 }
 
 func devLoc(d *cuda.Device) cuda.MemLocation {
-	return cuda.MemLocation{Type: cuda.MemLocationTypeDevice, ID: int32(d.Ordinal())}
+	return cuda.MemLocation{Type: cuda.MemLocationTypeDevice, ID: int32(ordinal(d))}
 }
 
-// Granularity is the unit sizes are rounded up to.
-func (r *Resource) Granularity() uint64 { return r.gran }
+// ordinal is (*cuda.Device).Ordinal, as a variable so CPU tests can give
+// device values made without a driver distinct ordinals (peers).
+var ordinal = (*cuda.Device).Ordinal
+
+// Granularity is the unit sizes are rounded up to (0 for a nil or zero
+// Resource).
+func (r *Resource) Granularity() uint64 {
+	if r == nil {
+		return 0
+	}
+	return r.gran
+}
 
 // Options returns a copy of the resource's options.
 func (r *Resource) Options() Options {
+	if r == nil {
+		return Options{}
+	}
 	o := r.opts
 	o.Peers = append([]*cuda.Device(nil), r.opts.Peers...)
 	return o
 }
 
 // DeviceAccessible reports whether kernels on the device can use the memory.
-func (r *Resource) DeviceAccessible() bool { return r.opts.SelfAccess != NoAccess }
-
-// HostAccessible reports whether the memory is host memory.
-func (r *Resource) HostAccessible() bool { return r.opts.Location != OnDevice }
-
-// DeviceID is the device ordinal for device memory, -1 for host memory.
-func (r *Resource) DeviceID() int {
-	if r == nil || r.dev == nil || r.opts.Location != OnDevice {
-		return -1
-	}
-	return r.dev.Ordinal()
+func (r *Resource) DeviceAccessible() bool {
+	return r.check("") == nil && r.opts.SelfAccess != NoAccess
 }
 
-// Device is the resource's device.
-func (r *Resource) Device() *cuda.Device { return r.dev }
+// HostAccessible reports whether the memory is host memory.
+func (r *Resource) HostAccessible() bool {
+	return r.check("") == nil && r.opts.Location != OnDevice
+}
 
-func (r *Resource) alignUp(n uint64) uint64 {
-	if n == 0 {
-		return 0
+// DeviceID is the device ordinal for device memory, -1 for host memory
+// (and for a nil or zero Resource).
+func (r *Resource) DeviceID() int {
+	if r.check("") != nil || r.opts.Location != OnDevice {
+		return -1
 	}
-	return (n + r.gran - 1) / r.gran * r.gran
+	return ordinal(r.dev)
+}
+
+// Device is the resource's device (nil for a nil Resource).
+func (r *Resource) Device() *cuda.Device {
+	if r == nil {
+		return nil
+	}
+	return r.dev
+}
+
+// roundUp rounds n up to the granularity; false if that overflows.
+func (r *Resource) roundUp(n uint64) (uint64, bool) {
+	return roundUp(n, r.gran)
+}
+
+func roundUp(n, gran uint64) (uint64, bool) {
+	rem := n % gran
+	if rem == 0 {
+		return n, true
+	}
+	up := n + (gran - rem)
+	return up, up > n
 }
 
 // undo runs cleanup steps in reverse unless disarmed: a failed operation
-// leaves nothing behind.
+// leaves nothing behind. (Import uses it; the resource's own operations
+// use txn, which also reports and keeps what fails to clean up.)
 type undo []func()
 
 func (u *undo) add(f func()) { *u = append(*u, f) }
@@ -175,49 +231,79 @@ func (u *undo) run() {
 }
 
 // newChunk creates size bytes of physical memory and maps it at ptr with
-// the resource's access, recording undo steps.
-func (r *Resource) newChunk(ptr cuda.DevicePtr, size uint64, descs []cuda.MemAccessDesc, u *undo) (cuda.MemHandle, error) {
-	h, err := r.dev.MemCreate(size, &r.prop)
+// the given access, recording each step in t for a rollback.
+func (r *Resource) newChunk(t *txn, ptr cuda.DevicePtr, size uint64, descs []cuda.MemAccessDesc) (cuda.MemHandle, error) {
+	h, err := r.drv.MemCreate(size, &r.prop)
 	if err != nil {
 		return 0, err
 	}
-	u.add(func() { r.dev.MemRelease(h) })
-	if err := r.dev.MemMap(ptr, size, 0, h); err != nil {
+	t.created(h)
+	if err := r.drv.MemMap(ptr, size, 0, h); err != nil {
 		return 0, err
 	}
-	u.add(func() { r.dev.MemUnmap(ptr, size) })
-	if err := r.dev.MemSetAccess(ptr, size, descs...); err != nil {
+	t.mapped(ptr, size)
+	if err := r.drv.MemSetAccess(ptr, size, descs...); err != nil {
 		return 0, err
 	}
 	return h, nil
 }
 
+// retryLeftovers gives back what earlier failed cleanups could not. It is
+// best effort by design: whatever fails again stays recorded for the next
+// operation, and Reclaim reports it, so an unrelated operation is not
+// failed by an old leftover.
+func (r *Resource) retryLeftovers() {
+	_ = r.left.retry(r.drv)
+}
+
+// Reclaim retries giving back the driver resources (mappings, physical
+// memory, address ranges) that the cleanup of an earlier failed operation
+// could not give back, and reports what still fails. Every operation
+// retries them by itself; Reclaim is for callers (and tests) that want to
+// know. It returns nil when nothing is pending.
+func (r *Resource) Reclaim() error {
+	if err := r.check("virtual.Reclaim"); err != nil {
+		return err
+	}
+	if err := r.left.retry(r.drv); err != nil {
+		return &cuda.OpError{Op: "virtual.Reclaim", Err: err}
+	}
+	return nil
+}
+
 // Allocate maps size bytes (rounded up to the granularity; the Buffer has
 // exactly size bytes). The stream only becomes the buffer's stream: mapping
-// is synchronous. Size 0 returns an empty buffer.
+// is synchronous. Size 0 returns an empty buffer. On error nothing is left
+// allocated.
 func (r *Resource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	if err := r.check("virtual.Allocate"); err != nil {
+	const op = "virtual.Allocate"
+	if err := r.check(op); err != nil {
 		return nil, err
 	}
 	if size == 0 {
 		return buffer.Owned(0, 0, r, s), nil
 	}
-	aligned := r.alignUp(size)
-	if aligned < size {
-		return nil, cuda.Errorf("virtual.Allocate", cuda.ErrInvalidArgument, "size %d overflows", size)
+	aligned, ok := r.roundUp(size)
+	if !ok {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "size %d rounded up to the granularity %d overflows", size, r.gran)
 	}
-	reserve := max(aligned, r.alignUp(r.opts.Reserve))
-	var u undo
-	ptr, err := r.dev.MemAddressReserve(reserve, r.align, r.opts.AddrHint)
-	if err != nil {
-		return nil, fmt.Errorf("virtual.Allocate %d bytes: %w", size, err)
+	reserve := max(aligned, r.reserve)
+	if hint := uint64(r.opts.AddrHint); hint != 0 && hint+reserve < hint {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "address hint %#x plus %d bytes overflows", hint, reserve)
 	}
-	u.add(func() { r.dev.MemAddressFree(ptr, reserve) })
-	descs := append([]cuda.MemAccessDesc(nil), r.descs...)
-	h, err := r.newChunk(ptr, aligned, descs, &u)
+	r.retryLeftovers()
+	var t txn
+	ptr, err := r.drv.MemAddressReserve(reserve, r.align, r.opts.AddrHint)
 	if err != nil {
-		u.run()
-		return nil, fmt.Errorf("virtual.Allocate %d bytes: %w", size, err)
+		return nil, fmt.Errorf("%s %d bytes: %w", op, size, err)
+	}
+	t.reserved(ptr, reserve)
+	// Chunks share the resource's access list; setDesc copies before it
+	// changes one allocation's.
+	descs := r.descs
+	h, err := r.newChunk(&t, ptr, aligned, descs)
+	if err != nil {
+		return nil, fmt.Errorf("%s %d bytes: %w", op, size, r.rollback(&t, err))
 	}
 	a := &allocation{base: ptr, size: size, mapped: aligned,
 		reservations: []span{{ptr, reserve}}, chunks: []chunk{{off: 0, size: aligned, h: h}}, descs: descs}
@@ -229,19 +315,24 @@ func (r *Resource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error)
 
 // Deallocate waits for s (or, if nil, the device), then unmaps the
 // allocation, releases every physical chunk and frees its address space.
+// If that fails before anything was given back, the allocation is left as
+// it was (the buffer stays usable and Close can be retried); if it fails
+// later, the allocation is marked dying: only a retried Close may use it,
+// and it continues where the failure stopped, never freeing twice.
 func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
+	const op = "virtual.Deallocate"
+	if err := r.check(op); err != nil {
+		return err
+	}
 	if ptr == 0 {
 		return nil
-	}
-	if err := r.check("virtual.Deallocate"); err != nil {
-		return err
 	}
 	r.mu.Lock()
 	a := r.allocs[ptr]
 	delete(r.allocs, ptr)
 	r.mu.Unlock()
 	if a == nil {
-		return cuda.Errorf("virtual.Deallocate", cuda.ErrInvalidArgument, "%#x (%d bytes) is not an allocation of this resource", uint64(ptr), size)
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%#x (%d bytes) is not an allocation of this resource", uint64(ptr), size)
 	}
 	err := r.wait(s)
 	if err == nil {
@@ -251,54 +342,113 @@ func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 		// Keep it findable: the buffer stays open and Close can be retried.
 		r.mu.Lock()
 		r.allocs[ptr] = a
+		dying := a.dying
 		r.mu.Unlock()
+		if dying {
+			return fmt.Errorf("%s %#x: half freed (the memory is no longer usable; Close again to finish): %w", op, uint64(ptr), err)
+		}
+		return fmt.Errorf("%s %#x (nothing freed; the buffer is intact): %w", op, uint64(ptr), err)
 	}
-	return err
+	return nil
 }
 
 func (r *Resource) wait(s *cuda.Stream) error {
 	if s != nil {
-		return s.Sync()
+		return r.drv.syncStream(s)
 	}
-	return r.dev.Sync()
+	return r.drv.Sync()
 }
 
-// free unmaps and releases everything a holds, reporting the first error.
-// What succeeded is removed from a, so a retry (Close again) continues
-// where a failure stopped instead of releasing anything twice.
-func (r *Resource) free(a *allocation) error {
-	var first error
-	keep := func(err error) bool {
-		if err != nil && first == nil {
-			first = fmt.Errorf("virtual: freeing %#x: %w", uint64(a.base), err)
+// mapChunk maps c at base+c.off with the access descs. If the access
+// cannot be set it unmaps c again, so c ends either fully mapped or not
+// mapped at all; a mapping that will not go is kept as a leftover.
+func (r *Resource) mapChunk(base cuda.DevicePtr, c chunk, descs []cuda.MemAccessDesc) error {
+	at := base + cuda.DevicePtr(c.off)
+	if err := r.drv.MemMap(at, c.size, 0, c.h); err != nil {
+		return err
+	}
+	if err := r.drv.MemSetAccess(at, c.size, descs...); err != nil {
+		if uerr := r.drv.MemUnmap(at, c.size); uerr != nil {
+			r.left.keep(&leftovers{maps: []span{{at, c.size}}})
+			return errors.Join(err, fmt.Errorf("unmapping it again: %w (kept for a retry)", uerr))
 		}
-		return err != nil
+		return err
+	}
+	return nil
+}
+
+// unmapFrom unmaps a.chunks[i:], the last first, and returns i. If an
+// unmap fails, the chunks this call already unmapped are mapped again,
+// lowest first, so a is exactly as it was: it then returns len(a.chunks)
+// and the error. Only if that also fails does it return some k in
+// [i, len(a.chunks)) with the error: a.chunks[:k] are mapped and
+// a.chunks[k:] are not (what is mapped is always a prefix).
+func (r *Resource) unmapFrom(a *allocation, i int) (int, error) {
+	for j := len(a.chunks) - 1; j >= i; j-- {
+		c := a.chunks[j]
+		err := r.drv.MemUnmap(a.base+cuda.DevicePtr(c.off), c.size)
+		if err == nil {
+			continue
+		}
+		err = fmt.Errorf("unmapping the chunk at offset %d: %w", c.off, err)
+		for k := j + 1; k < len(a.chunks); k++ {
+			if rerr := r.mapChunk(a.base, a.chunks[k], a.descs); rerr != nil {
+				return k, errors.Join(err, fmt.Errorf("mapping the chunk at offset %d again: %w", a.chunks[k].off, rerr))
+			}
+		}
+		return len(a.chunks), err
+	}
+	return i, nil
+}
+
+// free unmaps and releases everything a holds. A failure before anything
+// is given back leaves a as it was. After that a is dying: what succeeded
+// is removed from a, so a retry (Close again) continues where a failure
+// stopped instead of releasing anything twice.
+func (r *Resource) free(a *allocation) error {
+	r.retryLeftovers() // they may sit in a's address space
+	var errs []error
+	if !a.dying {
+		k, err := r.unmapFrom(a, 0)
+		if err != nil && k == len(a.chunks) {
+			return err // nothing changed: a is still whole and usable
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+		a.dying = true
+		for i := k; i < len(a.chunks); i++ {
+			a.chunks[i].unmapped = true
+		}
 	}
 	left := a.chunks[:0]
 	for _, c := range a.chunks {
 		if !c.unmapped {
-			if keep(r.dev.MemUnmap(a.base+cuda.DevicePtr(c.off), c.size)) {
+			if err := r.drv.MemUnmap(a.base+cuda.DevicePtr(c.off), c.size); err != nil {
+				errs = append(errs, fmt.Errorf("unmapping the chunk at offset %d: %w", c.off, err))
 				left = append(left, c)
 				continue
 			}
 			c.unmapped = true
 		}
-		if keep(r.dev.MemRelease(c.h)) {
+		if err := r.drv.MemRelease(c.h); err != nil {
+			errs = append(errs, fmt.Errorf("releasing the chunk at offset %d: %w", c.off, err))
 			left = append(left, c)
 		}
 	}
 	a.chunks = left
 	if len(a.chunks) > 0 {
-		return first // address space goes only once nothing is mapped in it
+		return errors.Join(errs...) // address space goes only once nothing is mapped in it
 	}
 	resv := a.reservations[:0]
 	for _, s := range a.reservations {
-		if keep(r.dev.MemAddressFree(s.ptr, s.size)) {
+		if err := r.drv.MemAddressFree(s.ptr, s.size); err != nil {
+			errs = append(errs, fmt.Errorf("freeing %d bytes of address space at %#x: %w", s.size, uint64(s.ptr), err))
 			resv = append(resv, s)
 		}
 	}
 	a.reservations = resv
-	return first
+	return errors.Join(errs...)
 }
 
 // take finds b's allocation and hands b's ownership to the caller: b must
@@ -316,13 +466,26 @@ func (r *Resource) take(op string, b *buffer.Buffer) (*allocation, *cuda.Stream,
 		}
 		return nil, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer %v does not belong to this resource", b)
 	}
+	ptr := b.Ptr()
 	r.mu.Lock()
-	a := r.allocs[b.Ptr()]
+	a := r.allocs[ptr]
+	dying := a != nil && a.dying
 	r.mu.Unlock()
+	if dying {
+		return nil, nil, cuda.Errorf(op, cuda.ErrClosed, "buffer %#x is half freed by a failed Close: close it again", uint64(ptr))
+	}
 	if a == nil || !b.IsOwned() {
 		return nil, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer %v is not a whole allocation of this resource", b)
 	}
 	return a, b.Stream(), nil
+}
+
+// live reports, under r.mu, whether a is still filed under ptr and usable.
+func (r *Resource) live(op string, ptr cuda.DevicePtr, a *allocation) error {
+	if r.allocs[ptr] != a || a.dying {
+		return &cuda.OpError{Op: op, Err: cuda.ErrClosed}
+	}
+	return nil
 }
 
 // Grow returns a buffer of newSize bytes holding b's data, and closes b
@@ -331,38 +494,52 @@ func (r *Resource) take(op string, b *buffer.Buffer) (*allocation, *cuda.Stream,
 // allocation must move, Grow first waits for b's stream (or, with none,
 // the device), so work already submitted on it is done before the old
 // addresses are unmapped; work on other streams is the caller's to order,
-// as for Close. A newSize not above b's size returns b unchanged. On error
-// b is untouched. Grow consumes b: do not use b concurrently with it.
+// as for Close. A newSize not above b's size returns b unchanged. Grow
+// consumes b: do not use b concurrently with it.
+//
+// On error with a nil buffer, the grow did not happen and b is untouched.
+// A non-nil buffer with an error means the grow took effect (b is
+// consumed) but the old address range could not be fully given back; it
+// is kept and retried by later operations (see Reclaim).
 func (r *Resource) Grow(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error) {
-	a, s, err := r.take("virtual.Grow", b)
+	const op = "virtual.Grow"
+	a, s, err := r.take(op, b)
 	if err != nil {
 		return nil, err
 	}
 	if newSize <= b.Size() {
 		return b, nil
 	}
+	need, ok := r.roundUp(newSize)
+	if !ok {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "size %d rounded up to the granularity %d overflows", newSize, r.gran)
+	}
+	r.retryLeftovers()
 	oldPtr := b.Ptr() // before r.mu: Buffer locks are never taken under r.mu
 	r.mu.Lock()
-	if r.allocs[oldPtr] != a {
+	if err := r.live(op, oldPtr, a); err != nil {
 		r.mu.Unlock()
-		return nil, &cuda.OpError{Op: "virtual.Grow", Err: cuda.ErrClosed}
+		return nil, err
 	}
-	need := r.alignUp(newSize)
-	if need < newSize {
-		r.mu.Unlock()
-		return nil, cuda.Errorf("virtual.Grow", cuda.ErrInvalidArgument, "size %d overflows", newSize)
-	}
+	var cleanup error
 	if need > a.mapped {
-		if err := r.extend(a, need, s); err != nil {
+		if cleanup, err = r.extend(a, need, s); err != nil {
 			r.mu.Unlock()
-			return nil, fmt.Errorf("virtual.Grow %#x to %d bytes: %w", uint64(oldPtr), newSize, err)
+			return nil, fmt.Errorf("%s %#x from %d to %d bytes: %w", op, uint64(oldPtr), b.Size(), newSize, err)
 		}
 	}
 	r.rekey(oldPtr, a)
 	a.size = newSize
 	base := a.base
 	r.mu.Unlock()
-	return r.rewrap(b, base, newSize, s)
+	nb, err := r.rewrap(b, base, newSize, s)
+	if err != nil {
+		return nil, err
+	}
+	if cleanup != nil {
+		return nb, fmt.Errorf("%s %#x to %d bytes (done, now at %#x): giving back the old range: %w", op, uint64(oldPtr), newSize, uint64(base), cleanup)
+	}
+	return nb, nil
 }
 
 // rekey files a under its (possibly new) base. Called with r.mu held.
@@ -387,90 +564,109 @@ func (r *Resource) rewrap(b *buffer.Buffer, base cuda.DevicePtr, size uint64, s 
 	return buffer.Owned(base, size, r, s), nil
 }
 
-// extend maps memory so a covers need bytes. Called with r.mu held.
-func (r *Resource) extend(a *allocation, need uint64, s *cuda.Stream) error {
+// extend maps memory so a covers need bytes. Called with r.mu held. On
+// error a is as it was; cleanup reports leftovers of a completed move.
+func (r *Resource) extend(a *allocation, need uint64, s *cuda.Stream) (cleanup, err error) {
 	add := need - a.mapped
 	reserved := a.reserved()
-	var u undo
+	var t txn
+	var grown *span
 	if need > reserved {
 		// Ask for the address space right after ours.
-		hint := a.base + cuda.DevicePtr(reserved)
 		extra := need - reserved
-		p, err := r.dev.MemAddressReserve(extra, r.gran, hint)
-		if err == nil && p != hint {
-			r.dev.MemAddressFree(p, extra)
+		hint := a.base + cuda.DevicePtr(reserved)
+		if uint64(hint)+extra < uint64(hint) {
+			return r.remap(a, need, s) // no room before the top of the address space
 		}
-		if err != nil || p != hint {
+		p, err := r.drv.MemAddressReserve(extra, r.gran, hint)
+		if err != nil {
+			// Not granted: moving is the designed fallback, and its own
+			// failure is what the caller hears about.
 			return r.remap(a, need, s)
 		}
-		u.add(func() { r.dev.MemAddressFree(p, extra) })
-		a.reservations = append(a.reservations, span{p, extra})
-		u.add(func() { a.reservations = a.reservations[:len(a.reservations)-1] })
+		if p != hint {
+			if ferr := r.drv.MemAddressFree(p, extra); ferr != nil {
+				r.left.keep(&leftovers{spans: []span{{p, extra}}})
+			}
+			return r.remap(a, need, s)
+		}
+		t.reserved(p, extra)
+		grown = &span{p, extra}
 	}
-	h, err := r.newChunk(a.base+cuda.DevicePtr(a.mapped), add, a.descs, &u)
+	h, err := r.newChunk(&t, a.base+cuda.DevicePtr(a.mapped), add, a.descs)
 	if err != nil {
-		u.run()
-		return err
+		return nil, r.rollback(&t, err)
+	}
+	if grown != nil {
+		a.reservations = append(a.reservations, *grown)
 	}
 	a.chunks = append(a.chunks, chunk{off: a.mapped, size: add, h: h})
 	a.mapped = need
-	return nil
+	return nil, nil
 }
 
 // remap builds the allocation again in a new range of need bytes: the old
 // chunks are mapped there too (the same physical memory: nothing is
-// copied), a new chunk fills the rest, then the old range is released. If
-// anything fails the old allocation is left as it was.
-func (r *Resource) remap(a *allocation, need uint64, s *cuda.Stream) error {
-	reserve := max(need, r.alignUp(r.opts.Reserve))
-	var u undo
-	np, err := r.dev.MemAddressReserve(reserve, r.align, 0)
+// copied), a new chunk fills the rest, then the old range is given back.
+// If anything fails before the move, the old allocation is left as it was.
+// Failures to give back the old range come after the move: they are kept
+// for a retry and reported as cleanup.
+func (r *Resource) remap(a *allocation, need uint64, s *cuda.Stream) (cleanup, err error) {
+	reserve := max(need, r.reserve)
+	var t txn
+	np, err := r.drv.MemAddressReserve(reserve, r.align, 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	u.add(func() { r.dev.MemAddressFree(np, reserve) })
+	t.reserved(np, reserve)
 	for _, c := range a.chunks {
 		at := np + cuda.DevicePtr(c.off)
-		if err := r.dev.MemMap(at, c.size, 0, c.h); err != nil {
-			u.run()
-			return err
+		if err := r.drv.MemMap(at, c.size, 0, c.h); err != nil {
+			return nil, r.rollback(&t, err)
 		}
-		u.add(func() { r.dev.MemUnmap(at, c.size) })
-		if err := r.dev.MemSetAccess(at, c.size, a.descs...); err != nil {
-			u.run()
-			return err
+		t.mapped(at, c.size)
+		if err := r.drv.MemSetAccess(at, c.size, a.descs...); err != nil {
+			return nil, r.rollback(&t, err)
 		}
 	}
-	h, err := r.newChunk(np+cuda.DevicePtr(a.mapped), need-a.mapped, a.descs, &u)
+	h, err := r.newChunk(&t, np+cuda.DevicePtr(a.mapped), need-a.mapped, a.descs)
 	if err != nil {
-		u.run()
-		return err
+		return nil, r.rollback(&t, err)
 	}
 	// The new range is complete. Work already submitted may still use the
 	// old addresses: let it finish before they go.
 	if err := r.wait(s); err != nil {
-		u.run()
-		return err
+		return nil, r.rollback(&t, err)
 	}
-	old := *a
+	oldBase, oldChunks, oldResv := a.base, a.chunks, a.reservations
 	a.base, a.reservations = np, []span{{np, reserve}}
-	a.chunks = append(append([]chunk(nil), old.chunks...), chunk{off: old.mapped, size: need - old.mapped, h: h})
+	a.chunks = append(append(make([]chunk, 0, len(oldChunks)+1), oldChunks...), chunk{off: a.mapped, size: need - a.mapped, h: h})
 	a.mapped = need
-	for _, c := range old.chunks {
-		r.dev.MemUnmap(old.base+cuda.DevicePtr(c.off), c.size)
+	// The handles now belong to the new range; the old range holds only
+	// mappings and address space.
+	var old leftovers
+	for _, c := range oldChunks {
+		old.maps = append(old.maps, span{oldBase + cuda.DevicePtr(c.off), c.size})
 	}
-	for _, s := range old.reservations {
-		r.dev.MemAddressFree(s.ptr, s.size)
-	}
-	return nil
+	old.spans = oldResv
+	cleanup = reap(r.drv, &old)
+	r.left.keep(&old)
+	return cleanup, nil
 }
 
 // Shrink returns a buffer of newSize bytes holding the start of b's data,
 // and closes b (without freeing). Whole chunks past the new size are
 // unmapped and released; the address space stays reserved, so a later
 // Grow back is in place. A newSize not below b's size returns b unchanged.
+//
+// On error with a nil buffer, the shrink did not happen and b is
+// untouched. A non-nil buffer with an error means the shrink took effect
+// (b is consumed: nothing addresses the unmapped tail) but some chunks
+// could not be given back: they stay mapped in the allocation (Info counts
+// them) or are kept and retried by later operations (see Reclaim).
 func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error) {
-	a, s, err := r.take("virtual.Shrink", b)
+	const op = "virtual.Shrink"
+	a, s, err := r.take(op, b)
 	if err != nil {
 		return nil, err
 	}
@@ -478,65 +674,80 @@ func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, err
 		return b, nil
 	}
 	if newSize == 0 {
-		return nil, cuda.Errorf("virtual.Shrink", cuda.ErrInvalidArgument, "new size 0: close the buffer instead")
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "new size 0 for buffer %v: close the buffer instead", b)
 	}
+	r.retryLeftovers()
 	if err := r.wait(s); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	oldPtr := b.Ptr()
+	oldSize := b.Size()
 	r.mu.Lock()
-	if r.allocs[oldPtr] != a {
+	if err := r.live(op, oldPtr, a); err != nil {
 		r.mu.Unlock()
-		return nil, &cuda.OpError{Op: "virtual.Shrink", Err: cuda.ErrClosed}
+		return nil, err
 	}
-	need := r.alignUp(newSize)
-	for len(a.chunks) > 1 {
-		c := a.chunks[len(a.chunks)-1]
-		if c.off < need {
-			break
-		}
-		if err := r.dev.MemUnmap(a.base+cuda.DevicePtr(c.off), c.size); err != nil {
-			r.mu.Unlock()
-			return nil, fmt.Errorf("virtual.Shrink %#x: %w", uint64(oldPtr), err)
-		}
-		a.chunks = a.chunks[:len(a.chunks)-1]
-		a.mapped = c.off
-		// Unmapped: the chunk is no longer part of the allocation even if
-		// its release fails (then its memory leaks, and the error says so).
-		if err := r.dev.MemRelease(c.h); err != nil {
-			r.mu.Unlock()
-			return nil, fmt.Errorf("virtual.Shrink %#x: %w", uint64(oldPtr), err)
-		}
+	need, _ := r.roundUp(newSize) // below b's size, which was rounded up once already
+	// Keep the chunks that start below need: chunk 0 always (need > 0).
+	i := sort.Search(len(a.chunks), func(i int) bool { return a.chunks[i].off >= need })
+	k, err := r.unmapFrom(a, i)
+	if err != nil && k == len(a.chunks) {
+		r.mu.Unlock()
+		return nil, fmt.Errorf("%s %#x from %d to %d bytes: %w", op, uint64(oldPtr), oldSize, newSize, err)
 	}
+	// Taking effect: a.chunks[k:] are unmapped (k >= i, so everything below
+	// need is still mapped). The size shrinks with them, so nothing can
+	// address the unmapped range.
+	var gone leftovers
+	for _, c := range a.chunks[k:] {
+		gone.handles = append(gone.handles, c.h)
+	}
+	if k < len(a.chunks) {
+		a.mapped = a.chunks[k].off
+	}
+	a.chunks = a.chunks[:k]
 	a.size = newSize
-	base := a.base
+	if rerr := reap(r.drv, &gone); rerr != nil {
+		err = errors.Join(err, rerr)
+	}
+	r.left.keep(&gone)
+	base, mapped := a.base, a.mapped
 	r.mu.Unlock()
-	return r.rewrap(b, base, newSize, s)
+	nb, derr := r.rewrap(b, base, newSize, s)
+	if derr != nil {
+		return nil, derr
+	}
+	if err != nil {
+		return nb, fmt.Errorf("%s %#x from %d to %d bytes (done; %d bytes still mapped): %w", op, uint64(oldPtr), oldSize, newSize, mapped, err)
+	}
+	return nb, nil
 }
 
 // SetPeerAccess sets the given devices' access to b's memory (NoAccess
-// revokes it). The setting also applies to memory a later Grow adds.
+// revokes it). The setting also applies to memory a later Grow adds. On
+// error the previous access is put back.
 func (r *Resource) SetPeerAccess(b *buffer.Buffer, access Access, peers ...*cuda.Device) error {
-	a, _, err := r.take("virtual.SetPeerAccess", b)
+	const op = "virtual.SetPeerAccess"
+	a, _, err := r.take(op, b)
 	if err != nil {
 		return err
 	}
 	f, err := access.flags()
 	if err != nil {
-		return cuda.Errorf("virtual.SetPeerAccess", cuda.ErrInvalidArgument, "%v", err)
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%v", err)
+	}
+	if err := checkPeers(op, "peer", r.dev, peers); err != nil {
+		return err
 	}
 	descs := make([]cuda.MemAccessDesc, 0, len(peers))
 	for _, p := range peers {
-		if p == nil || p == r.dev {
-			return cuda.Errorf("virtual.SetPeerAccess", cuda.ErrInvalidArgument, "peer %v is nil or the resource's own device", p)
-		}
 		if f != cuda.MemAccessProtNone {
-			ok, err := p.CanAccessPeer(r.dev)
+			ok, err := r.drv.peerCanAccess(p)
 			if err != nil {
-				return err
+				return fmt.Errorf("%s: %w", op, err)
 			}
 			if !ok && r.opts.Location == OnDevice {
-				return cuda.Errorf("virtual.SetPeerAccess", cuda.ErrInvalidArgument, "%v cannot access %v's memory", p, r.dev)
+				return cuda.Errorf(op, cuda.ErrInvalidArgument, "%v cannot access %v's memory", p, r.dev)
 			}
 		}
 		descs = append(descs, cuda.MemAccessDesc{Location: devLoc(p), Flags: f})
@@ -544,15 +755,39 @@ func (r *Resource) SetPeerAccess(b *buffer.Buffer, access Access, peers ...*cuda
 	if len(descs) == 0 {
 		return nil
 	}
+	ptr := b.Ptr()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if err := r.dev.MemSetAccess(a.base, a.mapped, descs...); err != nil {
-		return fmt.Errorf("virtual.SetPeerAccess %#x: %w", uint64(a.base), err)
+	if err := r.live(op, ptr, a); err != nil {
+		return err
+	}
+	if err := r.drv.MemSetAccess(a.base, a.mapped, descs...); err != nil {
+		err = fmt.Errorf("%s %#x: %w", op, uint64(a.base), err)
+		// The driver may have changed part of the range: put the recorded
+		// access back, so the allocation is as it was.
+		prev := make([]cuda.MemAccessDesc, len(descs))
+		for i, d := range descs {
+			prev[i] = cuda.MemAccessDesc{Location: d.Location, Flags: a.flagsFor(d.Location)}
+		}
+		if rerr := r.drv.MemSetAccess(a.base, a.mapped, prev...); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("putting the previous access back: %w", rerr))
+		}
+		return err
 	}
 	for _, d := range descs {
 		a.setDesc(d)
 	}
 	return nil
+}
+
+// flagsFor is the access recorded for loc (none if never granted).
+func (a *allocation) flagsFor(loc cuda.MemLocation) cuda.MemAccessFlags {
+	for _, d := range a.descs {
+		if d.Location == loc {
+			return d.Flags
+		}
+	}
+	return cuda.MemAccessProtNone
 }
 
 // setDesc records d, replacing any earlier entry for its location.
@@ -570,16 +805,23 @@ func (a *allocation) setDesc(d cuda.MemAccessDesc) {
 
 // Access reports how dev may access b's memory.
 func (r *Resource) Access(b *buffer.Buffer, dev *cuda.Device) (Access, error) {
-	a, _, err := r.take("virtual.Access", b)
+	const op = "virtual.Access"
+	a, _, err := r.take(op, b)
 	if err != nil {
 		return NoAccess, err
 	}
 	if dev == nil {
-		return NoAccess, cuda.Errorf("virtual.Access", cuda.ErrInvalidArgument, "nil device")
+		return NoAccess, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device")
 	}
-	f, err := r.dev.MemGetAccess(a.base, devLoc(dev))
-	if err != nil {
+	ptr := b.Ptr()
+	r.mu.Lock()
+	defer r.mu.Unlock() // a.base changes when a grow moves it
+	if err := r.live(op, ptr, a); err != nil {
 		return NoAccess, err
+	}
+	f, err := r.drv.MemGetAccess(a.base, devLoc(dev))
+	if err != nil {
+		return NoAccess, fmt.Errorf("%s: %w", op, err)
 	}
 	switch f {
 	case cuda.MemAccessProtReadWrite:

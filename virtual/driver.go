@@ -1,0 +1,154 @@
+package virtual
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// driver is the seam between this package and the CUDA driver: every
+// driver call the resource makes goes through it, so CPU tests can put a
+// fake behind a Resource that fails any chosen call and then check what
+// the failed operation left behind. The real implementation, device, is a
+// struct of one pointer: storing it in the interface allocates nothing and
+// a call costs one indirect call on top of the driver's own.
+type driver interface {
+	Features() (cuda.Features, error)
+	AllocationGranularity(prop *cuda.MemAllocationProp, kind cuda.MemAllocationGranularity) (uint64, error)
+	MemCreate(size uint64, prop *cuda.MemAllocationProp) (cuda.MemHandle, error)
+	MemRelease(h cuda.MemHandle) error
+	MemAddressReserve(size, alignment uint64, hint cuda.DevicePtr) (cuda.DevicePtr, error)
+	MemAddressFree(ptr cuda.DevicePtr, size uint64) error
+	MemMap(ptr cuda.DevicePtr, size, offset uint64, h cuda.MemHandle) error
+	MemUnmap(ptr cuda.DevicePtr, size uint64) error
+	MemSetAccess(ptr cuda.DevicePtr, size uint64, descs ...cuda.MemAccessDesc) error
+	MemGetAccess(ptr cuda.DevicePtr, loc cuda.MemLocation) (cuda.MemAccessFlags, error)
+	// Sync waits for the whole device, syncStream for one stream.
+	Sync() error
+	syncStream(s *cuda.Stream) error
+	// peerCanAccess reports whether peer can map the device's memory.
+	peerCanAccess(peer *cuda.Device) (bool, error)
+}
+
+// device is the real driver: the cuda package's calls on one device.
+type device struct{ *cuda.Device }
+
+func (d device) syncStream(s *cuda.Stream) error { return s.Sync() }
+
+func (d device) peerCanAccess(peer *cuda.Device) (bool, error) { return peer.CanAccessPeer(d.Device) }
+
+// leftovers are driver resources that a failed cleanup could not give
+// back. They are kept, not forgotten: later operations and Reclaim retry
+// them, so a transient driver failure leaks nothing for good, and nothing
+// is released twice (each entry is dropped once its release succeeds).
+type leftovers struct {
+	maps    []span           // mapped ranges still to unmap
+	handles []cuda.MemHandle // physical allocations still to release
+	spans   []span           // address reservations still to free
+}
+
+func (l *leftovers) empty() bool {
+	return len(l.maps) == 0 && len(l.handles) == 0 && len(l.spans) == 0
+}
+
+func (l *leftovers) add(m *leftovers) {
+	l.maps = append(l.maps, m.maps...)
+	l.handles = append(l.handles, m.handles...)
+	l.spans = append(l.spans, m.spans...)
+}
+
+// reap gives back everything in l: unmaps first, then handles (the driver
+// frees physical memory once its last mapping goes), then address ranges,
+// which are freed only when nothing is left mapped (a range must be empty
+// to be freed). What fails stays in l; the failures are joined.
+func reap(drv driver, l *leftovers) error {
+	var errs []error
+	maps := l.maps[:0]
+	for _, m := range l.maps {
+		if err := drv.MemUnmap(m.ptr, m.size); err != nil {
+			errs = append(errs, fmt.Errorf("unmapping %d bytes at %#x: %w", m.size, uint64(m.ptr), err))
+			maps = append(maps, m)
+		}
+	}
+	l.maps = maps
+	handles := l.handles[:0]
+	for _, h := range l.handles {
+		if err := drv.MemRelease(h); err != nil {
+			errs = append(errs, fmt.Errorf("releasing handle %#x: %w", uint64(h), err))
+			handles = append(handles, h)
+		}
+	}
+	l.handles = handles
+	if len(l.maps) == 0 {
+		spans := l.spans[:0]
+		for _, s := range l.spans {
+			if err := drv.MemAddressFree(s.ptr, s.size); err != nil {
+				errs = append(errs, fmt.Errorf("freeing %d bytes of address space at %#x: %w", s.size, uint64(s.ptr), err))
+				spans = append(spans, s)
+			}
+		}
+		l.spans = spans
+	} else if len(l.spans) > 0 {
+		errs = append(errs, fmt.Errorf("%d address ranges wait for %d mappings to go", len(l.spans), len(l.maps)))
+	}
+	return errors.Join(errs...)
+}
+
+// pending holds a Resource's leftovers. Its lock is a leaf: taken under
+// Resource.mu, never the other way round.
+type pending struct {
+	mu   sync.Mutex
+	l    leftovers
+	some atomic.Bool // l is not empty: lets the common case skip the lock
+}
+
+// keep records what a cleanup could not give back.
+func (p *pending) keep(l *leftovers) {
+	if l.empty() {
+		return
+	}
+	p.mu.Lock()
+	p.l.add(l)
+	p.some.Store(true)
+	p.mu.Unlock()
+}
+
+// retry reaps the recorded leftovers and keeps what fails again.
+func (p *pending) retry(drv driver) error {
+	if !p.some.Load() {
+		return nil
+	}
+	p.mu.Lock()
+	l := p.l
+	p.l = leftovers{}
+	p.some.Store(false)
+	p.mu.Unlock()
+	err := reap(drv, &l)
+	p.keep(&l)
+	return err
+}
+
+// txn records what one multi-step operation has acquired so far, so a
+// failure can give all of it back and leave the resource and the
+// allocation exactly as they were.
+type txn struct {
+	l leftovers
+}
+
+func (t *txn) reserved(p cuda.DevicePtr, size uint64) { t.l.spans = append(t.l.spans, span{p, size}) }
+func (t *txn) created(h cuda.MemHandle)               { t.l.handles = append(t.l.handles, h) }
+func (t *txn) mapped(p cuda.DevicePtr, size uint64)   { t.l.maps = append(t.l.maps, span{p, size}) }
+
+// rollback gives back what the operation acquired and returns err joined
+// with any failure to do so; what could not be given back is kept in
+// r.left for later retries (so it is neither leaked nor freed twice).
+func (r *Resource) rollback(t *txn, err error) error {
+	if rerr := reap(r.drv, &t.l); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("undoing it: %w (kept for a retry)", rerr))
+	}
+	r.left.keep(&t.l)
+	return err
+}
