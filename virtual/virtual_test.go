@@ -137,7 +137,7 @@ func TestGrowRemapsWhenBlocked(t *testing.T) {
 	hint := old + cuda.DevicePtr(2*gran)
 	blocker, err := d.MemAddressReserve(gran, gran, hint)
 	require.NoError(t, err)
-	defer d.MemAddressFree(blocker, gran)
+	t.Cleanup(func() { assert.NoError(t, d.MemAddressFree(blocker, gran)) })
 	if blocker != hint {
 		t.Logf("driver placed the blocker at %#x, not %#x: grow may stay in place", uint64(blocker), uint64(hint))
 	}
