@@ -53,7 +53,10 @@ type fakeMap struct {
 	access map[cuda.MemLocation]cuda.MemAccessFlags
 }
 
-const fakeBase = 0x7f0000000000
+const (
+	fakeBase = 0x7f0000000000
+	fakeVA   = 1 << 48 // the address space the fake pretends to have
+)
 
 func newFake(gran uint64) *fakeDriver {
 	return &fakeDriver{
@@ -186,6 +189,9 @@ func (f *fakeDriver) MemAddressReserve(size, alignment uint64, hint cuda.DeviceP
 	}
 	if size == 0 || size%f.gran != 0 || alignment == 0 || alignment&(alignment-1) != 0 {
 		return 0, f.misuse("cuMemAddressReserve of %d bytes aligned to %d", size, alignment)
+	}
+	if size > fakeVA || alignment > fakeVA {
+		return 0, &cuda.OpError{Op: "cuMemAddressReserve", Err: cuda.ErrorOutOfMemory} // more than the address space
 	}
 	free := func(p cuda.DevicePtr) bool {
 		if uint64(p)+size < uint64(p) {
