@@ -23,6 +23,20 @@
 // allocation as it was (cuda.core leaks handles, #2344, and frees twice on
 // its slow path, #2877).
 //
+// # Failures
+//
+// Every operation that takes several driver calls (Allocate, Grow in
+// place, Grow by moving, Shrink, SetPeerAccess, Close) either completes
+// or leaves the allocation exactly as it was: each step is undone when a
+// later one fails. Where undoing is itself refused by the driver, nothing
+// is lost or released twice: what could not be given back is kept and
+// retried by later operations (Resource.Reclaim retries it and reports
+// what still fails), and the error says what happened. Two cases cannot be
+// undone and say so: a Shrink (or a move by Grow) that took effect but
+// could not give everything back returns the new buffer together with the
+// error, and a Close that failed half way leaves the buffer unusable
+// (ErrClosed) until Close is called again, which finishes the job.
+//
 // # Lifetimes and streams
 //
 // Allocations are owned Buffers: Close unmaps and releases everything.

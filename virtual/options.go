@@ -66,20 +66,21 @@ const (
 type Options struct {
 	AllocationType AllocationType
 	Location       LocationType
-	NUMANode       int // for OnHostNUMA
+	NUMANode       int // for OnHostNUMA (0 to MaxInt32); must be 0 otherwise
 	HandleType     HandleType
 	Granularity    Granularity
 	// GPUDirectRDMA asks for memory usable by GPUDirect RDMA (NICs).
 	GPUDirectRDMA bool
 	// AddrHint asks for allocations at this address (the driver may not
-	// honor it). AddrAlign aligns reservations (0: the granularity; else a
-	// power of two).
+	// honor it); it must be a multiple of the alignment. AddrAlign aligns
+	// reservations (0: the granularity; else a power of two).
 	AddrHint  cuda.DevicePtr
 	AddrAlign uint64
 	// Reserve is the address space to reserve per allocation, so later
 	// grows up to it never move the allocation (0: just the size).
 	Reserve uint64
-	// Peers are devices granted PeerAccess to every allocation.
+	// Peers are devices granted PeerAccess to every allocation (each
+	// once, and not the resource's own device).
 	Peers      []*cuda.Device
 	SelfAccess Access
 	PeerAccess Access

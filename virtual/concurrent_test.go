@@ -1,0 +1,151 @@
+package virtual
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// lockedFake serializes calls into a fakeDriver, as the real driver is
+// safe to call from many threads.
+type lockedFake struct {
+	mu sync.Mutex
+	f  *fakeDriver
+}
+
+func (l *lockedFake) Features() (cuda.Features, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.Features()
+}
+
+func (l *lockedFake) AllocationGranularity(p *cuda.MemAllocationProp, k cuda.MemAllocationGranularity) (uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.AllocationGranularity(p, k)
+}
+
+func (l *lockedFake) MemCreate(size uint64, p *cuda.MemAllocationProp) (cuda.MemHandle, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.MemCreate(size, p)
+}
+
+func (l *lockedFake) MemRelease(h cuda.MemHandle) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.MemRelease(h)
+}
+
+func (l *lockedFake) MemAddressReserve(size, align uint64, hint cuda.DevicePtr) (cuda.DevicePtr, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.MemAddressReserve(size, align, hint)
+}
+
+func (l *lockedFake) MemAddressFree(p cuda.DevicePtr, size uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.MemAddressFree(p, size)
+}
+
+func (l *lockedFake) MemMap(p cuda.DevicePtr, size, off uint64, h cuda.MemHandle) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.MemMap(p, size, off, h)
+}
+
+func (l *lockedFake) MemUnmap(p cuda.DevicePtr, size uint64) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.MemUnmap(p, size)
+}
+
+func (l *lockedFake) MemSetAccess(p cuda.DevicePtr, size uint64, d ...cuda.MemAccessDesc) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.MemSetAccess(p, size, d...)
+}
+
+func (l *lockedFake) MemGetAccess(p cuda.DevicePtr, loc cuda.MemLocation) (cuda.MemAccessFlags, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.MemGetAccess(p, loc)
+}
+
+func (l *lockedFake) Sync() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.Sync()
+}
+
+func (l *lockedFake) syncStream(s *cuda.Stream) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.syncStream(s)
+}
+
+func (l *lockedFake) peerCanAccess(p *cuda.Device) (bool, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.peerCanAccess(p)
+}
+
+// TestConcurrentOperations runs allocations, grows (some forced to move),
+// shrinks, access changes and closes from many goroutines, closing
+// buffers on other goroutines than made them; under -race this checks the
+// locking, and at the end nothing may be left in the driver.
+func TestConcurrentOperations(t *testing.T) {
+	const g = 1 << 16
+	f := newFake(g)
+	lf := &lockedFake{f: f}
+	r, err := newResource(lf, fakeDevice, &Options{HandleType: HandleNone, Peers: []*cuda.Device{fakePeer1}})
+	mustOK(t, err)
+	handoff := make(chan *buffer.Buffer, 64)
+	var wg sync.WaitGroup
+	errs := make(chan error, 1024)
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 200; i++ {
+				b, err := r.Allocate(uint64(i%5+1)*g/2, nil)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if b, err = r.Grow(b, b.Size()+uint64(w+1)*g); err != nil {
+					errs <- err
+					return
+				}
+				if i%3 == 0 {
+					if b, err = r.Shrink(b, g/2); err != nil {
+						errs <- err
+						return
+					}
+				}
+				if err := r.SetPeerAccess(b, Access(i%3), fakePeer2); err != nil {
+					errs <- err
+					return
+				}
+				handoff <- b
+				if err := (<-handoff).Close(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if live := r.Live(); len(live) != 0 {
+		t.Fatalf("allocations left: %#x", live)
+	}
+	mustOK(t, r.Reclaim())
+	f.requireEmpty(t)
+}
