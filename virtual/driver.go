@@ -136,6 +136,18 @@ func (p *pending) retry(drv driver) error {
 // allocation exactly as they were.
 type txn struct {
 	l leftovers
+	// Room for a simple operation's steps, so recording them does not
+	// allocate (see start).
+	spans   [1]span
+	handles [1]cuda.MemHandle
+	maps    [1]span
+}
+
+// start points t's records at its own storage. The txn must not be
+// copied afterwards.
+func (t *txn) start() *txn {
+	t.l = leftovers{spans: t.spans[:0], handles: t.handles[:0], maps: t.maps[:0]}
+	return t
 }
 
 func (t *txn) reserved(p cuda.DevicePtr, size uint64) { t.l.spans = append(t.l.spans, span{p, size}) }

@@ -280,6 +280,8 @@ func TestFaultSweepVirtual(t *testing.T) {
 // rollbacks fail too: nothing may be lost or freed twice, the resource
 // stays consistent, and once the driver heals everything is given back.
 func TestFaultSweepVirtualSticky(t *testing.T) {
+	pairs := 0
+	defer func() { t.Logf("%d (operation, first failing call) pairs", pairs) }()
 	for _, tc := range faultCases() {
 		t.Run(tc.name, func(t *testing.T) {
 			for k := 1; ; k++ {
@@ -292,6 +294,7 @@ func TestFaultSweepVirtualSticky(t *testing.T) {
 					closeAll(t, r, f, out...)
 					break
 				}
+				pairs++
 				checkInvariants(t, r, f)
 				if err == nil {
 					t.Fatalf("call %d on failing: no error", k)
@@ -315,4 +318,58 @@ func sameBuffers(a, b []*buffer.Buffer) bool {
 		}
 	}
 	return true
+}
+
+// TestRollbackFailureIsReported: when undoing a failed step fails too, the
+// error says so (joined with the first failure) and what could not be
+// given back is kept, not leaked, then given back once the driver heals.
+// Before, these rollback calls' errors were ignored and the resources
+// leaked.
+func TestRollbackFailureIsReported(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		run  func(r *Resource, f *fakeDriver) ([]*buffer.Buffer, error)
+	}{
+		{"Allocate", func(r *Resource, f *fakeDriver) ([]*buffer.Buffer, error) {
+			f.failCall("cuMemSetAccess", 1, true)
+			b, err := r.Allocate(3*testGran, nil)
+			if b != nil {
+				return []*buffer.Buffer{b}, err
+			}
+			return nil, err
+		}},
+		{"GrowRemap", func(r *Resource, f *fakeDriver) ([]*buffer.Buffer, error) {
+			b, err := r.Allocate(2*testGran, nil)
+			mustOK(t, err)
+			f.block(b.Ptr()+2*testGran, testGran)
+			f.failCall("cuMemCreate", 1, true)
+			nb, err := r.Grow(b, 4*testGran)
+			if nb != nil {
+				return []*buffer.Buffer{nb}, err
+			}
+			return []*buffer.Buffer{b}, err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, f := newFakeResource(t, testGran, nil)
+			bufs, err := tc.run(r, f)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !errors.Is(err, cuda.ErrorUnknown) || !strings.Contains(err.Error(), "undoing it") || !strings.Contains(err.Error(), "kept for a retry") {
+				t.Fatalf("error %q does not report the failed undo", err)
+			}
+			checkInvariants(t, r, f)
+			r.left.mu.Lock()
+			kept := !r.left.l.empty()
+			r.left.mu.Unlock()
+			if !kept {
+				t.Fatal("nothing kept for a retry")
+			}
+			if err := r.Reclaim(); !errors.Is(err, cuda.ErrorUnknown) {
+				t.Fatalf("Reclaim with the driver still failing: %v", err)
+			}
+			closeAll(t, r, f, bufs...)
+		})
+	}
 }

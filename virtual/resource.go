@@ -293,6 +293,7 @@ func (r *Resource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error)
 	}
 	r.retryLeftovers()
 	var t txn
+	t.start()
 	ptr, err := r.drv.MemAddressReserve(reserve, r.align, r.opts.AddrHint)
 	if err != nil {
 		return nil, fmt.Errorf("%s %d bytes: %w", op, size, err)
@@ -570,6 +571,7 @@ func (r *Resource) extend(a *allocation, need uint64, s *cuda.Stream) (cleanup, 
 	add := need - a.mapped
 	reserved := a.reserved()
 	var t txn
+	t.start()
 	var grown *span
 	if need > reserved {
 		// Ask for the address space right after ours.
@@ -614,6 +616,7 @@ func (r *Resource) extend(a *allocation, need uint64, s *cuda.Stream) (cleanup, 
 func (r *Resource) remap(a *allocation, need uint64, s *cuda.Stream) (cleanup, err error) {
 	reserve := max(need, r.reserve)
 	var t txn
+	t.start()
 	np, err := r.drv.MemAddressReserve(reserve, r.align, 0)
 	if err != nil {
 		return nil, err
