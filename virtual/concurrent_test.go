@@ -75,6 +75,18 @@ func (l *lockedFake) MemGetAccess(p cuda.DevicePtr, loc cuda.MemLocation) (cuda.
 	return l.f.MemGetAccess(p, loc)
 }
 
+func (l *lockedFake) MemExportFD(h cuda.MemHandle) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.MemExportFD(h)
+}
+
+func (l *lockedFake) MemImportFD(fd int) (cuda.MemHandle, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.MemImportFD(fd)
+}
+
 func (l *lockedFake) Sync() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -26,6 +26,9 @@ type driver interface {
 	MemUnmap(ptr cuda.DevicePtr, size uint64) error
 	MemSetAccess(ptr cuda.DevicePtr, size uint64, descs ...cuda.MemAccessDesc) error
 	MemGetAccess(ptr cuda.DevicePtr, loc cuda.MemLocation) (cuda.MemAccessFlags, error)
+	// For Export and Import (export.go).
+	MemExportFD(h cuda.MemHandle) (int, error)
+	MemImportFD(fd int) (cuda.MemHandle, error)
 	// Sync waits for the whole device, syncStream for one stream.
 	Sync() error
 	syncStream(s *cuda.Stream) error

@@ -338,6 +338,35 @@ func (f *fakeDriver) MemGetAccess(ptr cuda.DevicePtr, loc cuda.MemLocation) (cud
 	return m.access[loc], nil
 }
 
+// MemExportFD hands out a made-up descriptor number (the fake opens no
+// files); MemImportFD turns a descriptor into a new live handle, of the
+// exported handle's size (one granule for descriptors it never made).
+func (f *fakeDriver) MemExportFD(h cuda.MemHandle) (int, error) {
+	if err := f.call("cuMemExportToShareableHandle"); err != nil {
+		return -1, err
+	}
+	if fh, ok := f.handles[h]; !ok || fh.released {
+		return -1, f.misuse("export of handle %#x: not live", uint64(h))
+	}
+	return 1000 + int(h), nil
+}
+
+func (f *fakeDriver) MemImportFD(fd int) (cuda.MemHandle, error) {
+	if err := f.call("cuMemImportFromShareableHandle"); err != nil {
+		return 0, err
+	}
+	if fd < 0 {
+		return 0, f.misuse("import of fd %d", fd)
+	}
+	size := f.gran
+	if fh, ok := f.handles[cuda.MemHandle(fd-1000)]; ok {
+		size = fh.size // a descriptor this fake exported: the same memory's size
+	}
+	f.nextH++
+	f.handles[f.nextH] = fakeHandle{size: size}
+	return f.nextH, nil
+}
+
 func (f *fakeDriver) Sync() error {
 	if err := f.call("cuCtxSynchronize"); err != nil {
 		return err
