@@ -273,7 +273,7 @@ func receivePacket(conn *net.UnixConn, maxPayload int) ([]byte, []int, error) {
 		return nil, fds, err
 	}
 	if flags&syscall.MSG_TRUNC != 0 {
-		return nil, fds, fmt.Errorf("%w: message over %d payload bytes", errBadFrame, maxPayload)
+		return nil, fds, fmt.Errorf("%w: payload of more than %d bytes", errBadFrame, maxPayload)
 	}
 	if n == 0 && len(fds) == 0 && oobn == 0 {
 		return nil, fds, io.EOF
