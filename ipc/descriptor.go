@@ -53,6 +53,8 @@ func (d Descriptor) MarshalBinary() ([]byte, error) {
 // mapping the driver made.
 func (d *Descriptor) UnmarshalBinary(b []byte) error {
 	switch {
+	case d == nil:
+		return cuda.Errorf("ipc.Descriptor.UnmarshalBinary", cuda.ErrInvalidArgument, "nil *Descriptor")
 	case len(b) != DescriptorSize:
 		return fmt.Errorf("%w: %d bytes, want %d", ErrBadDescriptor, len(b), DescriptorSize)
 	case [8]byte(b[:8]) != descriptorMagic:
