@@ -149,4 +149,3 @@ func ensureStdinOpen(t *testing.T) {
 	require.NoError(t, dup2(int(f.Fd()), 0))
 	require.NoError(t, f.Close())
 }
-
