@@ -26,3 +26,24 @@ func mappedFrom(ptr, base cuda.DevicePtr, rangeSize uint64) uint64 {
 	}
 	return rangeSize - uint64(ptr-base)
 }
+
+// addressRanger is the cuMemGetAddressRange wrapper a *cuda.Device may
+// offer (the loader resolves the entry point; package cuda does not wrap
+// it yet). Where it exists, mappingOf asks it; otherwise the pointer's
+// range attributes (cuPointerGetAttribute) give the same answer.
+type addressRanger interface {
+	MemGetAddressRange(p cuda.DevicePtr) (base cuda.DevicePtr, size uint64, err error)
+}
+
+// mappingOf returns the start and size of the allocation (mapping)
+// containing ptr, as the driver reports it.
+func mappingOf(dev *cuda.Device, ptr cuda.DevicePtr) (cuda.DevicePtr, uint64, error) {
+	if ar, ok := any(dev).(addressRanger); ok && dev != nil {
+		return ar.MemGetAddressRange(ptr)
+	}
+	info, err := cuda.QueryPointer(ptr)
+	if err != nil {
+		return 0, 0, err
+	}
+	return info.RangeBase, info.RangeSize, nil
+}

@@ -36,8 +36,7 @@ func (c cudaImport) importPointer(d *cuda.MemPoolPtrExportData) (cuda.DevicePtr,
 }
 
 func (c cudaImport) mapping(ptr cuda.DevicePtr) (cuda.DevicePtr, uint64, error) {
-	info, err := cuda.QueryPointer(ptr)
-	return info.RangeBase, info.RangeSize, err
+	return mappingOf(c.dev, ptr)
 }
 
 func (c cudaImport) free(ptr cuda.DevicePtr, s *cuda.Stream) error {

@@ -127,13 +127,13 @@ func OpenLegacy(dev *cuda.Device, h LegacyHandle) (*buffer.Buffer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s (%d bytes): %w", op, h.Size, err)
 	}
-	info, qerr := cuda.QueryPointer(p)
-	if _, ok := within(p, h.Size, info.RangeBase, info.RangeSize); qerr != nil || !ok {
+	base, rangeSize, qerr := mappingOf(dev, p)
+	if _, ok := within(p, h.Size, base, rangeSize); qerr != nil || !ok {
 		var err error
 		if qerr != nil {
 			err = &cuda.OpError{Op: op, Err: fmt.Errorf("asking the driver for the mapping at %#x: %w", uint64(p), qerr)}
 		} else {
-			err = cuda.Errorf(op, cuda.ErrInvalidArgument, "legacy handle claims %d bytes, the driver mapped %d bytes at %#x (allocation %#x+%d)", h.Size, mappedFrom(p, info.RangeBase, info.RangeSize), uint64(p), uint64(info.RangeBase), info.RangeSize)
+			err = cuda.Errorf(op, cuda.ErrInvalidArgument, "legacy handle claims %d bytes, the driver mapped %d bytes at %#x (allocation %#x+%d)", h.Size, mappedFrom(p, base, rangeSize), uint64(p), uint64(base), rangeSize)
 		}
 		if cerr := dev.IPCCloseMemHandle(p); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("unmapping the refused handle: %w", cerr))
