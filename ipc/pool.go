@@ -219,11 +219,14 @@ func ExportBuffer(b *buffer.Buffer) (Descriptor, error) {
 		}
 		var data cuda.MemPoolPtrExportData
 		size := b.Size()
-		err = withPool(op, mr, func(pool cuda.MemPool) error {
-			if err := st.ensureExported(pool); err != nil {
-				return &cuda.OpError{Op: op, Err: err}
-			}
-			return b.Use(op, func(ptr cuda.DevicePtr) error {
+		// The buffer is held first and the pool inside it: a buffer's
+		// Close frees into its pool, so the other order could wait on a
+		// Close that waits on the pool.
+		err = b.Use(op, func(ptr cuda.DevicePtr) error {
+			return withPool(op, mr, func(pool cuda.MemPool) error {
+				if err := st.ensureExported(pool); err != nil {
+					return &cuda.OpError{Op: op, Err: err}
+				}
 				var err error
 				if data, err = pool.ExportPointer(ptr); err != nil {
 					return &cuda.OpError{Op: op, Err: fmt.Errorf("%#x (%d bytes): %w", uint64(ptr), size, err)}
