@@ -97,7 +97,7 @@ func TestZeroFileNeverClosesStdin(t *testing.T) {
 	// Make sure descriptor 0 is open so closing it would be observable.
 	if !isOpen(0) {
 		fd := pipeFD(t)
-		require.NoError(t, syscall.Dup2(fd, 0))
+		require.NoError(t, syscall.Dup3(fd, 0, 0))
 		require.NoError(t, syscall.Close(fd))
 	}
 	for name, f := range map[string]*File{"nil": nil, "zero": {}} {
