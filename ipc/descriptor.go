@@ -45,10 +45,16 @@ func (d Descriptor) MarshalBinary() ([]byte, error) {
 }
 
 // UnmarshalBinary decodes what MarshalBinary produced. Anything else —
-// wrong length, magic, version or checksum — is rejected with an error
-// wrapping ErrBadDescriptor, and d is left unchanged.
+// wrong length, magic, version, reserved bytes or checksum — is rejected
+// with an error wrapping ErrBadDescriptor, and d is left unchanged.
+//
+// A valid checksum proves only that the bytes were not corrupted, not that
+// the sender is honest: ImportedPool.Import still bounds the size by the
+// mapping the driver made.
 func (d *Descriptor) UnmarshalBinary(b []byte) error {
 	switch {
+	case d == nil:
+		return cuda.Errorf("ipc.Descriptor.UnmarshalBinary", cuda.ErrInvalidArgument, "nil *Descriptor")
 	case len(b) != DescriptorSize:
 		return fmt.Errorf("%w: %d bytes, want %d", ErrBadDescriptor, len(b), DescriptorSize)
 	case [8]byte(b[:8]) != descriptorMagic:
@@ -57,6 +63,10 @@ func (d *Descriptor) UnmarshalBinary(b []byte) error {
 		return fmt.Errorf("%w: version %d, this library reads %d", ErrBadDescriptor, binary.LittleEndian.Uint16(b[8:]), descriptorVersion)
 	case binary.LittleEndian.Uint32(b[100:]) != crc32.ChecksumIEEE(b[:100]):
 		return fmt.Errorf("%w: checksum mismatch (corrupted in transit?)", ErrBadDescriptor)
+	case b[10] != 0 || b[11] != 0:
+		// Reserved for a later version: this one writes zeros, and an
+		// accepted descriptor must mean exactly one thing.
+		return fmt.Errorf("%w: reserved bytes % x are not zero", ErrBadDescriptor, b[10:12])
 	}
 	var out Descriptor
 	out.Size = binary.LittleEndian.Uint64(b[12:])

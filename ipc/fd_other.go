@@ -3,17 +3,30 @@
 package ipc
 
 import (
-	"os"
+	"net"
 
 	"github.com/cudamem/cudamem/cuda"
 )
 
-func closeFD(fd int) error { return errNoFDs("close") }
-
-func fileOf(fd int, name string) (*os.File, error) { return nil, errNoFDs("ExtraFile") }
-
-func dup(fd int) (int, error) { return -1, errNoFDs("dup") }
+// MaxFDs is the most file descriptors one message carries.
+const MaxFDs = 64
 
 func errNoFDs(op string) error {
-	return cuda.Errorf("ipc."+op, cuda.ErrNotSupported, "POSIX file descriptor IPC needs a Unix system")
+	return cuda.Errorf(op, cuda.ErrNotSupported, "POSIX file descriptor IPC needs a Unix system")
 }
+
+// SendFDs is not supported without POSIX file descriptors.
+func SendFDs(conn *net.UnixConn, payload []byte, fds ...int) error {
+	return errNoFDs("ipc.SendFDs")
+}
+
+// ReceiveFDs is not supported without POSIX file descriptors.
+func ReceiveFDs(conn *net.UnixConn, maxPayload int) ([]byte, []int, error) {
+	return nil, nil, errNoFDs("ipc.ReceiveFDs")
+}
+
+// SendHandle is not supported without POSIX file descriptors.
+func SendHandle(conn *net.UnixConn, h *Handle) error { return errNoFDs("ipc.SendHandle") }
+
+// ReceiveHandle is not supported without POSIX file descriptors.
+func ReceiveHandle(conn *net.UnixConn) (*Handle, error) { return nil, errNoFDs("ipc.ReceiveHandle") }

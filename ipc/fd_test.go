@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/osfd"
 )
 
 // openFDs counts this process's open file descriptors.
@@ -26,9 +27,22 @@ func openFDs(t *testing.T) int {
 	return len(ents)
 }
 
+// dup returns a close-on-exec duplicate of fd that the caller owns.
+func dup(fd int) (int, error) {
+	f, err := osfd.DupInt(fd)
+	if err != nil {
+		return -1, err
+	}
+	return f.Release()
+}
+
 func socketPair(t *testing.T) (*net.UnixConn, *net.UnixConn) {
+	return socketPairOf(t, syscall.SOCK_STREAM)
+}
+
+func socketPairOf(t *testing.T, typ int) (*net.UnixConn, *net.UnixConn) {
 	t.Helper()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, typ, 0)
 	require.NoError(t, err)
 	conn := func(fd int) *net.UnixConn {
 		f := os.NewFile(uintptr(fd), "socketpair")

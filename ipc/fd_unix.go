@@ -3,126 +3,328 @@
 package ipc
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"net"
-	"os"
 	"syscall"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/osfd"
 )
 
 // MaxFDs is the most file descriptors one message carries.
 const MaxFDs = 64
 
+// Every message is framed: a header of frameMagic, the payload length and
+// the number of descriptors attached, then the payload. On a SOCK_STREAM
+// socket the kernel keeps no message boundaries (a long payload arrives in
+// pieces and two messages can arrive as one read), so the receiver reads
+// exactly the header and then exactly the payload; on SOCK_SEQPACKET and
+// SOCK_DGRAM the frame is one datagram and is checked against it.
+const (
+	frameHeader = 4 + 4 + 4
+	// maxFramePayload bounds what a peer can make the receiver expect.
+	maxFramePayload = 1 << 30
+)
+
+var frameMagic = [4]byte{'c', 'm', 'F', '1'}
+
+func socketType(conn *net.UnixConn) (int, error) {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var typ int
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		typ, serr = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_TYPE)
+	}); err != nil {
+		return 0, err
+	}
+	return typ, serr
+}
+
 // SendFDs sends payload and the file descriptors over a Unix socket
-// (SCM_RIGHTS). The receiver gets duplicates; the caller still owns (and
-// should close) its own fds.
+// (SCM_RIGHTS) as one framed message; ReceiveFDs reads it on any socket
+// type (stream, seqpacket or datagram). The receiver gets duplicates; the
+// caller still owns (and should close) its own fds.
 func SendFDs(conn *net.UnixConn, payload []byte, fds ...int) error {
+	const op = "ipc.SendFDs"
 	if conn == nil {
-		return cuda.Errorf("ipc.SendFDs", cuda.ErrInvalidArgument, "nil connection")
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil connection")
 	}
 	if len(fds) > MaxFDs {
-		return cuda.Errorf("ipc.SendFDs", cuda.ErrInvalidArgument, "%d file descriptors, at most %d per message", len(fds), MaxFDs)
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%d file descriptors, at most %d per message", len(fds), MaxFDs)
 	}
-	if len(payload) == 0 {
-		payload = []byte{0} // a message must carry at least one byte
+	if len(payload) > maxFramePayload {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "payload of %d bytes, at most %d per message", len(payload), maxFramePayload)
 	}
+	for i, fd := range fds {
+		if fd < 0 {
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "file descriptor %d is %d", i, fd)
+		}
+	}
+	typ, err := socketType(conn)
+	if err != nil {
+		return &cuda.OpError{Op: op, Err: fmt.Errorf("socket type: %w", err)}
+	}
+	msg := make([]byte, frameHeader+len(payload))
+	copy(msg, frameMagic[:])
+	binary.LittleEndian.PutUint32(msg[4:], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(msg[8:], uint32(len(fds)))
+	copy(msg[frameHeader:], payload)
 	var oob []byte
 	if len(fds) > 0 {
 		oob = syscall.UnixRights(fds...)
 	}
-	n, oobn, err := conn.WriteMsgUnix(payload, oob, nil)
+	n, oobn, err := conn.WriteMsgUnix(msg, oob, nil)
 	if err != nil {
-		return fmt.Errorf("ipc.SendFDs: %w", err)
+		return &cuda.OpError{Op: op, Err: err}
 	}
-	if n != len(payload) || oobn != len(oob) {
-		return fmt.Errorf("ipc.SendFDs: short write (%d of %d bytes, %d of %d control bytes)", n, len(payload), oobn, len(oob))
+	if oobn != len(oob) {
+		return &cuda.OpError{Op: op, Err: fmt.Errorf("short write: %d of %d control bytes", oobn, len(oob))}
+	}
+	if n < len(msg) {
+		if typ != syscall.SOCK_STREAM {
+			return &cuda.OpError{Op: op, Err: fmt.Errorf("short write: %d of %d bytes", n, len(msg))}
+		}
+		// A stream may take a long message in pieces; the descriptors
+		// went with the first.
+		if _, err := conn.Write(msg[n:]); err != nil {
+			return &cuda.OpError{Op: op, Err: fmt.Errorf("after %d of %d bytes: %w", n, len(msg), err)}
+		}
 	}
 	return nil
 }
 
-// ReceiveFDs receives one message sent with SendFDs: its payload (up to
-// maxPayload bytes) and the file descriptors it carried, which the caller
-// now owns. A message carrying more than MaxFDs descriptors is rejected
-// and every descriptor received is closed.
-func ReceiveFDs(conn *net.UnixConn, maxPayload int) (payload []byte, fds []int, err error) {
-	if conn == nil {
-		return nil, nil, cuda.Errorf("ipc.ReceiveFDs", cuda.ErrInvalidArgument, "nil connection")
-	}
-	buf := make([]byte, max(maxPayload, 1))
-	oob := make([]byte, syscall.CmsgSpace(MaxFDs*4))
-	n, oobn, flags, _, err := conn.ReadMsgUnix(buf, oob)
+// recvmsg is one recvmsg call on conn, waiting for data as the net
+// package does.
+func recvmsg(conn *net.UnixConn, buf, oob []byte) (n, oobn, flags int, err error) {
+	rc, err := conn.SyscallConn()
 	if err != nil {
-		return nil, nil, fmt.Errorf("ipc.ReceiveFDs: %w", err)
+		return 0, 0, 0, err
 	}
-	msgs, err := syscall.ParseSocketControlMessage(oob[:oobn])
+	var rerr error
+	err = rc.Read(func(fd uintptr) bool {
+		for {
+			n, oobn, flags, _, rerr = syscall.Recvmsg(int(fd), buf, oob, recvFlags)
+			if rerr != syscall.EINTR {
+				break
+			}
+		}
+		return rerr != syscall.EAGAIN
+	})
+	if err == nil {
+		err = rerr
+	}
+	return n, oobn, flags, err
+}
+
+// rights collects the descriptors in the control bytes. Descriptors are
+// appended even when an error is returned, so the caller can close them.
+func rights(oob []byte, fds []int) ([]int, error) {
+	msgs, err := syscall.ParseSocketControlMessage(oob)
 	if err != nil {
-		return nil, nil, fmt.Errorf("ipc.ReceiveFDs: control message: %w", err)
+		return fds, fmt.Errorf("control message: %w", err)
 	}
-	for _, m := range msgs {
-		got, err := syscall.ParseUnixRights(&m)
-		if err != nil {
+	for i := range msgs {
+		if msgs[i].Header.Level != syscall.SOL_SOCKET || msgs[i].Header.Type != syscall.SCM_RIGHTS {
 			continue
+		}
+		got, err := syscall.ParseUnixRights(&msgs[i])
+		if err != nil {
+			return fds, fmt.Errorf("control message: %w", err)
 		}
 		fds = append(fds, got...)
 	}
-	if flags&(syscall.MSG_CTRUNC|syscall.MSG_TRUNC) != 0 {
-		closeFDs(fds)
-		return nil, nil, fmt.Errorf("ipc.ReceiveFDs: message truncated (payload over %d bytes or over %d fds)", maxPayload, MaxFDs)
-	}
-	for _, fd := range fds {
-		syscall.CloseOnExec(fd)
-	}
-	return buf[:n], fds, nil
+	return fds, nil
 }
 
-func closeFDs(fds []int) {
-	for _, fd := range fds {
-		syscall.Close(fd)
+// ReceiveFDs receives one message sent with SendFDs: its payload (up to
+// maxPayload bytes) and the file descriptors it carried, which the caller
+// now owns (close-on-exec set). Anything else is refused and every
+// descriptor that arrived with it is closed: a payload over maxPayload, a
+// message that is not a SendFDs frame, truncated control data (more than
+// MaxFDs descriptors), or a count of descriptors that differs from the
+// frame's. After an error on a stream socket the connection's position in
+// the byte stream is unknown: close it.
+func ReceiveFDs(conn *net.UnixConn, maxPayload int) (payload []byte, fds []int, err error) {
+	const op = "ipc.ReceiveFDs"
+	if conn == nil {
+		return nil, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil connection")
 	}
-}
-
-// dup duplicates fd with close-on-exec set.
-func dup(fd int) (int, error) {
-	syscall.ForkLock.RLock()
-	defer syscall.ForkLock.RUnlock()
-	nfd, err := syscall.Dup(fd)
+	if maxPayload < 0 || maxPayload > maxFramePayload {
+		return nil, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "maxPayload %d, want 0 to %d", maxPayload, maxFramePayload)
+	}
+	typ, err := socketType(conn)
 	if err != nil {
-		return -1, err
+		return nil, nil, &cuda.OpError{Op: op, Err: fmt.Errorf("socket type: %w", err)}
 	}
-	syscall.CloseOnExec(nfd)
-	return nfd, nil
+	if typ == syscall.SOCK_STREAM {
+		payload, fds, err = receiveStream(conn, maxPayload)
+	} else {
+		payload, fds, err = receivePacket(conn, maxPayload)
+	}
+	if err != nil {
+		if cerr := osfd.CloseAll(fds); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("closing the %d received descriptors: %w", len(fds), cerr))
+		}
+		return nil, nil, &cuda.OpError{Op: op, Err: err}
+	}
+	if err := setCloexec(fds); err != nil {
+		if cerr := osfd.CloseAll(fds); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		return nil, nil, &cuda.OpError{Op: op, Err: err}
+	}
+	return payload, fds, nil
 }
 
-// fileOf wraps a duplicate of fd as an *os.File (for exec.Cmd.ExtraFiles).
-func fileOf(fd int, name string) (*os.File, error) {
-	nfd, err := dup(fd)
-	if err != nil {
-		return nil, err
+// errBadFrame marks messages that are not what SendFDs sends.
+var errBadFrame = fmt.Errorf("malformed message (%w)", cuda.ErrInvalidArgument)
+
+func checkHeader(h []byte, maxPayload int) (n, nfds int, err error) {
+	if [4]byte(h[:4]) != frameMagic {
+		return 0, 0, fmt.Errorf("%w: no ipc.SendFDs frame header (% x)", errBadFrame, h[:4])
 	}
-	return os.NewFile(uintptr(nfd), name), nil
+	n64, nf := binary.LittleEndian.Uint32(h[4:]), binary.LittleEndian.Uint32(h[8:])
+	if uint64(n64) > uint64(maxPayload) {
+		return 0, 0, fmt.Errorf("%w: payload of %d bytes, at most %d expected", errBadFrame, n64, maxPayload)
+	}
+	if nf > MaxFDs {
+		return 0, 0, fmt.Errorf("%w: %d file descriptors announced, at most %d", errBadFrame, nf, MaxFDs)
+	}
+	return int(n64), int(nf), nil
+}
+
+func checkTrunc(flags int) error {
+	if flags&syscall.MSG_CTRUNC != 0 {
+		return fmt.Errorf("%w: control data truncated (more than %d file descriptors)", errBadFrame, MaxFDs)
+	}
+	return nil
+}
+
+// receiveStream reads exactly one frame from a stream socket, never a byte
+// of the next one.
+func receiveStream(conn *net.UnixConn, maxPayload int) ([]byte, []int, error) {
+	oob := make([]byte, syscall.CmsgSpace(MaxFDs*4))
+	var fds []int
+	read := func(buf []byte) error {
+		for got := 0; got < len(buf); {
+			n, oobn, flags, err := recvmsg(conn, buf[got:], oob)
+			var rerr error
+			fds, rerr = rights(oob[:oobn], fds)
+			if err != nil {
+				return err
+			}
+			if rerr != nil {
+				return rerr
+			}
+			if err := checkTrunc(flags); err != nil {
+				return err
+			}
+			if n == 0 {
+				if got == 0 && len(fds) == 0 {
+					return io.EOF
+				}
+				return io.ErrUnexpectedEOF
+			}
+			got += n
+		}
+		return nil
+	}
+	var h [frameHeader]byte
+	if err := read(h[:]); err != nil {
+		return nil, fds, err
+	}
+	n, nfds, err := checkHeader(h[:], maxPayload)
+	if err != nil {
+		return nil, fds, err
+	}
+	payload := make([]byte, n)
+	if err := read(payload); err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, fds, err
+	}
+	if len(fds) != nfds {
+		return nil, fds, fmt.Errorf("%w: %d file descriptors received, the frame announced %d", errBadFrame, len(fds), nfds)
+	}
+	return payload, fds, nil
+}
+
+// receivePacket reads one datagram (SOCK_SEQPACKET or SOCK_DGRAM) holding
+// one frame.
+func receivePacket(conn *net.UnixConn, maxPayload int) ([]byte, []int, error) {
+	oob := make([]byte, syscall.CmsgSpace(MaxFDs*4))
+	buf := make([]byte, frameHeader+maxPayload)
+	n, oobn, flags, err := recvmsg(conn, buf, oob)
+	fds, rerr := rights(oob[:oobn], nil)
+	switch {
+	case err != nil:
+		return nil, fds, err
+	case rerr != nil:
+		return nil, fds, rerr
+	}
+	if err := checkTrunc(flags); err != nil {
+		return nil, fds, err
+	}
+	if flags&syscall.MSG_TRUNC != 0 {
+		return nil, fds, fmt.Errorf("%w: payload of more than %d bytes", errBadFrame, maxPayload)
+	}
+	if n == 0 && len(fds) == 0 && oobn == 0 {
+		return nil, fds, io.EOF
+	}
+	if n < frameHeader {
+		return nil, fds, fmt.Errorf("%w: %d bytes, shorter than a frame header", errBadFrame, n)
+	}
+	size, nfds, err := checkHeader(buf[:frameHeader], maxPayload)
+	if err != nil {
+		return nil, fds, err
+	}
+	if size != n-frameHeader {
+		return nil, fds, fmt.Errorf("%w: %d payload bytes received, the frame announced %d", errBadFrame, n-frameHeader, size)
+	}
+	if len(fds) != nfds {
+		return nil, fds, fmt.Errorf("%w: %d file descriptors received, the frame announced %d", errBadFrame, len(fds), nfds)
+	}
+	return buf[frameHeader:n:n], fds, nil
 }
 
 // SendHandle sends an exported pool's fd and UUID over a Unix socket. h
-// stays open on this side.
+// stays open on this side (and cannot be closed during the send).
 func SendHandle(conn *net.UnixConn, h *Handle) error {
-	fd, err := h.FD()
-	if err != nil {
-		return err
-	}
 	u := h.UUID()
-	return SendFDs(conn, u[:], fd)
+	return h.use("ipc.SendHandle", func(fd int) error {
+		return SendFDs(conn, u[:], fd)
+	})
 }
 
 // ReceiveHandle receives a Handle sent with SendHandle; the caller owns it.
+// A message with other than one fd and a UUID is refused, and whatever
+// descriptors it carried are closed.
 func ReceiveHandle(conn *net.UnixConn) (*Handle, error) {
+	const op = "ipc.ReceiveHandle"
 	payload, fds, err := ReceiveFDs(conn, len(UUID{}))
 	if err != nil {
 		return nil, err
 	}
 	if len(fds) != 1 || len(payload) != len(UUID{}) {
-		closeFDs(fds)
-		return nil, cuda.Errorf("ipc.ReceiveHandle", cuda.ErrInvalidArgument, "got %d fds and %d bytes, want 1 fd and a %d-byte UUID", len(fds), len(payload), len(UUID{}))
+		err := cuda.Errorf(op, cuda.ErrInvalidArgument, "got %d fds and %d bytes, want 1 fd and a %d-byte UUID", len(fds), len(payload), len(UUID{}))
+		if cerr := osfd.CloseAll(fds); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		return nil, err
 	}
-	return NewHandle(fds[0], UUID(payload))
+	h, err := NewHandle(fds[0], UUID(payload))
+	if err != nil {
+		if cerr := osfd.Close(fds[0]); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		return nil, err
+	}
+	return h, nil
 }

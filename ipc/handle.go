@@ -1,22 +1,21 @@
 package ipc
 
 import (
-	"fmt"
 	"os"
-	"sync"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/osfd"
 )
 
 // Handle is an exported pool: an open file descriptor from the driver plus
 // the pool's UUID. Send it to another process (SendHandle, or
 // ExtraFile to a child) and import it there with ImportPool. A Handle owns
-// its fd: Close closes it, once.
+// its fd: Close closes it, once. The zero Handle owns nothing (its Close
+// does nothing, and never closes fd 0); make Handles with NewHandle,
+// ExportPool or ReceiveHandle.
 type Handle struct {
 	uuid UUID
-
-	mu sync.Mutex
-	fd int // -1 once closed
+	f    *osfd.File // nil in the zero Handle
 }
 
 // NewHandle takes ownership of fd (a pool exported by the driver, or one
@@ -25,7 +24,11 @@ func NewHandle(fd int, uuid UUID) (*Handle, error) {
 	if fd < 0 {
 		return nil, cuda.Errorf("ipc.NewHandle", cuda.ErrInvalidArgument, "negative file descriptor %d", fd)
 	}
-	return &Handle{fd: fd, uuid: uuid}, nil
+	f, err := osfd.New(fd)
+	if err != nil {
+		return nil, err
+	}
+	return &Handle{f: f, uuid: uuid}, nil
 }
 
 // UUID names the exported pool.
@@ -36,40 +39,55 @@ func (h *Handle) UUID() UUID {
 	return h.uuid
 }
 
-// FD returns the file descriptor, still owned by h.
-func (h *Handle) FD() (int, error) {
-	if h == nil {
-		return -1, cuda.Errorf("Handle.FD", cuda.ErrInvalidArgument, "nil handle")
+func (h *Handle) file(op string) (*osfd.File, error) {
+	if h == nil || h.f == nil {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil or zero *ipc.Handle (use NewHandle, ExportPool or ReceiveHandle)")
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.fd < 0 {
-		return -1, &cuda.OpError{Op: "Handle.FD", Err: fmt.Errorf("%w: handle %v", cuda.ErrClosed, h.uuid)}
-	}
-	return h.fd, nil
+	return h.f, nil
 }
 
-// ExtraFile returns a duplicate of the fd as an *os.File for
+// FD returns the file descriptor, still owned by h: it is valid only until
+// h is closed.
+func (h *Handle) FD() (int, error) {
+	f, err := h.file("Handle.FD")
+	if err != nil {
+		return -1, err
+	}
+	fd, err := f.Int()
+	if err != nil {
+		return -1, &cuda.OpError{Op: "Handle.FD", Err: err}
+	}
+	return fd, nil
+}
+
+// use runs fn with h's descriptor held open (a concurrent Close waits).
+func (h *Handle) use(op string, fn func(fd int) error) error {
+	f, err := h.file(op)
+	if err != nil {
+		return err
+	}
+	return f.Use(fn)
+}
+
+// ExtraFile returns a close-on-exec duplicate of the fd as an *os.File for
 // exec.Cmd.ExtraFiles (the child sees it as fd 3+i); close it after Start.
 func (h *Handle) ExtraFile() (*os.File, error) {
-	fd, err := h.FD()
+	f, err := h.file("Handle.ExtraFile")
 	if err != nil {
 		return nil, err
 	}
-	return fileOf(fd, "cudamem-pool-"+h.uuid.String())
+	out, err := f.OSFile("cudamem-pool-" + h.uuid.String())
+	if err != nil {
+		return nil, &cuda.OpError{Op: "Handle.ExtraFile", Err: err}
+	}
+	return out, nil
 }
 
-// Close closes the fd. It is idempotent.
+// Close closes the fd. It is idempotent, and does nothing on a nil or
+// zero Handle.
 func (h *Handle) Close() error {
-	if h == nil {
+	if h == nil || h.f == nil {
 		return nil
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.fd < 0 {
-		return nil
-	}
-	err := closeFD(h.fd)
-	h.fd = -1
-	return err
+	return h.f.Close()
 }

@@ -43,16 +43,6 @@ func openFDs(t *testing.T) map[string]string {
 	return out
 }
 
-// warmExport exports p once and closes the handle: the driver opens a
-// descriptor of its own on a pool's first export and keeps it, which is
-// not a leak of ours; fd counts are taken after it.
-func warmExport(t *testing.T, p ipc.ExportablePool) {
-	t.Helper()
-	h, err := ipc.ExportPool(p)
-	require.NoError(t, err)
-	require.NoError(t, h.Close())
-}
-
 func ipcPool(t *testing.T, d *cuda.Device) *resource.DevicePool {
 	t.Helper()
 	f, err := d.Features()
@@ -109,15 +99,17 @@ func TestIpcMempool(t *testing.T) {
 	s := cudatest.Stream(t, d)
 	k := cudatest.LoadKernels(t, d)
 	p := ipcPool(t, d)
-	warmExport(t, p)
-	fds := openFDs(t)
 	b, err := p.Allocate(bufSize, s)
 	require.NoError(t, err)
 	require.NoError(t, k.Write(s, b.Ptr(), bufSize, 1))
 	require.NoError(t, s.Sync())
-	h, err := ipc.ExportPool(p)
-	require.NoError(t, err)
+	// The buffer is exported before the pool ever was (no warm-up export).
 	desc, err := ipc.ExportBuffer(b)
+	require.NoError(t, err)
+	// The driver opens a descriptor of its own on a pool's first export
+	// and keeps it (not a leak of ours): the baseline is taken after it.
+	fds := openFDs(t)
+	h, err := ipc.ExportPool(p)
 	require.NoError(t, err)
 	assert.Equal(t, h.UUID(), desc.Pool)
 	f, err := h.ExtraFile()
@@ -141,8 +133,6 @@ func TestIpcOverSocket(t *testing.T) {
 	s := cudatest.Stream(t, d)
 	k := cudatest.LoadKernels(t, d)
 	p := ipcPool(t, d)
-	warmExport(t, p)
-	fds := openFDs(t)
 	pair, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
 	require.NoError(t, err)
 	mine := os.NewFile(uintptr(pair[0]), "parent-end")
@@ -164,6 +154,7 @@ func TestIpcOverSocket(t *testing.T) {
 		bufs, descs = append(bufs, b), append(descs, dsc)
 	}
 	require.NoError(t, s.Sync())
+	fds := openFDs(t) // after the pool's first export (see TestIpcMempool)
 	h, err := ipc.ExportPool(p)
 	require.NoError(t, err)
 	done := make(chan struct{})
@@ -202,15 +193,14 @@ func TestExportErrors(t *testing.T) {
 	require.NoError(t, b.Close())
 
 	p := ipcPool(t, d)
-	warmExport(t, p)
-	fds := openFDs(t)
-	var first ipc.UUID
+	h0, err := ipc.ExportPool(p)
+	require.NoError(t, err)
+	first := h0.UUID()
+	require.NoError(t, h0.Close())
+	fds := openFDs(t) // after the pool's first export (see TestIpcMempool)
 	for i := 0; i < 10; i++ {
 		h, err := ipc.ExportPool(p)
 		require.NoError(t, err)
-		if i == 0 {
-			first = h.UUID()
-		}
 		assert.Equal(t, first, h.UUID(), "one pool, one UUID")
 		require.NoError(t, h.Close())
 	}
@@ -297,7 +287,11 @@ func TestChild(t *testing.T) {
 		require.NoError(t, s.Sync())
 		require.NoError(t, b.Close())
 	default:
-		t.Fatalf("unknown role %q", role)
+		fn, ok := childRoles[role]
+		if !ok {
+			t.Fatalf("unknown role %q", role)
+		}
+		fn(t, d, s, k, seed)
 	}
 }
 

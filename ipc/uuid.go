@@ -3,7 +3,8 @@ package ipc
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
+
+	"github.com/cudamem/cudamem/cuda"
 )
 
 // UUID names an exported pool across processes, so that a pool imported
@@ -34,15 +35,16 @@ func (u UUID) String() string {
 	return string(b[:])
 }
 
-// ParseUUID parses the String form.
+// ParseUUID parses the String form (hex digits in either case). Anything
+// else is refused with an error matching cuda.ErrInvalidArgument.
 func ParseUUID(s string) (UUID, error) {
 	var u UUID
 	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
-		return u, fmt.Errorf("ipc: malformed UUID %q", s)
+		return UUID{}, cuda.Errorf("ipc.ParseUUID", cuda.ErrInvalidArgument, "malformed UUID %q (want 8-4-4-4-12 hex digits)", s)
 	}
 	h := s[0:8] + s[9:13] + s[14:18] + s[19:23] + s[24:]
 	if _, err := hex.Decode(u[:], []byte(h)); err != nil {
-		return u, fmt.Errorf("ipc: malformed UUID %q: %w", s, err)
+		return UUID{}, cuda.Errorf("ipc.ParseUUID", cuda.ErrInvalidArgument, "malformed UUID %q: %v", s, err)
 	}
 	return u, nil
 }

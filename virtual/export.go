@@ -1,11 +1,13 @@
 package virtual
 
 import (
+	"errors"
 	"fmt"
-	"os"
+	"math"
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/osfd"
 )
 
 // Chunk is one exported physical allocation: a file descriptor another
@@ -16,86 +18,166 @@ type Chunk struct {
 	Size uint64
 }
 
-// CloseChunks closes the chunks' file descriptors.
+// CloseChunks closes the chunks' file descriptors. Chunks with a negative
+// fd or a size of 0 (the zero Chunk: no export makes one) are skipped, so
+// a zero Chunk never closes fd 0. CloseChunkFDs reports failures.
 func CloseChunks(chunks []Chunk) {
-	for _, c := range chunks {
-		if c.FD >= 0 {
-			os.NewFile(uintptr(c.FD), "cudamem-vmm").Close()
+	_ = CloseChunkFDs(chunks) // the caller chose not to hear about failures
+}
+
+// CloseChunkFDs closes the chunks' file descriptors as CloseChunks does and
+// returns every failure, joined.
+func CloseChunkFDs(chunks []Chunk) error {
+	var errs []error
+	for i, c := range chunks {
+		if c.FD < 0 || c.Size == 0 {
+			continue
+		}
+		if err := osfd.Close(c.FD); err != nil {
+			errs = append(errs, fmt.Errorf("chunk %d: %w", i, err))
 		}
 	}
+	return errors.Join(errs...)
 }
 
 // Export exports b's physical memory as POSIX file descriptors (the
-// resource's HandleType must allow it). The caller owns the fds: send them
-// (package ipc) and close them with CloseChunks.
+// resource's HandleType must allow it). The caller owns the fds (close-on-
+// exec is not set by the driver: hand them to a child through
+// exec.Cmd.ExtraFiles or over a socket with package ipc) and closes them
+// with CloseChunks. On error no fd is left open.
 func (r *Resource) Export(b *buffer.Buffer) ([]Chunk, error) {
-	a, _, err := r.take("virtual.Export", b)
+	const op = "virtual.Export"
+	a, _, err := r.take(op, b)
 	if err != nil {
 		return nil, err
 	}
 	if r.prop.RequestedHandleTypes&cuda.MemHandleTypePosixFileDescriptor == 0 {
-		return nil, cuda.Errorf("virtual.Export", cuda.ErrInvalidArgument, "resource was created without POSIX fd handles (HandleType)")
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "resource was created without POSIX fd handles (HandleType)")
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]Chunk, 0, len(a.chunks))
-	for _, c := range a.chunks {
+	// Owned while the list is built, so a failure part-way closes what
+	// was exported so far.
+	files := make([]*osfd.File, 0, len(a.chunks))
+	fail := func(err error) ([]Chunk, error) {
+		for _, f := range files {
+			if cerr := f.Close(); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
+		}
+		return nil, err
+	}
+	for i, c := range a.chunks {
 		fd, err := r.dev.MemExportFD(c.h)
 		if err != nil {
-			CloseChunks(out)
-			return nil, fmt.Errorf("virtual.Export %#x: %w", uint64(a.base), err)
+			return fail(fmt.Errorf("%s %#x chunk %d: %w", op, uint64(a.base), i, err))
 		}
-		out = append(out, Chunk{FD: fd, Size: c.size})
+		f, err := osfd.New(fd)
+		if err != nil {
+			if cerr := osfd.Close(fd); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
+			return fail(err)
+		}
+		files = append(files, f)
+	}
+	out := make([]Chunk, len(files))
+	for i, f := range files {
+		fd, err := f.Release()
+		if err != nil { // cannot happen: f was made above and is open
+			CloseChunks(out[:i])
+			files = files[i:]
+			return fail(err)
+		}
+		out[i] = Chunk{FD: fd, Size: a.chunks[i].size}
 	}
 	return out, nil
+}
+
+// checkChunks validates an imported chunk list before any driver call:
+// at least one chunk, each a valid fd and a positive multiple of gran,
+// sizes that add up without passing 2^64, and a buffer size of 1 to their
+// total bytes. It returns the total.
+func checkChunks(chunks []Chunk, size, gran uint64) (uint64, error) {
+	const op = "virtual.Import"
+	if gran == 0 {
+		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "granularity 0")
+	}
+	if len(chunks) == 0 {
+		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "no chunks (size %d)", size)
+	}
+	var total uint64
+	for i, c := range chunks {
+		if c.FD < 0 || c.Size == 0 || c.Size%gran != 0 {
+			return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "chunk %d: fd %d, size %d (must be a positive multiple of %d)", i, c.FD, c.Size, gran)
+		}
+		if c.Size > math.MaxUint64-total {
+			return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "chunk %d: size %d brings the total past 2^64 (%d bytes before it)", i, c.Size, total)
+		}
+		total += c.Size
+	}
+	if size == 0 || size > total {
+		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "size %d with %d chunks of %d bytes in all (want 1 to %d)", size, len(chunks), total, total)
+	}
+	return total, nil
+}
+
+// importSteps undoes a partial import, newest step first, joining the
+// failures (a step that fails leaves its resource leaked, and says so).
+type importSteps []func() error
+
+func (u *importSteps) add(f func() error) { *u = append(*u, f) }
+
+func (u *importSteps) undo(err error) error {
+	for i := len(*u) - 1; i >= 0; i-- {
+		if uerr := (*u)[i](); uerr != nil {
+			err = errors.Join(err, fmt.Errorf("undoing the import: %w", uerr))
+		}
+	}
+	*u = nil
+	return err
 }
 
 // Import maps chunks exported by another process (in order, back to back)
 // into a new allocation of this resource, with this resource's access
 // settings, and returns a buffer of size bytes (at most their total). The
 // fds stay the caller's to close. Closing the buffer unmaps the memory
-// and releases the imported handles; the exporter's memory lives on.
+// and releases the imported handles; the exporter's memory lives on. A
+// chunk list is checked whole before the driver sees it; on error nothing
+// stays reserved, mapped or imported.
 func (r *Resource) Import(chunks []Chunk, size uint64) (*buffer.Buffer, error) {
-	if err := r.check("virtual.Import"); err != nil {
+	const op = "virtual.Import"
+	if err := r.check(op); err != nil {
 		return nil, err
 	}
-	var total uint64
-	for i, c := range chunks {
-		if c.FD < 0 || c.Size == 0 || c.Size%r.gran != 0 {
-			return nil, cuda.Errorf("virtual.Import", cuda.ErrInvalidArgument, "chunk %d: fd %d, size %d (must be a positive multiple of %d)", i, c.FD, c.Size, r.gran)
-		}
-		total += c.Size
-	}
-	if len(chunks) == 0 || size == 0 || size > total {
-		return nil, cuda.Errorf("virtual.Import", cuda.ErrInvalidArgument, "size %d with %d chunks of %d bytes in all", size, len(chunks), total)
-	}
-	var u undo
-	ptr, err := r.dev.MemAddressReserve(total, r.align, 0)
+	total, err := checkChunks(chunks, size, r.gran)
 	if err != nil {
 		return nil, err
 	}
-	u.add(func() { r.dev.MemAddressFree(ptr, total) })
+	var u importSteps
+	ptr, err := r.dev.MemAddressReserve(total, r.align, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	u.add(func() error { return r.dev.MemAddressFree(ptr, total) })
 	descs := append([]cuda.MemAccessDesc(nil), r.descs...)
 	a := &allocation{base: ptr, size: size, reservations: []span{{ptr, total}}, descs: descs}
 	for i, c := range chunks {
 		h, err := r.dev.MemImportFD(c.FD)
 		if err != nil {
-			u.run()
-			return nil, fmt.Errorf("virtual.Import chunk %d: %w", i, err)
+			return nil, u.undo(fmt.Errorf("%s chunk %d: %w", op, i, err))
 		}
-		u.add(func() { r.dev.MemRelease(h) })
+		u.add(func() error { return r.dev.MemRelease(h) })
 		at := ptr + cuda.DevicePtr(a.mapped)
 		if err := r.dev.MemMap(at, c.Size, 0, h); err != nil {
-			u.run()
-			return nil, fmt.Errorf("virtual.Import chunk %d: %w", i, err)
+			return nil, u.undo(fmt.Errorf("%s chunk %d: %w", op, i, err))
 		}
-		u.add(func() { r.dev.MemUnmap(at, c.Size) })
+		u.add(func() error { return r.dev.MemUnmap(at, c.Size) })
 		a.chunks = append(a.chunks, chunk{off: a.mapped, size: c.Size, h: h})
 		a.mapped += c.Size
 	}
 	if err := r.dev.MemSetAccess(ptr, total, descs...); err != nil {
-		u.run()
-		return nil, fmt.Errorf("virtual.Import: %w", err)
+		return nil, u.undo(fmt.Errorf("%s: %w", op, err))
 	}
 	r.mu.Lock()
 	r.allocs[ptr] = a

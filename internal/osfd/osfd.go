@@ -1,0 +1,246 @@
+// Package osfd is the one owned file-descriptor type of cudamem: package
+// ipc keeps exported pools, received descriptors and duplicates in it, and
+// package virtual its exported chunks, instead of bare ints that are easy to
+// close twice or never.
+//
+// A File closes its descriptor exactly once (Close is idempotent), duplicates
+// it with close-on-exec set (a duplicate never leaks into a child that was
+// not handed it on purpose), holds it open while a caller uses it (Use), and
+// carries a garbage-collector safety net: a File lost without Close has its
+// descriptor closed by a cleanup, counted by Leaks so tests can assert zero.
+//
+// The zero File and a nil *File own nothing: Close on them does nothing and
+// never closes descriptor 0, and every other method reports an error
+// matching cuda.ErrInvalidArgument. On systems without POSIX descriptors
+// (Windows) New reports cuda.ErrNotSupported.
+package osfd
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// File owns one open file descriptor.
+type File struct {
+	mu   sync.RWMutex // read-held while the descriptor is in use; Close takes it exclusively
+	fd   int
+	open bool // false in the zero value and after Close or Release
+	made bool // set by New: tells a closed File from the zero value
+	// cleanup closes the descriptor if the File is collected while open.
+	cleanup runtime.Cleanup
+}
+
+var leaks atomic.Int64
+
+// Leaks returns how many Files were garbage collected while still open
+// (their descriptors were closed by the safety net). Tests assert it stays 0.
+func Leaks() int64 { return leaks.Load() }
+
+// leaked is the safety net. It captures the descriptor number only, never
+// the File, so the File can be collected.
+func leaked(fd int) {
+	leaks.Add(1)
+	_ = closeFD(fd) // nothing to report to: the owner is gone
+}
+
+// New takes ownership of fd, which must be open and not owned elsewhere.
+func New(fd int) (*File, error) {
+	if fd < 0 {
+		return nil, cuda.Errorf("osfd.New", cuda.ErrInvalidArgument, "negative file descriptor %d", fd)
+	}
+	if err := supported("osfd.New"); err != nil {
+		return nil, err
+	}
+	f := &File{fd: fd, open: true, made: true}
+	f.cleanup = runtime.AddCleanup(f, leaked, fd)
+	return f, nil
+}
+
+func errZero(op string) error {
+	return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil or zero *osfd.File (use osfd.New)")
+}
+
+func errClosed(op string, fd int) error {
+	return &cuda.OpError{Op: op, Err: fmt.Errorf("%w: file descriptor %d", cuda.ErrClosed, fd)}
+}
+
+// acquire read-locks f for a use of its descriptor; release must follow
+// on success.
+func (f *File) acquire(op string) (int, error) {
+	if f == nil {
+		return -1, errZero(op)
+	}
+	f.mu.RLock()
+	if !f.open {
+		fd, made := f.fd, f.made
+		f.mu.RUnlock()
+		if !made {
+			return -1, errZero(op)
+		}
+		return -1, errClosed(op, fd)
+	}
+	return f.fd, nil
+}
+
+// Int returns the descriptor number, still owned by f. Prefer Use where a
+// concurrent Close is possible: after Int returns, nothing keeps the number
+// from being closed and reused.
+func (f *File) Int() (int, error) {
+	fd, err := f.acquire("osfd.File.Int")
+	if err != nil {
+		return -1, err
+	}
+	f.mu.RUnlock()
+	return fd, nil
+}
+
+// Use runs fn with the descriptor held open: Close waits until fn returns.
+// fn must not close the descriptor or call f's other methods that lock it
+// exclusively (Close, Release).
+func (f *File) Use(fn func(fd int) error) error {
+	fd, err := f.acquire("osfd.File.Use")
+	if err != nil {
+		return err
+	}
+	defer f.mu.RUnlock()
+	return fn(fd)
+}
+
+// IsOpen reports whether f owns an open descriptor.
+func (f *File) IsOpen() bool {
+	if f == nil {
+		return false
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.open
+}
+
+// Dup returns a new File owning a close-on-exec duplicate of f's descriptor.
+func (f *File) Dup() (*File, error) {
+	const op = "osfd.File.Dup"
+	fd, err := f.acquire(op)
+	if err != nil {
+		return nil, err
+	}
+	nfd, err := dupCloexec(fd)
+	f.mu.RUnlock()
+	if err != nil {
+		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("file descriptor %d: %w", fd, err)}
+	}
+	return New(nfd)
+}
+
+// OSFile returns a close-on-exec duplicate of the descriptor as an
+// *os.File named name, for exec.Cmd.ExtraFiles (the child sees it as
+// fd 3+i). The caller closes it; f stays open.
+func (f *File) OSFile(name string) (*os.File, error) {
+	d, err := f.Dup()
+	if err != nil {
+		return nil, err
+	}
+	fd, err := d.Release()
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+// Release gives up ownership: it returns the descriptor, which the caller
+// now closes, and f becomes closed without closing it.
+func (f *File) Release() (int, error) {
+	const op = "osfd.File.Release"
+	if f == nil {
+		return -1, errZero(op)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.open {
+		if !f.made {
+			return -1, errZero(op)
+		}
+		return -1, errClosed(op, f.fd)
+	}
+	f.open = false
+	f.cleanup.Stop()
+	return f.fd, nil
+}
+
+// Close closes the descriptor once; later calls return nil. On a nil or
+// zero File it does nothing (it never closes descriptor 0). If the close
+// itself fails the descriptor is still considered gone (POSIX leaves its
+// state unspecified, and Linux always releases it), so Close is never
+// retried on a number that may already belong to someone else.
+func (f *File) Close() error {
+	if f == nil {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.open {
+		return nil
+	}
+	f.open = false
+	f.cleanup.Stop()
+	if err := closeFD(f.fd); err != nil {
+		return &cuda.OpError{Op: "osfd.File.Close", Err: fmt.Errorf("file descriptor %d: %w", f.fd, err)}
+	}
+	return nil
+}
+
+// String describes f for messages.
+func (f *File) String() string {
+	if f == nil {
+		return "osfd.File(nil)"
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if !f.open {
+		return "osfd.File(closed)"
+	}
+	return fmt.Sprintf("osfd.File(%d)", f.fd)
+}
+
+// Close closes a bare descriptor number the caller owns (a received
+// descriptor that never became a File, say). Negative numbers are refused.
+func Close(fd int) error {
+	if fd < 0 {
+		return cuda.Errorf("osfd.Close", cuda.ErrInvalidArgument, "negative file descriptor %d", fd)
+	}
+	if err := closeFD(fd); err != nil {
+		return &cuda.OpError{Op: "osfd.Close", Err: fmt.Errorf("file descriptor %d: %w", fd, err)}
+	}
+	return nil
+}
+
+// CloseAll closes every descriptor in fds and joins the failures.
+func CloseAll(fds []int) error {
+	var errs []error
+	for _, fd := range fds {
+		if err := Close(fd); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return joinErrs(errs)
+}
+
+// DupInt returns a close-on-exec duplicate of a descriptor the caller
+// holds (not owned by a File), owned by the returned File.
+func DupInt(fd int) (*File, error) {
+	if fd < 0 {
+		return nil, cuda.Errorf("osfd.DupInt", cuda.ErrInvalidArgument, "negative file descriptor %d", fd)
+	}
+	if err := supported("osfd.DupInt"); err != nil {
+		return nil, err
+	}
+	nfd, err := dupCloexec(fd)
+	if err != nil {
+		return nil, &cuda.OpError{Op: "osfd.DupInt", Err: fmt.Errorf("file descriptor %d: %w", fd, err)}
+	}
+	return New(nfd)
+}

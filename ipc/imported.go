@@ -1,0 +1,435 @@
+package ipc
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/osfd"
+)
+
+// importDriver is the driver work of an imported pool. The real one calls
+// CUDA; tests substitute a fake to check the bookkeeping on the CPU.
+type importDriver interface {
+	// importPointer maps one exported allocation (cuMemPoolImportPointer).
+	importPointer(data *cuda.MemPoolPtrExportData) (cuda.DevicePtr, error)
+	// mapping asks the driver for the allocation containing ptr: its
+	// start and size.
+	mapping(ptr cuda.DevicePtr) (base cuda.DevicePtr, size uint64, err error)
+	// free unmaps ptr in stream order (nil: the default stream).
+	free(ptr cuda.DevicePtr, s *cuda.Stream) error
+	// destroy waits for pending frees and destroys the imported pool.
+	destroy() error
+	defaultStream() *cuda.Stream
+}
+
+type cudaImport struct {
+	dev  *cuda.Device
+	pool cuda.MemPool
+}
+
+func (c cudaImport) importPointer(d *cuda.MemPoolPtrExportData) (cuda.DevicePtr, error) {
+	return c.pool.ImportPointer(d)
+}
+
+func (c cudaImport) mapping(ptr cuda.DevicePtr) (cuda.DevicePtr, uint64, error) {
+	return mappingOf(c.dev, ptr)
+}
+
+func (c cudaImport) free(ptr cuda.DevicePtr, s *cuda.Stream) error {
+	if s == nil {
+		s = c.dev.DefaultStream()
+	}
+	return s.MemFreeAsync(ptr)
+}
+
+func (c cudaImport) destroy() error {
+	// Let the frees complete before the pool goes.
+	if err := c.dev.Sync(); err != nil {
+		return fmt.Errorf("wait for %v before destroying the imported pool: %w", c.dev, err)
+	}
+	return c.pool.Destroy()
+}
+
+func (c cudaImport) defaultStream() *cuda.Stream { return c.dev.DefaultStream() }
+
+// imported is one allocation mapped from the exporter.
+type imported struct {
+	data  cuda.MemPoolPtrExportData
+	limit uint64 // bytes the driver's mapping holds from the pointer on
+	refs  int    // Buffers handed out for it
+}
+
+// ImportedPool is a pool exported by another process and mapped here. It
+// cannot allocate; Import turns descriptors into Buffers of its memory.
+// Importing the same pool (by UUID) again returns the same ImportedPool
+// until it is closed.
+//
+// The driver maps an allocation once per process: importing the same
+// descriptor twice returns the same pointer, and one free unmaps it
+// (cuda.core works around the same behaviour, nvbug 5570902). The pool
+// counts the Buffers it handed out per pointer, so every Buffer works
+// until its own Close, and the last Close frees.
+//
+// The zero ImportedPool is not usable (use ImportPool); its methods report
+// errors matching cuda.ErrInvalidArgument, and its Close does nothing.
+type ImportedPool struct {
+	dev  *cuda.Device
+	pool cuda.MemPool
+	drv  importDriver // nil in the zero value
+	uuid UUID
+	file *osfd.File // a duplicate of the imported fd, kept for re-export
+
+	live    atomic.Int64 // Buffers handed out and not yet deallocated
+	closing atomic.Bool  // Close was called: the last Deallocate destroys the pool
+
+	mu     sync.RWMutex // read-held by Import and Export; Close takes it exclusively
+	closed bool
+	gone   bool // the driver pool was destroyed
+	// destroyErr is a failed destroy from the last Deallocate, reported
+	// (and retried) by Close.
+	destroyErr error
+
+	// mapMu orders imports and frees of pointers, so that a pointer the
+	// driver hands out again is never freed by one goroutine while another
+	// counts a new Buffer on it.
+	mapMu sync.Mutex
+	maps  map[cuda.DevicePtr]*imported
+}
+
+var _ buffer.MemoryResource = (*ImportedPool)(nil)
+
+var registry struct {
+	sync.Mutex
+	pools map[UUID]*ImportedPool
+}
+
+func newImportedPool(dev *cuda.Device, pool cuda.MemPool, drv importDriver, u UUID, file *osfd.File) *ImportedPool {
+	return &ImportedPool{dev: dev, pool: pool, drv: drv, uuid: u, file: file, maps: map[cuda.DevicePtr]*imported{}}
+}
+
+// ImportPool maps the pool h describes on dev. The handle stays the
+// caller's to close. A pool already imported (same UUID) is returned as is.
+func ImportPool(dev *cuda.Device, h *Handle) (*ImportedPool, error) {
+	const op = "ipc.ImportPool"
+	if dev == nil || h == nil || h.f == nil {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device, or nil or zero handle")
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	if p := registry.pools[h.UUID()]; p != nil {
+		if p.dev != dev {
+			return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v is already imported on %v, not %v", h.UUID(), p.dev, dev)
+		}
+		return p, nil
+	}
+	var p *ImportedPool
+	err := h.use(op, func(fd int) error {
+		pool, err := dev.ImportMemPoolFD(fd)
+		if err != nil {
+			return &cuda.OpError{Op: op, Err: fmt.Errorf("pool %v: %w", h.UUID(), err)}
+		}
+		keep, err := osfd.DupInt(fd)
+		if err != nil {
+			err = &cuda.OpError{Op: op, Err: err}
+			if derr := pool.Destroy(); derr != nil {
+				err = errors.Join(err, fmt.Errorf("destroying the imported pool again: %w", derr))
+			}
+			return err
+		}
+		p = newImportedPool(dev, pool, cudaImport{dev: dev, pool: pool}, h.UUID(), keep)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if registry.pools == nil {
+		registry.pools = map[UUID]*ImportedPool{}
+	}
+	registry.pools[p.uuid] = p
+	return p, nil
+}
+
+// Lookup returns the imported pool with the given UUID, if any.
+func Lookup(u UUID) (*ImportedPool, bool) {
+	registry.Lock()
+	defer registry.Unlock()
+	p, ok := registry.pools[u]
+	return p, ok
+}
+
+func (p *ImportedPool) zero() bool { return p == nil || p.drv == nil }
+
+func errZeroPool(op string) error {
+	return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil or zero *ImportedPool (use ImportPool)")
+}
+
+// UUID names the exporting pool.
+func (p *ImportedPool) UUID() UUID {
+	if p == nil {
+		return UUID{}
+	}
+	return p.uuid
+}
+
+// Pool is the imported driver pool (the zero MemPool once closed).
+func (p *ImportedPool) Pool() cuda.MemPool {
+	if p.zero() {
+		return cuda.MemPool{}
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return cuda.MemPool{}
+	}
+	return p.pool
+}
+
+// IsIPCEnabled reports true: an imported pool can be exported again.
+func (p *ImportedPool) IsIPCEnabled() bool { return !p.zero() }
+
+// IsClosed reports whether Close was called (true for a nil or zero pool).
+func (p *ImportedPool) IsClosed() bool {
+	if p.zero() {
+		return true
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.closed
+}
+
+// Live returns how many Buffers of the pool are open here.
+func (p *ImportedPool) Live() int64 {
+	if p.zero() {
+		return 0
+	}
+	return p.live.Load()
+}
+
+// Export hands out a new Handle to this pool (a duplicate of the imported
+// fd, with the owner's UUID), so a third process can import it.
+func (p *ImportedPool) Export() (*Handle, error) {
+	const op = "ImportedPool.Export"
+	if p.zero() {
+		return nil, errZeroPool(op)
+	}
+	// Held open: Close cannot close the kept fd under the duplication.
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return nil, &cuda.OpError{Op: op, Err: cuda.ErrClosed}
+	}
+	f, err := p.file.Dup()
+	if err != nil {
+		return nil, &cuda.OpError{Op: op, Err: err}
+	}
+	return &Handle{uuid: p.uuid, f: f}, nil
+}
+
+// Import maps the buffer d describes, ordered on s (nil: the device's
+// legacy default stream). Closing the buffer unmaps it here; the owner's
+// memory lives until the owner frees it.
+//
+// A descriptor is hostile input: its size is checked against the mapping
+// the driver made, and one claiming more is refused. Importing memory this
+// process already imported returns another Buffer on the same mapping.
+func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, error) {
+	const op = "ImportedPool.Import"
+	if p.zero() {
+		return nil, errZeroPool(op)
+	}
+	if d.Size == 0 {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "descriptor of 0 bytes (pool %v)", d.Pool)
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return nil, &cuda.OpError{Op: op, Err: cuda.ErrClosed}
+	}
+	if d.Pool != p.uuid {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "descriptor of pool %v given to imported pool %v", d.Pool, p.uuid)
+	}
+	if s == nil {
+		s = p.drv.defaultStream()
+	}
+	p.mapMu.Lock()
+	defer p.mapMu.Unlock()
+	ptr, err := p.drv.importPointer(&d.Data)
+	if err != nil {
+		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%d bytes from pool %v: %w", d.Size, p.uuid, err)}
+	}
+	if m := p.maps[ptr]; m != nil {
+		// The driver handed out a mapping that Buffers here already use:
+		// refusing this descriptor must not unmap it under them.
+		if d.Size > m.limit {
+			return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "descriptor claims %d bytes, the imported allocation holds %d at %#x", d.Size, m.limit, uint64(ptr))
+		}
+		m.refs++
+		p.live.Add(1)
+		return buffer.Owned(ptr, d.Size, p, s), nil
+	}
+	// The checksum guards against corruption, not lies: never let a
+	// descriptor claim more than the mapping holds.
+	base, size, err := p.drv.mapping(ptr)
+	limit, ok := within(ptr, d.Size, base, size)
+	if err != nil || !ok {
+		if err != nil {
+			err = &cuda.OpError{Op: op, Err: fmt.Errorf("asking the driver for the mapping at %#x: %w", uint64(ptr), err)}
+		} else {
+			err = cuda.Errorf(op, cuda.ErrInvalidArgument, "descriptor claims %d bytes, the imported allocation holds %d at %#x (allocation %#x+%d)", d.Size, limit, uint64(ptr), uint64(base), size)
+		}
+		// This import made the mapping, and nothing else uses it.
+		if ferr := p.drv.free(ptr, s); ferr != nil {
+			err = errors.Join(err, fmt.Errorf("unmapping the refused buffer %#x: %w", uint64(ptr), ferr))
+		}
+		return nil, err
+	}
+	p.maps[ptr] = &imported{data: d.Data, limit: limit, refs: 1}
+	p.live.Add(1)
+	return buffer.Owned(ptr, d.Size, p, s), nil
+}
+
+func (p *ImportedPool) descriptor(b *buffer.Buffer) (Descriptor, error) {
+	const op = "ipc.ExportBuffer"
+	if p.zero() {
+		return Descriptor{}, errZeroPool(op)
+	}
+	var d Descriptor
+	err := b.Use(op, func(ptr cuda.DevicePtr) error {
+		p.mapMu.Lock()
+		defer p.mapMu.Unlock()
+		m := p.maps[ptr]
+		if m == nil {
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "%v is not a buffer imported into pool %v", b, p.uuid)
+		}
+		d = Descriptor{Pool: p.uuid, Size: b.Size(), Data: m.data}
+		return nil
+	})
+	return d, err
+}
+
+// Allocate always fails: memory comes from the exporting process.
+func (p *ImportedPool) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	if p.zero() {
+		return nil, errZeroPool("ImportedPool.Allocate")
+	}
+	return nil, cuda.Errorf("ImportedPool.Allocate", cuda.ErrInvalidArgument, "cannot allocate from an imported (mapped) IPC memory pool %v", p.uuid)
+}
+
+// Deallocate ends one imported Buffer (buffers call it from Close). The
+// last Buffer on a mapping unmaps it in stream order; a pointer this pool
+// did not hand out is refused without calling the driver. It keeps working
+// after Close; the last one destroys the imported pool.
+func (p *ImportedPool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
+	const op = "ImportedPool.Deallocate"
+	if ptr == 0 {
+		return nil
+	}
+	if p.zero() {
+		return errZeroPool(op)
+	}
+	p.mapMu.Lock()
+	m := p.maps[ptr]
+	switch {
+	case m == nil:
+		p.mapMu.Unlock()
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%#x (%d bytes) is not a live buffer of imported pool %v", uint64(ptr), size, p.uuid)
+	case m.refs > 1:
+		m.refs--
+	default:
+		if err := p.drv.free(ptr, s); err != nil {
+			p.mapMu.Unlock()
+			// Still mapped and counted: the Buffer stays open for a retry.
+			return &cuda.OpError{Op: op, Err: fmt.Errorf("%#x (%d bytes): %w", uint64(ptr), size, err)}
+		}
+		delete(p.maps, ptr)
+	}
+	p.mapMu.Unlock()
+	// mapMu is released first: Import holds mu's read lock while it waits
+	// for mapMu.
+	if p.live.Add(-1) <= 0 && p.closing.Load() {
+		p.mu.Lock()
+		// The free succeeded, so the buffer is closed whatever happens
+		// next: a failed destroy is kept and reported by the next Close.
+		p.destroyErr = p.finishLocked()
+		p.mu.Unlock()
+	}
+	return nil
+}
+
+// DeviceAccessible reports true.
+func (p *ImportedPool) DeviceAccessible() bool { return !p.zero() }
+
+// HostAccessible reports false.
+func (p *ImportedPool) HostAccessible() bool { return false }
+
+// DeviceID is the importing device's ordinal.
+func (p *ImportedPool) DeviceID() int {
+	if p.zero() || p.dev == nil {
+		return -1
+	}
+	return p.dev.Ordinal()
+}
+
+// Close forgets the pool (a later ImportPool maps it afresh), closes the
+// kept fd and, once no imported buffer is left, destroys the mapping.
+// It is idempotent; a destroy that failed is retried and reported by the
+// next Close. It does nothing on a nil or zero pool.
+func (p *ImportedPool) Close() error {
+	if p.zero() {
+		return nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		if p.destroyErr != nil {
+			p.destroyErr = p.finishLocked()
+			if p.destroyErr != nil {
+				return &cuda.OpError{Op: "ImportedPool.Close", Err: p.destroyErr}
+			}
+		}
+		return nil
+	}
+	p.closed = true
+	p.closing.Store(true)
+	registry.Lock()
+	if registry.pools[p.uuid] == p {
+		delete(registry.pools, p.uuid)
+	}
+	registry.Unlock()
+	var errs []error
+	if err := p.file.Close(); err != nil {
+		errs = append(errs, err)
+	}
+	if p.destroyErr = p.finishLocked(); p.destroyErr != nil {
+		errs = append(errs, p.destroyErr)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return &cuda.OpError{Op: "ImportedPool.Close", Err: err}
+	}
+	return nil
+}
+
+// finishLocked destroys the closed pool once no Buffer is live. The caller
+// holds mu exclusively.
+func (p *ImportedPool) finishLocked() error {
+	if !p.closed || p.gone || p.live.Load() > 0 {
+		return nil
+	}
+	if err := p.drv.destroy(); err != nil {
+		return err
+	}
+	p.gone = true
+	return nil
+}
+
+// String describes the pool.
+func (p *ImportedPool) String() string {
+	if p.zero() {
+		return "ImportedPool(nil)"
+	}
+	return fmt.Sprintf("ImportedPool(%v on %v)", p.uuid, p.dev)
+}

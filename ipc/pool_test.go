@@ -1,0 +1,57 @@
+package ipc
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// heldPool is an ExportablePool with Use, as resource.DevicePool and
+// PinnedPool have it: Use runs fn with the pool held open.
+type heldPool struct {
+	closed bool
+	uses   int
+	inUse  bool
+}
+
+func (p *heldPool) Allocate(uint64, *cuda.Stream) (*buffer.Buffer, error) { return nil, nil }
+func (p *heldPool) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }
+func (p *heldPool) DeviceAccessible() bool                                { return true }
+func (p *heldPool) HostAccessible() bool                                  { return false }
+func (p *heldPool) DeviceID() int                                         { return 0 }
+func (p *heldPool) Pool() cuda.MemPool                                    { return cuda.MemPool{} }
+func (p *heldPool) IsIPCEnabled() bool                                    { return true }
+func (p *heldPool) IsClosed() bool                                        { return p.closed }
+func (p *heldPool) Use(fn func(cuda.MemPool) error) error {
+	if p.closed {
+		return &cuda.OpError{Op: "heldPool.Use", Err: cuda.ErrClosed}
+	}
+	p.uses++
+	p.inUse = true
+	defer func() { p.inUse = false }()
+	return fn(cuda.MemPool{})
+}
+
+// TestExportHoldsPoolOpen: driver calls on an exported pool run inside the
+// pool's Use (held open against a concurrent Close), where the pool has it.
+func TestExportHoldsPoolOpen(t *testing.T) {
+	p := &heldPool{}
+	ran := false
+	require.NoError(t, withPool("test", p, func(cuda.MemPool) error {
+		ran = true
+		assert.True(t, p.inUse, "the driver call runs with the pool held")
+		return nil
+	}))
+	assert.True(t, ran)
+	assert.Equal(t, 1, p.uses)
+	p.closed = true
+	err := withPool("test", p, func(cuda.MemPool) error {
+		t.Error("ran on a closed pool")
+		return nil
+	})
+	assert.ErrorIs(t, err, cuda.ErrClosed)
+}
