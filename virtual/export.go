@@ -68,7 +68,7 @@ func (r *Resource) Export(b *buffer.Buffer) ([]Chunk, error) {
 		return nil, err
 	}
 	for i, c := range a.chunks {
-		fd, err := r.dev.MemExportFD(c.h)
+		fd, err := r.drv.MemExportFD(c.h)
 		if err != nil {
 			return fail(fmt.Errorf("%s %#x chunk %d: %w", op, uint64(a.base), i, err))
 		}
@@ -122,22 +122,6 @@ func checkChunks(chunks []Chunk, size, gran uint64) (uint64, error) {
 	return total, nil
 }
 
-// importSteps undoes a partial import, newest step first, joining the
-// failures (a step that fails leaves its resource leaked, and says so).
-type importSteps []func() error
-
-func (u *importSteps) add(f func() error) { *u = append(*u, f) }
-
-func (u *importSteps) undo(err error) error {
-	for i := len(*u) - 1; i >= 0; i-- {
-		if uerr := (*u)[i](); uerr != nil {
-			err = errors.Join(err, fmt.Errorf("undoing the import: %w", uerr))
-		}
-	}
-	*u = nil
-	return err
-}
-
 // Import maps chunks exported by another process (in order, back to back)
 // into a new allocation of this resource, with this resource's access
 // settings, and returns a buffer of size bytes (at most their total). The
@@ -154,30 +138,32 @@ func (r *Resource) Import(chunks []Chunk, size uint64) (*buffer.Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	var u importSteps
-	ptr, err := r.dev.MemAddressReserve(total, r.align, 0)
+	r.retryLeftovers()
+	var t txn
+	t.start()
+	ptr, err := r.drv.MemAddressReserve(total, r.align, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	u.add(func() error { return r.dev.MemAddressFree(ptr, total) })
+	t.reserved(ptr, total)
 	descs := append([]cuda.MemAccessDesc(nil), r.descs...)
 	a := &allocation{base: ptr, size: size, reservations: []span{{ptr, total}}, descs: descs}
 	for i, c := range chunks {
-		h, err := r.dev.MemImportFD(c.FD)
+		h, err := r.drv.MemImportFD(c.FD)
 		if err != nil {
-			return nil, u.undo(fmt.Errorf("%s chunk %d: %w", op, i, err))
+			return nil, fmt.Errorf("%s chunk %d: %w", op, i, r.rollback(&t, err))
 		}
-		u.add(func() error { return r.dev.MemRelease(h) })
+		t.created(h)
 		at := ptr + cuda.DevicePtr(a.mapped)
-		if err := r.dev.MemMap(at, c.Size, 0, h); err != nil {
-			return nil, u.undo(fmt.Errorf("%s chunk %d: %w", op, i, err))
+		if err := r.drv.MemMap(at, c.Size, 0, h); err != nil {
+			return nil, fmt.Errorf("%s chunk %d: %w", op, i, r.rollback(&t, err))
 		}
-		u.add(func() error { return r.dev.MemUnmap(at, c.Size) })
+		t.mapped(at, c.Size)
 		a.chunks = append(a.chunks, chunk{off: a.mapped, size: c.Size, h: h})
 		a.mapped += c.Size
 	}
-	if err := r.dev.MemSetAccess(ptr, total, descs...); err != nil {
-		return nil, u.undo(fmt.Errorf("%s: %w", op, err))
+	if err := r.drv.MemSetAccess(ptr, total, descs...); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, r.rollback(&t, err))
 	}
 	r.mu.Lock()
 	r.allocs[ptr] = a

@@ -12,14 +12,12 @@ import (
 	"github.com/cudamem/cudamem/cuda"
 )
 
-const testGran = 2 << 20
-
 // TestImportRejectsChunkOverflow: chunk sizes that add up past 2^64 wrapped
 // to a small total, which passed the size check and reached the driver.
-// They must be refused before any driver call (the resource here has no
-// working device: reaching the driver would fail differently).
+// They must be refused before any driver call.
 func TestImportRejectsChunkOverflow(t *testing.T) {
-	r := &Resource{dev: &cuda.Device{}, gran: testGran}
+	r, f := newFakeResource(t, testGran, nil)
+	calls := f.calls // New's own calls
 	big := uint64(math.MaxUint64) / testGran * testGran // the largest multiple of gran
 	for name, chunks := range map[string][]Chunk{
 		"two wrap to gran":   {{FD: 5, Size: big}, {FD: 6, Size: 2 * testGran}},
@@ -30,8 +28,54 @@ func TestImportRejectsChunkOverflow(t *testing.T) {
 			_, err := r.Import(chunks, testGran)
 			require.ErrorIs(t, err, cuda.ErrInvalidArgument)
 			assert.Contains(t, err.Error(), "2^64")
+			assert.Equal(t, calls, f.calls, "the driver was called: %v", f.log)
 		})
 	}
+}
+
+// TestFaultSweepVirtualImport fails each driver call of an import of
+// three chunks in turn: the import fails naming the driver's
+// error and leaves nothing reserved, imported or mapped; unarmed, it then
+// works and its Close gives everything back.
+func TestFaultSweepVirtualImport(t *testing.T) {
+	// Descriptors the fake never made import as one granule each.
+	chunks := []Chunk{{FD: 5, Size: testGran}, {FD: 6, Size: testGran}, {FD: 7, Size: testGran}}
+	import1 := func(r *Resource) error {
+		nb, err := r.Import(chunks, 3*testGran)
+		if err != nil {
+			return err
+		}
+		return nb.Close()
+	}
+	r, f := newFakeResource(t, testGran, nil)
+	before := f.calls
+	require.NoError(t, import1(r))
+	n := f.calls - before
+	require.Greater(t, n, 2)
+	pairs := 0
+	for k := 1; k <= n; k++ {
+		for _, sticky := range []bool{false, true} {
+			r, f := newFakeResource(t, testGran, nil)
+			f.failAt(k, sticky)
+			nb, err := r.Import(chunks, 3*testGran)
+			f.heal()
+			if err == nil {
+				// Only the Close's calls were left to fail.
+				require.NoError(t, nb.Close())
+			} else {
+				require.ErrorIs(t, err, cuda.ErrorUnknown, "k=%d", k)
+				require.Contains(t, err.Error(), "virtual.Import")
+				require.Nil(t, nb)
+			}
+			require.NoError(t, r.Reclaim(), "k=%d sticky=%v", k, sticky)
+			checkInvariants(t, r, f)
+			require.Empty(t, f.resv, "k=%d sticky=%v: address space left reserved", k, sticky)
+			require.Empty(t, f.maps, "k=%d sticky=%v: mappings left", k, sticky)
+			require.NoError(t, import1(r), "k=%d: the resource must still work", k)
+			pairs++
+		}
+	}
+	t.Logf("%d (import, failing call) pairs", pairs)
 }
 
 func TestCheckChunks(t *testing.T) {
