@@ -424,3 +424,79 @@ func TestStagingBusyPool(t *testing.T) {
 	done, _ = stagedHtoD(empty, e, nil, fakeBase, make([]byte, 1<<20))
 	assert.False(t, done, "a pool with no chunks too")
 }
+
+// FuzzStaging runs staged copies of any size through pools of any shape,
+// with a DMA, an event record or the drain failing anywhere, on the fake
+// engine: a copy with no failure moves the right bytes; a failed one
+// returns the failure, leaves the pool unlocked and whole (or short of
+// the chunks it retired, which are then replaced), and the next copy is
+// staged and right.
+func FuzzStaging(f *testing.F) {
+	f.Add(uint32(1<<20+5), uint8(2), uint8(3), uint8(4), uint8(0), uint8(0), false)
+	f.Add(uint32(300<<10), uint8(1), uint8(1), uint8(1), uint8(2), uint8(0), true)
+	f.Add(uint32(5<<20), uint8(16), uint8(2), uint8(3), uint8(0), uint8(3), true)
+	f.Add(uint32(1), uint8(0), uint8(4), uint8(8), uint8(1), uint8(1), false)
+	f.Fuzz(func(t *testing.T, n uint32, chunkKiB, chunks, workers, failAt, recFail uint8, syncFail bool) {
+		defer func(w int) { stageWorkers = w }(stageWorkers)
+		size := int(n%(6<<20)) + 1
+		chunkSize := (int(chunkKiB%32) + 1) * 64 << 10
+		k := int(chunks%4) + 1
+		stageWorkers = int(workers%8) + 1
+		p := fakePool(chunkSize, k)
+		p.newChunk = func(_ *cuda.Device, size int) (*chunk, error) {
+			m := make([]byte, size)
+			return &chunk{host: unsafe.Pointer(&m[0]), mem: m}, nil
+		}
+		e := newFakeEngine(t, size, int64(n))
+		e.failAt, e.recFail = int(failAt%8), int(recFail%8)
+		if syncFail {
+			e.syncErr = cuda.ErrClosed
+		}
+		src := pattern(size, byte(n))
+		done, err := stagedHtoD(p, e, nil, fakeBase, src)
+		if !done {
+			t.Fatal("the pool was not used")
+		}
+		failed := err != nil
+		if failed && !errors.Is(err, errFakeDMA) {
+			t.Fatalf("unexpected error %v", err)
+		}
+		if !p.mu.TryLock() {
+			t.Fatal("the pool is still locked")
+		}
+		p.mu.Unlock()
+		if len(p.chunks)+p.retired != k {
+			t.Fatalf("%d chunks and %d retired, of %d", len(p.chunks), p.retired, k)
+		}
+		if !failed {
+			e.syncErr = nil
+			if err := e.sync(); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(src, e.dev) {
+				t.Fatal("host to device: other bytes")
+			}
+		}
+		dst := make([]byte, size)
+		done, err = stagedDtoH(p, e, nil, dst, fakeBase)
+		if !done || err != nil && !errors.Is(err, errFakeDMA) {
+			t.Fatalf("device to host: done %v, %v", done, err)
+		}
+		if err == nil && !failed && !bytes.Equal(src, dst) {
+			t.Fatal("device to host: other bytes")
+		}
+
+		// A good engine now: staged, and right.
+		good := newFakeEngine(t, size, 1)
+		src = pattern(size, byte(n)+1)
+		if done, err := stagedHtoD(p, good, nil, fakeBase, src); !done || err != nil {
+			t.Fatalf("after a failure: done %v, %v", done, err)
+		}
+		if err := good.sync(); err != nil || !bytes.Equal(src, good.dev) {
+			t.Fatalf("after a failure: other bytes (%v)", err)
+		}
+		if len(p.chunks) != k {
+			t.Fatalf("the pool was not topped up: %d of %d chunks", len(p.chunks), k)
+		}
+	})
+}
