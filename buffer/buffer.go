@@ -69,7 +69,7 @@ type state struct {
 	mr     MemoryResource
 	stream *cuda.Stream
 	track  *tracked // the safety net's record, for owned buffers
-	wraps  bool     // ptr+size wraps around the address space: no use is valid
+	bad    bool     // no use is valid: a null address, or a range past 2^64
 
 	// The driver's description of the allocation (cuPointerGetAttribute),
 	// asked once when needed: for borrowed buffers' accessors, and to tell
@@ -124,18 +124,19 @@ type Buffer struct {
 
 // Owned wraps memory that mr allocated: Close will call
 // mr.Deallocate(ptr, size, s), on s unless CloseOn names another stream.
-// Resources use it to build the Buffers they return. A range that wraps
-// around the address space (ptr+size > 2^64) makes a buffer whose every
-// use but Close fails with an error matching cuda.ErrInvalidArgument.
+// Resources use it to build the Buffers they return. A range no memory
+// can have (address 0 with a nonzero size, or ptr+size past 2^64) makes a
+// buffer whose every use but Close fails with an error matching
+// cuda.ErrInvalidArgument.
 func Owned(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream) *Buffer {
 	if mr == nil || ptr == 0 {
 		b := &Buffer{size: size, own: state{ptr: ptr, size: size, mr: mr, stream: s}}
-		b.own.wraps = wraps(ptr, size)
+		b.own.bad = badRange(ptr, size)
 		b.st = &b.own
 		return b
 	}
 	b, t := newTracked()
-	b.size, b.own = size, state{ptr: ptr, size: size, mr: mr, stream: s, track: t, wraps: wraps(ptr, size)}
+	b.size, b.own = size, state{ptr: ptr, size: size, mr: mr, stream: s, track: t, bad: badRange(ptr, size)}
 	b.st = &b.own
 	t.track(ptr, size, mr, s)
 	return b
@@ -144,16 +145,20 @@ func Owned(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream) *
 // FromPointer wraps memory owned elsewhere (another library, a kernel's
 // output, an imported mapping). The Buffer never frees it; Close only stops
 // further use. Accessibility and device are asked of the driver. A range
-// that wraps around the address space makes a buffer whose every use
-// fails with an error matching cuda.ErrInvalidArgument.
+// no memory can have (address 0 with a nonzero size, or ptr+size past
+// 2^64) makes a buffer whose every use fails with an error matching
+// cuda.ErrInvalidArgument.
 func FromPointer(ptr cuda.DevicePtr, size uint64) *Buffer {
-	b := &Buffer{size: size, own: state{ptr: ptr, size: size, wraps: wraps(ptr, size)}}
+	b := &Buffer{size: size, own: state{ptr: ptr, size: size, bad: badRange(ptr, size)}}
 	b.st = &b.own
 	return b
 }
 
-// wraps reports whether the range [ptr, ptr+size) wraps past 2^64.
-func wraps(ptr cuda.DevicePtr, size uint64) bool { return uint64(ptr)+size < uint64(ptr) }
+// badRange reports a range no memory can have: a null address with a
+// size (no allocator hands out address 0), or one that wraps past 2^64.
+func badRange(ptr cuda.DevicePtr, size uint64) bool {
+	return ptr == 0 && size > 0 || uint64(ptr)+size < uint64(ptr)
+}
 
 // Close frees an owned buffer on its allocation stream (or the resource's
 // default stream if it had none). Closing a view or a borrowed buffer only
@@ -207,8 +212,8 @@ func (b *Buffer) acquire(op string) (cuda.DevicePtr, error) {
 	if st == nil {
 		return 0, zeroErr(op)
 	}
-	if st.wraps {
-		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "the buffer's range (%#x, %d bytes) wraps around the address space", uint64(st.ptr), st.size)
+	if st.bad {
+		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "the buffer's range (%#x, %d bytes) is at address 0 or wraps around the address space", uint64(st.ptr), st.size)
 	}
 	if !st.mu.TryRLock() {
 		return 0, closedErr(op) // a Close holds or waits for the lock
