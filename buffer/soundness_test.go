@@ -477,3 +477,16 @@ func TestArithmeticOnHostileInput(t *testing.T) {
 	assert.Contains(t, err.Error(), "does not fit in this process's address space")
 	require.NoError(t, top.Close())
 }
+
+// A lost buffer whose resource refuses to free it is counted as kept: the
+// cleanup cannot report the error to anyone, so it must not vanish.
+func TestLeaksFreeFailureCounted(t *testing.T) {
+	mr := newFake()
+	mr.failFrees = 1
+	leaks, kept := buffer.Leaks(), buffer.LeaksKept()
+	dropOwned(mr, 64)
+	expectedLeaks.Add(1)
+	collectUntil(t, "the lost buffer was not collected", func() bool { return buffer.Leaks() == leaks+1 })
+	assert.Equal(t, kept+1, buffer.LeaksKept())
+	assert.Equal(t, 1, mr.liveCount(), "still allocated")
+}
