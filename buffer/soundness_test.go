@@ -315,6 +315,7 @@ func TestNilAndZeroValuesNeverPanic(t *testing.T) {
 		"null borrowed":       func() *buffer.Buffer { return buffer.FromPointer(0, 64) },
 		"null owned":          func() *buffer.Buffer { return buffer.Owned(0, 64, host, nil) },
 		"empty owned":         func() *buffer.Buffer { return buffer.Owned(0, 0, mr, nil) },
+		"empty borrowed":      func() *buffer.Buffer { return buffer.FromPointer(0, 0) },
 		"open device":         func() *buffer.Buffer { return mr.alloc(64) },
 		"open device, stream": func() *buffer.Buffer { b, _ := mr.Allocate(64, &cuda.Stream{}); return b },
 		"open host":           func() *buffer.Buffer { return host.alloc(64) },
