@@ -72,7 +72,7 @@ type state struct {
 	bad    bool     // no use is valid: a null address, or a range past 2^64
 
 	// The driver's description of the allocation (cuPointerGetAttribute),
-	// asked once when needed: for borrowed buffers' accessors, and to tell
+	// asked when needed and kept once answered: for borrowed buffers' accessors, and to tell
 	// pinned from managed memory in host copies. Allocated lazily, so the
 	// common owned buffer costs one allocation.
 	info atomic.Pointer[pointerInfo]
@@ -80,19 +80,23 @@ type state struct {
 
 type pointerInfo struct {
 	info cuda.PointerInfo
-	err  error
 }
 
 // pointerInfo returns the driver's description of the allocation. Racing
-// first calls may both ask the driver; the answers are the same.
+// first calls may both ask the driver; the answers are the same. Only an
+// answer is kept: a failed query (no driver yet, memory the driver does
+// not know, a transient error) is asked again next time, so that one
+// failure does not decide the buffer's accessibility for good.
 func (st *state) pointerInfo() (cuda.PointerInfo, error) {
 	if pi := st.info.Load(); pi != nil {
-		return pi.info, pi.err
+		return pi.info, nil
 	}
-	pi := &pointerInfo{}
-	pi.info, pi.err = cuda.QueryPointer(st.ptr)
-	st.info.Store(pi)
-	return pi.info, pi.err
+	info, err := cuda.QueryPointer(st.ptr)
+	if err != nil {
+		return cuda.PointerInfo{}, err
+	}
+	st.info.Store(&pointerInfo{info: info})
+	return info, nil
 }
 
 // Buffer is a range of memory: device, pinned host, managed, or anything a
