@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -149,4 +150,55 @@ func TestGPUBytesOutliveLostBuffer(t *testing.T) {
 		}
 	}
 	runtime.KeepAlive(p)
+}
+
+// shortResource breaks the MemoryResource contract: its buffers are half
+// the size asked for, and its first Deallocate fails.
+type shortResource struct {
+	deviceResource
+	failed atomic.Bool // the net's Deallocate runs on another goroutine
+}
+
+func (m *shortResource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	b, err := m.deviceResource.Allocate(size/2, s)
+	if err != nil {
+		return nil, err
+	}
+	ptr, n, err := b.Disown() // rewrapped so that frees come back here
+	if err != nil {
+		return nil, err
+	}
+	return buffer.Owned(ptr, n, m, s), nil
+}
+
+func (m *shortResource) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream) error {
+	if m.failed.CompareAndSwap(false, true) {
+		return errors.New("short: deallocate failed")
+	}
+	return m.deviceResource.Deallocate(p, size, s)
+}
+
+// nilResource breaks it the other way: no buffer and no error.
+type nilResource struct{ deviceResource }
+
+func (*nilResource) Allocate(uint64, *cuda.Stream) (*buffer.Buffer, error) { return nil, nil }
+
+// Clone's rollback: when the clone must be given back and that fails too,
+// both errors are returned (the second was dropped). The clone it could
+// not free is then lost, and the safety net frees it.
+func TestGPUCloneRollbackErrorsJoined(t *testing.T) {
+	d, s, _ := gpu(t)
+	src := alloc(t, &deviceResource{dev: d}, 64, s)
+	mr := &shortResource{deviceResource: deviceResource{dev: d}}
+	leaks := buffer.Leaks()
+	_, err := src.Clone(mr, s)
+	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "returned 32 bytes for a request of 64")
+	assert.ErrorContains(t, err, "short: deallocate failed", "the failed rollback is reported")
+	expectedLeaks.Add(1)
+	collectUntil(t, "the clone was not collected", func() bool { return buffer.Leaks() == leaks+1 })
+
+	_, err = src.Clone(&nilResource{deviceResource{dev: d}}, s)
+	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "no buffer and no error")
 }
