@@ -11,6 +11,11 @@ type props struct {
 	hostAcc bool // the CPU can use it
 }
 
+// hostOnly reports memory that the CPU can use and no device can: Go or
+// plain host memory behind a resource that says so. Copies to and from it
+// are CPU moves that need no stream and no driver.
+func (p props) hostOnly() bool { return p.hostAcc && !p.devAcc }
+
 // props asks the resource, or for borrowed memory the driver (once per
 // allocation). It takes no lock: st.mr never changes, and the driver's
 // answer is cached in the state.
@@ -78,13 +83,19 @@ func (b *Buffer) Device() (*cuda.Device, error) {
 
 // streamFor resolves a stream argument: s itself if not nil, else the
 // buffer's allocation stream, else the legacy default stream of the
-// buffer's device (of device 0 for memory bound to no device).
-func (b *Buffer) streamFor(s *cuda.Stream) (*cuda.Stream, error) {
-	if s != nil {
-		return s, nil
+// buffer's device (of device 0 for memory bound to no device). A zero
+// cuda.Stream, given or recorded at allocation, is an error matching
+// cuda.ErrInvalidArgument: it belongs to no device, and nothing below
+// could use it.
+func (b *Buffer) streamFor(op string, s *cuda.Stream) (*cuda.Stream, error) {
+	if s == nil {
+		s = b.st.stream
 	}
-	if b.st.stream != nil {
-		return b.st.stream, nil
+	if s != nil {
+		if err := checkStream(op, s); err != nil {
+			return nil, err
+		}
+		return s, nil
 	}
 	id := b.props().device
 	if id < 0 {

@@ -1,6 +1,8 @@
 package buffer
 
 import (
+	"errors"
+
 	"github.com/cudamem/cudamem/cuda"
 )
 
@@ -35,7 +37,7 @@ func (b *Buffer) Clone(mr MemoryResource, s *cuda.Stream) (*Buffer, error) {
 			return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "a destination resource must be given (this buffer does not have a MemoryResource)")
 		}
 	}
-	s, err := b.streamFor(s)
+	s, err := b.streamFor(op, s)
 	if err != nil {
 		return nil, err
 	}
@@ -43,13 +45,15 @@ func (b *Buffer) Clone(mr MemoryResource, s *cuda.Stream) (*Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if out == nil {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "the resource returned no buffer and no error for %d bytes", b.size)
+	}
 	if out.Size() != b.size {
-		_ = out.Close()
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "the resource returned %d bytes for a request of %d", out.Size(), b.size)
+		err := cuda.Errorf(op, cuda.ErrInvalidArgument, "the resource returned %d bytes for a request of %d", out.Size(), b.size)
+		return nil, errors.Join(err, out.Close())
 	}
 	if err := out.CopyFrom(b, s); err != nil {
-		_ = out.Close()
-		return nil, err
+		return nil, errors.Join(err, out.Close())
 	}
 	return out, nil
 }
@@ -73,7 +77,7 @@ func copyBuffers(op string, dst, src, self *Buffer, s *cuda.Stream) error {
 	if src.st == dst.st && src.off < dst.off+dst.size && dst.off < src.off+src.size {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "src and dst overlap (views of one allocation at offsets %d and %d, %d bytes)", src.off, dst.off, src.size)
 	}
-	s, err = self.streamFor(s)
+	s, err = self.streamFor(op, s)
 	if err != nil {
 		return err
 	}
@@ -92,19 +96,12 @@ func copyBuffers(op string, dst, src, self *Buffer, s *cuda.Stream) error {
 	return s.MemcpyAsync(dp, sp, src.size)
 }
 
-// acquirePair acquires two buffers for one call. Buffers that share an
-// owner (views of one allocation) share a lock, taken once: a second read
-// lock could deadlock behind a waiting Close.
+// acquirePair acquires two buffers for one call. Neither acquire waits
+// (see state), so holding one while taking the other cannot deadlock,
+// whatever the order and even when both are views of one allocation.
 func acquirePair(op string, dst, src *Buffer) (dp, sp cuda.DevicePtr, err error) {
 	if dp, err = dst.acquire(op); err != nil {
 		return 0, 0, err
-	}
-	if src.st == dst.st {
-		if src.viewClosed() {
-			dst.release()
-			return 0, 0, closedErr(op)
-		}
-		return dp, src.st.ptr + cuda.DevicePtr(src.off), nil
 	}
 	if sp, err = src.acquire(op); err != nil {
 		dst.release()
@@ -114,8 +111,6 @@ func acquirePair(op string, dst, src *Buffer) (dp, sp cuda.DevicePtr, err error)
 }
 
 func releasePair(dst, src *Buffer) {
-	if src.st != dst.st {
-		src.release()
-	}
+	src.release()
 	dst.release()
 }

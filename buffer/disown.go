@@ -6,10 +6,16 @@ import "github.com/cudamem/cudamem/cuda"
 // closed (later use returns cuda.ErrClosed) without freeing anything, and
 // the garbage-collection safety net is stopped. Resources use it to move
 // memory into a new Buffer, as when a virtual-memory allocation grows.
-// Views and borrowed buffers cannot be disowned.
+// Views and borrowed buffers cannot be disowned. If a host view
+// ([Buffer.Bytes]) of the memory was handed out, the next buffer Owned at
+// the same address inherits that, so its safety net will not free under
+// the view either.
 func (b *Buffer) Disown() (ptr cuda.DevicePtr, size uint64, err error) {
 	if b == nil {
 		return 0, 0, cuda.Errorf("Buffer.Disown", cuda.ErrInvalidArgument, "nil buffer")
+	}
+	if b.st == nil {
+		return 0, 0, zeroErr("Buffer.Disown")
 	}
 	if !b.IsOwned() {
 		return 0, 0, cuda.Errorf("Buffer.Disown", cuda.ErrInvalidArgument, "buffer %#x (%d bytes) is a view or borrowed", uint64(b.st.ptr+cuda.DevicePtr(b.off)), b.size)
@@ -17,10 +23,10 @@ func (b *Buffer) Disown() (ptr cuda.DevicePtr, size uint64, err error) {
 	st := b.st
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if st.closed {
+	if st.closed.Load() {
 		return 0, 0, &cuda.OpError{Op: "Buffer.Disown", Err: cuda.ErrClosed}
 	}
-	st.closed = true
-	b.track.stop()
+	st.closed.Store(true)
+	st.track.disown(st.ptr)
 	return st.ptr, st.size, nil
 }

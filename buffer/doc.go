@@ -61,14 +61,24 @@
 // (from it) through the driver's own staging, and 55 from pinned memory.
 // Smaller copies, and copies made while another one uses the pool, go
 // through the driver. Copies to and from pinned host buffers need no
-// staging: they are plain memory moves.
+// staging: they are plain memory moves, and so are copies to and from
+// memory no device can reach (a resource whose DeviceAccessible is false
+// and HostAccessible true), which need no stream either.
+//
+// A failed copy does not change how later ones run: a copy on a destroyed
+// stream, say, fails, and the next one is staged as before. Only a failure
+// to allocate the pinned memory sends copies to the driver, and the
+// allocation is tried again a second later.
 //
 // # Host views
 //
 // [Buffer.Bytes] returns host-accessible memory (pinned or managed) as a
 // []byte without copying. The slice is not tracked: it is invalid once the
 // buffer is closed, and the streams that write the memory must be
-// synchronized before it is read.
+// synchronized before it is read. It does not keep the buffer alive
+// either; so that code without unsafe can never reach freed memory through
+// it, the safety net below never frees an allocation whose Bytes were
+// taken (see [LeaksKept]).
 //
 // # Lifetimes and leaks
 //
@@ -80,13 +90,29 @@
 // long before the collector sees a reason to run. (Owned buffers are
 // carved from slabs of 64 watched by one cleanup each, which keeps the net
 // off the allocation fast path: a leak is freed once its whole slab is
-// unreachable.)
+// unreachable.) A lost buffer whose memory a host view may still reach
+// ([Buffer.Bytes]), or whose resource refuses to free it, is not freed:
+// it stays allocated, counted by [Leaks] and [LeaksKept].
 //
 // # Concurrency
 //
 // A Buffer is safe for concurrent use. Close waits for the methods in
 // progress on the buffer (not for the device work they submitted: that
 // is what stream ordering is for), and a MemoryResource must be safe for
-// concurrent use. Device memory itself is not synchronized: two streams
-// writing the same bytes race, as in CUDA.
+// concurrent use. No method waits for another: a call that starts while a
+// Close is in progress fails at once with an error matching
+// [cuda.ErrClosed] (even if that Close then fails), so calls that use
+// several buffers at once (copies, a [Buffer.Use] whose function uses
+// other buffers) cannot deadlock with Closes, in any order. Only Close
+// and Disown wait, for the calls in progress; so a function run by Use
+// must not close the buffer it was given. Device memory itself is not
+// synchronized: two streams writing the same bytes race, as in CUDA.
+//
+// # Nil and zero values
+//
+// Every method of a nil *Buffer, of a zero Buffer, and of a closed one
+// returns an error matching [cuda.ErrInvalidArgument] or
+// [cuda.ErrClosed], or a zero value (Close returns nil); so does every
+// method given a zero [cuda.Stream] (new(cuda.Stream): it belongs to no
+// device) or a range no memory can have. None of them panics.
 package buffer

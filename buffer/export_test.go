@@ -30,3 +30,6 @@ const StagingByDefault = stageByDefault
 
 // StageMinBytes is the smallest staged copy.
 const StageMinBytes = stageMinBytes
+
+// StagedCopies counts the host copies that went through the staging pool.
+func StagedCopies() int64 { return stage.staged.Load() }

@@ -88,8 +88,9 @@ func (m *fakeResource) wasFreed(p cuda.DevicePtr) bool {
 }
 
 // heapResource is cuda.core's host dummy: memory from the Go heap, host-
-// accessible only. Its buffers may be viewed with Bytes but never copied
-// (a copy would need a stream, hence the driver).
+// accessible only. Its buffers may be viewed with Bytes, and copied to and
+// from Go slices (CPU moves, no stream), but not copied to other buffers
+// (that would need a stream, hence the driver).
 type heapResource struct {
 	mu   sync.Mutex
 	mem  map[cuda.DevicePtr][]byte

@@ -36,7 +36,7 @@ func (b *Buffer) fill(op string, width uint64, v uint32, s *cuda.Stream) error {
 	if b.size == 0 {
 		return nil
 	}
-	if s, err = b.streamFor(s); err != nil {
+	if s, err = b.streamFor(op, s); err != nil {
 		return err
 	}
 	switch width {

@@ -39,7 +39,7 @@ func CopyFromHost[T any](dst *Buffer, src []T, s *cuda.Stream) error {
 	if uint64(len(p)) != dst.size {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer sizes mismatch between src and dst (sizes are: src=%d, dst=%d)", len(p), dst.size)
 	}
-	err = dst.fromHost(ptr, p, s, false)
+	err = dst.fromHost(op, ptr, p, s, false)
 	runtime.KeepAlive(src)
 	return err
 }
@@ -62,7 +62,7 @@ func CopyToHost[T any](dst []T, src *Buffer, s *cuda.Stream) error {
 	if uint64(len(p)) != src.size {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer sizes mismatch between src and dst (sizes are: src=%d, dst=%d)", src.size, len(p))
 	}
-	err = src.toHost(p, ptr, s)
+	err = src.toHost(op, p, ptr, s)
 	runtime.KeepAlive(dst)
 	return err
 }
@@ -88,7 +88,7 @@ func (b *Buffer) ReadAt(p []byte, off int64) (int, error) {
 	if rest := b.size - uint64(off); n > rest {
 		n = rest
 	}
-	if err := b.toHost(p[:n], ptr+cuda.DevicePtr(off), nil); err != nil {
+	if err := b.toHost(op, p[:n], ptr+cuda.DevicePtr(off), nil); err != nil {
 		return 0, err
 	}
 	if n < uint64(len(p)) {
@@ -115,7 +115,7 @@ func (b *Buffer) WriteAt(p []byte, off int64) (int, error) {
 	if n := uint64(len(p)); uint64(off) > b.size || n > b.size-uint64(off) {
 		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "writing %d bytes at offset %d overruns a %d-byte buffer", n, off, b.size)
 	}
-	if err := b.fromHost(ptr+cuda.DevicePtr(off), p, nil, true); err != nil {
+	if err := b.fromHost(op, ptr+cuda.DevicePtr(off), p, nil, true); err != nil {
 		return 0, err
 	}
 	return len(p), nil
@@ -123,11 +123,20 @@ func (b *Buffer) WriteAt(p []byte, off int64) (int, error) {
 
 // fromHost copies host bytes p to ptr (inside b, acquired) on s. With wait
 // it returns once the data is in the buffer.
-func (b *Buffer) fromHost(ptr cuda.DevicePtr, p []byte, s *cuda.Stream, wait bool) error {
+func (b *Buffer) fromHost(op string, ptr cuda.DevicePtr, p []byte, s *cuda.Stream, wait bool) error {
 	if len(p) == 0 {
 		return nil
 	}
-	s, err := b.streamFor(s)
+	if b.props().hostOnly() {
+		return hostMove(op, s, func() error {
+			dst, err := hostSlice(op, ptr, uint64(len(p)))
+			if err == nil {
+				parallelCopy(dst, p)
+			}
+			return err
+		})
+	}
+	s, err := b.streamFor(op, s)
 	if err != nil {
 		return err
 	}
@@ -136,7 +145,11 @@ func (b *Buffer) fromHost(ptr cuda.DevicePtr, p []byte, s *cuda.Stream, wait boo
 		if err := s.Sync(); err != nil {
 			return err
 		}
-		parallelCopy(hostSlice(ptr, uint64(len(p))), p)
+		dst, err := hostSlice(op, ptr, uint64(len(p)))
+		if err != nil {
+			return err
+		}
+		parallelCopy(dst, p)
 		return nil
 	}
 	if len(p) >= stageMinBytes && stagingOn() {
@@ -157,11 +170,20 @@ func (b *Buffer) fromHost(ptr cuda.DevicePtr, p []byte, s *cuda.Stream, wait boo
 
 // toHost copies len(p) bytes at ptr (inside b, acquired) into p on s, and
 // returns once they are there.
-func (b *Buffer) toHost(p []byte, ptr cuda.DevicePtr, s *cuda.Stream) error {
+func (b *Buffer) toHost(op string, p []byte, ptr cuda.DevicePtr, s *cuda.Stream) error {
 	if len(p) == 0 {
 		return nil
 	}
-	s, err := b.streamFor(s)
+	if b.props().hostOnly() {
+		return hostMove(op, s, func() error {
+			src, err := hostSlice(op, ptr, uint64(len(p)))
+			if err == nil {
+				parallelCopy(p, src)
+			}
+			return err
+		})
+	}
+	s, err := b.streamFor(op, s)
 	if err != nil {
 		return err
 	}
@@ -169,7 +191,11 @@ func (b *Buffer) toHost(p []byte, ptr cuda.DevicePtr, s *cuda.Stream) error {
 		if err := s.Sync(); err != nil {
 			return err
 		}
-		parallelCopy(p, hostSlice(ptr, uint64(len(p))))
+		src, err := hostSlice(op, ptr, uint64(len(p)))
+		if err != nil {
+			return err
+		}
+		parallelCopy(p, src)
 		return nil
 	}
 	if len(p) >= stageMinBytes && stagingOn() {
@@ -186,6 +212,22 @@ func (b *Buffer) toHost(p []byte, ptr cuda.DevicePtr, s *cuda.Stream) error {
 	return s.Sync()
 }
 
+// hostMove runs move, a CPU copy to or from memory no device can reach
+// (its resource says so): no stream is needed, since no device work can
+// touch that memory; a stream given explicitly is still drained first, so
+// the copy is ordered after the work submitted to it as documented.
+func hostMove(op string, s *cuda.Stream, move func() error) error {
+	if err := checkStream(op, s); err != nil {
+		return err
+	}
+	if s != nil {
+		if err := s.Sync(); err != nil {
+			return err
+		}
+	}
+	return move()
+}
+
 // bytesOf views a slice of plain data as bytes.
 func bytesOf[T any](s []T) []byte {
 	var zero T
@@ -196,12 +238,24 @@ func bytesOf[T any](s []T) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), n)
 }
 
-// hostSlice views host-accessible memory at p as bytes. The address comes
-// from the driver, not from Go: it is converted through memory rather than
-// with unsafe.Pointer(uintptr), which vet rightly flags for Go pointers.
-func hostSlice(p cuda.DevicePtr, n uint64) []byte {
+// hostSlice views n bytes of host-accessible memory at p. The address
+// comes from the driver or a resource, not from Go: it is converted
+// through memory rather than with unsafe.Pointer(uintptr), which vet
+// rightly flags for Go pointers. A range no Go slice can describe (a null
+// address, one that does not fit in a uintptr, or one that wraps around
+// the address space) is an error matching cuda.ErrInvalidArgument rather
+// than unsafe.Slice's panic.
+func hostSlice(op string, p cuda.DevicePtr, n uint64) ([]byte, error) {
 	addr := uintptr(p)
-	return unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&addr))), n)
+	switch {
+	case n == 0:
+		return []byte{}, nil
+	case p == 0:
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "host memory at address 0 (%d bytes)", n)
+	case uint64(addr) != uint64(p) || n > maxSlice || n > uint64(-addr):
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "host memory at %#x (%d bytes) does not fit in this process's address space", uint64(p), n)
+	}
+	return unsafe.Slice((*byte)(*(*unsafe.Pointer)(unsafe.Pointer(&addr))), n), nil
 }
 
 // plainTypes caches checkPlain's verdict per type: the offending path, or

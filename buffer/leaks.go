@@ -19,6 +19,16 @@ import (
 // a long-lived Buffer keeps its slab's memory (a few KiB) alive, and a
 // leaked allocation is freed only when its whole slab is collected. For a
 // safety net both are fine.
+//
+// The net never frees memory a host view may still point at: a []byte
+// from Buffer.Bytes does not keep the Buffer alive (the collector does not
+// follow pointers into memory it did not allocate), so once Bytes has
+// handed one out the allocation is marked viewed, and a leaked viewed
+// allocation is counted (Leaks, LeaksKept) but left allocated. Explicit
+// Close still frees: closing is the caller's promise that no view is used
+// any more. The mark follows the memory through Disown into the next
+// Owned buffer of the same address (see handoff), as when a virtual
+// allocation grows in place.
 
 const slabSize = 64
 
@@ -29,6 +39,7 @@ type slab [slabSize]Buffer
 // without keeping the slab reachable.
 type tracked struct {
 	live   atomic.Bool // set while the allocation is owned by an open Buffer
+	viewed atomic.Bool // a host view (Bytes) was handed out: never free it
 	ptr    cuda.DevicePtr
 	size   uint64
 	mr     MemoryResource
@@ -42,7 +53,45 @@ type ledger [slabSize]tracked
 // before the read.
 func (t *tracked) track(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream) {
 	t.ptr, t.size, t.mr, t.stream = ptr, size, mr, s
+	if handoffs.Load() > 0 {
+		if _, ok := handoff.LoadAndDelete(ptr); ok {
+			handoffs.Add(-1)
+			t.viewed.Store(true)
+		}
+	}
 	t.live.Store(true)
+}
+
+// markViewed records that a host view of the allocation was handed out.
+func (t *tracked) markViewed() {
+	if t != nil && !t.viewed.Load() {
+		t.viewed.Store(true)
+	}
+}
+
+// handoff holds the addresses of viewed allocations that were disowned:
+// the next Owned buffer at such an address inherits the mark. handoffs
+// counts the entries, so that Owned pays one atomic load while there are
+// none. An entry whose memory is freed some other way stays until an
+// allocation at that address comes along; it then only keeps the net from
+// freeing that allocation if it leaks (a leak, never a use after free).
+var (
+	handoff  sync.Map // cuda.DevicePtr -> struct{}
+	handoffs atomic.Int64
+)
+
+// disown stops the net for an allocation whose memory moves on, passing
+// its viewed mark to the next owner of the address.
+func (t *tracked) disown(ptr cuda.DevicePtr) {
+	if t == nil {
+		return
+	}
+	if t.viewed.Load() {
+		if _, loaded := handoff.LoadOrStore(ptr, struct{}{}); !loaded {
+			handoffs.Add(1)
+		}
+	}
+	t.live.Store(false)
 }
 
 // stop marks the allocation as no longer the net's concern (closed or
@@ -76,7 +125,7 @@ func newTracked() (*Buffer, *tracked) {
 }
 
 // collectSlab frees the allocations of a collected slab whose Buffers were
-// never closed.
+// never closed, except those a host view may still point at.
 func collectSlab(l *ledger) {
 	for i := range l {
 		t := &l[i]
@@ -85,9 +134,23 @@ func collectSlab(l *ledger) {
 		}
 		t.live.Store(false)
 		leaks.Add(1)
-		if err := t.mr.Deallocate(t.ptr, t.size, t.stream); err != nil && t.stream != nil {
-			// The allocation stream may be gone by now: free on the default one.
-			_ = t.mr.Deallocate(t.ptr, t.size, nil)
+		if t.viewed.Load() {
+			leaksKept.Add(1)
+			continue
+		}
+		if !freeLeaked(t) {
+			leaksKept.Add(1)
 		}
 	}
+}
+
+// freeLeaked frees a leaked allocation on its allocation stream, or, that
+// failing (the stream may be destroyed by now), on the resource's default
+// stream. A cleanup has no caller to report to: an allocation that cannot
+// be freed either way is counted by LeaksKept instead.
+func freeLeaked(t *tracked) bool {
+	if err := t.mr.Deallocate(t.ptr, t.size, t.stream); err == nil {
+		return true
+	}
+	return t.stream != nil && t.mr.Deallocate(t.ptr, t.size, nil) == nil
 }

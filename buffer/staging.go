@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/cudamem/cudamem/cuda"
@@ -21,7 +22,8 @@ import (
 // The pool is allocated on first use (cuMemHostAlloc, portable, so every
 // device's context may use it) and kept for the life of the process. One
 // copy uses it at a time; a copy that finds it busy goes to the driver's
-// own path rather than wait.
+// own path rather than wait. A failed copy does not change how later ones
+// run (see stagePool).
 
 // Measured on an H200 host (32 cores, go test -bench, 20 iterations):
 //
@@ -63,14 +65,33 @@ func stagingOn() bool {
 }
 
 // stagePool is the process's pinned staging memory.
+//
+// A failed copy leaves the pool as it found it for the next one: only a
+// failure to get pinned memory makes copies go to the driver, and only
+// until the allocation is retried (stageRetry later). A chunk that a
+// failure leaves with a DMA that may still run and that nothing can wait
+// for is retired (never reused, never freed, since the engine may still
+// write it) and replaced on the next use.
 type stagePool struct {
 	mu     sync.Mutex // held for a whole staged copy
-	ready  bool
-	err    error // allocation failed or the pool is unusable: copy directly
 	chunks []*chunk
 	next   int // the chunk used least recently
-	size   int // bytes per chunk
+	size   int // bytes per chunk; 0 until the first chunk is allocated
+	want   int // chunks to keep; 0: stageChunks
+
+	// newChunk allocates a chunk of size bytes through dev; nil (tests'
+	// pools of Go memory) means the pool never grows.
+	newChunk func(dev *cuda.Device, size int) (*chunk, error)
+	retryAt  time.Time        // no allocation is tried before then
+	clock    func() time.Time // nil: time.Now
+	allocErr error            // the last allocation failure, for tests
+	retired  int              // chunks given up after failures
+	staged   atomic.Int64     // copies that went through the pool
 }
+
+// stageRetry is how long after a failed pinned allocation the pool tries
+// again; copies meanwhile go to the driver directly.
+var stageRetry = time.Second
 
 type chunk struct {
 	host    unsafe.Pointer // cuMemHostAlloc'd
@@ -78,6 +99,13 @@ type chunk struct {
 	dev     *cuda.Device   // allocated through this device's context
 	events  map[*cuda.Device]*cuda.Event
 	pending waiter // marks the end of the chunk's last DMA; nil when idle
+
+	// queued: a DMA on the current copy's queue uses the chunk and no
+	// event marks its end yet; draining that queue settles it.
+	queued bool
+	// lost: waiting for the chunk's last DMA failed, so when it ends is
+	// unknown; the chunk must never be used or freed again.
+	lost bool
 }
 
 // waiter is a point in a queue of DMAs (a recorded cuda.Event).
@@ -105,54 +133,93 @@ func (q streamQueue) dtoh(dst unsafe.Pointer, src cuda.DevicePtr, n uint64) erro
 func (q streamQueue) record(c *chunk) error { return c.record(q.s) }
 func (q streamQueue) sync() error           { return q.s.Sync() }
 
-var stage stagePool
+var stage = stagePool{newChunk: allocChunk}
 
-// acquire locks the pool for one copy and allocates it on first use. It
-// returns false (and holds no lock) when the pool is busy or unusable.
-func (p *stagePool) acquire(dev *cuda.Device) bool {
+func (p *stagePool) now() time.Time {
+	if p.clock != nil {
+		return p.clock()
+	}
+	return time.Now()
+}
+
+// acquire locks the pool for one copy, first topping it up to its size
+// (on first use, or after chunks were retired). It returns false (and
+// holds no lock) when the pool is busy, or has no chunk and cannot get
+// one now. The lock is released on every way out, panics included.
+func (p *stagePool) acquire(dev *cuda.Device) (ok bool) {
 	if !p.mu.TryLock() {
 		return false
 	}
-	if !p.ready && p.err == nil {
-		p.err = p.alloc(dev)
-		p.ready = p.err == nil
+	defer func() {
+		if !ok {
+			p.mu.Unlock()
+		}
+	}()
+	want := p.want
+	if want == 0 {
+		want = stageChunks
 	}
-	if p.err != nil {
-		p.mu.Unlock()
-		return false
+	if len(p.chunks) < want && p.newChunk != nil && !p.now().Before(p.retryAt) {
+		if err := p.grow(dev, want); err != nil {
+			p.allocErr, p.retryAt = err, p.now().Add(stageRetry)
+		}
 	}
-	return true
+	return len(p.chunks) > 0
 }
 
-func (p *stagePool) alloc(dev *cuda.Device) error {
-	p.size, p.next = stageChunkSize, 0
-	for range stageChunks {
-		h, err := dev.MemHostAlloc(uint64(stageChunkSize), cuda.MemHostAllocPortable)
+// grow allocates chunks until the pool holds want. The chunks it got
+// before a failure stay: they are good, and a smaller pool still works.
+func (p *stagePool) grow(dev *cuda.Device, want int) error {
+	if len(p.chunks) == 0 {
+		p.size, p.next = stageChunkSize, 0
+	}
+	for len(p.chunks) < want {
+		c, err := p.newChunk(dev, p.size)
 		if err != nil {
-			p.free()
 			return err
 		}
-		p.chunks = append(p.chunks, &chunk{
-			host:   h,
-			mem:    unsafe.Slice((*byte)(h), stageChunkSize),
-			dev:    dev,
-			events: map[*cuda.Device]*cuda.Event{},
-		})
+		p.chunks = append(p.chunks, c)
 	}
 	return nil
 }
 
-// free waits for the chunks' last DMAs and frees them. Held lock.
+// allocChunk allocates a chunk of pinned memory usable from every
+// device's context.
+func allocChunk(dev *cuda.Device, size int) (*chunk, error) {
+	if dev == nil {
+		return nil, cuda.Errorf("buffer staging", cuda.ErrInvalidArgument, "no device to allocate pinned memory through")
+	}
+	h, err := dev.MemHostAlloc(uint64(size), cuda.MemHostAllocPortable)
+	if err != nil {
+		return nil, err
+	}
+	return &chunk{
+		host:   h,
+		mem:    unsafe.Slice((*byte)(h), size),
+		dev:    dev,
+		events: map[*cuda.Device]*cuda.Event{},
+	}, nil
+}
+
+// free waits for the chunks' last DMAs and frees them. Held lock. A chunk
+// whose DMA cannot be waited for is dropped without freeing: the engine
+// may still write it.
 func (p *stagePool) free() error {
 	var errs []error
 	for _, c := range p.chunks {
-		errs = append(errs, c.wait())
+		if err := c.wait(); err != nil {
+			errs = append(errs, err)
+			p.retired++
+			continue
+		}
 		for _, e := range c.events {
 			errs = append(errs, e.Close())
 		}
-		errs = append(errs, c.dev.MemFreeHost(c.host))
+		if c.dev != nil {
+			errs = append(errs, c.dev.MemFreeHost(c.host))
+		}
 	}
-	p.chunks, p.ready = nil, false
+	p.chunks, p.next, p.size = nil, 0, 0
 	return errors.Join(errs...)
 }
 
@@ -163,39 +230,66 @@ func (p *stagePool) take(i int) *chunk { return p.chunks[(p.next+i)%len(p.chunks
 // recently used.
 func (p *stagePool) done(n int) {
 	p.next = (p.next + n) % len(p.chunks)
+	p.staged.Add(1)
 	p.mu.Unlock()
 }
 
-// fail ends a copy that went wrong. Chunks whose DMA may still run without
-// an event recorded are waited for through the stream; if even that fails
-// the pool is retired and later copies go to the driver directly.
+// fail ends a copy that went wrong and returns err. Chunks with a DMA
+// queued on q and no event recorded are settled by draining q; chunks
+// whose DMA nothing can wait for (the drain failed too, or waiting for
+// their event did) are retired, and the next copy replaces them. Chunks
+// with an event recorded need nothing: their next user waits for it. The
+// failure itself changes nothing for later copies: a copy on a destroyed
+// stream, say, fails here and the next one, on a good stream, is staged
+// as usual.
 func (p *stagePool) fail(q dmaQueue, err error) error {
-	serr := q.sync()
+	drained := false
+	// Deferred, so that even a panic in q leaves no queued chunk in use.
+	defer func() {
+		keep := p.chunks[:0]
+		for _, c := range p.chunks {
+			if drained {
+				c.queued = false
+			}
+			if c.queued || c.lost {
+				p.retired++
+				continue
+			}
+			keep = append(keep, c)
+		}
+		clear(p.chunks[len(keep):])
+		p.chunks, p.next = keep, 0
+		p.mu.Unlock()
+	}()
 	for _, c := range p.chunks {
-		if werr := c.wait(); werr != nil && serr == nil {
-			serr = werr
+		if c.queued {
+			drained = q.sync() == nil
+			break
 		}
 	}
-	if serr != nil {
-		p.err = serr
-	}
-	p.mu.Unlock()
 	return err
 }
 
-// wait blocks until the chunk's last DMA has finished.
+// wait blocks until the chunk's last DMA has finished. If that cannot be
+// known, the chunk is marked lost.
 func (c *chunk) wait() error {
 	if c.pending == nil {
 		return nil
 	}
-	err := c.pending.Sync()
+	if err := c.pending.Sync(); err != nil {
+		c.lost = true
+		return err
+	}
 	c.pending = nil
-	return err
+	return nil
 }
 
 // record marks the end of the chunk's DMA just submitted to s.
 func (c *chunk) record(s *cuda.Stream) error {
 	d := s.Device()
+	if d == nil {
+		return cuda.Errorf("buffer staging", cuda.ErrInvalidArgument, "zero stream")
+	}
 	e := c.events[d]
 	if e == nil {
 		var err error
@@ -311,10 +405,18 @@ func stagedHtoD(p *stagePool, q dmaQueue, dev *cuda.Device, dst cuda.DevicePtr, 
 		close(l.ready[j])
 		return nil
 	}
+	settled := false
 	failed := func(err error) (bool, error) {
+		settled = true
 		l.stop()
 		return true, p.fail(q, err)
 	}
+	defer func() {
+		if !settled {
+			// A panic on the way (the queue's calls): the pool stays usable.
+			failed(nil)
+		}
+	}()
 	for j := range min(k, l.pieces) {
 		if err := open(j); err != nil {
 			return failed(err)
@@ -330,9 +432,11 @@ func stagedHtoD(p *stagePool, q dmaQueue, dev *cuda.Device, dst cuda.DevicePtr, 
 		if err := q.htod(dst+cuda.DevicePtr(off), c.host, uint64(n)); err != nil {
 			return failed(err)
 		}
+		c.queued = true // until an event marks the DMA's end
 		if err := q.record(c); err != nil {
 			return failed(err)
 		}
+		c.queued = false
 		if j := i - lag + k; i >= lag && j < l.pieces {
 			if err := open(j); err != nil {
 				return failed(err)
@@ -340,6 +444,7 @@ func stagedHtoD(p *stagePool, q dmaQueue, dev *cuda.Device, dst cuda.DevicePtr, 
 		}
 	}
 	l.wg.Wait()
+	settled = true
 	p.done(l.pieces)
 	return true, nil
 }
@@ -366,12 +471,25 @@ func stagedDtoH(p *stagePool, q dmaQueue, dev *cuda.Device, dst []byte, src cuda
 		if err := q.dtoh(c.host, src+cuda.DevicePtr(off), uint64(n)); err != nil {
 			return err
 		}
-		return q.record(c)
+		c.queued = true // until an event marks the DMA's end
+		if err := q.record(c); err != nil {
+			return err
+		}
+		c.queued = false
+		return nil
 	}
+	settled := false
 	failed := func(err error) (bool, error) {
+		settled = true
 		l.stop()
 		return true, p.fail(q, err)
 	}
+	defer func() {
+		if !settled {
+			// A panic on the way (the queue's calls): the pool stays usable.
+			failed(nil)
+		}
+	}()
 	issued, opened := 0, 0
 	for ; issued < min(k, l.pieces); issued++ {
 		if err := issue(issued); err != nil {
@@ -396,6 +514,7 @@ func stagedDtoH(p *stagePool, q dmaQueue, dev *cuda.Device, dst []byte, src cuda
 		}
 	}
 	l.wg.Wait()
+	settled = true
 	p.done(l.pieces)
 	return true, nil
 }
@@ -431,11 +550,8 @@ func parallelCopy(dst, src []byte) {
 func resetStaging(chunkSize, chunks, workers int) error {
 	stage.mu.Lock()
 	defer stage.mu.Unlock()
-	var err error
-	if stage.ready {
-		err = stage.free()
-	}
-	stage.err = nil
+	err := stage.free()
+	stage.retryAt, stage.allocErr = time.Time{}, nil
 	stageChunkSize, stageChunks, stageWorkers = chunkSize, chunks, workers
 	return err
 }

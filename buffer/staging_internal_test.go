@@ -91,11 +91,14 @@ func BenchmarkParallelCopy(b *testing.B) {
 // its DMA ran, or read one before its DMA landed, gets wrong bytes (and,
 // under -race, a reported race).
 type fakeEngine struct {
-	dev    []byte // device memory; address fakeBase is dev[0]
-	ops    chan func()
-	rnd    *rand.Rand // used by the engine goroutine only
-	calls  int
-	failAt int // the failAt-th copy call fails (0: none)
+	dev     []byte // device memory; address fakeBase is dev[0]
+	ops     chan func()
+	rnd     *rand.Rand // used by the engine goroutine only
+	calls   int
+	failAt  int   // the failAt-th copy call fails (0: none)
+	records int   // record calls so far
+	recFail int   // the recFail-th record call fails (0: none)
+	syncErr error // sync fails with this (a destroyed stream, say)
 }
 
 const fakeBase cuda.DevicePtr = 0x10000
@@ -139,6 +142,9 @@ type chanWaiter chan struct{}
 func (w chanWaiter) Sync() error { <-w; return nil }
 
 func (e *fakeEngine) record(c *chunk) error {
+	if e.records++; e.records == e.recFail {
+		return errFakeDMA
+	}
 	w := make(chanWaiter)
 	e.ops <- func() { close(w) }
 	c.pending = w
@@ -146,6 +152,9 @@ func (e *fakeEngine) record(c *chunk) error {
 }
 
 func (e *fakeEngine) sync() error {
+	if e.syncErr != nil {
+		return e.syncErr
+	}
 	w := make(chanWaiter)
 	e.ops <- func() { close(w) }
 	return w.Sync()
@@ -153,7 +162,7 @@ func (e *fakeEngine) sync() error {
 
 // fakePool is a staging pool of Go memory.
 func fakePool(chunkSize, chunks int) *stagePool {
-	p := &stagePool{ready: true, size: chunkSize}
+	p := &stagePool{size: chunkSize, want: chunks}
 	for range chunks {
 		m := make([]byte, chunkSize)
 		p.chunks = append(p.chunks, &chunk{host: unsafe.Pointer(&m[0]), mem: m})
@@ -236,7 +245,7 @@ func TestStagingFailure(t *testing.T) {
 		done, err = stagedDtoH(p, e, nil, make([]byte, n), fakeBase)
 		assert.True(t, done)
 		assert.ErrorIs(t, err, errFakeDMA)
-		assert.NoError(t, p.err, "the stream drained: the pool stays in service")
+		assert.Len(t, p.chunks, 3, "the pool stays whole")
 
 		e.failAt = 0
 		src := pattern(n, 9)
@@ -247,6 +256,158 @@ func TestStagingFailure(t *testing.T) {
 		assert.True(t, bytes.Equal(src, e.dev), "a copy after a failure")
 	}
 }
+
+// Issue 6: one staged copy failing on a stream that cannot even be
+// drained (a destroyed stream: every call on it fails) turned staging off
+// for the rest of the process. The next copy, on a good stream, must be
+// staged as before, and as fast.
+func TestStagingFailureIsNotSticky(t *testing.T) {
+	defer func(w int) { stageWorkers = w }(stageWorkers)
+	stageWorkers = 4
+	const n = 1<<20 + 5
+	for _, dir := range []string{"htod", "dtoh"} {
+		t.Run(dir, func(t *testing.T) {
+			p := fakePool(128<<10, 3)
+			bad := newFakeEngine(t, n, 1)
+			bad.failAt, bad.syncErr = 1, cuda.ErrClosed
+			var err error
+			if dir == "htod" {
+				_, err = stagedHtoD(p, bad, nil, fakeBase, pattern(n, 1))
+			} else {
+				_, err = stagedDtoH(p, bad, nil, make([]byte, n), fakeBase)
+			}
+			require.ErrorIs(t, err, errFakeDMA)
+
+			good := newFakeEngine(t, n, 2)
+			src := pattern(n, 4)
+			done, err := stagedHtoD(p, good, nil, fakeBase, src)
+			require.True(t, done, "the copy after the failure is staged")
+			require.NoError(t, err)
+			require.NoError(t, good.sync())
+			assert.True(t, bytes.Equal(src, good.dev))
+			dst := make([]byte, n)
+			done, err = stagedDtoH(p, good, nil, dst, fakeBase)
+			require.True(t, done, "and so is the one after it")
+			require.NoError(t, err)
+			assert.True(t, bytes.Equal(src, dst))
+			assert.Len(t, p.chunks, 3, "no chunk was given up: nothing was in flight")
+			assert.Zero(t, p.retired)
+			assert.EqualValues(t, 2, p.staged.Load())
+		})
+	}
+}
+
+// A DMA queued whose end could not be recorded, on a queue that cannot be
+// drained either: its chunk may still be written by the engine, so it is
+// retired, and the next copy gets a fresh one from the allocator.
+func TestStagingRetiresUnsettledChunk(t *testing.T) {
+	defer func(w int) { stageWorkers = w }(stageWorkers)
+	stageWorkers = 2
+	const n = 1<<20 + 5
+	p := fakePool(128<<10, 3)
+	allocs := 0
+	p.newChunk = func(_ *cuda.Device, size int) (*chunk, error) {
+		allocs++
+		m := make([]byte, size)
+		return &chunk{host: unsafe.Pointer(&m[0]), mem: m}, nil
+	}
+	bad := newFakeEngine(t, n, 3)
+	bad.recFail, bad.syncErr = 2, cuda.ErrClosed
+	_, err := stagedHtoD(p, bad, nil, fakeBase, pattern(n, 1))
+	require.ErrorIs(t, err, errFakeDMA)
+	assert.Len(t, p.chunks, 2, "the chunk whose DMA may still run is out of the pool")
+	assert.Equal(t, 1, p.retired)
+	for _, c := range p.chunks {
+		assert.False(t, c.queued)
+	}
+
+	good := newFakeEngine(t, n, 4)
+	src := pattern(n, 5)
+	done, err := stagedHtoD(p, good, nil, fakeBase, src)
+	require.True(t, done)
+	require.NoError(t, err)
+	require.NoError(t, good.sync())
+	assert.True(t, bytes.Equal(src, good.dev))
+	assert.Equal(t, 1, allocs, "topped up with one new chunk")
+	assert.Len(t, p.chunks, 3)
+
+	// The same failure on a queue that drains keeps every chunk.
+	bad = newFakeEngine(t, n, 5)
+	bad.recFail = 1
+	_, err = stagedDtoH(p, bad, nil, make([]byte, n), fakeBase)
+	require.ErrorIs(t, err, errFakeDMA)
+	assert.Len(t, p.chunks, 3)
+	assert.Equal(t, 1, p.retired)
+}
+
+// Only a failure to get pinned memory sends copies to the driver, and
+// only until the allocation is tried again.
+func TestStagingAllocFailureIsRetried(t *testing.T) {
+	defer func(w, k int) { stageWorkers, stageChunks = w, k }(stageWorkers, stageChunks)
+	stageWorkers, stageChunks = 2, 2
+	now := time.Unix(1000, 0)
+	fail := true
+	p := &stagePool{clock: func() time.Time { return now }}
+	p.newChunk = func(_ *cuda.Device, size int) (*chunk, error) {
+		if fail {
+			return nil, cuda.ErrorOutOfMemory
+		}
+		m := make([]byte, size)
+		return &chunk{host: unsafe.Pointer(&m[0]), mem: m}, nil
+	}
+	const n = 1 << 20
+	e := newFakeEngine(t, n, 6)
+	done, err := stagedHtoD(p, e, nil, fakeBase, pattern(n, 1))
+	assert.False(t, done, "no pinned memory: the driver copies")
+	assert.NoError(t, err)
+	assert.ErrorIs(t, p.allocErr, cuda.ErrorOutOfMemory)
+	assert.True(t, p.mu.TryLock(), "no lock left held")
+	p.mu.Unlock()
+
+	fail = false
+	done, _ = stagedHtoD(p, e, nil, fakeBase, pattern(n, 1))
+	assert.False(t, done, "not retried at once")
+	now = now.Add(stageRetry)
+	src := pattern(n, 2)
+	done, err = stagedHtoD(p, e, nil, fakeBase, src)
+	require.True(t, done, "retried later, and staged")
+	require.NoError(t, err)
+	require.NoError(t, e.sync())
+	assert.True(t, bytes.Equal(src, e.dev))
+	assert.Len(t, p.chunks, 2)
+}
+
+// A pool that cannot allocate through a nil device (a zero stream's)
+// declines without panicking and without holding its lock.
+func TestStagingNilDevice(t *testing.T) {
+	p := &stagePool{newChunk: allocChunk}
+	e := newFakeEngine(t, 1<<20, 7)
+	done, err := stagedHtoD(p, e, nil, fakeBase, make([]byte, 1<<20))
+	assert.False(t, done)
+	assert.NoError(t, err)
+	require.ErrorIs(t, p.allocErr, cuda.ErrInvalidArgument)
+	assert.True(t, p.mu.TryLock())
+	p.mu.Unlock()
+}
+
+// A panic in the queue's calls leaves the pool unlocked and usable.
+func TestStagingPanicReleasesPool(t *testing.T) {
+	p := fakePool(64<<10, 2)
+	func() {
+		defer func() { assert.NotNil(t, recover()) }()
+		_, _ = stagedHtoD(p, panicQueue{}, nil, fakeBase, make([]byte, 1<<20))
+	}()
+	assert.True(t, p.mu.TryLock(), "the lock was released")
+	p.mu.Unlock()
+	assert.Len(t, p.chunks, 2)
+}
+
+type panicQueue struct{}
+
+func (panicQueue) htod(cuda.DevicePtr, unsafe.Pointer, uint64) error { panic("boom") }
+func (panicQueue) dtoh(unsafe.Pointer, cuda.DevicePtr, uint64) error { panic("boom") }
+func (panicQueue) record(*chunk) error                               { panic("boom") }
+func (panicQueue) sync() error                                       { panic("boom") }
 
 func TestStagingBusyPool(t *testing.T) {
 	p := fakePool(64<<10, 2)
@@ -259,7 +420,83 @@ func TestStagingBusyPool(t *testing.T) {
 	assert.False(t, done)
 	assert.NoError(t, err)
 	p.mu.Unlock()
-	p.err = errFakeDMA
-	done, _ = stagedHtoD(p, e, nil, fakeBase, make([]byte, 1<<20))
-	assert.False(t, done, "a retired pool too")
+	empty := &stagePool{}
+	done, _ = stagedHtoD(empty, e, nil, fakeBase, make([]byte, 1<<20))
+	assert.False(t, done, "a pool with no chunks too")
+}
+
+// FuzzStaging runs staged copies of any size through pools of any shape,
+// with a DMA, an event record or the drain failing anywhere, on the fake
+// engine: a copy with no failure moves the right bytes; a failed one
+// returns the failure, leaves the pool unlocked and whole (or short of
+// the chunks it retired, which are then replaced), and the next copy is
+// staged and right.
+func FuzzStaging(f *testing.F) {
+	f.Add(uint32(1<<20+5), uint8(2), uint8(3), uint8(4), uint8(0), uint8(0), false)
+	f.Add(uint32(300<<10), uint8(1), uint8(1), uint8(1), uint8(2), uint8(0), true)
+	f.Add(uint32(5<<20), uint8(16), uint8(2), uint8(3), uint8(0), uint8(3), true)
+	f.Add(uint32(1), uint8(0), uint8(4), uint8(8), uint8(1), uint8(1), false)
+	f.Fuzz(func(t *testing.T, n uint32, chunkKiB, chunks, workers, failAt, recFail uint8, syncFail bool) {
+		defer func(w int) { stageWorkers = w }(stageWorkers)
+		size := int(n%(6<<20)) + 1
+		chunkSize := (int(chunkKiB%32) + 1) * 64 << 10
+		k := int(chunks%4) + 1
+		stageWorkers = int(workers%8) + 1
+		p := fakePool(chunkSize, k)
+		p.newChunk = func(_ *cuda.Device, size int) (*chunk, error) {
+			m := make([]byte, size)
+			return &chunk{host: unsafe.Pointer(&m[0]), mem: m}, nil
+		}
+		e := newFakeEngine(t, size, int64(n))
+		e.failAt, e.recFail = int(failAt%8), int(recFail%8)
+		if syncFail {
+			e.syncErr = cuda.ErrClosed
+		}
+		src := pattern(size, byte(n))
+		done, err := stagedHtoD(p, e, nil, fakeBase, src)
+		if !done {
+			t.Fatal("the pool was not used")
+		}
+		failed := err != nil
+		if failed && !errors.Is(err, errFakeDMA) {
+			t.Fatalf("unexpected error %v", err)
+		}
+		if !p.mu.TryLock() {
+			t.Fatal("the pool is still locked")
+		}
+		p.mu.Unlock()
+		if len(p.chunks)+p.retired != k {
+			t.Fatalf("%d chunks and %d retired, of %d", len(p.chunks), p.retired, k)
+		}
+		if !failed {
+			e.syncErr = nil
+			if err := e.sync(); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(src, e.dev) {
+				t.Fatal("host to device: other bytes")
+			}
+		}
+		dst := make([]byte, size)
+		done, err = stagedDtoH(p, e, nil, dst, fakeBase)
+		if !done || err != nil && !errors.Is(err, errFakeDMA) {
+			t.Fatalf("device to host: done %v, %v", done, err)
+		}
+		if err == nil && !failed && !bytes.Equal(src, dst) {
+			t.Fatal("device to host: other bytes")
+		}
+
+		// A good engine now: staged, and right.
+		good := newFakeEngine(t, size, 1)
+		src = pattern(size, byte(n)+1)
+		if done, err := stagedHtoD(p, good, nil, fakeBase, src); !done || err != nil {
+			t.Fatalf("after a failure: done %v, %v", done, err)
+		}
+		if err := good.sync(); err != nil || !bytes.Equal(src, good.dev) {
+			t.Fatalf("after a failure: other bytes (%v)", err)
+		}
+		if len(p.chunks) != k {
+			t.Fatalf("the pool was not topped up: %d of %d chunks", len(p.chunks), k)
+		}
+	})
 }

@@ -15,6 +15,12 @@ import (
 // that may crash. Work submitted to streams runs asynchronously, so
 // synchronize the streams that write the memory before reading the slice,
 // and those that read it after writing.
+//
+// The slice does not keep the buffer alive. So that safe code can never
+// reach freed memory through it, an allocation whose Bytes were taken is
+// never freed by the garbage-collection safety net: if its buffer is
+// lost without Close, the memory stays allocated and is counted by
+// [LeaksKept] (and [Leaks]). Close it explicitly.
 func (b *Buffer) Bytes() ([]byte, error) {
 	const op = "Buffer.Bytes"
 	ptr, err := b.acquire(op)
@@ -25,13 +31,17 @@ func (b *Buffer) Bytes() ([]byte, error) {
 	if !b.props().hostAcc {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "the memory at %#x is not host-accessible (device memory); copy it to the host with CopyToHost or ReadAt", uint64(ptr))
 	}
-	if b.size > maxSlice {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "a %d-byte buffer does not fit in a Go slice", b.size)
-	}
 	if b.size == 0 {
 		return []byte{}, nil
 	}
-	return hostSlice(ptr, b.size), nil
+	p, err := hostSlice(op, ptr, b.size)
+	if err != nil {
+		return nil, err
+	}
+	// Marked before the slice leaves, and while the buffer is held: a
+	// collection can only find the buffer lost after this call returns.
+	b.st.track.markViewed()
+	return p, nil
 }
 
 // Slice returns a view of n bytes of the buffer starting at off. A view
