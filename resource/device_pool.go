@@ -85,13 +85,13 @@ var _ buffer.MemoryResource = (*DevicePool)(nil)
 // With opts it creates a pool of its own (cuMemPoolCreate) and owns it.
 func NewDevicePool(dev *cuda.Device, opts *DevicePoolOptions) (*DevicePool, error) {
 	const op = "NewDevicePool"
-	if dev == nil {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device")
-	}
 	if opts != nil {
 		if err := opts.check(runtime.GOOS); err != nil {
 			return nil, err
 		}
+	}
+	if err := checkDevice(op, dev); err != nil {
+		return nil, err
 	}
 	f, err := dev.Features()
 	if err != nil {

@@ -97,6 +97,23 @@ func errNil(kind, op string) error {
 // initialized reports whether c was made by a constructor.
 func (c *poolCore) initialized() bool { return c.dev != nil && !c.pool.IsZero() }
 
+// checkDevice rejects a nil device and one not made by package cuda (a
+// zero cuda.Device, whose methods would reach a driver table it lacks):
+// dev must be the value cuda.GetDevice returns for its ordinal.
+func checkDevice(op string, dev *cuda.Device) error {
+	if dev == nil {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device")
+	}
+	real, err := cuda.GetDevice(dev.Ordinal())
+	if err != nil {
+		return &cuda.OpError{Op: op, Err: err}
+	}
+	if real != dev {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "device %v is not one cuda.GetDevice returned (a zero or copied cuda.Device)", dev)
+	}
+	return nil
+}
+
 // errZero is the error for a method called on a zero value.
 func errZero(kind, op string) error {
 	return cuda.Errorf(kind+"."+op, cuda.ErrInvalidArgument, "%s is not initialized (create it with New%s)", kind, kind)
