@@ -63,15 +63,20 @@ func TestCheckSize(t *testing.T) {
 // that wraps past 2^64 must be refused (and given back), not carved into
 // allocations at addresses that wrapped around.
 func TestSubAllocatorRefusesWrappingBlock(t *testing.T) {
-	a, up, _ := newSA(t, &SubAllocatorOptions{GrowSize: 1 << 20})
-	up.next = math.MaxUint64 - 4095 // the next block starts 4 KiB below 2^64
-	_, err := a.Allocate(4096, nil)
-	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
-	assert.Contains(t, err.Error(), "wraps")
-	_, _, live := up.counts()
-	assert.Zero(t, live, "the refused block went back to the upstream")
-	assert.Zero(t, a.Stats().Reserved)
-	require.NoError(t, a.Close())
+	for _, base := range []uint64{
+		math.MaxUint64 - 4095, // the block's end wraps
+		math.MaxUint64 - 127,  // aligning the start wraps to address 0 (was carved from 0)
+	} {
+		a, up, _ := newSA(t, &SubAllocatorOptions{GrowSize: 1 << 20})
+		up.next = base
+		_, err := a.Allocate(4096, nil)
+		require.ErrorIs(t, err, cuda.ErrInvalidArgument, "block at %#x", base)
+		assert.Contains(t, err.Error(), "wraps")
+		_, _, live := up.counts()
+		assert.Zero(t, live, "the refused block went back to the upstream")
+		assert.Zero(t, a.Stats().Reserved)
+		require.NoError(t, a.Close())
+	}
 }
 
 // TestStatisticsSaturates: byte counters stop at the maximum rather than
