@@ -163,17 +163,20 @@ func TestNilAndZeroFunctions(t *testing.T) {
 			_, err := resource.NewSubAllocator((*resource.DevicePool)(nil), nil)
 			return err
 		},
-		"Default(nil)":               func() error { _, err := resource.Default(nil); return err },
-		"Default(zero device)":       func() error { _, err := resource.Default(zeroDev); return err },
-		"SetDefault(nil, nil)":       func() error { return resource.SetDefault(nil, nil) },
-		"SetDefault(zero, nil)":      func() error { return resource.SetDefault(zeroDev, nil) },
-		"Prefetch(nil)":              func() error { return resource.Prefetch(nil, cuda.MemLocation{Type: cuda.MemLocationTypeHost}, nil) },
-		"Advise(nil)":                func() error { return resource.Advise(nil, cuda.MemAdviseSetReadMostly, cuda.MemLocation{}) },
-		"NewLimiting(nil).Allocate":  func() error { _, err := resource.NewLimiting(nil, 1).Allocate(1, nil); return err },
-		"NewStatistics(nil).Alloc":   func() error { _, err := resource.NewStatistics(nil).Allocate(1, nil); return err },
-		"NewTracking(nil).Allocate":  func() error { _, err := resource.NewTracking(nil, nil).Allocate(1, nil); return err },
-		"NewTracking(nil).Dealloc":   func() error { return resource.NewTracking(nil, nil).Deallocate(4096, 1, nil) },
-		"NewLimiting(nil ptr).Alloc": func() error { _, err := resource.NewLimiting((*resource.SubAllocator)(nil), 1).Allocate(1, nil); return err },
+		"Default(nil)":              func() error { _, err := resource.Default(nil); return err },
+		"Default(zero device)":      func() error { _, err := resource.Default(zeroDev); return err },
+		"SetDefault(nil, nil)":      func() error { return resource.SetDefault(nil, nil) },
+		"SetDefault(zero, nil)":     func() error { return resource.SetDefault(zeroDev, nil) },
+		"Prefetch(nil)":             func() error { return resource.Prefetch(nil, cuda.MemLocation{Type: cuda.MemLocationTypeHost}, nil) },
+		"Advise(nil)":               func() error { return resource.Advise(nil, cuda.MemAdviseSetReadMostly, cuda.MemLocation{}) },
+		"NewLimiting(nil).Allocate": func() error { _, err := resource.NewLimiting(nil, 1).Allocate(1, nil); return err },
+		"NewStatistics(nil).Alloc":  func() error { _, err := resource.NewStatistics(nil).Allocate(1, nil); return err },
+		"NewTracking(nil).Allocate": func() error { _, err := resource.NewTracking(nil, nil).Allocate(1, nil); return err },
+		"NewTracking(nil).Dealloc":  func() error { return resource.NewTracking(nil, nil).Deallocate(4096, 1, nil) },
+		"NewLimiting(nil ptr).Alloc": func() error {
+			_, err := resource.NewLimiting((*resource.SubAllocator)(nil), 1).Allocate(1, nil)
+			return err
+		},
 	}
 	for name, call := range calls {
 		func() {
@@ -200,7 +203,9 @@ func TestZeroBufferArgs(t *testing.T) {
 	host := cuda.MemLocation{Type: cuda.MemLocationTypeHost}
 	for name, call := range map[string]func() error{
 		"Prefetch": func() error { return resource.Prefetch(&buffer.Buffer{}, host, nil) },
-		"Advise":   func() error { return resource.Advise(&buffer.Buffer{}, cuda.MemAdviseSetReadMostly, cuda.MemLocation{}) },
+		"Advise": func() error {
+			return resource.Advise(&buffer.Buffer{}, cuda.MemAdviseSetReadMostly, cuda.MemLocation{})
+		},
 	} {
 		func() {
 			defer func() {
