@@ -157,8 +157,8 @@ func TestCloseWaitsForCalls(t *testing.T) {
 		t.Fatal("nested Acquire after Close began succeeded")
 	}
 	select {
-	case <-done:
-		t.Fatal("Close returned while a call was in progress")
+	case err := <-done:
+		t.Fatalf("Close returned (%v) while a call was in progress", err)
 	case <-time.After(20 * time.Millisecond):
 	}
 	inCall.Store(false)
