@@ -42,6 +42,14 @@ func TestPoolInitialReserveNear2to64(t *testing.T) {
 		require.ErrorIs(t, err, cuda.ErrInvalidArgument, "PinnedPool reserve %d", n)
 		assert.Contains(t, err.Error(), "InitialReserve")
 	}
+	for _, m := range []uint64{math.MaxUint64, 1<<63 + 1} {
+		d := DevicePoolOptions{MaxSize: m}
+		err := d.check("linux")
+		require.ErrorIs(t, err, cuda.ErrInvalidArgument)
+		assert.Contains(t, err.Error(), "MaxSize")
+		p := PinnedPoolOptions{MaxSize: m}
+		require.ErrorIs(t, p.check("linux"), cuda.ErrInvalidArgument)
+	}
 	p := PinnedPoolOptions{InitialReserve: 4 << 20, MaxSize: 2 << 20}
 	require.ErrorIs(t, p.check("linux"), cuda.ErrInvalidArgument)
 	p = PinnedPoolOptions{InitialReserve: 4 << 20, ReleaseThreshold: 1 << 20}

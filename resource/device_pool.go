@@ -43,6 +43,9 @@ func (o *DevicePoolOptions) check(goos string) error {
 	if err := checkSize(op, "InitialReserve", o.InitialReserve); err != nil {
 		return err
 	}
+	if err := checkSize(op, "MaxSize", o.MaxSize); err != nil {
+		return err
+	}
 	if o.MaxSize != 0 && o.InitialReserve > o.MaxSize {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "InitialReserve %d exceeds MaxSize %d", o.InitialReserve, o.MaxSize)
 	}

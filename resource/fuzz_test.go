@@ -33,14 +33,14 @@ func FuzzDevicePoolOptions(f *testing.F) {
 		}
 		o := DevicePoolOptions{MaxSize: maxSize, IPC: ipc, ReleaseThreshold: threshold, InitialReserve: reserve}
 		err := o.check(goos)
-		bad := reserve > maxRequest || (maxSize != 0 && reserve > maxSize) || (threshold != 0 && reserve > threshold)
+		bad := reserve > maxRequest || maxSize > maxRequest || (maxSize != 0 && reserve > maxSize) || (threshold != 0 && reserve > threshold)
 		switch {
 		case ipc && !linux:
 			if !errors.Is(err, cuda.ErrNotSupported) {
 				t.Fatalf("IPC on %s: %v", goos, err)
 			}
 		case bad:
-			if !errors.Is(err, cuda.ErrInvalidArgument) || !optionNamed(err, "InitialReserve") {
+			if !errors.Is(err, cuda.ErrInvalidArgument) || !optionNamed(err, "InitialReserve", "MaxSize") {
 				t.Fatalf("%+v accepted or badly reported: %v", o, err)
 			}
 		case err != nil:
@@ -66,14 +66,14 @@ func FuzzPinnedPoolOptions(f *testing.F) {
 		}
 		err := o.check("linux")
 		badNode := hasNode && (node < 0 || node > math.MaxInt32)
-		badReserve := reserve > maxRequest || (maxSize != 0 && reserve > maxSize) || (threshold != 0 && reserve > threshold)
+		badReserve := reserve > maxRequest || maxSize > maxRequest || (maxSize != 0 && reserve > maxSize) || (threshold != 0 && reserve > threshold)
 		switch {
 		case badNode:
 			if !errors.Is(err, cuda.ErrInvalidArgument) || !optionNamed(err, "NUMANode") {
 				t.Fatalf("node %d accepted or badly reported: %v", node, err)
 			}
 		case badReserve:
-			if !errors.Is(err, cuda.ErrInvalidArgument) || !optionNamed(err, "InitialReserve") {
+			if !errors.Is(err, cuda.ErrInvalidArgument) || !optionNamed(err, "InitialReserve", "MaxSize") {
 				t.Fatalf("%+v accepted or badly reported: %v", o, err)
 			}
 		case err != nil:

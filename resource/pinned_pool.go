@@ -47,6 +47,9 @@ func (o *PinnedPoolOptions) check(goos string) error {
 	if err := checkSize(op, "InitialReserve", o.InitialReserve); err != nil {
 		return err
 	}
+	if err := checkSize(op, "MaxSize", o.MaxSize); err != nil {
+		return err
+	}
 	if o.MaxSize != 0 && o.InitialReserve > o.MaxSize {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "InitialReserve %d exceeds MaxSize %d", o.InitialReserve, o.MaxSize)
 	}
