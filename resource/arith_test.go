@@ -133,3 +133,21 @@ func TestAdaptorTakeJoinsCleanupErrors(t *testing.T) {
 	_, _, live := up.counts()
 	assert.Equal(t, 1, live, "the memory the upstream kept is still its own")
 }
+
+// TestSubAllocatorRejectBlockJoinsCloseError: a block the upstream got
+// wrong is given back, and a failure to give it back is in the error.
+func TestSubAllocatorRejectBlockJoinsCloseError(t *testing.T) {
+	up := newSAUpstream()
+	a, err := NewSubAllocator(up, &SubAllocatorOptions{GrowSize: 1 << 20})
+	require.NoError(t, err)
+	a.order = &saOrder{}
+	up.short = 4096 // the upstream returns less than asked: a broken contract
+	boom := errors.New("give-back refused")
+	up.freeErr = func(*cuda.Stream) error { return boom }
+	_, err = a.Allocate(4096, nil)
+	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
+	require.ErrorIs(t, err, boom)
+	assert.Zero(t, a.Stats().Reserved, "the bad block is not on the books")
+	up.freeErr = nil
+	require.NoError(t, a.Close())
+}

@@ -135,3 +135,19 @@ func TestDevicePoolOtherDeviceStream(t *testing.T) {
 	assert.Contains(t, err.Error(), devs[1].String())
 	assert.Contains(t, err.Error(), devs[0].String())
 }
+
+// TestNewDevicePoolFailedReserveRollsBack: a reserve the device cannot
+// hold fails the constructor, which destroys the pool it created (the
+// error would say "leaked" otherwise), and the device still works.
+func TestNewDevicePoolFailedReserveRollsBack(t *testing.T) {
+	dev := cudatest.Device(t)
+	_, err := resource.NewDevicePool(dev, &resource.DevicePoolOptions{InitialReserve: 1 << 50})
+	cudatest.SkipIfNotSupported(t, err)
+	require.ErrorIs(t, err, cuda.ErrorOutOfMemory)
+	assert.NotContains(t, err.Error(), "leaked")
+	assert.Contains(t, err.Error(), "initial reserve")
+	p := ownedPool(t, dev, &resource.DevicePoolOptions{})
+	b, err := p.Allocate(4096, nil)
+	require.NoError(t, err)
+	require.NoError(t, b.Close())
+}
