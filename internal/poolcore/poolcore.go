@@ -76,15 +76,14 @@ func (c *Core) Owned() bool { return c.destroy != nil }
 // begun (nothing to release then), and true otherwise, after which
 // Release must follow. It never blocks.
 func (c *Core) Acquire() bool {
-	for {
-		s := c.state.Load()
-		if s&closedBit != 0 {
-			return false
-		}
-		if c.state.CompareAndSwap(s, s+1) {
-			return true
-		}
+	// One atomic add on the fast path (what RWMutex.RLock costs). After
+	// Close began the increment is undone at once; Close, waiting for the
+	// count to drain, at worst waits for that undo.
+	if c.state.Add(1)&closedBit != 0 {
+		c.Release()
+		return false
 	}
+	return true
 }
 
 // Release ends a call started by a successful Acquire. The last call to
