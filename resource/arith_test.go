@@ -3,12 +3,15 @@ package resource
 import (
 	"errors"
 	"math"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 )
 
@@ -150,4 +153,19 @@ func TestSubAllocatorRejectBlockJoinsCloseError(t *testing.T) {
 	assert.Zero(t, a.Stats().Reserved, "the bad block is not on the books")
 	up.freeErr = nil
 	require.NoError(t, a.Close())
+	// The buffer that could not be given back is unreachable now: the
+	// buffer package's safety net frees it (and counts it as a leak). Wait
+	// for that here, so that the count does not change under a later
+	// test's leak check.
+	leaks := buffer.Leaks()
+	for range 200 {
+		if _, _, live := up.counts(); live == 0 && buffer.Leaks() > leaks {
+			break
+		}
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	_, _, live := up.counts()
+	assert.Zero(t, live, "the safety net gave the block back")
+	assert.Equal(t, leaks+1, buffer.Leaks())
 }
