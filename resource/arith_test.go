@@ -21,12 +21,13 @@ func TestPinnedPoolOptionsNUMANodeRange(t *testing.T) {
 	if math.MaxInt == math.MaxInt32 {
 		t.Skip("int is 32 bits: no NUMA node can exceed the driver's range")
 	}
-	big := int(int64(1) << 32) // became node 0 through int32()
+	one := int64(1)       // variables, so 32-bit targets compile the conversions
+	big := int(one << 32) // became node 0 through int32()
 	o := PinnedPoolOptions{NUMANode: &big}
 	err := o.check("linux")
 	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
 	assert.Contains(t, err.Error(), "NUMANode 4294967296")
-	justOver := int(int64(math.MaxInt32) + 1)
+	justOver := int(one<<31 + 0)
 	o.NUMANode = &justOver
 	require.ErrorIs(t, o.check("linux"), cuda.ErrInvalidArgument)
 	ok := math.MaxInt32
