@@ -58,7 +58,7 @@ func TestPoolInitialReserveNear2to64(t *testing.T) {
 	require.ErrorIs(t, p.check("linux"), cuda.ErrInvalidArgument)
 	p = PinnedPoolOptions{InitialReserve: 4 << 20, ReleaseThreshold: 1 << 20}
 	require.ErrorIs(t, p.check("linux"), cuda.ErrInvalidArgument)
-	p = PinnedPoolOptions{InitialReserve: 1 << 40}
+	p = PinnedPoolOptions{InitialReserve: 1 << 31}
 	require.NoError(t, p.check("linux"))
 }
 
