@@ -22,6 +22,12 @@ type poolUser interface {
 	IsClosed() bool
 }
 
+// Both pool kinds offer Use, which package ipc calls from ExportPool.
+var (
+	_ poolUser = (*resource.DevicePool)(nil)
+	_ poolUser = (*resource.PinnedPool)(nil)
+)
+
 // checkUseAgainstClose runs Use with a callback that blocks while Close is
 // called from another goroutine: Close must wait for the callback, the
 // pool must stay valid (driver calls on it succeed) until the callback
