@@ -3,8 +3,13 @@ package resource_test
 import (
 	"errors"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"math"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/cudamem/cudamem/buffer"
@@ -12,9 +17,9 @@ import (
 	"github.com/cudamem/cudamem/resource"
 )
 
-// nilZeroTypes lists every exported type of the package. Adding a type
-// without adding it here is caught by nobody but review, so keep it next
-// to the package's declarations in mind.
+// nilZeroTypes lists every exported type of the package;
+// TestNilZeroTypesComplete fails when a type is added without being
+// listed here.
 var nilZeroTypes = []any{
 	(*resource.DevicePool)(nil),
 	(*resource.PinnedPool)(nil),
@@ -229,4 +234,40 @@ func zeroBufferSafe() (ok bool) {
 	b := &buffer.Buffer{}
 	_, _ = b.Ptr(), b.Resource()
 	return true
+}
+
+// TestNilZeroTypesComplete parses the package's sources and checks that
+// every exported type is in nilZeroTypes, so the nil/zero sweep covers
+// types added later.
+func TestNilZeroTypesComplete(t *testing.T) {
+	listed := map[string]bool{}
+	for _, typ := range nilZeroTypes {
+		listed[reflect.TypeOf(typ).Elem().Name()] = true
+	}
+	fset := token.NewFileSet()
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.TYPE {
+				continue
+			}
+			for _, sp := range g.Specs {
+				ts := sp.(*ast.TypeSpec)
+				if ts.Name.IsExported() && !listed[ts.Name.Name] {
+					t.Errorf("exported type %s (%s) is missing from nilZeroTypes", ts.Name.Name, name)
+				}
+			}
+		}
+	}
 }
