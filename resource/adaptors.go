@@ -1,6 +1,7 @@
 package resource
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -96,14 +97,20 @@ func adaptorTake(op string, up buffer.MemoryResource, ub *buffer.Buffer, size ui
 	s := ub.Stream()
 	ptr, got, err := ub.Disown()
 	if err != nil {
-		_ = ub.Close()
-		return 0, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "upstream %v returned a buffer it does not own for %d bytes: %v", up, size, err)
+		bad := cuda.Errorf(op, cuda.ErrInvalidArgument, "upstream %v returned a buffer it does not own for %d bytes: %v", up, size, err)
+		if cerr := ub.Close(); cerr != nil {
+			bad = errors.Join(bad, fmt.Errorf("close it: %w", cerr))
+		}
+		return 0, nil, bad
 	}
 	if got != size {
+		bad := cuda.Errorf(op, cuda.ErrInvalidArgument, "upstream %v returned %d bytes for a request of %d", up, got, size)
 		if ptr != 0 {
-			_ = up.Deallocate(ptr, got, s)
+			if derr := up.Deallocate(ptr, got, s); derr != nil {
+				bad = errors.Join(bad, fmt.Errorf("give %#x (%d bytes) back: %w", uint64(ptr), got, derr))
+			}
 		}
-		return 0, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "upstream %v returned %d bytes for a request of %d", up, got, size)
+		return 0, nil, bad
 	}
 	return ptr, s, nil
 }
@@ -146,6 +153,22 @@ func subSat(c *atomic.Uint64, n uint64) {
 		}
 		if c.CompareAndSwap(old, nv) {
 			return
+		}
+	}
+}
+
+// addSat adds n to c, stopping at the largest uint64 instead of wrapping
+// around: counters fed by sizes from callers (or a misbehaving upstream)
+// must not wrap to small values. It returns the new value.
+func addSat(c *atomic.Uint64, n uint64) uint64 {
+	for {
+		old := c.Load()
+		nv := old + n
+		if nv < old {
+			nv = ^uint64(0)
+		}
+		if c.CompareAndSwap(old, nv) {
+			return nv
 		}
 	}
 }

@@ -30,8 +30,8 @@ var defaults struct {
 // was closed. Default is safe for concurrent use.
 func Default(dev *cuda.Device) (buffer.MemoryResource, error) {
 	const op = "Default"
-	if dev == nil {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device")
+	if err := checkDevice(op, dev); err != nil {
+		return nil, err
 	}
 	defaults.mu.Lock()
 	defer defaults.mu.Unlock()
@@ -71,8 +71,8 @@ func isClosed(mr buffer.MemoryResource) bool {
 // resource is an error matching cuda.ErrInvalidArgument.
 func SetDefault(dev *cuda.Device, mr buffer.MemoryResource) error {
 	const op = "SetDefault"
-	if dev == nil {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device")
+	if err := checkDevice(op, dev); err != nil {
+		return err
 	}
 	if mr == nil || isNilPointer(mr) {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil memory resource for %v", dev)

@@ -2,6 +2,7 @@ package resource
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"slices"
 	"strings"
@@ -39,6 +40,12 @@ func (o *DevicePoolOptions) check(goos string) error {
 	if o.IPC && goos != "linux" {
 		return cuda.Errorf(op, cuda.ErrNotSupported, "IPC-enabled pools use POSIX file descriptors, available on Linux only (not %s)", goos)
 	}
+	if err := checkSize(op, "InitialReserve", o.InitialReserve); err != nil {
+		return err
+	}
+	if err := checkSize(op, "MaxSize", o.MaxSize); err != nil {
+		return err
+	}
 	if o.MaxSize != 0 && o.InitialReserve > o.MaxSize {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "InitialReserve %d exceeds MaxSize %d", o.InitialReserve, o.MaxSize)
 	}
@@ -65,7 +72,7 @@ func (o *DevicePoolOptions) check(goos string) error {
 // owned pool is destroyed when the last of them is.
 type DevicePool struct {
 	core   poolCore
-	peerMu sync.Mutex // serializes SetPeerAccess calls (Close excludes them through core.mu)
+	peerMu sync.Mutex // serializes SetPeerAccess calls (Close waits for them through core.life)
 }
 
 var _ buffer.MemoryResource = (*DevicePool)(nil)
@@ -81,13 +88,13 @@ var _ buffer.MemoryResource = (*DevicePool)(nil)
 // With opts it creates a pool of its own (cuMemPoolCreate) and owns it.
 func NewDevicePool(dev *cuda.Device, opts *DevicePoolOptions) (*DevicePool, error) {
 	const op = "NewDevicePool"
-	if dev == nil {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device")
-	}
 	if opts != nil {
 		if err := opts.check(runtime.GOOS); err != nil {
 			return nil, err
 		}
+	}
+	if err := checkDevice(op, dev); err != nil {
+		return nil, err
 	}
 	f, err := dev.Features()
 	if err != nil {
@@ -95,6 +102,9 @@ func NewDevicePool(dev *cuda.Device, opts *DevicePoolOptions) (*DevicePool, erro
 	}
 	if !f.MemoryPools {
 		return nil, cuda.Errorf(op, cuda.ErrNotSupported, "%v does not support memory pools (use NewSyncDevice, or Default to pick)", dev)
+	}
+	if dev.Ordinal() < 0 || dev.Ordinal() > math.MaxInt32 {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "device ordinal %d does not fit a memory location", dev.Ordinal())
 	}
 	p := &DevicePool{core: poolCore{kind: "DevicePool", dev: dev}}
 	if opts == nil {
@@ -129,22 +139,23 @@ func NewDevicePool(dev *cuda.Device, opts *DevicePoolOptions) (*DevicePool, erro
 	if err != nil {
 		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%v: %w", dev, err)}
 	}
+	clean := true
 	err = pool.SetAttribute(cuda.MemPoolAttrReleaseThreshold, threshold(opts.ReleaseThreshold))
 	if err == nil {
-		err = prime(pool, dev.DefaultStream(), opts.InitialReserve)
+		clean, err = prime(pool, dev.DefaultStream(), opts.InitialReserve)
 	}
 	if err != nil {
-		_ = pool.Destroy()
-		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%v: %w", dev, err)}
+		// Nothing else holds the new pool: destroy it, so a failed
+		// constructor leaves nothing behind.
+		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%v: %w", dev, discard(pool, clean, err))}
 	}
-	p.core.pool, p.core.owned, p.core.ipc = pool, true, opts.IPC
-	p.core.quiesce = func() []*cuda.Device { return []*cuda.Device{dev} }
-	p.core.destroy = func() error {
+	p.core.pool, p.core.ipc = pool, opts.IPC
+	p.core.own([]*cuda.Device{dev}, func() error {
 		if err := p.revokePeers(); err != nil {
 			return fmt.Errorf("revoke peer access: %w", err)
 		}
 		return pool.Destroy()
-	}
+	})
 	return p, nil
 }
 
@@ -208,7 +219,7 @@ func (p *DevicePool) Pool() cuda.MemPool {
 
 // IsOwned reports whether p created its pool (and Close destroys it),
 // rather than borrowing the device's current pool.
-func (p *DevicePool) IsOwned() bool { return p != nil && p.core.owned }
+func (p *DevicePool) IsOwned() bool { return p != nil && p.core.owned() }
 
 // IsIPCEnabled reports whether the pool can be exported to other processes.
 func (p *DevicePool) IsIPCEnabled() bool { return p != nil && p.core.ipc }
@@ -421,13 +432,31 @@ func (p *DevicePool) revokePeers() error {
 // pool is left as it is. Close is idempotent; if destroying the pool
 // fails, Close (or, for a deferred destruction, the next Close) returns
 // the error, and calling Close again retries.
+//
+// Close waits for calls in progress on p (a Use callback among them) to
+// return first; it must not be called from inside Use's callback.
 func (p *DevicePool) Close() error {
-	if p == nil || p.core.dev == nil || p.core.pool.IsZero() {
+	if p == nil || !p.core.initialized() {
 		return nil
 	}
-	p.core.mu.Lock()
-	defer p.core.mu.Unlock()
-	return p.core.closeLocked()
+	return p.core.close()
+}
+
+// Use runs fn with the driver pool held open: a concurrent Close waits for
+// fn to return before it destroys the pool, so fn may make driver calls on
+// it (package ipc exports the pool this way). It returns fn's error; an
+// error matching cuda.ErrClosed (naming DevicePool.Use) once p is closed,
+// without calling fn; and one matching cuda.ErrInvalidArgument for a nil
+// or zero p or a nil fn.
+//
+// fn must not destroy the pool, keep it after returning, or Close p (Close
+// would wait for fn, which waits for Close). Other calls on p from inside
+// fn work, and fail with cuda.ErrClosed once a Close has begun.
+func (p *DevicePool) Use(fn func(pool cuda.MemPool) error) error {
+	if p == nil {
+		return errNil("DevicePool", "Use")
+	}
+	return p.core.use("DevicePool", fn)
 }
 
 // String describes the resource for logs.
@@ -436,7 +465,7 @@ func (p *DevicePool) String() string {
 		return "DevicePool(nil)"
 	}
 	kind := "current pool"
-	if p.core.owned {
+	if p.core.owned() {
 		kind = "owned pool"
 	}
 	if p.core.ipc {

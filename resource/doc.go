@@ -59,6 +59,17 @@
 // peer access before it is destroyed (cuda.core #2807 meant to and did
 // not).
 //
+// Close waits for the calls in progress on the pool to return before it
+// destroys anything, so a call never finds its pool destroyed under it.
+// [DevicePool.Use] and [PinnedPool.Use] extend that to code outside the
+// package: the callback gets the driver pool and runs with the pool held
+// open (package ipc exports pools this way). The lifecycle itself lives in
+// internal/poolcore, shared with the imported pools of package ipc.
+//
+// Constructors either return a working resource or leave nothing behind:
+// a pool created before a later step failed is destroyed, and an error
+// from that clean-up is joined to the returned error.
+//
 // # Errors
 //
 // Errors name the operation ("DevicePool.Allocate: ...") and the values
@@ -67,8 +78,13 @@
 // driver is called), cuda.ErrNotSupported (a device, driver or platform
 // without the feature; tests skip on it) or a cuda.Result such as
 // cuda.ErrorOutOfMemory. Nothing in this package panics on bad input: nil
-// devices, nil or zero-value resources, closed buffers and any size give
-// errors. Allocating size 0 returns an empty buffer without calling the
+// or zero-value devices, resources and streams, closed buffers and any
+// size give errors. Sizes above 2^63 (or the address space of a 32-bit
+// target) are refused before the driver sees them, since its rounding
+// would wrap; a stream of another device given to a DevicePool or
+// SyncDevice is refused; freeing through a pool with nothing live (memory
+// it never handed out) is refused without calling the driver. Counters
+// (Statistics, Tracking) saturate rather than wrap. Allocating size 0 returns an empty buffer without calling the
 // driver; deallocating address 0 does nothing.
 //
 // # Names

@@ -49,8 +49,12 @@ func (r *LegacyPinned) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, er
 	if err := r.check("Allocate"); err != nil {
 		return nil, err
 	}
-	if s == nil {
-		s = r.dev.DefaultStream()
+	s, err := syncStream("LegacyPinned.Allocate", r.dev, s, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSize("LegacyPinned.Allocate", "size", size); err != nil {
+		return nil, err
 	}
 	if size == 0 {
 		return buffer.Owned(0, 0, r, s), nil

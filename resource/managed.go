@@ -1,6 +1,7 @@
 package resource
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/cudamem/cudamem/buffer"
@@ -37,9 +38,6 @@ var _ buffer.MemoryResource = (*Managed)(nil)
 // cuda.ErrNotSupported.
 func NewManaged(dev *cuda.Device, opts *ManagedOptions) (*Managed, error) {
 	const op = "NewManaged"
-	if dev == nil {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device")
-	}
 	r := &Managed{dev: dev}
 	if opts != nil && opts.PreferredLocation != nil {
 		loc := *opts.PreferredLocation
@@ -47,6 +45,9 @@ func NewManaged(dev *cuda.Device, opts *ManagedOptions) (*Managed, error) {
 			return nil, err
 		}
 		r.preferred = &loc
+	}
+	if err := checkDevice(op, dev); err != nil {
+		return nil, err
 	}
 	f, err := dev.Features()
 	if err != nil {
@@ -74,8 +75,12 @@ func (r *Managed) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) 
 	if err := r.check("Allocate"); err != nil {
 		return nil, err
 	}
-	if s == nil {
-		s = r.dev.DefaultStream()
+	s, err := syncStream(op, r.dev, s, false)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSize(op, "size", size); err != nil {
+		return nil, err
 	}
 	if size == 0 {
 		return buffer.Owned(0, 0, r, s), nil
@@ -86,8 +91,12 @@ func (r *Managed) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) 
 	}
 	if r.preferred != nil {
 		if err := r.dev.MemAdvise(p, size, cuda.MemAdviseSetPreferredLocation, *r.preferred); err != nil {
-			_ = r.dev.MemFree(p)
-			return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("preferred location %s: %w", locString(*r.preferred), err)}
+			err = fmt.Errorf("preferred location %s: %w", locString(*r.preferred), err)
+			// Undo the allocation; if that fails too, say the memory leaked.
+			if ferr := r.dev.MemFree(p); ferr != nil {
+				err = errors.Join(err, fmt.Errorf("free %#x (%d bytes) after the failure: %w (leaked)", uint64(p), size, ferr))
+			}
+			return nil, &cuda.OpError{Op: op, Err: err}
 		}
 	}
 	return buffer.Owned(p, size, r, s), nil

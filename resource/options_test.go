@@ -25,7 +25,7 @@ func TestDevicePoolOptionsCheck(t *testing.T) {
 		{name: "reserve within max", opts: DevicePoolOptions{MaxSize: 4 << 20, InitialReserve: 4 << 20}, goos: "linux"},
 		{name: "reserve over max", opts: DevicePoolOptions{MaxSize: 2 << 20, InitialReserve: 4 << 20}, goos: "linux", err: cuda.ErrInvalidArgument,
 			msg: "NewDevicePool: cuda: invalid argument: InitialReserve 4194304 exceeds MaxSize 2097152"},
-		{name: "reserve with default threshold", opts: DevicePoolOptions{InitialReserve: 1 << 40}, goos: "linux"},
+		{name: "reserve with default threshold", opts: DevicePoolOptions{InitialReserve: 1 << 31}, goos: "linux"},
 		{name: "reserve over threshold", opts: DevicePoolOptions{ReleaseThreshold: 1 << 20, InitialReserve: 4 << 20}, goos: "linux", err: cuda.ErrInvalidArgument,
 			msg: "NewDevicePool: cuda: invalid argument: InitialReserve 4194304 exceeds ReleaseThreshold 1048576: the pool would release the reserve at the next synchronization"},
 	} {

@@ -3,6 +3,7 @@ package resource
 import (
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 
 	"github.com/cudamem/cudamem/buffer"
@@ -26,6 +27,10 @@ type PinnedPoolOptions struct {
 	// ReleaseThreshold is how many reserved bytes the pool keeps at
 	// synchronization points; 0 means no limit (keep freed memory cached).
 	ReleaseThreshold uint64
+	// InitialReserve primes the pool: NewPinnedPool allocates and frees
+	// this many bytes, so the first allocations need not grow it. It must
+	// not exceed MaxSize (when set) or ReleaseThreshold (when not 0).
+	InitialReserve uint64
 }
 
 // check validates the options without a driver; goos is the target OS.
@@ -33,6 +38,24 @@ func (o *PinnedPoolOptions) check(goos string) error {
 	const op = "NewPinnedPool"
 	if o.NUMANode != nil && *o.NUMANode < 0 {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "negative NUMANode %d (leave it nil for plain host memory)", *o.NUMANode)
+	}
+	if o.NUMANode != nil && *o.NUMANode > math.MaxInt32 {
+		// The driver's location ID is 32 bits: a larger node would
+		// become another node (2^32 would become node 0).
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "NUMANode %d exceeds the largest node ID the driver takes (%d)", *o.NUMANode, math.MaxInt32)
+	}
+	if err := checkSize(op, "InitialReserve", o.InitialReserve); err != nil {
+		return err
+	}
+	if err := checkSize(op, "MaxSize", o.MaxSize); err != nil {
+		return err
+	}
+	if o.MaxSize != 0 && o.InitialReserve > o.MaxSize {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "InitialReserve %d exceeds MaxSize %d", o.InitialReserve, o.MaxSize)
+	}
+	if t := threshold(o.ReleaseThreshold); o.InitialReserve > t {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument,
+			"InitialReserve %d exceeds ReleaseThreshold %d: the pool would release the reserve at the next synchronization", o.InitialReserve, t)
 	}
 	if o.IPC && goos != "linux" {
 		return cuda.Errorf(op, cuda.ErrNotSupported, "IPC-enabled pools use POSIX file descriptors, available on Linux only (not %s)", goos)
@@ -100,7 +123,11 @@ func NewPinnedPool(opts *PinnedPoolOptions) (*PinnedPool, error) {
 	case opts.NUMANode != nil:
 		loc = cuda.MemLocation{Type: cuda.MemLocationTypeHostNUMA, ID: int32(*opts.NUMANode)}
 	case opts.IPC:
-		loc = cuda.MemLocation{Type: cuda.MemLocationTypeHostNUMA, ID: int32(max(f.HostNUMAID, 0))}
+		node := f.HostNUMAID
+		if node < 0 || node > math.MaxInt32 {
+			node = 0 // the driver did not say (or said nonsense): node 0, as documented
+		}
+		loc = cuda.MemLocation{Type: cuda.MemLocationTypeHostNUMA, ID: int32(node)}
 	}
 	_, version, err := cuda.Driver()
 	if err != nil {
@@ -131,18 +158,22 @@ func NewPinnedPool(opts *PinnedPoolOptions) (*PinnedPool, error) {
 	for i, d := range devs {
 		descs[i] = cuda.MemAccessDesc{Location: deviceLoc(d), Flags: cuda.MemAccessProtReadWrite}
 	}
+	clean := true
 	err = pool.SetAccess(descs...)
 	if err == nil {
 		err = pool.SetAttribute(cuda.MemPoolAttrReleaseThreshold, threshold(opts.ReleaseThreshold))
 	}
-	if err != nil {
-		_ = pool.Destroy()
-		return nil, &cuda.OpError{Op: op, Err: err}
+	if err == nil {
+		clean, err = prime(pool, dev.DefaultStream(), opts.InitialReserve)
 	}
-	p := &PinnedPool{core: poolCore{kind: "PinnedPool", dev: dev, pool: pool, owned: true, ipc: opts.IPC}, loc: loc}
+	if err != nil {
+		// Nothing else holds the new pool: destroy it (access granted to
+		// the devices goes with it).
+		return nil, &cuda.OpError{Op: op, Err: discard(pool, clean, err)}
+	}
+	p := &PinnedPool{core: poolCore{kind: "PinnedPool", dev: dev, pool: pool, ipc: opts.IPC}, loc: loc}
 	// Frees may have been ordered on any device's streams.
-	p.core.quiesce = func() []*cuda.Device { return devs }
-	p.core.destroy = pool.Destroy
+	p.core.own(devs, pool.Destroy)
 	return p, nil
 }
 
@@ -239,13 +270,23 @@ func (p *PinnedPool) Trim(keep uint64) error {
 // is allocated, else by the Deallocate of the last live buffer. Close is
 // idempotent; if destroying fails, the next Close returns the error and
 // retries.
+//
+// Close waits for calls in progress on p (a Use callback among them) to
+// return first; it must not be called from inside Use's callback.
 func (p *PinnedPool) Close() error {
-	if p == nil || p.core.dev == nil || p.core.pool.IsZero() {
+	if p == nil || !p.core.initialized() {
 		return nil
 	}
-	p.core.mu.Lock()
-	defer p.core.mu.Unlock()
-	return p.core.closeLocked()
+	return p.core.close()
+}
+
+// Use runs fn with the driver pool held open, as DevicePool.Use does:
+// a concurrent Close waits for fn to return. Errors name PinnedPool.Use.
+func (p *PinnedPool) Use(fn func(pool cuda.MemPool) error) error {
+	if p == nil {
+		return errNil("PinnedPool", "Use")
+	}
+	return p.core.use("PinnedPool", fn)
 }
 
 // String describes the resource for logs.

@@ -1,13 +1,14 @@
 package resource
 
 import (
+	"errors"
 	"fmt"
 	"math"
-	"sync"
-	"sync/atomic"
+	"math/bits"
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/poolcore"
 )
 
 // keepAll is the release threshold that keeps freed memory cached in a
@@ -44,37 +45,44 @@ type PoolAttributes struct {
 }
 
 // poolCore is what DevicePool and PinnedPool share: a driver memory pool,
-// whether this value owns it, and the closed state. The outer types wrap
-// its methods with nil checks and their own documentation; kind names the
-// outer type in errors (it is empty in a zero value, so methods take it).
+// whether this value owns it (life has a destroy function), and its
+// lifecycle. The outer types wrap its methods with nil checks and their
+// own documentation; kind names the outer type in errors (it is empty in a
+// zero value, so methods take it).
 //
-// An owned pool is destroyed only when no allocation from it is live and
-// every free has completed: Close destroys it at once when nothing is
-// allocated, and otherwise the Deallocate of the last live allocation
-// does. Destroying a pool with allocations outstanding, or freeing into a
-// destroyed pool, is allowed by the driver's documentation, but in this
-// package's tests (driver 580, CUDA 13.0) it was followed by a
+// The lifecycle (calls in progress, live allocations, closing, deferred
+// destruction) lives in internal/poolcore, so that ipc.ImportedPool can
+// share it. An owned pool is destroyed only when no allocation from it is
+// live and every free has completed: Close destroys it at once when
+// nothing is allocated, and otherwise the Deallocate of the last live
+// allocation does. Destroying a pool with allocations outstanding, or
+// freeing into a destroyed pool, is allowed by the driver's documentation,
+// but in this package's tests (driver 580, CUDA 13.0) it was followed by a
 // segmentation fault inside a later cuCtxSynchronize; cuda.core likewise
 // keeps a pool alive while its buffers are.
 type poolCore struct {
-	kind  string       // "DevicePool" or "PinnedPool", for error messages
-	dev   *cuda.Device // serves the pool's calls; its default stream is the nil-stream default
-	pool  cuda.MemPool
-	owned bool
-	ipc   bool
-
-	// destroy releases an owned pool (revoking access first where needed);
-	// quiesce is the devices whose work is waited for before it runs.
-	destroy func() error
-	quiesce func() []*cuda.Device
-
-	live    atomic.Int64 // allocations made and not yet deallocated
-	closing atomic.Bool  // Close was called: the last Deallocate destroys an owned pool
-
-	mu        sync.RWMutex // read-held by calls on the pool; Close takes it exclusively
-	closed    bool
-	destroyed bool
+	kind string       // "DevicePool" or "PinnedPool", for error messages
+	dev  *cuda.Device // serves the pool's calls; its default stream is the nil-stream default
+	pool cuda.MemPool
+	ipc  bool
+	life poolcore.Core
 }
+
+// own makes c own its pool: once closed and unused, the pool's pending
+// work on the quiesce devices is waited for, then destroy runs.
+func (c *poolCore) own(quiesce []*cuda.Device, destroy func() error) {
+	c.life.SetDestroy(func() error {
+		for _, d := range quiesce {
+			if err := d.Sync(); err != nil {
+				return fmt.Errorf("wait for %v before destroying the pool: %w", d, err)
+			}
+		}
+		return destroy()
+	})
+}
+
+// owned reports whether Close destroys the pool.
+func (c *poolCore) owned() bool { return c.life.Owned() }
 
 // opErr returns an error for method op of the pool that wraps err.
 func (c *poolCore) opErr(op string, err error) error {
@@ -86,30 +94,106 @@ func errNil(kind, op string) error {
 	return cuda.Errorf(kind+"."+op, cuda.ErrInvalidArgument, "nil *%s", kind)
 }
 
-// acquire read-locks the pool for a call. It fails on a nil or zero value
-// and after Close; on success release must follow.
-func (c *poolCore) acquire(kind, op string) error {
-	if c.dev == nil || c.pool.IsZero() {
-		return cuda.Errorf(kind+"."+op, cuda.ErrInvalidArgument, "%s is not initialized (create it with New%s)", kind, kind)
+// initialized reports whether c was made by a constructor.
+func (c *poolCore) initialized() bool { return c.dev != nil && !c.pool.IsZero() }
+
+// checkDevice rejects a nil device and one not made by package cuda (a
+// zero cuda.Device, whose methods would reach a driver table it lacks):
+// dev must be the value cuda.GetDevice returns for its ordinal.
+func checkDevice(op string, dev *cuda.Device) error {
+	if dev == nil {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device")
 	}
-	c.mu.RLock()
-	if c.closed {
-		c.mu.RUnlock()
+	real, err := cuda.GetDevice(dev.Ordinal())
+	if err != nil {
+		return &cuda.OpError{Op: op, Err: err}
+	}
+	if real != dev {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "device %v is not one cuda.GetDevice returned (a zero or copied cuda.Device)", dev)
+	}
+	return nil
+}
+
+// errZero is the error for a method called on a zero value.
+func errZero(kind, op string) error {
+	return cuda.Errorf(kind+"."+op, cuda.ErrInvalidArgument, "%s is not initialized (create it with New%s)", kind, kind)
+}
+
+// acquire starts a call on the pool. It fails on a nil or zero value and
+// once Close has begun; on success release must follow. It never blocks,
+// so calls nested inside Use cannot deadlock against a waiting Close.
+func (c *poolCore) acquire(kind, op string) error {
+	if !c.initialized() {
+		return errZero(kind, op)
+	}
+	if !c.life.Acquire() {
 		return c.opErr(op, cuda.ErrClosed)
 	}
 	return nil
 }
 
-func (c *poolCore) release() { c.mu.RUnlock() }
+func (c *poolCore) release() { c.life.Release() }
+
+// use runs fn with the pool held open: Close waits for fn to return before
+// it destroys the pool.
+func (c *poolCore) use(kind string, fn func(pool cuda.MemPool) error) error {
+	if fn == nil {
+		return cuda.Errorf(kind+".Use", cuda.ErrInvalidArgument, "nil function")
+	}
+	if err := c.acquire(kind, "Use"); err != nil {
+		return err
+	}
+	defer c.release()
+	return fn(c.pool)
+}
+
+// maxRequest is the largest size this package passes to the driver.
+// Sizes travel as uintptr, 32 bits wide on some targets, and the driver
+// rounds them up to its allocation granularity, which wraps past 2^64 for
+// sizes near it (a request that wraps can "succeed" with nothing
+// reserved). No machine has 2^63 bytes, so nothing real is refused.
+const maxRequest = min(uint64(^uintptr(0)), 1<<63)
+
+// checkSize rejects a size of argument name of op that the driver call
+// would truncate or round past 2^64.
+func checkSize(op, name string, size uint64) error {
+	if size > maxRequest {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%s %d exceeds the largest size the driver can be asked for (%d on this %d-bit target)", name, size, maxRequest, bits.UintSize)
+	}
+	return nil
+}
+
+// stream resolves a stream argument of method op: nil means the device's
+// legacy default stream; a zero Stream (not made by a device) is an error,
+// and so, when sameDevice is set, is a stream of another device than the
+// pool's.
+func (c *poolCore) stream(op string, s *cuda.Stream, sameDevice bool) (*cuda.Stream, error) {
+	if s == nil {
+		return c.dev.DefaultStream(), nil
+	}
+	d := s.Device()
+	if d == nil {
+		return nil, cuda.Errorf(c.kind+"."+op, cuda.ErrInvalidArgument, "zero stream (use Device.NewStream, or nil for the default stream)")
+	}
+	if sameDevice && d != c.dev {
+		return nil, cuda.Errorf(c.kind+"."+op, cuda.ErrInvalidArgument, "stream of %v given to the pool of %v (allocate on a stream of the pool's device)", d, c.dev)
+	}
+	return s, nil
+}
 
 // allocate is the shared Allocate: stream-ordered from the pool, mr owning
-// the returned buffer.
+// the returned buffer. A DevicePool takes streams of its own device only.
 func (c *poolCore) allocate(kind string, mr buffer.MemoryResource, size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
 	if err := c.acquire(kind, "Allocate"); err != nil {
 		return nil, err
 	}
-	if s == nil {
-		s = c.dev.DefaultStream()
+	s, err := c.stream("Allocate", s, kind == "DevicePool")
+	if err == nil {
+		err = checkSize(kind+".Allocate", "size", size)
+	}
+	if err != nil {
+		c.release()
+		return nil, err
 	}
 	if size == 0 {
 		c.release()
@@ -117,7 +201,7 @@ func (c *poolCore) allocate(kind string, mr buffer.MemoryResource, size uint64, 
 	}
 	ptr, err := s.MemAllocFromPoolAsync(c.pool, size)
 	if err == nil {
-		c.live.Add(1)
+		c.life.Allocated()
 	}
 	c.release()
 	if err != nil {
@@ -129,60 +213,43 @@ func (c *poolCore) allocate(kind string, mr buffer.MemoryResource, size uint64, 
 // deallocate is the shared Deallocate. It works after Close too: an owned
 // pool lives until its last allocation is freed, and that free destroys it
 // (after waiting for the pool's devices, so the frees have completed).
+// With no allocation live it refuses the free without calling the driver:
+// the memory cannot be this pool's (cuMemFreeAsync would free another
+// pool's memory behind that pool's back).
 func (c *poolCore) deallocate(kind string, ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	if ptr == 0 {
 		return nil
 	}
-	if c.dev == nil {
-		return cuda.Errorf(kind+".Deallocate", cuda.ErrInvalidArgument, "%s is not initialized (create it with New%s)", kind, kind)
+	if !c.initialized() {
+		return errZero(kind, "Deallocate")
 	}
-	if s == nil {
-		s = c.dev.DefaultStream()
+	if !c.life.HasLive() {
+		return cuda.Errorf(kind+".Deallocate", cuda.ErrInvalidArgument,
+			"%#x (%d bytes) is not an allocation of this %s: none is live (freed twice, or allocated elsewhere)", uint64(ptr), size, kind)
+	}
+	s, err := c.stream("Deallocate", s, false)
+	if err != nil {
+		return err
 	}
 	if err := s.MemFreeAsync(ptr); err != nil {
 		return c.opErr("Deallocate", fmt.Errorf("%#x (%d bytes): %w", uint64(ptr), size, err))
 	}
-	if c.live.Add(-1) <= 0 && c.closing.Load() {
-		// The free succeeded, so the buffer is closed whatever happens
-		// next; if destroying the pool fails, the next Close retries it
-		// and reports the error.
-		c.mu.Lock()
-		_ = c.finishLocked()
-		c.mu.Unlock()
-	}
+	// The free succeeded, so the buffer is closed whatever happens next;
+	// if destroying the pool now fails, the error is kept and the next
+	// Close retries it and reports it.
+	_ = c.life.Freed()
 	return nil
 }
 
-// closeLocked marks the pool closed and destroys an owned pool now if no
-// allocation is live (else the last Deallocate does). Once called, the pool
-// is closed for use whatever happens; a failed destruction (now, or a
-// deferred one) is returned and retried by the next call. The caller holds
-// mu exclusively.
-func (c *poolCore) closeLocked() error {
-	c.closed = true
-	c.closing.Store(true)
-	if err := c.finishLocked(); err != nil {
+// close marks the pool closed, waits for calls in progress, and destroys
+// an owned pool now if no allocation is live (else the last Deallocate
+// does). Once called, the pool is closed for use whatever happens; a
+// failed destruction (now, or a deferred one) is returned and retried by
+// the next call.
+func (c *poolCore) close() error {
+	if err := c.life.Close(); err != nil {
 		return c.opErr("Close", err)
 	}
-	return nil
-}
-
-// finishLocked destroys a closed owned pool once nothing is live: it waits
-// for the devices that may have frees pending, then destroys. The caller
-// holds mu exclusively.
-func (c *poolCore) finishLocked() error {
-	if !c.closed || !c.owned || c.destroyed || c.live.Load() > 0 {
-		return nil
-	}
-	for _, d := range c.quiesce() {
-		if err := d.Sync(); err != nil {
-			return fmt.Errorf("wait for %v before destroying the pool: %w", d, err)
-		}
-	}
-	if err := c.destroy(); err != nil {
-		return err
-	}
-	c.destroyed = true
 	return nil
 }
 
@@ -196,20 +263,14 @@ func (c *poolCore) where() string {
 
 // memPool returns the driver pool, or the zero MemPool once closed.
 func (c *poolCore) memPool() cuda.MemPool {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	if c.closed {
+	if c.life.IsClosed() {
 		return cuda.MemPool{}
 	}
 	return c.pool
 }
 
 // isClosed reports whether Close has been called.
-func (c *poolCore) isClosed() bool {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	return c.closed
-}
+func (c *poolCore) isClosed() bool { return c.life.IsClosed() }
 
 // attributes reads all eight pool attributes.
 func (c *poolCore) attributes(kind string) (PoolAttributes, error) {
@@ -293,19 +354,38 @@ func (c *poolCore) resetHighWatermarks(kind string) error {
 
 // prime makes the pool reserve n bytes up front by allocating and freeing
 // them (RMM's initial_pool_size). The release threshold must be at least n
-// for the memory to stay reserved.
-func prime(pool cuda.MemPool, s *cuda.Stream, n uint64) error {
+// for the memory to stay reserved. clean reports whether the pool may be
+// destroyed after an error: false when the reserve's allocation may still
+// be outstanding (its free failed, or waiting for it did), since
+// destroying a pool under a live allocation crashed the driver.
+func prime(pool cuda.MemPool, s *cuda.Stream, n uint64) (clean bool, err error) {
 	if n == 0 {
-		return nil
+		return true, nil
 	}
 	p, err := s.MemAllocFromPoolAsync(pool, n)
 	if err != nil {
-		return fmt.Errorf("initial reserve of %d bytes: %w", n, err)
+		return true, fmt.Errorf("initial reserve of %d bytes: %w", n, err)
 	}
 	if err := s.MemFreeAsync(p); err != nil {
-		return fmt.Errorf("initial reserve of %d bytes: %w", n, err)
+		return false, fmt.Errorf("initial reserve of %d bytes: free: %w", n, err)
 	}
-	return s.Sync()
+	if err := s.Sync(); err != nil {
+		return false, fmt.Errorf("initial reserve of %d bytes: wait for the free: %w", n, err)
+	}
+	return true, nil
+}
+
+// discard destroys a pool a constructor made before failing with err,
+// unless clean is false (see prime): then the pool is left behind and the
+// error says so. A failed destruction is joined to err.
+func discard(pool cuda.MemPool, clean bool, err error) error {
+	if !clean {
+		return errors.Join(err, fmt.Errorf("pool %#x not destroyed (an allocation from it may be outstanding): leaked", pool.Handle()))
+	}
+	if derr := pool.Destroy(); derr != nil {
+		return errors.Join(err, fmt.Errorf("destroy the pool: %w", derr))
+	}
+	return err
 }
 
 // threshold maps an options release threshold to the attribute value: 0

@@ -83,9 +83,11 @@ func (r *Statistics) allocateFor(owner buffer.MemoryResource, size uint64, s *cu
 		return nil, 0, err
 	}
 	if ptr != 0 { // an empty allocation owns nothing and is never deallocated
-		raiseTo(&r.peakBytes, r.curBytes.Add(size))
+		// Saturating: byte counts summed over a long run (or sizes near
+		// 2^64 from a fake upstream) stop at the maximum, never wrap.
+		raiseTo(&r.peakBytes, addSat(&r.curBytes, size))
 		raiseTo(&r.peakCount, r.curCount.Add(1))
-		r.totalBytes.Add(size)
+		addSat(&r.totalBytes, size)
 		r.totalCount.Add(1)
 	}
 	return b, ptr, nil

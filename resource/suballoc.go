@@ -109,6 +109,8 @@ type SubAllocator struct {
 	used    uint64      // bytes of live allocations (aligned sizes)
 	held    uint64      // bytes held from the upstream
 
+	deferred error // failures of releases Deallocate ran after Close, for the next Close
+
 	// The chunks live in one slice and refer to each other, to their
 	// block and to their list by index, so that the structure holds no
 	// pointers: the garbage collector never walks it, however many chunks
@@ -532,14 +534,17 @@ func (a *SubAllocator) growLocked(op string, l *subList, n, want uint64, s *cuda
 func (a *SubAllocator) addBlockLocked(op string, l *subList, ub *buffer.Buffer, size, n uint64) error {
 	base, got := uint64(ub.Ptr()), ub.Size()
 	if got != size || base == 0 {
-		_ = ub.Close()
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "upstream %v returned %#x (%d bytes) for a request of %d bytes", a.up, base, got, size)
+		return a.rejectBlock(op, ub, fmt.Errorf("upstream %v returned %#x (%d bytes) for a request of %d bytes", a.up, base, got, size))
 	}
-	start, _ := alignUp(base, a.align)
+	// A hostile or broken upstream may return a range that wraps past
+	// 2^64: it is refused, never carved.
+	if base+size < base {
+		return a.rejectBlock(op, ub, fmt.Errorf("upstream %v returned %#x (%d bytes), a range that wraps past the end of the address space", a.up, base, size))
+	}
+	start, ok := alignUp(base, a.align)
 	end := (base + size) &^ (a.align - 1)
-	if start >= end || end-start < n {
-		_ = ub.Close()
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "upstream %v returned %#x (%d bytes), which cannot hold %d bytes aligned to %d", a.up, base, size, n, a.align)
+	if !ok || start >= end || end-start < n {
+		return a.rejectBlock(op, ub, fmt.Errorf("upstream %v returned %#x (%d bytes), which cannot hold %d bytes aligned to %d", a.up, base, size, n, a.align))
 	}
 	b := &subBlock{buf: ub, base: base, size: size}
 	if k := len(a.freeBlk); k > 0 {
@@ -566,6 +571,17 @@ func (a *SubAllocator) addBlockLocked(op string, l *subList, ub *buffer.Buffer, 
 	a.held += size
 	a.freeLocked(l, i)
 	return nil
+}
+
+// rejectBlock gives back an upstream buffer that cannot serve as a block
+// and returns the reason, matching cuda.ErrInvalidArgument, joined with
+// the error of giving it back if that failed.
+func (a *SubAllocator) rejectBlock(op string, ub *buffer.Buffer, why error) error {
+	err := &cuda.OpError{Op: op, Err: fmt.Errorf("%w: %w", cuda.ErrInvalidArgument, why)}
+	if cerr := ub.Close(); cerr != nil {
+		return errors.Join(err, fmt.Errorf("give the buffer back: %w", cerr))
+	}
+	return err
 }
 
 // carveLocked takes n bytes from chunk i, free on l, and returns the
@@ -699,7 +715,14 @@ func (a *SubAllocator) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 	}
 	r := a.detachLocked(b)
 	a.mu.Unlock()
-	_ = a.release(r) // a failure leaves the block in place for Close to retry
+	// The range itself was freed, so Deallocate succeeded whatever
+	// happens to the block. If giving it back fails, the block stays and
+	// the error is kept for the next Close, which retries and reports it.
+	if err := a.release(r); err != nil {
+		a.mu.Lock()
+		a.deferred = errors.Join(a.deferred, err)
+		a.mu.Unlock()
+	}
 	return nil
 }
 
@@ -973,6 +996,10 @@ func (a *SubAllocator) Close() error {
 		}
 	}
 	rs := a.collectLocked()
+	// Releases that failed in Deallocate are retried now (their blocks
+	// went back on the lists and are collected above); their old errors
+	// are superseded by the retry's.
+	a.deferred = nil
 	a.mu.Unlock()
 	for _, r := range rs {
 		if err := a.release(r); err != nil {

@@ -24,8 +24,8 @@ var _ buffer.MemoryResource = (*SyncDevice)(nil)
 
 // NewSyncDevice returns a synchronous device memory resource for dev.
 func NewSyncDevice(dev *cuda.Device) (*SyncDevice, error) {
-	if dev == nil {
-		return nil, cuda.Errorf("NewSyncDevice", cuda.ErrInvalidArgument, "nil device")
+	if err := checkDevice("NewSyncDevice", dev); err != nil {
+		return nil, err
 	}
 	return &SyncDevice{dev: dev}, nil
 }
@@ -45,8 +45,12 @@ func (r *SyncDevice) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, erro
 	if err := r.check("Allocate"); err != nil {
 		return nil, err
 	}
-	if s == nil {
-		s = r.dev.DefaultStream()
+	s, err := syncStream("SyncDevice.Allocate", r.dev, s, true)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSize("SyncDevice.Allocate", "size", size); err != nil {
+		return nil, err
 	}
 	if size == 0 {
 		return buffer.Owned(0, 0, r, s), nil

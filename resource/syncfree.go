@@ -23,3 +23,20 @@ func syncFree(kind string, dev *cuda.Device, ptr cuda.DevicePtr, size uint64, s 
 	}
 	return nil
 }
+
+// syncStream resolves the stream argument of op on a synchronous
+// resource: nil means dev's legacy default stream; a zero Stream is an
+// error, and so, when sameDevice is set, is another device's stream.
+func syncStream(op string, dev *cuda.Device, s *cuda.Stream, sameDevice bool) (*cuda.Stream, error) {
+	if s == nil {
+		return dev.DefaultStream(), nil
+	}
+	d := s.Device()
+	if d == nil {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "zero stream (use Device.NewStream, or nil for the default stream)")
+	}
+	if sameDevice && d != dev {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "stream of %v given to a resource of %v", d, dev)
+	}
+	return s, nil
+}

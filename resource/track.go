@@ -132,10 +132,10 @@ func (r *Tracking) allocateFor(owner buffer.MemoryResource, size uint64, s *cuda
 			// The upstream handed out an address it already gave us: it
 			// was freed behind our back (through the upstream directly).
 			// The new record replaces the stale one.
-			r.bytes -= old.size
+			r.bytes -= min(r.bytes, old.size)
 		}
 		r.live[ptr] = rec
-		r.bytes += size
+		r.bytes = satAdd(r.bytes, size)
 		r.mu.Unlock()
 	}
 	return b, ptr, nil
@@ -167,12 +167,12 @@ func (r *Tracking) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 	// of the same address is refused rather than forwarded, and so the
 	// record is gone before the upstream can hand the address out again.
 	delete(r.live, ptr)
-	r.bytes -= size
+	r.bytes -= min(r.bytes, size)
 	r.mu.Unlock()
 	if err := r.up.Deallocate(ptr, size, s); err != nil {
 		r.mu.Lock()
 		r.live[ptr] = rec
-		r.bytes += size
+		r.bytes = satAdd(r.bytes, size)
 		r.mu.Unlock()
 		return err
 	}
@@ -240,14 +240,14 @@ func (r *Tracking) Report() string {
 	sites := map[string]*site{}
 	var total uint64
 	for _, a := range live {
-		total += a.Size
+		total = satAdd(total, a.Size)
 		k := stackKey(a.Callers)
 		st := sites[k]
 		if st == nil {
 			st = &site{key: k}
 			sites[k] = st
 		}
-		st.bytes += a.Size
+		st.bytes = satAdd(st.bytes, a.Size)
 		st.allocs = append(st.allocs, a)
 	}
 	order := make([]*site, 0, len(sites))
@@ -278,6 +278,16 @@ func (r *Tracking) Report() string {
 		}
 	}
 	return sb.String()
+}
+
+// satAdd is a+b, stopping at the largest uint64 rather than wrapping: the
+// sum of live sizes (LiveBytes, Report) of allocations whose sizes come
+// from callers must not wrap to a small number.
+func satAdd(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return ^uint64(0)
 }
 
 // stackKey identifies a call stack for grouping.
