@@ -12,10 +12,7 @@ import (
 // vmmCtx returns a context for VMM calls: they need one current, though the
 // memory's placement comes from the properties or the address.
 func vmmCtx(d *Device, op string) (uintptr, error) {
-	if d == nil {
-		return 0, Errorf(op, ErrInvalidArgument, "nil device")
-	}
-	return d.context()
+	return d.contextFor(op)
 }
 
 // AllocationGranularity returns the size and alignment unit for cuMemCreate
@@ -24,6 +21,9 @@ func (d *Device) AllocationGranularity(prop *MemAllocationProp, kind MemAllocati
 	ctx, err := vmmCtx(d, "cuMemGetAllocationGranularity")
 	if err != nil {
 		return 0, err
+	}
+	if prop == nil {
+		return 0, Errorf("cuMemGetAllocationGranularity", ErrInvalidArgument, "nil allocation properties")
 	}
 	var g uint64
 	p := &d.drv.MemGetAllocationGranularity
@@ -40,6 +40,12 @@ func (d *Device) MemCreate(size uint64, prop *MemAllocationProp) (MemHandle, err
 	ctx, err := vmmCtx(d, "cuMemCreate")
 	if err != nil {
 		return 0, err
+	}
+	if prop == nil {
+		return 0, Errorf("cuMemCreate", ErrInvalidArgument, "nil allocation properties")
+	}
+	if size == 0 {
+		return 0, Errorf("cuMemCreate", ErrInvalidArgument, "zero size")
 	}
 	var h MemHandle
 	p := &d.drv.MemCreate
@@ -148,7 +154,7 @@ func (d *Device) MemExportFD(h MemHandle) (int, error) {
 	if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&fd)), uintptr(h), uintptr(MemHandleTypePosixFileDescriptor), 0); !ok(r) {
 		return -1, fail(p, r)
 	}
-	return int(fd), nil
+	return exportedFD("cuMemExportToShareableHandle", fd)
 }
 
 // MemImportFD imports a physical allocation from a POSIX file descriptor
