@@ -109,3 +109,38 @@ func TestFakeDriverDeviceCounts(t *testing.T) {
 	assert.Contains(t, err.Error(), "device 3")
 	assert.True(t, errors.Is(err, ErrorInvalidDevice), "%v", err)
 }
+
+// Numbers from the driver that callers use as sizes, alignments or
+// indexes are bounded: a zero granularity, a negative NUMA node.
+func TestFakeDriverBoundsNumbers(t *testing.T) {
+	if _, err := loader.OpenLibrary("libc.so.6"); err != nil {
+		t.Skipf("no dlopen here: %v", err)
+	}
+	path := fakeDriverPath(t)
+	lib, err := loader.OpenLibrary(path)
+	require.NoError(t, err)
+	drv, err := loader.Open(path)
+	require.NoError(t, err)
+	d := &Device{drv: drv}
+	d.ctxOnce.Do(func() { d.ctx = 0x1234 })
+
+	setG, err := lib.Lookup("fake_set_granularity")
+	require.NoError(t, err)
+	for _, g := range []uint64{0, 3, 3 << 20} {
+		setG.Call(uintptr(g))
+		_, err := d.AllocationGranularity(&MemAllocationProp{}, MemAllocationGranularityMinimum)
+		assert.ErrorIs(t, err, ErrorUnknown, "granularity %d", g)
+	}
+	setG.Call(2 << 20)
+	g, err := d.AllocationGranularity(&MemAllocationProp{}, MemAllocationGranularityMinimum)
+	require.NoError(t, err)
+	assert.Equal(t, uint64(2<<20), g)
+
+	setA, err := lib.Lookup("fake_set_attribute")
+	require.NoError(t, err)
+	setA.Call(uintptr(uint32(0xfffffffb))) // -5 as a C int
+	f, err := d.Features()
+	require.NoError(t, err)
+	assert.Equal(t, -1, f.HostNUMAID, "a negative node is unknown")
+	assert.True(t, f.MemoryPools, "non-zero flags read as true")
+}

@@ -309,7 +309,8 @@ func (d *Device) Features() (Features, error) {
 		f.PoolIPC = MemHandleType(v)&MemHandleTypePosixFileDescriptor != 0
 	}
 	f.HostNUMAID = -1
-	if v, err := d.Attribute(DeviceAttrHostNUMAID); err == nil {
+	// A negative node from the driver means "unknown", whatever its value.
+	if v, err := d.Attribute(DeviceAttrHostNUMAID); err == nil && v >= 0 {
 		f.HostNUMAID = v
 	}
 	return f, nil

@@ -30,6 +30,12 @@ func (d *Device) AllocationGranularity(prop *MemAllocationProp, kind MemAllocati
 	if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&g)), uintptr(unsafe.Pointer(prop)), uintptr(kind)); !ok(r) {
 		return 0, fail(p, r)
 	}
+	// Callers align and divide by it: a zero (or not a power of two)
+	// from the driver would become a division by zero or a misaligned
+	// mapping there.
+	if g == 0 || g&(g-1) != 0 {
+		return 0, &OpError{Op: "cuMemGetAllocationGranularity", Err: fmt.Errorf("%w: the driver reported a granularity of %d bytes (not a power of two)", ErrorUnknown, g)}
+	}
 	return g, nil
 }
 
