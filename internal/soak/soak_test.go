@@ -417,8 +417,27 @@ func (s *soak) setup(t *testing.T) []closer {
 	return closers
 }
 
+// syncAll waits for every device: stream-ordered frees (a sub-allocator
+// giving its blocks back, say) count in a pool's UsedMemCurrent until
+// they have run.
+func syncAll() error {
+	devs, err := cuda.Devices()
+	if err != nil {
+		return err
+	}
+	for _, d := range devs {
+		if err := d.Sync(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // checkPool fails unless the pool has nothing in use, then runs close.
 func checkPool(p *resource.DevicePool, close func() error) error {
+	if err := syncAll(); err != nil {
+		return err
+	}
 	a, err := p.Attributes()
 	if err != nil {
 		return err
@@ -433,6 +452,9 @@ func checkPool(p *resource.DevicePool, close func() error) error {
 }
 
 func checkPinned(p *resource.PinnedPool) error {
+	if err := syncAll(); err != nil {
+		return err
+	}
 	a, err := p.Attributes()
 	if err != nil {
 		return err
