@@ -144,3 +144,33 @@ func TestFakeDriverBoundsNumbers(t *testing.T) {
 	assert.Equal(t, -1, f.HostNUMAID, "a negative node is unknown")
 	assert.True(t, f.MemoryPools, "non-zero flags read as true")
 }
+
+// FuzzDeviceCount feeds enumerate every count a driver could report: it
+// never panics, and refuses exactly the impossible ones. (The zero Driver
+// resolves no cuDeviceGet, so a plausible non-zero count ends in
+// ErrNotSupported at device 0.)
+func FuzzDeviceCount(f *testing.F) {
+	for _, n := range []int32{0, 1, 2, -1, -1 << 31, 1<<31 - 1, maxDevices, maxDevices + 1} {
+		f.Add(n)
+	}
+	f.Fuzz(func(t *testing.T, n int32) {
+		saved := deviceCount
+		deviceCount = func(*loader.Driver) (int32, uintptr) { return n, 0 }
+		defer func() { deviceCount = saved }()
+		devs, err := enumerate(&loader.Driver{})
+		switch {
+		case n < 0 || n > maxDevices:
+			if !errors.Is(err, ErrorUnknown) || devs != nil {
+				t.Fatalf("count %d: got %d devices, error %v; want an error matching ErrorUnknown", n, len(devs), err)
+			}
+		case n == 0:
+			if err != nil || len(devs) != 0 {
+				t.Fatalf("count 0: got %d devices, error %v", len(devs), err)
+			}
+		default:
+			if !errors.Is(err, ErrNotSupported) {
+				t.Fatalf("count %d: error %v, want ErrNotSupported from the missing cuDeviceGet", n, err)
+			}
+		}
+	})
+}
