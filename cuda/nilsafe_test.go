@@ -273,3 +273,55 @@ func mustKernels(t *testing.T) []byte {
 	}
 	return b
 }
+
+// On a real device: a zero stream argument, a closed module's kernels and
+// a kernel launched on another device's stream are refused in Go.
+func TestLiveHandlesRefuseZeroAndClosed(t *testing.T) {
+	d := cudatest.Device(t)
+	s := cudatest.Stream(t, d)
+	for _, other := range []*cuda.Stream{nil, {}} {
+		err := s.WaitStream(other)
+		if !errors.Is(err, cuda.ErrInvalidArgument) {
+			t.Errorf("WaitStream(%v): %v, want ErrInvalidArgument", other, err)
+		}
+	}
+	m, err := d.LoadModule(mustKernels(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := m.Function("cudamem_fill_u32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := d.MemAlloc(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.MemFree(p)
+	if err := f.Launch(s, cuda.Dim3{X: 1}, cuda.Dim3{X: 32}, 0, p, uint64(1024), uint32(7)); err != nil {
+		t.Fatalf("launch on an open module: %v", err)
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Launch(s, cuda.Dim3{X: 1}, cuda.Dim3{X: 32}, 0, p, uint64(1024), uint32(7)); !errors.Is(err, cuda.ErrClosed) {
+		t.Errorf("launch after the module closed: %v, want ErrClosed", err)
+	}
+	if _, err := m.Function("cudamem_fill_u32"); !errors.Is(err, cuda.ErrClosed) {
+		t.Errorf("Function after Close: %v, want ErrClosed", err)
+	}
+	if err := m.Close(); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+	if devs, err := cuda.Devices(); err == nil && len(devs) >= 2 {
+		k := cudatest.LoadKernels(t, devs[0])
+		s1 := cudatest.Stream(t, devs[1])
+		err := k.Fill32(s1, p, 1024, 7)
+		if !errors.Is(err, cuda.ErrInvalidArgument) {
+			t.Errorf("a GPU 0 kernel on a GPU 1 stream: %v, want ErrInvalidArgument", err)
+		}
+	}
+}
