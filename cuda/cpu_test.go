@@ -105,3 +105,140 @@ func TestZeroValuesRejected(t *testing.T) {
 	d := &Device{}
 	assert.ErrorIs(t, d.EnablePeerAccess(nil), ErrInvalidArgument)
 }
+
+// fakeDevice is a device whose driver resolves nothing (every call returns
+// loader.NotFound) but whose context is already "retained", so calls get
+// past the Go-side checks and stop at the first driver call.
+func fakeDevice() *Device {
+	d := &Device{drv: &loader.Driver{}}
+	d.ctxOnce.Do(func() { d.ctx = 1 })
+	d.defaultStream = Stream{dev: d}
+	return d
+}
+
+// Stream.WaitStream with a zero stream dereferenced the zero stream's nil
+// device and panicked.
+func TestWaitStreamZeroStream(t *testing.T) {
+	s := fakeDevice().DefaultStream()
+	for _, other := range []*Stream{nil, {}, {owned: true}} {
+		var err error
+		require.NotPanics(t, func() { err = s.WaitStream(other) })
+		assert.ErrorIs(t, err, ErrInvalidArgument)
+		assert.Contains(t, err.Error(), "Stream.WaitStream")
+	}
+	closed := &Stream{dev: fakeDevice(), owned: true, closed: true}
+	assert.ErrorIs(t, s.WaitStream(closed), ErrClosed)
+	assert.ErrorIs(t, closed.WaitStream(s), ErrClosed)
+	// Both valid: the event creation fails (the fake resolves nothing) and
+	// that error comes back, not a panic.
+	err := s.WaitStream(fakeDevice().DefaultStream())
+	assert.ErrorIs(t, err, ErrNotSupported)
+}
+
+// A nil *Event's Handle panicked.
+func TestNilEventHandle(t *testing.T) {
+	var e *Event
+	assert.NotPanics(t, func() { assert.Zero(t, e.Handle()) })
+	assert.Zero(t, (&Event{}).Handle())
+}
+
+// Most *Device methods on nil or zero values panicked.
+func TestNilAndZeroDevice(t *testing.T) {
+	for _, d := range []*Device{nil, {}} {
+		assert.Equal(t, -1, d.Ordinal())
+		assert.Equal(t, "GPU <nil>", d.String())
+		_, err := d.Name()
+		assert.ErrorIs(t, err, ErrInvalidArgument)
+		_, err = d.UUID()
+		assert.ErrorIs(t, err, ErrInvalidArgument)
+		_, _, err = d.MemInfo()
+		assert.ErrorIs(t, err, ErrInvalidArgument)
+		assert.Contains(t, err.Error(), "Device.MemInfo")
+		_, err = d.MemAlloc(1)
+		assert.ErrorIs(t, err, ErrInvalidArgument)
+		_, err = d.CanAccessPeer(fakeDevice())
+		assert.ErrorIs(t, err, ErrInvalidArgument)
+		_, err = fakeDevice().CanAccessPeer(d)
+		assert.ErrorIs(t, err, ErrInvalidArgument, "a zero peer is not device 0")
+		assert.ErrorIs(t, fakeDevice().EnablePeerAccess(d), ErrInvalidArgument)
+		_, err = d.NewStream()
+		assert.ErrorIs(t, err, ErrInvalidArgument)
+		assert.ErrorIs(t, d.DefaultStream().Sync(), ErrInvalidArgument)
+	}
+}
+
+// Go-side checks for arguments that would reach the driver as NULL or 0.
+func TestZeroArgumentsRefusedBeforeDriver(t *testing.T) {
+	d := fakeDevice()
+	s := d.DefaultStream()
+	for name, err := range map[string]error{
+		"MemAlloc(0)":             second(d.MemAlloc(0)),
+		"MemAllocManaged(0)":      second(d.MemAllocManaged(0, MemAttachGlobal)),
+		"MemHostAlloc(0)":         second(d.MemHostAlloc(0, 0)),
+		"MemCreate(nil props)":    second(d.MemCreate(1<<21, nil)),
+		"MemCreate(0)":            second(d.MemCreate(0, &MemAllocationProp{})),
+		"AllocationGranularity":   second(d.AllocationGranularity(nil, 0)),
+		"MemcpyHtoD(nil src)":     d.MemcpyHtoD(1, nil, 8),
+		"MemcpyDtoH(nil dst)":     d.MemcpyDtoH(nil, 1, 8),
+		"MemHostRegister(nil)":    d.MemHostRegister(nil, 8, 0),
+		"MemcpyHtoDAsync(nil)":    s.MemcpyHtoDAsync(1, nil, 8),
+		"MemcpyDtoHAsync(nil)":    s.MemcpyDtoHAsync(nil, 1, 8),
+		"MemAllocAsync(0)":        second(s.MemAllocAsync(0)),
+		"MemAllocFromPool(zero)":  second(s.MemAllocFromPoolAsync(MemPool{}, 8)),
+		"MemcpyPeerAsync(zero)":   s.MemcpyPeerAsync(1, &Device{}, 2, d, 8),
+		"ImportPointer(nil)":      second(MemPool{handle: 1, dev: d}.ImportPointer(nil)),
+		"CreateMemPool(nil)":      second(d.CreateMemPool(nil)),
+		"SetMemPool(zero)":        d.SetMemPool(MemPool{}),
+		"LoadModule(empty)":       second(d.LoadModule(nil)),
+		"Function.Launch(zero)":   (&Function{}).Launch(s, Dim3{}, Dim3{}, 0),
+		"Function.Launch(nil)":    (*Function)(nil).Launch(s, Dim3{}, Dim3{}, 0),
+		"Module.Function(zero)":   second((&Module{}).Function("k")),
+		"Elapsed(nil, nil)":       second(Elapsed(nil, nil)),
+		"Event.Record(nil)":       (&Event{}).Record(nil),
+		"MemSetAccess(no descs)":  d.MemSetAccess(1, 1),
+		"MemImportFD(-1)":         second(d.MemImportFD(-1)),
+		"ImportMemPoolFD(-1)":     second(d.ImportMemPoolFD(-1)),
+		"MemPool.SetAttr(flag 2)": MemPool{handle: 1, dev: d}.SetAttribute(MemPoolAttrReuseAllowOpportunistic, 2),
+	} {
+		assert.ErrorIs(t, err, ErrInvalidArgument, name)
+	}
+}
+
+func second[T any](_ T, err error) error { return err }
+
+// A closed module refuses lookups and launches of its kernels, which would
+// otherwise hand the driver a dangling function handle.
+func TestClosedModule(t *testing.T) {
+	d := fakeDevice()
+	m := &Module{dev: d, handle: 1, closed: true}
+	_, err := m.Function("k")
+	assert.ErrorIs(t, err, ErrClosed)
+	f := &Function{mod: m, name: "k", handle: 2}
+	err = f.Launch(d.DefaultStream(), Dim3{X: 1}, Dim3{X: 1}, 0)
+	assert.ErrorIs(t, err, ErrClosed)
+	assert.Contains(t, err.Error(), "kernel k")
+	assert.NoError(t, m.Close(), "Close is idempotent")
+	// A kernel launched on another device's stream is refused in Go.
+	open := &Module{dev: d, handle: 1}
+	f = &Function{mod: open, name: "k", handle: 2}
+	err = f.Launch(fakeDevice().DefaultStream(), Dim3{X: 1}, Dim3{X: 1}, 0)
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+}
+
+// A driver that reports success with a negative fd must not hand it on.
+func TestExportedFDBounds(t *testing.T) {
+	fd, err := exportedFD("cuMemExportToShareableHandle", -1)
+	assert.Equal(t, -1, fd)
+	assert.ErrorIs(t, err, ErrorUnknown)
+	assert.Contains(t, err.Error(), "-1")
+	fd, err = exportedFD("x", 7)
+	assert.NoError(t, err)
+	assert.Equal(t, 7, fd)
+}
+
+func TestNilOpError(t *testing.T) {
+	var e *OpError
+	assert.Equal(t, "<nil>", e.Error())
+	assert.Nil(t, e.Unwrap())
+	assert.Equal(t, "op: <nil>", (&OpError{Op: "op"}).Error())
+}

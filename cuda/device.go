@@ -28,27 +28,49 @@ type Device struct {
 	defaultStream Stream
 }
 
+// maxDevices bounds the device count a driver may report. CUDA numbers
+// devices with a C int, and no machine comes near this many; a larger (or
+// negative) count means a broken or hostile driver, and sizing a slice
+// from it would panic or exhaust memory.
+const maxDevices = 1 << 12
+
+// deviceCount asks the driver how many devices it has. Tests replace it to
+// play a driver that reports nonsense.
+var deviceCount = func(d *loader.Driver) (int32, uintptr) {
+	var n int32
+	r := d.DeviceGetCount.Call(uintptr(unsafe.Pointer(&n)))
+	return n, r
+}
+
 var devices = sync.OnceValues(func() ([]*Device, error) {
 	d, err := load()
 	if err != nil {
 		return nil, err
 	}
-	var n int32
-	if r := d.DeviceGetCount.Call(uintptr(unsafe.Pointer(&n))); !ok(r) {
+	return enumerate(d)
+})
+
+// enumerate builds the device table of driver d.
+func enumerate(d *loader.Driver) ([]*Device, error) {
+	n, r := deviceCount(d)
+	if !ok(r) {
 		return nil, fail(&d.DeviceGetCount, r)
+	}
+	if n < 0 || n > maxDevices {
+		return nil, &OpError{Op: "cuDeviceGetCount", Err: fmt.Errorf("%w: the driver reported %d devices (expected 0 to %d)", ErrorUnknown, n, maxDevices)}
 	}
 	out := make([]*Device, n)
 	for i := range out {
 		var h int32
 		if r := d.DeviceGet.Call(uintptr(unsafe.Pointer(&h)), uintptr(i)); !ok(r) {
-			return nil, fail(&d.DeviceGet, r)
+			return nil, fmt.Errorf("device %d: %w", i, fail(&d.DeviceGet, r))
 		}
 		dev := &Device{ordinal: i, handle: h, drv: d}
 		dev.defaultStream = Stream{dev: dev}
 		out[i] = dev
 	}
 	return out, nil
-})
+}
 
 // DeviceCount returns the number of CUDA devices.
 func DeviceCount() (int, error) {
@@ -81,14 +103,53 @@ func GetDevice(ordinal int) (*Device, error) {
 	return ds[ordinal], nil
 }
 
-// Ordinal is the device's ordinal (0, 1, ...).
-func (d *Device) Ordinal() int { return d.ordinal }
+// Ordinal is the device's ordinal (0, 1, ...), or -1 for a nil or zero
+// Device, which stands for no device (as a resource's DeviceID does).
+func (d *Device) Ordinal() int {
+	if !d.valid() {
+		return -1
+	}
+	return d.ordinal
+}
 
-// String returns "GPU <ordinal>".
-func (d *Device) String() string { return fmt.Sprintf("GPU %d", d.ordinal) }
+// String returns "GPU <ordinal>" ("GPU <nil>" for a nil or zero Device).
+func (d *Device) String() string {
+	if !d.valid() {
+		return "GPU <nil>"
+	}
+	return fmt.Sprintf("GPU %d", d.ordinal)
+}
+
+// valid reports whether d came from this package (GetDevice, Devices):
+// only those carry a driver. A nil or zero Device has none, and every
+// method refuses it before any driver call.
+func (d *Device) valid() bool { return d != nil && d.drv != nil }
+
+// check returns the error for a call named op on an invalid device.
+func (d *Device) check(op string) error {
+	if d.valid() {
+		return nil
+	}
+	if d == nil {
+		return Errorf(op, ErrInvalidArgument, "nil device (use cuda.GetDevice or cuda.Devices)")
+	}
+	return Errorf(op, ErrInvalidArgument, "zero Device value (use cuda.GetDevice or cuda.Devices)")
+}
+
+// contextFor is context for a call named op, refusing an invalid device
+// with an error naming op.
+func (d *Device) contextFor(op string) (uintptr, error) {
+	if err := d.check(op); err != nil {
+		return 0, err
+	}
+	return d.context()
+}
 
 // context returns the retained primary context.
 func (d *Device) context() (uintptr, error) {
+	if err := d.check("Device.Context"); err != nil {
+		return 0, err
+	}
 	d.ctxOnce.Do(func() {
 		var c uintptr
 		if r := d.drv.DevicePrimaryCtxRetain.Call(uintptr(unsafe.Pointer(&c)), uintptr(d.handle)); !ok(r) {
@@ -107,6 +168,9 @@ func (d *Device) Context() (uintptr, error) { return d.context() }
 
 // Name returns the device's product name.
 func (d *Device) Name() (string, error) {
+	if err := d.check("Device.Name"); err != nil {
+		return "", err
+	}
 	var buf [256]byte
 	if r := d.drv.DeviceGetName.Call(uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(d.handle)); !ok(r) {
 		return "", fail(&d.drv.DeviceGetName, r)
@@ -119,6 +183,9 @@ func (d *Device) Name() (string, error) {
 
 // UUID returns the device's UUID, as nvidia-smi -L prints it.
 func (d *Device) UUID() (UUID, error) {
+	if err := d.check("Device.UUID"); err != nil {
+		return UUID{}, err
+	}
 	var u UUID
 	if r := d.drv.DeviceGetUuid.Call(uintptr(unsafe.Pointer(&u)), uintptr(d.handle)); !ok(r) {
 		return u, fail(&d.drv.DeviceGetUuid, r)
@@ -128,6 +195,9 @@ func (d *Device) UUID() (UUID, error) {
 
 // PCIBusID returns the device's PCI bus ID (domain:bus:device.function).
 func (d *Device) PCIBusID() (string, error) {
+	if err := d.check("Device.PCIBusID"); err != nil {
+		return "", err
+	}
 	var buf [64]byte
 	if r := d.drv.DeviceGetPCIBusId.Call(uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(d.handle)); !ok(r) {
 		return "", fail(&d.drv.DeviceGetPCIBusId, r)
@@ -140,6 +210,9 @@ func (d *Device) PCIBusID() (string, error) {
 
 // TotalMemory returns the device's memory size in bytes.
 func (d *Device) TotalMemory() (uint64, error) {
+	if err := d.check("Device.TotalMemory"); err != nil {
+		return 0, err
+	}
 	var n uint64
 	if r := d.drv.DeviceTotalMem.Call(uintptr(unsafe.Pointer(&n)), uintptr(d.handle)); !ok(r) {
 		return 0, fail(&d.drv.DeviceTotalMem, r)
@@ -149,6 +222,9 @@ func (d *Device) TotalMemory() (uint64, error) {
 
 // Attribute returns a device attribute.
 func (d *Device) Attribute(a DeviceAttribute) (int, error) {
+	if err := d.check("Device.Attribute"); err != nil {
+		return 0, err
+	}
 	var v int32
 	if r := d.drv.DeviceGetAttribute.Call(uintptr(unsafe.Pointer(&v)), uintptr(a), uintptr(d.handle)); !ok(r) {
 		return 0, fmt.Errorf("device attribute %v: %w", a, fail(&d.drv.DeviceGetAttribute, r))
@@ -169,8 +245,14 @@ func (d *Device) ComputeCapability() (major, minor int, err error) {
 // CanAccessPeer reports whether this device can map memory of peer (both
 // directions are separate questions). A device cannot be its own peer.
 func (d *Device) CanAccessPeer(peer *Device) (bool, error) {
-	if peer == nil {
-		return false, Errorf("Device.CanAccessPeer", ErrInvalidArgument, "nil peer device")
+	if err := d.check("Device.CanAccessPeer"); err != nil {
+		return false, err
+	}
+	if !peer.valid() {
+		return false, Errorf("Device.CanAccessPeer", ErrInvalidArgument, "nil or zero peer device")
+	}
+	if peer.drv != d.drv {
+		return false, Errorf("Device.CanAccessPeer", ErrInvalidArgument, "%v and peer %v belong to different driver instances", d, peer)
 	}
 	if peer == d {
 		return false, nil
@@ -227,7 +309,8 @@ func (d *Device) Features() (Features, error) {
 		f.PoolIPC = MemHandleType(v)&MemHandleTypePosixFileDescriptor != 0
 	}
 	f.HostNUMAID = -1
-	if v, err := d.Attribute(DeviceAttrHostNUMAID); err == nil {
+	// A negative node from the driver means "unknown", whatever its value.
+	if v, err := d.Attribute(DeviceAttrHostNUMAID); err == nil && v >= 0 {
 		f.HostNUMAID = v
 	}
 	return f, nil
@@ -235,7 +318,7 @@ func (d *Device) Features() (Features, error) {
 
 // MemInfo returns the free and total device memory in bytes.
 func (d *Device) MemInfo() (free, total uint64, err error) {
-	ctx, err := d.context()
+	ctx, err := d.contextFor("Device.MemInfo")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -247,7 +330,7 @@ func (d *Device) MemInfo() (free, total uint64, err error) {
 
 // Sync waits for all work on the device (in its primary context) to finish.
 func (d *Device) Sync() error {
-	ctx, err := d.context()
+	ctx, err := d.contextFor("Device.Sync")
 	if err != nil {
 		return err
 	}
@@ -258,14 +341,17 @@ func (d *Device) Sync() error {
 // use memory allocated with cuMemAlloc in peer's primary context. It is
 // idempotent. (Pool and VMM memory have their own access controls.)
 func (d *Device) EnablePeerAccess(peer *Device) error {
-	if peer == nil || peer == d {
-		return Errorf("Device.EnablePeerAccess", ErrInvalidArgument, "peer %v is nil or the device itself", peer)
+	if err := d.check("Device.EnablePeerAccess"); err != nil {
+		return err
 	}
-	ctx, err := d.context()
+	if !peer.valid() || peer == d {
+		return Errorf("Device.EnablePeerAccess", ErrInvalidArgument, "peer %v is nil, zero or the device itself", peer)
+	}
+	ctx, err := d.contextFor("Device.EnablePeerAccess")
 	if err != nil {
 		return err
 	}
-	pctx, err := peer.context()
+	pctx, err := peer.contextFor("Device.EnablePeerAccess")
 	if err != nil {
 		return err
 	}
@@ -279,11 +365,20 @@ func (d *Device) EnablePeerAccess(peer *Device) error {
 // DefaultStream returns the device's legacy default stream (handle 0 in the
 // primary context). It synchronizes with every blocking stream of the
 // context; it cannot be closed.
-func (d *Device) DefaultStream() *Stream { return &d.defaultStream }
+// A nil Device has none: it returns nil, which every Stream method refuses.
+func (d *Device) DefaultStream() *Stream {
+	if d == nil {
+		return nil
+	}
+	return &d.defaultStream
+}
 
 // currentContext returns the context current on the OS thread that runs
 // the call. Tests of the context model use it; cudamem never relies on it.
 func currentContext(d *Device) (uintptr, error) {
+	if err := d.check("currentContext"); err != nil {
+		return 0, err
+	}
 	var c uintptr
 	if r := d.drv.CtxGetCurrent.Call(uintptr(unsafe.Pointer(&c))); !ok(r) {
 		return 0, fail(&d.drv.CtxGetCurrent, r)

@@ -43,6 +43,21 @@
 //
 // # Lifetimes
 //
-// Streams and events are closed explicitly with Close, which is idempotent;
-// any other use afterwards returns an error matching ErrClosed.
+// Streams, events and modules are closed explicitly with Close, which is
+// idempotent; any other use afterwards returns an error matching ErrClosed.
+//
+// # Nil and zero values
+//
+// As with *os.File, every method of every type here is safe on a nil
+// pointer and on a zero value (a Device{} not from GetDevice, a Stream{}
+// not from NewStream, a zero MemPool, ...): it returns an error matching
+// [ErrInvalidArgument] (or ErrClosed), or a zero value, before any driver
+// call, and Close on one does nothing. Arguments the driver would take as
+// NULL or 0 (nil host pointers with a non-zero size, zero allocation sizes,
+// nil property structs, zero pools) are refused the same way. Numbers the
+// driver returns that callers use as lengths, indexes or alignments (the
+// device count, allocation granularity, exported fds, NUMA nodes) are
+// checked: an impossible value is an error matching [ErrorUnknown], never
+// a panic. TestNilAndZeroHandles sweeps every exported method by
+// reflection to keep it so.
 package cuda

@@ -3,6 +3,8 @@ package cuda
 import (
 	"errors"
 	"fmt"
+
+	"github.com/cudamem/cudamem/loader"
 )
 
 // Sentinel errors. Match them with errors.Is; every error this module returns
@@ -17,12 +19,14 @@ var (
 	// attribute that says no, or CUDA_ERROR_NOT_SUPPORTED from the driver.
 	ErrNotSupported = errors.New("cuda: not supported")
 
-	// ErrClosed means a handle was used after Close.
-	ErrClosed = errors.New("cuda: use of closed handle")
+	// ErrClosed means a handle was used after Close. It is the same value
+	// as loader.ErrClosed, so the loader's errors match it too.
+	ErrClosed = loader.ErrClosed
 
 	// ErrInvalidArgument means Go-side validation rejected an argument before
-	// any driver call was made.
-	ErrInvalidArgument = errors.New("cuda: invalid argument")
+	// any driver call was made (nil or zero handles, zero or impossible
+	// sizes). It is the same value as loader.ErrInvalidArgument.
+	ErrInvalidArgument = loader.ErrInvalidArgument
 )
 
 // OpError records the operation that failed (a driver entry point such as
@@ -32,10 +36,23 @@ type OpError struct {
 	Err error
 }
 
-func (e *OpError) Error() string { return e.Op + ": " + e.Err.Error() }
+func (e *OpError) Error() string {
+	switch {
+	case e == nil:
+		return "<nil>"
+	case e.Err == nil:
+		return e.Op + ": <nil>"
+	}
+	return e.Op + ": " + e.Err.Error()
+}
 
 // Unwrap returns the underlying error (a Result or a sentinel).
-func (e *OpError) Unwrap() error { return e.Err }
+func (e *OpError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
 
 // check turns a driver result into an error naming the operation; Success
 // becomes nil, never a non-nil error.

@@ -19,7 +19,7 @@ type Event struct {
 
 // NewEvent creates an event on the device. EventDefault records timing.
 func (d *Device) NewEvent(flags EventFlags) (*Event, error) {
-	ctx, err := d.context()
+	ctx, err := d.contextFor("Device.NewEvent")
 	if err != nil {
 		return nil, err
 	}
@@ -39,13 +39,22 @@ func (e *Event) get(op string) (uintptr, error) {
 		e.mu.RUnlock()
 		return 0, &OpError{Op: op, Err: ErrClosed}
 	}
+	if err := e.dev.check(op); err != nil {
+		e.mu.RUnlock()
+		return 0, err
+	}
 	return e.handle, nil
 }
 
 func (e *Event) end() { e.mu.RUnlock() }
 
-// Handle is the CUevent handle.
-func (e *Event) Handle() uintptr { return e.handle }
+// Handle is the CUevent handle (0 for a nil or zero Event).
+func (e *Event) Handle() uintptr {
+	if e == nil {
+		return 0
+	}
+	return e.handle
+}
 
 // Record marks the event at the current end of stream s.
 func (e *Event) Record(s *Stream) error {
@@ -69,7 +78,7 @@ func (e *Event) Sync() error {
 		return err
 	}
 	defer e.end()
-	ctx, err := e.dev.context()
+	ctx, err := e.dev.contextFor("Event.Sync")
 	if err != nil {
 		return err
 	}
@@ -83,7 +92,7 @@ func (e *Event) Done() (bool, error) {
 		return false, err
 	}
 	defer e.end()
-	ctx, err := e.dev.context()
+	ctx, err := e.dev.contextFor("Event.Done")
 	if err != nil {
 		return false, err
 	}
@@ -110,7 +119,7 @@ func Elapsed(start, end *Event) (time.Duration, error) {
 		return 0, err
 	}
 	defer end.end()
-	ctx, err := start.dev.context()
+	ctx, err := start.dev.contextFor("Elapsed")
 	if err != nil {
 		return 0, err
 	}
@@ -132,7 +141,7 @@ func (e *Event) Close() error {
 	if e.closed {
 		return nil
 	}
-	ctx, err := e.dev.context()
+	ctx, err := e.dev.contextFor("Event.Close")
 	if err != nil {
 		return err
 	}

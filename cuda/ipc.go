@@ -7,7 +7,7 @@ import "unsafe"
 // MemPool.ExportPointer instead.
 func (d *Device) IPCGetMemHandle(p DevicePtr) (IPCMemHandle, error) {
 	var h IPCMemHandle
-	ctx, err := d.context()
+	ctx, err := d.contextFor("Device.IPCGetMemHandle")
 	if err != nil {
 		return h, err
 	}
@@ -22,7 +22,7 @@ func (d *Device) IPCGetMemHandle(p DevicePtr) (IPCMemHandle, error) {
 // IPCGetMemHandle (cuIpcOpenMemHandle). Unmap it with IPCCloseMemHandle.
 // A process cannot open its own handles.
 func (d *Device) IPCOpenMemHandle(h IPCMemHandle, flags IPCMemFlags) (DevicePtr, error) {
-	ctx, err := d.context()
+	ctx, err := d.contextFor("Device.IPCOpenMemHandle")
 	if err != nil {
 		return 0, err
 	}
@@ -36,7 +36,7 @@ func (d *Device) IPCOpenMemHandle(h IPCMemHandle, flags IPCMemFlags) (DevicePtr,
 
 // IPCCloseMemHandle unmaps memory opened with IPCOpenMemHandle.
 func (d *Device) IPCCloseMemHandle(p DevicePtr) error {
-	ctx, err := d.context()
+	ctx, err := d.contextFor("Device.IPCCloseMemHandle")
 	if err != nil {
 		return err
 	}

@@ -10,9 +10,12 @@ import (
 
 // MemAlloc allocates size bytes of device memory synchronously (cuMemAlloc).
 func (d *Device) MemAlloc(size uint64) (DevicePtr, error) {
-	ctx, err := d.context()
+	ctx, err := d.contextFor("Device.MemAlloc")
 	if err != nil {
 		return 0, err
+	}
+	if size == 0 {
+		return 0, Errorf("cuMemAlloc", ErrInvalidArgument, "zero size")
 	}
 	var p DevicePtr
 	if r := d.drv.MemAlloc.CallCtx(ctx, uintptr(unsafe.Pointer(&p)), uintptr(size)); !ok(r) {
@@ -23,7 +26,7 @@ func (d *Device) MemAlloc(size uint64) (DevicePtr, error) {
 
 // MemFree frees memory from MemAlloc or MemAllocManaged (cuMemFree).
 func (d *Device) MemFree(p DevicePtr) error {
-	ctx, err := d.context()
+	ctx, err := d.contextFor("Device.MemFree")
 	if err != nil {
 		return err
 	}
@@ -33,9 +36,12 @@ func (d *Device) MemFree(p DevicePtr) error {
 // MemAllocManaged allocates size bytes of managed (unified) memory,
 // accessible from the host and every device (cuMemAllocManaged).
 func (d *Device) MemAllocManaged(size uint64, flags MemAttachFlags) (DevicePtr, error) {
-	ctx, err := d.context()
+	ctx, err := d.contextFor("Device.MemAllocManaged")
 	if err != nil {
 		return 0, err
+	}
+	if size == 0 {
+		return 0, Errorf("cuMemAllocManaged", ErrInvalidArgument, "zero size")
 	}
 	var p DevicePtr
 	if r := d.drv.MemAllocManaged.CallCtx(ctx, uintptr(unsafe.Pointer(&p)), uintptr(size), uintptr(flags)); !ok(r) {
@@ -49,9 +55,12 @@ func (d *Device) MemAllocManaged(size uint64, flags MemAttachFlags) (DevicePtr, 
 // context; the returned pointer is also a valid device address under
 // unified addressing.
 func (d *Device) MemHostAlloc(size uint64, flags MemHostAllocFlags) (unsafe.Pointer, error) {
-	ctx, err := d.context()
+	ctx, err := d.contextFor("Device.MemHostAlloc")
 	if err != nil {
 		return nil, err
+	}
+	if size == 0 {
+		return nil, Errorf("cuMemHostAlloc", ErrInvalidArgument, "zero size")
 	}
 	var p unsafe.Pointer
 	if r := d.drv.MemHostAlloc.CallCtx(ctx, uintptr(unsafe.Pointer(&p)), uintptr(size), uintptr(flags)); !ok(r) {
@@ -62,7 +71,7 @@ func (d *Device) MemHostAlloc(size uint64, flags MemHostAllocFlags) (unsafe.Poin
 
 // MemFreeHost frees memory from MemHostAlloc (cuMemFreeHost).
 func (d *Device) MemFreeHost(p unsafe.Pointer) error {
-	ctx, err := d.context()
+	ctx, err := d.contextFor("Device.MemFreeHost")
 	if err != nil {
 		return err
 	}
@@ -74,16 +83,19 @@ func (d *Device) MemFreeHost(p unsafe.Pointer) error {
 // only on memory not managed by the Go garbage collector (or pinned for
 // the whole time).
 func (d *Device) MemHostRegister(p unsafe.Pointer, size uint64, flags MemHostRegisterFlags) error {
-	ctx, err := d.context()
+	ctx, err := d.contextFor("Device.MemHostRegister")
 	if err != nil {
 		return err
+	}
+	if p == nil && size > 0 {
+		return Errorf("cuMemHostRegister", ErrInvalidArgument, "nil host pointer for %d bytes", size)
 	}
 	return result(&d.drv.MemHostRegister, d.drv.MemHostRegister.CallCtx(ctx, uintptr(p), uintptr(size), uintptr(flags)))
 }
 
 // MemHostUnregister undoes MemHostRegister.
 func (d *Device) MemHostUnregister(p unsafe.Pointer) error {
-	ctx, err := d.context()
+	ctx, err := d.contextFor("Device.MemHostUnregister")
 	if err != nil {
 		return err
 	}
@@ -93,7 +105,7 @@ func (d *Device) MemHostUnregister(p unsafe.Pointer) error {
 // MemAdvise gives the driver a usage hint for managed memory
 // (cuMemAdvise, CUDA 12.2 ABI).
 func (d *Device) MemAdvise(p DevicePtr, size uint64, advice MemAdvice, loc MemLocation) error {
-	ctx, err := d.context()
+	ctx, err := d.contextFor("Device.MemAdvise")
 	if err != nil {
 		return err
 	}
@@ -103,18 +115,24 @@ func (d *Device) MemAdvise(p DevicePtr, size uint64, advice MemAdvice, loc MemLo
 // MemcpyHtoD copies size bytes from host memory to the device synchronously
 // (cuMemcpyHtoD). From pageable memory the driver stages the copy itself.
 func (d *Device) MemcpyHtoD(dst DevicePtr, src unsafe.Pointer, size uint64) error {
-	ctx, err := d.context()
+	ctx, err := d.contextFor("Device.MemcpyHtoD")
 	if err != nil {
 		return err
+	}
+	if src == nil && size > 0 {
+		return Errorf("cuMemcpyHtoD", ErrInvalidArgument, "nil host pointer for %d bytes", size)
 	}
 	return result(&d.drv.MemcpyHtoD, d.drv.MemcpyHtoD.CallCtx(ctx, uintptr(dst), uintptr(src), uintptr(size)))
 }
 
 // MemcpyDtoH copies size bytes from the device to host memory synchronously.
 func (d *Device) MemcpyDtoH(dst unsafe.Pointer, src DevicePtr, size uint64) error {
-	ctx, err := d.context()
+	ctx, err := d.contextFor("Device.MemcpyDtoH")
 	if err != nil {
 		return err
+	}
+	if dst == nil && size > 0 {
+		return Errorf("cuMemcpyDtoH", ErrInvalidArgument, "nil host pointer for %d bytes", size)
 	}
 	return result(&d.drv.MemcpyDtoH, d.drv.MemcpyDtoH.CallCtx(ctx, uintptr(dst), uintptr(src), uintptr(size)))
 }
@@ -136,6 +154,9 @@ func (s *Stream) MemcpyAsync(dst, src DevicePtr, size uint64) error {
 // on s. Pinned src makes it asynchronous; pageable src is staged by the
 // driver and returns once src may be reused.
 func (s *Stream) MemcpyHtoDAsync(dst DevicePtr, src unsafe.Pointer, size uint64) error {
+	if src == nil && size > 0 {
+		return Errorf("cuMemcpyHtoDAsync", ErrInvalidArgument, "nil host pointer for %d bytes", size)
+	}
 	ctx, h, err := s.begin("cuMemcpyHtoDAsync")
 	if err != nil {
 		return err
@@ -149,6 +170,9 @@ func (s *Stream) MemcpyHtoDAsync(dst DevicePtr, src unsafe.Pointer, size uint64)
 // on s. With pageable dst the copy has finished when it returns; with
 // pinned dst, synchronize s before reading dst.
 func (s *Stream) MemcpyDtoHAsync(dst unsafe.Pointer, src DevicePtr, size uint64) error {
+	if dst == nil && size > 0 {
+		return Errorf("cuMemcpyDtoHAsync", ErrInvalidArgument, "nil host pointer for %d bytes", size)
+	}
 	ctx, h, err := s.begin("cuMemcpyDtoHAsync")
 	if err != nil {
 		return err
@@ -166,14 +190,14 @@ func (s *Stream) MemcpyPeerAsync(dst DevicePtr, dstDev *Device, src DevicePtr, s
 		return err
 	}
 	defer s.end()
-	if dstDev == nil || srcDev == nil {
-		return Errorf("cuMemcpyPeerAsync", ErrInvalidArgument, "nil device")
+	if !dstDev.valid() || !srcDev.valid() {
+		return Errorf("cuMemcpyPeerAsync", ErrInvalidArgument, "nil or zero device (destination %v, source %v)", dstDev, srcDev)
 	}
-	dctx, err := dstDev.context()
+	dctx, err := dstDev.contextFor("Stream.MemcpyPeerAsync")
 	if err != nil {
 		return err
 	}
-	sctx, err := srcDev.context()
+	sctx, err := srcDev.contextFor("Stream.MemcpyPeerAsync")
 	if err != nil {
 		return err
 	}
@@ -228,6 +252,9 @@ func (s *Stream) MemPrefetchAsync(p DevicePtr, size uint64, loc MemLocation) err
 // MemAllocAsync allocates size bytes from the device's current pool,
 // ordered on s (cuMemAllocAsync).
 func (s *Stream) MemAllocAsync(size uint64) (DevicePtr, error) {
+	if size == 0 {
+		return 0, Errorf("cuMemAllocAsync", ErrInvalidArgument, "zero size")
+	}
 	ctx, h, err := s.begin("cuMemAllocAsync")
 	if err != nil {
 		return 0, err
@@ -248,6 +275,11 @@ func (s *Stream) MemAllocFromPoolAsync(pool MemPool, size uint64) (DevicePtr, er
 	ctx, h, err := s.begin("cuMemAllocFromPoolAsync")
 	if err != nil {
 		return 0, err
+	}
+	// A zero pool would reach the driver as a NULL handle.
+	if pool.IsZero() || size == 0 {
+		s.end()
+		return 0, Errorf("cuMemAllocFromPoolAsync", ErrInvalidArgument, "zero memory pool or zero size (%d bytes)", size)
 	}
 	var p DevicePtr
 	r := s.dev.drv.MemAllocFromPoolAsync.CallCtx(ctx, uintptr(unsafe.Pointer(&p)), uintptr(size), pool.handle, h)
@@ -291,7 +323,7 @@ func QueryPointer(p DevicePtr) (PointerInfo, error) {
 		return PointerInfo{}, Errorf("QueryPointer", ErrNotSupported, "no CUDA devices")
 	}
 	d := ds[0]
-	ctx, err := d.context()
+	ctx, err := d.contextFor("QueryPointer")
 	if err != nil {
 		return PointerInfo{}, err
 	}

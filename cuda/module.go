@@ -3,24 +3,35 @@ package cuda
 import (
 	"fmt"
 	"runtime"
+	"sync"
 	"unsafe"
 )
 
 // Module is a loaded CUDA module (PTX or cubin). cudamem's own tests and
 // tools use modules to touch memory from the device side; it is not a
 // kernel-programming API.
+//
+// Close unloads it; afterwards Function and launches of its kernels return
+// an error matching ErrClosed. A nil or zero Module is refused the same way
+// (ErrInvalidArgument). Methods are safe for concurrent use.
 type Module struct {
 	dev    *Device
 	handle uintptr
+
+	mu     sync.RWMutex // held for reading across calls that use handle
+	closed bool
 }
 
 // LoadModule loads a PTX or cubin image into the device's primary context
 // (cuModuleLoadData); PTX is compiled for the device by the driver.
 func (d *Device) LoadModule(image []byte) (*Module, error) {
+	if err := d.check("cuModuleLoadData"); err != nil {
+		return nil, err
+	}
 	if len(image) == 0 {
 		return nil, Errorf("cuModuleLoadData", ErrInvalidArgument, "empty image")
 	}
-	ctx, err := d.context()
+	ctx, err := d.contextFor("Device.LoadModule")
 	if err != nil {
 		return nil, err
 	}
@@ -34,19 +45,45 @@ func (d *Device) LoadModule(image []byte) (*Module, error) {
 	return m, nil
 }
 
-// Close unloads the module.
+// begin checks m for a call named op and holds it open (read-locked)
+// until end, so Close cannot unload it mid-call.
+func (m *Module) begin(op string) (ctx uintptr, err error) {
+	if m == nil || m.dev == nil {
+		return 0, Errorf(op, ErrInvalidArgument, "nil or zero module (use Device.LoadModule)")
+	}
+	m.mu.RLock()
+	if m.closed {
+		m.mu.RUnlock()
+		return 0, &OpError{Op: op, Err: ErrClosed}
+	}
+	if ctx, err = m.dev.contextFor(op); err != nil {
+		m.mu.RUnlock()
+		return 0, err
+	}
+	return ctx, nil
+}
+
+func (m *Module) end() { m.mu.RUnlock() }
+
+// Close unloads the module. It is idempotent; closing a nil or zero Module
+// does nothing. If unloading fails the module stays open.
 func (m *Module) Close() error {
-	if m == nil || m.handle == 0 {
+	if m == nil || m.dev == nil {
 		return nil
 	}
-	ctx, err := m.dev.context()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil
+	}
+	ctx, err := m.dev.contextFor("Module.Close")
 	if err != nil {
 		return err
 	}
 	if r := m.dev.drv.ModuleUnload.CallCtx(ctx, m.handle); !ok(r) {
 		return fail(&m.dev.drv.ModuleUnload, r)
 	}
-	m.handle = 0
+	m.closed = true
 	return nil
 }
 
@@ -59,13 +96,11 @@ type Function struct {
 
 // Function looks up a kernel by name.
 func (m *Module) Function(name string) (*Function, error) {
-	if m == nil || m.handle == 0 {
-		return nil, &OpError{Op: "cuModuleGetFunction", Err: ErrClosed}
-	}
-	ctx, err := m.dev.context()
+	ctx, err := m.begin("cuModuleGetFunction")
 	if err != nil {
 		return nil, err
 	}
+	defer m.end()
 	cname := append([]byte(name), 0)
 	f := &Function{mod: m, name: name}
 	r := m.dev.drv.ModuleGetFunction.CallCtx(ctx, uintptr(unsafe.Pointer(&f.handle)), m.handle, uintptr(unsafe.Pointer(&cname[0])))
@@ -82,7 +117,13 @@ type Dim3 struct{ X, Y, Z uint32 }
 // Launch runs the kernel on s with the given grid and block shapes.
 // Parameters must be uint64, uint32, int64, int32, DevicePtr or uintptr,
 // in the kernel's parameter order.
+//
+// A nil or zero Function is refused (ErrInvalidArgument), and so is one
+// whose module was closed (ErrClosed).
 func (f *Function) Launch(s *Stream, grid, block Dim3, sharedMem uint32, params ...any) error {
+	if f == nil || f.mod == nil || f.handle == 0 {
+		return Errorf("cuLaunchKernel", ErrInvalidArgument, "nil or zero kernel function (use Module.Function)")
+	}
 	vals := make([]uint64, len(params))
 	ptrs := make([]unsafe.Pointer, len(params)+1)
 	for i, p := range params {
@@ -117,9 +158,19 @@ func (f *Function) Launch(s *Stream, grid, block Dim3, sharedMem uint32, params 
 		return d
 	}
 	grid, block = norm(grid), norm(block)
+	// The module stays loaded for the launch: a kernel of an unloaded
+	// module is a dangling driver handle.
+	if _, err := f.mod.begin("cuLaunchKernel"); err != nil {
+		return fmt.Errorf("kernel %s: %w", f.name, err)
+	}
+	defer f.mod.end()
 	ctx, h, err := s.begin("cuLaunchKernel")
 	if err != nil {
 		return err
+	}
+	if s.dev != f.mod.dev {
+		s.end()
+		return Errorf("cuLaunchKernel", ErrInvalidArgument, "kernel %s is loaded on %v, stream belongs to %v", f.name, f.mod.dev, s.dev)
 	}
 	drv := f.mod.dev.drv
 	r := drv.LaunchKernel.CallCtx(ctx, f.handle, uintptr(grid.X), uintptr(grid.Y), uintptr(grid.Z),

@@ -27,7 +27,7 @@ func (p MemPool) IsZero() bool { return p.handle == 0 }
 func (p MemPool) drv() *loader.Driver { return p.dev.drv }
 
 func (p MemPool) ctx(op string) (uintptr, error) {
-	if p.handle == 0 || p.dev == nil {
+	if p.handle == 0 || !p.dev.valid() {
 		return 0, Errorf(op, ErrInvalidArgument, "zero memory pool")
 	}
 	return p.dev.context()
@@ -35,6 +35,9 @@ func (p MemPool) ctx(op string) (uintptr, error) {
 
 // DefaultMemPool returns the device's default memory pool.
 func (d *Device) DefaultMemPool() (MemPool, error) {
+	if err := d.check("Device.DefaultMemPool"); err != nil {
+		return MemPool{}, err
+	}
 	var h uintptr
 	if r := d.drv.DeviceGetDefaultMemPool.Call(uintptr(unsafe.Pointer(&h)), uintptr(d.handle)); !ok(r) {
 		return MemPool{}, fail(&d.drv.DeviceGetDefaultMemPool, r)
@@ -45,6 +48,9 @@ func (d *Device) DefaultMemPool() (MemPool, error) {
 // CurrentMemPool returns the pool cuMemAllocAsync currently uses on the
 // device (the default pool unless SetMemPool changed it).
 func (d *Device) CurrentMemPool() (MemPool, error) {
+	if err := d.check("Device.CurrentMemPool"); err != nil {
+		return MemPool{}, err
+	}
 	var h uintptr
 	if r := d.drv.DeviceGetMemPool.Call(uintptr(unsafe.Pointer(&h)), uintptr(d.handle)); !ok(r) {
 		return MemPool{}, fail(&d.drv.DeviceGetMemPool, r)
@@ -54,6 +60,9 @@ func (d *Device) CurrentMemPool() (MemPool, error) {
 
 // SetMemPool makes p the pool cuMemAllocAsync uses on the device.
 func (d *Device) SetMemPool(p MemPool) error {
+	if err := d.check("cuDeviceSetMemPool"); err != nil {
+		return err
+	}
 	if _, err := p.ctx("cuDeviceSetMemPool"); err != nil {
 		return err
 	}
@@ -63,7 +72,7 @@ func (d *Device) SetMemPool(p MemPool) error {
 // DefaultHostMemPool returns the driver's default pool for pinned host
 // memory at loc (a host or host NUMA location; CUDA 13.0 drivers).
 func (d *Device) DefaultHostMemPool(loc MemLocation) (MemPool, error) {
-	ctx, err := d.context()
+	ctx, err := d.contextFor("Device.DefaultHostMemPool")
 	if err != nil {
 		return MemPool{}, err
 	}
@@ -79,10 +88,13 @@ func (d *Device) DefaultHostMemPool(loc MemLocation) (MemPool, error) {
 // The device's context serves later calls on the pool; the pool's memory
 // lives where props.Location says.
 func (d *Device) CreateMemPool(props *MemPoolProps) (MemPool, error) {
+	if err := d.check("cuMemPoolCreate"); err != nil {
+		return MemPool{}, err
+	}
 	if props == nil {
 		return MemPool{}, Errorf("cuMemPoolCreate", ErrInvalidArgument, "nil properties")
 	}
-	ctx, err := d.context()
+	ctx, err := d.contextFor("Device.CreateMemPool")
 	if err != nil {
 		return MemPool{}, err
 	}
@@ -102,7 +114,7 @@ func (d *Device) ImportMemPoolFD(fd int) (MemPool, error) {
 	if fd < 0 {
 		return MemPool{}, Errorf("cuMemPoolImportFromShareableHandle", ErrInvalidArgument, "negative file descriptor %d", fd)
 	}
-	ctx, err := d.context()
+	ctx, err := d.contextFor("Device.ImportMemPoolFD")
 	if err != nil {
 		return MemPool{}, err
 	}
@@ -230,7 +242,7 @@ func (p MemPool) ExportFD() (int, error) {
 	if r := pr.CallCtx(ctx, uintptr(unsafe.Pointer(&fd)), p.handle, uintptr(MemHandleTypePosixFileDescriptor), 0); !ok(r) {
 		return -1, fail(pr, r)
 	}
-	return int(fd), nil
+	return exportedFD("cuMemPoolExportToShareableHandle", fd)
 }
 
 // ExportPointer describes an allocation of an exportable pool for another
@@ -255,10 +267,23 @@ func (p MemPool) ImportPointer(data *MemPoolPtrExportData) (DevicePtr, error) {
 	if err != nil {
 		return 0, err
 	}
+	if data == nil {
+		return 0, Errorf("cuMemPoolImportPointer", ErrInvalidArgument, "nil export data")
+	}
 	var ptr DevicePtr
 	pr := &p.drv().MemPoolImportPointer
 	if r := pr.CallCtx(ctx, uintptr(unsafe.Pointer(&ptr)), p.handle, uintptr(unsafe.Pointer(data))); !ok(r) {
 		return 0, fail(pr, r)
 	}
 	return ptr, nil
+}
+
+// exportedFD checks the descriptor a successful export returned: a driver
+// that reports success with a negative fd would otherwise hand callers a
+// value that closes or reads the wrong file.
+func exportedFD(op string, fd int32) (int, error) {
+	if fd < 0 {
+		return -1, &OpError{Op: op, Err: fmt.Errorf("%w: the driver reported success with file descriptor %d", ErrorUnknown, fd)}
+	}
+	return int(fd), nil
 }

@@ -1,6 +1,8 @@
 package cuda
 
 import (
+	"errors"
+	"fmt"
 	"sync"
 	"unsafe"
 )
@@ -31,7 +33,7 @@ func (d *Device) NewStream() (*Stream, error) { return d.NewStreamWith(StreamNon
 // NewStreamWith creates a stream with the given flags and priority (lower
 // numbers are higher priority; see StreamPriorityRange).
 func (d *Device) NewStreamWith(flags StreamFlags, priority int) (*Stream, error) {
-	ctx, err := d.context()
+	ctx, err := d.contextFor("Device.NewStreamWith")
 	if err != nil {
 		return nil, err
 	}
@@ -46,7 +48,7 @@ func (d *Device) NewStreamWith(flags StreamFlags, priority int) (*Stream, error)
 // StreamPriorityRange returns the device's stream priorities: least is the
 // lowest priority (numerically greatest), greatest the highest.
 func (d *Device) StreamPriorityRange() (least, greatest int, err error) {
-	ctx, err := d.context()
+	ctx, err := d.contextFor("Device.StreamPriorityRange")
 	if err != nil {
 		return 0, 0, err
 	}
@@ -87,7 +89,7 @@ func (s *Stream) begin(op string) (ctx, handle uintptr, err error) {
 		s.mu.RUnlock()
 		return 0, 0, &OpError{Op: op, Err: ErrClosed}
 	}
-	ctx, err = s.dev.context()
+	ctx, err = s.dev.contextFor(op)
 	if err != nil {
 		s.mu.RUnlock()
 		return 0, 0, err
@@ -143,18 +145,31 @@ func (s *Stream) WaitEvent(e *Event) error {
 // WaitStream makes future work on s wait for all work submitted to other
 // so far (through a temporary event).
 func (s *Stream) WaitStream(other *Stream) error {
-	if other == nil {
-		return Errorf("Stream.WaitStream", ErrInvalidArgument, "nil stream")
+	const op = "Stream.WaitStream"
+	// Check both streams before creating anything: a nil or zero stream
+	// has no device to make the event on.
+	if _, _, err := s.begin(op); err != nil {
+		return err
 	}
-	e, err := other.dev.NewEvent(EventDisableTiming)
+	s.end()
+	if _, _, err := other.begin(op); err != nil {
+		return err
+	}
+	dev := other.dev
+	other.end()
+	e, err := dev.NewEvent(EventDisableTiming)
 	if err != nil {
 		return err
 	}
-	defer e.Close()
-	if err := e.Record(other); err != nil {
-		return err
+	err = e.Record(other)
+	if err == nil {
+		err = s.WaitEvent(e)
 	}
-	return s.WaitEvent(e)
+	// The event may be destroyed at once: the driver keeps the wait alive.
+	if cerr := e.Close(); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("%s: destroying the temporary event: %w", op, cerr))
+	}
+	return err
 }
 
 // Close destroys an owned stream after work already submitted completes
@@ -169,7 +184,7 @@ func (s *Stream) Close() error {
 	if s.closed {
 		return nil
 	}
-	ctx, err := s.dev.context()
+	ctx, err := s.dev.contextFor("Stream.Close")
 	if err != nil {
 		return err
 	}

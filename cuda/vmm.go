@@ -12,10 +12,7 @@ import (
 // vmmCtx returns a context for VMM calls: they need one current, though the
 // memory's placement comes from the properties or the address.
 func vmmCtx(d *Device, op string) (uintptr, error) {
-	if d == nil {
-		return 0, Errorf(op, ErrInvalidArgument, "nil device")
-	}
-	return d.context()
+	return d.contextFor(op)
 }
 
 // AllocationGranularity returns the size and alignment unit for cuMemCreate
@@ -25,10 +22,19 @@ func (d *Device) AllocationGranularity(prop *MemAllocationProp, kind MemAllocati
 	if err != nil {
 		return 0, err
 	}
+	if prop == nil {
+		return 0, Errorf("cuMemGetAllocationGranularity", ErrInvalidArgument, "nil allocation properties")
+	}
 	var g uint64
 	p := &d.drv.MemGetAllocationGranularity
 	if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&g)), uintptr(unsafe.Pointer(prop)), uintptr(kind)); !ok(r) {
 		return 0, fail(p, r)
+	}
+	// Callers align and divide by it: a zero (or not a power of two)
+	// from the driver would become a division by zero or a misaligned
+	// mapping there.
+	if g == 0 || g&(g-1) != 0 {
+		return 0, &OpError{Op: "cuMemGetAllocationGranularity", Err: fmt.Errorf("%w: the driver reported a granularity of %d bytes (not a power of two)", ErrorUnknown, g)}
 	}
 	return g, nil
 }
@@ -40,6 +46,12 @@ func (d *Device) MemCreate(size uint64, prop *MemAllocationProp) (MemHandle, err
 	ctx, err := vmmCtx(d, "cuMemCreate")
 	if err != nil {
 		return 0, err
+	}
+	if prop == nil {
+		return 0, Errorf("cuMemCreate", ErrInvalidArgument, "nil allocation properties")
+	}
+	if size == 0 {
+		return 0, Errorf("cuMemCreate", ErrInvalidArgument, "zero size")
 	}
 	var h MemHandle
 	p := &d.drv.MemCreate
@@ -148,7 +160,7 @@ func (d *Device) MemExportFD(h MemHandle) (int, error) {
 	if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&fd)), uintptr(h), uintptr(MemHandleTypePosixFileDescriptor), 0); !ok(r) {
 		return -1, fail(p, r)
 	}
-	return int(fd), nil
+	return exportedFD("cuMemExportToShareableHandle", fd)
 }
 
 // MemImportFD imports a physical allocation from a POSIX file descriptor

@@ -31,10 +31,18 @@ func OpenLibrary(path string) (*Library, error) {
 }
 
 // Path is the path the library was opened with.
-func (l *Library) Path() string { return l.path }
+func (l *Library) Path() string {
+	if l == nil {
+		return ""
+	}
+	return l.path
+}
 
-// Lookup finds an exported function.
+// Lookup finds an exported function. A nil, zero or closed Library refuses.
 func (l *Library) Lookup(name string) (Proc, error) {
+	if l == nil || l.dll == nil {
+		return Proc{name: name}, fmt.Errorf("Library.Lookup %s: %w: nil, zero or closed Library", name, ErrInvalidArgument)
+	}
 	p, err := l.dll.FindProc(name)
 	if err != nil {
 		return Proc{name: name}, fmt.Errorf("%s: %w (%v)", name, errNoSymbol, err)
@@ -44,7 +52,7 @@ func (l *Library) Lookup(name string) (Proc, error) {
 
 // Close frees the DLL.
 func (l *Library) Close() error {
-	if l.dll == nil {
+	if l == nil || l.dll == nil {
 		return nil
 	}
 	err := l.dll.Release()
@@ -56,7 +64,7 @@ func (l *Library) Close() error {
 //
 //go:nosplit
 func (p *Proc) Call(args ...uintptr) uintptr {
-	if p.addr == 0 || len(args) > MaxArgs {
+	if p == nil || p.addr == 0 || len(args) > MaxArgs {
 		return NotFound
 	}
 	r, _, _ := syscall.SyscallN(p.addr, args...)
@@ -67,7 +75,7 @@ func (p *Proc) Call(args ...uintptr) uintptr {
 //
 //go:nosplit
 func (p *Proc) CallCtx(ctx uintptr, args ...uintptr) uintptr {
-	if p.addr == 0 || p.setCtx == 0 || len(args) > MaxArgs {
+	if p == nil || p.addr == 0 || p.setCtx == 0 || len(args) > MaxArgs {
 		return NotFound
 	}
 	runtime.LockOSThread()

@@ -36,6 +36,9 @@ type LoadError struct {
 }
 
 func (e *LoadError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	var b strings.Builder
 	b.WriteString("no CUDA driver")
 	if e.Reason != "" {
@@ -59,6 +62,9 @@ type InitError struct {
 }
 
 func (e *InitError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	return fmt.Sprintf("cuInit failed with CUresult %d (driver %s)", e.Code, e.Path)
 }
 
@@ -70,14 +76,25 @@ type Proc struct {
 	setCtx uintptr // its driver's cuCtxSetCurrent, for CallCtx
 }
 
-// Name is the entry point's base name, e.g. "cuMemAlloc".
-func (p *Proc) Name() string { return p.name }
+// Name is the entry point's base name, e.g. "cuMemAlloc" ("" for a nil
+// Proc).
+func (p *Proc) Name() string {
+	if p == nil {
+		return ""
+	}
+	return p.name
+}
 
-// Found reports whether the entry point was resolved.
-func (p *Proc) Found() bool { return p.addr != 0 }
+// Found reports whether the entry point was resolved (false for a nil Proc).
+func (p *Proc) Found() bool { return p != nil && p.addr != 0 }
 
-// Addr is the resolved function address (0 if unresolved).
-func (p *Proc) Addr() uintptr { return p.addr }
+// Addr is the resolved function address (0 if unresolved or nil).
+func (p *Proc) Addr() uintptr {
+	if p == nil {
+		return 0
+	}
+	return p.addr
+}
 
 // Driver is the opened driver library and its resolved entry points. Fields
 // are the entry points by base name without the "cu" prefix; see [Load].
@@ -268,8 +285,12 @@ func (d *Driver) symbols() []symbol {
 	}
 }
 
-// Missing lists the entry points the driver did not provide.
+// Missing lists the entry points the driver did not provide. A nil Driver
+// has none to list.
 func (d *Driver) Missing() []string {
+	if d == nil {
+		return nil
+	}
 	var out []string
 	for _, s := range d.symbols() {
 		if !s.p.Found() {
@@ -281,6 +302,9 @@ func (d *Driver) Missing() []string {
 
 // Resolved counts the entry points the driver provided (bootstrap excluded).
 func (d *Driver) Resolved() (found, total int) {
+	if d == nil {
+		return 0, 0
+	}
 	for _, s := range d.symbols() {
 		total++
 		if s.p.Found() {

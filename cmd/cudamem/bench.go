@@ -41,16 +41,22 @@ type measurement struct {
 type benchEnv struct {
 	dev     *cuda.Device
 	stream  *cuda.Stream
-	cleanup []func()
+	cleanup []func() error
 }
 
-func (e *benchEnv) close() {
+// close runs the cleanups in reverse order and joins their errors.
+func (e *benchEnv) close() error {
+	var errs []error
 	for i := len(e.cleanup) - 1; i >= 0; i-- {
-		e.cleanup[i]()
+		errs = append(errs, e.cleanup[i]())
 	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("cleaning up: %w", err)
+	}
+	return nil
 }
 
-func runBench(args []string, stdout, stderr io.Writer) error {
+func runBench(args []string, stdout, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	device := fs.Int("device", 0, "device `ordinal`")
@@ -78,8 +84,8 @@ func runBench(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	env := &benchEnv{dev: dev, stream: s}
-	env.cleanup = append(env.cleanup, func() { s.Close() })
-	defer env.close()
+	env.cleanup = append(env.cleanup, s.Close)
+	defer func() { err = errors.Join(err, env.close()) }()
 
 	ms, err := measurements(env)
 	if err != nil {
@@ -259,17 +265,17 @@ func copyMeasurements(e *benchEnv) ([]measurement, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.cleanup = append(e.cleanup, func() { d.MemFreeHost(host) })
+	e.cleanup = append(e.cleanup, func() error { return d.MemFreeHost(host) })
 	a, err := d.MemAlloc(copyBytes)
 	if err != nil {
 		return nil, err
 	}
-	e.cleanup = append(e.cleanup, func() { d.MemFree(a) })
+	e.cleanup = append(e.cleanup, func() error { return d.MemFree(a) })
 	b, err := d.MemAlloc(copyBytes)
 	if err != nil {
 		return nil, err
 	}
-	e.cleanup = append(e.cleanup, func() { d.MemFree(b) })
+	e.cleanup = append(e.cleanup, func() error { return d.MemFree(b) })
 	return []measurement{
 		{name: "copy/htod_pinned/go", baseline: "copy/htod_pinned", iters: 20, bytes: copyBytes,
 			run: func(n int) (time.Duration, error) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"time"
 
 	"github.com/cudamem/cudamem/buffer"
@@ -30,7 +31,7 @@ func extraMeasurements(e *benchEnv) []measurement {
 	}
 	if pool != nil {
 		if sub, err := resource.NewSubAllocator(pool, nil); err == nil {
-			e.cleanup = append(e.cleanup, func() { sub.Close() })
+			e.cleanup = append(e.cleanup, sub.Close)
 			for _, size := range []uint64{256, 1 << 20} {
 				ms = append(ms, measurement{
 					name: "poolpair/suballoc/" + sizeLabel(size), baseline: "poolpair/cgo/" + sizeLabel(size), iters: 200_000,
@@ -72,10 +73,12 @@ func bufferMeasurements(e *benchEnv) []measurement {
 		return b
 	}
 	host, a, b := alloc(pinnedMR), alloc(devMR), alloc(devMR)
-	e.cleanup = append(e.cleanup, func() {
+	e.cleanup = append(e.cleanup, func() error {
+		var errs []error
 		for _, b := range bufs {
-			b.Close()
+			errs = append(errs, b.Close())
 		}
+		return errors.Join(errs...)
 	})
 	if host == nil || a == nil || b == nil {
 		return nil

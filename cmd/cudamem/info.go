@@ -56,17 +56,84 @@ func runInfo(args []string, w io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: info takes no arguments, got %q", errUsage, fs.Args())
 	}
-	info, err := collectInfo()
+	info, err := collectInfo(source)
 	if err != nil {
 		return describeLoadError(err)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(info)
+		if err := enc.Encode(info); err != nil {
+			return err
+		}
+	} else {
+		printInfo(w, info)
 	}
-	printInfo(w, info)
-	return nil
+	// What could be read is printed above; a failed query still makes the
+	// command fail, so scripts do not mistake a broken driver for a
+	// healthy one.
+	return queryErrors(info)
+}
+
+// queryErrors returns an error listing every failed device query, or nil.
+func queryErrors(info *Info) error {
+	var failed []string
+	for _, d := range info.Devices {
+		for _, e := range d.Errors {
+			failed = append(failed, fmt.Sprintf("GPU %d: %s", d.Ordinal, e))
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d device queries failed:\n  %s", len(failed), strings.Join(failed, "\n  "))
+}
+
+// infoDevice is what info asks of a device; *cuda.Device provides it, and
+// tests substitute a device whose queries fail.
+type infoDevice interface {
+	Ordinal() int
+	String() string
+	Name() (string, error)
+	UUID() (cuda.UUID, error)
+	PCIBusID() (string, error)
+	TotalMemory() (uint64, error)
+	ComputeCapability() (major, minor int, err error)
+	Features() (cuda.Features, error)
+}
+
+// infoSource is where info gets the driver and its devices.
+type infoSource interface {
+	Driver() (path string, version int, err error)
+	Missing() ([]string, error)
+	Devices() ([]infoDevice, error)
+	CanAccessPeer(d, peer infoDevice) (bool, error)
+}
+
+// source is the driver info reads; tests replace it.
+var source infoSource = cudaSource{}
+
+// cudaSource is the real driver.
+type cudaSource struct{}
+
+func (cudaSource) Driver() (string, int, error) { return cuda.Driver() }
+func (cudaSource) Missing() ([]string, error)   { return cuda.DriverMissing() }
+func (cudaSource) Devices() ([]infoDevice, error) {
+	ds, err := cuda.Devices()
+	out := make([]infoDevice, len(ds))
+	for i, d := range ds {
+		out[i] = d
+	}
+	return out, err
+}
+
+func (cudaSource) CanAccessPeer(d, peer infoDevice) (bool, error) {
+	a, aok := d.(*cuda.Device)
+	b, bok := peer.(*cuda.Device)
+	if !aok || !bok {
+		return false, fmt.Errorf("%v or %v is not a CUDA device", d, peer)
+	}
+	return a.CanAccessPeer(b)
 }
 
 // describeLoadError turns a load failure into a message listing what was
@@ -90,16 +157,16 @@ func describeLoadError(err error) error {
 	return errors.New(b.String())
 }
 
-func collectInfo() (*Info, error) {
-	path, version, err := cuda.Driver()
+func collectInfo(src infoSource) (*Info, error) {
+	path, version, err := src.Driver()
 	if err != nil {
 		return nil, err
 	}
-	missing, _ := cuda.DriverMissing()
+	missing, _ := src.Missing() // the driver loaded, so this cannot fail
 	info := &Info{Driver: DriverInfo{Path: path, Version: cuda.VersionString(version), Raw: version, Missing: missing}}
-	devs, err := cuda.Devices()
+	devs, err := src.Devices()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("driver %s (CUDA %s) loaded, but listing its devices failed: %w", path, cuda.VersionString(version), err)
 	}
 	for _, d := range devs {
 		di := DeviceInfo{Ordinal: d.Ordinal(), Peers: []int{}, HostNUMAID: -1}
@@ -125,7 +192,7 @@ func collectInfo() (*Info, error) {
 		di.MemoryPools, di.VirtualMemory, di.PosixFDIPC, di.PoolIPC = f.MemoryPools, f.VirtualMemory, f.PosixFDHandles, f.PoolIPC
 		di.GPUDirectRDMA, di.ManagedMemory, di.ConcurrentManaged, di.HostNUMAID = f.GPUDirectRDMA, f.ManagedMemory, f.ConcurrentManagedAccess, f.HostNUMAID
 		for _, p := range devs {
-			ok, err := d.CanAccessPeer(p)
+			ok, err := src.CanAccessPeer(d, p)
 			note("peer "+p.String(), err)
 			if ok {
 				di.Peers = append(di.Peers, p.Ordinal())

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"testing"
 
@@ -89,4 +90,72 @@ func TestSelftest(t *testing.T) {
 	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
 	assert.Contains(t, stdout, "checks passed")
 	assert.NotContains(t, stdout, "FAIL")
+}
+
+// failingDevice is a device whose every query fails, as on a machine whose
+// driver loads but cannot talk to its GPUs.
+type failingDevice struct{ ordinal int }
+
+var errQuery = &cuda.OpError{Op: "cuDeviceGetAttribute", Err: cuda.ErrorUnknown}
+
+func (d failingDevice) Ordinal() int                   { return d.ordinal }
+func (d failingDevice) String() string                 { return fmt.Sprintf("GPU %d", d.ordinal) }
+func (failingDevice) Name() (string, error)            { return "", errQuery }
+func (failingDevice) UUID() (cuda.UUID, error)         { return cuda.UUID{}, errQuery }
+func (failingDevice) PCIBusID() (string, error)        { return "", errQuery }
+func (failingDevice) TotalMemory() (uint64, error)     { return 0, errQuery }
+func (failingDevice) Features() (cuda.Features, error) { return cuda.Features{}, errQuery }
+func (failingDevice) ComputeCapability() (int, int, error) {
+	return 0, 0, errQuery
+}
+
+type fakeSource struct {
+	devs    []infoDevice
+	devsErr error
+	peerErr error
+}
+
+func (fakeSource) Driver() (string, int, error)                  { return "/fake/libcuda.so.1", 13000, nil }
+func (fakeSource) Missing() ([]string, error)                    { return nil, nil }
+func (f fakeSource) Devices() ([]infoDevice, error)              { return f.devs, f.devsErr }
+func (f fakeSource) CanAccessPeer(_, _ infoDevice) (bool, error) { return false, f.peerErr }
+
+func withSource(t *testing.T, src infoSource) {
+	t.Helper()
+	saved := source
+	source = src
+	t.Cleanup(func() { source = saved })
+}
+
+// `cudamem info` exited 0 when every device query failed.
+func TestInfoFailsWhenDeviceQueriesFail(t *testing.T) {
+	withSource(t, fakeSource{devs: []infoDevice{failingDevice{0}, failingDevice{1}}, peerErr: errQuery})
+	for _, args := range [][]string{{"info"}, {"info", "-json"}} {
+		code, stdout, stderr := runCmd(args...)
+		assert.Equal(t, 1, code, "%v: stdout:\n%s\nstderr:\n%s", args, stdout, stderr)
+		assert.Contains(t, stderr, "device queries failed", args)
+		assert.Contains(t, stderr, "GPU 0: name: cuDeviceGetAttribute: CUDA_ERROR_UNKNOWN", args)
+		assert.Contains(t, stderr, "GPU 1: features:", args)
+		assert.Contains(t, stderr, "peer GPU 1", args)
+		assert.NotEmpty(t, stdout, "what could be read is still printed")
+	}
+}
+
+// One failed query is enough to fail; none is success.
+func TestInfoExitStatusFollowsQueries(t *testing.T) {
+	withSource(t, fakeSource{devs: []infoDevice{failingDevice{0}}})
+	code, _, stderr := runCmd("info")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "GPU 0: uuid:")
+
+	withSource(t, fakeSource{devsErr: &cuda.OpError{Op: "cuDeviceGetCount", Err: cuda.ErrorUnknown}})
+	code, _, stderr = runCmd("info")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "listing its devices failed")
+	assert.Contains(t, stderr, "cuDeviceGetCount")
+
+	withSource(t, fakeSource{})
+	code, stdout, stderr := runCmd("info")
+	assert.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "devices: 0")
 }

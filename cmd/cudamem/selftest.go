@@ -34,6 +34,7 @@ func pattern(n int, seed uint32) []byte {
 type deviceKit struct {
 	dev          *cuda.Device
 	s            *cuda.Stream
+	mod          *cuda.Module
 	write, check *cuda.Function
 }
 
@@ -44,18 +45,21 @@ func newKit(d *cuda.Device) (*deviceKit, error) {
 	}
 	m, err := d.LoadModule(kernels)
 	if err != nil {
-		s.Close()
-		return nil, err
+		return nil, errors.Join(err, s.Close())
 	}
-	k := &deviceKit{dev: d, s: s}
+	k := &deviceKit{dev: d, s: s, mod: m}
 	if k.write, err = m.Function("cudamem_pattern_write"); err == nil {
 		k.check, err = m.Function("cudamem_pattern_check")
 	}
 	if err != nil {
-		s.Close()
-		return nil, err
+		return nil, errors.Join(err, k.close())
 	}
 	return k, nil
+}
+
+// close unloads the kit's kernels and destroys its stream.
+func (k *deviceKit) close() error {
+	return errors.Join(k.mod.Close(), k.s.Close())
 }
 
 var grid, block = cuda.Dim3{X: 264}, cuda.Dim3{X: 256}
@@ -67,12 +71,12 @@ func (k *deviceKit) deviceWrite(b *buffer.Buffer, seed uint32) error {
 
 // deviceCheck counts, on the device, the bytes of b that differ from the
 // pattern for seed.
-func (k *deviceKit) deviceCheck(b *buffer.Buffer, seed uint32) error {
+func (k *deviceKit) deviceCheck(b *buffer.Buffer, seed uint32) (err error) {
 	counter, err := k.dev.MemAlloc(4)
 	if err != nil {
 		return err
 	}
-	defer k.dev.MemFree(counter)
+	defer func() { err = errors.Join(err, k.dev.MemFree(counter)) }()
 	if err := k.s.MemsetD32Async(counter, 0, 1); err != nil {
 		return err
 	}
@@ -89,6 +93,12 @@ func (k *deviceKit) deviceCheck(b *buffer.Buffer, seed uint32) error {
 	return nil
 }
 
+// closeInto closes c and joins its error into *err: a deferred Close
+// whose failure must not be lost.
+func closeInto(err *error, c io.Closer) {
+	*err = errors.Join(*err, c.Close())
+}
+
 func hostCheck(got []byte, seed uint32) error {
 	if want := pattern(len(got), seed); !bytes.Equal(got, want) {
 		return errors.New("the host reads different bytes than were written")
@@ -101,7 +111,7 @@ type step struct {
 	run  func() error
 }
 
-func runSelftest(args []string, w io.Writer) error {
+func runSelftest(args []string, w io.Writer) (err error) {
 	fs := flag.NewFlagSet("selftest", flag.ContinueOnError)
 	fs.SetOutput(w)
 	if err := fs.Parse(args); err != nil {
@@ -122,7 +132,7 @@ func runSelftest(args []string, w io.Writer) error {
 		if kits[i], err = newKit(d); err != nil {
 			return fmt.Errorf("%v: %w", d, err)
 		}
-		defer kits[i].s.Close()
+		defer func(k *deviceKit) { err = errors.Join(err, k.close()) }(kits[i])
 	}
 	var steps []step
 	for _, k := range kits {
@@ -164,16 +174,17 @@ const selfSize = 16 << 20
 func deviceSteps(k *deviceKit) []step {
 	d := k.dev
 	return []step{
-		{d.String() + ": device pool, host and device agree", func() error {
+		{d.String() + ": device pool, host and device agree", func() (err error) {
 			pool, err := resource.NewDevicePool(d, nil)
 			if err != nil {
 				return err
 			}
+			defer closeInto(&err, pool)
 			b, err := pool.Allocate(selfSize, k.s)
 			if err != nil {
 				return err
 			}
-			defer b.Close()
+			defer closeInto(&err, b)
 			if err := buffer.CopyFromHost(b, pattern(selfSize, 1), k.s); err != nil {
 				return err
 			}
@@ -189,7 +200,7 @@ func deviceSteps(k *deviceKit) []step {
 			}
 			return hostCheck(got, 2)
 		}},
-		{d.String() + ": pinned host memory seen by the device", func() error {
+		{d.String() + ": pinned host memory seen by the device", func() (err error) {
 			mr, err := resource.NewLegacyPinned()
 			if err != nil {
 				return err
@@ -198,7 +209,7 @@ func deviceSteps(k *deviceKit) []step {
 			if err != nil {
 				return err
 			}
-			defer b.Close()
+			defer closeInto(&err, b)
 			if err := k.deviceWrite(b, 3); err != nil {
 				return err
 			}
@@ -211,7 +222,7 @@ func deviceSteps(k *deviceKit) []step {
 			}
 			return hostCheck(view, 3)
 		}},
-		{d.String() + ": managed memory, host then device", func() error {
+		{d.String() + ": managed memory, host then device", func() (err error) {
 			mr, err := resource.NewManaged(d, nil)
 			if err != nil {
 				return err
@@ -220,7 +231,7 @@ func deviceSteps(k *deviceKit) []step {
 			if err != nil {
 				return err
 			}
-			defer b.Close()
+			defer closeInto(&err, b)
 			view, err := b.Bytes()
 			if err != nil {
 				return err
@@ -228,7 +239,7 @@ func deviceSteps(k *deviceKit) []step {
 			copy(view, pattern(len(view), 4))
 			return k.deviceCheck(b, 4)
 		}},
-		{d.String() + ": virtual memory grows and keeps its data", func() error {
+		{d.String() + ": virtual memory grows and keeps its data", func() (err error) {
 			r, err := virtual.New(d, nil)
 			if err != nil {
 				return err
@@ -238,15 +249,13 @@ func deviceSteps(k *deviceKit) []step {
 				return err
 			}
 			if err := k.deviceWrite(b, 5); err != nil {
-				b.Close()
-				return err
+				return errors.Join(err, b.Close())
 			}
 			g, err := r.Grow(b, 3*r.Granularity())
 			if err != nil {
-				b.Close()
-				return err
+				return errors.Join(err, b.Close())
 			}
-			defer g.Close()
+			defer closeInto(&err, g)
 			head, err := g.Slice(0, r.Granularity())
 			if err != nil {
 				return err
@@ -257,7 +266,7 @@ func deviceSteps(k *deviceKit) []step {
 }
 
 func peerStep(src, dst *deviceKit) step {
-	return step{fmt.Sprintf("%v -> %v: peer copy", src.dev, dst.dev), func() error {
+	return step{fmt.Sprintf("%v -> %v: peer copy", src.dev, dst.dev), func() (err error) {
 		a, err := resource.Default(src.dev)
 		if err != nil {
 			return err
@@ -270,12 +279,12 @@ func peerStep(src, dst *deviceKit) step {
 		if err != nil {
 			return err
 		}
-		defer sb.Close()
+		defer closeInto(&err, sb)
 		db, err := b.Allocate(selfSize, dst.s)
 		if err != nil {
 			return err
 		}
-		defer db.Close()
+		defer closeInto(&err, db)
 		if err := src.deviceWrite(sb, 6); err != nil {
 			return err
 		}

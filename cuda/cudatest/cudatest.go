@@ -161,7 +161,11 @@ func (k *Kernels) Check(s *cuda.Stream, p cuda.DevicePtr, n uint64, seed uint32)
 	if err != nil {
 		return 0, err
 	}
-	defer k.dev.MemFree(counter)
+	defer func() {
+		if ferr := k.dev.MemFree(counter); ferr != nil {
+			err = errors.Join(err, ferr)
+		}
+	}()
 	if err := s.MemsetD32Async(counter, 0, 1); err != nil {
 		return 0, err
 	}

@@ -8,10 +8,19 @@ static int driver_version = 12040;
 static int init_result = 0;
 static void *current_ctx = 0;
 static int last_requested_version = 0;
+static int device_count = 3;
+static int device_get_limit = 1 << 30; /* cuDeviceGet fails from this ordinal on */
+static int attribute_value = 0;         /* what cuDeviceGetAttribute reports */
+static unsigned long long granularity = 2 << 20;
 
 void fake_set_version(int v) { driver_version = v; }
 void fake_set_init_result(int r) { init_result = r; }
 int fake_last_requested_version(void) { return last_requested_version; }
+/* A driver may report any count, even a negative one: package cuda must cope. */
+void fake_set_device_count(int n) { device_count = n; }
+void fake_set_device_get_limit(int n) { device_get_limit = n; }
+void fake_set_attribute(int v) { attribute_value = v; }
+void fake_set_granularity(unsigned long long g) { granularity = g; }
 
 int cuDriverGetVersion(int *v) { *v = driver_version; return 0; }
 int cuInit(unsigned int flags) { return flags != 0 ? 1 : init_result; }
@@ -22,7 +31,22 @@ static int fake_ctx_set_current(void *ctx) {
 	return 0;
 }
 static int fake_ctx_get_current(void **ctx) { *ctx = current_ctx; return 0; }
-static int fake_device_get_count(int *n) { *n = 3; return 0; }
+static int fake_device_get_count(int *n) { *n = device_count; return 0; }
+static int fake_device_get(int *dev, int ordinal) {
+	if (ordinal < 0 || ordinal >= device_count || ordinal >= device_get_limit) return 101; /* CUDA_ERROR_INVALID_DEVICE */
+	*dev = ordinal;
+	return 0;
+}
+static int fake_device_get_attribute(int *v, int attr, int dev) { *v = attribute_value; return 0; }
+static int fake_mem_get_allocation_granularity(unsigned long long *g, const void *prop, int option) {
+	*g = granularity;
+	return 0;
+}
+/* Fills the whole buffer with no terminating NUL, as a hostile driver might. */
+static int fake_device_get_name(char *name, int len, int dev) {
+	memset(name, 'X', len > 0 ? (size_t)len : 0);
+	return 0;
+}
 /* Old (device ordinal) and new (CUmemLocation by value) cuMemAdvise ABIs:
    each returns a value that tells the test which one it reached. */
 static int fake_mem_advise_v1(unsigned long long p, unsigned long n, int a, int dev) { return 1001; }
@@ -43,6 +67,10 @@ int cuGetProcAddress_v2(const char *sym, void **pfn, int ver, unsigned long long
 	if (!strcmp(sym, "cuCtxSetCurrent")) *pfn = (void *)fake_ctx_set_current;
 	else if (!strcmp(sym, "cuCtxGetCurrent")) *pfn = (void *)fake_ctx_get_current;
 	else if (!strcmp(sym, "cuDeviceGetCount")) *pfn = (void *)fake_device_get_count;
+	else if (!strcmp(sym, "cuDeviceGet")) *pfn = (void *)fake_device_get;
+	else if (!strcmp(sym, "cuDeviceGetName")) *pfn = (void *)fake_device_get_name;
+	else if (!strcmp(sym, "cuDeviceGetAttribute")) *pfn = (void *)fake_device_get_attribute;
+	else if (!strcmp(sym, "cuMemGetAllocationGranularity")) *pfn = (void *)fake_mem_get_allocation_granularity;
 	else if (!strcmp(sym, "cuMemAdvise")) *pfn = ver >= 12020 ? (void *)fake_mem_advise_v2 : (void *)fake_mem_advise_v1;
 	else if (!strcmp(sym, "cuLaunchKernel")) *pfn = (void *)fake_sum16;
 	if (status) *status = *pfn ? 0 : 1;
