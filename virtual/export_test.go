@@ -17,7 +17,7 @@ import (
 // They must be refused before any driver call.
 func TestImportRejectsChunkOverflow(t *testing.T) {
 	r, f := newFakeResource(t, testGran, nil)
-	calls := f.calls // New's own calls
+	calls := f.calls                                    // New's own calls
 	big := uint64(math.MaxUint64) / testGran * testGran // the largest multiple of gran
 	for name, chunks := range map[string][]Chunk{
 		"two wrap to gran":   {{FD: 5, Size: big}, {FD: 6, Size: 2 * testGran}},
