@@ -20,7 +20,7 @@
 // that every operation returns to its baseline.
 //
 // Environment: FAKECUDA_DEVICES (1 or 2, default 1), FAKECUDA_VERSION
-// (default 12080), FAKECUDA_TOTAL_MEM (bytes per device, default 4 GiB).
+// (default 13000), FAKECUDA_TOTAL_MEM (bytes per device, default 4 GiB).
 //
 // Written from the CUDA driver API documentation's enum values and struct
 // layouts; built by the tests with the system C compiler; never shipped.
@@ -61,7 +61,7 @@ static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 #define LOCK() pthread_mutex_lock(&mu)
 #define UNLOCK() pthread_mutex_unlock(&mu)
 
-static int driver_version = 12080;
+static int driver_version = 13000;
 static int ndev = 1;
 static u64 total_mem = 4ull << 30;
 static int initialized;
