@@ -55,6 +55,9 @@ type sweepCase struct {
 	gpuSkip string
 }
 
+// debugSweep logs the counters after every run (FAULTSWEEP_DEBUG=1).
+var debugSweep = os.Getenv("FAULTSWEEP_DEBUG") == "1"
+
 // counters is everything that must be back to its baseline after each run.
 type counters struct {
 	fake  fakecuda.Snapshot
@@ -185,6 +188,7 @@ func sweep(t *testing.T, c sweepCase) {
 	}
 	if f.verify != nil {
 		if err, _ := guard(t, c.name+" verify", f.verify); err != nil {
+			_, _ = guard(t, c.name+" cleanup", f.cleanup) // the failure is reported; don't leak into later cases
 			t.Fatalf("%s: verify fails without injection: %v", c.name, err)
 		}
 	}
@@ -203,7 +207,9 @@ func sweep(t *testing.T, c sweepCase) {
 		t.Error(msg)
 	}
 	pairs := 0
-	for k := int64(1); k <= n; k++ {
+	// k = 0 runs the operation once more unarmed: a leak on the success
+	// path would otherwise hide in the baseline taken after the warm-up.
+	for k := int64(0); k <= n; k++ {
 		f, err := c.setup()
 		if err != nil {
 			t.Fatalf("%s setup (unarmed) before k=%d: %v", c.name, k, err)
@@ -212,7 +218,7 @@ func sweep(t *testing.T, c sweepCase) {
 		if f.state != nil {
 			before = f.state()
 		}
-		loader.FailCall(k, int32(injected))
+		loader.FailCall(k, int32(injected)) // k = 0 disarms
 		opErr, panicked := guard(t, c.name, f.op)
 		fired, addr := loader.FaultFired()
 		loader.FaultReset()
@@ -254,6 +260,9 @@ func sweep(t *testing.T, c sweepCase) {
 		}
 		if err, p := guard(t, c.name+" cleanup", f.cleanup); err != nil {
 			report(k, failed, "cleanup after the failure failed (panic %v): %v", p, err)
+		}
+		if debugSweep {
+			t.Logf("k=%d (%s failed, err %v): %+v", k, failed, opErr, snap())
 		}
 		if now := snap(); now.diff(base) != "" {
 			report(k, failed, "not back to baseline: %s", now.diff(base))
