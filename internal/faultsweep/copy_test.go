@@ -210,9 +210,7 @@ func bIsAOrUntouched(p *pair) error { return check(p.a, p.s, p.want) }
 
 // TestFaultSweepManaged: prefetch and advise on managed buffers.
 func TestFaultSweepManaged(t *testing.T) {
-	// QueryPointer reads the memory's pool last and ignores a failure
-	// there: memory not from a pool has none to report.
-	absorbed := map[string]string{"cuPointerGetAttribute": "QueryPointer reads the pool handle best-effort"}
+	absorbed := queryPointerAbsorbed
 	mk := func(name string, op func(b *buffer.Buffer, s *cuda.Stream) error) sweepCase {
 		return sweepCase{name: name, absorbed: absorbed, setup: func() (*fixture, error) {
 			var cl closers

@@ -58,6 +58,10 @@ type sweepCase struct {
 // debugSweep logs the counters after every run (FAULTSWEEP_DEBUG=1).
 var debugSweep = os.Getenv("FAULTSWEEP_DEBUG") == "1"
 
+// queryPointerAbsorbed: cuda.QueryPointer reads the memory's pool last and
+// ignores a failure there (memory not from a pool has none to report).
+var queryPointerAbsorbed = map[string]string{"cuPointerGetAttribute": "QueryPointer reads the pool handle best-effort"}
+
 // counters is everything that must be back to its baseline after each run.
 type counters struct {
 	fake  fakecuda.Snapshot
