@@ -1,4 +1,5 @@
-// Package fakecuda builds a fake CUDA driver library (fakecuda.c) for CPU
+// Package fakecuda builds a fake CUDA driver library (testdata/fakecuda.c,
+// embedded; kept out of the package directory so cgo builds ignore it) for CPU
 // tests: it emulates, with host memory, the driver entry points cudamem's
 // memory stack uses, and counts exactly what is in use so tests can assert
 // that memory and handles return to their baseline. See fakecuda.c for
@@ -25,7 +26,7 @@ import (
 	"github.com/cudamem/cudamem/loader"
 )
 
-//go:embed fakecuda.c
+//go:embed testdata/fakecuda.c
 var source []byte
 
 // ErrNoCompiler means no C compiler was found to build the fake driver.
