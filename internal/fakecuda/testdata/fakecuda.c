@@ -19,6 +19,11 @@
 // pinned bytes, managed bytes and live object counts, so tests can assert
 // that every operation returns to its baseline.
 //
+// Not emulated: kernels and modules, asynchrony (every call completes before
+// it returns), cross-process sharing (pool and legacy IPC work inside one
+// process only), CUDA 13 host/managed default pools (cuMemGetDefaultMemPool
+// and friends are absent, so they report "not supported").
+//
 // Environment: FAKECUDA_DEVICES (1 or 2, default 1), FAKECUDA_VERSION
 // (default 13000), FAKECUDA_TOTAL_MEM (bytes per device, default 4 GiB).
 //
