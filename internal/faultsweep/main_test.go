@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +23,16 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
+	if v := os.Getenv(envChild); v != "" {
+		// A re-executed process of TestFaultSweepFirstUse; the parent set
+		// CUDAMEM_DRIVER for it.
+		k, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			fmt.Println(err)
+			return 2
+		}
+		return firstUseChild(k)
+	}
 	if os.Getenv("CUDAMEM_DRIVER") == "" && os.Getenv("CUDAMEM_REQUIRE_GPU") != "1" {
 		dir, err := os.MkdirTemp("", "faultsweep")
 		if err != nil {
