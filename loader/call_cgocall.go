@@ -64,6 +64,14 @@ func call(fn, ctxfn, ctx uintptr, args []uintptr) uintptr {
 	if fn == 0 || len(args) > MaxArgs {
 		return NotFound
 	}
+	// Fault injection (build tag cudamemfault): faultEnabled is a constant,
+	// so in normal builds this branch and the call vanish. faultHit is
+	// nosplit and uses only sync/atomic, so it cannot move the stack.
+	if faultEnabled {
+		if r, hit := faultHit(fn); hit {
+			return r
+		}
+	}
 	f := frame{fn: fn, ctxfn: ctxfn, ctx: ctx}
 	// A loop, not copy: under -race copy becomes runtime.slicecopy, an
 	// ordinary function whose prologue may move the stack.

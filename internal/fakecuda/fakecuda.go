@@ -1,0 +1,140 @@
+// Package fakecuda builds a fake CUDA driver library (testdata/fakecuda.c,
+// embedded; kept out of the package directory so cgo builds ignore it) for CPU
+// tests: it emulates, with host memory, the driver entry points cudamem's
+// memory stack uses, and counts exactly what is in use so tests can assert
+// that memory and handles return to their baseline. See fakecuda.c for
+// what it emulates and how strict it is.
+//
+// Tests point the loader at it with the CUDAMEM_DRIVER environment variable
+// before anything loads the driver:
+//
+//	path, err := fakecuda.Build(dir)
+//	os.Setenv("CUDAMEM_DRIVER", path)
+//
+// Environment read by the fake at cuInit: FAKECUDA_DEVICES (1 or 2),
+// FAKECUDA_VERSION, FAKECUDA_TOTAL_MEM.
+package fakecuda
+
+import (
+	_ "embed"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/cudamem/cudamem/loader"
+)
+
+//go:embed testdata/fakecuda.c
+var source []byte
+
+// ErrNoCompiler means no C compiler was found to build the fake driver.
+// Callers skip unless Required reports true.
+var ErrNoCompiler = errors.New("fakecuda: no C compiler")
+
+// Required reports whether a missing C compiler must fail tests instead of
+// skipping them (CUDAMEM_REQUIRE_CC set, as CI does).
+func Required() bool { return os.Getenv("CUDAMEM_REQUIRE_CC") != "" }
+
+// Build compiles the fake driver into dir with $CC (default cc) and returns
+// the library's path. The error wraps ErrNoCompiler when there is no
+// compiler.
+func Build(dir string) (string, error) {
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "cc"
+	}
+	if _, err := exec.LookPath(cc); err != nil {
+		return "", fmt.Errorf("%w (%s): %v", ErrNoCompiler, cc, err)
+	}
+	src := filepath.Join(dir, "fakecuda.c")
+	if err := os.WriteFile(src, source, 0o644); err != nil {
+		return "", err
+	}
+	out := filepath.Join(dir, "libfakecuda.so")
+	b, err := exec.Command(cc, "-shared", "-fPIC", "-O1", "-Wall", "-o", out, src).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("fakecuda: %s failed: %v\n%s", cc, err, b)
+	}
+	return out, nil
+}
+
+// Stat names one counter of the fake driver.
+type Stat int
+
+// Counters; the order matches fakecuda.c.
+const (
+	DeviceBytes  Stat = iota // device memory in use (cuMemAlloc, device pools' used bytes, cuMemCreate on a device)
+	PinnedBytes              // pinned host memory in use
+	ManagedBytes             // managed memory in use
+	Allocs                   // live allocations of every kind
+	Streams                  // live created streams
+	Events                   // live events
+	Pools                    // live created or imported pools
+	VMMHandles               // live physical allocation handles
+	Reservations             // live reserved address ranges
+	Mappings                 // live mappings
+	Registered               // live host registrations
+	CtxRetains               // primary context retains
+	calls                    // unused
+	DeviceBytes1             // device memory in use on device 1
+	numStats
+)
+
+var statNames = [...]string{"device bytes", "pinned bytes", "managed bytes", "allocations", "streams", "events",
+	"pools", "VMM handles", "reservations", "mappings", "host registrations", "context retains", "calls",
+	"device 1 bytes"}
+
+func (s Stat) String() string {
+	if s >= 0 && s < numStats {
+		return statNames[s]
+	}
+	return fmt.Sprintf("Stat(%d)", int(s))
+}
+
+// Driver reads the counters of a loaded fake driver.
+type Driver struct {
+	stat loader.Proc
+}
+
+// Open opens the fake driver at path (the same library the loader uses:
+// dlopen of one path shares one copy) for reading its counters.
+func Open(path string) (*Driver, error) {
+	l, err := loader.OpenLibrary(path)
+	if err != nil {
+		return nil, err
+	}
+	p, err := l.Lookup("fakecuda_stat")
+	if err != nil {
+		return nil, fmt.Errorf("%s is not the fake driver: %w", path, err)
+	}
+	return &Driver{stat: p}, nil
+}
+
+// Stat reads one counter.
+func (d *Driver) Stat(s Stat) int64 { return int64(d.stat.Call(uintptr(s))) }
+
+// Snapshot is every counter at one moment.
+type Snapshot [numStats]int64
+
+// Snapshot reads every counter.
+func (d *Driver) Snapshot() Snapshot {
+	var s Snapshot
+	for i := range s {
+		s[i] = d.Stat(Stat(i))
+	}
+	return s
+}
+
+// Diff describes the counters that differ from base, or "" if none do.
+func (s Snapshot) Diff(base Snapshot) string {
+	var out string
+	for i := range s {
+		if Stat(i) == calls || s[i] == base[i] {
+			continue
+		}
+		out += fmt.Sprintf("%s %d -> %d; ", Stat(i), base[i], s[i])
+	}
+	return out
+}

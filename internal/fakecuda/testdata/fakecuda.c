@@ -1,0 +1,1388 @@
+// fakecuda: a fake CUDA driver for CPU tests of cudamem (fault sweeps).
+//
+// It emulates, with host memory, the driver entry points cudamem's memory
+// stack uses: devices, primary contexts, streams and events (synchronous),
+// synchronous, pinned and managed allocations, copies and fills, memory
+// pools (with IPC export/import inside one process) and virtual memory
+// management (reserve = PROT_NONE mapping, physical memory = memfd, map =
+// MAP_FIXED|MAP_SHARED). "Device" memory is ordinary host memory, so copies
+// are memcpy and tests can compare bytes.
+//
+// It is strict where a real driver is strict and a library bug could hide:
+// every handle is looked up in a table before use (a stale or made-up handle
+// is an error, never a crash), calls that need a context fail with
+// CUDA_ERROR_INVALID_CONTEXT when none is current on the calling thread, and
+// a copy or fill touching device memory that is not allocated (or a VMM
+// range that is not mapped with access) fails instead of touching it.
+//
+// It counts exactly what is in use: fakecuda_stat(i) returns device bytes,
+// pinned bytes, managed bytes and live object counts, so tests can assert
+// that every operation returns to its baseline.
+//
+// Not emulated: kernels and modules, asynchrony (every call completes before
+// it returns), cross-process sharing (pool and legacy IPC work inside one
+// process only), CUDA 13 host/managed default pools (cuMemGetDefaultMemPool
+// and friends are absent, so they report "not supported").
+//
+// Environment: FAKECUDA_DEVICES (1 or 2, default 1), FAKECUDA_VERSION
+// (default 13000), FAKECUDA_TOTAL_MEM (bytes per device, default 4 GiB).
+//
+// Written from the CUDA driver API documentation's enum values and struct
+// layouts; built by the tests with the system C compiler; never shipped.
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <fcntl.h>
+
+typedef int CUresult;
+typedef unsigned long long u64;
+
+enum {
+	OK = 0,
+	E_INVALID_VALUE = 1,
+	E_OUT_OF_MEMORY = 2,
+	E_NOT_INITIALIZED = 3,
+	E_INVALID_DEVICE = 101,
+	E_INVALID_CONTEXT = 201,
+	E_INVALID_HANDLE = 400,
+	E_NOT_READY = 600,
+	E_ILLEGAL_ADDRESS = 700,
+	E_PEER_ALREADY = 704,
+	E_PEER_NOT_ENABLED = 705,
+	E_NOT_SUPPORTED = 801,
+};
+
+#define MAXDEV 2
+#define GRAN (2ull << 20) /* VMM granularity, as on current GPUs */
+#define PAGE 4096ull
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+#define LOCK() pthread_mutex_lock(&mu)
+#define UNLOCK() pthread_mutex_unlock(&mu)
+
+static int driver_version = 13000;
+static int ndev = 1;
+static u64 total_mem = 4ull << 30;
+static int initialized;
+
+/* ---- statistics (see fakecuda_stat) ---- */
+enum {
+	ST_DEVICE_BYTES,   /* device memory in use: cuMemAlloc, device pools (used), cuMemCreate on a device */
+	ST_PINNED_BYTES,   /* cuMemAllocHost / cuMemHostAlloc / host pools (used) / cuMemCreate on the host */
+	ST_MANAGED_BYTES,  /* cuMemAllocManaged */
+	ST_ALLOCS,         /* live allocations of every kind (incl. pool and imported pointers) */
+	ST_STREAMS,        /* live created streams */
+	ST_EVENTS,         /* live events */
+	ST_POOLS,          /* live created or imported pools (default pools excluded) */
+	ST_VMM_HANDLES,    /* live physical allocation handles (created or imported) */
+	ST_RESERVATIONS,   /* live reserved address ranges */
+	ST_MAPPINGS,       /* live mappings */
+	ST_REGISTERED,     /* live host registrations */
+	ST_CTX_RETAINS,    /* primary context retain count, all devices */
+	ST_CALLS,          /* entry-point calls made */
+	ST_DEVICE_BYTES_1, /* device memory in use on device 1 */
+	ST_N
+};
+static long long stats[ST_N];
+
+/* ---- contexts ---- */
+typedef struct ctx {
+	int magic;
+	int dev;
+	int retains;
+	int peer[MAXDEV];
+} ctx_t;
+#define CTX_MAGIC 0x43545821
+static ctx_t ctxs[MAXDEV] = {{CTX_MAGIC, 0, 0, {0}}, {CTX_MAGIC, 1, 0, {0}}};
+static __thread ctx_t *current;
+
+static ctx_t *as_ctx(void *p) {
+	for (int i = 0; i < ndev; i++)
+		if (p == (void *)&ctxs[i]) return &ctxs[i];
+	return 0;
+}
+
+/* ---- pools ---- */
+typedef struct pool {
+	int alloc_type, handle_types, loc_type, loc_id;
+	u64 max_size, threshold;
+	int reuse[3];
+	u64 used, used_high, reserved, reserved_high;
+	int is_default, imported;
+	long long id;          /* identity for export; the origin's id for an import */
+	int access[MAXDEV];    /* CUmemAccess_flags per device */
+	int live;
+} pool_t;
+#define MAXPOOLS 4096
+static pool_t *pools[MAXPOOLS];
+static int npools;
+static long long next_pool_id = 1;
+static pool_t default_pool[MAXDEV];
+static pool_t *current_pool[MAXDEV];
+
+static pool_t *as_pool(void *p) {
+	for (int i = 0; i < ndev; i++)
+		if (p == (void *)&default_pool[i]) return &default_pool[i];
+	for (int i = 0; i < npools; i++)
+		if (pools[i] == p && pools[i]->live) return pools[i];
+	return 0;
+}
+
+static int pool_dev_bytes(pool_t *p) { return p->loc_type == 1; }
+
+/* ---- allocations ---- */
+enum { K_DEVICE, K_PINNED, K_MANAGED, K_POOL, K_IMPORT, K_REGISTERED };
+typedef struct alloc {
+	u64 base, size, maplen;
+	int kind, dev;
+	pool_t *pool;
+} alloc_t;
+static alloc_t *allocs;
+static int nallocs, capallocs;
+
+static void add_bytes(int kind, int dev, pool_t *p, long long n) {
+	switch (kind) {
+	case K_DEVICE:
+		stats[ST_DEVICE_BYTES] += n;
+		if (dev == 1) stats[ST_DEVICE_BYTES_1] += n;
+		break;
+	case K_PINNED: stats[ST_PINNED_BYTES] += n; break;
+	case K_MANAGED: stats[ST_MANAGED_BYTES] += n; break;
+	case K_POOL:
+		if (pool_dev_bytes(p)) {
+			stats[ST_DEVICE_BYTES] += n;
+			if (p->loc_id == 1) stats[ST_DEVICE_BYTES_1] += n;
+		} else {
+			stats[ST_PINNED_BYTES] += n;
+		}
+		break;
+	}
+}
+
+static alloc_t *find_alloc(u64 p) {
+	for (int i = 0; i < nallocs; i++)
+		if (p >= allocs[i].base && p < allocs[i].base + (allocs[i].size ? allocs[i].size : 1)) return &allocs[i];
+	return 0;
+}
+
+static alloc_t *find_base(u64 p) {
+	for (int i = 0; i < nallocs; i++)
+		if (allocs[i].base == p) return &allocs[i];
+	return 0;
+}
+
+static void *map_shared(u64 len) {
+	void *m = mmap(0, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	return m == MAP_FAILED ? 0 : m;
+}
+
+static u64 round_up(u64 n, u64 a) { return (n + a - 1) / a * a; }
+
+static CUresult new_alloc(u64 *out, u64 size, int kind, int dev, pool_t *p) {
+	if (size == 0) return E_INVALID_VALUE;
+	if (size > total_mem) return E_OUT_OF_MEMORY;
+	if ((kind == K_DEVICE || (kind == K_POOL && pool_dev_bytes(p))) &&
+	    (u64)stats[ST_DEVICE_BYTES] + size > total_mem * (u64)ndev)
+		return E_OUT_OF_MEMORY;
+	if (nallocs == capallocs) {
+		int c = capallocs ? capallocs * 2 : 64;
+		alloc_t *a = realloc(allocs, c * sizeof *a);
+		if (!a) return E_OUT_OF_MEMORY;
+		allocs = a, capallocs = c;
+	}
+	u64 len = round_up(size, PAGE);
+	void *m = map_shared(len);
+	if (!m) return E_OUT_OF_MEMORY;
+	allocs[nallocs++] = (alloc_t){(u64)m, size, len, kind, dev, p};
+	add_bytes(kind, dev, p, (long long)size);
+	stats[ST_ALLOCS]++;
+	*out = (u64)m;
+	return OK;
+}
+
+static void drop_alloc(alloc_t *a) {
+	if (a->kind != K_REGISTERED) munmap((void *)a->base, a->maplen);
+	add_bytes(a->kind, a->dev, a->pool, -(long long)a->size);
+	if (a->kind == K_REGISTERED) stats[ST_REGISTERED]--;
+	else stats[ST_ALLOCS]--;
+	*a = allocs[--nallocs];
+}
+
+/* ---- VMM ---- */
+typedef struct handle {
+	int fd;
+	u64 size;
+	unsigned char prop[32]; /* CUmemAllocationProp as given */
+	int refs, maps, imported, dev_bytes, dev;
+} handle_t;
+#define MAXH 4096
+static handle_t *handles[MAXH];
+static int nhandles;
+
+typedef struct { u64 base, size; } range_t;
+#define MAXR 4096
+static range_t resv[MAXR];
+static int nresv;
+
+typedef struct {
+	u64 base, size;
+	handle_t *h;
+	int access[MAXDEV + 1]; /* per device; [MAXDEV] = host */
+} mapping_t;
+static mapping_t maps[MAXR];
+static int nmaps;
+
+static handle_t *as_handle(u64 h) {
+	for (int i = 0; i < nhandles; i++)
+		if ((u64)handles[i] == h) return handles[i];
+	return 0;
+}
+
+static void handle_maybe_free(handle_t *h) {
+	if (h->refs > 0 || h->maps > 0) return;
+	close(h->fd);
+	if (h->dev_bytes) {
+		stats[ST_DEVICE_BYTES] -= h->size;
+		if (h->dev == 1) stats[ST_DEVICE_BYTES_1] -= h->size;
+	} else if (!h->imported) {
+		stats[ST_PINNED_BYTES] -= h->size;
+	}
+	stats[ST_VMM_HANDLES]--;
+	for (int i = 0; i < nhandles; i++)
+		if (handles[i] == h) { handles[i] = handles[--nhandles]; break; }
+	free(h);
+}
+
+/* covered reports whether [p, p+n) lies inside the union of reservations. */
+static int covered(u64 p, u64 n) {
+	u64 at = p, end = p + n;
+	while (at < end) {
+		int found = 0;
+		for (int i = 0; i < nresv; i++)
+			if (at >= resv[i].base && at < resv[i].base + resv[i].size) {
+				at = resv[i].base + resv[i].size;
+				found = 1;
+				break;
+			}
+		if (!found) return 0;
+	}
+	return 1;
+}
+
+static mapping_t *find_map(u64 p) {
+	for (int i = 0; i < nmaps; i++)
+		if (p >= maps[i].base && p < maps[i].base + maps[i].size) return &maps[i];
+	return 0;
+}
+
+/* mapped_rw reports whether [p, p+n) is mapped with access for the host
+   copy (any device granted read-write), checking each mapping on the way. */
+static int mapped_ok(u64 p, u64 n, int write) {
+	u64 at = p, end = p + n;
+	while (at < end) {
+		mapping_t *m = find_map(at);
+		if (!m) return 0;
+		int acc = 0;
+		for (int d = 0; d <= MAXDEV; d++) acc |= m->access[d];
+		if (!(acc & 1) || (write && acc != 3)) return 0;
+		at = m->base + m->size;
+	}
+	return 1;
+}
+
+/* ---- memory range checks for copies ---- */
+/* device_range: [p, p+n) must be inside one allocation or mapped VMM memory. */
+static CUresult device_range(u64 p, u64 n, int write) {
+	if (n == 0) return OK;
+	if (p + n < p) return E_INVALID_VALUE;
+	alloc_t *a = find_alloc(p);
+	if (a) {
+		if (a->kind == K_REGISTERED) return OK;
+		return p + n <= a->base + a->size ? OK : E_INVALID_VALUE;
+	}
+	if (covered(p, n)) return mapped_ok(p, n, write) ? OK : E_ILLEGAL_ADDRESS;
+	return E_INVALID_VALUE;
+}
+
+/* any_range: a unified-addressing copy argument: known device memory must
+   be in bounds; unknown addresses are taken as pageable host memory. */
+static CUresult any_range(u64 p, u64 n, int write) {
+	if (n == 0) return OK;
+	if (!p) return E_INVALID_VALUE;
+	if (find_alloc(p) || covered(p, 1)) return device_range(p, n, write);
+	return OK;
+}
+
+/* ---- streams and events ---- */
+#define MAXS 8192
+typedef struct { int dev; int flags; } stream_t;
+static stream_t *streams[MAXS];
+static int nstreams;
+typedef struct { int dev; int recorded; } event_t;
+static event_t *events[MAXS];
+static int nevents;
+
+static int valid_stream(void *s) {
+	if (s == 0 || s == (void *)1 || s == (void *)2) return 1; /* legacy / per-thread */
+	for (int i = 0; i < nstreams; i++)
+		if (streams[i] == s) return 1;
+	return 0;
+}
+static event_t *as_event(void *e) {
+	for (int i = 0; i < nevents; i++)
+		if (events[i] == e) return events[i];
+	return 0;
+}
+
+#define NEED_CTX() do { if (!initialized) { UNLOCK(); return E_NOT_INITIALIZED; } \
+	if (!current) { UNLOCK(); return E_INVALID_CONTEXT; } } while (0)
+#define NEED_STREAM(s) do { if (!valid_stream(s)) { UNLOCK(); return E_INVALID_HANDLE; } } while (0)
+#define RET(r) do { CUresult r_ = (r); UNLOCK(); return r_; } while (0)
+
+/* ---- the test API ---- */
+long long fakecuda_stat(int i) {
+	LOCK();
+	long long v = i >= 0 && i < ST_N ? stats[i] : -1;
+	UNLOCK();
+	return v;
+}
+
+/* ---- bootstrap ---- */
+CUresult cuDriverGetVersion(int *v) {
+	const char *e = getenv("FAKECUDA_VERSION");
+	if (e && *e) driver_version = atoi(e);
+	if (!v) return E_INVALID_VALUE;
+	*v = driver_version;
+	return OK;
+}
+
+CUresult cuInit(unsigned int flags) {
+	if (flags) return E_INVALID_VALUE;
+	LOCK();
+	const char *e = getenv("FAKECUDA_DEVICES");
+	if (e && *e) ndev = atoi(e);
+	if (ndev < 1) ndev = 1;
+	if (ndev > MAXDEV) ndev = MAXDEV;
+	e = getenv("FAKECUDA_TOTAL_MEM");
+	if (e && *e) total_mem = strtoull(e, 0, 10);
+	if (!initialized) {
+		for (int i = 0; i < MAXDEV; i++) {
+			default_pool[i] = (pool_t){.alloc_type = 1, .loc_type = 1, .loc_id = i, .is_default = 1,
+				.reuse = {1, 1, 1}, .live = 1, .id = 0};
+			default_pool[i].access[i] = 3;
+			current_pool[i] = &default_pool[i];
+		}
+	}
+	initialized = 1;
+	UNLOCK();
+	return OK;
+}
+
+/* ---- devices ---- */
+static int bad_dev(int d) { return !initialized || d < 0 || d >= ndev; }
+
+static CUresult fDeviceGetCount(int *n) {
+	if (!initialized) return E_NOT_INITIALIZED;
+	if (!n) return E_INVALID_VALUE;
+	*n = ndev;
+	return OK;
+}
+static CUresult fDeviceGet(int *d, int ord) {
+	if (!d) return E_INVALID_VALUE;
+	if (bad_dev(ord)) return E_INVALID_DEVICE;
+	*d = ord;
+	return OK;
+}
+static CUresult fDeviceGetName(char *buf, int len, int d) {
+	if (bad_dev(d)) return E_INVALID_DEVICE;
+	if (!buf || len <= 0) return E_INVALID_VALUE;
+	const char *name = d == 0 ? "fakecuda GPU 0" : "fakecuda GPU 1";
+	strncpy(buf, name, len - 1);
+	buf[len - 1] = 0;
+	return OK;
+}
+static CUresult fDeviceGetUuid(unsigned char *u, int d) {
+	if (bad_dev(d)) return E_INVALID_DEVICE;
+	if (!u) return E_INVALID_VALUE;
+	for (int i = 0; i < 16; i++) u[i] = (unsigned char)(0xf0 + i + 16 * d);
+	return OK;
+}
+static CUresult fDeviceTotalMem(size_t *n, int d) {
+	if (bad_dev(d)) return E_INVALID_DEVICE;
+	if (!n) return E_INVALID_VALUE;
+	*n = total_mem;
+	return OK;
+}
+static CUresult fDeviceGetAttribute(int *v, int attr, int d) {
+	if (bad_dev(d)) return E_INVALID_DEVICE;
+	if (!v) return E_INVALID_VALUE;
+	switch (attr) {
+	case 75: *v = 9; break;         /* compute capability major */
+	case 76: *v = 0; break;         /* minor */
+	case 16: *v = 132; break;       /* multiprocessors */
+	case 19: case 41: case 83: case 89: case 99: case 102: case 103: case 115: case 116: case 110:
+		*v = 1; break;              /* map host, UVA, managed, concurrent managed, register, VMM, POSIX fd, pools, RDMA, RDMA+VMM */
+	case 88: *v = 0; break;         /* pageable memory access */
+	case 119: *v = 1; break;        /* pool handle types: POSIX fd */
+	case 134: *v = 0; break;        /* host NUMA id */
+	default: *v = 0;
+	}
+	return OK;
+}
+static CUresult fDeviceCanAccessPeer(int *can, int d, int peer) {
+	if (bad_dev(d) || bad_dev(peer)) return E_INVALID_DEVICE;
+	if (!can) return E_INVALID_VALUE;
+	*can = d != peer;
+	return OK;
+}
+static CUresult fDeviceGetPCIBusId(char *buf, int len, int d) {
+	if (bad_dev(d)) return E_INVALID_DEVICE;
+	if (!buf || len < 13) return E_INVALID_VALUE;
+	strcpy(buf, d == 0 ? "0000:01:00.0" : "0000:02:00.0");
+	return OK;
+}
+static CUresult fDeviceGetDefaultMemPool(void **p, int d) {
+	if (bad_dev(d)) return E_INVALID_DEVICE;
+	if (!p) return E_INVALID_VALUE;
+	*p = &default_pool[d];
+	return OK;
+}
+static CUresult fDeviceGetMemPool(void **p, int d) {
+	if (bad_dev(d)) return E_INVALID_DEVICE;
+	if (!p) return E_INVALID_VALUE;
+	LOCK();
+	*p = current_pool[d];
+	RET(OK);
+}
+static CUresult fDeviceSetMemPool(int d, void *p) {
+	if (bad_dev(d)) return E_INVALID_DEVICE;
+	LOCK();
+	pool_t *pp = as_pool(p);
+	if (!pp || pp->imported || pp->loc_type != 1 || pp->loc_id != d) RET(E_INVALID_VALUE);
+	current_pool[d] = pp;
+	RET(OK);
+}
+
+/* ---- contexts ---- */
+static CUresult fPrimaryCtxRetain(void **c, int d) {
+	if (bad_dev(d)) return E_INVALID_DEVICE;
+	if (!c) return E_INVALID_VALUE;
+	LOCK();
+	ctxs[d].retains++;
+	stats[ST_CTX_RETAINS]++;
+	*c = &ctxs[d];
+	RET(OK);
+}
+static CUresult fPrimaryCtxRelease(int d) {
+	if (bad_dev(d)) return E_INVALID_DEVICE;
+	LOCK();
+	if (ctxs[d].retains == 0) RET(E_INVALID_CONTEXT);
+	ctxs[d].retains--;
+	stats[ST_CTX_RETAINS]--;
+	RET(OK);
+}
+static CUresult fCtxSetCurrent(void *c) {
+	if (!initialized) return E_NOT_INITIALIZED;
+	if (c == 0) { current = 0; return OK; }
+	ctx_t *x = as_ctx(c);
+	if (!x || x->retains == 0) return E_INVALID_CONTEXT;
+	current = x;
+	return OK;
+}
+static CUresult fCtxGetCurrent(void **c) {
+	if (!c) return E_INVALID_VALUE;
+	*c = current;
+	return OK;
+}
+static CUresult fCtxGetDevice(int *d) {
+	if (!d) return E_INVALID_VALUE;
+	if (!current) return E_INVALID_CONTEXT;
+	*d = current->dev;
+	return OK;
+}
+static CUresult fCtxSynchronize(void) { return current ? OK : E_INVALID_CONTEXT; }
+static CUresult fCtxEnablePeerAccess(void *peer, unsigned flags) {
+	LOCK();
+	NEED_CTX();
+	ctx_t *p = as_ctx(peer);
+	if (!p || flags) RET(E_INVALID_VALUE);
+	if (p == current) RET(E_INVALID_DEVICE);
+	if (current->peer[p->dev]) RET(E_PEER_ALREADY);
+	current->peer[p->dev] = 1;
+	RET(OK);
+}
+static CUresult fCtxDisablePeerAccess(void *peer) {
+	LOCK();
+	NEED_CTX();
+	ctx_t *p = as_ctx(peer);
+	if (!p) RET(E_INVALID_VALUE);
+	if (!current->peer[p->dev]) RET(E_PEER_NOT_ENABLED);
+	current->peer[p->dev] = 0;
+	RET(OK);
+}
+static CUresult fCtxGetStreamPriorityRange(int *least, int *greatest) {
+	if (!current) return E_INVALID_CONTEXT;
+	if (least) *least = 0;
+	if (greatest) *greatest = -5;
+	return OK;
+}
+
+/* ---- streams and events ---- */
+static CUresult fStreamCreateWithPriority(void **s, unsigned flags, int prio) {
+	LOCK();
+	NEED_CTX();
+	if (!s || flags > 1 || nstreams == MAXS) RET(E_INVALID_VALUE);
+	stream_t *st = malloc(sizeof *st);
+	if (!st) RET(E_OUT_OF_MEMORY);
+	st->dev = current->dev;
+	st->flags = (int)flags;
+	streams[nstreams++] = st;
+	stats[ST_STREAMS]++;
+	*s = st;
+	RET(OK);
+}
+static CUresult fStreamCreate(void **s, unsigned flags) { return fStreamCreateWithPriority(s, flags, 0); }
+static CUresult fStreamDestroy(void *s) {
+	LOCK();
+	NEED_CTX();
+	for (int i = 0; i < nstreams; i++)
+		if (streams[i] == s) {
+			free(s);
+			streams[i] = streams[--nstreams];
+			stats[ST_STREAMS]--;
+			RET(OK);
+		}
+	RET(E_INVALID_HANDLE);
+}
+static CUresult fStreamSynchronize(void *s) {
+	LOCK();
+	NEED_CTX();
+	NEED_STREAM(s);
+	RET(OK);
+}
+static CUresult fStreamQuery(void *s) { return fStreamSynchronize(s); }
+static CUresult fStreamWaitEvent(void *s, void *e, unsigned flags) {
+	LOCK();
+	NEED_CTX();
+	NEED_STREAM(s);
+	if (!as_event(e)) RET(E_INVALID_HANDLE);
+	RET(OK);
+}
+static CUresult fEventCreate(void **e, unsigned flags) {
+	LOCK();
+	NEED_CTX();
+	if (!e || nevents == MAXS) RET(E_INVALID_VALUE);
+	event_t *ev = calloc(1, sizeof *ev);
+	if (!ev) RET(E_OUT_OF_MEMORY);
+	ev->dev = current->dev;
+	events[nevents++] = ev;
+	stats[ST_EVENTS]++;
+	*e = ev;
+	RET(OK);
+}
+static CUresult fEventDestroy(void *e) {
+	LOCK();
+	NEED_CTX();
+	for (int i = 0; i < nevents; i++)
+		if (events[i] == e) {
+			free(e);
+			events[i] = events[--nevents];
+			stats[ST_EVENTS]--;
+			RET(OK);
+		}
+	RET(E_INVALID_HANDLE);
+}
+static CUresult fEventRecord(void *e, void *s) {
+	LOCK();
+	NEED_CTX();
+	NEED_STREAM(s);
+	event_t *ev = as_event(e);
+	if (!ev) RET(E_INVALID_HANDLE);
+	ev->recorded = 1;
+	RET(OK);
+}
+static CUresult fEventSynchronize(void *e) {
+	LOCK();
+	NEED_CTX();
+	RET(as_event(e) ? OK : E_INVALID_HANDLE);
+}
+static CUresult fEventQuery(void *e) { return fEventSynchronize(e); }
+static CUresult fEventElapsedTime(float *ms, void *a, void *b) {
+	LOCK();
+	NEED_CTX();
+	event_t *x = as_event(a), *y = as_event(b);
+	if (!ms) RET(E_INVALID_VALUE);
+	if (!x || !y || !x->recorded || !y->recorded) RET(E_INVALID_HANDLE);
+	*ms = 0.001f;
+	RET(OK);
+}
+
+/* ---- allocation ---- */
+static CUresult fMemGetInfo(size_t *fr, size_t *tot) {
+	LOCK();
+	NEED_CTX();
+	if (!fr || !tot) RET(E_INVALID_VALUE);
+	u64 used = current->dev == 1 ? stats[ST_DEVICE_BYTES_1] : stats[ST_DEVICE_BYTES] - stats[ST_DEVICE_BYTES_1];
+	*tot = total_mem;
+	*fr = used > total_mem ? 0 : total_mem - used;
+	RET(OK);
+}
+static CUresult fMemAlloc(u64 *p, size_t n) {
+	LOCK();
+	NEED_CTX();
+	if (!p) RET(E_INVALID_VALUE);
+	RET(new_alloc(p, n, K_DEVICE, current->dev, 0));
+}
+static CUresult free_kind(u64 p, int k1, int k2) {
+	if (p == 0) return OK; /* freeing NULL is allowed */
+	alloc_t *a = find_base(p);
+	if (!a || (a->kind != k1 && a->kind != k2)) return E_INVALID_VALUE;
+	drop_alloc(a);
+	return OK;
+}
+static CUresult fMemFree(u64 p) {
+	LOCK();
+	NEED_CTX();
+	RET(free_kind(p, K_DEVICE, K_MANAGED));
+}
+static CUresult fMemAllocHost(void **p, size_t n) {
+	LOCK();
+	NEED_CTX();
+	if (!p) RET(E_INVALID_VALUE);
+	RET(new_alloc((u64 *)p, n, K_PINNED, -1, 0));
+}
+static CUresult fMemHostAlloc(void **p, size_t n, unsigned flags) {
+	if (flags & ~7u) return E_INVALID_VALUE;
+	return fMemAllocHost(p, n);
+}
+static CUresult fMemFreeHost(void *p) {
+	LOCK();
+	NEED_CTX();
+	if (!p) RET(E_INVALID_VALUE);
+	RET(free_kind((u64)p, K_PINNED, K_PINNED));
+}
+static CUresult fMemHostGetDevicePointer(u64 *d, void *p, unsigned flags) {
+	LOCK();
+	NEED_CTX();
+	alloc_t *a = find_alloc((u64)p);
+	if (!d || flags || !a || (a->kind != K_PINNED && a->kind != K_REGISTERED)) RET(E_INVALID_VALUE);
+	*d = (u64)p;
+	RET(OK);
+}
+static CUresult fMemHostRegister(void *p, size_t n, unsigned flags) {
+	LOCK();
+	NEED_CTX();
+	if (!p || n == 0 || (u64)p + n < (u64)p) RET(E_INVALID_VALUE);
+	if (find_alloc((u64)p) || find_alloc((u64)p + n - 1)) RET(E_INVALID_VALUE); /* already registered / pinned */
+	if (nallocs == capallocs) {
+		int c = capallocs ? capallocs * 2 : 64;
+		alloc_t *a = realloc(allocs, c * sizeof *a);
+		if (!a) RET(E_OUT_OF_MEMORY);
+		allocs = a, capallocs = c;
+	}
+	allocs[nallocs++] = (alloc_t){(u64)p, n, 0, K_REGISTERED, -1, 0};
+	stats[ST_REGISTERED]++;
+	RET(OK);
+}
+static CUresult fMemHostUnregister(void *p) {
+	LOCK();
+	NEED_CTX();
+	alloc_t *a = find_base((u64)p);
+	if (!a || a->kind != K_REGISTERED) RET(E_INVALID_VALUE);
+	drop_alloc(a);
+	RET(OK);
+}
+static CUresult fMemAllocManaged(u64 *p, size_t n, unsigned flags) {
+	LOCK();
+	NEED_CTX();
+	if (!p || (flags != 1 && flags != 2)) RET(E_INVALID_VALUE);
+	RET(new_alloc(p, n, K_MANAGED, current->dev, 0));
+}
+static CUresult fMemPrefetchAsync(u64 p, size_t n, u64 loc, unsigned flags, void *s) {
+	LOCK();
+	NEED_CTX();
+	NEED_STREAM(s);
+	alloc_t *a = find_alloc(p);
+	if (!a || a->kind != K_MANAGED || p + n > a->base + a->size || flags) RET(E_INVALID_VALUE);
+	int lt = (int)(loc & 0xffffffff), id = (int)(loc >> 32);
+	if (lt < 1 || lt > 4 || (lt == 1 && bad_dev(id))) RET(E_INVALID_VALUE);
+	RET(OK);
+}
+static CUresult fMemAdvise(u64 p, size_t n, int advice, u64 loc) {
+	LOCK();
+	NEED_CTX();
+	alloc_t *a = find_alloc(p);
+	if (!a || a->kind != K_MANAGED || p + n > a->base + a->size || advice < 1 || advice > 6) RET(E_INVALID_VALUE);
+	RET(OK);
+}
+static CUresult fPointerGetAttribute(void *data, int attr, u64 p) {
+	LOCK();
+	if (!data) RET(E_INVALID_VALUE);
+	alloc_t *a = find_alloc(p);
+	mapping_t *m = a ? 0 : find_map(p);
+	if (!a && !m) RET(E_INVALID_VALUE);
+	int dev = a ? (a->kind == K_POOL ? a->pool->loc_id : a->dev) : (m->h->dev);
+	int host = a && (a->kind == K_PINNED || a->kind == K_REGISTERED || (a->kind == K_POOL && a->pool->loc_type != 1));
+	switch (attr) {
+	case 1: *(void **)data = dev >= 0 ? &ctxs[dev] : 0; break;
+	case 2: *(unsigned *)data = host ? 1 : 2; break;
+	case 3: case 4: *(u64 *)data = p; break;
+	case 8: *(int *)data = a && a->kind == K_MANAGED; break;
+	case 9: *(int *)data = dev < 0 ? 0 : dev; break;
+	case 11: *(u64 *)data = a ? a->base : m->base; break;
+	case 12: *(size_t *)data = a ? a->size : m->size; break;
+	case 17: *(void **)data = a && (a->kind == K_POOL || a->kind == K_IMPORT) ? (void *)a->pool : 0; break;
+	default: RET(E_INVALID_VALUE);
+	}
+	RET(OK);
+}
+
+/* ---- copies and fills ---- */
+static CUresult copy(u64 dst, u64 src, size_t n, int dk, int sk, void *s, int async) {
+	/* dk/sk: 0 = device (must be known), 1 = host (anything), 2 = unified */
+	LOCK();
+	NEED_CTX();
+	if (async) NEED_STREAM(s);
+	if (n == 0) RET(OK);
+	if (!dst || !src) RET(E_INVALID_VALUE);
+	CUresult r = dk == 0 ? device_range(dst, n, 1) : dk == 2 ? any_range(dst, n, 1) : OK;
+	if (r) RET(r);
+	r = sk == 0 ? device_range(src, n, 0) : sk == 2 ? any_range(src, n, 0) : OK;
+	if (r) RET(r);
+	memmove((void *)dst, (void *)src, n);
+	RET(OK);
+}
+static CUresult fMemcpy(u64 d, u64 s, size_t n) { return copy(d, s, n, 2, 2, 0, 0); }
+static CUresult fMemcpyAsync(u64 d, u64 s, size_t n, void *st) { return copy(d, s, n, 2, 2, st, 1); }
+static CUresult fMemcpyHtoD(u64 d, void *s, size_t n) { return copy(d, (u64)s, n, 0, 1, 0, 0); }
+static CUresult fMemcpyDtoH(void *d, u64 s, size_t n) { return copy((u64)d, s, n, 1, 0, 0, 0); }
+static CUresult fMemcpyDtoD(u64 d, u64 s, size_t n) { return copy(d, s, n, 0, 0, 0, 0); }
+static CUresult fMemcpyHtoDAsync(u64 d, void *s, size_t n, void *st) { return copy(d, (u64)s, n, 0, 1, st, 1); }
+static CUresult fMemcpyDtoHAsync(void *d, u64 s, size_t n, void *st) { return copy((u64)d, s, n, 1, 0, st, 1); }
+static CUresult fMemcpyDtoDAsync(u64 d, u64 s, size_t n, void *st) { return copy(d, s, n, 0, 0, st, 1); }
+static CUresult fMemcpyPeerAsync(u64 d, void *dc, u64 s, void *sc, size_t n, void *st) {
+	if (!as_ctx(dc) || !as_ctx(sc)) return E_INVALID_CONTEXT;
+	return copy(d, s, n, 0, 0, st, 1);
+}
+static CUresult fill(u64 p, unsigned v, size_t n, int w, void *s, int async) {
+	LOCK();
+	NEED_CTX();
+	if (async) NEED_STREAM(s);
+	if (n == 0) RET(OK);
+	if (n > (~0ull) / w || p % w) RET(E_INVALID_VALUE);
+	CUresult r = device_range(p, n * w, 1);
+	if (r) RET(r);
+	if (w == 1) memset((void *)p, (int)(v & 0xff), n);
+	else if (w == 2) for (size_t i = 0; i < n; i++) ((uint16_t *)p)[i] = (uint16_t)v;
+	else for (size_t i = 0; i < n; i++) ((uint32_t *)p)[i] = (uint32_t)v;
+	RET(OK);
+}
+static CUresult fMemsetD8(u64 p, unsigned char v, size_t n) { return fill(p, v, n, 1, 0, 0); }
+static CUresult fMemsetD32(u64 p, unsigned v, size_t n) { return fill(p, v, n, 4, 0, 0); }
+static CUresult fMemsetD8Async(u64 p, unsigned char v, size_t n, void *s) { return fill(p, v, n, 1, s, 1); }
+static CUresult fMemsetD16Async(u64 p, unsigned short v, size_t n, void *s) { return fill(p, v, n, 2, s, 1); }
+static CUresult fMemsetD32Async(u64 p, unsigned v, size_t n, void *s) { return fill(p, v, n, 4, s, 1); }
+
+/* ---- pools ---- */
+typedef struct {
+	int alloc_type, handle_types, loc_type, loc_id;
+	void *win32;
+	size_t max_size;
+	unsigned short usage;
+	unsigned char reserved[54];
+} pool_props_t;
+
+static CUresult fMemPoolCreate(void **out, const pool_props_t *pr) {
+	LOCK();
+	NEED_CTX();
+	if (!out || !pr || pr->alloc_type != 1 || (pr->handle_types & ~1) || npools == MAXPOOLS) RET(E_INVALID_VALUE);
+	if (pr->loc_type == 1 && bad_dev(pr->loc_id)) RET(E_INVALID_VALUE);
+	if (pr->loc_type != 1 && pr->loc_type != 2 && pr->loc_type != 3) RET(E_INVALID_VALUE);
+	if (pr->loc_type == 3 && pr->loc_id != 0) RET(E_INVALID_VALUE); /* one NUMA node */
+	pool_t *p = calloc(1, sizeof *p);
+	if (!p) RET(E_OUT_OF_MEMORY);
+	*p = (pool_t){.alloc_type = 1, .handle_types = pr->handle_types, .loc_type = pr->loc_type,
+		.loc_id = pr->loc_type == 1 ? pr->loc_id : 0, .max_size = pr->max_size, .reuse = {1, 1, 1},
+		.live = 1, .id = next_pool_id++};
+	if (p->loc_type == 1) p->access[p->loc_id] = 3;
+	pools[npools++] = p;
+	stats[ST_POOLS]++;
+	*out = p;
+	RET(OK);
+}
+static CUresult fMemPoolDestroy(void *h) {
+	LOCK();
+	NEED_CTX();
+	pool_t *p = as_pool(h);
+	if (!p || p->is_default) RET(E_INVALID_VALUE);
+	for (int d = 0; d < ndev; d++)
+		if (current_pool[d] == p) current_pool[d] = &default_pool[d];
+	/* Memory still allocated from it stays valid until freed (the driver
+	   defers the release); the pool object itself is gone. */
+	p->live = 0;
+	stats[ST_POOLS]--;
+	RET(OK);
+}
+static CUresult fMemPoolGetAttribute(void *h, int attr, void *v) {
+	LOCK();
+	NEED_CTX();
+	pool_t *p = as_pool(h);
+	if (!p || !v) RET(E_INVALID_VALUE);
+	switch (attr) {
+	case 1: case 2: case 3: *(int *)v = p->reuse[attr - 1]; break;
+	case 4: *(u64 *)v = p->threshold; break;
+	case 5: *(u64 *)v = p->reserved; break;
+	case 6: *(u64 *)v = p->reserved_high; break;
+	case 7: *(u64 *)v = p->used; break;
+	case 8: *(u64 *)v = p->used_high; break;
+	default: RET(E_INVALID_VALUE);
+	}
+	RET(OK);
+}
+static CUresult fMemPoolSetAttribute(void *h, int attr, void *v) {
+	LOCK();
+	NEED_CTX();
+	pool_t *p = as_pool(h);
+	if (!p || !v || p->imported) RET(E_INVALID_VALUE);
+	switch (attr) {
+	case 1: case 2: case 3: p->reuse[attr - 1] = *(int *)v != 0; break;
+	case 4: p->threshold = *(u64 *)v; break;
+	case 6: if (*(u64 *)v) RET(E_INVALID_VALUE); p->reserved_high = p->reserved; break;
+	case 8: if (*(u64 *)v) RET(E_INVALID_VALUE); p->used_high = p->used; break;
+	default: RET(E_INVALID_VALUE);
+	}
+	RET(OK);
+}
+static CUresult fMemPoolTrimTo(void *h, size_t keep) {
+	LOCK();
+	NEED_CTX();
+	pool_t *p = as_pool(h);
+	if (!p) RET(E_INVALID_VALUE);
+	u64 r = p->reserved < keep ? p->reserved : keep;
+	p->reserved = r > p->used ? r : p->used;
+	RET(OK);
+}
+typedef struct { int type, id; } loc_t;
+typedef struct { loc_t loc; int flags; } access_t;
+static CUresult fMemPoolSetAccess(void *h, const access_t *d, size_t n) {
+	LOCK();
+	NEED_CTX();
+	pool_t *p = as_pool(h);
+	if (!p || (!d && n)) RET(E_INVALID_VALUE);
+	for (size_t i = 0; i < n; i++) {
+		if (d[i].loc.type != 1 || bad_dev(d[i].loc.id) || d[i].flags < 0 || d[i].flags > 3 || d[i].flags == 2)
+			RET(E_INVALID_VALUE);
+		if (p->loc_type == 1 && d[i].loc.id == p->loc_id && d[i].flags != 3) RET(E_INVALID_DEVICE);
+	}
+	for (size_t i = 0; i < n; i++) p->access[d[i].loc.id] = d[i].flags;
+	RET(OK);
+}
+static CUresult fMemPoolGetAccess(int *flags, void *h, const loc_t *loc) {
+	LOCK();
+	NEED_CTX();
+	pool_t *p = as_pool(h);
+	if (!p || !flags || !loc || loc->type != 1 || bad_dev(loc->id)) RET(E_INVALID_VALUE);
+	*flags = p->access[loc->id];
+	RET(OK);
+}
+static CUresult pool_alloc(u64 *out, size_t n, pool_t *p) {
+	if (p->max_size && p->used + n > p->max_size) return E_OUT_OF_MEMORY;
+	CUresult r = new_alloc(out, n, K_POOL, p->loc_type == 1 ? p->loc_id : -1, p);
+	if (r) return r;
+	p->used += n;
+	if (p->used > p->used_high) p->used_high = p->used;
+	if (p->used > p->reserved) p->reserved = p->used;
+	if (p->reserved > p->reserved_high) p->reserved_high = p->reserved;
+	return OK;
+}
+static CUresult fMemAllocAsync(u64 *out, size_t n, void *s) {
+	LOCK();
+	NEED_CTX();
+	NEED_STREAM(s);
+	if (!out) RET(E_INVALID_VALUE);
+	RET(pool_alloc(out, n, current_pool[current->dev]));
+}
+static CUresult fMemAllocFromPoolAsync(u64 *out, size_t n, void *h, void *s) {
+	LOCK();
+	NEED_CTX();
+	NEED_STREAM(s);
+	pool_t *p = as_pool(h);
+	if (!out || !p) RET(E_INVALID_VALUE);
+	if (p->imported) RET(E_INVALID_VALUE); /* imported pools only import */
+	RET(pool_alloc(out, n, p));
+}
+static CUresult fMemFreeAsync(u64 ptr, void *s) {
+	LOCK();
+	NEED_CTX();
+	NEED_STREAM(s);
+	alloc_t *a = find_base(ptr);
+	if (!a || (a->kind != K_POOL && a->kind != K_IMPORT)) RET(E_INVALID_VALUE);
+	pool_t *p = a->pool;
+	if (a->kind == K_POOL) {
+		p->used -= a->size;
+		if (p->reserved > p->threshold) p->reserved = p->threshold > p->used ? p->threshold : p->used;
+	}
+	drop_alloc(a);
+	RET(OK);
+}
+
+/* Pool IPC (in one process): the exported fd is a memfd holding the pool's
+   id; an imported pool refers to the exporting pool by that id; an imported
+   pointer is a second mapping of the same shared pages. */
+static CUresult fMemPoolExportToShareableHandle(void *out, void *h, int type, u64 flags) {
+	LOCK();
+	NEED_CTX();
+	pool_t *p = as_pool(h);
+	if (!out || !p || type != 1 || flags || !(p->handle_types & 1)) RET(E_INVALID_VALUE);
+	int fd = memfd_create("fakecuda-pool", MFD_CLOEXEC);
+	if (fd < 0) RET(E_OUT_OF_MEMORY);
+	long long id = p->id;
+	if (pwrite(fd, &id, sizeof id, 0) != sizeof id) { close(fd); RET(E_OUT_OF_MEMORY); }
+	*(int *)out = fd;
+	RET(OK);
+}
+static CUresult fMemPoolImportFromShareableHandle(void **out, void *osh, int type, u64 flags) {
+	LOCK();
+	NEED_CTX();
+	int fd = (int)(intptr_t)osh;
+	long long id = 0;
+	if (!out || type != 1 || flags || npools == MAXPOOLS) RET(E_INVALID_VALUE);
+	if (pread(fd, &id, sizeof id, 0) != sizeof id || id <= 0) RET(E_INVALID_VALUE);
+	pool_t *origin = 0;
+	for (int i = 0; i < npools; i++)
+		if (pools[i]->id == id && !pools[i]->imported) origin = pools[i];
+	if (!origin) RET(E_INVALID_VALUE);
+	pool_t *p = calloc(1, sizeof *p);
+	if (!p) RET(E_OUT_OF_MEMORY);
+	*p = *origin;
+	p->imported = 1;
+	p->live = 1;
+	p->used = p->used_high = p->reserved = p->reserved_high = 0;
+	pools[npools++] = p;
+	stats[ST_POOLS]++;
+	*out = p;
+	RET(OK);
+}
+typedef struct { u64 magic; long long pool; u64 ptr, size; unsigned char pad[32]; } export_t;
+#define EXPORT_MAGIC 0x66616b6563756461ull
+static CUresult fMemPoolExportPointer(export_t *out, u64 ptr) {
+	LOCK();
+	NEED_CTX();
+	alloc_t *a = find_base(ptr);
+	if (!out || !a || a->kind != K_POOL || !(a->pool->handle_types & 1)) RET(E_INVALID_VALUE);
+	memset(out, 0, sizeof *out);
+	*out = (export_t){EXPORT_MAGIC, a->pool->id, ptr, a->size, {0}};
+	RET(OK);
+}
+static CUresult fMemPoolImportPointer(u64 *out, void *h, const export_t *d) {
+	LOCK();
+	NEED_CTX();
+	pool_t *p = as_pool(h);
+	if (!out || !d || !p || !p->imported || d->magic != EXPORT_MAGIC || d->pool != p->id) RET(E_INVALID_VALUE);
+	alloc_t *a = find_base(d->ptr);
+	if (!a || a->kind != K_POOL || a->pool->id != p->id || a->size != d->size) RET(E_INVALID_VALUE);
+	if (nallocs == capallocs) {
+		int c = capallocs * 2;
+		alloc_t *na = realloc(allocs, c * sizeof *na);
+		if (!na) RET(E_OUT_OF_MEMORY);
+		allocs = na, capallocs = c;
+		a = find_base(d->ptr);
+	}
+	void *m = mremap((void *)a->base, 0, a->maplen, MREMAP_MAYMOVE);
+	if (m == MAP_FAILED) RET(E_OUT_OF_MEMORY);
+	allocs[nallocs++] = (alloc_t){(u64)m, a->size, a->maplen, K_IMPORT, a->dev, p};
+	stats[ST_ALLOCS]++;
+	*out = (u64)m;
+	RET(OK);
+}
+
+/* ---- VMM ---- */
+typedef struct {
+	int type, handle_types;
+	loc_t loc;
+	void *win32;
+	unsigned char flags[8];
+} alloc_prop_t;
+
+static CUresult check_prop(const alloc_prop_t *p) {
+	if (!p || p->type != 1) return E_INVALID_VALUE;
+	if (p->loc.type == 1) return bad_dev(p->loc.id) ? E_INVALID_DEVICE : OK;
+	if (p->loc.type == 2 || p->loc.type == 3 || p->loc.type == 4) return OK;
+	return E_INVALID_VALUE;
+}
+static CUresult fMemGetAllocationGranularity(size_t *g, const alloc_prop_t *p, int opt) {
+	LOCK();
+	NEED_CTX();
+	CUresult r = check_prop(p);
+	if (r) RET(r);
+	if (!g || (opt != 0 && opt != 1)) RET(E_INVALID_VALUE);
+	*g = GRAN;
+	RET(OK);
+}
+static CUresult fMemCreate(u64 *out, size_t size, const alloc_prop_t *p, u64 flags) {
+	LOCK();
+	NEED_CTX();
+	CUresult r = check_prop(p);
+	if (r) RET(r);
+	if (!out || flags || size == 0 || size % GRAN || nhandles == MAXH) RET(E_INVALID_VALUE);
+	if (p->handle_types & ~0xb) RET(E_INVALID_VALUE);
+	int dev = p->loc.type == 1;
+	if (size > total_mem || (dev && (u64)stats[ST_DEVICE_BYTES] + size > total_mem * (u64)ndev)) RET(E_OUT_OF_MEMORY);
+	int fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
+	if (fd < 0) RET(E_OUT_OF_MEMORY);
+	if (ftruncate(fd, (off_t)size) != 0) { close(fd); RET(E_OUT_OF_MEMORY); }
+	handle_t *h = calloc(1, sizeof *h);
+	if (!h) { close(fd); RET(E_OUT_OF_MEMORY); }
+	h->fd = fd, h->size = size, h->refs = 1, h->dev_bytes = dev, h->dev = dev ? p->loc.id : -1;
+	memcpy(h->prop, p, sizeof h->prop);
+	handles[nhandles++] = h;
+	stats[ST_VMM_HANDLES]++;
+	if (dev) {
+		stats[ST_DEVICE_BYTES] += size;
+		if (h->dev == 1) stats[ST_DEVICE_BYTES_1] += size;
+	} else {
+		stats[ST_PINNED_BYTES] += size;
+	}
+	*out = (u64)h;
+	RET(OK);
+}
+static CUresult fMemRelease(u64 hv) {
+	LOCK();
+	NEED_CTX();
+	handle_t *h = as_handle(hv);
+	if (!h || h->refs == 0) RET(E_INVALID_VALUE);
+	h->refs--;
+	handle_maybe_free(h);
+	RET(OK);
+}
+static CUresult fMemAddressReserve(u64 *out, size_t size, size_t align, u64 hint, u64 flags) {
+	LOCK();
+	NEED_CTX();
+	if (!out || size == 0 || size % GRAN || flags || nresv == MAXR) RET(E_INVALID_VALUE);
+	if (align == 0) align = GRAN;
+	if (align & (align - 1) || align % PAGE) RET(E_INVALID_VALUE);
+	if (size > (1ull << 46) || align > (1ull << 40)) RET(E_OUT_OF_MEMORY);
+	void *m = MAP_FAILED;
+	int prot = PROT_NONE, fl = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+	if (hint && hint % align == 0) {
+#ifdef MAP_FIXED_NOREPLACE
+		m = mmap((void *)hint, size, prot, fl | MAP_FIXED_NOREPLACE, -1, 0);
+#else
+		m = mmap((void *)hint, size, prot, fl, -1, 0);
+#endif
+		if (m != MAP_FAILED && (u64)m != hint) { munmap(m, size); m = MAP_FAILED; }
+	}
+	if (m == MAP_FAILED) {
+		u64 len = size + align;
+		void *big = mmap(0, len, prot, fl, -1, 0);
+		if (big == MAP_FAILED) RET(E_OUT_OF_MEMORY);
+		u64 b = round_up((u64)big, align);
+		if (b > (u64)big) munmap(big, b - (u64)big);
+		if ((u64)big + len > b + size) munmap((void *)(b + size), (u64)big + len - (b + size));
+		m = (void *)b;
+	}
+	resv[nresv++] = (range_t){(u64)m, size};
+	stats[ST_RESERVATIONS]++;
+	*out = (u64)m;
+	RET(OK);
+}
+static CUresult fMemAddressFree(u64 p, size_t size) {
+	LOCK();
+	NEED_CTX();
+	for (int i = 0; i < nresv; i++)
+		if (resv[i].base == p && resv[i].size == size) {
+			for (int j = 0; j < nmaps; j++)
+				if (maps[j].base < p + size && maps[j].base + maps[j].size > p) RET(E_INVALID_VALUE); /* still mapped */
+			munmap((void *)p, size);
+			resv[i] = resv[--nresv];
+			stats[ST_RESERVATIONS]--;
+			RET(OK);
+		}
+	RET(E_INVALID_VALUE);
+}
+static CUresult fMemMap(u64 p, size_t size, size_t off, u64 hv, u64 flags) {
+	LOCK();
+	NEED_CTX();
+	handle_t *h = as_handle(hv);
+	if (!h || flags || size == 0 || p % GRAN || size % GRAN || off % GRAN || off + size > h->size || off + size < off)
+		RET(E_INVALID_VALUE);
+	if (!covered(p, size) || nmaps == MAXR) RET(E_INVALID_VALUE);
+	for (int j = 0; j < nmaps; j++)
+		if (maps[j].base < p + size && maps[j].base + maps[j].size > p) RET(E_INVALID_VALUE); /* overlap */
+	void *m = mmap((void *)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, h->fd, (off_t)off);
+	if (m == MAP_FAILED) RET(E_OUT_OF_MEMORY);
+	mapping_t mp = {p, size, h, {0}};
+	maps[nmaps++] = mp;
+	h->maps++;
+	stats[ST_MAPPINGS]++;
+	RET(OK);
+}
+static CUresult fMemUnmap(u64 p, size_t size) {
+	LOCK();
+	NEED_CTX();
+	if (size == 0) RET(E_INVALID_VALUE);
+	int any = 0;
+	for (int j = 0; j < nmaps; j++)
+		if (maps[j].base < p + size && maps[j].base + maps[j].size > p) {
+			if (maps[j].base < p || maps[j].base + maps[j].size > p + size) RET(E_INVALID_VALUE); /* partial */
+			any = 1;
+		}
+	if (!any) RET(E_INVALID_VALUE);
+	for (int j = 0; j < nmaps;) {
+		if (maps[j].base < p + size && maps[j].base + maps[j].size > p) {
+			mmap((void *)maps[j].base, maps[j].size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0);
+			handle_t *h = maps[j].h;
+			h->maps--;
+			maps[j] = maps[--nmaps];
+			stats[ST_MAPPINGS]--;
+			handle_maybe_free(h);
+			continue;
+		}
+		j++;
+	}
+	RET(OK);
+}
+static CUresult fMemSetAccess(u64 p, size_t size, const access_t *d, size_t n) {
+	LOCK();
+	NEED_CTX();
+	if (!d || n == 0 || size == 0) RET(E_INVALID_VALUE);
+	/* The whole range must be mapped. */
+	for (u64 at = p; at < p + size;) {
+		mapping_t *m = find_map(at);
+		if (!m) RET(E_INVALID_VALUE);
+		at = m->base + m->size;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (d[i].flags < 0 || d[i].flags > 3 || d[i].flags == 2) RET(E_INVALID_VALUE);
+		if (d[i].loc.type == 1 && bad_dev(d[i].loc.id)) RET(E_INVALID_DEVICE);
+		if (d[i].loc.type != 1 && d[i].loc.type != 2 && d[i].loc.type != 3) RET(E_INVALID_VALUE);
+	}
+	for (u64 at = p; at < p + size;) {
+		mapping_t *m = find_map(at);
+		for (size_t i = 0; i < n; i++) m->access[d[i].loc.type == 1 ? d[i].loc.id : MAXDEV] = d[i].flags;
+		int acc = 0;
+		for (int k = 0; k <= MAXDEV; k++) acc |= m->access[k];
+		mprotect((void *)m->base, m->size, acc == 3 ? PROT_READ | PROT_WRITE : acc ? PROT_READ : PROT_NONE);
+		at = m->base + m->size;
+	}
+	RET(OK);
+}
+static CUresult fMemGetAccess(u64 *flags, const loc_t *loc, u64 p) {
+	LOCK();
+	NEED_CTX();
+	mapping_t *m = find_map(p);
+	if (!flags || !loc || !m) RET(E_INVALID_VALUE);
+	if (loc->type == 1 && bad_dev(loc->id)) RET(E_INVALID_DEVICE);
+	*flags = (u64)m->access[loc->type == 1 ? loc->id : MAXDEV];
+	RET(OK);
+}
+static CUresult fMemExportToShareableHandle(void *out, u64 hv, int type, u64 flags) {
+	LOCK();
+	NEED_CTX();
+	handle_t *h = as_handle(hv);
+	if (!out || !h || type != 1 || flags || !(((alloc_prop_t *)h->prop)->handle_types & 1)) RET(E_INVALID_VALUE);
+	int fd = fcntl(h->fd, F_DUPFD_CLOEXEC, 3);
+	if (fd < 0) RET(E_OUT_OF_MEMORY);
+	*(int *)out = fd;
+	RET(OK);
+}
+static CUresult fMemImportFromShareableHandle(u64 *out, void *osh, int type) {
+	LOCK();
+	NEED_CTX();
+	int fd = (int)(intptr_t)osh;
+	struct stat st;
+	if (!out || type != 1 || nhandles == MAXH || fstat(fd, &st) != 0 || st.st_size <= 0 || (u64)st.st_size % GRAN)
+		RET(E_INVALID_VALUE);
+	int nfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (nfd < 0) RET(E_OUT_OF_MEMORY);
+	handle_t *h = calloc(1, sizeof *h);
+	if (!h) { close(nfd); RET(E_OUT_OF_MEMORY); }
+	h->fd = nfd, h->size = (u64)st.st_size, h->refs = 1, h->imported = 1, h->dev = current->dev;
+	alloc_prop_t pr = {1, 1, {1, current->dev}, 0, {0}};
+	memcpy(h->prop, &pr, sizeof h->prop);
+	handles[nhandles++] = h;
+	stats[ST_VMM_HANDLES]++;
+	*out = (u64)h;
+	RET(OK);
+}
+static CUresult fMemRetainAllocationHandle(u64 *out, void *addr) {
+	LOCK();
+	NEED_CTX();
+	mapping_t *m = find_map((u64)addr);
+	if (!out || !m) RET(E_INVALID_VALUE);
+	m->h->refs++;
+	*out = (u64)m->h;
+	RET(OK);
+}
+static CUresult fMemGetAllocationPropertiesFromHandle(alloc_prop_t *prop, u64 hv) {
+	LOCK();
+	NEED_CTX();
+	handle_t *h = as_handle(hv);
+	if (!prop || !h) RET(E_INVALID_VALUE);
+	memcpy(prop, h->prop, sizeof *prop);
+	RET(OK);
+}
+
+/* ---- legacy IPC (in one process: the opened pointer is a second mapping) ---- */
+typedef struct { u64 magic, ptr, size; unsigned char pad[40]; } ipc_handle_t;
+static CUresult fIpcGetMemHandle(ipc_handle_t *h, u64 p) {
+	LOCK();
+	NEED_CTX();
+	alloc_t *a = find_base(p);
+	if (!h || !a || a->kind != K_DEVICE) RET(E_INVALID_VALUE);
+	memset(h, 0, sizeof *h);
+	h->magic = EXPORT_MAGIC, h->ptr = p, h->size = a->size;
+	RET(OK);
+}
+static CUresult fIpcOpenMemHandle(u64 *out, ipc_handle_t h, unsigned flags) {
+	LOCK();
+	NEED_CTX();
+	alloc_t *a = find_base(h.ptr);
+	if (!out || h.magic != EXPORT_MAGIC || !a || a->kind != K_DEVICE || a->size != h.size || flags > 1) RET(E_INVALID_VALUE);
+	if (nallocs == capallocs) {
+		int c = capallocs * 2;
+		alloc_t *na = realloc(allocs, c * sizeof *na);
+		if (!na) RET(E_OUT_OF_MEMORY);
+		allocs = na, capallocs = c;
+		a = find_base(h.ptr);
+	}
+	void *m = mremap((void *)a->base, 0, a->maplen, MREMAP_MAYMOVE);
+	if (m == MAP_FAILED) RET(E_OUT_OF_MEMORY);
+	allocs[nallocs++] = (alloc_t){(u64)m, a->size, a->maplen, K_IMPORT, a->dev, 0};
+	stats[ST_ALLOCS]++;
+	*out = (u64)m;
+	RET(OK);
+}
+static CUresult fIpcCloseMemHandle(u64 p) {
+	LOCK();
+	NEED_CTX();
+	alloc_t *a = find_base(p);
+	if (!a || a->kind != K_IMPORT || a->pool) RET(E_INVALID_VALUE);
+	drop_alloc(a);
+	RET(OK);
+}
+
+static CUresult fGetErrorName(int r, const char **s) {
+	if (!s) return E_INVALID_VALUE;
+	*s = "CUDA_ERROR_FAKE";
+	return OK;
+}
+
+/* ---- cuGetProcAddress ---- */
+static const struct { const char *name; void *fn; } table[] = {
+	{"cuGetErrorName", (void *)fGetErrorName},
+	{"cuDeviceGet", (void *)fDeviceGet},
+	{"cuDeviceGetCount", (void *)fDeviceGetCount},
+	{"cuDeviceGetName", (void *)fDeviceGetName},
+	{"cuDeviceGetUuid", (void *)fDeviceGetUuid},
+	{"cuDeviceTotalMem", (void *)fDeviceTotalMem},
+	{"cuDeviceGetAttribute", (void *)fDeviceGetAttribute},
+	{"cuDeviceCanAccessPeer", (void *)fDeviceCanAccessPeer},
+	{"cuDeviceGetPCIBusId", (void *)fDeviceGetPCIBusId},
+	{"cuDeviceGetDefaultMemPool", (void *)fDeviceGetDefaultMemPool},
+	{"cuDeviceGetMemPool", (void *)fDeviceGetMemPool},
+	{"cuDeviceSetMemPool", (void *)fDeviceSetMemPool},
+	{"cuDevicePrimaryCtxRetain", (void *)fPrimaryCtxRetain},
+	{"cuDevicePrimaryCtxRelease", (void *)fPrimaryCtxRelease},
+	{"cuCtxSetCurrent", (void *)fCtxSetCurrent},
+	{"cuCtxGetCurrent", (void *)fCtxGetCurrent},
+	{"cuCtxGetDevice", (void *)fCtxGetDevice},
+	{"cuCtxSynchronize", (void *)fCtxSynchronize},
+	{"cuCtxEnablePeerAccess", (void *)fCtxEnablePeerAccess},
+	{"cuCtxDisablePeerAccess", (void *)fCtxDisablePeerAccess},
+	{"cuCtxGetStreamPriorityRange", (void *)fCtxGetStreamPriorityRange},
+	{"cuStreamCreate", (void *)fStreamCreate},
+	{"cuStreamCreateWithPriority", (void *)fStreamCreateWithPriority},
+	{"cuStreamDestroy", (void *)fStreamDestroy},
+	{"cuStreamSynchronize", (void *)fStreamSynchronize},
+	{"cuStreamQuery", (void *)fStreamQuery},
+	{"cuStreamWaitEvent", (void *)fStreamWaitEvent},
+	{"cuEventCreate", (void *)fEventCreate},
+	{"cuEventDestroy", (void *)fEventDestroy},
+	{"cuEventRecord", (void *)fEventRecord},
+	{"cuEventSynchronize", (void *)fEventSynchronize},
+	{"cuEventQuery", (void *)fEventQuery},
+	{"cuEventElapsedTime", (void *)fEventElapsedTime},
+	{"cuMemGetInfo", (void *)fMemGetInfo},
+	{"cuMemAlloc", (void *)fMemAlloc},
+	{"cuMemFree", (void *)fMemFree},
+	{"cuMemAllocHost", (void *)fMemAllocHost},
+	{"cuMemFreeHost", (void *)fMemFreeHost},
+	{"cuMemHostAlloc", (void *)fMemHostAlloc},
+	{"cuMemHostGetDevicePointer", (void *)fMemHostGetDevicePointer},
+	{"cuMemHostRegister", (void *)fMemHostRegister},
+	{"cuMemHostUnregister", (void *)fMemHostUnregister},
+	{"cuMemAllocManaged", (void *)fMemAllocManaged},
+	{"cuPointerGetAttribute", (void *)fPointerGetAttribute},
+	{"cuMemcpy", (void *)fMemcpy},
+	{"cuMemcpyAsync", (void *)fMemcpyAsync},
+	{"cuMemcpyPeerAsync", (void *)fMemcpyPeerAsync},
+	{"cuMemcpyHtoD", (void *)fMemcpyHtoD},
+	{"cuMemcpyDtoH", (void *)fMemcpyDtoH},
+	{"cuMemcpyDtoD", (void *)fMemcpyDtoD},
+	{"cuMemcpyHtoDAsync", (void *)fMemcpyHtoDAsync},
+	{"cuMemcpyDtoHAsync", (void *)fMemcpyDtoHAsync},
+	{"cuMemcpyDtoDAsync", (void *)fMemcpyDtoDAsync},
+	{"cuMemsetD8", (void *)fMemsetD8},
+	{"cuMemsetD32", (void *)fMemsetD32},
+	{"cuMemsetD8Async", (void *)fMemsetD8Async},
+	{"cuMemsetD16Async", (void *)fMemsetD16Async},
+	{"cuMemsetD32Async", (void *)fMemsetD32Async},
+	{"cuMemPrefetchAsync", (void *)fMemPrefetchAsync},
+	{"cuMemAdvise", (void *)fMemAdvise},
+	{"cuMemAllocAsync", (void *)fMemAllocAsync},
+	{"cuMemFreeAsync", (void *)fMemFreeAsync},
+	{"cuMemAllocFromPoolAsync", (void *)fMemAllocFromPoolAsync},
+	{"cuMemPoolCreate", (void *)fMemPoolCreate},
+	{"cuMemPoolDestroy", (void *)fMemPoolDestroy},
+	{"cuMemPoolSetAttribute", (void *)fMemPoolSetAttribute},
+	{"cuMemPoolGetAttribute", (void *)fMemPoolGetAttribute},
+	{"cuMemPoolTrimTo", (void *)fMemPoolTrimTo},
+	{"cuMemPoolSetAccess", (void *)fMemPoolSetAccess},
+	{"cuMemPoolGetAccess", (void *)fMemPoolGetAccess},
+	{"cuMemPoolExportToShareableHandle", (void *)fMemPoolExportToShareableHandle},
+	{"cuMemPoolImportFromShareableHandle", (void *)fMemPoolImportFromShareableHandle},
+	{"cuMemPoolExportPointer", (void *)fMemPoolExportPointer},
+	{"cuMemPoolImportPointer", (void *)fMemPoolImportPointer},
+	{"cuMemCreate", (void *)fMemCreate},
+	{"cuMemRelease", (void *)fMemRelease},
+	{"cuMemAddressReserve", (void *)fMemAddressReserve},
+	{"cuMemAddressFree", (void *)fMemAddressFree},
+	{"cuMemMap", (void *)fMemMap},
+	{"cuMemUnmap", (void *)fMemUnmap},
+	{"cuMemSetAccess", (void *)fMemSetAccess},
+	{"cuMemGetAccess", (void *)fMemGetAccess},
+	{"cuMemGetAllocationGranularity", (void *)fMemGetAllocationGranularity},
+	{"cuMemExportToShareableHandle", (void *)fMemExportToShareableHandle},
+	{"cuMemImportFromShareableHandle", (void *)fMemImportFromShareableHandle},
+	{"cuMemRetainAllocationHandle", (void *)fMemRetainAllocationHandle},
+	{"cuMemGetAllocationPropertiesFromHandle", (void *)fMemGetAllocationPropertiesFromHandle},
+	{"cuIpcGetMemHandle", (void *)fIpcGetMemHandle},
+	{"cuIpcOpenMemHandle", (void *)fIpcOpenMemHandle},
+	{"cuIpcCloseMemHandle", (void *)fIpcCloseMemHandle},
+};
+
+CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, u64 flags, int *status) {
+	if (!sym || !pfn) return E_INVALID_VALUE;
+	*pfn = 0;
+	if (ver > driver_version) {
+		if (status) *status = 2; /* version not sufficient */
+		return E_NOT_SUPPORTED;
+	}
+	/* cuMemPrefetchAsync and cuMemAdvise changed ABI at 12.2: we only
+	   have the new one. */
+	if (ver < 12020 && (!strcmp(sym, "cuMemPrefetchAsync") || !strcmp(sym, "cuMemAdvise"))) {
+		if (status) *status = 1;
+		return OK;
+	}
+	for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+		if (!strcmp(sym, table[i].name)) { *pfn = table[i].fn; break; }
+	if (status) *status = *pfn ? 0 : 1;
+	return OK;
+}
