@@ -40,6 +40,9 @@ func runtime_cgocall(fn uintptr, arg unsafe.Pointer) int32
 //go:nosplit
 //go:norace
 func (p *Proc) Call(args ...uintptr) uintptr {
+	if p == nil {
+		return NotFound
+	}
 	return call(p.addr, 0, 0, args)
 }
 
@@ -52,7 +55,7 @@ func (p *Proc) Call(args ...uintptr) uintptr {
 //go:nosplit
 //go:norace
 func (p *Proc) CallCtx(ctx uintptr, args ...uintptr) uintptr {
-	if p.setCtx == 0 {
+	if p == nil || p.setCtx == 0 {
 		return NotFound
 	}
 	return call(p.addr, p.setCtx, ctx, args)
