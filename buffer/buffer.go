@@ -1,6 +1,7 @@
 package buffer
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -173,6 +174,15 @@ func badRange(ptr cuda.DevicePtr, size uint64) bool {
 // must not be called from inside [Buffer.Use] on the same buffer.
 func (b *Buffer) Close() error { return b.CloseOn(nil) }
 
+// ErrPartlyFreed is wrapped by a MemoryResource's Deallocate error when the
+// memory can no longer be used (it was unmapped or handed back) but some of
+// the cleanup after that failed. The buffer is then closed anyway: a
+// failed Deallocate that does not wrap it leaves the buffer open, so that
+// Close can be retried, and that must never happen over memory that is
+// gone. The resource keeps what it could not give back (for a retry) and
+// says so in the error.
+var ErrPartlyFreed = errors.New("memory freed, but cleaning up after it failed")
+
 // CloseOn frees an owned buffer ordered on s instead of the allocation
 // stream: use it when the memory was last used on another stream. The
 // stream goes to the resource's Deallocate as it is: the resource judges
@@ -196,8 +206,16 @@ func (b *Buffer) CloseOn(s *cuda.Stream) error {
 			s = st.stream
 		}
 		if err := st.mr.Deallocate(st.ptr, st.size, s); err != nil {
-			// Still open: the caller may retry (on another stream, say).
-			return fmt.Errorf("buffer close (%#x, %d bytes): %w", uint64(st.ptr), st.size, err)
+			err = fmt.Errorf("buffer close (%#x, %d bytes): %w", uint64(st.ptr), st.size, err)
+			if !errors.Is(err, ErrPartlyFreed) {
+				// Still open: the caller may retry (on another stream, say).
+				return err
+			}
+			// The memory is gone: the buffer must not be used again,
+			// whatever the resource failed to tidy up.
+			st.closed.Store(true)
+			st.track.stop()
+			return err
 		}
 	}
 	st.closed.Store(true)
