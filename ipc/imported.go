@@ -104,22 +104,63 @@ type ImportedPool struct {
 
 var _ buffer.MemoryResource = (*ImportedPool)(nil)
 
+// registry holds every imported pool of this process by UUID from its
+// import until its destruction, closed ones included: while Buffers of a
+// closed pool are open, importing the pool again would map a second pool
+// whose imports the driver may answer with the very pointers those Buffers
+// use (it maps an allocation once per process), and closing either side
+// would unmap memory the other still uses. ImportPool refuses that case.
+//
+// Lock order: a pool's core (held while it is destroyed) before registry;
+// under registry only a pool's atomics are read.
 var registry struct {
 	sync.Mutex
 	pools map[UUID]*ImportedPool
+}
+
+// registered returns the pool registered for u that ImportPool may return
+// for dev (nil if none). A pool of u on another device, or one closed and
+// not yet destroyed, is an error. registry is held.
+func registered(op string, dev *cuda.Device, u UUID) (*ImportedPool, error) {
+	p := registry.pools[u]
+	switch {
+	case p == nil:
+		return nil, nil
+	case p.life.IsClosed():
+		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: pool %v was closed here and is not yet destroyed (%d of its Buffers open, or its destruction failed: Close it again); close them before importing it again",
+			cuda.ErrClosed, u, p.life.Live())}
+	case p.dev != dev:
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v is already imported on %v, not %v", u, p.dev, dev)
+	}
+	return p, nil
 }
 
 func newImportedPool(dev *cuda.Device, pool cuda.MemPool, drv importDriver, u UUID, file *osfd.File) *ImportedPool {
 	p := &ImportedPool{dev: dev, pool: pool, drv: drv, uuid: u, file: file, maps: map[cuda.DevicePtr]*imported{}}
 	// The imported pool is this process's to destroy (the exporter's own
 	// pool is not affected); the driver seam's destroy waits for the
-	// device's pending frees first.
-	p.life.SetDestroy(drv.destroy)
+	// device's pending frees first. Once it is gone, the UUID may be
+	// imported afresh.
+	p.life.SetDestroy(func() error {
+		if err := drv.destroy(); err != nil {
+			return err
+		}
+		registry.Lock()
+		if registry.pools[u] == p {
+			delete(registry.pools, u)
+		}
+		registry.Unlock()
+		return nil
+	})
 	return p
 }
 
 // ImportPool maps the pool h describes on dev. The handle stays the
 // caller's to close. A pool already imported (same UUID) is returned as is.
+// A pool closed here is imported afresh once it is destroyed (after its
+// last Buffer's Close); before that ImportPool fails with an error matching
+// cuda.ErrClosed, since the driver could hand the new pool's imports the
+// very mappings the old pool's Buffers still use.
 func ImportPool(dev *cuda.Device, h *Handle) (*ImportedPool, error) {
 	const op = "ipc.ImportPool"
 	if dev == nil || h == nil || h.f == nil {
@@ -127,11 +168,8 @@ func ImportPool(dev *cuda.Device, h *Handle) (*ImportedPool, error) {
 	}
 	registry.Lock()
 	defer registry.Unlock()
-	if p := registry.pools[h.UUID()]; p != nil {
-		if p.dev != dev {
-			return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v is already imported on %v, not %v", h.UUID(), p.dev, dev)
-		}
-		return p, nil
+	if p, err := registered(op, dev, h.UUID()); p != nil || err != nil {
+		return p, err
 	}
 	var p *ImportedPool
 	err := h.use(op, func(fd int) error {
@@ -160,12 +198,17 @@ func ImportPool(dev *cuda.Device, h *Handle) (*ImportedPool, error) {
 	return p, nil
 }
 
-// Lookup returns the imported pool with the given UUID, if any.
+// Lookup returns the open imported pool with the given UUID, if any (a
+// closed one is not returned, though it blocks a new import of its UUID
+// until it is destroyed; see ImportPool).
 func Lookup(u UUID) (*ImportedPool, bool) {
 	registry.Lock()
 	defer registry.Unlock()
-	p, ok := registry.pools[u]
-	return p, ok
+	p := registry.pools[u]
+	if p == nil || p.life.IsClosed() {
+		return nil, false
+	}
+	return p, true
 }
 
 func (p *ImportedPool) zero() bool { return p == nil || p.drv == nil }
@@ -376,10 +419,10 @@ func (p *ImportedPool) DeviceID() int {
 	return p.dev.Ordinal()
 }
 
-// Close forgets the pool (a later ImportPool maps it afresh), waits for
-// the Imports and Exports in progress, closes the kept fd and, once no
-// imported Buffer is left, destroys the mapping (else the last Buffer's
-// Close does). It is idempotent; a destruction that failed (here, or
+// Close waits for the Imports and Exports in progress, closes the kept fd
+// and, once no imported Buffer is left, destroys the mapping (else the
+// last Buffer's Close does); then the pool leaves the registry, and a later
+// ImportPool maps it afresh. It is idempotent; a destruction that failed (here, or
 // deferred to the last Buffer) is retried and reported by the next Close.
 // It does nothing on a nil or zero pool.
 func (p *ImportedPool) Close() error {
@@ -387,11 +430,6 @@ func (p *ImportedPool) Close() error {
 	if p.zero() {
 		return nil
 	}
-	registry.Lock()
-	if registry.pools[p.uuid] == p {
-		delete(registry.pools, p.uuid)
-	}
-	registry.Unlock()
 	var errs []error
 	// Close on the core marks the pool closed, waits for the calls in
 	// progress (so no Export is duplicating the fd below) and destroys

@@ -21,8 +21,9 @@ import (
 // goroutines import buffers from it (the pool lifecycle shared with
 // resource.DevicePool). Every Import either returns a Buffer with the
 // exporter's data or fails with ErrClosed; Buffers outlive the pool's
-// Close; the pool is destroyed after the last, after which the same pool
-// imports afresh. The parent's data and pool are untouched.
+// Close, and importing the pool again is refused while they are open; the
+// pool is destroyed after the last, after which the same pool imports
+// afresh. The parent's data and pool are untouched.
 func TestIpcImportedPoolCloseRace(t *testing.T) {
 	const n, seed = 4, 90
 	d := cudatest.Device(t)
@@ -52,6 +53,9 @@ func roleCloseRace(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Ker
 	p, h := importFromEnv(t, d)
 	descs := decode(t, os.Getenv(envDescs))
 	require.NotEmpty(t, descs)
+	// Open through the pool's Close whatever the goroutines manage.
+	first, err := p.Import(descs[0], s)
+	require.NoError(t, err)
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
@@ -89,13 +93,22 @@ func roleCloseRace(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Ker
 	require.NoError(t, p.Close())
 	assert.True(t, p.IsClosed())
 	wg.Wait()
-	t.Logf("%d Buffers open after the pool's Close", len(kept))
+	t.Logf("%d Buffers open after the pool's Close", len(kept)+1)
+	k.RequireCheck(t, s, first.Ptr(), descs[0].Size, uint32(seed))
+	// Importing the pool again while its Buffers are open is refused: the
+	// driver could hand the new pool the very mappings they use.
+	again, err := ipc.ImportPool(d, h)
+	require.ErrorIs(t, err, cuda.ErrClosed)
+	assert.Nil(t, again)
+	_, ok := ipc.Lookup(h.UUID())
+	assert.False(t, ok, "Lookup returns open pools only")
 	for i, b := range kept {
 		k.RequireCheck(t, s, b.Ptr(), descs[which[i]].Size, uint32(seed+which[i]))
 	}
 	for _, b := range kept {
 		require.NoError(t, b.Close())
 	}
+	require.NoError(t, first.Close(), "the last Buffer destroys the closed pool")
 	assert.Zero(t, p.Live())
 	require.NoError(t, p.Close(), "nothing deferred failed")
 

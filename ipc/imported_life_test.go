@@ -288,32 +288,93 @@ func TestCloseWaitsForExport(t *testing.T) {
 	assert.Zero(t, osfd.Leaks())
 }
 
-// TestCloseLeavesRegistry: Close removes the pool from the registry (a
-// later ImportPool maps afresh) but not another pool that took its UUID.
-func TestCloseLeavesRegistry(t *testing.T) {
-	p, _ := fakePool(t)
+// register puts p in the registry, as ImportPool does.
+func register(p *ImportedPool) {
 	registry.Lock()
+	defer registry.Unlock()
 	if registry.pools == nil {
 		registry.pools = map[UUID]*ImportedPool{}
 	}
 	registry.pools[p.uuid] = p
-	registry.Unlock()
+}
+
+func isRegistered(p *ImportedPool) bool {
+	registry.Lock()
+	defer registry.Unlock()
+	return registry.pools[p.uuid] == p
+}
+
+// TestCloseLeavesRegistry: a closed pool leaves the registry when it is
+// destroyed (at once with no Buffer open), never another pool that took
+// its UUID.
+func TestCloseLeavesRegistry(t *testing.T) {
+	p, _ := fakePool(t)
+	register(p)
 	got, ok := Lookup(p.UUID())
 	require.True(t, ok)
 	assert.Same(t, p, got)
+	registry.Lock()
+	got, err := registered("test", nil, p.uuid)
+	registry.Unlock()
+	require.NoError(t, err)
+	assert.Same(t, p, got, "an open pool is returned to ImportPool")
 	require.NoError(t, p.Close())
 	_, ok = Lookup(p.UUID())
 	assert.False(t, ok, "a closed pool leaves the registry")
+	assert.False(t, isRegistered(p))
 
 	q, _ := fakePool(t)
 	q2 := newImportedPool(nil, cuda.MemPool{}, newFake(), q.uuid, nil)
-	registry.Lock()
-	registry.pools[q.uuid] = q2
-	registry.Unlock()
+	register(q2)
 	require.NoError(t, q.Close())
 	got, ok = Lookup(q.uuid)
 	assert.True(t, ok && got == q2, "the newer import of the UUID stays registered")
 	require.NoError(t, q2.Close())
 	_, ok = Lookup(q.uuid)
 	assert.False(t, ok)
+}
+
+// TestReimportWhileBuffersOpen: a closed pool whose Buffers are still open
+// stays registered, and importing its UUID again is refused (ErrClosed):
+// the driver maps an allocation once per process, so a second pool's
+// Import could return the very pointer an old Buffer holds, and either
+// side's Close would unmap it under the other (the fake driver behaves
+// so). After the last Buffer the pool is destroyed and the UUID is free;
+// a failed destruction keeps it refused until a Close retries it.
+func TestReimportWhileBuffersOpen(t *testing.T) {
+	p, f := fakePool(t)
+	register(p)
+	b, err := p.Import(desc(p, 1, 4096, 4096), nil)
+	require.NoError(t, err)
+	require.NoError(t, p.Close())
+	_, ok := Lookup(p.uuid)
+	assert.False(t, ok, "Lookup returns open pools only")
+	assert.True(t, isRegistered(p), "kept while its Buffer is open")
+	registry.Lock()
+	got, err := registered("ipc.ImportPool", nil, p.uuid)
+	registry.Unlock()
+	assert.Nil(t, got)
+	require.ErrorIs(t, err, cuda.ErrClosed)
+	assert.Contains(t, err.Error(), p.uuid.String())
+
+	f.mu.Lock()
+	f.failDestroy = errors.New("injected destroy failure")
+	f.mu.Unlock()
+	require.NoError(t, b.Close())
+	assert.True(t, isRegistered(p), "a failed destruction keeps the pool registered")
+	registry.Lock()
+	_, err = registered("ipc.ImportPool", nil, p.uuid)
+	registry.Unlock()
+	require.ErrorIs(t, err, cuda.ErrClosed)
+
+	f.mu.Lock()
+	f.failDestroy = nil
+	f.mu.Unlock()
+	require.NoError(t, p.Close(), "the retry destroys it")
+	assert.False(t, isRegistered(p), "and the UUID is free")
+	registry.Lock()
+	got, err = registered("ipc.ImportPool", nil, p.uuid)
+	registry.Unlock()
+	assert.Nil(t, got)
+	assert.NoError(t, err, "ImportPool would map it afresh")
 }
