@@ -127,7 +127,7 @@ func registered(op string, dev *cuda.Device, u UUID) (*ImportedPool, error) {
 	case p == nil:
 		return nil, nil
 	case p.life.IsClosed():
-		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: pool %v was closed here and is not yet destroyed (%d of its Buffers open, or its destruction failed: Close it again); close them before importing it again",
+		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: pool %v was closed here but is not destroyed yet (%d of its Buffers open, or its destruction failed and awaits another Close); import it again after that",
 			cuda.ErrClosed, u, p.life.Live())}
 	case p.dev != dev:
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v is already imported on %v, not %v", u, p.dev, dev)
@@ -421,10 +421,10 @@ func (p *ImportedPool) DeviceID() int {
 
 // Close waits for the Imports and Exports in progress, closes the kept fd
 // and, once no imported Buffer is left, destroys the mapping (else the
-// last Buffer's Close does); then the pool leaves the registry, and a later
-// ImportPool maps it afresh. It is idempotent; a destruction that failed (here, or
-// deferred to the last Buffer) is retried and reported by the next Close.
-// It does nothing on a nil or zero pool.
+// last Buffer's Close does); then the pool leaves the registry, and a
+// later ImportPool maps it afresh. It is idempotent; a destruction that
+// failed (here, or deferred to the last Buffer) is retried and reported by
+// the next Close. It does nothing on a nil or zero pool.
 func (p *ImportedPool) Close() error {
 	const op = "ImportedPool.Close"
 	if p.zero() {
