@@ -27,6 +27,13 @@
 // two Buffers on one mapping; the pool counts them and the last Close
 // unmaps.
 //
+// An ImportedPool has the lifecycle of resource.DevicePool and PinnedPool
+// (one shared core, internal/poolcore): Import and Export hold the pool
+// open, so a concurrent Close waits for those in progress, and those that
+// start after it fail at once with cuda.ErrClosed. A closed pool lives on
+// until its last Buffer is closed, which destroys it; a destruction that
+// fails is reported, and retried, by the next Close.
+//
 // What arrives from another process is input, not trust. Descriptors and
 // legacy handles are versioned and checksummed (corruption is caught when
 // decoding), and every imported Buffer is bounded by the mapping the

@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/osfd"
+	"github.com/cudamem/cudamem/internal/poolcore"
 )
 
 // importDriver is the driver work of an imported pool. The real one calls
@@ -83,15 +83,17 @@ type ImportedPool struct {
 	uuid UUID
 	file *osfd.File // a duplicate of the imported fd, kept for re-export
 
-	live    atomic.Int64 // Buffers handed out and not yet deallocated
-	closing atomic.Bool  // Close was called: the last Deallocate destroys the pool
+	// life is the lifecycle DevicePool and PinnedPool share: Import and
+	// Export run between Acquire and Release, so Close waits for them and
+	// they fail once it has begun; it counts the Buffers handed out
+	// (Live), destroys the imported pool after the last one once closed,
+	// and keeps a failed deferred destruction for the next Close.
+	life poolcore.Core
 
-	mu     sync.RWMutex // read-held by Import and Export; Close takes it exclusively
-	closed bool
-	gone   bool // the driver pool was destroyed
-	// destroyErr is a failed destroy from the last Deallocate, reported
-	// (and retried) by Close.
-	destroyErr error
+	// closeMu makes the kept fd's close happen once, after Close waited
+	// for the Exports in progress; closedFile records that it did.
+	closeMu    sync.Mutex
+	closedFile bool
 
 	// mapMu orders imports and frees of pointers, so that a pointer the
 	// driver hands out again is never freed by one goroutine while another
@@ -102,17 +104,63 @@ type ImportedPool struct {
 
 var _ buffer.MemoryResource = (*ImportedPool)(nil)
 
+// registry holds every imported pool of this process by UUID from its
+// import until its destruction, closed ones included: while Buffers of a
+// closed pool are open, importing the pool again would map a second pool
+// whose imports the driver may answer with the very pointers those Buffers
+// use (it maps an allocation once per process), and closing either side
+// would unmap memory the other still uses. ImportPool refuses that case.
+//
+// Lock order: a pool's core (held while it is destroyed) before registry;
+// under registry only a pool's atomics are read.
 var registry struct {
 	sync.Mutex
 	pools map[UUID]*ImportedPool
 }
 
+// registered returns the pool registered for u that ImportPool may return
+// for dev (nil if none). A pool of u on another device, or one closed and
+// not yet destroyed, is an error. registry is held.
+func registered(op string, dev *cuda.Device, u UUID) (*ImportedPool, error) {
+	p := registry.pools[u]
+	switch {
+	case p == nil:
+		return nil, nil
+	case p.life.IsClosed():
+		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: pool %v was closed here but is not destroyed yet (%d of its Buffers open, or its destruction failed and awaits another Close); import it again after that",
+			cuda.ErrClosed, u, p.life.Live())}
+	case p.dev != dev:
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v is already imported on %v, not %v", u, p.dev, dev)
+	}
+	return p, nil
+}
+
 func newImportedPool(dev *cuda.Device, pool cuda.MemPool, drv importDriver, u UUID, file *osfd.File) *ImportedPool {
-	return &ImportedPool{dev: dev, pool: pool, drv: drv, uuid: u, file: file, maps: map[cuda.DevicePtr]*imported{}}
+	p := &ImportedPool{dev: dev, pool: pool, drv: drv, uuid: u, file: file, maps: map[cuda.DevicePtr]*imported{}}
+	// The imported pool is this process's to destroy (the exporter's own
+	// pool is not affected); the driver seam's destroy waits for the
+	// device's pending frees first. Once it is gone, the UUID may be
+	// imported afresh.
+	p.life.SetDestroy(func() error {
+		if err := drv.destroy(); err != nil {
+			return err
+		}
+		registry.Lock()
+		if registry.pools[u] == p {
+			delete(registry.pools, u)
+		}
+		registry.Unlock()
+		return nil
+	})
+	return p
 }
 
 // ImportPool maps the pool h describes on dev. The handle stays the
 // caller's to close. A pool already imported (same UUID) is returned as is.
+// A pool closed here is imported afresh once it is destroyed (after its
+// last Buffer's Close); before that ImportPool fails with an error matching
+// cuda.ErrClosed, since the driver could hand the new pool's imports the
+// very mappings the old pool's Buffers still use.
 func ImportPool(dev *cuda.Device, h *Handle) (*ImportedPool, error) {
 	const op = "ipc.ImportPool"
 	if dev == nil || h == nil || h.f == nil {
@@ -120,11 +168,8 @@ func ImportPool(dev *cuda.Device, h *Handle) (*ImportedPool, error) {
 	}
 	registry.Lock()
 	defer registry.Unlock()
-	if p := registry.pools[h.UUID()]; p != nil {
-		if p.dev != dev {
-			return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v is already imported on %v, not %v", h.UUID(), p.dev, dev)
-		}
-		return p, nil
+	if p, err := registered(op, dev, h.UUID()); p != nil || err != nil {
+		return p, err
 	}
 	var p *ImportedPool
 	err := h.use(op, func(fd int) error {
@@ -153,12 +198,17 @@ func ImportPool(dev *cuda.Device, h *Handle) (*ImportedPool, error) {
 	return p, nil
 }
 
-// Lookup returns the imported pool with the given UUID, if any.
+// Lookup returns the open imported pool with the given UUID, if any (a
+// closed one is not returned, though it blocks a new import of its UUID
+// until it is destroyed; see ImportPool).
 func Lookup(u UUID) (*ImportedPool, bool) {
 	registry.Lock()
 	defer registry.Unlock()
-	p, ok := registry.pools[u]
-	return p, ok
+	p := registry.pools[u]
+	if p == nil || p.life.IsClosed() {
+		return nil, false
+	}
+	return p, true
 }
 
 func (p *ImportedPool) zero() bool { return p == nil || p.drv == nil }
@@ -177,12 +227,7 @@ func (p *ImportedPool) UUID() UUID {
 
 // Pool is the imported driver pool (the zero MemPool once closed).
 func (p *ImportedPool) Pool() cuda.MemPool {
-	if p.zero() {
-		return cuda.MemPool{}
-	}
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if p.closed {
+	if p.zero() || p.life.IsClosed() {
 		return cuda.MemPool{}
 	}
 	return p.pool
@@ -193,20 +238,16 @@ func (p *ImportedPool) IsIPCEnabled() bool { return !p.zero() }
 
 // IsClosed reports whether Close was called (true for a nil or zero pool).
 func (p *ImportedPool) IsClosed() bool {
-	if p.zero() {
-		return true
-	}
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	return p.closed
+	return p.zero() || p.life.IsClosed()
 }
 
-// Live returns how many Buffers of the pool are open here.
+// Live returns how many Buffers of the pool are open here (each Import
+// counts one, duplicates of one mapping included).
 func (p *ImportedPool) Live() int64 {
 	if p.zero() {
 		return 0
 	}
-	return p.live.Load()
+	return p.life.Live()
 }
 
 // Export hands out a new Handle to this pool (a duplicate of the imported
@@ -216,15 +257,15 @@ func (p *ImportedPool) Export() (*Handle, error) {
 	if p.zero() {
 		return nil, errZeroPool(op)
 	}
-	// Held open: Close cannot close the kept fd under the duplication.
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if p.closed {
-		return nil, &cuda.OpError{Op: op, Err: cuda.ErrClosed}
+	// Held open: Close waits for the duplication before it closes the
+	// kept fd or destroys the pool.
+	if !p.life.Acquire() {
+		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
 	}
+	defer p.life.Release()
 	f, err := p.file.Dup()
 	if err != nil {
-		return nil, &cuda.OpError{Op: op, Err: err}
+		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("pool %v: %w", p.uuid, err)}
 	}
 	return &Handle{uuid: p.uuid, f: f}, nil
 }
@@ -236,6 +277,8 @@ func (p *ImportedPool) Export() (*Handle, error) {
 // A descriptor is hostile input: its size is checked against the mapping
 // the driver made, and one claiming more is refused. Importing memory this
 // process already imported returns another Buffer on the same mapping.
+// The pool is held open during the import: a concurrent Close waits for it,
+// and an Import that starts after Close began fails with cuda.ErrClosed.
 func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, error) {
 	const op = "ImportedPool.Import"
 	if p.zero() {
@@ -244,14 +287,13 @@ func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, err
 	if d.Size == 0 {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "descriptor of 0 bytes (pool %v)", d.Pool)
 	}
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if p.closed {
-		return nil, &cuda.OpError{Op: op, Err: cuda.ErrClosed}
-	}
 	if d.Pool != p.uuid {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "descriptor of pool %v given to imported pool %v", d.Pool, p.uuid)
 	}
+	if !p.life.Acquire() {
+		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
+	}
+	defer p.life.Release()
 	if s == nil {
 		s = p.drv.defaultStream()
 	}
@@ -268,7 +310,9 @@ func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, err
 			return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "descriptor claims %d bytes, the imported allocation holds %d at %#x", d.Size, m.limit, uint64(ptr))
 		}
 		m.refs++
-		p.live.Add(1)
+		// Counted before Release, so a Close waiting for this call sees
+		// the Buffer and leaves the pool to its last Deallocate.
+		p.life.Allocated()
 		return buffer.Owned(ptr, d.Size, p, s), nil
 	}
 	// The checksum guards against corruption, not lies: never let a
@@ -288,7 +332,7 @@ func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, err
 		return nil, err
 	}
 	p.maps[ptr] = &imported{data: d.Data, limit: limit, refs: 1}
-	p.live.Add(1)
+	p.life.Allocated()
 	return buffer.Owned(ptr, d.Size, p, s), nil
 }
 
@@ -322,7 +366,9 @@ func (p *ImportedPool) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, er
 // Deallocate ends one imported Buffer (buffers call it from Close). The
 // last Buffer on a mapping unmaps it in stream order; a pointer this pool
 // did not hand out is refused without calling the driver. It keeps working
-// after Close; the last one destroys the imported pool.
+// after Close; the last one destroys the imported pool (a failed
+// destruction is not this Buffer's error: the next Close reports and
+// retries it).
 func (p *ImportedPool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	const op = "ImportedPool.Deallocate"
 	if ptr == 0 {
@@ -334,7 +380,10 @@ func (p *ImportedPool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 	p.mapMu.Lock()
 	m := p.maps[ptr]
 	switch {
-	case m == nil:
+	case m == nil || !p.life.HasLive():
+		// Every mapped pointer is counted live, so either test refuses a
+		// pointer never handed out (or already freed) before the driver
+		// could free another pool's memory.
 		p.mapMu.Unlock()
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%#x (%d bytes) is not a live buffer of imported pool %v", uint64(ptr), size, p.uuid)
 	case m.refs > 1:
@@ -348,15 +397,11 @@ func (p *ImportedPool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 		delete(p.maps, ptr)
 	}
 	p.mapMu.Unlock()
-	// mapMu is released first: Import holds mu's read lock while it waits
-	// for mapMu.
-	if p.live.Add(-1) <= 0 && p.closing.Load() {
-		p.mu.Lock()
-		// The free succeeded, so the buffer is closed whatever happens
-		// next: a failed destroy is kept and reported by the next Close.
-		p.destroyErr = p.finishLocked()
-		p.mu.Unlock()
-	}
+	// Outside mapMu: Freed may destroy the pool, which waits for the
+	// device, and imports should not wait behind that. The free succeeded,
+	// so this Buffer is closed whatever the destruction does; its error
+	// is kept by the core for the next Close.
+	_ = p.life.Freed()
 	return nil
 }
 
@@ -374,55 +419,37 @@ func (p *ImportedPool) DeviceID() int {
 	return p.dev.Ordinal()
 }
 
-// Close forgets the pool (a later ImportPool maps it afresh), closes the
-// kept fd and, once no imported buffer is left, destroys the mapping.
-// It is idempotent; a destroy that failed is retried and reported by the
-// next Close. It does nothing on a nil or zero pool.
+// Close waits for the Imports and Exports in progress, closes the kept fd
+// and, once no imported Buffer is left, destroys the mapping (else the
+// last Buffer's Close does); then the pool leaves the registry, and a
+// later ImportPool maps it afresh. It is idempotent; a destruction that
+// failed (here, or deferred to the last Buffer) is retried and reported by
+// the next Close. It does nothing on a nil or zero pool.
 func (p *ImportedPool) Close() error {
+	const op = "ImportedPool.Close"
 	if p.zero() {
 		return nil
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		if p.destroyErr != nil {
-			p.destroyErr = p.finishLocked()
-			if p.destroyErr != nil {
-				return &cuda.OpError{Op: "ImportedPool.Close", Err: p.destroyErr}
-			}
-		}
-		return nil
-	}
-	p.closed = true
-	p.closing.Store(true)
-	registry.Lock()
-	if registry.pools[p.uuid] == p {
-		delete(registry.pools, p.uuid)
-	}
-	registry.Unlock()
 	var errs []error
-	if err := p.file.Close(); err != nil {
-		errs = append(errs, err)
+	// Close on the core marks the pool closed, waits for the calls in
+	// progress (so no Export is duplicating the fd below) and destroys
+	// the pool if nothing is live.
+	if err := p.life.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("destroying imported pool %v: %w", p.uuid, err))
 	}
-	if p.destroyErr = p.finishLocked(); p.destroyErr != nil {
-		errs = append(errs, p.destroyErr)
+	p.closeMu.Lock()
+	if !p.closedFile {
+		p.closedFile = true
+		// A failed close still releases the descriptor (see
+		// osfd.File.Close), so it is reported once, never retried.
+		if err := p.file.Close(); err != nil {
+			errs = append(errs, err)
+		}
 	}
+	p.closeMu.Unlock()
 	if err := errors.Join(errs...); err != nil {
-		return &cuda.OpError{Op: "ImportedPool.Close", Err: err}
+		return &cuda.OpError{Op: op, Err: err}
 	}
-	return nil
-}
-
-// finishLocked destroys the closed pool once no Buffer is live. The caller
-// holds mu exclusively.
-func (p *ImportedPool) finishLocked() error {
-	if !p.closed || p.gone || p.live.Load() > 0 {
-		return nil
-	}
-	if err := p.drv.destroy(); err != nil {
-		return err
-	}
-	p.gone = true
 	return nil
 }
 

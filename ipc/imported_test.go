@@ -33,6 +33,14 @@ type fakeImport struct {
 	destroyed int
 	failFree  error
 	failRange error
+
+	failDestroy error // destroy fails with it while set
+	gone        bool  // destroyed successfully
+	lateCalls   int   // driver calls on the pool after it was destroyed
+	// entered, when set, receives once an importPointer call begins, which
+	// then waits for release to be closed (a call held in progress).
+	entered chan struct{}
+	release chan struct{}
 }
 
 func newFake() *fakeImport {
@@ -48,7 +56,18 @@ func exportData(id, size uint64) cuda.MemPoolPtrExportData {
 
 func (f *fakeImport) importPointer(d *cuda.MemPoolPtrExportData) (cuda.DevicePtr, error) {
 	f.mu.Lock()
+	entered, release := f.entered, f.release
+	f.entered = nil
+	f.mu.Unlock()
+	if entered != nil {
+		entered <- struct{}{}
+		<-release
+	}
+	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.gone {
+		f.lateCalls++
+	}
 	f.imports++
 	id, size := binary.LittleEndian.Uint64(d.Reserved[0:]), binary.LittleEndian.Uint64(d.Reserved[8:])
 	if size == 0 {
@@ -66,6 +85,9 @@ func (f *fakeImport) importPointer(d *cuda.MemPoolPtrExportData) (cuda.DevicePtr
 func (f *fakeImport) mapping(p cuda.DevicePtr) (cuda.DevicePtr, uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.gone {
+		f.lateCalls++
+	}
 	if f.failRange != nil {
 		return 0, 0, f.failRange
 	}
@@ -79,6 +101,9 @@ func (f *fakeImport) mapping(p cuda.DevicePtr) (cuda.DevicePtr, uint64, error) {
 func (f *fakeImport) free(p cuda.DevicePtr, _ *cuda.Stream) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.gone {
+		f.lateCalls++
+	}
 	if f.failFree != nil {
 		return f.failFree
 	}
@@ -97,9 +122,16 @@ func (f *fakeImport) destroy() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.destroyed++
+	if f.gone {
+		f.lateCalls++
+	}
 	if len(f.size) != 0 {
 		return fmt.Errorf("pool destroyed with %d mappings live", len(f.size))
 	}
+	if f.failDestroy != nil {
+		return f.failDestroy
+	}
+	f.gone = true
 	return nil
 }
 

@@ -30,17 +30,33 @@ const (
 
 const bufSize = 1 << 20
 
-// openFDs lists this process's open file descriptors and what they are.
+// openFDs lists this process's open file descriptors and what they are,
+// leaving out those gone by the time their link is read: among them the
+// one ReadDir used to read the list, whose number is the lowest free one
+// and so differs between two calls when a lower descriptor was closed in
+// between.
 func openFDs(t *testing.T) map[string]string {
 	t.Helper()
 	ents, err := os.ReadDir("/proc/self/fd")
 	require.NoError(t, err)
 	out := map[string]string{}
 	for _, e := range ents {
-		target, _ := os.Readlink("/proc/self/fd/" + e.Name())
+		target, err := os.Readlink("/proc/self/fd/" + e.Name())
+		if err != nil {
+			continue
+		}
 		out[e.Name()] = target
 	}
 	return out
+}
+
+// childFDs is openFDs in a child role, less descriptor 3: the pool handle
+// the parent passed in, which the role closes before it compares.
+func childFDs(t *testing.T) map[string]string {
+	t.Helper()
+	fds := openFDs(t)
+	delete(fds, "3")
+	return fds
 }
 
 func ipcPool(t *testing.T, d *cuda.Device) *resource.DevicePool {

@@ -60,6 +60,7 @@ func init() {
 		"worker":           roleWorker,
 		"hold":             roleHold,
 		"hostile":          roleHostile,
+		"close-race":       roleCloseRace,
 	}
 }
 
@@ -318,7 +319,7 @@ func TestIPCDuplicateImport(t *testing.T) {
 }
 
 func roleDuplicate(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Kernels, seed int) {
-	fds := openFDs(t)
+	fds := childFDs(t)
 	p, h := importFromEnv(t, d)
 	require.NoError(t, h.Close())
 	desc := decode(t, os.Getenv(envDescs))[0]
@@ -592,7 +593,7 @@ func TestIpcWorkerPool(t *testing.T) {
 }
 
 func roleWorker(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Kernels, seed int) {
-	fds := openFDs(t)
+	fds := childFDs(t)
 	p, h := importFromEnv(t, d)
 	descs := decode(t, os.Getenv(envDescs))
 	bufs := make([]*buffer.Buffer, len(descs))
@@ -724,7 +725,7 @@ func TestIpcHostileDescriptors(t *testing.T) {
 
 func roleHostile(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Kernels, seed int) {
 	const rounds = 3000
-	fds := openFDs(t)
+	fds := childFDs(t)
 	p, h := importFromEnv(t, d)
 	descs := decode(t, os.Getenv(envDescs))
 	rng := rand.New(rand.NewPCG(uint64(seed), 7))
