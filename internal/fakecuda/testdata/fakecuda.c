@@ -743,6 +743,17 @@ static CUresult fPointerGetAttribute(void *data, int attr, u64 p) {
 	RET(OK);
 }
 
+static CUresult fMemGetAddressRange(u64 *base, size_t *size, u64 p) {
+	LOCK();
+	NEED_CTX();
+	alloc_t *a = find_alloc(p);
+	mapping_t *m = a ? 0 : find_map(p);
+	if (!a && !m) RET(E_INVALID_VALUE); /* the driver says not found, 500; callers only need an error */
+	if (base) *base = a ? a->base : m->base;
+	if (size) *size = a ? a->size : m->size;
+	RET(OK);
+}
+
 /* ---- copies and fills ---- */
 static CUresult copy(u64 dst, u64 src, size_t n, int dk, int sk, void *s, int async) {
 	/* dk/sk: 0 = device (must be known), 1 = host (anything), 2 = unified */
@@ -1320,6 +1331,7 @@ static const struct { const char *name; void *fn; } table[] = {
 	{"cuMemHostUnregister", (void *)fMemHostUnregister},
 	{"cuMemAllocManaged", (void *)fMemAllocManaged},
 	{"cuPointerGetAttribute", (void *)fPointerGetAttribute},
+	{"cuMemGetAddressRange", (void *)fMemGetAddressRange},
 	{"cuMemcpy", (void *)fMemcpy},
 	{"cuMemcpyAsync", (void *)fMemcpyAsync},
 	{"cuMemcpyPeerAsync", (void *)fMemcpyPeerAsync},
