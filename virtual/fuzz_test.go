@@ -143,10 +143,9 @@ func FuzzGrowShrink(f *testing.F) {
 					i := pick(c)
 					old := bufs[i]
 					nb, err := r.Grow(old, old.Size()+arg*g/3)
+					checkResize(t, "Grow", old, nb, err)
 					if nb != nil {
 						bufs[i] = nb
-					} else if err == nil || old.IsClosed() {
-						t.Fatalf("Grow: buffer %v, error %v, old closed %v", nb, err, old.IsClosed())
 					}
 				}
 			case 2:
@@ -154,10 +153,9 @@ func FuzzGrowShrink(f *testing.F) {
 					i := pick(c)
 					old := bufs[i]
 					nb, err := r.Shrink(old, max(1, old.Size()*uint64(c>>6)/4))
+					checkResize(t, "Shrink", old, nb, err)
 					if nb != nil {
 						bufs[i] = nb
-					} else if err == nil || old.IsClosed() {
-						t.Fatalf("Shrink: buffer %v, error %v, old closed %v", nb, err, old.IsClosed())
 					}
 				}
 			case 3:
@@ -171,7 +169,14 @@ func FuzzGrowShrink(f *testing.F) {
 			case 4:
 				if len(bufs) > 0 {
 					i := pick(c)
-					if err := bufs[i].Close(); err == nil {
+					err := bufs[i].Close()
+					// Close either frees (nil, or an error wrapping
+					// ErrPartlyFreed: memory gone, buffer closed) or leaves
+					// the buffer open and intact.
+					if gone := err == nil || errors.Is(err, buffer.ErrPartlyFreed); gone != bufs[i].IsClosed() {
+						t.Fatalf("Close: error %v, closed %v", err, bufs[i].IsClosed())
+					}
+					if bufs[i].IsClosed() {
 						bufs = append(bufs[:i], bufs[i+1:]...)
 					}
 				}
@@ -199,4 +204,27 @@ func FuzzGrowShrink(f *testing.F) {
 		}
 		closeAll(t, r, fd, bufs...)
 	})
+}
+
+// checkResize checks Grow's and Shrink's contract: a nil buffer comes with
+// an error that is not ErrPartlyFreed and leaves old open; a new buffer
+// (other than old, returned unchanged with no error) consumes old, and
+// comes either alone or with an error wrapping ErrPartlyFreed.
+func checkResize(t *testing.T, op string, old, nb *buffer.Buffer, err error) {
+	t.Helper()
+	partly := errors.Is(err, buffer.ErrPartlyFreed)
+	switch {
+	case nb == nil:
+		if err == nil || partly || old.IsClosed() {
+			t.Fatalf("%s: no buffer, error %v, old closed %v", op, err, old.IsClosed())
+		}
+	case nb == old:
+		if err != nil {
+			t.Fatalf("%s: unchanged buffer with error %v", op, err)
+		}
+	default:
+		if (err != nil && !partly) || !old.IsClosed() {
+			t.Fatalf("%s: new buffer, error %v, old closed %v", op, err, old.IsClosed())
+		}
+	}
 }
