@@ -31,11 +31,24 @@
 // later one fails. Where undoing is itself refused by the driver, nothing
 // is lost or released twice: what could not be given back is kept and
 // retried by later operations (Resource.Reclaim retries it and reports
-// what still fails), and the error says what happened. Two cases cannot be
-// undone and say so: a Shrink (or a move by Grow) that took effect but
-// could not give everything back returns the new buffer together with the
-// error, and a Close that failed half way leaves the buffer unusable
-// (ErrClosed) until Close is called again, which finishes the job.
+// what still fails), and the error says what happened.
+//
+// Some steps cannot be undone: once memory is unmapped, mapping it again
+// may fail too, and a buffer must never stay usable over unmapped memory
+// (on a real GPU a stray access poisons the context). An operation that
+// gets past such a step therefore finishes, and if giving something back
+// failed on the way, its error wraps buffer.ErrPartlyFreed:
+//
+//   - Close (Deallocate): the buffer is closed anyway and the allocation
+//     is gone; what the driver refused is kept for Reclaim.
+//   - Grow and Shrink return the new buffer together with the error: the
+//     operation took effect, the old buffer is consumed, and the new one
+//     is the one to use and close. What was not given back (the old
+//     range after a move, chunks past a shrink, a range the driver
+//     granted at the wrong address) is kept for Reclaim.
+//
+// So errors.Is(err, buffer.ErrPartlyFreed) means "done, but not tidy";
+// any other error means "not done, nothing changed".
 //
 // # Lifetimes and streams
 //

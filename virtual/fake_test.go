@@ -491,29 +491,21 @@ func checkInvariants(t testing.TB, r *Resource, f *fakeDriver) {
 			if fh, ok := f.handles[c.h]; !ok || fh.released || fh.size != c.size {
 				t.Fatalf("allocation %#x: chunk %+v: driver handle %+v (present %v)", uint64(a.base), c, fh, ok)
 			}
-			if c.unmapped {
-				continue
-			}
 			at := a.base + cuda.DevicePtr(c.off)
 			m, ok := f.maps[at]
 			if !ok || m.h != c.h || m.size != c.size {
 				t.Fatalf("allocation %#x: chunk at offset %d not mapped as recorded (%+v, %v)", uint64(a.base), c.off, m, ok)
 			}
 			ownMaps[at] = true
-			if !a.dying {
-				for _, d := range a.descs {
-					if m.access[d.Location] != d.Flags {
-						t.Fatalf("allocation %#x: chunk at offset %d: access for %v is %d, recorded %d", uint64(a.base), c.off, d.Location, m.access[d.Location], d.Flags)
-					}
+			for _, d := range a.descs {
+				if m.access[d.Location] != d.Flags {
+					t.Fatalf("allocation %#x: chunk at offset %d: access for %v is %d, recorded %d", uint64(a.base), c.off, d.Location, m.access[d.Location], d.Flags)
 				}
 			}
 		}
-		if a.dying {
-			continue
-		}
 		var off uint64
 		for _, c := range a.chunks {
-			if c.off != off || c.unmapped {
+			if c.off != off {
 				t.Fatalf("allocation %#x: chunks %+v do not cover [0, %d) in order", uint64(a.base), a.chunks, a.mapped)
 			}
 			off += c.size

@@ -103,8 +103,8 @@ func TestShrinkCannotUndo(t *testing.T) {
 	}
 	f.failCall("cuMemUnmap", 2, true)
 	nb, err := r.Shrink(b, testGran)
-	if err == nil || nb == nil {
-		t.Fatalf("Shrink that cannot be undone: buffer %v, error %v", nb, err)
+	if err == nil || nb == nil || !errors.Is(err, buffer.ErrPartlyFreed) {
+		t.Fatalf("Shrink that cannot be undone: buffer %v, error %v (want one wrapping buffer.ErrPartlyFreed)", nb, err)
 	}
 	if !b.IsClosed() || nb.Size() != testGran {
 		t.Fatalf("b closed %v, new size %d", b.IsClosed(), nb.Size())
@@ -257,15 +257,20 @@ func TestFaultSweepVirtual(t *testing.T) {
 					if !errors.Is(err, cuda.ErrorUnknown) || !strings.Contains(err.Error(), tc.opName) {
 						t.Fatalf("call %d (%s) failing: error %q lacks the result or %s", k, f.lastFailed, err, tc.opName)
 					}
-					if strings.Contains(err.Error(), "half freed") {
-						// Close got past the point of no return: the buffer
-						// is unusable, and says so.
-						if _, ierr := r.Info(out[0]); !errors.Is(ierr, cuda.ErrClosed) {
-							t.Fatalf("call %d failing: half-freed buffer's Info: %v", k, ierr)
+					if errors.Is(err, buffer.ErrPartlyFreed) {
+						requireTookEffect(t, fmt.Sprintf("call %d (%s) failing", k, f.lastFailed), r, f, bufs, out)
+					} else {
+						// Any other error: the op did not happen.
+						if !sameBuffers(out, bufs) {
+							t.Fatalf("call %d (%s) failing: new buffers %v with an error not wrapping buffer.ErrPartlyFreed: %v", k, f.lastFailed, out, err)
 						}
-					} else if sameBuffers(out, bufs) {
 						if after := snapshot(r, f); after != before {
 							t.Fatalf("call %d (%s) failing: the failed op changed things:\nbefore %s\nafter  %s\ncalls %v", k, f.lastFailed, before, after, f.log)
+						}
+						for _, b := range bufs {
+							if b.IsClosed() {
+								t.Fatalf("call %d (%s) failing: the op did not happen (%v) but closed %v", k, f.lastFailed, err, b)
+							}
 						}
 					}
 				}
@@ -299,12 +304,75 @@ func TestFaultSweepVirtualSticky(t *testing.T) {
 				if err == nil {
 					t.Fatalf("call %d on failing: no error", k)
 				}
-				if err != nil && !errors.Is(err, cuda.ErrorUnknown) {
+				if !errors.Is(err, cuda.ErrorUnknown) {
 					t.Fatalf("error %q lacks the driver's result", err)
+				}
+				if errors.Is(err, buffer.ErrPartlyFreed) {
+					requireTookEffect(t, fmt.Sprintf("calls from %d on failing", k), r, f, bufs, out)
+				} else {
+					if !sameBuffers(out, bufs) {
+						t.Fatalf("calls from %d on failing: new buffers %v with an error not wrapping buffer.ErrPartlyFreed: %v", k, out, err)
+					}
+					for _, b := range bufs {
+						if b.IsClosed() {
+							t.Fatalf("calls from %d on failing: the op did not happen (%v) but closed %v", k, err, b)
+						}
+					}
 				}
 				closeAll(t, r, f, out...)
 			}
 		})
+	}
+}
+
+// requireTookEffect checks an operation that returned an error wrapping
+// buffer.ErrPartlyFreed ("done, but not tidy"): the buffers it was given
+// are closed (consumed, or freed by Close), nothing can reach memory that
+// is gone, what was not given back is kept as leftovers (not leaked: see
+// checkInvariants), and with the driver healed Reclaim gives it all back.
+func requireTookEffect(t *testing.T, what string, r *Resource, f *fakeDriver, in, out []*buffer.Buffer) {
+	t.Helper()
+	for _, b := range in {
+		if !b.IsClosed() {
+			t.Fatalf("%s: the op took effect but left its input %v open", what, b)
+		}
+		if _, err := r.Info(b); !errors.Is(err, cuda.ErrClosed) {
+			t.Fatalf("%s: Info of the consumed buffer: %v, want ErrClosed", what, err)
+		}
+	}
+	overMapped := false // a Shrink may keep chunks it could not unmap
+	for _, b := range out {
+		if b.IsClosed() {
+			continue // Close: the buffer is the input, closed
+		}
+		info, err := r.Info(b)
+		if err != nil {
+			t.Fatalf("%s: the buffer returned with ErrPartlyFreed: %v", what, err)
+		}
+		need, _ := r.roundUp(b.Size())
+		if info.Size != b.Size() || info.Mapped < need {
+			t.Fatalf("%s: buffer of %d bytes over %+v", what, b.Size(), info)
+		}
+		overMapped = overMapped || info.Mapped > need
+	}
+	r.left.mu.Lock()
+	kept := !r.left.l.empty()
+	r.left.mu.Unlock()
+	if !kept && !overMapped {
+		// The error said something was not given back: it must be held.
+		t.Fatalf("%s: ErrPartlyFreed, but nothing kept for Reclaim", what)
+	}
+	healed := f.fail == 0 || (!f.sticky && f.calls >= f.fail)
+	if healed {
+		if err := r.Reclaim(); err != nil {
+			t.Fatalf("%s: Reclaim after the fault passed: %v", what, err)
+		}
+		r.left.mu.Lock()
+		kept = !r.left.l.empty()
+		r.left.mu.Unlock()
+		if kept {
+			t.Fatalf("%s: Reclaim returned nil but kept leftovers", what)
+		}
 	}
 }
 
@@ -370,6 +438,197 @@ func TestRollbackFailureIsReported(t *testing.T) {
 				t.Fatalf("Reclaim with the driver still failing: %v", err)
 			}
 			closeAll(t, r, f, bufs...)
+		})
+	}
+}
+
+// leftoversKept reports whether r holds leftovers for a retry.
+func leftoversKept(r *Resource) bool {
+	r.left.mu.Lock()
+	defer r.left.mu.Unlock()
+	return !r.left.l.empty()
+}
+
+// requirePartlyFreed fails t unless err reports a done-but-untidy
+// operation: it wraps buffer.ErrPartlyFreed and the injected result, and
+// names the operation and the driver call that failed.
+func requirePartlyFreed(t *testing.T, err error, op, call string) {
+	t.Helper()
+	if !errors.Is(err, buffer.ErrPartlyFreed) || !errors.Is(err, cuda.ErrorUnknown) ||
+		!strings.Contains(err.Error(), op) || !strings.Contains(err.Error(), call) {
+		t.Fatalf("error %v: want one wrapping buffer.ErrPartlyFreed and %v, naming %s and %s", err, cuda.ErrorUnknown, op, call)
+	}
+}
+
+// reclaimAfterHealing checks that what a done-but-untidy operation kept is
+// still held while the driver fails, and is all given back once it heals.
+func reclaimAfterHealing(t *testing.T, r *Resource, f *fakeDriver, call string) {
+	t.Helper()
+	checkInvariants(t, r, f)
+	if !leftoversKept(r) {
+		t.Fatal("nothing kept for a retry")
+	}
+	f.failCall(call, 1, true)
+	if err := r.Reclaim(); !errors.Is(err, cuda.ErrorUnknown) || !strings.Contains(err.Error(), "virtual.Reclaim") {
+		t.Fatalf("Reclaim with %s still failing: %v", call, err)
+	}
+	checkInvariants(t, r, f)
+	f.heal()
+	if err := r.Reclaim(); err != nil {
+		t.Fatalf("Reclaim with a healed driver: %v", err)
+	}
+	if leftoversKept(r) {
+		t.Fatal("Reclaim returned nil but kept leftovers")
+	}
+	checkInvariants(t, r, f)
+}
+
+// TestClosePastUnmapClosesBuffer is the regression test for the sweep's
+// "virtual Buffer.Close k=3/4": the release of the chunk (or the freeing
+// of the address space) failed after the chunk was unmapped, and the
+// buffer stayed open over unmapped memory (on a GPU, reading it was an
+// illegal address that poisons the context). Now the Close finishes: the
+// buffer is closed, the error wraps buffer.ErrPartlyFreed, and what the
+// driver refused is kept and given back by Reclaim.
+func TestClosePastUnmapClosesBuffer(t *testing.T) {
+	for _, call := range []string{"cuMemRelease", "cuMemAddressFree"} {
+		t.Run(call, func(t *testing.T) {
+			r, f := newFakeResource(t, testGran, nil)
+			b, err := r.Allocate(testGran, nil)
+			mustOK(t, err)
+			f.failCall(call, 1, false)
+			err = b.Close()
+			requirePartlyFreed(t, err, "virtual.Deallocate", call)
+			if !b.IsClosed() {
+				t.Fatal("buffer left open over unmapped memory")
+			}
+			if err := b.Fill32(1, nil); !errors.Is(err, cuda.ErrClosed) {
+				t.Fatalf("Fill32 after a Close that took effect: %v, want ErrClosed", err)
+			}
+			if _, err := r.Info(b); !errors.Is(err, cuda.ErrClosed) {
+				t.Fatalf("Info after a Close that took effect: %v, want ErrClosed", err)
+			}
+			if live := r.Live(); len(live) != 0 {
+				t.Fatalf("allocation still filed: %#x", live)
+			}
+			if err := b.Close(); err != nil {
+				t.Fatalf("second Close: %v", err)
+			}
+			reclaimAfterHealing(t, r, f, call)
+			f.requireEmpty(t)
+		})
+	}
+}
+
+// TestCloseBeforeUnmapKeepsBuffer: a Close whose first unmap fails has
+// given nothing back, so it must not claim ErrPartlyFreed: the buffer
+// stays open and whole, and a retried Close frees everything.
+func TestCloseBeforeUnmapKeepsBuffer(t *testing.T) {
+	r, f := newFakeResource(t, testGran, nil)
+	b, err := r.Allocate(testGran, nil)
+	mustOK(t, err)
+	before := snapshot(r, f)
+	f.failCall("cuMemUnmap", 1, false)
+	err = b.Close()
+	if err == nil || errors.Is(err, buffer.ErrPartlyFreed) || !errors.Is(err, cuda.ErrorUnknown) {
+		t.Fatalf("Close with the unmap failing: %v", err)
+	}
+	if b.IsClosed() {
+		t.Fatal("buffer closed though nothing was freed")
+	}
+	if after := snapshot(r, f); after != before {
+		t.Fatalf("failed Close changed things:\nbefore %s\nafter  %s", before, after)
+	}
+	closeAll(t, r, f, b)
+}
+
+// TestShrinkReleaseFailureReturnsNewBuffer is the regression test for the
+// sweep's "virtual Shrink k=4/5": the shrink took effect but releasing a
+// chunk past the new size failed. Shrink returns the new buffer with an
+// error that wraps buffer.ErrPartlyFreed (before, the error did not say
+// the shrink was done, so callers dropped the new buffer and leaked it).
+func TestShrinkReleaseFailureReturnsNewBuffer(t *testing.T) {
+	for nth := 1; nth <= 2; nth++ {
+		t.Run(fmt.Sprint("release ", nth), func(t *testing.T) {
+			r, f := newFakeResource(t, testGran, nil)
+			b, err := r.Allocate(testGran, nil)
+			mustOK(t, err)
+			for i := uint64(2); i <= 3; i++ {
+				b, err = r.Grow(b, i*testGran)
+				mustOK(t, err)
+			}
+			f.failCall("cuMemRelease", nth, false)
+			nb, err := r.Shrink(b, testGran)
+			requirePartlyFreed(t, err, "virtual.Shrink", "cuMemRelease")
+			if nb == nil || nb == b || !b.IsClosed() || nb.Size() != testGran {
+				t.Fatalf("Shrink that took effect: new buffer %v, old closed %v", nb, b.IsClosed())
+			}
+			info, err := r.Info(nb)
+			mustOK(t, err)
+			if info.Mapped != testGran || info.Chunks != 1 {
+				t.Fatalf("after the shrink: %+v", info)
+			}
+			reclaimAfterHealing(t, r, f, "cuMemRelease")
+			closeAll(t, r, f, nb)
+		})
+	}
+}
+
+// TestGrowRemapCleanupFailure is the regression test for the sweep's
+// "virtual Grow remap" k=2 and k=12..15. The allocation (two chunks in two
+// reservations) cannot grow in place, so Grow moves it; giving back what
+// is no longer needed then fails: the range the driver granted at the
+// wrong address (k=2: before, that failure was swallowed), or the old
+// range's mappings or address space (k=12..15: before, the error did not
+// say the grow was done, so callers dropped the new buffer). Grow returns
+// the new buffer with an error wrapping buffer.ErrPartlyFreed, the data's
+// memory is the same, and Reclaim gives the rest back.
+func TestGrowRemapCleanupFailure(t *testing.T) {
+	for _, tc := range []struct {
+		call string
+		nth  int
+	}{
+		{"cuMemAddressFree", 1}, // the stray range (sweep k=2)
+		{"cuMemUnmap", 1},       // the old range's mappings (k=12, 13)
+		{"cuMemUnmap", 2},
+		{"cuMemAddressFree", 2}, // the old range's reservations (k=14, 15)
+		{"cuMemAddressFree", 3},
+	} {
+		t.Run(fmt.Sprint(tc.call, " ", tc.nth), func(t *testing.T) {
+			r, f := newFakeResource(t, testGran, nil)
+			b, err := r.Allocate(testGran, nil)
+			mustOK(t, err)
+			b, err = r.Grow(b, 2*testGran) // adjacent: two reservations
+			mustOK(t, err)
+			info, err := r.Info(b)
+			mustOK(t, err)
+			if info.Chunks != 2 || info.Reserved != 2*testGran {
+				t.Fatalf("setup: %+v", info)
+			}
+			old := b.Ptr()
+			f.block(old+2*testGran, testGran)
+			r.mu.Lock()
+			handles := append([]chunk(nil), r.allocs[old].chunks...)
+			r.mu.Unlock()
+			f.failCall(tc.call, tc.nth, false)
+			nb, err := r.Grow(b, 4*testGran)
+			requirePartlyFreed(t, err, "virtual.Grow", tc.call)
+			if nb == nil || !b.IsClosed() || nb.Size() != 4*testGran || nb.Ptr() == old {
+				t.Fatalf("Grow that took effect: new buffer %v, old closed %v", nb, b.IsClosed())
+			}
+			// Nothing copied: the same physical chunks, now at the new base.
+			r.mu.Lock()
+			a := r.allocs[nb.Ptr()]
+			var same bool
+			if a != nil && len(a.chunks) == 3 {
+				same = a.chunks[0].h == handles[0].h && a.chunks[1].h == handles[1].h
+			}
+			r.mu.Unlock()
+			if !same {
+				t.Fatal("the moved allocation does not hold the old chunks first")
+			}
+			reclaimAfterHealing(t, r, f, tc.call)
+			closeAll(t, r, f, nb)
 		})
 	}
 }

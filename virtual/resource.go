@@ -33,8 +33,9 @@ type Resource struct {
 //
 // Invariants, between operations: the chunks cover [0, mapped) in order;
 // mapped >= size rounded up to the granularity; mapped <= the reserved
-// total. An operation that fails restores them before it returns (or, for
-// Close, marks the allocation dying).
+// total. An operation that fails restores them before it returns, or takes
+// effect and hands what it could not give back to the resource's
+// leftovers.
 type allocation struct {
 	base         cuda.DevicePtr
 	size         uint64 // the size the user asked for
@@ -42,10 +43,6 @@ type allocation struct {
 	reservations []span
 	chunks       []chunk
 	descs        []cuda.MemAccessDesc // access granted on every chunk
-	// dying is set when a failed free got past the point where the
-	// allocation could be put back: only Close (retrying the free) may
-	// use it any more.
-	dying bool
 }
 
 type span struct {
@@ -56,7 +53,6 @@ type span struct {
 type chunk struct {
 	off, size uint64
 	h         cuda.MemHandle
-	unmapped  bool // set when a failed free got as far as unmapping it
 }
 
 func (a *allocation) reserved() uint64 {
@@ -316,10 +312,16 @@ func (r *Resource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error)
 
 // Deallocate waits for s (or, if nil, the device), then unmaps the
 // allocation, releases every physical chunk and frees its address space.
+//
 // If that fails before anything was given back, the allocation is left as
-// it was (the buffer stays usable and Close can be retried); if it fails
-// later, the allocation is marked dying: only a retried Close may use it,
-// and it continues where the failure stopped, never freeing twice.
+// it was: the buffer stays open and usable, and Close can be retried. Once
+// a chunk is unmapped there is no way back (mapping it again can fail
+// too, and a buffer must never stay open over unmapped memory: on a real
+// GPU a stray access poisons the context). So from there on Deallocate
+// always finishes: the allocation is removed, whatever the driver refuses
+// to give back is kept as the resource's leftovers (retried by later
+// operations and by Reclaim, never released twice), and the error wraps
+// buffer.ErrPartlyFreed, which makes the buffer close anyway.
 func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	const op = "virtual.Deallocate"
 	if err := r.check(op); err != nil {
@@ -336,21 +338,22 @@ func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%#x (%d bytes) is not an allocation of this resource", uint64(ptr), size)
 	}
 	err := r.wait(s)
+	freed := false
 	if err == nil {
-		err = r.free(a)
+		freed, err = r.free(a)
 	}
-	if err != nil {
-		// Keep it findable: the buffer stays open and Close can be retried.
-		r.mu.Lock()
-		r.allocs[ptr] = a
-		dying := a.dying
-		r.mu.Unlock()
-		if dying {
-			return fmt.Errorf("%s %#x: half freed (the memory is no longer usable; Close again to finish): %w", op, uint64(ptr), err)
-		}
-		return fmt.Errorf("%s %#x (nothing freed; the buffer is intact): %w", op, uint64(ptr), err)
+	if err == nil {
+		return nil
 	}
-	return nil
+	if freed {
+		return fmt.Errorf("%s %#x: %w (what was not given back is kept for a retry; see Reclaim): %w", op, uint64(ptr), buffer.ErrPartlyFreed, err)
+	}
+	// Nothing was given back: file it again, so the buffer stays usable
+	// and Close can be retried.
+	r.mu.Lock()
+	r.allocs[ptr] = a
+	r.mu.Unlock()
+	return fmt.Errorf("%s %#x (nothing freed; the buffer is intact): %w", op, uint64(ptr), err)
 }
 
 func (r *Resource) wait(s *cuda.Stream) error {
@@ -402,54 +405,34 @@ func (r *Resource) unmapFrom(a *allocation, i int) (int, error) {
 	return i, nil
 }
 
-// free unmaps and releases everything a holds. A failure before anything
-// is given back leaves a as it was. After that a is dying: what succeeded
-// is removed from a, so a retry (Close again) continues where a failure
-// stopped instead of releasing anything twice.
-func (r *Resource) free(a *allocation) error {
+// free unmaps and releases everything a holds. If the first unmap fails
+// (and the chunks unmapped before it are mapped again), nothing changed:
+// it returns freed == false and a is whole. Otherwise a is past the point
+// of no return and freed is true: every step is tried, and whatever the
+// driver refuses (mappings, handles, address ranges) moves to r.left, so
+// a itself holds nothing any more and nothing is released twice.
+func (r *Resource) free(a *allocation) (freed bool, err error) {
 	r.retryLeftovers() // they may sit in a's address space
-	var errs []error
-	if !a.dying {
-		k, err := r.unmapFrom(a, 0)
-		if err != nil && k == len(a.chunks) {
-			return err // nothing changed: a is still whole and usable
-		}
-		if err != nil {
-			errs = append(errs, err)
-		}
-		a.dying = true
-		for i := k; i < len(a.chunks); i++ {
-			a.chunks[i].unmapped = true
-		}
+	k, err := r.unmapFrom(a, 0)
+	if err != nil && k == len(a.chunks) {
+		return false, err // nothing changed: a is still whole and usable
 	}
-	left := a.chunks[:0]
+	// a.chunks[:k] are still mapped (k is 0 unless mapping back failed
+	// after a failed unmap); the rest are unmapped. reap unmaps, then
+	// releases every handle, then frees the address space once nothing
+	// is mapped in it, keeping what fails.
+	var l leftovers
+	for _, c := range a.chunks[:k] {
+		l.maps = append(l.maps, span{a.base + cuda.DevicePtr(c.off), c.size})
+	}
 	for _, c := range a.chunks {
-		if !c.unmapped {
-			if err := r.drv.MemUnmap(a.base+cuda.DevicePtr(c.off), c.size); err != nil {
-				errs = append(errs, fmt.Errorf("unmapping the chunk at offset %d: %w", c.off, err))
-				left = append(left, c)
-				continue
-			}
-			c.unmapped = true
-		}
-		if err := r.drv.MemRelease(c.h); err != nil {
-			errs = append(errs, fmt.Errorf("releasing the chunk at offset %d: %w", c.off, err))
-			left = append(left, c)
-		}
+		l.handles = append(l.handles, c.h)
 	}
-	a.chunks = left
-	if len(a.chunks) > 0 {
-		return errors.Join(errs...) // address space goes only once nothing is mapped in it
-	}
-	resv := a.reservations[:0]
-	for _, s := range a.reservations {
-		if err := r.drv.MemAddressFree(s.ptr, s.size); err != nil {
-			errs = append(errs, fmt.Errorf("freeing %d bytes of address space at %#x: %w", s.size, uint64(s.ptr), err))
-			resv = append(resv, s)
-		}
-	}
-	a.reservations = resv
-	return errors.Join(errs...)
+	l.spans = append(l.spans, a.reservations...)
+	a.chunks, a.reservations, a.mapped = nil, nil, 0
+	rerr := reap(r.drv, &l)
+	r.left.keep(&l)
+	return true, errors.Join(err, rerr)
 }
 
 // take finds b's allocation and hands b's ownership to the caller: b must
@@ -470,11 +453,7 @@ func (r *Resource) take(op string, b *buffer.Buffer) (*allocation, *cuda.Stream,
 	ptr := b.Ptr()
 	r.mu.Lock()
 	a := r.allocs[ptr]
-	dying := a != nil && a.dying
 	r.mu.Unlock()
-	if dying {
-		return nil, nil, cuda.Errorf(op, cuda.ErrClosed, "buffer %#x is half freed by a failed Close: close it again", uint64(ptr))
-	}
 	if a == nil || !b.IsOwned() {
 		return nil, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer %v is not a whole allocation of this resource", b)
 	}
@@ -483,7 +462,7 @@ func (r *Resource) take(op string, b *buffer.Buffer) (*allocation, *cuda.Stream,
 
 // live reports, under r.mu, whether a is still filed under ptr and usable.
 func (r *Resource) live(op string, ptr cuda.DevicePtr, a *allocation) error {
-	if r.allocs[ptr] != a || a.dying {
+	if r.allocs[ptr] != a {
 		return &cuda.OpError{Op: op, Err: cuda.ErrClosed}
 	}
 	return nil
@@ -498,10 +477,15 @@ func (r *Resource) live(op string, ptr cuda.DevicePtr, a *allocation) error {
 // as for Close. A newSize not above b's size returns b unchanged. Grow
 // consumes b: do not use b concurrently with it.
 //
-// On error with a nil buffer, the grow did not happen and b is untouched.
-// A non-nil buffer with an error means the grow took effect (b is
-// consumed) but the old address range could not be fully given back; it
-// is kept and retried by later operations (see Reclaim).
+// On error with a nil buffer, the grow did not happen and b is untouched
+// (anything its undoing could not give back is kept for a retry, see
+// Reclaim). A non-nil buffer with an error means the grow took effect: b
+// is consumed and the returned buffer is the one to use and close, but
+// some address space or mappings no longer needed (the old range after a
+// move, or a range the driver granted at the wrong address) could not be
+// given back. They are kept and retried by later operations and by
+// Reclaim, and the error wraps buffer.ErrPartlyFreed, so
+// errors.Is(err, buffer.ErrPartlyFreed) tells this case apart.
 func (r *Resource) Grow(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error) {
 	const op = "virtual.Grow"
 	a, s, err := r.take(op, b)
@@ -535,10 +519,10 @@ func (r *Resource) Grow(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error
 	r.mu.Unlock()
 	nb, err := r.rewrap(b, base, newSize, s)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, cleanup)
 	}
 	if cleanup != nil {
-		return nb, fmt.Errorf("%s %#x to %d bytes (done, now at %#x): giving back the old range: %w", op, uint64(oldPtr), newSize, uint64(base), cleanup)
+		return nb, fmt.Errorf("%s %#x to %d bytes (done, now at %#x): %w: %w", op, uint64(oldPtr), newSize, uint64(base), buffer.ErrPartlyFreed, cleanup)
 	}
 	return nb, nil
 }
@@ -587,10 +571,19 @@ func (r *Resource) extend(a *allocation, need uint64, s *cuda.Stream) (cleanup, 
 			return r.remap(a, need, s)
 		}
 		if p != hint {
+			// Granted elsewhere: of no use, so give it back and move. A
+			// failure to free it is kept for a retry and reported with
+			// the outcome of the move (as cleanup if the move succeeds).
+			var stray error
 			if ferr := r.drv.MemAddressFree(p, extra); ferr != nil {
 				r.left.keep(&leftovers{spans: []span{{p, extra}}})
+				stray = fmt.Errorf("freeing the %d bytes of address space granted at %#x instead of %#x: %w (kept for a retry)", extra, uint64(p), uint64(hint), ferr)
 			}
-			return r.remap(a, need, s)
+			cleanup, err := r.remap(a, need, s)
+			if err != nil {
+				return nil, errors.Join(err, stray)
+			}
+			return errors.Join(cleanup, stray), nil
 		}
 		t.reserved(p, extra)
 		grown = &span{p, extra}
@@ -652,7 +645,9 @@ func (r *Resource) remap(a *allocation, need uint64, s *cuda.Stream) (cleanup, e
 		old.maps = append(old.maps, span{oldBase + cuda.DevicePtr(c.off), c.size})
 	}
 	old.spans = oldResv
-	cleanup = reap(r.drv, &old)
+	if rerr := reap(r.drv, &old); rerr != nil {
+		cleanup = fmt.Errorf("giving back the old range at %#x: %w (kept for a retry)", uint64(oldBase), rerr)
+	}
 	r.left.keep(&old)
 	return cleanup, nil
 }
@@ -664,9 +659,11 @@ func (r *Resource) remap(a *allocation, need uint64, s *cuda.Stream) (cleanup, e
 //
 // On error with a nil buffer, the shrink did not happen and b is
 // untouched. A non-nil buffer with an error means the shrink took effect
-// (b is consumed: nothing addresses the unmapped tail) but some chunks
-// could not be given back: they stay mapped in the allocation (Info counts
-// them) or are kept and retried by later operations (see Reclaim).
+// (b is consumed and the returned buffer is the one to use and close:
+// nothing addresses the unmapped tail) but some chunks could not be given
+// back: they stay mapped in the allocation (Info counts them; Close frees
+// them) or are kept and retried by later operations and by Reclaim. That
+// error wraps buffer.ErrPartlyFreed, so errors.Is tells the two apart.
 func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error) {
 	const op = "virtual.Shrink"
 	a, s, err := r.take(op, b)
@@ -718,10 +715,10 @@ func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, err
 	r.mu.Unlock()
 	nb, derr := r.rewrap(b, base, newSize, s)
 	if derr != nil {
-		return nil, derr
+		return nil, errors.Join(derr, err)
 	}
 	if err != nil {
-		return nb, fmt.Errorf("%s %#x from %d to %d bytes (done; %d bytes still mapped): %w", op, uint64(oldPtr), oldSize, newSize, mapped, err)
+		return nb, fmt.Errorf("%s %#x from %d to %d bytes (done; %d bytes still mapped): %w: %w", op, uint64(oldPtr), oldSize, newSize, mapped, buffer.ErrPartlyFreed, err)
 	}
 	return nb, nil
 }

@@ -52,9 +52,20 @@ func newVMM(opts *virtual.Options, chunks uint64) (*vmmFixture, error) {
 	return f, nil
 }
 
-// resize sweeps Grow or Shrink of f.b to n chunks. On failure the old
-// buffer must be open and intact (or the error must say it was closed);
-// on success the new one holds the old data's prefix and works throughout.
+// resize sweeps Grow or Shrink of f.b to n chunks. Their contract (see
+// package virtual, "Failures"):
+//   - a nil buffer with an error: the resize did not happen; the old
+//     buffer is open and intact (or the error says it was closed);
+//   - a new buffer with an error wrapping buffer.ErrPartlyFreed: the
+//     resize took effect (the old buffer is consumed; the new one is the
+//     one to use and close) but something no longer needed could not be
+//     given back; it is kept, and Reclaim gives it back once the driver
+//     works again;
+//   - a new buffer and no error: done.
+//
+// After a resize that took effect the new buffer must hold the old data's
+// prefix and work throughout, and after Reclaim and the cleanup everything
+// must be back to the baseline.
 func resize(name string, opts func() *virtual.Options, chunks, to uint64, block bool) sweepCase {
 	var absorbed map[string]string
 	if to > chunks {
@@ -79,21 +90,27 @@ func resize(name string, opts func() *virtual.Options, chunks, to uint64, block 
 		}
 		old := f.b
 		var nb *buffer.Buffer
+		var opErr error
+		var before string // the allocation's layout before the op
 		op := func() (err error) {
 			if to > chunks {
 				nb, err = f.r.Grow(old, to*f.gran)
 			} else {
 				nb, err = f.r.Shrink(old, to*f.gran)
 			}
-			if err == nil {
-				f.b = nb // the new buffer is the one to close
+			if nb != nil {
+				f.b = nb // took effect: the new buffer is the one to close
 			}
+			opErr = err
 			return err
 		}
 		return &fixture{
 			op: op,
 			verify: func() error {
 				if nb == nil {
+					if errors.Is(opErr, buffer.ErrPartlyFreed) {
+						return fmt.Errorf("no buffer returned, but the error says the resize took effect: %w", opErr)
+					}
 					if old.IsClosed() {
 						return nil // closed, and the error said so: nothing left to use
 					}
@@ -102,6 +119,17 @@ func resize(name string, opts func() *virtual.Options, chunks, to uint64, block 
 					}
 					if err := op(); err != nil {
 						return fmt.Errorf("resize fails after the failure: %w", err)
+					}
+				} else if opErr != nil {
+					if !errors.Is(opErr, buffer.ErrPartlyFreed) {
+						return fmt.Errorf("a buffer returned with an error that does not wrap buffer.ErrPartlyFreed: %w", opErr)
+					}
+					if !old.IsClosed() {
+						return errors.New("the resize took effect but the old buffer is still open")
+					}
+					// The fault has passed: what was kept must go back now.
+					if err := f.r.Reclaim(); err != nil {
+						return fmt.Errorf("Reclaim after a resize that took effect: %w", err)
 					}
 				}
 				keep := min(chunks, to) * f.gran
@@ -116,11 +144,18 @@ func resize(name string, opts func() *virtual.Options, chunks, to uint64, block 
 			},
 			cleanup: func() error { return f.cl.run() },
 			state: func() string {
+				if nb != nil && errors.Is(opErr, buffer.ErrPartlyFreed) {
+					// Took effect, as documented: not a failed operation,
+					// so there is no earlier state to keep (verify checks
+					// this outcome instead).
+					return before
+				}
 				i, err := f.r.Info(old)
 				if err != nil {
 					return "closed"
 				}
-				return fmt.Sprintf("%+v", i)
+				before = fmt.Sprintf("%+v", i)
+				return before
 			},
 		}, nil
 	}}
