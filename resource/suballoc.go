@@ -1024,14 +1024,29 @@ type TrimError struct {
 	Err    error  // what failed
 }
 
+// Error is Err's message followed by what was given back (safe on nil and
+// zero values, like every method of the package).
 func (e *TrimError) Error() string {
-	if e.Blocks+e.Kept == 0 {
-		return e.Err.Error()
+	if e == nil {
+		return "<nil>"
 	}
-	return fmt.Sprintf("%v (gave back %d of %d free blocks, %d bytes)", e.Err, e.Blocks, e.Blocks+e.Kept, e.Bytes)
+	msg := "trim failed"
+	if e.Err != nil {
+		msg = e.Err.Error()
+	}
+	if e.Blocks+e.Kept == 0 {
+		return msg
+	}
+	return fmt.Sprintf("%s (gave back %d of %d free blocks, %d bytes)", msg, e.Blocks, e.Blocks+e.Kept, e.Bytes)
 }
 
-func (e *TrimError) Unwrap() error { return e.Err }
+// Unwrap returns Err (nil for nil).
+func (e *TrimError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
 
 // Trim gives back to the upstream every block in which nothing is
 // allocated. It first waits (on the host) for the streams that freed into
