@@ -1273,8 +1273,11 @@ type eventOrder struct {
 func newEventOrder(devID int) *eventOrder {
 	return &eventOrder{
 		// Host memory (-1) belongs to no device; its default stream, as
-		// the other resources take it, is device 0's.
-		device: sync.OnceValues(func() (*cuda.Device, error) { return cuda.GetDevice(max(devID, 0)) }),
+		// the other resources take it, is device 0's. Looked up at each
+		// use (cuda.GetDevice is a slice index once the devices are
+		// known), not cached with sync.OnceValues: a failure on first use
+		// must not fail every later call (issue 6).
+		device: func() (*cuda.Device, error) { return cuda.GetDevice(max(devID, 0)) },
 		events: make(map[*cuda.Stream]*cuda.Event),
 	}
 }
