@@ -38,6 +38,7 @@ var nilZeroTypes = []any{
 	(*resource.PoolAttributes)(nil),
 	(*resource.Stats)(nil),
 	(*resource.SubAllocatorStats)(nil),
+	(*resource.TrimError)(nil),
 	(*resource.Allocation)(nil),
 }
 

@@ -355,9 +355,14 @@ func (c *poolCore) resetHighWatermarks(kind string) error {
 // prime makes the pool reserve n bytes up front by allocating and freeing
 // them (RMM's initial_pool_size). The release threshold must be at least n
 // for the memory to stay reserved. clean reports whether the pool may be
-// destroyed after an error: false when the reserve's allocation may still
-// be outstanding (its free failed, or waiting for it did), since
-// destroying a pool under a live allocation crashed the driver.
+// destroyed after an error: destroying a pool under a live allocation, or
+// while a free into it is still pending, was followed by a crash in the
+// driver (see poolCore), so on failure prime first makes sure the reserve
+// is freed and the free has completed — retrying the free, and waiting
+// for the whole device rather than the stream if the stream's wait
+// failed — and says clean only then. Only if those second attempts fail
+// too is the pool left behind (leaked, and the error says so). The errors
+// of the retries are joined to the first.
 func prime(pool cuda.MemPool, s *cuda.Stream, n uint64) (clean bool, err error) {
 	if n == 0 {
 		return true, nil
@@ -367,10 +372,26 @@ func prime(pool cuda.MemPool, s *cuda.Stream, n uint64) (clean bool, err error) 
 		return true, fmt.Errorf("initial reserve of %d bytes: %w", n, err)
 	}
 	if err := s.MemFreeAsync(p); err != nil {
-		return false, fmt.Errorf("initial reserve of %d bytes: free: %w", n, err)
+		err = fmt.Errorf("initial reserve of %d bytes: free: %w", n, err)
+		// The allocation is still live: free it again, then wait for the
+		// device so that the free has completed before the caller
+		// destroys the pool.
+		if rerr := s.MemFreeAsync(p); rerr != nil {
+			return false, errors.Join(err, fmt.Errorf("free it again: %w", rerr))
+		}
+		if serr := s.Device().Sync(); serr != nil {
+			return false, errors.Join(err, fmt.Errorf("wait for the free: %w", serr))
+		}
+		return true, err
 	}
 	if err := s.Sync(); err != nil {
-		return false, fmt.Errorf("initial reserve of %d bytes: wait for the free: %w", n, err)
+		err = fmt.Errorf("initial reserve of %d bytes: wait for the free: %w", n, err)
+		// The free is queued but may not have run: wait for the whole
+		// device instead (another entry point, which may still work).
+		if serr := s.Device().Sync(); serr != nil {
+			return false, errors.Join(err, fmt.Errorf("wait for the device: %w", serr))
+		}
+		return true, err
 	}
 	return true, nil
 }

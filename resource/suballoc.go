@@ -109,7 +109,8 @@ type SubAllocator struct {
 	used    uint64      // bytes of live allocations (aligned sizes)
 	held    uint64      // bytes held from the upstream
 
-	deferred error // failures of releases Deallocate ran after Close, for the next Close
+	deferred  error // failures of releases Deallocate ran after Close, for the next Close
+	orderDone bool  // order.close succeeded; until then every Close retries it
 
 	// The chunks live in one slice and refer to each other, to their
 	// block and to their list by index, so that the structure holds no
@@ -718,7 +719,7 @@ func (a *SubAllocator) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 	// The range itself was freed, so Deallocate succeeded whatever
 	// happens to the block. If giving it back fails, the block stays and
 	// the error is kept for the next Close, which retries and reports it.
-	if err := a.release(r); err != nil {
+	if _, err := a.giveBack([]subRelease{r}); err != nil {
 		a.mu.Lock()
 		a.deferred = errors.Join(a.deferred, err)
 		a.mu.Unlock()
@@ -850,54 +851,25 @@ func (a *SubAllocator) detachLocked(b *subBlock) subRelease {
 	return r
 }
 
-// release waits for the streams that freed into r's block, then gives it
-// back to the upstream; on failure the block goes back to the lists.
-func (a *SubAllocator) release(r subRelease) error {
-	var err error
-	for _, s := range r.streams {
-		if err = a.order.sync(s); err != nil {
-			err = fmt.Errorf("wait for %s: %w", streamName(s), err)
-			break
-		}
-	}
+// restoreLocked puts a detached block that was not given back on the
+// lists again, each chunk on the stream it was free on: the block is
+// exactly as it was before it was detached, still owned and usable.
+func (a *SubAllocator) restoreLocked(r subRelease) {
 	b := r.blk
-	if err == nil {
-		// Every stream involved is idle, so any stream orders the free:
-		// prefer one that freed into the block, else the block's own.
-		var on *cuda.Stream
-		for _, s := range r.streams {
-			if s != nil {
-				on = s
-				break
-			}
-		}
-		if err = b.buf.CloseOn(on); err != nil {
-			// That stream may be destroyed by now: free on the upstream's
-			// default stream instead.
-			if ptr, size, derr := b.buf.Disown(); derr == nil {
-				if uerr := a.up.Deallocate(ptr, size, nil); uerr != nil {
-					err = errors.Join(err, uerr)
-					b.buf = buffer.Owned(ptr, size, a.up, nil)
-				} else {
-					err = nil
-				}
-			}
-		}
-	}
-	a.mu.Lock()
-	defer a.mu.Unlock()
 	b.releasing = false
-	if err != nil {
-		// Chunks not yet put back are still off the lists, so each one
-		// merges only with neighbours already back.
-		k := 0
-		for i := b.first; i != 0; k++ {
-			next := a.chunks[i].next
-			a.freeLocked(a.listFor(r.keys[k]), i)
-			i = next
-		}
-		return fmt.Errorf("give back %#x (%d bytes) to %v: %w", b.base, b.size, a.up, err)
+	// Chunks not yet put back are still off the lists, so each one merges
+	// only with neighbours already back.
+	k := 0
+	for i := b.first; i != 0; k++ {
+		next := a.chunks[i].next
+		a.freeLocked(a.listFor(r.keys[k]), i)
+		i = next
 	}
+}
+
+// dropLocked forgets a detached block whose memory went back to the
+// upstream.
+func (a *SubAllocator) dropLocked(b *subBlock) {
 	for i := b.first; i != 0; {
 		next := a.chunks[i].next
 		a.recycle(i)
@@ -909,7 +881,120 @@ func (a *SubAllocator) release(r subRelease) error {
 	a.blockTab[b.id] = nil
 	a.freeBlk = append(a.freeBlk, b.id)
 	a.held -= b.size
-	return nil
+}
+
+// subGiven is what giveBack gave back.
+type subGiven struct {
+	bytes  uint64 // bytes of the blocks given back (what Reserved dropped by)
+	blocks int    // blocks given back
+	kept   int    // blocks that could not be given back and are on the lists again
+}
+
+// giveBack returns the detached blocks rs to the upstream, in two phases
+// so that a failure changes as little as possible:
+//
+//  1. It waits (on the host) for every stream that freed into any of the
+//     blocks, since work queued there may still use the memory. If that
+//     fails, nothing has changed: every block goes back on the lists.
+//  2. It frees the blocks one by one. A block whose free fails goes back
+//     on the lists, still owned and usable; the others are given back
+//     anyway (giving back is what the caller asked for, and it is most
+//     wanted when memory is short), and the errors are joined.
+//
+// It returns what was given back and the error; the lock is not held.
+func (a *SubAllocator) giveBack(rs []subRelease) (subGiven, error) {
+	var g subGiven
+	var streams []*cuda.Stream
+	var total uint64
+	for _, r := range rs {
+		total += r.blk.size
+		for _, s := range r.streams {
+			if !slices.Contains(streams, s) {
+				streams = append(streams, s)
+			}
+		}
+	}
+	for _, s := range streams {
+		if err := a.order.sync(s); err != nil {
+			a.mu.Lock()
+			for _, r := range rs {
+				a.restoreLocked(r)
+			}
+			a.mu.Unlock()
+			g.kept = len(rs)
+			what := fmt.Sprintf("%d blocks (%d bytes)", len(rs), total)
+			if len(rs) == 1 {
+				what = fmt.Sprintf("%#x (%d bytes)", rs[0].blk.base, rs[0].blk.size)
+			}
+			return g, fmt.Errorf("give back %s to %v: wait for %s: %w", what, a.up, streamName(s), err)
+		}
+	}
+	var errs []error
+	for _, r := range rs {
+		b := r.blk
+		gone, err := a.freeBlock(r)
+		a.mu.Lock()
+		if gone {
+			a.dropLocked(b)
+			g.bytes += b.size
+			g.blocks++
+		} else {
+			a.restoreLocked(r)
+			g.kept++
+		}
+		a.mu.Unlock()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("give back %#x (%d bytes) to %v: %w", b.base, b.size, a.up, err))
+		}
+	}
+	return g, errors.Join(errs...)
+}
+
+// freeBlock frees the upstream buffer of a detached block whose streams
+// are idle. gone reports whether the memory went back to the upstream
+// (possibly with an error about cleaning up after it, which must still be
+// reported); when it is false the block is intact.
+func (a *SubAllocator) freeBlock(r subRelease) (gone bool, err error) {
+	b := r.blk
+	// Every stream involved is idle, so any stream orders the free: prefer
+	// one that freed into the block, else the block's own.
+	var on *cuda.Stream
+	for _, s := range r.streams {
+		if s != nil {
+			on = s
+			break
+		}
+	}
+	err = b.buf.CloseOn(on)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, buffer.ErrPartlyFreed):
+		// The upstream freed the memory but failed to tidy up after it:
+		// the buffer is closed, the block is gone, the error stands.
+		return true, err
+	case !errors.Is(err, cuda.ErrClosed):
+		// A real failure of the free: it is reported, never retried
+		// elsewhere and swallowed.
+		return false, err
+	}
+	// That stream was destroyed (its work has finished: see phase 1 of
+	// giveBack): free on the upstream's default stream instead.
+	ptr, size, derr := b.buf.Disown()
+	if derr != nil {
+		return false, errors.Join(err, derr)
+	}
+	uerr := a.up.Deallocate(ptr, size, nil)
+	switch {
+	case uerr == nil:
+		return true, nil
+	case errors.Is(uerr, buffer.ErrPartlyFreed):
+		return true, uerr
+	}
+	// Still the block's memory: own it again, so that a retry (and the
+	// safety net) can free it.
+	b.buf = buffer.Owned(ptr, size, a.up, nil)
+	return false, errors.Join(err, uerr)
 }
 
 // collectLocked detaches every block without live allocations.
@@ -923,6 +1008,46 @@ func (a *SubAllocator) collectLocked() []subRelease {
 	return rs
 }
 
+// TrimError is the error of a Trim that failed after it began giving
+// blocks back (it is wrapped in the returned error: use errors.As). Trim
+// first waits for the streams that freed into the blocks; if that fails,
+// nothing has changed (Blocks is 0). Then it gives the blocks back one by
+// one: a block whose release fails stays, owned and usable, and the
+// others are given back anyway, so a Trim error may come with some
+// memory given back — exactly Bytes in Blocks blocks, by which
+// SubAllocatorStats.Reserved and Blocks have dropped. Kept is the number
+// of entirely free blocks that stayed.
+type TrimError struct {
+	Bytes  uint64 // bytes given back to the upstream
+	Blocks int    // blocks given back
+	Kept   int    // free blocks that could not be given back
+	Err    error  // what failed
+}
+
+// Error is Err's message followed by what was given back (safe on nil and
+// zero values, like every method of the package).
+func (e *TrimError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
+	msg := "trim failed"
+	if e.Err != nil {
+		msg = e.Err.Error()
+	}
+	if e.Blocks+e.Kept == 0 {
+		return msg
+	}
+	return fmt.Sprintf("%s (gave back %d of %d free blocks, %d bytes)", msg, e.Blocks, e.Blocks+e.Kept, e.Bytes)
+}
+
+// Unwrap returns Err (nil for nil).
+func (e *TrimError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
+
 // Trim gives back to the upstream every block in which nothing is
 // allocated. It first waits (on the host) for the streams that freed into
 // those blocks, since their work may still use the memory; a destroyed
@@ -930,8 +1055,12 @@ func (a *SubAllocator) collectLocked() []subRelease {
 // streams that hold no free range (and destroys their events), so that
 // the sub-allocator does not keep destroyed streams alive.
 //
-// Blocks that cannot be given back stay, and the error names them. After
-// Close, Trim returns an error matching cuda.ErrClosed.
+// If waiting fails, nothing is given back. Then the blocks go back one by
+// one; a block that cannot be given back stays (still usable) and the
+// others go anyway. Any failure is reported: the error wraps a *TrimError
+// that says exactly what was given back, and every underlying error
+// (joined) with the blocks it concerns. After Close, Trim returns an
+// error matching cuda.ErrClosed.
 func (a *SubAllocator) Trim() error {
 	const op = "SubAllocator.Trim"
 	if err := a.check("Trim"); err != nil {
@@ -950,24 +1079,25 @@ func (a *SubAllocator) Trim() error {
 			kept = append(kept, l)
 			continue
 		}
+		if err := a.order.forget(l.key); err != nil {
+			// The orderer keeps what it could not drop: keep the list
+			// too, so that the next Trim retries (and Close in any case).
+			errs = append(errs, fmt.Errorf("forget %s: %w", streamName(l.key), err))
+			kept = append(kept, l)
+			continue
+		}
 		delete(a.lists, l.key)
 		a.listTab[l.id] = nil
 		a.freeList = append(a.freeList, l.id)
-		if err := a.order.forget(l.key); err != nil {
-			errs = append(errs, err)
-		}
 	}
 	clear(a.streams[len(kept):])
 	a.streams = kept
 	a.last = nil
 	a.mu.Unlock()
-	for _, r := range rs {
-		if err := a.release(r); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	g, err := a.giveBack(rs)
+	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
-		return &cuda.OpError{Op: op, Err: err}
+		return &cuda.OpError{Op: op, Err: &TrimError{Bytes: g.bytes, Blocks: g.blocks, Kept: g.kept, Err: err}}
 	}
 	return nil
 }
@@ -980,7 +1110,9 @@ func (a *SubAllocator) Trim() error {
 // If allocations are still live, their blocks stay until the allocations
 // are deallocated (each block goes back with its last one), and Close
 // returns an error matching cuda.ErrorIllegalState that says how many
-// there are. Close is idempotent: called again it retries what failed and
+// there are. Every failure (an event not destroyed, a stream not waited
+// for, a block not given back) is reported, joined; what failed stays
+// held, and Close is idempotent: called again it retries what failed and
 // reports the allocations still live.
 func (a *SubAllocator) Close() error {
 	const op = "SubAllocator.Close"
@@ -989,10 +1121,14 @@ func (a *SubAllocator) Close() error {
 	}
 	a.mu.Lock()
 	var errs []error
-	if !a.closed {
-		a.closed = true
+	a.closed = true
+	if !a.orderDone {
+		// Retried by every Close until it succeeds: an event the driver
+		// failed to destroy stays with the orderer until then.
 		if err := a.order.close(); err != nil {
 			errs = append(errs, err)
+		} else {
+			a.orderDone = true
 		}
 	}
 	rs := a.collectLocked()
@@ -1001,10 +1137,8 @@ func (a *SubAllocator) Close() error {
 	// are superseded by the retry's.
 	a.deferred = nil
 	a.mu.Unlock()
-	for _, r := range rs {
-		if err := a.release(r); err != nil {
-			errs = append(errs, err)
-		}
+	if _, err := a.giveBack(rs); err != nil {
+		errs = append(errs, err)
 	}
 	a.mu.Lock()
 	if n := a.live.n; n > 0 {
@@ -1119,9 +1253,11 @@ type subOrderer interface {
 	waitFor(dst, src *cuda.Stream) error
 	// sync blocks until the work submitted to s so far has finished.
 	sync(s *cuda.Stream) error
-	// forget drops what the orderer keeps for s (its event).
+	// forget drops what the orderer keeps for s (its event). On failure
+	// the orderer keeps it, for a later forget or close to retry.
 	forget(s *cuda.Stream) error
-	// close drops everything.
+	// close drops everything; what fails to drop stays, for the next
+	// close to retry.
 	close() error
 }
 
@@ -1137,8 +1273,11 @@ type eventOrder struct {
 func newEventOrder(devID int) *eventOrder {
 	return &eventOrder{
 		// Host memory (-1) belongs to no device; its default stream, as
-		// the other resources take it, is device 0's.
-		device: sync.OnceValues(func() (*cuda.Device, error) { return cuda.GetDevice(max(devID, 0)) }),
+		// the other resources take it, is device 0's. Looked up at each
+		// use (cuda.GetDevice is a slice index once the devices are
+		// known), not cached with sync.OnceValues: a failure on first use
+		// must not fail every later call (issue 6).
+		device: func() (*cuda.Device, error) { return cuda.GetDevice(max(devID, 0)) },
 		events: make(map[*cuda.Stream]*cuda.Event),
 	}
 }
@@ -1200,20 +1339,29 @@ func (o *eventOrder) sync(s *cuda.Stream) error {
 	return nil
 }
 
+// forget destroys s's event. An event the driver fails to destroy stays
+// in the map, so that a later forget or close retries it instead of
+// leaking it.
 func (o *eventOrder) forget(s *cuda.Stream) error {
 	e := o.events[s]
 	if e == nil {
 		return nil
 	}
+	if err := e.Close(); err != nil {
+		return err
+	}
 	delete(o.events, s)
-	return e.Close()
+	return nil
 }
 
+// close destroys every event; those the driver fails to destroy stay for
+// the next close (see forget).
 func (o *eventOrder) close() error {
 	var errs []error
 	for s, e := range o.events {
 		if err := e.Close(); err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("destroy the event of %s: %w", streamName(s), err))
+			continue
 		}
 		delete(o.events, s)
 	}

@@ -74,9 +74,12 @@ func (f *saUpstream) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, erro
 func (f *saUpstream) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	var ferr error
 	if f.freeErr != nil {
-		if err := f.freeErr(s); err != nil {
-			return err
+		// An error wrapping buffer.ErrPartlyFreed frees the memory
+		// anyway, as the contract of that error says; any other refuses.
+		if ferr = f.freeErr(s); ferr != nil && !errors.Is(ferr, buffer.ErrPartlyFreed) {
+			return ferr
 		}
 	}
 	if got, ok := f.live[ptr]; !ok || got != size {
@@ -85,7 +88,7 @@ func (f *saUpstream) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream)
 	delete(f.live, ptr)
 	f.held -= size
 	f.frees = append(f.frees, saCall{ptr, size, s})
-	return nil
+	return ferr
 }
 
 func (f *saUpstream) DeviceAccessible() bool { return true }
@@ -108,6 +111,13 @@ type saOrder struct {
 	closes  int
 	waitErr error
 	syncErr error
+	// syncFail, if set, decides each sync's outcome (after syncErr).
+	syncFail func(s *cuda.Stream) error
+	// forgetErrs and closeErrs are returned by the next forget and close
+	// calls, one each, before they succeed again; a failed call is
+	// recorded too.
+	forgetErrs []error
+	closeErrs  []error
 }
 
 func (o *saOrder) waitFor(dst, src *cuda.Stream) error {
@@ -126,6 +136,11 @@ func (o *saOrder) sync(s *cuda.Stream) error {
 	if o.syncErr != nil {
 		return o.syncErr
 	}
+	if o.syncFail != nil {
+		if err := o.syncFail(s); err != nil {
+			return err
+		}
+	}
 	o.syncs = append(o.syncs, s)
 	return nil
 }
@@ -134,6 +149,11 @@ func (o *saOrder) forget(s *cuda.Stream) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.forgets = append(o.forgets, s)
+	if len(o.forgetErrs) > 0 {
+		err := o.forgetErrs[0]
+		o.forgetErrs = o.forgetErrs[1:]
+		return err
+	}
 	return nil
 }
 
@@ -141,6 +161,11 @@ func (o *saOrder) close() error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.closes++
+	if len(o.closeErrs) > 0 {
+		err := o.closeErrs[0]
+		o.closeErrs = o.closeErrs[1:]
+		return err
+	}
 	return nil
 }
 
