@@ -58,7 +58,7 @@ func init() {
 	)
 	register("buffer", buffer.Buffer{})
 	register("resource",
-		resource.DevicePoolOptions{}, resource.DevicePool{}, resource.LegacyPinned{}, resource.Limiting{},
+		resource.DevicePoolOptions{}, resource.TrimError{}, resource.DevicePool{}, resource.LegacyPinned{}, resource.Limiting{},
 		resource.ManagedOptions{}, resource.Managed{}, resource.PinnedPoolOptions{}, resource.PinnedPool{},
 		resource.PoolAttributes{}, resource.Stats{}, resource.Statistics{}, resource.SubAllocatorOptions{},
 		resource.SubAllocator{}, resource.SubAllocatorStats{}, resource.SyncDevice{},
