@@ -42,4 +42,13 @@
 // Call and CallCtx are nosplit, so the goroutine stack cannot move between
 // the conversion and the C call. Keep heap objects alive across the call
 // with runtime.KeepAlive.
+//
+// # Fault injection
+//
+// Built with -tags cudamemfault, the loader can make the k-th driver call
+// fail with a chosen CUresult without calling the driver ([FailCall],
+// [FailEvery], [FaultCalls], [FaultReset]): internal/faultsweep uses it to
+// run every public operation with each of its driver calls failing in turn.
+// In normal builds the hook is a constant false and compiles away; the
+// call path is unchanged ([FaultInjection] reports which build this is).
 package loader
