@@ -153,11 +153,14 @@ func (f *fakeImport) counts() (frees, bad, destroyed int) {
 func fakePool(t *testing.T) (*ImportedPool, *fakeImport) {
 	t.Helper()
 	f := newFake()
-	return newImportedPool(nil, cuda.MemPool{}, f, NewUUID(), nil), f
+	return newImportedPool(nil, cuda.MemPool{}, f, NewUUID(), newPoolKey(), nil), f
 }
 
+// desc is a descriptor sealed with p's key, as the exporter would make it
+// (the exporter holds the key, so a lying size still reaches the bounds
+// checks).
 func desc(p *ImportedPool, id, real, claimed uint64) Descriptor {
-	return Descriptor{Pool: p.UUID(), Size: claimed, Data: exportData(id, real)}
+	return p.key.seal(Descriptor{Pool: p.UUID(), Size: claimed, Data: exportData(id, real)})
 }
 
 func TestWithin(t *testing.T) {
@@ -294,6 +297,7 @@ func TestDuplicateImportConcurrent(t *testing.T) {
 				if i%3 == 0 { // an oversized duplicate now and then: refused, harmless
 					bad := d
 					bad.Size = math.MaxUint64
+					bad = p.key.seal(bad) // past the MAC, to the bounds check
 					_, err := p.Import(bad, nil)
 					assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 					assert.True(t, f.mapped(b.Ptr()), "a refused duplicate frees nothing in use")
