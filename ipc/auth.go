@@ -114,7 +114,10 @@ func parseToken(op, s string) (UUID, poolKey, error) {
 	us, ks, keyed := strings.Cut(s, tokenKeySep)
 	u, err := ParseUUID(us)
 	if err != nil {
-		return UUID{}, poolKey{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "malformed token (want UUID[.key]): %v", err)
+		// Not ParseUUID's message: it quotes its input, which may hold a
+		// key (a token with a wrong separator), and keys stay out of
+		// error text.
+		return UUID{}, poolKey{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "malformed token of %d bytes: want a UUID (8-4-4-4-12 hex digits), then '.' and a %d-hex-digit key", len(s), 2*KeySize)
 	}
 	if !keyed {
 		return u, poolKey{}, nil

@@ -240,7 +240,7 @@ func TestCloseWaitsForExport(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("no POSIX descriptors")
 	}
-	before := fdCount()
+	before := openFDSet()
 	file := keptFile(t)
 	p := newImportedPool(nil, cuda.MemPool{}, newFake(), NewUUID(), newPoolKey(), file)
 
@@ -282,9 +282,7 @@ func TestCloseWaitsForExport(t *testing.T) {
 	time.Sleep(2 * time.Millisecond)
 	require.NoError(t, p.Close())
 	wg.Wait()
-	if before >= 0 {
-		assert.Equal(t, before, fdCount(), "every descriptor closed")
-	}
+	assertNoNewFDs(t, before, "every descriptor closed")
 	assert.Zero(t, osfd.Leaks())
 }
 

@@ -28,6 +28,7 @@ type fakeImport struct {
 	size      map[cuda.DevicePtr]uint64 // live mappings
 	ids       map[cuda.DevicePtr]uint64
 	imports   int
+	ranges    int
 	frees     int
 	badFrees  int
 	destroyed int
@@ -88,6 +89,7 @@ func (f *fakeImport) mapping(p cuda.DevicePtr) (cuda.DevicePtr, uint64, error) {
 	if f.gone {
 		f.lateCalls++
 	}
+	f.ranges++
 	if f.failRange != nil {
 		return 0, 0, f.failRange
 	}
@@ -142,6 +144,13 @@ func (f *fakeImport) mapped(p cuda.DevicePtr) bool {
 	defer f.mu.Unlock()
 	_, ok := f.size[p]
 	return ok
+}
+
+// driverCalls counts every call that reached the fake driver.
+func (f *fakeImport) driverCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.imports + f.ranges + f.frees + f.badFrees + f.destroyed
 }
 
 func (f *fakeImport) counts() (frees, bad, destroyed int) {
