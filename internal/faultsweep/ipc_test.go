@@ -4,6 +4,7 @@ package faultsweep
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/cudamem/cudamem/buffer"
@@ -199,18 +200,46 @@ func TestFaultSweepIPC(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
+			var opErr error
 			return &fixture{
-				op: f.imp.Close,
+				op: func() error { opErr = f.imp.Close(); return opErr },
+				// The contract (package ipc, ImportedPool.Close): Close
+				// always closes; a destruction that fails (cuCtxSynchronize
+				// or cuMemPoolDestroy) leaves the pool closed but not
+				// destroyed, still registered, so a re-import is refused
+				// with ErrClosed (the driver could hand a second import
+				// of the pool the mappings the first still has) until a
+				// Close retries the destruction.
 				verify: func() error {
 					if !f.imp.IsClosed() {
-						return nil
+						return errors.New("Close returned with the pool still open")
 					}
-					// Closed: a fresh import must work.
+					if opErr != nil {
+						q, err := ipc.ImportPool(dev0(), f.h)
+						if err == nil {
+							return errors.Join(errors.New("re-import allowed while the failed destruction awaits a retry"), q.Close())
+						}
+						if !errors.Is(err, cuda.ErrClosed) {
+							return fmt.Errorf("re-import before the retry: want ErrClosed, got %w", err)
+						}
+						if err := f.imp.Close(); err != nil {
+							return fmt.Errorf("retrying Close after %v: %w", opErr, err)
+						}
+					}
+					// Destroyed: the pool imports afresh and maps the
+					// exporter's buffer.
 					q, err := ipc.ImportPool(dev0(), f.h)
 					if err != nil {
 						return err
 					}
-					return q.Close()
+					if q == f.imp {
+						return errors.Join(errors.New("ImportPool returned the closed pool"), q.Close())
+					}
+					b, err := q.Import(f.desc, f.s)
+					if err != nil {
+						return errors.Join(err, q.Close())
+					}
+					return errors.Join(check(b, f.s, f.want), b.Close(), q.Close())
 				},
 				cleanup: func() error { return f.cl.run() },
 			}, nil
