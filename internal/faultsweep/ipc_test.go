@@ -10,6 +10,7 @@ import (
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/ipc"
+	"github.com/cudamem/cudamem/loader"
 	"github.com/cudamem/cudamem/resource"
 )
 
@@ -325,4 +326,61 @@ func TestFaultSweepIPC(t *testing.T) {
 			}},
 	}
 	sweepAll(t, cases)
+}
+
+// TestIPCForgedDescriptorsNoDriverCall: through the whole path on the
+// fake driver (ExportPool makes the pool key, ExportBuffer seals, the
+// Handle carries the key into ImportPool), a descriptor the key does not
+// authenticate makes no driver call at all, where the real driver
+// crashed on altered export data; the genuine one imports.
+func TestIPCForgedDescriptorsNoDriverCall(t *testing.T) {
+	if fake == nil {
+		t.Skip(gpuSameProcess)
+	}
+	needDevices(t, 1)
+	f, err := newIPC(true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := f.cl.run(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if !f.h.HasKey() {
+		t.Fatal("ExportPool made a Handle without the pool key")
+	}
+	forge := map[string]func(d *ipc.Descriptor){
+		"export data bit": func(d *ipc.Descriptor) { d.Data.Reserved[9] ^= 0x20 },
+		"size":            func(d *ipc.Descriptor) { d.Size = 1 << 40 },
+		"MAC":             func(d *ipc.Descriptor) { d.MAC[15] ^= 1 },
+	}
+	for name, m := range forge {
+		d := f.desc
+		m(&d)
+		loader.FaultReset()
+		b, err := f.imp.Import(d, f.s)
+		calls := loader.FaultCalls()
+		if err == nil {
+			_ = b.Close()
+			t.Fatalf("%s: forged descriptor imported", name)
+		}
+		if !errors.Is(err, ipc.ErrBadDescriptor) {
+			t.Errorf("%s: want ErrBadDescriptor, got %v", name, err)
+		}
+		if calls != 0 {
+			t.Errorf("%s: %d driver calls for a forged descriptor, want 0", name, calls)
+		}
+	}
+	loader.FaultReset()
+	b, err := f.imp.Import(f.desc, f.s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loader.FaultCalls() == 0 {
+		t.Error("the genuine import made no driver call: the count sees nothing")
+	}
+	if err := errors.Join(check(b, f.s, f.want), b.Close()); err != nil {
+		t.Error(err)
+	}
 }
