@@ -79,9 +79,33 @@ func TestDescriptorReservedBytes(t *testing.T) {
 	good, _ := sampleDescriptor().MarshalBinary()
 	b := bytes.Clone(good)
 	b[11] = 1
-	binary.LittleEndian.PutUint32(b[100:], crc32.ChecksumIEEE(b[:100]))
+	binary.LittleEndian.PutUint32(b[descriptorCRC:], crc32.ChecksumIEEE(b[:descriptorCRC]))
 	var d Descriptor
 	assert.ErrorIs(t, d.UnmarshalBinary(b), ErrBadDescriptor, "an accepted descriptor means one thing")
+}
+
+// TestDescriptorVersion1Refused: a version 1 descriptor (104 bytes, no
+// MAC) is refused, by length and, resealed at the new length, by version:
+// no importer could authenticate it.
+func TestDescriptorVersion1Refused(t *testing.T) {
+	v1 := make([]byte, 104)
+	copy(v1, descriptorMagic[:])
+	binary.LittleEndian.PutUint16(v1[8:], 1)
+	binary.LittleEndian.PutUint64(v1[12:], 1<<20)
+	binary.LittleEndian.PutUint32(v1[100:], crc32.ChecksumIEEE(v1[:100]))
+	var d Descriptor
+	err := d.UnmarshalBinary(v1)
+	require.ErrorIs(t, err, ErrBadDescriptor)
+	assert.Contains(t, err.Error(), "104 bytes")
+
+	good, _ := sampleDescriptor().MarshalBinary()
+	b := bytes.Clone(good)
+	binary.LittleEndian.PutUint16(b[8:], 1)
+	binary.LittleEndian.PutUint32(b[descriptorCRC:], crc32.ChecksumIEEE(b[:descriptorCRC]))
+	err = d.UnmarshalBinary(b)
+	require.ErrorIs(t, err, ErrBadDescriptor)
+	assert.Contains(t, err.Error(), "version 1")
+	assert.Equal(t, Descriptor{}, d, "unchanged")
 }
 
 func FuzzLegacyHandle(f *testing.F) {
@@ -104,20 +128,22 @@ func FuzzLegacyHandle(f *testing.F) {
 }
 
 // FuzzDescriptorResealed fuzzes the fields behind a valid checksum: the
-// fuzzer's bytes are sealed with a correct CRC, so decoding reaches the
-// version, reserved and size checks; whatever is accepted re-encodes
-// identically (a size near 2^64 decodes: bounding it is Import's job,
-// tested in TestImportRefusesSizeOverflow).
+// fuzzer's bytes (everything up to the checksum: body and MAC) are sealed
+// with a correct CRC, so decoding reaches the version, reserved and size
+// checks; whatever is accepted re-encodes identically (a size near 2^64
+// decodes: bounding it is Import's job, tested in
+// TestImportRefusesSizeOverflow; so does a MAC that does not verify:
+// FuzzImportAuthenticated covers that).
 func FuzzDescriptorResealed(f *testing.F) {
 	good, _ := sampleDescriptor().MarshalBinary()
-	f.Add(good[:100])
-	f.Add(make([]byte, 100))
+	f.Add(good[:descriptorCRC])
+	f.Add(make([]byte, descriptorCRC))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		if len(body) != 100 {
+		if len(body) != descriptorCRC {
 			return
 		}
 		b := append(bytes.Clone(body), 0, 0, 0, 0)
-		binary.LittleEndian.PutUint32(b[100:], crc32.ChecksumIEEE(b[:100]))
+		binary.LittleEndian.PutUint32(b[descriptorCRC:], crc32.ChecksumIEEE(b[:descriptorCRC]))
 		var d Descriptor
 		if err := d.UnmarshalBinary(b); err != nil {
 			require.ErrorIs(t, err, ErrBadDescriptor)

@@ -10,37 +10,59 @@ import (
 
 // Descriptor describes one buffer of an exported pool: plain bytes, safe to
 // send any way (a pipe, a socket, a file) to a process that imported the
-// pool. It holds no file descriptor and no pointer.
+// pool. It holds no file descriptor, no pointer and no key.
 type Descriptor struct {
 	Pool UUID                      // the exporting pool
 	Size uint64                    // the buffer's size in bytes
 	Data cuda.MemPoolPtrExportData // the driver's opaque export data
+	// MAC authenticates every other field under the pool's key
+	// (HMAC-SHA256, truncated): ExportBuffer sets it, and
+	// ImportedPool.Import refuses a descriptor whose MAC is not right
+	// before the driver sees its export data. Changing any field of a
+	// descriptor invalidates it.
+	MAC [MACSize]byte
 }
 
 // descriptorMagic starts every encoded descriptor.
 var descriptorMagic = [8]byte{'c', 'u', 'd', 'a', 'm', 'e', 'm', 'D'}
 
 const (
-	descriptorVersion = 1
-	// DescriptorSize is the length of an encoded Descriptor: magic (8),
-	// version (2), reserved (2), size (8), pool UUID (16), export data (64),
-	// CRC-32 of everything before it (4).
-	DescriptorSize = 8 + 2 + 2 + 8 + 16 + 64 + 4
+	// descriptorVersion 2 added the MAC; version 1 descriptors (no MAC)
+	// are refused: an importer could not authenticate them.
+	descriptorVersion = 2
+	// descriptorBody is the length of the part the MAC covers: magic (8),
+	// version (2), reserved (2), size (8), pool UUID (16), export data
+	// (64).
+	descriptorBody = 8 + 2 + 2 + 8 + 16 + 64
+	// DescriptorSize is the length of an encoded Descriptor: the body,
+	// its MAC (16), and a CRC-32 of everything before it (4).
+	DescriptorSize = descriptorBody + MACSize + 4
+	descriptorCRC  = descriptorBody + MACSize // offset of the CRC
 )
 
-// ErrBadDescriptor is wrapped by every decoding failure. It matches
-// cuda.ErrInvalidArgument too.
+// ErrBadDescriptor is wrapped by every decoding failure, and by
+// ImportedPool.Import's refusal of a descriptor its pool's key did not
+// authenticate. It matches cuda.ErrInvalidArgument too.
 var ErrBadDescriptor = fmt.Errorf("ipc: bad buffer descriptor (%w)", cuda.ErrInvalidArgument)
 
-// MarshalBinary encodes d in a fixed, versioned, checksummed layout.
-func (d Descriptor) MarshalBinary() ([]byte, error) {
-	b := make([]byte, DescriptorSize)
-	copy(b, descriptorMagic[:])
+// body encodes what the MAC covers.
+func (d Descriptor) body() [descriptorBody]byte {
+	var b [descriptorBody]byte
+	copy(b[:], descriptorMagic[:])
 	binary.LittleEndian.PutUint16(b[8:], descriptorVersion)
 	binary.LittleEndian.PutUint64(b[12:], d.Size)
 	copy(b[20:36], d.Pool[:])
 	copy(b[36:100], d.Data.Reserved[:])
-	binary.LittleEndian.PutUint32(b[100:], crc32.ChecksumIEEE(b[:100]))
+	return b
+}
+
+// MarshalBinary encodes d in a fixed, versioned, checksummed layout.
+func (d Descriptor) MarshalBinary() ([]byte, error) {
+	b := make([]byte, DescriptorSize)
+	body := d.body()
+	copy(b, body[:])
+	copy(b[descriptorBody:], d.MAC[:])
+	binary.LittleEndian.PutUint32(b[descriptorCRC:], crc32.ChecksumIEEE(b[:descriptorCRC]))
 	return b, nil
 }
 
@@ -49,7 +71,8 @@ func (d Descriptor) MarshalBinary() ([]byte, error) {
 // with an error wrapping ErrBadDescriptor, and d is left unchanged.
 //
 // A valid checksum proves only that the bytes were not corrupted, not that
-// the sender is honest: ImportedPool.Import still bounds the size by the
+// the sender is honest, and decoding cannot check the MAC (it needs the
+// pool's key): ImportedPool.Import does, and bounds the size by the
 // mapping the driver made.
 func (d *Descriptor) UnmarshalBinary(b []byte) error {
 	switch {
@@ -61,7 +84,7 @@ func (d *Descriptor) UnmarshalBinary(b []byte) error {
 		return fmt.Errorf("%w: not a cudamem descriptor (magic %q)", ErrBadDescriptor, b[:8])
 	case binary.LittleEndian.Uint16(b[8:]) != descriptorVersion:
 		return fmt.Errorf("%w: version %d, this library reads %d", ErrBadDescriptor, binary.LittleEndian.Uint16(b[8:]), descriptorVersion)
-	case binary.LittleEndian.Uint32(b[100:]) != crc32.ChecksumIEEE(b[:100]):
+	case binary.LittleEndian.Uint32(b[descriptorCRC:]) != crc32.ChecksumIEEE(b[:descriptorCRC]):
 		return fmt.Errorf("%w: checksum mismatch (corrupted in transit?)", ErrBadDescriptor)
 	case b[10] != 0 || b[11] != 0:
 		// Reserved for a later version: this one writes zeros, and an
@@ -72,6 +95,7 @@ func (d *Descriptor) UnmarshalBinary(b []byte) error {
 	out.Size = binary.LittleEndian.Uint64(b[12:])
 	copy(out.Pool[:], b[20:36])
 	copy(out.Data.Reserved[:], b[36:100])
+	copy(out.MAC[:], b[descriptorBody:descriptorCRC])
 	*d = out
 	return nil
 }

@@ -26,6 +26,9 @@ func sampleDescriptor() Descriptor {
 	for i := range d.Data.Reserved {
 		d.Data.Reserved[i] = byte(i * 7)
 	}
+	for i := range d.MAC {
+		d.MAC[i] = byte(0xf0 - i)
+	}
 	return d
 }
 
@@ -54,7 +57,8 @@ func TestDescriptorRejectsGarbage(t *testing.T) {
 		"version":      flip(8),
 		"size bit":     flip(13),
 		"export data":  flip(60),
-		"checksum":     flip(101),
+		"MAC":          flip(descriptorBody + 3),
+		"checksum":     flip(descriptorCRC + 1),
 		"all zero":     make([]byte, DescriptorSize),
 		"random bytes": bytes.Repeat([]byte{0xa5}, DescriptorSize),
 	} {

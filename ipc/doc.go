@@ -4,16 +4,19 @@
 // The flow, as in cuda.core:
 //
 //  1. The owner creates an IPC-enabled pool (resource.NewDevicePool with
-//     IPC set) and exports it: ExportPool returns a Handle (an fd plus the
-//     pool's UUID).
+//     IPC set) and exports it: ExportPool returns a Handle (an fd, the
+//     pool's UUID and the pool's secret key).
 //  2. The Handle travels to another process: over a Unix socket
-//     (SendHandle / ReceiveHandle, SCM_RIGHTS) or to a child process
-//     (Handle.ExtraFile with exec.Cmd.ExtraFiles).
+//     (SendHandle / ReceiveHandle: the fd by SCM_RIGHTS, UUID and key in
+//     the message), or to a child process (Handle.ExtraFile with
+//     exec.Cmd.ExtraFiles, plus Handle.Token in the child's environment,
+//     which the child turns back into a Handle with NewHandleFromToken).
 //  3. The other process imports it: ImportPool maps the pool once per UUID
 //     (a registry keyed by UUID dedupes repeated imports; see Lookup).
 //  4. Buffers travel as Descriptors: plain, versioned, checksummed bytes
-//     (ExportBuffer, Descriptor.MarshalBinary) that the importer turns into
-//     Buffers of the imported pool (ImportedPool.Import).
+//     sealed with the pool key (ExportBuffer, Descriptor.MarshalBinary)
+//     that the importer turns into Buffers of the imported pool
+//     (ImportedPool.Import).
 //
 // ExportBuffer works on any IPC-enabled pool, exported before or not: the
 // driver refuses to export a pointer of a pool that was never exported,
@@ -34,15 +37,54 @@
 // until its last Buffer is closed, which destroys it; a destruction that
 // fails is reported, and retried, by the next Close.
 //
-// What arrives from another process is input, not trust. Descriptors and
-// legacy handles are versioned and checksummed (corruption is caught when
-// decoding), and every imported Buffer is bounded by the mapping the
-// driver reports at its pointer: a descriptor claiming more (up to sizes
-// near 2^64) is refused, and a refusal never unmaps memory another Buffer
-// of this process uses. Messages on Unix sockets are framed (SendFDs,
-// ReceiveFDs), so stream, seqpacket and datagram sockets all keep message
-// boundaries; a malformed message is refused and every descriptor that
-// came with it closed.
+// # Threat model
+//
+// What arrives from another process is input, not trust, but the driver
+// cannot be made to treat it so: it parses a descriptor's export data
+// without validating it, and malformed export data can crash the
+// importing process inside the driver (seen: SIGSEGV in
+// cuMemPoolImportPointer with driver 580, on export data with a few bits
+// flipped). No check in the importer can tell good export data from bad,
+// so this package decides by who made it:
+//
+//   - Each exported pool has a random 32-byte key, made on its first
+//     export (crypto/rand) and sent with every Handle of the pool, never
+//     with descriptors. ExportBuffer seals each descriptor with an
+//     HMAC-SHA256 (truncated to 16 bytes) of all its other fields under
+//     the key; ImportedPool.Import recomputes it and refuses, before any
+//     driver call, every descriptor the key does not authenticate:
+//     corrupted ones, altered ones (size, pool, export data), and forged
+//     ones from a process that has descriptors or the wire format but not
+//     the key. Those refusals wrap ErrBadDescriptor.
+//   - A process that holds the key (the exporter, and every process the
+//     Handle or its Token went to, re-exporters included) is trusted as
+//     the exporter is: what it seals reaches the driver. Its descriptors'
+//     sizes are still bounded by the mapping the driver reports, but if it
+//     seals malformed export data, the driver may crash the importer, and
+//     nothing on the importing side can prevent that. Share a Handle (and
+//     its Token, which holds the key) only with processes you would let
+//     crash yours.
+//   - A Handle made from a raw fd (NewHandle, e.g. for a pool exported by
+//     something other than cudamem) has no key: its pool's Import refuses
+//     every descriptor, and ImportUnauthenticated takes them unchecked,
+//     trusting the sender with this process's life as above.
+//   - Legacy handles (cuIpcGetMemHandle, below) carry no key either: a
+//     checksum catches corruption and the size is bounded by the mapping,
+//     but their 64 opaque bytes go to cuIpcOpenMemHandle as received, so
+//     open them only from a trusted sender; the same driver trust applies.
+//   - The pool key authenticates descriptors, not the pool fd: whoever can
+//     send this process an fd can send any pool. A second Handle for an
+//     imported UUID under another key is refused (ImportPool), so a peer
+//     cannot swap the key descriptors are checked with.
+//
+// Beyond that, descriptors and legacy handles are versioned and
+// checksummed (corruption is caught when decoding), and every imported
+// Buffer is bounded by the mapping the driver reports at its pointer: a
+// descriptor claiming more (up to sizes near 2^64) is refused, and a
+// refusal never unmaps memory another Buffer of this process uses.
+// Messages on Unix sockets are framed (SendFDs, ReceiveFDs), so stream,
+// seqpacket and datagram sockets all keep message boundaries; a malformed
+// message is refused and every descriptor that came with it closed.
 //
 // Legacy IPC (cuIpcGetMemHandle / cuIpcOpenMemHandle), as CuPy and PyTorch
 // use for memory from cuMemAlloc, is in legacy.go.

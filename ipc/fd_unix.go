@@ -294,37 +294,105 @@ func receivePacket(conn *net.UnixConn, maxPayload int) ([]byte, []int, error) {
 	return buf[frameHeader:n:n], fds, nil
 }
 
-// SendHandle sends an exported pool's fd and UUID over a Unix socket. h
-// stays open on this side (and cannot be closed during the send).
+// A handle message's payload: handleMagic (8), version (2), flags (2: bit
+// 0 set when a key follows), the pool's UUID (16) and its key (32; zeros
+// without one). Version 1 was the UUID alone, with no key; it is refused
+// (its pool could not authenticate a descriptor).
+const (
+	handleVersion     = 2
+	handleMsgSize     = 8 + 2 + 2 + 16 + KeySize
+	handleFlagKeyed   = 1
+	handleKnownFlags  = handleFlagKeyed
+	handleUUIDOffset  = 12
+	handleKeyOffset   = handleUUIDOffset + 16
+	handleFlagsOffset = 10
+)
+
+var handleMagic = [8]byte{'c', 'u', 'd', 'a', 'm', 'e', 'm', 'H'}
+
+func encodeHandle(u UUID, k poolKey) []byte {
+	b := make([]byte, handleMsgSize)
+	copy(b, handleMagic[:])
+	binary.LittleEndian.PutUint16(b[8:], handleVersion)
+	if k.ok {
+		binary.LittleEndian.PutUint16(b[handleFlagsOffset:], handleFlagKeyed)
+		copy(b[handleKeyOffset:], k.k[:])
+	}
+	copy(b[handleUUIDOffset:], u[:])
+	return b
+}
+
+func decodeHandle(b []byte) (UUID, poolKey, error) {
+	switch {
+	case len(b) != handleMsgSize:
+		return UUID{}, poolKey{}, fmt.Errorf("%w: handle message of %d bytes, want %d (a UUID-only message is from a cudamem without pool keys)", errBadFrame, len(b), handleMsgSize)
+	case [8]byte(b[:8]) != handleMagic:
+		return UUID{}, poolKey{}, fmt.Errorf("%w: not a handle message (magic %q)", errBadFrame, b[:8])
+	case binary.LittleEndian.Uint16(b[8:]) != handleVersion:
+		return UUID{}, poolKey{}, fmt.Errorf("%w: handle message version %d, this library reads %d", errBadFrame, binary.LittleEndian.Uint16(b[8:]), handleVersion)
+	}
+	flags := binary.LittleEndian.Uint16(b[handleFlagsOffset:])
+	if flags&^handleKnownFlags != 0 {
+		return UUID{}, poolKey{}, fmt.Errorf("%w: unknown handle message flags %#x", errBadFrame, flags)
+	}
+	var u UUID
+	copy(u[:], b[handleUUIDOffset:])
+	var k poolKey
+	if flags&handleFlagKeyed != 0 {
+		copy(k.k[:], b[handleKeyOffset:])
+		k.ok = true
+	} else if [KeySize]byte(b[handleKeyOffset:]) != ([KeySize]byte{}) {
+		// One message, one meaning: key bytes without the flag are
+		// refused, not ignored.
+		return UUID{}, poolKey{}, fmt.Errorf("%w: key bytes in a handle message without a key", errBadFrame)
+	}
+	return u, k, nil
+}
+
+// SendHandle sends an exported pool's fd, UUID and pool key over a Unix
+// socket. h stays open on this side (and cannot be closed during the
+// send). The key is the pool's secret: send handles only to processes you
+// would let make descriptors for the pool.
 func SendHandle(conn *net.UnixConn, h *Handle) error {
-	u := h.UUID()
-	return h.use("ipc.SendHandle", func(fd int) error {
-		return SendFDs(conn, u[:], fd)
+	const op = "ipc.SendHandle"
+	if h == nil || h.f == nil {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil or zero *ipc.Handle (use NewHandle, ExportPool or ReceiveHandle)")
+	}
+	msg := encodeHandle(h.uuid, h.key)
+	return h.use(op, func(fd int) error {
+		return SendFDs(conn, msg, fd)
 	})
 }
 
-// ReceiveHandle receives a Handle sent with SendHandle; the caller owns it.
-// A message with other than one fd and a UUID is refused, and whatever
-// descriptors it carried are closed.
+// ReceiveHandle receives a Handle sent with SendHandle, key included; the
+// caller owns it. A message with other than one fd and a handle payload of
+// this version is refused, and whatever descriptors it carried are closed.
 func ReceiveHandle(conn *net.UnixConn) (*Handle, error) {
 	const op = "ipc.ReceiveHandle"
-	payload, fds, err := ReceiveFDs(conn, len(UUID{}))
+	payload, fds, err := ReceiveFDs(conn, handleMsgSize)
 	if err != nil {
 		return nil, err
 	}
-	if len(fds) != 1 || len(payload) != len(UUID{}) {
-		err := cuda.Errorf(op, cuda.ErrInvalidArgument, "got %d fds and %d bytes, want 1 fd and a %d-byte UUID", len(fds), len(payload), len(UUID{}))
+	u, k, derr := decodeHandle(payload)
+	if len(fds) != 1 || derr != nil {
+		var err error
+		if derr != nil {
+			err = &cuda.OpError{Op: op, Err: derr}
+		} else {
+			err = cuda.Errorf(op, cuda.ErrInvalidArgument, "got %d fds, want 1", len(fds))
+		}
 		if cerr := osfd.CloseAll(fds); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
 		return nil, err
 	}
-	h, err := NewHandle(fds[0], UUID(payload))
+	h, err := NewHandle(fds[0], u)
 	if err != nil {
 		if cerr := osfd.Close(fds[0]); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
 		return nil, err
 	}
+	h.key = k
 	return h, nil
 }

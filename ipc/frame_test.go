@@ -106,7 +106,7 @@ func TestLongMessagesKeepTheirBoundaries(t *testing.T) {
 				assert.NotZero(t, r&syscall.FD_CLOEXEC, "received descriptors are close-on-exec")
 				require.NoError(t, syscall.Close(fd))
 			}
-			assert.Equal(t, before, openFDs(t))
+			assertNoNewFDs(t, before)
 		})
 	}
 }
@@ -134,7 +134,6 @@ func TestReceiveRefusesAndCloses(t *testing.T) {
 		for tname, typ := range socketTypes {
 			t.Run(name+"/"+tname, func(t *testing.T) {
 				a, b := socketPairOf(t, typ)
-				before := openFDs(t)
 				for _, m := range tc.msgs {
 					fds := pipeFDs(t, m.nfds)
 					var oob []byte
@@ -152,10 +151,9 @@ func TestReceiveRefusesAndCloses(t *testing.T) {
 				assert.Nil(t, fds)
 				assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 				assert.Contains(t, err.Error(), tc.want)
-				assert.Equal(t, sent, openFDs(t), "every received descriptor was closed")
+				assertNoNewFDs(t, sent, "every received descriptor was closed")
 				a.Close()
 				b.Close()
-				_ = before
 			})
 		}
 	}
@@ -181,17 +179,72 @@ func TestReceiveEOFAndArguments(t *testing.T) {
 	assert.Contains(t, err.Error(), "unexpected EOF")
 }
 
-// TestReceiveHandleRefusesExtraFDs: a handle message carrying two fds is
-// refused and both are closed.
-func TestReceiveHandleRefusesExtraFDs(t *testing.T) {
-	a, b := socketPair(t)
-	fds := pipeFDs(t, 2)
+// TestReceiveHandleRefusesMalformed: a handle message carrying other than
+// one fd, or a payload other than this version's handle encoding (the
+// UUID-only payload of version 1 included: it has no key), is refused and
+// every descriptor it carried is closed.
+func TestReceiveHandleRefusesMalformed(t *testing.T) {
 	u := NewUUID()
-	require.NoError(t, SendFDs(a, u[:], fds...))
-	sent := openFDs(t)
-	_, err := ReceiveHandle(b)
-	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
-	assert.Equal(t, sent, openFDs(t))
+	good := encodeHandle(u, newPoolKey())
+	edit := func(f func(b []byte)) []byte { b := bytes.Clone(good); f(b); return b }
+	cases := map[string]struct {
+		payload []byte
+		nfds    int
+		want    string
+	}{
+		"two fds":                {good, 2, "got 2 fds"},
+		"no fd":                  {good, 0, "got 0 fds"},
+		"version 1 (UUID only)":  {u[:], 1, "handle message of 16 bytes"},
+		"magic":                  {edit(func(b []byte) { b[0] = 'X' }), 1, "not a handle message"},
+		"version 3":              {edit(func(b []byte) { b[8] = 3 }), 1, "version 3"},
+		"unknown flag":           {edit(func(b []byte) { b[handleFlagsOffset] |= 2 }), 1, "unknown handle message flags"},
+		"key bytes without flag": {edit(func(b []byte) { b[handleFlagsOffset] = 0 }), 1, "key bytes in a handle message without a key"},
+		"long":                   {append(bytes.Clone(good), 0), 1, "payload of"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			a, b := socketPair(t)
+			fds := pipeFDs(t, tc.nfds)
+			require.NoError(t, SendFDs(a, tc.payload, fds...))
+			sent := openFDs(t)
+			h, err := ReceiveHandle(b)
+			assert.Nil(t, h)
+			require.ErrorIs(t, err, cuda.ErrInvalidArgument)
+			assert.Contains(t, err.Error(), tc.want)
+			assertNoNewFDs(t, sent, "every received descriptor was closed")
+		})
+	}
+}
+
+// TestSendReceiveHandleKey: the pool key travels with the fd over the
+// socket (so the receiver authenticates the pool's descriptors), and a
+// keyless Handle arrives keyless.
+func TestSendReceiveHandleKey(t *testing.T) {
+	for _, keyed := range []bool{true, false} {
+		a, b := socketPair(t)
+		fd := pipeFDs(t, 1)[0]
+		dfd, err := dup(fd)
+		require.NoError(t, err)
+		h, err := NewHandle(dfd, NewUUID())
+		require.NoError(t, err)
+		if keyed {
+			h.key = newPoolKey()
+		}
+		before := openFDs(t)
+		require.NoError(t, SendHandle(a, h))
+		got, err := ReceiveHandle(b)
+		require.NoError(t, err)
+		assert.Equal(t, h.UUID(), got.UUID())
+		assert.Equal(t, keyed, got.HasKey())
+		assert.True(t, got.key.equal(h.key), "the same key (or none)")
+		assert.Equal(t, h.Token(), got.Token())
+		require.NoError(t, got.Close())
+		require.NoError(t, h.Close())
+		assertNoNewFDs(t, before)
+	}
+	a, _ := socketPair(t)
+	assert.ErrorIs(t, SendHandle(a, nil), cuda.ErrInvalidArgument)
+	assert.ErrorIs(t, SendHandle(a, &Handle{}), cuda.ErrInvalidArgument)
 }
 
 // FuzzReceiveFDs sends arbitrary bytes with n descriptors attached through
@@ -260,6 +313,25 @@ func FuzzReceiveFDs(f *testing.F) {
 		}
 		b.Close()
 		a.Close()
-		assert.Equal(t, before-2, openFDs(t), "nothing received was left open")
+		assertNoNewFDs(t, before, "nothing received was left open")
+	})
+}
+
+// FuzzHandleMessage decodes arbitrary handle payloads: nothing panics; an
+// accepted payload re-encodes to the same bytes (one meaning per message),
+// and carries a key exactly when its flag says so.
+func FuzzHandleMessage(f *testing.F) {
+	u := UUID{1, 2, 3, 15: 9}
+	f.Add(encodeHandle(u, fixedKey()))
+	f.Add(encodeHandle(u, poolKey{}))
+	f.Add(u[:])
+	f.Fuzz(func(t *testing.T, b []byte) {
+		gu, k, err := decodeHandle(b)
+		if err != nil {
+			require.ErrorIs(t, err, cuda.ErrInvalidArgument)
+			return
+		}
+		assert.Equal(t, b, encodeHandle(gu, k))
+		assert.Equal(t, b[handleFlagsOffset]&handleFlagKeyed != 0, k.ok)
 	})
 }

@@ -7,19 +7,26 @@ import (
 	"github.com/cudamem/cudamem/internal/osfd"
 )
 
-// Handle is an exported pool: an open file descriptor from the driver plus
-// the pool's UUID. Send it to another process (SendHandle, or
-// ExtraFile to a child) and import it there with ImportPool. A Handle owns
-// its fd: Close closes it, once. The zero Handle owns nothing (its Close
-// does nothing, and never closes fd 0); make Handles with NewHandle,
-// ExportPool or ReceiveHandle.
+// Handle is an exported pool: an open file descriptor from the driver, the
+// pool's UUID and, for pools exported by this package, the pool's secret
+// key, which authenticates the pool's buffer descriptors (see Token and
+// ImportedPool.Import). Send it to another process (SendHandle, or
+// ExtraFile plus Token to a child) and import it there with ImportPool. A
+// Handle owns its fd: Close closes it, once. The zero Handle owns nothing
+// (its Close does nothing, and never closes fd 0); make Handles with
+// ExportPool, ReceiveHandle, NewHandleFromToken or NewHandle.
 type Handle struct {
 	uuid UUID
+	key  poolKey    // the zero poolKey: none (NewHandle)
 	f    *osfd.File // nil in the zero Handle
 }
 
 // NewHandle takes ownership of fd (a pool exported by the driver, or one
-// received from another process) under the given UUID.
+// received from another process) under the given UUID. The Handle has no
+// pool key: a pool imported from it refuses every descriptor in Import
+// (ImportUnauthenticated is the explicit way around that, for exporters
+// that are not cudamem). Use NewHandleFromToken for a cudamem exporter's
+// fd.
 func NewHandle(fd int, uuid UUID) (*Handle, error) {
 	if fd < 0 {
 		return nil, cuda.Errorf("ipc.NewHandle", cuda.ErrInvalidArgument, "negative file descriptor %d", fd)
@@ -71,6 +78,9 @@ func (h *Handle) use(op string, fn func(fd int) error) error {
 
 // ExtraFile returns a close-on-exec duplicate of the fd as an *os.File for
 // exec.Cmd.ExtraFiles (the child sees it as fd 3+i); close it after Start.
+// The fd does not carry the pool's key: pass h.Token() to the child too
+// (e.g. in its environment), which makes its Handle with
+// NewHandleFromToken(3+i, token).
 func (h *Handle) ExtraFile() (*os.File, error) {
 	f, err := h.file("Handle.ExtraFile")
 	if err != nil {

@@ -74,6 +74,12 @@ type imported struct {
 // counts the Buffers it handed out per pointer, so every Buffer works
 // until its own Close, and the last Close frees.
 //
+// A pool imported from a Handle with a key (from ExportPool, through
+// SendHandle/ReceiveHandle or a Token) imports only descriptors that key
+// authenticates; one imported from a keyless Handle (NewHandle) refuses
+// every descriptor in Import, and takes them only through
+// ImportUnauthenticated. See the package documentation for why.
+//
 // The zero ImportedPool is not usable (use ImportPool); its methods report
 // errors matching cuda.ErrInvalidArgument, and its Close does nothing.
 type ImportedPool struct {
@@ -81,6 +87,7 @@ type ImportedPool struct {
 	pool cuda.MemPool
 	drv  importDriver // nil in the zero value
 	uuid UUID
+	key  poolKey    // from the Handle; forwarded by Export
 	file *osfd.File // a duplicate of the imported fd, kept for re-export
 
 	// life is the lifecycle DevicePool and PinnedPool share: Import and
@@ -119,9 +126,10 @@ var registry struct {
 }
 
 // registered returns the pool registered for u that ImportPool may return
-// for dev (nil if none). A pool of u on another device, or one closed and
-// not yet destroyed, is an error. registry is held.
-func registered(op string, dev *cuda.Device, u UUID) (*ImportedPool, error) {
+// for dev (nil if none). A pool of u on another device, one closed and
+// not yet destroyed, or one imported under another key is an error.
+// registry is held.
+func registered(op string, dev *cuda.Device, u UUID, k poolKey) (*ImportedPool, error) {
 	p := registry.pools[u]
 	switch {
 	case p == nil:
@@ -131,12 +139,18 @@ func registered(op string, dev *cuda.Device, u UUID) (*ImportedPool, error) {
 			cuda.ErrClosed, u, p.life.Live())}
 	case p.dev != dev:
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v is already imported on %v, not %v", u, p.dev, dev)
+	case !p.key.equal(k):
+		// Every Handle of one pool carries its one key (or none, for all
+		// of them): another key under the same UUID is another exporter
+		// claiming the pool's name, and must not replace or share the
+		// key descriptors are checked with.
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v is already imported here under another pool key (or with a key where this Handle has none, or the reverse)", u)
 	}
 	return p, nil
 }
 
-func newImportedPool(dev *cuda.Device, pool cuda.MemPool, drv importDriver, u UUID, file *osfd.File) *ImportedPool {
-	p := &ImportedPool{dev: dev, pool: pool, drv: drv, uuid: u, file: file, maps: map[cuda.DevicePtr]*imported{}}
+func newImportedPool(dev *cuda.Device, pool cuda.MemPool, drv importDriver, u UUID, k poolKey, file *osfd.File) *ImportedPool {
+	p := &ImportedPool{dev: dev, pool: pool, drv: drv, uuid: u, key: k, file: file, maps: map[cuda.DevicePtr]*imported{}}
 	// The imported pool is this process's to destroy (the exporter's own
 	// pool is not affected); the driver seam's destroy waits for the
 	// device's pending frees first. Once it is gone, the UUID may be
@@ -156,7 +170,9 @@ func newImportedPool(dev *cuda.Device, pool cuda.MemPool, drv importDriver, u UU
 }
 
 // ImportPool maps the pool h describes on dev. The handle stays the
-// caller's to close. A pool already imported (same UUID) is returned as is.
+// caller's to close. A pool already imported (same UUID) is returned as
+// is; a Handle with the same UUID but another key (or a key where the
+// first had none, or the reverse) is refused.
 // A pool closed here is imported afresh once it is destroyed (after its
 // last Buffer's Close); before that ImportPool fails with an error matching
 // cuda.ErrClosed, since the driver could hand the new pool's imports the
@@ -168,7 +184,7 @@ func ImportPool(dev *cuda.Device, h *Handle) (*ImportedPool, error) {
 	}
 	registry.Lock()
 	defer registry.Unlock()
-	if p, err := registered(op, dev, h.UUID()); p != nil || err != nil {
+	if p, err := registered(op, dev, h.UUID(), h.key); p != nil || err != nil {
 		return p, err
 	}
 	var p *ImportedPool
@@ -185,7 +201,7 @@ func ImportPool(dev *cuda.Device, h *Handle) (*ImportedPool, error) {
 			}
 			return err
 		}
-		p = newImportedPool(dev, pool, cudaImport{dev: dev, pool: pool}, h.UUID(), keep)
+		p = newImportedPool(dev, pool, cudaImport{dev: dev, pool: pool}, h.UUID(), h.key, keep)
 		return nil
 	})
 	if err != nil {
@@ -251,7 +267,9 @@ func (p *ImportedPool) Live() int64 {
 }
 
 // Export hands out a new Handle to this pool (a duplicate of the imported
-// fd, with the owner's UUID), so a third process can import it.
+// fd, with the owner's UUID and the pool key this pool was imported with),
+// so a third process can import it and the buffers this process
+// re-exports (A to B to C).
 func (p *ImportedPool) Export() (*Handle, error) {
 	const op = "ImportedPool.Export"
 	if p.zero() {
@@ -267,29 +285,75 @@ func (p *ImportedPool) Export() (*Handle, error) {
 	if err != nil {
 		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("pool %v: %w", p.uuid, err)}
 	}
-	return &Handle{uuid: p.uuid, f: f}, nil
+	return &Handle{uuid: p.uuid, key: p.key, f: f}, nil
 }
 
 // Import maps the buffer d describes, ordered on s (nil: the device's
 // legacy default stream). Closing the buffer unmaps it here; the owner's
 // memory lives until the owner frees it.
 //
-// A descriptor is hostile input: its size is checked against the mapping
-// the driver made, and one claiming more is refused. Importing memory this
-// process already imported returns another Buffer on the same mapping.
-// The pool is held open during the import: a concurrent Close waits for it,
-// and an Import that starts after Close began fails with cuda.ErrClosed.
+// A descriptor is hostile input. Its MAC is checked against the pool's
+// key before the driver sees it: one the key does not authenticate
+// (forged, altered in any field, or from another pool) is refused with an
+// error wrapping ErrBadDescriptor, and so is every descriptor when the
+// pool was imported without a key (see ImportUnauthenticated). Then its
+// size is checked against the mapping the driver made, and one claiming
+// more is refused. Importing memory this process already imported returns
+// another Buffer on the same mapping. The pool is held open during the
+// import: a concurrent Close waits for it, and an Import that starts after
+// Close began fails with cuda.ErrClosed.
 func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, error) {
 	const op = "ImportedPool.Import"
+	if err := p.checkDescriptor(op, d); err != nil {
+		return nil, err
+	}
+	// The driver parses export data without validating it (driver 580
+	// crashed in cuMemPoolImportPointer on mutated data): only what the
+	// pool's key vouches for may reach it.
+	if !p.key.ok {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "imported pool %v has no pool key (its Handle came from NewHandle), so no descriptor can be authenticated; for an exporter that is not cudamem, ImportUnauthenticated takes descriptors unchecked", p.uuid)
+	}
+	if !p.key.verify(d) {
+		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: descriptor of %d bytes is not authenticated by the key of pool %v (forged, altered, or sealed by another exporter): refused before the driver saw it", ErrBadDescriptor, d.Size, p.uuid)}
+	}
+	return p.importChecked(op, d, s)
+}
+
+// ImportUnauthenticated is Import without the MAC check, for pools whose
+// exporter is not cudamem and so has no pool key (a Handle from
+// NewHandle): it hands d's export data to the driver unchecked. The size
+// is still bounded by the mapping the driver made, but the driver itself
+// parses export data without validating it, and malformed data can crash
+// this process inside the driver (seen with driver 580): use it only with
+// descriptors from an exporter this process trusts as it trusts itself,
+// never with bytes a peer could have chosen. On a pool with a key, use
+// Import.
+func (p *ImportedPool) ImportUnauthenticated(d Descriptor, s *cuda.Stream) (*buffer.Buffer, error) {
+	const op = "ImportedPool.ImportUnauthenticated"
+	if err := p.checkDescriptor(op, d); err != nil {
+		return nil, err
+	}
+	return p.importChecked(op, d, s)
+}
+
+// checkDescriptor makes the checks that need neither the key nor the
+// driver.
+func (p *ImportedPool) checkDescriptor(op string, d Descriptor) error {
 	if p.zero() {
-		return nil, errZeroPool(op)
+		return errZeroPool(op)
 	}
 	if d.Size == 0 {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "descriptor of 0 bytes (pool %v)", d.Pool)
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "descriptor of 0 bytes (pool %v)", d.Pool)
 	}
 	if d.Pool != p.uuid {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "descriptor of pool %v given to imported pool %v", d.Pool, p.uuid)
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "descriptor of pool %v given to imported pool %v", d.Pool, p.uuid)
 	}
+	return nil
+}
+
+// importChecked maps d, whose export data the caller has decided to hand
+// to the driver, and bounds it by the driver's mapping.
+func (p *ImportedPool) importChecked(op string, d Descriptor, s *cuda.Stream) (*buffer.Buffer, error) {
 	if !p.life.Acquire() {
 		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
 	}
@@ -349,7 +413,9 @@ func (p *ImportedPool) descriptor(b *buffer.Buffer) (Descriptor, error) {
 		if m == nil {
 			return cuda.Errorf(op, cuda.ErrInvalidArgument, "%v is not a buffer imported into pool %v", b, p.uuid)
 		}
-		d = Descriptor{Pool: p.uuid, Size: b.Size(), Data: m.data}
+		// Sealed with the key this pool came with, so C can check what B
+		// re-exports from A's pool exactly as B checked A's.
+		d = p.key.seal(Descriptor{Pool: p.uuid, Size: b.Size(), Data: m.data})
 		return nil
 	})
 	return d, err

@@ -240,9 +240,9 @@ func TestCloseWaitsForExport(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("no POSIX descriptors")
 	}
-	before := fdCount()
+	before := openFDSet()
 	file := keptFile(t)
-	p := newImportedPool(nil, cuda.MemPool{}, newFake(), NewUUID(), file)
+	p := newImportedPool(nil, cuda.MemPool{}, newFake(), NewUUID(), newPoolKey(), file)
 
 	// A call in progress, as Export is between Acquire and Release.
 	require.True(t, p.life.Acquire())
@@ -260,7 +260,7 @@ func TestCloseWaitsForExport(t *testing.T) {
 	require.NoError(t, p.Close(), "idempotent")
 
 	// Exports racing Close.
-	p = newImportedPool(nil, cuda.MemPool{}, newFake(), NewUUID(), keptFile(t))
+	p = newImportedPool(nil, cuda.MemPool{}, newFake(), NewUUID(), newPoolKey(), keptFile(t))
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Add(1)
@@ -282,9 +282,7 @@ func TestCloseWaitsForExport(t *testing.T) {
 	time.Sleep(2 * time.Millisecond)
 	require.NoError(t, p.Close())
 	wg.Wait()
-	if before >= 0 {
-		assert.Equal(t, before, fdCount(), "every descriptor closed")
-	}
+	assertNoNewFDs(t, before, "every descriptor closed")
 	assert.Zero(t, osfd.Leaks())
 }
 
@@ -314,7 +312,7 @@ func TestCloseLeavesRegistry(t *testing.T) {
 	require.True(t, ok)
 	assert.Same(t, p, got)
 	registry.Lock()
-	got, err := registered("test", nil, p.uuid)
+	got, err := registered("test", nil, p.uuid, p.key)
 	registry.Unlock()
 	require.NoError(t, err)
 	assert.Same(t, p, got, "an open pool is returned to ImportPool")
@@ -324,7 +322,7 @@ func TestCloseLeavesRegistry(t *testing.T) {
 	assert.False(t, isRegistered(p))
 
 	q, _ := fakePool(t)
-	q2 := newImportedPool(nil, cuda.MemPool{}, newFake(), q.uuid, nil)
+	q2 := newImportedPool(nil, cuda.MemPool{}, newFake(), q.uuid, q.key, nil)
 	register(q2)
 	require.NoError(t, q.Close())
 	got, ok = Lookup(q.uuid)
@@ -351,7 +349,7 @@ func TestReimportWhileBuffersOpen(t *testing.T) {
 	assert.False(t, ok, "Lookup returns open pools only")
 	assert.True(t, isRegistered(p), "kept while its Buffer is open")
 	registry.Lock()
-	got, err := registered("ipc.ImportPool", nil, p.uuid)
+	got, err := registered("ipc.ImportPool", nil, p.uuid, p.key)
 	registry.Unlock()
 	assert.Nil(t, got)
 	require.ErrorIs(t, err, cuda.ErrClosed)
@@ -363,7 +361,7 @@ func TestReimportWhileBuffersOpen(t *testing.T) {
 	require.NoError(t, b.Close())
 	assert.True(t, isRegistered(p), "a failed destruction keeps the pool registered")
 	registry.Lock()
-	_, err = registered("ipc.ImportPool", nil, p.uuid)
+	_, err = registered("ipc.ImportPool", nil, p.uuid, p.key)
 	registry.Unlock()
 	require.ErrorIs(t, err, cuda.ErrClosed)
 
@@ -373,7 +371,7 @@ func TestReimportWhileBuffersOpen(t *testing.T) {
 	require.NoError(t, p.Close(), "the retry destroys it")
 	assert.False(t, isRegistered(p), "and the UUID is free")
 	registry.Lock()
-	got, err = registered("ipc.ImportPool", nil, p.uuid)
+	got, err = registered("ipc.ImportPool", nil, p.uuid, p.key)
 	registry.Unlock()
 	assert.Nil(t, got)
 	assert.NoError(t, err, "ImportPool would map it afresh")

@@ -28,6 +28,7 @@ type fakeImport struct {
 	size      map[cuda.DevicePtr]uint64 // live mappings
 	ids       map[cuda.DevicePtr]uint64
 	imports   int
+	ranges    int
 	frees     int
 	badFrees  int
 	destroyed int
@@ -88,6 +89,7 @@ func (f *fakeImport) mapping(p cuda.DevicePtr) (cuda.DevicePtr, uint64, error) {
 	if f.gone {
 		f.lateCalls++
 	}
+	f.ranges++
 	if f.failRange != nil {
 		return 0, 0, f.failRange
 	}
@@ -144,6 +146,13 @@ func (f *fakeImport) mapped(p cuda.DevicePtr) bool {
 	return ok
 }
 
+// driverCalls counts every call that reached the fake driver.
+func (f *fakeImport) driverCalls() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.imports + f.ranges + f.frees + f.badFrees + f.destroyed
+}
+
 func (f *fakeImport) counts() (frees, bad, destroyed int) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -153,11 +162,14 @@ func (f *fakeImport) counts() (frees, bad, destroyed int) {
 func fakePool(t *testing.T) (*ImportedPool, *fakeImport) {
 	t.Helper()
 	f := newFake()
-	return newImportedPool(nil, cuda.MemPool{}, f, NewUUID(), nil), f
+	return newImportedPool(nil, cuda.MemPool{}, f, NewUUID(), newPoolKey(), nil), f
 }
 
+// desc is a descriptor sealed with p's key, as the exporter would make it
+// (the exporter holds the key, so a lying size still reaches the bounds
+// checks).
 func desc(p *ImportedPool, id, real, claimed uint64) Descriptor {
-	return Descriptor{Pool: p.UUID(), Size: claimed, Data: exportData(id, real)}
+	return p.key.seal(Descriptor{Pool: p.UUID(), Size: claimed, Data: exportData(id, real)})
 }
 
 func TestWithin(t *testing.T) {
@@ -294,6 +306,7 @@ func TestDuplicateImportConcurrent(t *testing.T) {
 				if i%3 == 0 { // an oversized duplicate now and then: refused, harmless
 					bad := d
 					bad.Size = math.MaxUint64
+					bad = p.key.seal(bad) // past the MAC, to the bounds check
 					_, err := p.Import(bad, nil)
 					assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 					assert.True(t, f.mapped(b.Ptr()), "a refused duplicate frees nothing in use")

@@ -23,7 +23,7 @@ import (
 
 const (
 	envRole  = "CUDAMEM_IPC_ROLE"
-	envUUID  = "CUDAMEM_IPC_UUID"
+	envToken = "CUDAMEM_IPC_TOKEN" // the pool Handle's Token: UUID and key
 	envDescs = "CUDAMEM_IPC_DESCS" // hex descriptors, comma-free: concatenated
 	envSeed  = "CUDAMEM_IPC_SEED"
 )
@@ -48,6 +48,22 @@ func openFDs(t *testing.T) map[string]string {
 		out[e.Name()] = target
 	}
 	return out
+}
+
+// assertNoNewFDs fails if a descriptor is open now that was not open, to
+// the same file, in before. Descriptors that went away are no leak: the
+// GC's os.File finalizers close sockets and files earlier tests dropped at
+// any moment (on the GPU machine TestIpcOverSocket saw 41 -> 39 fds), so
+// leak checks compare sets, never counts or whole maps.
+func assertNoNewFDs(t *testing.T, before map[string]string, msg string) {
+	t.Helper()
+	var added []string
+	for fd, target := range openFDs(t) {
+		if before[fd] != target {
+			added = append(added, fd+" -> "+target)
+		}
+	}
+	assert.Empty(t, added, msg)
 }
 
 // childFDs is openFDs in a child role, less descriptor 3: the pool handle
@@ -130,13 +146,13 @@ func TestIpcMempool(t *testing.T) {
 	assert.Equal(t, h.UUID(), desc.Pool)
 	f, err := h.ExtraFile()
 	require.NoError(t, err)
-	child(t, "import", []string{envUUID + "=" + h.UUID().String(), envDescs + "=" + encode(t, desc), envSeed + "=1"}, f)
+	child(t, "import", []string{envToken + "=" + h.Token(), envDescs + "=" + encode(t, desc), envSeed + "=1"}, f)
 	require.NoError(t, f.Close())
 	require.NoError(t, h.Close())
 	k.RequireCheck(t, s, b.Ptr(), bufSize, 11) // the child wrote seed+10
 	require.NoError(t, b.Close())
 	require.NoError(t, s.Sync())
-	assert.Equal(t, fds, openFDs(t), "no fd leaked")
+	assertNoNewFDs(t, fds, "no fd leaked")
 	attrs, err := p.Attributes()
 	require.NoError(t, err)
 	assert.Zero(t, attrs.UsedMemCurrent)
@@ -190,7 +206,7 @@ func TestIpcOverSocket(t *testing.T) {
 	}
 	require.NoError(t, s.Sync())
 	conn.Close()
-	assert.Equal(t, fds, openFDs(t), "no fd leaked")
+	assertNoNewFDs(t, fds, "no fd leaked")
 }
 
 func TestExportErrors(t *testing.T) {
@@ -220,7 +236,7 @@ func TestExportErrors(t *testing.T) {
 		assert.Equal(t, first, h.UUID(), "one pool, one UUID")
 		require.NoError(t, h.Close())
 	}
-	assert.Equal(t, fds, openFDs(t), "10 exports leak no fd")
+	assertNoNewFDs(t, fds, "10 exports leak no fd")
 	b, err = p.Allocate(4096, s)
 	require.NoError(t, err)
 	v, err := b.Slice(0, 1024)
@@ -271,10 +287,9 @@ func TestChild(t *testing.T) {
 	require.NoError(t, err)
 	switch role {
 	case "import":
-		u, err := ipc.ParseUUID(os.Getenv(envUUID))
+		h, err := ipc.NewHandleFromToken(3, os.Getenv(envToken))
 		require.NoError(t, err)
-		h, err := ipc.NewHandle(3, u)
-		require.NoError(t, err)
+		require.True(t, h.HasKey())
 		defer h.Close()
 		importAndCheck(t, d, s, k, h, decode(t, os.Getenv(envDescs)), seed)
 	case "socket":
@@ -287,6 +302,7 @@ func TestChild(t *testing.T) {
 		h, err := ipc.ReceiveHandle(conn)
 		require.NoError(t, err)
 		defer h.Close()
+		require.True(t, h.HasKey(), "the pool key came with the fd")
 		payload, fds, err := ipc.ReceiveFDs(conn, 16*ipc.DescriptorSize)
 		require.NoError(t, err)
 		require.Empty(t, fds)
@@ -327,10 +343,15 @@ func importAndCheck(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Ke
 	wrong.Pool = ipc.NewUUID()
 	_, err = p.Import(wrong, s)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "descriptor of another pool")
+	forged := descs[0]
+	forged.Data.Reserved[5] ^= 0x10
+	_, err = p.Import(forged, s)
+	assert.ErrorIs(t, err, ipc.ErrBadDescriptor, "altered export data: refused before the driver")
 	// Re-export: the same UUID, the same descriptors.
 	h2, err := p.Export()
 	require.NoError(t, err)
 	assert.Equal(t, h.UUID(), h2.UUID())
+	assert.Equal(t, h.Token(), h2.Token(), "re-exported with the same key")
 	require.NoError(t, h2.Close())
 	for i, desc := range descs {
 		b, err := p.Import(desc, s)

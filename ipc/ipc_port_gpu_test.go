@@ -89,20 +89,20 @@ func (c *childProc) wait(t *testing.T) {
 	require.Contains(t, c.out.String(), "--- PASS: TestChild", "child %s:\n%s", c.role, c.out.String())
 }
 
-// importFromEnv imports the pool on fd 3 under the UUID in the environment.
+// importFromEnv imports the pool on fd 3 under the token (UUID and pool
+// key) in the environment.
 func importFromEnv(t *testing.T, d *cuda.Device) (*ipc.ImportedPool, *ipc.Handle) {
 	t.Helper()
-	u, err := ipc.ParseUUID(os.Getenv(envUUID))
+	h, err := ipc.NewHandleFromToken(3, os.Getenv(envToken))
 	require.NoError(t, err)
-	h, err := ipc.NewHandle(3, u)
-	require.NoError(t, err)
+	require.True(t, h.HasKey(), "the token carries the pool key")
 	p, err := ipc.ImportPool(d, h)
 	require.NoError(t, err)
 	return p, h
 }
 
 func poolEnv(t *testing.T, h *ipc.Handle, seed int, ds ...ipc.Descriptor) []string {
-	return []string{envUUID + "=" + h.UUID().String(), envDescs + "=" + encode(t, ds...), envSeed + "=" + strconv.Itoa(seed)}
+	return []string{envToken + "=" + h.Token(), envDescs + "=" + encode(t, ds...), envSeed + "=" + strconv.Itoa(seed)}
 }
 
 // writeBuffers allocates n buffers of size bytes from p, writes seed+i to
@@ -358,13 +358,17 @@ func roleDuplicate(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Ker
 	require.NoError(t, b2.Close(), "the last Close frees (and destroys the closed pool)")
 	assert.Zero(t, p.Live())
 	require.NoError(t, p.Close())
-	assert.Equal(t, fds, openFDs(t), "no fd leaked")
+	assertNoNewFDs(t, fds, "no fd leaked")
 }
 
 // TestImportOversizedBufferDescriptorSize: descriptors claiming more than
 // the exported allocation (up to sizes near 2^64, which wrapped the old
 // bounds check) are refused; a refusal after a valid import of the same
-// allocation leaves that import working and its Close succeeding.
+// allocation leaves that import working and its Close succeeding. The
+// size is under the MAC, so a changed size alone is refused before the
+// driver; the lies here carry a valid MAC (sealed with the pool key the
+// child holds, as a peer holding the key could), so they reach the
+// driver and the bounds check against its mapping.
 func TestImportOversizedBufferDescriptorSize(t *testing.T) {
 	d := cudatest.Device(t)
 	s := cudatest.Stream(t, d)
@@ -390,7 +394,13 @@ func roleOversized(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Ker
 		bad := desc
 		bad.Size = size
 		b, err := p.Import(bad, s)
+		require.ErrorIs(t, err, ipc.ErrBadDescriptor, "size %d changed without the key", size)
+		assert.Nil(t, b)
+		bad = ipc.SealWithHandleKey(h, bad)
+		b, err = p.Import(bad, s)
 		require.ErrorIs(t, err, cuda.ErrInvalidArgument, "size %d", size)
+		assert.NotErrorIs(t, err, ipc.ErrBadDescriptor, "authenticated: refused by the bounds check")
+		assert.Contains(t, err.Error(), "the imported allocation holds")
 		assert.Nil(t, b)
 	}
 	good, err := p.Import(desc, s)
@@ -398,8 +408,9 @@ func roleOversized(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Ker
 	for _, size := range []uint64{desc.Size + 1, math.MaxUint64} {
 		bad := desc
 		bad.Size = size
-		_, err := p.Import(bad, s)
+		_, err := p.Import(ipc.SealWithHandleKey(h, bad), s)
 		require.ErrorIs(t, err, cuda.ErrInvalidArgument)
+		assert.Contains(t, err.Error(), "the imported allocation holds")
 	}
 	k.RequireCheck(t, s, good.Ptr(), desc.Size, uint32(seed)) // still mapped
 	require.NoError(t, good.Close(), "the refusals did not free it")
@@ -482,7 +493,7 @@ func TestIpcVMMGrownRoundTrip(t *testing.T) {
 	for _, f := range files {
 		require.NoError(t, f.Close())
 	}
-	assert.Equal(t, fds, openFDs(t), "every chunk fd closed")
+	assertNoNewFDs(t, fds, "every chunk fd closed")
 	k.RequireCheck(t, s, b.Ptr(), b.Size(), 52)
 }
 
@@ -589,7 +600,7 @@ func TestIpcWorkerPool(t *testing.T) {
 	attrs, err := p.Attributes()
 	require.NoError(t, err)
 	assert.Zero(t, attrs.UsedMemCurrent, "pool bytes back to 0")
-	assert.Equal(t, fds, openFDs(t), "no fd leaked in the parent")
+	assertNoNewFDs(t, fds, "no fd leaked in the parent")
 }
 
 func roleWorker(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Kernels, seed int) {
@@ -630,7 +641,7 @@ func roleWorker(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Kernel
 	assert.Zero(t, p.Live())
 	require.NoError(t, p.Close())
 	require.NoError(t, h.Close())
-	assert.Equal(t, fds, openFDs(t), "fds back to baseline in the child")
+	assertNoNewFDs(t, fds, "fds back to baseline in the child")
 }
 
 // TestIpcChildKilled: a child killed with SIGKILL while it holds imported
@@ -696,9 +707,15 @@ func roleHold(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Kernels,
 }
 
 // TestIpcHostileDescriptors feeds a child thousands of random and mutated
-// descriptors with valid checksums for a real pool: the child never
-// crashes, never returns a Buffer that reaches past a mapping, and leaks
-// neither fds nor imports; the parent's data is untouched.
+// descriptors with valid checksums for a real pool. On the first GPU run
+// (H200, driver 580) mutated export data crashed the child with SIGSEGV
+// inside cuMemPoolImportPointer: the driver does not validate it. Now
+// every descriptor the pool key does not authenticate is refused before
+// the driver sees it; lies sealed with the real key (a peer holding it)
+// still reach the driver only with the genuine export data, and their
+// sizes are bounded by the mapping. The child never crashes, never returns
+// a Buffer that reaches past a mapping, and leaks neither fds nor imports;
+// the parent's data is untouched.
 func TestIpcHostileDescriptors(t *testing.T) {
 	d := cudatest.Device(t)
 	s := cudatest.Stream(t, d)
@@ -730,11 +747,14 @@ func roleHostile(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Kerne
 	descs := decode(t, os.Getenv(envDescs))
 	rng := rand.New(rand.NewPCG(uint64(seed), 7))
 	var held []*buffer.Buffer
-	accepted, refused := 0, 0
+	var refusedMAC, sealedLies, refusedBounds, accepted int
 	for i := range rounds {
 		base := descs[rng.IntN(len(descs))]
 		m := base
-		switch i % 7 {
+		// Sizes may be sealed with the real key below; export data and
+		// MACs never are: the driver must not see altered export data.
+		sizeOnly := true
+		switch i % 8 {
 		case 0:
 			m.Size = rng.Uint64()
 		case 1:
@@ -745,15 +765,28 @@ func roleHostile(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Kerne
 			for range 1 + rng.IntN(4) {
 				m.Data.Reserved[rng.IntN(len(m.Data.Reserved))] ^= byte(1 << rng.IntN(8))
 			}
+			sizeOnly = false
 		case 4:
 			for j := range m.Data.Reserved {
 				m.Data.Reserved[j] = byte(rng.Uint32())
 			}
 			m.Size = 1 + rng.Uint64N(base.Size)
+			sizeOnly = false
 		case 5:
-			m.Size = 1 + rng.Uint64N(base.Size) // valid: a prefix
+			m.Size = 1 + rng.Uint64N(base.Size) // a prefix
 		case 6:
-			m.Size = 0
+			for j := range m.MAC {
+				m.MAC[j] = byte(rng.Uint32())
+			}
+			sizeOnly = false
+		case 7:
+			// genuine
+		}
+		sealed := false
+		if sizeOnly && m != base && rng.IntN(2) == 0 {
+			m = ipc.SealWithHandleKey(h, m)
+			sealed = true
+			sealedLies++
 		}
 		// Through the wire format, as from another process: the checksum
 		// is valid, so only the importer's own checks stand in the way.
@@ -762,12 +795,21 @@ func roleHostile(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Kerne
 		var got ipc.Descriptor
 		require.NoError(t, got.UnmarshalBinary(enc))
 		b, err := p.Import(got, s)
+		if m != base && !sealed {
+			// Not authenticated: refused before the driver (the driver
+			// crashed on such export data before).
+			require.ErrorIs(t, err, ipc.ErrBadDescriptor, "round %d: an altered descriptor was not refused", i)
+			require.Contains(t, err.Error(), "not authenticated", "round %d", i)
+			assert.Nil(t, b)
+			refusedMAC++
+			continue
+		}
 		if err != nil {
-			refused++
-			var r cuda.Result
-			if !errors.Is(err, cuda.ErrInvalidArgument) && !errors.As(err, &r) {
-				t.Fatalf("round %d: error neither ErrInvalidArgument nor a driver result: %v", i, err)
-			}
+			// Authentic but lying about its size: bounded by the mapping.
+			require.True(t, sealed, "round %d: a genuine descriptor was refused: %v", i, err)
+			require.ErrorIs(t, err, cuda.ErrInvalidArgument, "round %d", i)
+			require.NotErrorIs(t, err, ipc.ErrBadDescriptor, "round %d: a sealed descriptor failed the MAC", i)
+			refusedBounds++
 			continue
 		}
 		accepted++
@@ -783,9 +825,11 @@ func roleHostile(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Kerne
 			held = held[1:]
 		}
 	}
-	t.Logf("%d descriptors accepted, %d refused", accepted, refused)
+	t.Logf("%d forged descriptors refused before the driver, %d lies sealed with the key (%d refused by the bounds check), %d accepted",
+		refusedMAC, sealedLies, refusedBounds, accepted)
+	assert.Greater(t, refusedMAC, rounds/2, "most rounds were forged")
 	assert.Positive(t, accepted)
-	assert.Positive(t, refused)
+	assert.Positive(t, refusedBounds)
 	for _, b := range held {
 		require.NoError(t, b.Close())
 	}
@@ -799,5 +843,5 @@ func roleHostile(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Kerne
 	}
 	require.NoError(t, p.Close())
 	require.NoError(t, h.Close())
-	assert.Equal(t, fds, openFDs(t), "no fd leaked")
+	assertNoNewFDs(t, fds, "no fd leaked")
 }

@@ -115,6 +115,12 @@ func ExportLegacy(b *buffer.Buffer) (LegacyHandle, error) {
 // the driver made: a handle claiming more than that is refused (and the
 // mapping closed; the driver counts opens, so an earlier open of the same
 // memory stays mapped).
+//
+// Unlike pool descriptors, legacy handles carry no key and cannot be
+// authenticated: the 64 handle bytes go to cuIpcOpenMemHandle as
+// received, and the driver parses them as it parses pool export data,
+// without validating them. Open only handles from a sender this process
+// trusts (see the package documentation's threat model).
 func OpenLegacy(dev *cuda.Device, h LegacyHandle) (*buffer.Buffer, error) {
 	const op = "ipc.OpenLegacy"
 	if dev == nil {

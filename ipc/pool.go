@@ -50,6 +50,9 @@ func withPool(op string, p ExportablePool, fn func(pool cuda.MemPool) error) err
 // exportState is what this package remembers of an exported pool.
 type exportState struct {
 	uuid UUID
+	// key authenticates the pool's descriptors: it goes out with every
+	// Handle of the pool and seals every descriptor ExportBuffer makes.
+	key poolKey
 
 	mu sync.Mutex
 	// exported is set once the driver pool was exported as a shareable
@@ -87,8 +90,8 @@ func alive(k any) bool {
 	return false
 }
 
-// poolState returns p's export state, making one (and its UUID) on first
-// use.
+// poolState returns p's export state, making one (its UUID and key) on
+// first use: the first ExportPool or ExportBuffer of the pool.
 func poolState(op string, p ExportablePool) (*exportState, error) {
 	k, err := weakKey(op, p)
 	if err != nil {
@@ -107,7 +110,7 @@ func poolState(op string, p ExportablePool) (*exportState, error) {
 			delete(exported.pools, old)
 		}
 	}
-	st := &exportState{uuid: NewUUID()}
+	st := &exportState{uuid: NewUUID(), key: newPoolKey()}
 	exported.pools[k] = st
 	return st, nil
 }
@@ -151,8 +154,10 @@ func checkExportable(op string, p ExportablePool) error {
 }
 
 // ExportPool exports an IPC-enabled pool as a new Handle, which the caller
-// owns and closes. Every export of one pool carries the same UUID. The
-// pool is held open during the export (a concurrent Close waits).
+// owns and closes. Every export of one pool carries the same UUID and the
+// same secret key (made on the pool's first export), which authenticates
+// the pool's descriptors to importers. The pool is held open during the
+// export (a concurrent Close waits).
 func ExportPool(p ExportablePool) (*Handle, error) {
 	const op = "ipc.ExportPool"
 	if ip, ok := p.(*ImportedPool); ok {
@@ -178,6 +183,7 @@ func ExportPool(p ExportablePool) (*Handle, error) {
 			}
 			return err
 		}
+		h.key = st.key
 		return nil
 	})
 	if err != nil {
@@ -187,7 +193,10 @@ func ExportPool(p ExportablePool) (*Handle, error) {
 }
 
 // ExportBuffer describes b, a whole buffer of an IPC-enabled pool (or of
-// an imported pool: re-export), for a process that imported the pool. It
+// an imported pool: re-export), for a process that imported the pool. The
+// descriptor is sealed with the pool's key (its MAC), which importers
+// check before anything reaches the driver; a re-export is sealed with
+// the key the imported pool's Handle carried (none if it had none). It
 // works whether or not the pool was exported before (the pool is exported
 // once, and that handle closed, before its first buffer). It first waits
 // for b's allocation stream: the driver exports only allocations that
@@ -237,7 +246,7 @@ func ExportBuffer(b *buffer.Buffer) (Descriptor, error) {
 		if err != nil {
 			return Descriptor{}, err
 		}
-		return Descriptor{Pool: st.uuid, Size: size, Data: data}, nil
+		return st.key.seal(Descriptor{Pool: st.uuid, Size: size, Data: data}), nil
 	default:
 		return Descriptor{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "%v comes from %T, not an exportable pool", b, mr)
 	}

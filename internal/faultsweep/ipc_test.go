@@ -4,11 +4,13 @@ package faultsweep
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/ipc"
+	"github.com/cudamem/cudamem/loader"
 	"github.com/cudamem/cudamem/resource"
 )
 
@@ -199,18 +201,46 @@ func TestFaultSweepIPC(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
+			var opErr error
 			return &fixture{
-				op: f.imp.Close,
+				op: func() error { opErr = f.imp.Close(); return opErr },
+				// The contract (package ipc, ImportedPool.Close): Close
+				// always closes; a destruction that fails (cuCtxSynchronize
+				// or cuMemPoolDestroy) leaves the pool closed but not
+				// destroyed, still registered, so a re-import is refused
+				// with ErrClosed (the driver could hand a second import
+				// of the pool the mappings the first still has) until a
+				// Close retries the destruction.
 				verify: func() error {
 					if !f.imp.IsClosed() {
-						return nil
+						return errors.New("Close returned with the pool still open")
 					}
-					// Closed: a fresh import must work.
+					if opErr != nil {
+						q, err := ipc.ImportPool(dev0(), f.h)
+						if err == nil {
+							return errors.Join(errors.New("re-import allowed while the failed destruction awaits a retry"), q.Close())
+						}
+						if !errors.Is(err, cuda.ErrClosed) {
+							return fmt.Errorf("re-import before the retry: want ErrClosed, got %w", err)
+						}
+						if err := f.imp.Close(); err != nil {
+							return fmt.Errorf("retrying Close after %v: %w", opErr, err)
+						}
+					}
+					// Destroyed: the pool imports afresh and maps the
+					// exporter's buffer.
 					q, err := ipc.ImportPool(dev0(), f.h)
 					if err != nil {
 						return err
 					}
-					return q.Close()
+					if q == f.imp {
+						return errors.Join(errors.New("ImportPool returned the closed pool"), q.Close())
+					}
+					b, err := q.Import(f.desc, f.s)
+					if err != nil {
+						return errors.Join(err, q.Close())
+					}
+					return errors.Join(check(b, f.s, f.want), b.Close(), q.Close())
 				},
 				cleanup: func() error { return f.cl.run() },
 			}, nil
@@ -296,4 +326,61 @@ func TestFaultSweepIPC(t *testing.T) {
 			}},
 	}
 	sweepAll(t, cases)
+}
+
+// TestIPCForgedDescriptorsNoDriverCall: through the whole path on the
+// fake driver (ExportPool makes the pool key, ExportBuffer seals, the
+// Handle carries the key into ImportPool), a descriptor the key does not
+// authenticate makes no driver call at all, where the real driver
+// crashed on altered export data; the genuine one imports.
+func TestIPCForgedDescriptorsNoDriverCall(t *testing.T) {
+	if fake == nil {
+		t.Skip(gpuSameProcess)
+	}
+	needDevices(t, 1)
+	f, err := newIPC(true, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := f.cl.run(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if !f.h.HasKey() {
+		t.Fatal("ExportPool made a Handle without the pool key")
+	}
+	forge := map[string]func(d *ipc.Descriptor){
+		"export data bit": func(d *ipc.Descriptor) { d.Data.Reserved[9] ^= 0x20 },
+		"size":            func(d *ipc.Descriptor) { d.Size = 1 << 40 },
+		"MAC":             func(d *ipc.Descriptor) { d.MAC[15] ^= 1 },
+	}
+	for name, m := range forge {
+		d := f.desc
+		m(&d)
+		loader.FaultReset()
+		b, err := f.imp.Import(d, f.s)
+		calls := loader.FaultCalls()
+		if err == nil {
+			_ = b.Close()
+			t.Fatalf("%s: forged descriptor imported", name)
+		}
+		if !errors.Is(err, ipc.ErrBadDescriptor) {
+			t.Errorf("%s: want ErrBadDescriptor, got %v", name, err)
+		}
+		if calls != 0 {
+			t.Errorf("%s: %d driver calls for a forged descriptor, want 0", name, calls)
+		}
+	}
+	loader.FaultReset()
+	b, err := f.imp.Import(f.desc, f.s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if loader.FaultCalls() == 0 {
+		t.Error("the genuine import made no driver call: the count sees nothing")
+	}
+	if err := errors.Join(check(b, f.s, f.want), b.Close()); err != nil {
+		t.Error(err)
+	}
 }

@@ -1,0 +1,156 @@
+package ipc
+
+import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"strings"
+
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// The driver parses a descriptor's export data without validating it
+// (driver 580 crashed the importing process in cuMemPoolImportPointer on
+// mutated export data), so a checksum is not enough: a descriptor must
+// prove it was made by a holder of its pool's key before the driver sees
+// it. Each exported pool gets a random key, which travels with the pool's
+// Handle (SendHandle, Token) but never with descriptors; descriptors carry
+// an HMAC-SHA256 of every other byte of their encoding under that key.
+
+// KeySize is the length of a pool key in bytes.
+const KeySize = 32
+
+// MACSize is the length of a descriptor's MAC: HMAC-SHA256 truncated to
+// 128 bits, plenty against forgery by a peer that cannot query the key.
+const MACSize = 16
+
+// poolKey is a pool's secret key; the zero poolKey is "no key" (a Handle
+// made from a raw fd, as from a non-cudamem exporter).
+type poolKey struct {
+	k  [KeySize]byte
+	ok bool
+}
+
+// newPoolKey returns a fresh random key. crypto/rand.Read does not fail
+// on the systems Go supports (since Go 1.24 it aborts the program
+// rather than return a short read), so there is no error to handle.
+func newPoolKey() poolKey {
+	var k poolKey
+	_, _ = rand.Read(k.k[:])
+	k.ok = true
+	return k
+}
+
+// mac computes d's MAC under k: HMAC-SHA256 over d's encoding up to its
+// MAC (magic, version, reserved bytes, size, pool UUID, export data), so
+// that every field the importer acts on is covered.
+func (k poolKey) mac(d Descriptor) [MACSize]byte {
+	h := hmac.New(sha256.New, k.k[:])
+	body := d.body()
+	h.Write(body[:])
+	var out [MACSize]byte
+	copy(out[:], h.Sum(nil))
+	return out
+}
+
+// verify reports whether d carries a valid MAC under k (in constant time:
+// a peer must not learn the MAC byte by byte from timings).
+func (k poolKey) verify(d Descriptor) bool {
+	if !k.ok {
+		return false
+	}
+	want := k.mac(d)
+	return hmac.Equal(want[:], d.MAC[:])
+}
+
+// equal reports whether k and o are the same key, or both none (in
+// constant time: ImportPool compares a peer's key with the one in use).
+func (k poolKey) equal(o poolKey) bool {
+	return k.ok == o.ok && subtle.ConstantTimeCompare(k.k[:], o.k[:]) == 1
+}
+
+// seal returns d with its MAC set under k (no MAC without a key).
+func (k poolKey) seal(d Descriptor) Descriptor {
+	if k.ok {
+		d.MAC = k.mac(d)
+	} else {
+		d.MAC = [MACSize]byte{}
+	}
+	return d
+}
+
+// Token forms. A token is the text form of a Handle's identity for
+// out-of-band transport (an environment variable or argument to a child
+// started with exec.Cmd.ExtraFiles): the pool's UUID, then, for a Handle
+// with a key, a '.' and the key in hex.
+const tokenKeySep = "."
+
+// Token returns h's UUID and pool key as text, for a process that gets
+// h's fd without SendHandle (a child started with ExtraFile): pass it to
+// NewHandleFromToken there. The token holds the pool's secret key: whoever
+// has it can make descriptors the importer trusts, so hand it only to the
+// process that receives the fd (an environment variable or pipe, not a
+// log line). A Handle without a key gives its UUID alone; a nil or zero
+// Handle gives "".
+func (h *Handle) Token() string {
+	if h == nil || h.f == nil {
+		return ""
+	}
+	if !h.key.ok {
+		return h.uuid.String()
+	}
+	return h.uuid.String() + tokenKeySep + hex.EncodeToString(h.key.k[:])
+}
+
+// HasKey reports whether h carries its pool's key (Handles from
+// ExportPool, ImportedPool.Export, ReceiveHandle of such a Handle, and
+// NewHandleFromToken of its Token do; NewHandle's do not).
+func (h *Handle) HasKey() bool { return h != nil && h.f != nil && h.key.ok }
+
+// parseToken parses what Token returns.
+func parseToken(op, s string) (UUID, poolKey, error) {
+	us, ks, keyed := strings.Cut(s, tokenKeySep)
+	u, err := ParseUUID(us)
+	if err != nil {
+		// Not ParseUUID's message: it quotes its input, which may hold a
+		// key (a token with a wrong separator), and keys stay out of
+		// error text.
+		return UUID{}, poolKey{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "malformed token of %d bytes: want a UUID (8-4-4-4-12 hex digits), then '.' and a %d-hex-digit key", len(s), 2*KeySize)
+	}
+	if !keyed {
+		return u, poolKey{}, nil
+	}
+	var k poolKey
+	if len(ks) != 2*KeySize {
+		return UUID{}, poolKey{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "malformed token: key of %d hex digits, want %d", len(ks), 2*KeySize)
+	}
+	if _, err := hex.Decode(k.k[:], []byte(ks)); err != nil {
+		// The key is secret: name the failure, not the digits.
+		return UUID{}, poolKey{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "malformed token: the key is not hex")
+	}
+	k.ok = true
+	return u, k, nil
+}
+
+// NewHandleFromToken takes ownership of fd (a pool's fd passed to this
+// process, e.g. through exec.Cmd.ExtraFiles) under the UUID and key of
+// token, which the exporter's Handle.Token made. A malformed token is
+// refused before anything is taken: fd stays the caller's to close then.
+func NewHandleFromToken(fd int, token string) (*Handle, error) {
+	const op = "ipc.NewHandleFromToken"
+	if fd < 0 {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "negative file descriptor %d", fd)
+	}
+	u, k, err := parseToken(op, token)
+	if err != nil {
+		return nil, err
+	}
+	h, err := NewHandle(fd, u)
+	if err != nil {
+		return nil, err
+	}
+	h.key = k
+	return h, nil
+}
