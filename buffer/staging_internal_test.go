@@ -610,8 +610,9 @@ func TestStagingBusyPool(t *testing.T) {
 }
 
 // FuzzStaging runs staged copies of any size through pools of any shape,
-// with a DMA, an event record or the drain failing anywhere, on the fake
-// engine: a copy with no failure moves the right bytes; a failed one
+// with a DMA, an event record, the drain or a wait for a recorded DMA
+// (recFail's high bits: which one, and once, twice or always) failing
+// anywhere, on the fake engine: a copy with no failure moves the right bytes; a failed one
 // returns the failure, leaves the pool unlocked and whole (or short of
 // the chunks it set aside, which are then replaced), and the next copy is
 // staged and right.
@@ -620,6 +621,8 @@ func FuzzStaging(f *testing.F) {
 	f.Add(uint32(300<<10), uint8(1), uint8(1), uint8(1), uint8(2), uint8(0), true)
 	f.Add(uint32(5<<20), uint8(16), uint8(2), uint8(3), uint8(0), uint8(3), true)
 	f.Add(uint32(1), uint8(0), uint8(4), uint8(8), uint8(1), uint8(1), false)
+	f.Add(uint32(1<<20+5), uint8(1), uint8(2), uint8(4), uint8(0), uint8(1<<6|1<<3), false)
+	f.Add(uint32(1<<20+5), uint8(1), uint8(2), uint8(4), uint8(0), uint8(3<<6|2<<3), true)
 	f.Fuzz(func(t *testing.T, n uint32, chunkKiB, chunks, workers, failAt, recFail uint8, syncFail bool) {
 		defer func(w int) { stageWorkers = w }(stageWorkers)
 		size := int(n%(6<<20)) + 1
@@ -633,6 +636,7 @@ func FuzzStaging(f *testing.F) {
 		}
 		e := newFakeEngine(t, size, int64(n))
 		e.failAt, e.recFail = int(failAt%8), int(recFail%8)
+		e.badRec, e.badFails = int(recFail>>3)%8, [...]int{0, 1, 2, -1}[recFail>>6]
 		if syncFail {
 			e.syncErr = cuda.ErrClosed
 		}
@@ -670,7 +674,9 @@ func FuzzStaging(f *testing.F) {
 			t.Fatal("device to host: other bytes")
 		}
 
-		// A good engine now: staged, and right.
+		// The failures end (the DMAs a chunk set aside waits for can now
+		// be waited for), and a good engine comes: staged, and right.
+		e.syncErr, e.badFails = nil, 0
 		good := newFakeEngine(t, size, 1)
 		src = pattern(size, byte(n)+1)
 		if done, err := stagedHtoD(p, good, nil, fakeBase, src); !done || err != nil {
@@ -679,8 +685,8 @@ func FuzzStaging(f *testing.F) {
 		if err := good.sync(); err != nil || !bytes.Equal(src, good.dev) {
 			t.Fatalf("after a failure: other bytes (%v)", err)
 		}
-		if len(p.chunks) != k {
-			t.Fatalf("the pool was not topped up: %d of %d chunks", len(p.chunks), k)
+		if len(p.chunks) != k || len(p.aside) != 0 {
+			t.Fatalf("the pool is not whole: %d of %d chunks, %d set aside", len(p.chunks), k, len(p.aside))
 		}
 	})
 }
