@@ -485,6 +485,7 @@ func TestStagingChunkAsideIsReclaimed(t *testing.T) {
 	require.ErrorIs(t, err, errFakeDMA)
 	require.Equal(t, []*chunk{stuck2}, p2.aside)
 	e2.badFails = 0
+	require.NoError(t, e2.sync()) // the failed copy's DMAs read e2.dev
 	copy(e2.dev, pattern(n, 4))
 	dst := make([]byte, n)
 	done, err = stagedDtoH(p2, e2, nil, dst, fakeBase)
