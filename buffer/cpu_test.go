@@ -560,3 +560,59 @@ func TestNilBufferAccessorsDoNotPanic(t *testing.T) {
 	assert.NoError(t, b.Close())
 	assert.ErrorIs(t, b.Fill32(0, nil), cuda.ErrInvalidArgument)
 }
+
+// A Deallocate error wrapping ErrPartlyFreed means the memory is gone:
+// the buffer is closed anyway (never left open over freed memory, where a
+// retried Close would free it twice), the error is returned, and the
+// buffer refuses every later use with ErrClosed. Any other Deallocate
+// error leaves the buffer open, so Close can be retried.
+func TestFakeClosePartlyFreed(t *testing.T) {
+	for _, how := range []string{"Close", "CloseOn"} {
+		t.Run(how, func(t *testing.T) {
+			mr := newFake()
+			b := mr.alloc(48)
+			p := b.Ptr()
+			v, err := b.Slice(16, 16)
+			require.NoError(t, err)
+			mr.partlyFrees = 1
+			if how == "Close" {
+				err = b.Close()
+			} else {
+				err = b.CloseOn(new(cuda.Stream))
+			}
+			require.Error(t, err, "the failed cleanup is reported")
+			assert.ErrorIs(t, err, buffer.ErrPartlyFreed)
+			assert.Contains(t, err.Error(), "48 bytes", "the error names the buffer")
+			assert.True(t, b.IsClosed(), "closed: its memory is gone")
+			assert.Zero(t, b.Ptr())
+			assert.True(t, mr.wasFreed(p))
+			assert.Zero(t, mr.liveCount())
+
+			require.NoError(t, b.Close(), "closing again is a no-op")
+			assert.Len(t, mr.freed, 1, "and never frees twice")
+			_, err = b.Slice(0, 8)
+			assert.ErrorIs(t, err, cuda.ErrClosed)
+			assert.ErrorIs(t, b.Fill8(1, nil), cuda.ErrClosed)
+			assert.ErrorIs(t, buffer.CopyFromHost(b, make([]byte, 48), nil), cuda.ErrClosed)
+			assert.ErrorIs(t, buffer.CopyFromHost(v, make([]byte, 16), nil), cuda.ErrClosed, "views of it too")
+		})
+	}
+
+	// Any other Deallocate error, even one that reads alike, leaves the
+	// buffer open and usable for a retry.
+	mr := newFake()
+	b := mr.alloc(32)
+	mr.failFrees = 1
+	err := b.Close()
+	require.ErrorIs(t, err, errFakeFree)
+	assert.NotErrorIs(t, err, buffer.ErrPartlyFreed)
+	assert.False(t, b.IsClosed(), "open: the memory is still allocated")
+	assert.NotZero(t, b.Ptr())
+	v, err := b.Slice(0, 8)
+	require.NoError(t, err, "still usable")
+	require.NoError(t, v.Close())
+	require.NoError(t, b.Close(), "the retry frees it")
+	assert.True(t, b.IsClosed())
+	assert.Zero(t, mr.liveCount())
+	assert.Len(t, mr.freed, 1)
+}

@@ -66,9 +66,12 @@
 // and HostAccessible true), which need no stream either.
 //
 // A failed copy does not change how later ones run: a copy on a destroyed
-// stream, say, fails, and the next one is staged as before. Only a failure
-// to allocate the pinned memory sends copies to the driver, and the
-// allocation is tried again a second later.
+// stream, say, fails, and the next one is staged as before, through the
+// same pinned memory. A failure to allocate the pinned memory sends only
+// that copy to the driver; the next one tries the allocation again. Pinned
+// memory whose last transfer a failure left unsettled is kept out of use
+// until a later copy finds the transfer over, and is then used or freed:
+// failures neither leak pinned memory nor let a transfer overwrite it.
 //
 // # Host views
 //

@@ -30,6 +30,10 @@ type fakeResource struct {
 	freed     []cuda.DevicePtr
 	streams   []*cuda.Stream // the stream of each Deallocate
 	failFrees int            // fail this many Deallocate calls
+	// partlyFrees: this many Deallocate calls free the memory and then
+	// fail with an error wrapping buffer.ErrPartlyFreed, as a resource
+	// whose cleanup after the free failed does.
+	partlyFrees int
 }
 
 func newFake() *fakeResource {
@@ -58,6 +62,10 @@ func (m *fakeResource) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream)
 	delete(m.live, p)
 	m.freed = append(m.freed, p)
 	m.streams = append(m.streams, s)
+	if m.partlyFrees > 0 {
+		m.partlyFrees--
+		return fmt.Errorf("fake: %#x freed, but its bookkeeping failed: %w", uint64(p), buffer.ErrPartlyFreed)
+	}
 	return nil
 }
 

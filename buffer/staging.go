@@ -5,7 +5,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unsafe"
 
 	"github.com/cudamem/cudamem/cuda"
@@ -66,12 +65,16 @@ func stagingOn() bool {
 
 // stagePool is the process's pinned staging memory.
 //
-// A failed copy leaves the pool as it found it for the next one: only a
-// failure to get pinned memory makes copies go to the driver, and only
-// until the allocation is retried (stageRetry later). A chunk that a
-// failure leaves with a DMA that may still run and that nothing can wait
-// for is retired (never reused, never freed, since the engine may still
-// write it) and replaced on the next use.
+// A failed copy leaves the pool as it found it for the next one. A failure
+// to get pinned memory sends that copy to the driver, and the next copy
+// tries the allocation again (the chunks already allocated stay): a
+// transient failure must not slow every later copy down. A chunk whose
+// last DMA a failure leaves unsettled (waiting for it failed) is settled
+// on the spot by waiting once more, or by draining the copy's stream; only
+// a chunk that still cannot be settled is set aside (neither used nor
+// freed, since the engine may still write it). Every later copy checks the
+// chunks set aside, and takes back (or frees, if the pool was topped up
+// meanwhile) each one whose DMA is over, so none is lost for good.
 type stagePool struct {
 	mu     sync.Mutex // held for a whole staged copy
 	chunks []*chunk
@@ -79,19 +82,16 @@ type stagePool struct {
 	size   int // bytes per chunk; 0 until the first chunk is allocated
 	want   int // chunks to keep; 0: stageChunks
 
+	// aside holds chunks whose last DMA could not be settled; see reclaim.
+	aside []*chunk
+
 	// newChunk allocates a chunk of size bytes through dev; nil (tests'
 	// pools of Go memory) means the pool never grows.
 	newChunk func(dev *cuda.Device, size int) (*chunk, error)
-	retryAt  time.Time        // no allocation is tried before then
-	clock    func() time.Time // nil: time.Now
-	allocErr error            // the last allocation failure, for tests
-	retired  int              // chunks given up after failures
-	staged   atomic.Int64     // copies that went through the pool
+	allocErr error        // the last allocation failure, for tests
+	freeErr  error        // the last failure to free a reclaimed chunk, for tests
+	staged   atomic.Int64 // copies that went through the pool
 }
-
-// stageRetry is how long after a failed pinned allocation the pool tries
-// again; copies meanwhile go to the driver directly.
-var stageRetry = time.Second
 
 type chunk struct {
 	host    unsafe.Pointer // cuMemHostAlloc'd
@@ -104,12 +104,20 @@ type chunk struct {
 	// event marks its end yet; draining that queue settles it.
 	queued bool
 	// lost: waiting for the chunk's last DMA failed, so when it ends is
-	// unknown; the chunk must never be used or freed again.
+	// unknown until pending says so; until then the chunk must be neither
+	// used nor freed.
 	lost bool
+	// released: release was called; the chunk never returns to the pool.
+	released bool
 }
 
-// waiter is a point in a queue of DMAs (a recorded cuda.Event).
+// waiter is a point in a queue of DMAs (a recorded cuda.Event, or all the
+// work queued on a stream).
 type waiter interface{ Sync() error }
+
+// poller is a waiter that can also be asked, without blocking, whether
+// its point has passed (cuda.Event.Done, cuda.Stream.Done).
+type poller interface{ Done() (bool, error) }
 
 // dmaQueue is what a staged copy needs of a stream. streamQueue is the
 // real one; tests drive the pipelines with a fake DMA engine.
@@ -118,6 +126,9 @@ type dmaQueue interface {
 	dtoh(dst unsafe.Pointer, src cuda.DevicePtr, n uint64) error
 	record(c *chunk) error // set c.pending to the end of the work queued so far
 	sync() error
+	// tail is a waiter for all the work queued so far, for a chunk whose
+	// DMA has no event and whose queue could not be drained now.
+	tail() waiter
 }
 
 type streamQueue struct{ s *cuda.Stream }
@@ -132,20 +143,43 @@ func (q streamQueue) dtoh(dst unsafe.Pointer, src cuda.DevicePtr, n uint64) erro
 
 func (q streamQueue) record(c *chunk) error { return c.record(q.s) }
 func (q streamQueue) sync() error           { return q.s.Sync() }
+func (q streamQueue) tail() waiter          { return streamTail{q.s} }
+
+// streamTail is the end of the work queued on a stream. When the stream
+// cannot answer (it was closed since, say), the whole device is waited
+// for: that covers every stream of its context, destroyed ones included.
+type streamTail struct{ s *cuda.Stream }
+
+func (w streamTail) Sync() error {
+	err := w.s.Sync()
+	if err == nil {
+		return nil
+	}
+	if d := w.s.Device(); d != nil && d.Sync() == nil {
+		return nil
+	}
+	return err
+}
+
+func (w streamTail) Done() (bool, error) {
+	done, err := w.s.Done()
+	if err == nil {
+		return done, nil
+	}
+	if d := w.s.Device(); d != nil && d.Sync() == nil {
+		return true, nil
+	}
+	return false, err
+}
 
 var stage = stagePool{newChunk: allocChunk}
 
-func (p *stagePool) now() time.Time {
-	if p.clock != nil {
-		return p.clock()
-	}
-	return time.Now()
-}
-
-// acquire locks the pool for one copy, first topping it up to its size
-// (on first use, or after chunks were retired). It returns false (and
-// holds no lock) when the pool is busy, or has no chunk and cannot get
-// one now. The lock is released on every way out, panics included.
+// acquire locks the pool for one copy, first taking back the chunks set
+// aside whose DMAs are over and topping the pool up to its size (on first
+// use, after an allocation failed, or while chunks are aside). It returns
+// false (and holds no lock) when the pool is busy, or has no chunk and
+// cannot get one now. The lock is released on every way out, panics
+// included.
 func (p *stagePool) acquire(dev *cuda.Device) (ok bool) {
 	if !p.mu.TryLock() {
 		return false
@@ -159,20 +193,47 @@ func (p *stagePool) acquire(dev *cuda.Device) (ok bool) {
 	if want == 0 {
 		want = stageChunks
 	}
-	if len(p.chunks) < want && p.newChunk != nil && !p.now().Before(p.retryAt) {
-		if err := p.grow(dev, want); err != nil {
-			p.allocErr, p.retryAt = err, p.now().Add(stageRetry)
-		}
+	if p.size == 0 {
+		p.size, p.next = stageChunkSize, 0
+	}
+	p.reclaim(want)
+	if len(p.chunks) < want && p.newChunk != nil {
+		// No backoff: a failed allocation costs one driver call per large
+		// copy, while remembering it would slow every later copy down.
+		p.allocErr = p.grow(dev, want)
 	}
 	return len(p.chunks) > 0
+}
+
+// reclaim takes back the chunks set aside whose last DMA is now over:
+// into the pool while it holds fewer than want, else they are freed. A
+// chunk whose DMA still runs, or cannot be asked about, or whose freeing
+// fails, stays aside for the next copy to try again. Held lock.
+func (p *stagePool) reclaim(want int) {
+	if len(p.aside) == 0 {
+		return
+	}
+	keep := p.aside[:0]
+	for _, c := range p.aside {
+		switch {
+		case !c.settled():
+			keep = append(keep, c)
+		case !c.released && len(c.mem) == p.size && len(p.chunks) < want:
+			p.chunks = append(p.chunks, c)
+		default:
+			if err := c.release(); err != nil {
+				p.freeErr = err
+				keep = append(keep, c)
+			}
+		}
+	}
+	clear(p.aside[len(keep):])
+	p.aside = keep
 }
 
 // grow allocates chunks until the pool holds want. The chunks it got
 // before a failure stay: they are good, and a smaller pool still works.
 func (p *stagePool) grow(dev *cuda.Device, want int) error {
-	if len(p.chunks) == 0 {
-		p.size, p.next = stageChunkSize, 0
-	}
 	for len(p.chunks) < want {
 		c, err := p.newChunk(dev, p.size)
 		if err != nil {
@@ -201,25 +262,47 @@ func allocChunk(dev *cuda.Device, size int) (*chunk, error) {
 	}, nil
 }
 
-// free waits for the chunks' last DMAs and frees them. Held lock. A chunk
-// whose DMA cannot be waited for is dropped without freeing: the engine
-// may still write it.
+// free waits for the last DMAs of every chunk (those set aside too) and
+// frees them. Held lock. A chunk whose DMA cannot be waited for, or that
+// fails to free, stays aside (the engine may still write it; a later copy
+// retries) and its error is returned.
 func (p *stagePool) free() error {
 	var errs []error
-	for _, c := range p.chunks {
+	all := append(p.chunks, p.aside...)
+	p.chunks, p.aside, p.next, p.size = nil, nil, 0, 0
+	for _, c := range all {
 		if err := c.wait(); err != nil {
 			errs = append(errs, err)
-			p.retired++
+			p.aside = append(p.aside, c)
 			continue
 		}
-		for _, e := range c.events {
-			errs = append(errs, e.Close())
-		}
-		if c.dev != nil {
-			errs = append(errs, c.dev.MemFreeHost(c.host))
+		if err := c.release(); err != nil {
+			errs = append(errs, err)
+			p.aside = append(p.aside, c)
 		}
 	}
-	p.chunks, p.next, p.size = nil, 0, 0
+	return errors.Join(errs...)
+}
+
+// release frees the chunk's events and pinned memory. Whatever fails
+// stays for the next call: an event or memory the driver failed to free
+// is still there, so retrying frees nothing twice.
+func (c *chunk) release() error {
+	c.released = true
+	var errs []error
+	for d, e := range c.events {
+		if err := e.Close(); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(c.events, d)
+	}
+	if c.host != nil && c.dev != nil {
+		if err := c.dev.MemFreeHost(c.host); err != nil {
+			return errors.Join(append(errs, err)...)
+		}
+	}
+	c.host, c.mem = nil, nil
 	return errors.Join(errs...)
 }
 
@@ -234,32 +317,47 @@ func (p *stagePool) done(n int) {
 	p.mu.Unlock()
 }
 
-// fail ends a copy that went wrong and returns err. Chunks with a DMA
-// queued on q and no event recorded are settled by draining q; chunks
-// whose DMA nothing can wait for (the drain failed too, or waiting for
-// their event did) are retired, and the next copy replaces them. Chunks
-// with an event recorded need nothing: their next user waits for it. The
-// failure itself changes nothing for later copies: a copy on a destroyed
-// stream, say, fails here and the next one, on a good stream, is staged
-// as usual.
+// fail ends a copy that went wrong and returns err. Every chunk is left
+// settled or with a waiter for its last DMA:
+//   - chunks with a DMA queued on q and no event recorded are settled by
+//     draining q; if that fails, their waiter is the end of q (see
+//     streamTail);
+//   - chunks whose event wait failed are waited for once more (a failure
+//     may be transient);
+//   - chunks with an event recorded need nothing: their next user waits.
+//
+// A chunk still unsettled is set aside (see reclaim) and the next copy
+// takes it back or replaces it. The failure itself changes nothing for
+// later copies: a copy on a destroyed stream, say, fails here and the next
+// one, on a good stream, is staged as usual, with the same chunks.
 func (p *stagePool) fail(q dmaQueue, err error) error {
+	// Deferred first, so that it runs last: the lock is released even if
+	// the settling below panics in q.
+	defer p.mu.Unlock()
 	drained := false
-	// Deferred, so that even a panic in q leaves no queued chunk in use.
+	// Deferred, so that even a panic in q leaves no unsettled chunk in use.
 	defer func() {
 		keep := p.chunks[:0]
 		for _, c := range p.chunks {
-			if drained {
+			if c.queued {
 				c.queued = false
+				if drained {
+					c.pending = nil // its only DMA not waited for was on q
+				} else {
+					c.pending, c.lost = q.tail(), true
+				}
 			}
-			if c.queued || c.lost {
-				p.retired++
+			if c.lost && c.pending != nil && c.pending.Sync() == nil {
+				c.pending, c.lost = nil, false
+			}
+			if c.lost {
+				p.aside = append(p.aside, c)
 				continue
 			}
 			keep = append(keep, c)
 		}
 		clear(p.chunks[len(keep):])
 		p.chunks, p.next = keep, 0
-		p.mu.Unlock()
 	}()
 	for _, c := range p.chunks {
 		if c.queued {
@@ -271,7 +369,7 @@ func (p *stagePool) fail(q dmaQueue, err error) error {
 }
 
 // wait blocks until the chunk's last DMA has finished. If that cannot be
-// known, the chunk is marked lost.
+// known, the chunk is marked lost (fail and reclaim try again later).
 func (c *chunk) wait() error {
 	if c.pending == nil {
 		return nil
@@ -280,8 +378,27 @@ func (c *chunk) wait() error {
 		c.lost = true
 		return err
 	}
-	c.pending = nil
+	c.pending, c.lost = nil, false
 	return nil
+}
+
+// settled reports whether the chunk's last DMA is known to be over,
+// asking without blocking where its waiter can (a DMA still running is
+// not waited for: the chunk stays aside one more copy).
+func (c *chunk) settled() bool {
+	if c.pending == nil {
+		c.lost = false
+		return true
+	}
+	if pl, ok := c.pending.(poller); ok {
+		if done, err := pl.Done(); err != nil || !done {
+			return false
+		}
+	} else if c.pending.Sync() != nil {
+		return false
+	}
+	c.pending, c.lost = nil, false
+	return true
 }
 
 // record marks the end of the chunk's DMA just submitted to s.
@@ -551,7 +668,7 @@ func resetStaging(chunkSize, chunks, workers int) error {
 	stage.mu.Lock()
 	defer stage.mu.Unlock()
 	err := stage.free()
-	stage.retryAt, stage.allocErr = time.Time{}, nil
+	stage.allocErr, stage.freeErr = nil, nil
 	stageChunkSize, stageChunks, stageWorkers = chunkSize, chunks, workers
 	return err
 }

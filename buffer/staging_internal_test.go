@@ -99,6 +99,10 @@ type fakeEngine struct {
 	records int   // record calls so far
 	recFail int   // the recFail-th record call fails (0: none)
 	syncErr error // sync fails with this (a destroyed stream, say)
+
+	// badRec: waiting for the end of the badRec-th recorded DMA fails
+	// badFails more times (-1: always), though the DMA itself completes.
+	badRec, badFails int
 }
 
 const fakeBase cuda.DevicePtr = 0x10000
@@ -148,8 +152,34 @@ func (e *fakeEngine) record(c *chunk) error {
 	w := make(chanWaiter)
 	e.ops <- func() { close(w) }
 	c.pending = w
+	if e.records == e.badRec {
+		c.pending = flakyWaiter{w, e}
+	}
 	return nil
 }
+
+// flakyWaiter is a recorded DMA end whose wait fails while e.badFails says.
+type flakyWaiter struct {
+	w chanWaiter
+	e *fakeEngine
+}
+
+func (f flakyWaiter) Sync() error {
+	if f.e.badFails != 0 {
+		if f.e.badFails > 0 {
+			f.e.badFails--
+		}
+		return errFakeDMA
+	}
+	return f.w.Sync()
+}
+
+func (e *fakeEngine) tail() waiter { return engineTail{e} }
+
+// engineTail is the end of the work queued on e so far.
+type engineTail struct{ e *fakeEngine }
+
+func (t engineTail) Sync() error { return t.e.sync() }
 
 func (e *fakeEngine) sync() error {
 	if e.syncErr != nil {
@@ -291,7 +321,7 @@ func TestStagingFailureIsNotSticky(t *testing.T) {
 			require.NoError(t, err)
 			assert.True(t, bytes.Equal(src, dst))
 			assert.Len(t, p.chunks, 3, "no chunk was given up: nothing was in flight")
-			assert.Zero(t, p.retired)
+			assert.Empty(t, p.aside)
 			assert.EqualValues(t, 2, p.staged.Load())
 		})
 	}
@@ -299,7 +329,8 @@ func TestStagingFailureIsNotSticky(t *testing.T) {
 
 // A DMA queued whose end could not be recorded, on a queue that cannot be
 // drained either: its chunk may still be written by the engine, so it is
-// retired, and the next copy gets a fresh one from the allocator.
+// set aside, and the next copy gets a fresh one from the allocator. Once
+// the queue drains, the chunk set aside is freed (the pool is whole).
 func TestStagingRetiresUnsettledChunk(t *testing.T) {
 	defer func(w int) { stageWorkers = w }(stageWorkers)
 	stageWorkers = 2
@@ -316,7 +347,8 @@ func TestStagingRetiresUnsettledChunk(t *testing.T) {
 	_, err := stagedHtoD(p, bad, nil, fakeBase, pattern(n, 1))
 	require.ErrorIs(t, err, errFakeDMA)
 	assert.Len(t, p.chunks, 2, "the chunk whose DMA may still run is out of the pool")
-	assert.Equal(t, 1, p.retired)
+	require.Len(t, p.aside, 1)
+	lost := p.aside[0]
 	for _, c := range p.chunks {
 		assert.False(t, c.queued)
 	}
@@ -330,25 +362,153 @@ func TestStagingRetiresUnsettledChunk(t *testing.T) {
 	assert.True(t, bytes.Equal(src, good.dev))
 	assert.Equal(t, 1, allocs, "topped up with one new chunk")
 	assert.Len(t, p.chunks, 3)
+	assert.Equal(t, []*chunk{lost}, p.aside, "still unsettled: kept aside, not freed")
+	assert.NotNil(t, lost.mem)
 
 	// The same failure on a queue that drains keeps every chunk.
-	bad = newFakeEngine(t, n, 5)
-	bad.recFail = 1
-	_, err = stagedDtoH(p, bad, nil, make([]byte, n), fakeBase)
+	bad2 := newFakeEngine(t, n, 5)
+	bad2.recFail = 1
+	_, err = stagedDtoH(p, bad2, nil, make([]byte, n), fakeBase)
 	require.ErrorIs(t, err, errFakeDMA)
 	assert.Len(t, p.chunks, 3)
-	assert.Equal(t, 1, p.retired)
+	assert.Len(t, p.aside, 1)
+
+	// The first queue drains at last: the next copy frees the chunk set
+	// aside, since the pool was topped up meanwhile.
+	bad.syncErr = nil
+	done, err = stagedHtoD(p, good, nil, fakeBase, src)
+	require.True(t, done)
+	require.NoError(t, err)
+	assert.Empty(t, p.aside, "reclaimed")
+	assert.True(t, lost.released)
+	assert.Nil(t, lost.mem, "freed")
+	assert.Len(t, p.chunks, 3)
+	assert.Equal(t, 1, allocs)
 }
 
-// Only a failure to get pinned memory sends copies to the driver, and
-// only until the allocation is tried again.
+// Issue 6 (fault sweep: CopyFromHost/CopyToHost staged with
+// cuEventSynchronize failing): a failed wait for a chunk's last DMA
+// retired the chunk for good, and the next copy allocated another, so
+// every such failure leaked a pinned chunk and its event. A failed wait
+// that succeeds when tried again leaves the pool as it was: same chunks,
+// no allocation, nothing set aside.
+func TestStagingFailedWaitKeepsChunk(t *testing.T) {
+	defer func(w int) { stageWorkers = w }(stageWorkers)
+	stageWorkers = 3
+	const n = 1<<20 + 5 // 9 pieces over 3 chunks: every chunk is reused
+	for _, dir := range []string{"htod", "dtoh"} {
+		t.Run(dir, func(t *testing.T) {
+			p := fakePool(128<<10, 3)
+			before := append([]*chunk(nil), p.chunks...)
+			allocs := 0
+			p.newChunk = func(_ *cuda.Device, size int) (*chunk, error) {
+				allocs++
+				m := make([]byte, size)
+				return &chunk{host: unsafe.Pointer(&m[0]), mem: m}, nil
+			}
+			e := newFakeEngine(t, n, 8)
+			e.badRec, e.badFails = 1, 1 // the wait to reuse chunk 0 fails once
+			var err error
+			if dir == "htod" {
+				_, err = stagedHtoD(p, e, nil, fakeBase, pattern(n, 1))
+			} else {
+				_, err = stagedDtoH(p, e, nil, make([]byte, n), fakeBase)
+			}
+			require.ErrorIs(t, err, errFakeDMA, "the failure is reported")
+			assert.Zero(t, e.badFails, "the failing wait was reached")
+			assert.Len(t, p.chunks, 3, "no chunk left the pool")
+
+			src := pattern(n, 6)
+			done, err := stagedHtoD(p, e, nil, fakeBase, src)
+			require.True(t, done)
+			require.NoError(t, err)
+			require.NoError(t, e.sync())
+			assert.True(t, bytes.Equal(src, e.dev))
+			assert.Zero(t, allocs, "nothing was allocated to replace a chunk")
+			assert.ElementsMatch(t, before, p.chunks, "the same chunks")
+		})
+	}
+}
+
+// A chunk whose DMA cannot be waited for at all (the wait keeps failing)
+// is set aside, neither used nor freed; a copy meanwhile tops the pool up.
+// Once the wait works again, the next copy frees the chunk set aside: it
+// is not lost for good, and the pool is back to its size.
+func TestStagingChunkAsideIsReclaimed(t *testing.T) {
+	defer func(w int) { stageWorkers = w }(stageWorkers)
+	stageWorkers = 2
+	const n = 1<<20 + 5
+	p := fakePool(128<<10, 3)
+	stuck := p.chunks[0]
+	allocs := 0
+	p.newChunk = func(_ *cuda.Device, size int) (*chunk, error) {
+		allocs++
+		m := make([]byte, size)
+		return &chunk{host: unsafe.Pointer(&m[0]), mem: m}, nil
+	}
+	e := newFakeEngine(t, n, 9)
+	e.badRec, e.badFails = 1, -1
+	_, err := stagedHtoD(p, e, nil, fakeBase, pattern(n, 1))
+	require.ErrorIs(t, err, errFakeDMA)
+	assert.Equal(t, []*chunk{stuck}, p.aside)
+	assert.Len(t, p.chunks, 2)
+
+	// Still stuck: a small copy (one piece) runs on a topped-up pool.
+	src := pattern(64<<10, 2)
+	done, err := stagedHtoD(p, e, nil, fakeBase, src)
+	require.True(t, done)
+	require.NoError(t, err)
+	assert.Equal(t, 1, allocs)
+	assert.Equal(t, []*chunk{stuck}, p.aside)
+	assert.NotNil(t, stuck.mem, "not freed while its DMA may run")
+
+	// The wait works again: freed by the next copy.
+	e.badFails = 0
+	src = pattern(n, 3)
+	done, err = stagedHtoD(p, e, nil, fakeBase, src)
+	require.True(t, done)
+	require.NoError(t, err)
+	require.NoError(t, e.sync())
+	assert.True(t, bytes.Equal(src, e.dev))
+	assert.Empty(t, p.aside)
+	assert.True(t, stuck.released)
+	assert.Len(t, p.chunks, 3)
+	assert.Equal(t, 1, allocs)
+
+	// With the pool short instead, a chunk set aside goes back into it.
+	p2 := fakePool(128<<10, 3)
+	p2.newChunk = func(*cuda.Device, int) (*chunk, error) { return nil, cuda.ErrorOutOfMemory }
+	stuck2 := p2.chunks[0]
+	e2 := newFakeEngine(t, n, 10)
+	e2.badRec, e2.badFails = 1, -1
+	_, err = stagedDtoH(p2, e2, nil, make([]byte, n), fakeBase)
+	require.ErrorIs(t, err, errFakeDMA)
+	require.Equal(t, []*chunk{stuck2}, p2.aside)
+	e2.badFails = 0
+	require.NoError(t, e2.sync()) // the failed copy's DMAs read e2.dev
+	copy(e2.dev, pattern(n, 4))
+	dst := make([]byte, n)
+	done, err = stagedDtoH(p2, e2, nil, dst, fakeBase)
+	require.True(t, done)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(pattern(n, 4), dst))
+	assert.Empty(t, p2.aside)
+	assert.Contains(t, p2.chunks, stuck2, "taken back into the pool")
+	assert.False(t, stuck2.released)
+}
+
+// Issue 6 (fault sweep, first use k=19/20: cuMemHostAlloc failing): a
+// failed pinned allocation turned staging off for a second, so the copies
+// right after it went to the driver (several times slower). Only the copy
+// that met the failure goes to the driver; the next one allocates again.
 func TestStagingAllocFailureIsRetried(t *testing.T) {
 	defer func(w, k int) { stageWorkers, stageChunks = w, k }(stageWorkers, stageChunks)
 	stageWorkers, stageChunks = 2, 2
-	now := time.Unix(1000, 0)
 	fail := true
-	p := &stagePool{clock: func() time.Time { return now }}
+	allocs := 0
+	p := &stagePool{}
 	p.newChunk = func(_ *cuda.Device, size int) (*chunk, error) {
+		allocs++
 		if fail {
 			return nil, cuda.ErrorOutOfMemory
 		}
@@ -365,16 +525,40 @@ func TestStagingAllocFailureIsRetried(t *testing.T) {
 	p.mu.Unlock()
 
 	fail = false
-	done, _ = stagedHtoD(p, e, nil, fakeBase, pattern(n, 1))
-	assert.False(t, done, "not retried at once")
-	now = now.Add(stageRetry)
 	src := pattern(n, 2)
 	done, err = stagedHtoD(p, e, nil, fakeBase, src)
-	require.True(t, done, "retried later, and staged")
+	require.True(t, done, "retried on the next copy, and staged")
 	require.NoError(t, err)
 	require.NoError(t, e.sync())
 	assert.True(t, bytes.Equal(src, e.dev))
 	assert.Len(t, p.chunks, 2)
+	assert.Equal(t, 3, allocs)
+
+	// A failure part-way keeps the chunks already allocated; the next
+	// copy allocates only the rest.
+	p2 := &stagePool{}
+	allocs = 0
+	p2.newChunk = func(_ *cuda.Device, size int) (*chunk, error) {
+		if allocs++; allocs == 2 {
+			return nil, cuda.ErrorOutOfMemory
+		}
+		m := make([]byte, size)
+		return &chunk{host: unsafe.Pointer(&m[0]), mem: m}, nil
+	}
+	done, err = stagedHtoD(p2, e, nil, fakeBase, pattern(n, 3))
+	require.True(t, done, "staged through the one chunk it got")
+	require.NoError(t, err)
+	require.Len(t, p2.chunks, 1)
+	first := p2.chunks[0]
+	src = pattern(n, 4)
+	done, err = stagedHtoD(p2, e, nil, fakeBase, src)
+	require.True(t, done)
+	require.NoError(t, err)
+	require.NoError(t, e.sync())
+	assert.True(t, bytes.Equal(src, e.dev))
+	assert.Len(t, p2.chunks, 2, "topped up on the next copy")
+	assert.Same(t, first, p2.chunks[0])
+	assert.Equal(t, 3, allocs)
 }
 
 // A pool that cannot allocate through a nil device (a zero stream's)
@@ -408,6 +592,7 @@ func (panicQueue) htod(cuda.DevicePtr, unsafe.Pointer, uint64) error { panic("bo
 func (panicQueue) dtoh(unsafe.Pointer, cuda.DevicePtr, uint64) error { panic("boom") }
 func (panicQueue) record(*chunk) error                               { panic("boom") }
 func (panicQueue) sync() error                                       { panic("boom") }
+func (panicQueue) tail() waiter                                      { panic("boom") }
 
 func TestStagingBusyPool(t *testing.T) {
 	p := fakePool(64<<10, 2)
@@ -426,16 +611,19 @@ func TestStagingBusyPool(t *testing.T) {
 }
 
 // FuzzStaging runs staged copies of any size through pools of any shape,
-// with a DMA, an event record or the drain failing anywhere, on the fake
-// engine: a copy with no failure moves the right bytes; a failed one
+// with a DMA, an event record, the drain or a wait for a recorded DMA
+// (recFail's high bits: which one, and once, twice or always) failing
+// anywhere, on the fake engine: a copy with no failure moves the right bytes; a failed one
 // returns the failure, leaves the pool unlocked and whole (or short of
-// the chunks it retired, which are then replaced), and the next copy is
+// the chunks it set aside, which are then replaced), and the next copy is
 // staged and right.
 func FuzzStaging(f *testing.F) {
 	f.Add(uint32(1<<20+5), uint8(2), uint8(3), uint8(4), uint8(0), uint8(0), false)
 	f.Add(uint32(300<<10), uint8(1), uint8(1), uint8(1), uint8(2), uint8(0), true)
 	f.Add(uint32(5<<20), uint8(16), uint8(2), uint8(3), uint8(0), uint8(3), true)
 	f.Add(uint32(1), uint8(0), uint8(4), uint8(8), uint8(1), uint8(1), false)
+	f.Add(uint32(1<<20+5), uint8(1), uint8(2), uint8(4), uint8(0), uint8(1<<6|1<<3), false)
+	f.Add(uint32(1<<20+5), uint8(1), uint8(2), uint8(4), uint8(0), uint8(3<<6|2<<3), true)
 	f.Fuzz(func(t *testing.T, n uint32, chunkKiB, chunks, workers, failAt, recFail uint8, syncFail bool) {
 		defer func(w int) { stageWorkers = w }(stageWorkers)
 		size := int(n%(6<<20)) + 1
@@ -449,6 +637,7 @@ func FuzzStaging(f *testing.F) {
 		}
 		e := newFakeEngine(t, size, int64(n))
 		e.failAt, e.recFail = int(failAt%8), int(recFail%8)
+		e.badRec, e.badFails = int(recFail>>3)%8, [...]int{0, 1, 2, -1}[recFail>>6]
 		if syncFail {
 			e.syncErr = cuda.ErrClosed
 		}
@@ -465,8 +654,8 @@ func FuzzStaging(f *testing.F) {
 			t.Fatal("the pool is still locked")
 		}
 		p.mu.Unlock()
-		if len(p.chunks)+p.retired != k {
-			t.Fatalf("%d chunks and %d retired, of %d", len(p.chunks), p.retired, k)
+		if len(p.chunks)+len(p.aside) != k {
+			t.Fatalf("%d chunks and %d set aside, of %d", len(p.chunks), len(p.aside), k)
 		}
 		if !failed {
 			e.syncErr = nil
@@ -486,7 +675,9 @@ func FuzzStaging(f *testing.F) {
 			t.Fatal("device to host: other bytes")
 		}
 
-		// A good engine now: staged, and right.
+		// The failures end (the DMAs a chunk set aside waits for can now
+		// be waited for), and a good engine comes: staged, and right.
+		e.syncErr, e.badFails = nil, 0
 		good := newFakeEngine(t, size, 1)
 		src = pattern(size, byte(n)+1)
 		if done, err := stagedHtoD(p, good, nil, fakeBase, src); !done || err != nil {
@@ -495,8 +686,8 @@ func FuzzStaging(f *testing.F) {
 		if err := good.sync(); err != nil || !bytes.Equal(src, good.dev) {
 			t.Fatalf("after a failure: other bytes (%v)", err)
 		}
-		if len(p.chunks) != k {
-			t.Fatalf("the pool was not topped up: %d of %d chunks", len(p.chunks), k)
+		if len(p.chunks) != k || len(p.aside) != 0 {
+			t.Fatalf("the pool is not whole: %d of %d chunks, %d set aside", len(p.chunks), k, len(p.aside))
 		}
 	})
 }

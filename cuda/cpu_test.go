@@ -111,7 +111,7 @@ func TestZeroValuesRejected(t *testing.T) {
 // past the Go-side checks and stop at the first driver call.
 func fakeDevice() *Device {
 	d := &Device{drv: &loader.Driver{}}
-	d.ctxOnce.Do(func() { d.ctx = 1 })
+	d.setContext(1)
 	d.defaultStream = Stream{dev: d}
 	return d
 }

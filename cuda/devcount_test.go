@@ -122,7 +122,7 @@ func TestFakeDriverBoundsNumbers(t *testing.T) {
 	drv, err := loader.Open(path)
 	require.NoError(t, err)
 	d := &Device{drv: drv}
-	d.ctxOnce.Do(func() { d.ctx = 0x1234 })
+	d.setContext(0x1234)
 
 	setG, err := lib.Lookup("fake_set_granularity")
 	require.NoError(t, err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/cudamem/cudamem/loader"
@@ -21,9 +22,13 @@ type Device struct {
 	handle  int32 // CUdevice
 	drv     *loader.Driver
 
-	ctxOnce sync.Once
-	ctx     uintptr // CUcontext (primary), 0 until retained
-	ctxErr  error
+	// The primary context, once retained. A failed retain is not kept: the
+	// next call tries again (a transient failure on first use must not
+	// break the device for the life of the process). ctx is written once,
+	// under ctxMu, before ctxOK is set; readers that see ctxOK see ctx.
+	ctxOK atomic.Bool
+	ctxMu sync.Mutex
+	ctx   uintptr // CUcontext (primary), 0 until retained
 
 	defaultStream Stream
 }
@@ -42,13 +47,51 @@ var deviceCount = func(d *loader.Driver) (int32, uintptr) {
 	return n, r
 }
 
-var devices = sync.OnceValues(func() ([]*Device, error) {
+// retainPrimary retains d's primary context. Tests replace it to play a
+// driver whose retain fails.
+var retainPrimary = func(d *Device) (uintptr, error) {
+	var c uintptr
+	if r := d.drv.DevicePrimaryCtxRetain.Call(uintptr(unsafe.Pointer(&c)), uintptr(d.handle)); !ok(r) {
+		return 0, fail(&d.drv.DevicePrimaryCtxRetain, r)
+	}
+	return c, nil
+}
+
+// deviceTable is the process's device list. Only a successful enumeration
+// is kept: one that failed (a transient driver error on first use) is
+// tried again on the next call, so it does not fail every later call of
+// the process. Devices stay singletons, since the list is published once.
+type deviceTable struct {
+	list atomic.Pointer[[]*Device] // nil until an enumeration succeeded
+	mu   sync.Mutex                // serializes enumerations
+}
+
+var devTable deviceTable
+
+func devices() ([]*Device, error) { return devTable.get(load) }
+
+// get returns the device list, enumerating the driver from load if no
+// enumeration has succeeded yet. The fast path is one atomic load.
+func (t *deviceTable) get(load func() (*loader.Driver, error)) ([]*Device, error) {
+	if l := t.list.Load(); l != nil {
+		return *l, nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if l := t.list.Load(); l != nil {
+		return *l, nil // another goroutine enumerated meanwhile
+	}
 	d, err := load()
 	if err != nil {
 		return nil, err
 	}
-	return enumerate(d)
-})
+	ds, err := enumerate(d)
+	if err != nil {
+		return nil, err
+	}
+	t.list.Store(&ds)
+	return ds, nil
+}
 
 // enumerate builds the device table of driver d.
 func enumerate(d *loader.Driver) ([]*Device, error) {
@@ -150,15 +193,27 @@ func (d *Device) context() (uintptr, error) {
 	if err := d.check("Device.Context"); err != nil {
 		return 0, err
 	}
-	d.ctxOnce.Do(func() {
-		var c uintptr
-		if r := d.drv.DevicePrimaryCtxRetain.Call(uintptr(unsafe.Pointer(&c)), uintptr(d.handle)); !ok(r) {
-			d.ctxErr = fail(&d.drv.DevicePrimaryCtxRetain, r)
-			return
-		}
-		d.ctx = c
-	})
-	return d.ctx, d.ctxErr
+	if d.ctxOK.Load() {
+		return d.ctx, nil
+	}
+	d.ctxMu.Lock()
+	defer d.ctxMu.Unlock()
+	if d.ctxOK.Load() {
+		return d.ctx, nil // retained by another goroutine meanwhile
+	}
+	c, err := retainPrimary(d)
+	if err != nil {
+		return 0, err
+	}
+	d.setContext(c)
+	return c, nil
+}
+
+// setContext records c as the retained primary context. Held ctxMu (or d
+// not yet shared: tests make devices with a context already set).
+func (d *Device) setContext(c uintptr) {
+	d.ctx = c
+	d.ctxOK.Store(true)
 }
 
 // Context returns the device's primary CUcontext handle, retaining it on

@@ -15,12 +15,15 @@ import (
 )
 
 // pair is two buffers (on devices da and db) from owned pools, a stream
-// on device 0, and a pattern written into a.
+// on device 0, and a pattern written into a. Each buffer is allocated on
+// a stream of its own pool's device (pools refuse a stream of another
+// device); the operations run on s.
 type pair struct {
 	cl       closers
 	mra, mrb *resource.DevicePool
 	a, b     *buffer.Buffer
 	s        *cuda.Stream
+	sa, sb   *cuda.Stream // allocation streams of a and b
 	want     []byte
 }
 
@@ -48,14 +51,31 @@ func newPair(size uint64, da, db int) (*pair, error) {
 	if p.s, err = newStream(&p.cl, 0); err != nil {
 		return nil, joinSetup(err, p.cl)
 	}
-	if p.a, err = p.mra.Allocate(size, p.s); err != nil {
+	// A stream of device i: s itself for device 0, else a new one.
+	streamOf := func(i int) (*cuda.Stream, error) {
+		if i == 0 {
+			return p.s, nil
+		}
+		return newStream(&p.cl, i)
+	}
+	if p.sa, err = streamOf(da); err != nil {
+		return nil, joinSetup(err, p.cl)
+	}
+	if p.sb, err = streamOf(db); err != nil {
+		return nil, joinSetup(err, p.cl)
+	}
+	if p.a, err = p.mra.Allocate(size, p.sa); err != nil {
 		return nil, joinSetup(err, p.cl)
 	}
 	p.cl.add(p.a.Close)
-	if p.b, err = p.mrb.Allocate(size, p.s); err != nil {
+	if p.b, err = p.mrb.Allocate(size, p.sb); err != nil {
 		return nil, joinSetup(err, p.cl)
 	}
 	p.cl.add(p.b.Close)
+	// The allocations are ordered on sa and sb; s uses them next.
+	if err := errors.Join(syncStream(p.sa), syncStream(p.sb)); err != nil {
+		return nil, joinSetup(err, p.cl)
+	}
 	p.want = pattern(int(size), 3)
 	if err := write(p.a, p.s, 3); err != nil {
 		return nil, joinSetup(err, p.cl)
