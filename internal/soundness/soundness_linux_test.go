@@ -109,6 +109,7 @@ var funcs = map[string]any{
 	"ipc.ReceiveHandle":         ipc.ReceiveHandle,
 	"ipc.Lookup":                ipc.Lookup,
 	"ipc.ParseUUID":             ipc.ParseUUID,
+	"ipc.NewHandleFromToken":    ipc.NewHandleFromToken,
 	"virtual.New":               virtual.New,
 	"virtual.CloseChunks":       virtual.CloseChunks,
 	"cuda.Elapsed":              cuda.Elapsed,
