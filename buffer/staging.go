@@ -143,7 +143,7 @@ func (q streamQueue) dtoh(dst unsafe.Pointer, src cuda.DevicePtr, n uint64) erro
 
 func (q streamQueue) record(c *chunk) error { return c.record(q.s) }
 func (q streamQueue) sync() error           { return q.s.Sync() }
-func (q streamQueue) tail() waiter          { return streamTail{q.s} }
+func (q streamQueue) tail() waiter          { return streamTail(q) }
 
 // streamTail is the end of the work queued on a stream. When the stream
 // cannot answer (it was closed since, say), the whole device is waited
