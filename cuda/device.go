@@ -31,6 +31,8 @@ type Device struct {
 	ctx   uintptr // CUcontext (primary), 0 until retained
 
 	defaultStream Stream
+
+	syncer deviceSyncer // shares cuCtxSynchronize among SyncContext callers
 }
 
 // maxDevices bounds the device count a driver may report. CUDA numbers
