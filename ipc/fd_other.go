@@ -3,6 +3,7 @@
 package ipc
 
 import (
+	"context"
 	"net"
 
 	"github.com/cudamem/cudamem/cuda"
@@ -30,3 +31,13 @@ func SendHandle(conn *net.UnixConn, h *Handle) error { return errNoFDs("ipc.Send
 
 // ReceiveHandle is not supported without POSIX file descriptors.
 func ReceiveHandle(conn *net.UnixConn) (*Handle, error) { return nil, errNoFDs("ipc.ReceiveHandle") }
+
+// ReceiveFDsContext is not supported without POSIX file descriptors.
+func ReceiveFDsContext(ctx context.Context, conn *net.UnixConn, maxPayload int) ([]byte, []int, error) {
+	return nil, nil, errNoFDs("ipc.ReceiveFDsContext")
+}
+
+// ReceiveHandleContext is not supported without POSIX file descriptors.
+func ReceiveHandleContext(ctx context.Context, conn *net.UnixConn) (*Handle, error) {
+	return nil, errNoFDs("ipc.ReceiveHandleContext")
+}

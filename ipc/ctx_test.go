@@ -1,0 +1,83 @@
+//go:build linux
+
+package ipc
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cudamem/cudamem/cuda"
+)
+
+func TestReceiveHandleContextCancelled(t *testing.T) {
+	for name, typ := range socketTypes {
+		t.Run(name, func(t *testing.T) {
+			a, b := socketPairOf(t, typ)
+			before := openFDs(t)
+			goroutines := runtime.NumGoroutine()
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(5*time.Millisecond, cancel)
+			h, err := ReceiveHandleContext(ctx, b)
+			require.Error(t, err)
+			assert.Nil(t, h)
+			assert.ErrorIs(t, err, context.Canceled)
+			assert.Contains(t, err.Error(), "ipc.ReceiveHandleContext")
+			assert.Equal(t, before, openFDs(t), "no descriptor left open")
+			for i := 0; i < 1000 && runtime.NumGoroutine() > goroutines; i++ {
+				time.Sleep(time.Millisecond) // the timer's goroutine ending
+			}
+			assert.LessOrEqual(t, runtime.NumGoroutine(), goroutines, "no goroutine left waiting")
+
+			// Nothing was read: the connection still works, and the
+			// cancellation's deadline was cleared.
+			r, w, err := os.Pipe()
+			require.NoError(t, err)
+			defer r.Close()
+			fd, err := dup(int(w.Fd()))
+			require.NoError(t, err)
+			w.Close()
+			sent, err := NewHandle(fd, NewUUID())
+			require.NoError(t, err)
+			defer sent.Close()
+			go func() {
+				time.Sleep(10 * time.Millisecond) // let the receive block first
+				assert.NoError(t, SendHandle(a, sent))
+			}()
+			got, err := ReceiveHandleContext(context.Background(), b)
+			require.NoError(t, err)
+			defer got.Close()
+			assert.Equal(t, sent.UUID(), got.UUID())
+		})
+	}
+}
+
+func TestReceiveFDsContextDeadline(t *testing.T) {
+	_, b := socketPairOf(t, socketTypes["seqpacket"])
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	defer cancel()
+	_, fds, err := ReceiveFDsContext(ctx, b, 16)
+	assert.Nil(t, fds)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorIs(t, err, os.ErrDeadlineExceeded)
+
+	// A context already done makes no read at all.
+	_, _, err = ReceiveFDsContext(ctx, b, 16)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+}
+
+func TestReceiveContextBadArguments(t *testing.T) {
+	_, b := socketPair(t)
+	//lint:ignore SA1012 a nil context is the input under test
+	_, err := ReceiveHandleContext(nil, b) //nolint:staticcheck
+	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
+	_, err = ReceiveHandleContext(context.Background(), nil)
+	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
+	_, _, err = ReceiveFDsContext(context.Background(), b, -1)
+	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
+}
