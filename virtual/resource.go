@@ -267,9 +267,9 @@ func (r *Resource) newChunk(t *txn, ptr cuda.DevicePtr, size uint64, descs []cud
 // Unless Options.AddrAlign asks for more than the granularity, it passes
 // alignment 0, the driver's default, as the C anchor's cycle does, not the
 // granularity: the driver then places the range as it prefers for its
-// size, and on the H200 the 1 GiB allocate+close cycle with the
-// granularity passed measured 2.5 times the C cycle (BENCHMARKS.md,
-// "Virtual memory: where the time went"). Every mapping must start on a
+// size. (Issue 12 measured the 1 GiB allocate+close cycle, when the
+// granularity was passed, at 2.5 times the C cycle; see BENCHMARKS.md,
+// "Virtual memory: where the time went".) Every mapping must start on a
 // granule, so a range the default put off one is given back and reserved
 // again with the granularity spelled out, as every later one then is. (If
 // giving that range back fails, it is kept as a leftover, retried by later
