@@ -25,9 +25,8 @@ type Resource struct {
 	// reserveAlign is the alignment new ranges are reserved with: 0 (the
 	// driver's default, as the C anchor's cycle passes) unless AddrAlign
 	// asks for more than the granularity. explicitAlign is set once the
-	// driver's default turned out coarser-grained than the granularity
-	// allows (never seen; see reserveRange), after which the granularity
-	// is passed.
+	// driver's default put a range off a granule (never seen; see
+	// reserveRange): from then on the granularity is passed.
 	reserveAlign  uint64
 	explicitAlign atomic.Bool
 
