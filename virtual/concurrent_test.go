@@ -87,12 +87,6 @@ func (l *lockedFake) MemImportFD(fd int) (cuda.MemHandle, error) {
 	return l.f.MemImportFD(fd)
 }
 
-func (l *lockedFake) Sync() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.f.Sync()
-}
-
 func (l *lockedFake) syncStream(s *cuda.Stream) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()

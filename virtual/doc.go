@@ -17,7 +17,10 @@
 //     copied).
 //
 // The cost grows with the added size (one cuMemCreate, map and set-access)
-// plus, on the last path only, one map per existing chunk. Data written
+// plus, on the last path only, one map per existing chunk (access is set
+// on the new range, and the old range unmapped, in one call each). An
+// allocation starts as one physical chunk of its size rounded up to the
+// granularity, whatever its size: only grows add chunks. Data written
 // before a grow is intact after it. Every physical handle is released when
 // the allocation is freed or shrunk, and a failed grow leaves the original
 // allocation as it was (cuda.core leaks handles, #2344, and frees twice on
@@ -53,7 +56,12 @@
 // # Lifetimes and streams
 //
 // Allocations are owned Buffers: Close unmaps and releases everything.
-// Mapping is synchronous. Before unmapping, Deallocate waits for the
-// buffer's stream (or, with none, for the whole device), so memory is
-// never unmapped under running work.
+// Mapping is synchronous. Before unmapping, Close (Deallocate), Shrink and
+// a Grow that moves wait for the buffer's stream (a buffer allocated with
+// a nil stream: the legacy default stream, which CUDA synchronizes with
+// every blocking stream), so memory is never unmapped under work
+// submitted on it. They wait for that stream only, never for the whole
+// device (an idle stream's wait is one cheap driver call); work on other
+// streams, such as non-blocking ones, is the caller's to order first, as
+// for any stream-ordered free (Buffer.CloseOn names another stream).
 package virtual

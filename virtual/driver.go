@@ -29,8 +29,8 @@ type driver interface {
 	// For Export and Import (export.go).
 	MemExportFD(h cuda.MemHandle) (int, error)
 	MemImportFD(fd int) (cuda.MemHandle, error)
-	// Sync waits for the whole device, syncStream for one stream.
-	Sync() error
+	// syncStream waits for one stream (nil: the legacy default stream).
+	// The package never waits for the whole device.
 	syncStream(s *cuda.Stream) error
 	// peerCanAccess reports whether peer can map the device's memory.
 	peerCanAccess(peer *cuda.Device) (bool, error)
@@ -39,7 +39,12 @@ type driver interface {
 // device is the real driver: the cuda package's calls on one device.
 type device struct{ *cuda.Device }
 
-func (d device) syncStream(s *cuda.Stream) error { return s.Sync() }
+func (d device) syncStream(s *cuda.Stream) error {
+	if s == nil {
+		s = d.DefaultStream()
+	}
+	return s.Sync()
+}
 
 func (d device) peerCanAccess(peer *cuda.Device) (bool, error) { return peer.CanAccessPeer(d.Device) }
 

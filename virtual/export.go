@@ -141,13 +141,12 @@ func (r *Resource) Import(chunks []Chunk, size uint64) (*buffer.Buffer, error) {
 	r.retryLeftovers()
 	var t txn
 	t.start()
-	ptr, err := r.drv.MemAddressReserve(total, r.align, 0)
+	ptr, err := r.reserveRange(&t, total, 0)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	t.reserved(ptr, total)
 	descs := append([]cuda.MemAccessDesc(nil), r.descs...)
-	a := &allocation{base: ptr, size: size, reservations: []span{{ptr, total}}, descs: descs}
+	a := &allocation{base: ptr, size: size, reservations: []span{{ptr, total}}, resv: total, descs: descs}
 	for i, c := range chunks {
 		h, err := r.drv.MemImportFD(c.FD)
 		if err != nil {

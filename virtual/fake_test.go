@@ -40,6 +40,12 @@ type fakeDriver struct {
 	failName string // with failNth: fail the failNth call of this name
 	failNth  int
 	named    int
+
+	aligns []uint64 // the alignment of every cuMemAddressReserve, in order
+	// offGranule makes the driver's default alignment (alignment 0) put
+	// ranges half a granule off the granularity, as no real driver has
+	// been seen to do.
+	offGranule bool
 }
 
 type fakeHandle struct {
@@ -187,8 +193,22 @@ func (f *fakeDriver) MemAddressReserve(size, alignment uint64, hint cuda.DeviceP
 	if err := f.call("cuMemAddressReserve"); err != nil {
 		return 0, err
 	}
-	if size == 0 || size%f.gran != 0 || alignment == 0 || alignment&(alignment-1) != 0 {
+	f.aligns = append(f.aligns, alignment)
+	if size == 0 || size%f.gran != 0 || alignment&(alignment-1) != 0 {
 		return 0, f.misuse("cuMemAddressReserve of %d bytes aligned to %d", size, alignment)
+	}
+	if alignment == 0 { // the driver's default
+		alignment = f.gran
+		if f.offGranule && hint == 0 {
+			for {
+				p := cuda.DevicePtr((f.next+f.gran-1)/f.gran*f.gran + f.gran/2)
+				f.next = uint64(p) + size + f.gran
+				if _, ok := f.resv[p]; !ok {
+					f.resv[p] = size
+					return p, nil
+				}
+			}
+		}
 	}
 	if size > fakeVA || alignment > fakeVA {
 		return 0, &cuda.OpError{Op: "cuMemAddressReserve", Err: cuda.ErrorOutOfMemory} // more than the address space
@@ -278,16 +298,22 @@ func (f *fakeDriver) MemMap(ptr cuda.DevicePtr, size, offset uint64, h cuda.MemH
 	return nil
 }
 
+// MemUnmap unmaps [ptr, ptr+size), which must be one mapping or several
+// back to back, each whole (the driver unmaps a run of mappings in one
+// call: the C anchor unmaps 4096 at once; it refuses a part of one).
 func (f *fakeDriver) MemUnmap(ptr cuda.DevicePtr, size uint64) error {
 	if err := f.call("cuMemUnmap"); err != nil {
 		return err
 	}
-	m, ok := f.maps[ptr]
-	if !ok || m.size != size {
-		return f.misuse("cuMemUnmap(%#x, %d): not a mapping", uint64(ptr), size)
+	ms, ok := f.mappingsIn(ptr, size)
+	if !ok {
+		return f.misuse("cuMemUnmap(%#x, %d): not whole mappings", uint64(ptr), size)
 	}
-	delete(f.maps, ptr)
-	f.collect(m.h)
+	for _, p := range ms {
+		h := f.maps[p].h
+		delete(f.maps, p)
+		f.collect(h)
+	}
 	return nil
 }
 
@@ -365,14 +391,6 @@ func (f *fakeDriver) MemImportFD(fd int) (cuda.MemHandle, error) {
 	f.nextH++
 	f.handles[f.nextH] = fakeHandle{size: size}
 	return f.nextH, nil
-}
-
-func (f *fakeDriver) Sync() error {
-	if err := f.call("cuCtxSynchronize"); err != nil {
-		return err
-	}
-	f.syncs++
-	return nil
 }
 
 func (f *fakeDriver) syncStream(s *cuda.Stream) error {
@@ -521,12 +539,21 @@ func checkInvariants(t testing.TB, r *Resource, f *fakeDriver) {
 			}
 			roff += s.size
 		}
+		if roff != a.resv {
+			t.Fatalf("allocation %#x: reservations total %d, recorded %d", uint64(a.base), roff, a.resv)
+		}
 	}
 	r.left.mu.Lock()
 	l := r.left.l
 	r.left.mu.Unlock()
 	for _, m := range l.maps {
-		ownMaps[m.ptr] = true
+		// A kept unmap may cover several mappings back to back (the old
+		// range of a moved allocation): it owns every mapping inside.
+		for p, fm := range f.maps {
+			if p >= m.ptr && uint64(p)+fm.size <= uint64(m.ptr)+m.size {
+				ownMaps[p] = true
+			}
+		}
 	}
 	for _, h := range l.handles {
 		ownHandles[h] = true

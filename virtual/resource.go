@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
@@ -21,6 +22,13 @@ type Resource struct {
 	align   uint64
 	reserve uint64 // Options.Reserve rounded up to the granularity
 	descs   []cuda.MemAccessDesc
+	// reserveAlign is the alignment new ranges are reserved with: 0 (the
+	// driver's default, as the C anchor's cycle passes) unless AddrAlign
+	// asks for more than the granularity. explicitAlign is set once the
+	// driver's default put a range off a granule (never seen; see
+	// reserveRange): from then on the granularity is passed.
+	reserveAlign  uint64
+	explicitAlign atomic.Bool
 
 	mu     sync.Mutex
 	allocs map[cuda.DevicePtr]*allocation
@@ -41,6 +49,7 @@ type allocation struct {
 	size         uint64 // the size the user asked for
 	mapped       uint64 // bytes mapped from base (a multiple of gran)
 	reservations []span
+	resv         uint64 // the reservations' total (kept, not summed: a grow step must not cost more as they add up)
 	chunks       []chunk
 	descs        []cuda.MemAccessDesc // access granted on every chunk
 }
@@ -55,12 +64,15 @@ type chunk struct {
 	h         cuda.MemHandle
 }
 
-func (a *allocation) reserved() uint64 {
-	var n uint64
-	for _, r := range a.reservations {
-		n += r.size
+func (a *allocation) reserved() uint64 { return a.resv }
+
+// setReservations replaces a's reservations (nil for none).
+func (a *allocation) setReservations(rs []span) {
+	a.reservations = rs
+	a.resv = 0
+	for _, r := range rs {
+		a.resv += r.size
 	}
-	return n
 }
 
 // New creates a VMM resource on dev (which also serves host-located
@@ -124,6 +136,9 @@ func newResource(drv driver, dev *cuda.Device, opts *Options) (*Resource, error)
 	}
 	r := &Resource{dev: dev, drv: drv, opts: o, prop: prop, gran: gran, align: align, reserve: reserve,
 		allocs: map[cuda.DevicePtr]*allocation{}}
+	if align > gran {
+		r.reserveAlign = align
+	}
 	self, _ := o.SelfAccess.flags() // validated by props
 	r.descs = append(r.descs, cuda.MemAccessDesc{Location: prop.Location, Flags: self})
 	if o.Location != OnDevice {
@@ -244,6 +259,45 @@ func (r *Resource) newChunk(t *txn, ptr cuda.DevicePtr, size uint64, descs []cud
 	return h, nil
 }
 
+// reserveRange reserves size bytes of address space for a new range (an
+// allocation, an import, or the range a moving Grow builds) and records it
+// in t.
+//
+// Unless Options.AddrAlign asks for more than the granularity, it passes
+// alignment 0, the driver's default, as the C anchor's cycle does, not the
+// granularity: the driver then places the range as it prefers for its
+// size. (Issue 12 measured the 1 GiB allocate+close cycle, when the
+// granularity was passed, at 2.5 times the C cycle; see BENCHMARKS.md,
+// "Virtual memory: where the time went".) Every mapping must start on a
+// granule, so a range the default put off one is given back and reserved
+// again with the granularity spelled out, as every later one then is. (If
+// giving that range back fails, it is kept as a leftover, retried by later
+// operations and reported by Reclaim, like any other: an unused range is
+// no reason to fail the operation.)
+func (r *Resource) reserveRange(t *txn, size uint64, hint cuda.DevicePtr) (cuda.DevicePtr, error) {
+	align := r.reserveAlign
+	if align == 0 && r.explicitAlign.Load() {
+		align = r.gran
+	}
+	p, err := r.drv.MemAddressReserve(size, align, hint)
+	if err != nil {
+		return 0, err
+	}
+	if uint64(p)%r.gran != 0 {
+		r.explicitAlign.Store(true)
+		if err := r.drv.MemAddressFree(p, size); err != nil {
+			r.left.keep(&leftovers{spans: []span{{p, size}}})
+		}
+		// (A driver that ignored this alignment too would fail the map
+		// that follows, which the caller rolls back.)
+		if p, err = r.drv.MemAddressReserve(size, max(r.gran, r.reserveAlign), hint); err != nil {
+			return 0, err
+		}
+	}
+	t.reserved(p, size)
+	return p, nil
+}
+
 // retryLeftovers gives back what earlier failed cleanups could not. It is
 // best effort by design: whatever fails again stays recorded for the next
 // operation, and Reclaim reports it, so an unrelated operation is not
@@ -290,11 +344,10 @@ func (r *Resource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error)
 	r.retryLeftovers()
 	var t txn
 	t.start()
-	ptr, err := r.drv.MemAddressReserve(reserve, r.align, r.opts.AddrHint)
+	ptr, err := r.reserveRange(&t, reserve, r.opts.AddrHint)
 	if err != nil {
 		return nil, fmt.Errorf("%s %d bytes: %w", op, size, err)
 	}
-	t.reserved(ptr, reserve)
 	// Chunks share the resource's access list; setDesc copies before it
 	// changes one allocation's.
 	descs := r.descs
@@ -302,16 +355,18 @@ func (r *Resource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error)
 	if err != nil {
 		return nil, fmt.Errorf("%s %d bytes: %w", op, size, r.rollback(&t, err))
 	}
-	a := &allocation{base: ptr, size: size, mapped: aligned,
-		reservations: []span{{ptr, reserve}}, chunks: []chunk{{off: 0, size: aligned, h: h}}, descs: descs}
+	a := &allocation{base: ptr, size: size, mapped: aligned, reservations: []span{{ptr, reserve}}, resv: reserve,
+		chunks: []chunk{{off: 0, size: aligned, h: h}}, descs: descs}
 	r.mu.Lock()
 	r.allocs[ptr] = a
 	r.mu.Unlock()
 	return buffer.Owned(ptr, size, r, s), nil
 }
 
-// Deallocate waits for s (or, if nil, the device), then unmaps the
+// Deallocate waits for s (nil: the legacy default stream), then unmaps the
 // allocation, releases every physical chunk and frees its address space.
+// It waits for that one stream, not for the whole device: work the caller
+// submitted on other streams is the caller's to order before the free.
 //
 // If that fails before anything was given back, the allocation is left as
 // it was: the buffer stays open and usable, and Close can be retried. Once
@@ -356,11 +411,12 @@ func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 	return fmt.Errorf("%s %#x (nothing freed; the buffer is intact): %w", op, uint64(ptr), err)
 }
 
+// wait lets the work submitted to s (nil: the legacy default stream) finish
+// before memory it may use is unmapped. It waits for that stream only,
+// never for the whole device: work on other streams is the caller's to
+// order, as for any free.
 func (r *Resource) wait(s *cuda.Stream) error {
-	if s != nil {
-		return r.drv.syncStream(s)
-	}
-	return r.drv.Sync()
+	return r.drv.syncStream(s)
 }
 
 // mapChunk maps c at base+c.off with the access descs. If the access
@@ -429,7 +485,8 @@ func (r *Resource) free(a *allocation) (freed bool, err error) {
 		l.handles = append(l.handles, c.h)
 	}
 	l.spans = append(l.spans, a.reservations...)
-	a.chunks, a.reservations, a.mapped = nil, nil, 0
+	a.chunks, a.mapped = nil, 0
+	a.setReservations(nil)
 	rerr := reap(r.drv, &l)
 	r.left.keep(&l)
 	return true, errors.Join(err, rerr)
@@ -471,8 +528,8 @@ func (r *Resource) live(op string, ptr cuda.DevicePtr, a *allocation) error {
 // Grow returns a buffer of newSize bytes holding b's data, and closes b
 // (without freeing). The pointer stays the same unless the address space
 // after the allocation is taken; no data is copied either way. When the
-// allocation must move, Grow first waits for b's stream (or, with none,
-// the device), so work already submitted on it is done before the old
+// allocation must move, Grow first waits for b's stream (nil: the legacy
+// default stream), so work already submitted on it is done before the old
 // addresses are unmapped; work on other streams is the caller's to order,
 // as for Close. A newSize not above b's size returns b unchanged. Grow
 // consumes b: do not use b concurrently with it.
@@ -594,6 +651,7 @@ func (r *Resource) extend(a *allocation, need uint64, s *cuda.Stream) (cleanup, 
 	}
 	if grown != nil {
 		a.reservations = append(a.reservations, *grown)
+		a.resv += grown.size
 	}
 	a.chunks = append(a.chunks, chunk{off: a.mapped, size: add, h: h})
 	a.mapped = need
@@ -602,7 +660,10 @@ func (r *Resource) extend(a *allocation, need uint64, s *cuda.Stream) (cleanup, 
 
 // remap builds the allocation again in a new range of need bytes: the old
 // chunks are mapped there too (the same physical memory: nothing is
-// copied), a new chunk fills the rest, then the old range is given back.
+// copied), a new chunk fills the rest, access is set on the whole new
+// range at once, then the old range is unmapped (in one call: its
+// mappings are contiguous) and given back. So a move costs one map per
+// chunk plus a constant, no more than remapping the chunks.
 // If anything fails before the move, the old allocation is left as it was.
 // Failures to give back the old range come after the move: they are kept
 // for a retry and reported as cleanup.
@@ -610,23 +671,28 @@ func (r *Resource) remap(a *allocation, need uint64, s *cuda.Stream) (cleanup, e
 	reserve := max(need, r.reserve)
 	var t txn
 	t.start()
-	np, err := r.drv.MemAddressReserve(reserve, r.align, 0)
+	np, err := r.reserveRange(&t, reserve, 0)
 	if err != nil {
-		return nil, err
+		return nil, r.rollback(&t, err)
 	}
-	t.reserved(np, reserve)
 	for _, c := range a.chunks {
 		at := np + cuda.DevicePtr(c.off)
 		if err := r.drv.MemMap(at, c.size, 0, c.h); err != nil {
 			return nil, r.rollback(&t, err)
 		}
 		t.mapped(at, c.size)
-		if err := r.drv.MemSetAccess(at, c.size, a.descs...); err != nil {
-			return nil, r.rollback(&t, err)
-		}
 	}
-	h, err := r.newChunk(&t, np+cuda.DevicePtr(a.mapped), need-a.mapped, a.descs)
+	h, err := r.drv.MemCreate(need-a.mapped, &r.prop)
 	if err != nil {
+		return nil, r.rollback(&t, err)
+	}
+	t.created(h)
+	at := np + cuda.DevicePtr(a.mapped)
+	if err := r.drv.MemMap(at, need-a.mapped, 0, h); err != nil {
+		return nil, r.rollback(&t, err)
+	}
+	t.mapped(at, need-a.mapped)
+	if err := r.drv.MemSetAccess(np, need, a.descs...); err != nil {
 		return nil, r.rollback(&t, err)
 	}
 	// The new range is complete. Work already submitted may still use the
@@ -634,17 +700,14 @@ func (r *Resource) remap(a *allocation, need uint64, s *cuda.Stream) (cleanup, e
 	if err := r.wait(s); err != nil {
 		return nil, r.rollback(&t, err)
 	}
-	oldBase, oldChunks, oldResv := a.base, a.chunks, a.reservations
-	a.base, a.reservations = np, []span{{np, reserve}}
-	a.chunks = append(append(make([]chunk, 0, len(oldChunks)+1), oldChunks...), chunk{off: a.mapped, size: need - a.mapped, h: h})
+	oldBase, oldMapped, oldResv := a.base, a.mapped, a.reservations
+	a.base = np
+	a.setReservations([]span{{np, reserve}})
+	a.chunks = append(a.chunks, chunk{off: a.mapped, size: need - a.mapped, h: h})
 	a.mapped = need
 	// The handles now belong to the new range; the old range holds only
-	// mappings and address space.
-	var old leftovers
-	for _, c := range oldChunks {
-		old.maps = append(old.maps, span{oldBase + cuda.DevicePtr(c.off), c.size})
-	}
-	old.spans = oldResv
+	// its mappings (chunks back to back from oldBase) and address space.
+	old := leftovers{maps: []span{{oldBase, oldMapped}}, spans: oldResv}
 	if rerr := reap(r.drv, &old); rerr != nil {
 		cleanup = fmt.Errorf("giving back the old range at %#x: %w (kept for a retry)", uint64(oldBase), rerr)
 	}
@@ -656,6 +719,9 @@ func (r *Resource) remap(a *allocation, need uint64, s *cuda.Stream) (cleanup, e
 // and closes b (without freeing). Whole chunks past the new size are
 // unmapped and released; the address space stays reserved, so a later
 // Grow back is in place. A newSize not below b's size returns b unchanged.
+// Before unmapping anything it waits for b's stream (nil: the legacy
+// default stream); a shrink that stays within the last chunk unmaps
+// nothing and waits for nothing.
 //
 // On error with a nil buffer, the shrink did not happen and b is
 // untouched. A non-nil buffer with an error means the shrink took effect
@@ -677,19 +743,28 @@ func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, err
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "new size 0 for buffer %v: close the buffer instead", b)
 	}
 	r.retryLeftovers()
-	if err := r.wait(s); err != nil {
-		return nil, fmt.Errorf("%s: %w", op, err)
-	}
 	oldPtr := b.Ptr()
 	oldSize := b.Size()
-	r.mu.Lock()
-	if err := r.live(op, oldPtr, a); err != nil {
-		r.mu.Unlock()
-		return nil, err
-	}
 	need, _ := r.roundUp(newSize) // below b's size, which was rounded up once already
 	// Keep the chunks that start below need: chunk 0 always (need > 0).
-	i := sort.Search(len(a.chunks), func(i int) bool { return a.chunks[i].off >= need })
+	// If that unmaps any, wait for b's stream first (outside r.mu); a
+	// shrink within the last chunk unmaps nothing and waits for nothing.
+	var i int
+	for waited := false; ; waited = true {
+		r.mu.Lock()
+		if err := r.live(op, oldPtr, a); err != nil {
+			r.mu.Unlock()
+			return nil, err
+		}
+		i = sort.Search(len(a.chunks), func(i int) bool { return a.chunks[i].off >= need })
+		if i == len(a.chunks) || waited {
+			break // holding r.mu
+		}
+		r.mu.Unlock()
+		if err := r.wait(s); err != nil {
+			return nil, fmt.Errorf("%s: %w", op, err)
+		}
+	}
 	k, err := r.unmapFrom(a, i)
 	if err != nil && k == len(a.chunks) {
 		r.mu.Unlock()
