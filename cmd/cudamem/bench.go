@@ -360,7 +360,10 @@ func runBaseline(f *benchFlags, names []string, stderr io.Writer) ([]result, err
 	cmd.Stderr = io.MultiWriter(stderr, &tail)
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %s", path, err, strings.TrimSpace(tail.String()))
+		if msg := strings.TrimSpace(tail.String()); msg != "" {
+			return nil, fmt.Errorf("%s: %w: %s", path, err, msg)
+		}
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return parseResults(path, out)
 }

@@ -7,7 +7,10 @@ import (
 	"flag"
 	"io"
 	"math"
+	"os"
+	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -177,6 +180,8 @@ func TestPrintBench(t *testing.T) {
 	b.Reset()
 	printBench(&b, ms[:1], ours[:1], base[:1])
 	assert.NotContains(t, b.String(), "median of", "one repetition: no spread")
+	assert.NotContains(t, b.String(), "min–max")
+	assert.Regexp(t, `poolpair/go/1MiB\s+801\.0 ns/op\s+poolpair/cgo/1MiB\s+700\.0 ns/op\s+1\.14x`, b.String())
 	assert.NotContains(t, b.String(), "concurrency")
 }
 
@@ -315,6 +320,34 @@ func TestRunOurs(t *testing.T) {
 
 	_, err = runOurs([]measurement{{name: "d", iters: 1, run: func(int) (time.Duration, error) { return 0, errors.New("boom") }}}, 1, 1, io.Discard)
 	assert.ErrorContains(t, err, "d: boom")
+}
+
+// runBaseline passes the flags on, relays the program's progress lines
+// to stderr and reads its JSON lines.
+func TestRunBaseline(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("uses a shell script")
+	}
+	dir := t.TempDir()
+	script := filepath.Join(dir, "cgo-baseline")
+	require.NoError(t, os.WriteFile(script, []byte(`#!/bin/sh
+echo "cgo-baseline: [1/1] a/c args: $*" >&2
+echo '{"name":"a/c","ns_per_op":2.5,"iters":10,"rep":1}'
+echo '{"name":"a/c","ns_per_op":3.5,"iters":10,"rep":2}'
+`), 0o755))
+	var stderr bytes.Buffer
+	f := &benchFlags{baseline: script, scale: 1, count: 2, growTo: 1 << 30}
+	rs, err := runBaseline(f, []string{"a/c"}, &stderr)
+	require.NoError(t, err)
+	assert.Equal(t, []result{{Name: "a/c", NsPerOp: 2.5, Iters: 10, Rep: 1}, {Name: "a/c", NsPerOp: 3.5, Iters: 10, Rep: 2}}, rs)
+	assert.Contains(t, stderr.String(), "args: -device 0 -iters 1 -count 2 -grow-to 1073741824 -names a/c")
+
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\necho 'cgo-baseline: dlopen libcuda.so.1: no such file' >&2\nexit 1\n"), 0o755))
+	_, err = runBaseline(f, []string{"a/c"}, io.Discard)
+	assert.ErrorContains(t, err, "exit status 1: cgo-baseline: dlopen libcuda.so.1: no such file")
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\necho garbage\n"), 0o755))
+	_, err = runBaseline(f, []string{"a/c"}, io.Discard)
+	assert.ErrorContains(t, err, `printed "garbage"`)
 }
 
 func TestTailBuffer(t *testing.T) {

@@ -164,19 +164,24 @@ func printBench(w io.Writer, ms []measurement, ours, base []result) {
 		reps = max(reps, r.Ours.N, r.Base.N)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	if reps > 1 {
+	spread := reps > 1 // the min–max columns, for -count above 1
+	if spread {
 		fmt.Fprintf(tw, "measurement (median of %d)\tcudamem\tmin–max\tbaseline\tC baseline\tmin–max\tratio (time, cudamem/baseline)\n", reps)
 	} else {
-		fmt.Fprintln(tw, "measurement\tcudamem\t\tbaseline\tC baseline\t\tratio (time, cudamem/baseline)")
+		fmt.Fprintln(tw, "measurement\tcudamem\tbaseline\tC baseline\tratio (time, cudamem/baseline)")
 	}
 	for _, r := range rows {
-		fig, spread := cell(r.Ours, r.Rate)
-		if !r.HasBase() {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t-\t\t-\n", r.Name, fig, spread, r.Baseline)
-			continue
+		fig, sp := cell(r.Ours, r.Rate)
+		bfig, bsp, ratio := "-", "-", "-"
+		if r.HasBase() {
+			bfig, bsp = cell(r.Base, r.Rate)
+			ratio = fmt.Sprintf("%.2fx", r.Ratio())
 		}
-		bfig, bspread := cell(r.Base, r.Rate)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.2fx\n", r.Name, fig, spread, r.Baseline, bfig, bspread, r.Ratio())
+		if spread {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, fig, sp, r.Baseline, bfig, bsp, ratio)
+		} else {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, fig, r.Baseline, bfig, ratio)
+		}
 	}
 	tw.Flush()
 	printScaling(w, rows)
