@@ -12,20 +12,21 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strings"
-	"text/tabwriter"
 	"time"
+	"unsafe"
 
 	"github.com/cudamem/cudamem/cuda"
 )
 
-// result is one measurement; the C baseline program prints the same shape.
+// result is one repetition of one measurement; the C baseline program
+// prints the same shape.
 type result struct {
 	Name    string  `json:"name"`
 	NsPerOp float64 `json:"ns_per_op"`
 	GBps    float64 `json:"gbps,omitempty"`
 	Iters   int     `json:"iters"`
+	Rep     int     `json:"rep,omitempty"` // 1-based repetition (-count)
 }
 
 // measurement is one benchmark of ours and the baseline it is compared to.
@@ -34,14 +35,53 @@ type measurement struct {
 	baseline string // the C program's name, e.g. "poolpair/cgo/1MiB"
 	iters    int
 	bytes    uint64 // per iteration, for GB/s; 0 for latency measurements
+	// perIter is the number of operations one iteration makes (0 means
+	// one): ns/op divides the time by iters×perIter. The concurrency
+	// measurements make one pair per goroutine per iteration.
+	perIter int
+	// rate reports the figure as operations per second (throughput).
+	rate bool
+	// setup, if set, runs once before the measurement's first run, and
+	// only when the measurement is selected (so -only skips its cost).
+	// Cleanups go to benchEnv.cleanup.
+	setup func() error
+	// skip, if set, says why the measurement cannot run here; it is
+	// reported on stderr and the measurement left out.
+	skip string
 	// run performs n iterations and returns the time they took.
 	run func(n int) (time.Duration, error)
+	// sides are further figures that each run fills in (for example the
+	// child's start-up time beside ipc/child_import); each becomes a row
+	// of its own, divided by the same operation count.
+	sides []*side
+}
+
+// side is a figure a measurement's run reports besides its own.
+type side struct {
+	name, baseline string
+	d              time.Duration // set by run: the total over its n iterations
+}
+
+// ops is the number of operations n iterations of m make.
+func (m *measurement) ops(n int) int {
+	return n * max(1, m.perIter)
+}
+
+// skipError marks a measurement that cannot run here (not enough memory,
+// a feature the device lacks): reported, not a failure.
+type skipError struct{ reason string }
+
+func (e *skipError) Error() string { return e.reason }
+
+func skipf(format string, args ...any) error {
+	return &skipError{reason: fmt.Sprintf(format, args...)}
 }
 
 type benchEnv struct {
 	dev     *cuda.Device
 	stream  *cuda.Stream
 	cleanup []func() error
+	growTo  uint64 // -grow-to: the size vmm/growstep grows to
 }
 
 // close runs the cleanups in reverse order and joins their errors.
@@ -56,26 +96,120 @@ func (e *benchEnv) close() error {
 	return nil
 }
 
-func runBench(args []string, stdout, stderr io.Writer) (err error) {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	device := fs.Int("device", 0, "device `ordinal`")
-	only := fs.String("only", "", "run only measurements whose name starts with `PREFIX`")
-	scale := fs.Float64("iters", 1, "multiply iteration counts by `X`")
-	baseline := fs.String("cgo", "", "`path` of the C baseline program (testdata/cgobench); default: cgo-baseline beside this binary, if present")
-	asJSON := fs.Bool("json", false, "print JSON lines instead of a table")
-	lock := fs.Bool("lock", false, "lock the benchmarking goroutine to one OS thread (as the C baseline is); cudamem never needs it, this shows what thread affinity is worth")
-	if err := fs.Parse(args); err != nil {
+// benchFlags are bench's command line.
+type benchFlags struct {
+	device   int
+	only     string
+	scale    float64
+	baseline string
+	format   string // table, benchstat or json
+	lock     bool
+	count    int
+	svg      string
+	growTo   uint64
+}
+
+// sizeFlag is a byte size flag that takes 8GiB, 512MiB, 4096 and so on.
+type sizeFlag struct{ p *uint64 }
+
+func (f sizeFlag) String() string {
+	if f.p == nil {
+		return ""
+	}
+	return sizeLabel(*f.p)
+}
+
+func (f sizeFlag) Set(s string) error {
+	n, err := parseSize(s)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() > 0 || *scale <= 0 {
-		return fmt.Errorf("%w: bad bench arguments %q (iters %v)", errUsage, fs.Args(), *scale)
+	*f.p = n
+	return nil
+}
+
+// parseSize parses a byte count with an optional B, KiB, MiB or GiB suffix.
+func parseSize(s string) (uint64, error) {
+	units := []struct {
+		suffix string
+		shift  uint
+	}{{"GiB", 30}, {"MiB", 20}, {"KiB", 10}, {"B", 0}, {"", 0}}
+	for _, u := range units {
+		num, ok := strings.CutSuffix(s, u.suffix)
+		if !ok {
+			continue
+		}
+		var n uint64
+		if _, err := fmt.Sscanf(num, "%d", &n); err != nil || num == "" || fmt.Sprint(n) != num {
+			return 0, fmt.Errorf("bad size %q: want a whole number of B, KiB, MiB or GiB, e.g. 8GiB", s)
+		}
+		if n > (^uint64(0))>>u.shift {
+			return 0, fmt.Errorf("size %q overflows", s)
+		}
+		return n << u.shift, nil
 	}
-	if *lock {
+	return 0, fmt.Errorf("bad size %q", s)
+}
+
+// parseBenchFlags parses bench's arguments (CPU-testable).
+func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
+	f := &benchFlags{growTo: 8 << 30}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&f.device, "device", 0, "device `ordinal`")
+	fs.StringVar(&f.only, "only", "", "run only measurements whose name starts with `PREFIX`")
+	fs.Float64Var(&f.scale, "iters", 1, "multiply iteration counts by `X`")
+	fs.StringVar(&f.baseline, "cgo", "", "`path` of the C baseline program (testdata/cgobench); default: cgo-baseline beside this binary, if present")
+	asJSON := fs.Bool("json", false, "print JSON lines (one per repetition) instead of a table; the same as -format json")
+	fs.StringVar(&f.format, "format", "table", "output `format`: table (medians, spreads and ratios), benchstat (Go benchmark lines, one per repetition) or json")
+	fs.BoolVar(&f.lock, "lock", false, "lock the benchmarking goroutine to one OS thread (as the C baseline is); cudamem never needs it, this shows what thread affinity is worth")
+	fs.IntVar(&f.count, "count", 1, "run each measurement (ours and the baseline's) `N` times; the table shows medians and min–max")
+	fs.StringVar(&f.svg, "svg", "", "also write an SVG bar chart of the ratios to `FILE`")
+	fs.Var(sizeFlag{&f.growTo}, "grow-to", "`SIZE` vmm/growstep grows one allocation to, in 2 MiB steps (e.g. 8GiB, 1GiB)")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("%w: bench takes no arguments, got %q", errUsage, fs.Args())
+	}
+	if !(f.scale > 0) || f.scale > 1e6 {
+		return nil, fmt.Errorf("%w: bad -iters %v (want a factor above 0)", errUsage, f.scale)
+	}
+	if f.count < 1 {
+		return nil, fmt.Errorf("%w: bad -count %d (want 1 or more)", errUsage, f.count)
+	}
+	if *asJSON {
+		if f.format != "table" && f.format != "json" {
+			return nil, fmt.Errorf("%w: -json and -format %s contradict each other", errUsage, f.format)
+		}
+		f.format = "json"
+	}
+	switch f.format {
+	case "table", "benchstat", "json":
+	default:
+		return nil, fmt.Errorf("%w: unknown -format %q (want table, benchstat or json)", errUsage, f.format)
+	}
+	if f.growTo < minGrowTo || f.growTo%vmmStep != 0 {
+		return nil, fmt.Errorf("%w: bad -grow-to %s (want a multiple of %s, at least %s)", errUsage, sizeLabel(f.growTo), sizeLabel(vmmStep), sizeLabel(minGrowTo))
+	}
+	return f, nil
+}
+
+func runBench(args []string, stdout, stderr io.Writer) (err error) {
+	if len(args) > 0 && args[0] == ipcChildArg {
+		// The child side of ipc/child_import (hidden: bench re-executes
+		// this binary with it).
+		return runIPCChild(stdout)
+	}
+	f, err := parseBenchFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	if f.lock {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 	}
-	dev, err := cuda.GetDevice(*device)
+	dev, err := cuda.GetDevice(f.device)
 	if err != nil {
 		return describeLoadError(err)
 	}
@@ -83,43 +217,52 @@ func runBench(args []string, stdout, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	env := &benchEnv{dev: dev, stream: s}
+	env := &benchEnv{dev: dev, stream: s, growTo: f.growTo}
 	env.cleanup = append(env.cleanup, s.Close)
 	defer func() { err = errors.Join(err, env.close()) }()
 
-	ms, err := measurements(env)
+	all, err := measurements(env)
 	if err != nil {
 		return err
 	}
-	var ours []result
-	for _, m := range ms {
-		if !strings.HasPrefix(m.name, *only) {
-			continue
+	var ms []measurement
+	for _, m := range all {
+		if strings.HasPrefix(m.name, f.only) {
+			ms = append(ms, m)
 		}
-		n := max(1, int(float64(m.iters)**scale))
-		if _, err := m.run(max(1, n/10)); err != nil { // warm up
-			return fmt.Errorf("%s: %w", m.name, err)
-		}
-		d, err := m.run(n)
-		if err != nil {
-			return fmt.Errorf("%s: %w", m.name, err)
-		}
-		r := result{Name: m.name, NsPerOp: float64(d.Nanoseconds()) / float64(n), Iters: n}
-		if m.bytes > 0 {
-			r.GBps = float64(m.bytes) / r.NsPerOp
-		}
-		ours = append(ours, r)
 	}
-	base, baseErr := runBaseline(*baseline, *device, *scale)
-	if *asJSON {
+	if len(ms) == 0 {
+		return fmt.Errorf("%w: no measurement name starts with %q", errUsage, f.only)
+	}
+	ours, err := runOurs(ms, f.scale, f.count, stderr)
+	if err != nil {
+		return err
+	}
+	var base []result
+	var baseErr error
+	if names := baselineNames(ms); len(names) > 0 {
+		base, baseErr = runBaseline(f, names, stderr)
+	}
+	switch f.format {
+	case "json":
 		enc := json.NewEncoder(stdout)
-		for _, r := range append(ours, sortedResults(base)...) {
+		for _, r := range append(ours, base...) {
 			if err := enc.Encode(r); err != nil {
 				return err
 			}
 		}
-	} else {
+	case "benchstat":
+		if err := printBenchstat(stdout, append(ours, base...)); err != nil {
+			return err
+		}
+	default:
 		printBench(stdout, ms, ours, base)
+	}
+	if f.svg != "" {
+		if err := writeSVGFile(f.svg, ratioRows(ms, ours, base)); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "bench: wrote %s\n", f.svg)
 	}
 	if baseErr != nil {
 		fmt.Fprintf(stderr, "cudamem bench: no C baseline: %v\n", baseErr)
@@ -127,17 +270,81 @@ func runBench(args []string, stdout, stderr io.Writer) (err error) {
 	return nil
 }
 
-func sortedResults(m map[string]result) []result {
-	out := make([]result, 0, len(m))
-	for _, r := range m {
-		out = append(out, r)
+// runOurs runs each measurement count times after a warm-up, reporting
+// progress on stderr.
+func runOurs(ms []measurement, scale float64, count int, stderr io.Writer) ([]result, error) {
+	var ours []result
+	for i, m := range ms {
+		n := max(1, int(float64(m.iters)*scale))
+		fmt.Fprintf(stderr, "bench: [%d/%d] %s (%d × %d iterations)\n", i+1, len(ms), m.name, count, n)
+		rs, err := runOne(&m, n, count)
+		var skip *skipError
+		switch {
+		case errors.As(err, &skip):
+			fmt.Fprintf(stderr, "bench: skipped %s: %s\n", m.name, skip.reason)
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("%s: %w", m.name, err)
+		}
+		ours = append(ours, rs...)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
+	return ours, nil
 }
 
-// runBaseline runs the C baseline program and reads its JSON lines.
-func runBaseline(path string, device int, scale float64) (map[string]result, error) {
+func runOne(m *measurement, n, count int) ([]result, error) {
+	if m.skip != "" {
+		return nil, &skipError{reason: m.skip}
+	}
+	if m.setup != nil {
+		if err := m.setup(); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := m.run(max(1, n/10)); err != nil { // warm up
+		return nil, err
+	}
+	var rs []result
+	ops := m.ops(n)
+	for rep := 1; rep <= count; rep++ {
+		d, err := m.run(n)
+		if err != nil {
+			return nil, err
+		}
+		r := result{Name: m.name, NsPerOp: float64(d.Nanoseconds()) / float64(ops), Iters: ops, Rep: rep}
+		if m.bytes > 0 {
+			r.GBps = float64(m.bytes) / (float64(d.Nanoseconds()) / float64(n))
+		}
+		rs = append(rs, r)
+		for _, s := range m.sides {
+			rs = append(rs, result{Name: s.name, NsPerOp: float64(s.d.Nanoseconds()) / float64(ops), Iters: ops, Rep: rep})
+		}
+	}
+	return rs, nil
+}
+
+// baselineNames lists the baseline measurements ms are compared with, once each.
+func baselineNames(ms []measurement) []string {
+	seen := map[string]bool{}
+	var names []string
+	add := func(n string) {
+		if n != "" && !seen[n] {
+			seen[n] = true
+			names = append(names, n)
+		}
+	}
+	for _, m := range ms {
+		add(m.baseline)
+		for _, s := range m.sides {
+			add(s.baseline)
+		}
+	}
+	return names
+}
+
+// runBaseline runs the C baseline program for the given measurements and
+// reads its JSON lines. Its progress lines go on to stderr.
+func runBaseline(f *benchFlags, names []string, stderr io.Writer) ([]result, error) {
+	path := f.baseline
 	if path == "" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -148,21 +355,39 @@ func runBaseline(path string, device int, scale float64) (map[string]result, err
 			return nil, fmt.Errorf("%s not found (build it with ../shared/tools/gpu-pack --cgo-bench testdata/cgobench, or pass -cgo)", path)
 		}
 	}
-	var stderr bytes.Buffer
-	cmd := exec.Command(path, "-device", fmt.Sprint(device), "-iters", fmt.Sprint(scale))
-	cmd.Stderr = &stderr
+	var tail tailBuffer
+	cmd := exec.Command(path, baselineArgs(f, names)...)
+	cmd.Stderr = io.MultiWriter(stderr, &tail)
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w: %s", path, err, strings.TrimSpace(stderr.String()))
+		if msg := strings.TrimSpace(tail.String()); msg != "" {
+			return nil, fmt.Errorf("%s: %w: %s", path, err, msg)
+		}
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	res := map[string]result{}
+	return parseResults(path, out)
+}
+
+// baselineArgs is the baseline program's command line for f and names.
+func baselineArgs(f *benchFlags, names []string) []string {
+	return []string{
+		"-device", fmt.Sprint(f.device),
+		"-iters", fmt.Sprint(f.scale),
+		"-count", fmt.Sprint(f.count),
+		"-grow-to", fmt.Sprint(f.growTo),
+		"-names", strings.Join(names, ","),
+	}
+}
+
+func parseResults(path string, out []byte) ([]result, error) {
+	var res []result
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		var r result
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 			return nil, fmt.Errorf("%s printed %q: %w", path, sc.Text(), err)
 		}
-		res[r.Name] = r
+		res = append(res, r)
 	}
 	if len(res) == 0 {
 		return nil, errors.New(path + " printed no results")
@@ -170,32 +395,24 @@ func runBaseline(path string, device int, scale float64) (map[string]result, err
 	return res, nil
 }
 
-func printBench(w io.Writer, ms []measurement, ours []result, base map[string]result) {
-	baseOf := map[string]string{}
-	for _, m := range ms {
-		baseOf[m.name] = m.baseline
+// tailBuffer keeps the last 4 KiB written to it, for error messages.
+type tailBuffer struct{ b []byte }
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	const keep = 4 << 10
+	t.b = append(t.b, p...)
+	if len(t.b) > keep {
+		t.b = append(t.b[:0], t.b[len(t.b)-keep:]...)
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "measurement\tcudamem\tbaseline\tC baseline\tratio (time, cudamem/baseline)")
-	for _, r := range ours {
-		b, ok := base[baseOf[r.Name]]
-		cell := func(r result) string {
-			if r.GBps > 0 {
-				return fmt.Sprintf("%.1f GB/s", r.GBps)
-			}
-			return fmt.Sprintf("%.1f ns/op", r.NsPerOp)
-		}
-		if !ok {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t-\t-\n", r.Name, cell(r), baseOf[r.Name])
-			continue
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.2fx\n", r.Name, cell(r), b.Name, cell(b), r.NsPerOp/b.NsPerOp)
-	}
-	tw.Flush()
+	return len(p), nil
 }
+
+func (t *tailBuffer) String() string { return string(t.b) }
 
 func sizeLabel(n uint64) string {
 	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", n>>30)
 	case n >= 1<<20 && n%(1<<20) == 0:
 		return fmt.Sprintf("%dMiB", n>>20)
 	case n >= 1<<10 && n%(1<<10) == 0:
@@ -250,48 +467,61 @@ func measurements(e *benchEnv) ([]measurement, error) {
 		})
 	}
 	ms = append(ms, extraMeasurements(e)...)
-	cm, err := copyMeasurements(e)
-	if err != nil {
-		return nil, err
-	}
-	return append(ms, cm...), nil
+	ms = append(ms, copyMeasurements(e)...)
+	ms = append(ms, ipcMeasurements(e)...)
+	ms = append(ms, vmmMeasurements(e)...)
+	ms = append(ms, mtMeasurements(e)...)
+	return ms, nil
 }
 
 const copyBytes = 256 << 20
 
-func copyMeasurements(e *benchEnv) ([]measurement, error) {
+// copyMeasurements times the raw driver copies; their buffers are made
+// only when one of them is selected.
+func copyMeasurements(e *benchEnv) []measurement {
 	d, s := e.dev, e.stream
-	host, err := d.MemHostAlloc(copyBytes, cuda.MemHostAllocPortable)
-	if err != nil {
-		return nil, err
+	var host unsafe.Pointer
+	var a, b cuda.DevicePtr
+	ready := false
+	setup := func() error {
+		if ready {
+			return nil
+		}
+		h, err := d.MemHostAlloc(copyBytes, cuda.MemHostAllocPortable)
+		if err != nil {
+			return err
+		}
+		host = h
+		e.cleanup = append(e.cleanup, func() error { return d.MemFreeHost(h) })
+		if a, err = d.MemAlloc(copyBytes); err != nil {
+			return err
+		}
+		pa := a
+		e.cleanup = append(e.cleanup, func() error { return d.MemFree(pa) })
+		if b, err = d.MemAlloc(copyBytes); err != nil {
+			return err
+		}
+		pb := b
+		e.cleanup = append(e.cleanup, func() error { return d.MemFree(pb) })
+		ready = true
+		return nil
 	}
-	e.cleanup = append(e.cleanup, func() error { return d.MemFreeHost(host) })
-	a, err := d.MemAlloc(copyBytes)
-	if err != nil {
-		return nil, err
-	}
-	e.cleanup = append(e.cleanup, func() error { return d.MemFree(a) })
-	b, err := d.MemAlloc(copyBytes)
-	if err != nil {
-		return nil, err
-	}
-	e.cleanup = append(e.cleanup, func() error { return d.MemFree(b) })
 	return []measurement{
-		{name: "copy/htod_pinned/go", baseline: "copy/htod_pinned", iters: 20, bytes: copyBytes,
+		{name: "copy/htod_pinned/go", baseline: "copy/htod_pinned", iters: 20, bytes: copyBytes, setup: setup,
 			run: func(n int) (time.Duration, error) {
 				return timed(n, s, func() error { return s.MemcpyHtoDAsync(a, host, copyBytes) })
 			}},
-		{name: "copy/dtoh_pinned/go", baseline: "copy/dtoh_pinned", iters: 20, bytes: copyBytes,
+		{name: "copy/dtoh_pinned/go", baseline: "copy/dtoh_pinned", iters: 20, bytes: copyBytes, setup: setup,
 			run: func(n int) (time.Duration, error) {
 				return timed(n, s, func() error { return s.MemcpyDtoHAsync(host, a, copyBytes) })
 			}},
-		{name: "copy/dtod/go", baseline: "copy/dtod", iters: 80, bytes: copyBytes,
+		{name: "copy/dtod/go", baseline: "copy/dtod", iters: 80, bytes: copyBytes, setup: setup,
 			run: func(n int) (time.Duration, error) {
 				return timed(n, s, func() error { return s.MemcpyAsync(b, a, copyBytes) })
 			}},
-		{name: "fill/d32/go", baseline: "fill/d32", iters: 80, bytes: copyBytes,
+		{name: "fill/d32/go", baseline: "fill/d32", iters: 80, bytes: copyBytes, setup: setup,
 			run: func(n int) (time.Duration, error) {
 				return timed(n, s, func() error { return s.MemsetD32Async(a, 0x01020304, copyBytes/4) })
 			}},
-	}, nil
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/resource"
 )
 
@@ -48,67 +49,134 @@ func extraMeasurements(e *benchEnv) []measurement {
 			}
 		}
 	}
+	ms = append(ms, pinnedMeasurements(e)...)
 	ms = append(ms, bufferMeasurements(e)...)
 	return ms
 }
 
-// bufferMeasurements measures copies and fills through package buffer.
-func bufferMeasurements(e *benchEnv) []measurement {
-	s := e.stream
-	pinnedMR, err := resource.NewLegacyPinned()
-	if err != nil {
-		return nil
-	}
-	devMR, err := resource.NewDevicePool(e.dev, nil)
-	if err != nil {
-		return nil
-	}
-	var bufs []*buffer.Buffer
-	alloc := func(mr buffer.MemoryResource) *buffer.Buffer {
-		b, err := mr.Allocate(copyBytes, s)
+// pinnedMeasurements times pairs of pinned host memory: through a
+// resource.PinnedPool (a host-location driver pool) and through a
+// SubAllocator over one, beside the C pair on a host-location pool.
+func pinnedMeasurements(e *benchEnv) []measurement {
+	const size = 1 << 20
+	var pool *resource.PinnedPool
+	var sub *resource.SubAllocator
+	var setupErr error
+	ready := false
+	setup := func() error {
+		if ready {
+			return setupErr
+		}
+		ready = true
+		p, err := resource.NewPinnedPool(nil)
+		if errors.Is(err, cuda.ErrNotSupported) {
+			setupErr = skipf("no host-location pools here: %v", err)
+			return setupErr
+		}
 		if err != nil {
-			return nil
+			setupErr = err
+			return err
 		}
-		bufs = append(bufs, b)
-		return b
-	}
-	host, a, b := alloc(pinnedMR), alloc(devMR), alloc(devMR)
-	e.cleanup = append(e.cleanup, func() error {
-		var errs []error
-		for _, b := range bufs {
-			errs = append(errs, b.Close())
+		e.cleanup = append(e.cleanup, p.Close)
+		if sub, err = resource.NewSubAllocator(p, nil); err != nil {
+			setupErr = err
+			return err
 		}
-		return errors.Join(errs...)
-	})
-	if host == nil || a == nil || b == nil {
+		e.cleanup = append(e.cleanup, sub.Close)
+		pool = p
 		return nil
 	}
-	pageable := make([]byte, copyBytes)
-	for i := range pageable {
-		pageable[i] = byte(i)
+	pair := func(mr func() buffer.MemoryResource) func(n int) (time.Duration, error) {
+		return func(n int) (time.Duration, error) {
+			r := mr()
+			return timed(n, e.stream, func() error {
+				b, err := r.Allocate(size, e.stream)
+				if err != nil {
+					return err
+				}
+				return b.Close()
+			})
+		}
 	}
 	return []measurement{
-		{name: "copy/htod_pinned/buffer", baseline: "copy/htod_pinned", iters: 20, bytes: copyBytes,
+		{name: "poolpair/pinned/" + sizeLabel(size), baseline: "poolpair/hostpool/c/" + sizeLabel(size), iters: 100_000,
+			setup: setup, run: pair(func() buffer.MemoryResource { return pool })},
+		{name: "poolpair/suballoc_pinned/" + sizeLabel(size), baseline: "poolpair/hostpool/c/" + sizeLabel(size), iters: 200_000,
+			setup: setup, run: pair(func() buffer.MemoryResource { return sub })},
+	}
+}
+
+// bufferMeasurements measures copies and fills through package buffer.
+// Their buffers are made only when one of them is selected.
+func bufferMeasurements(e *benchEnv) []measurement {
+	s := e.stream
+	var host, a, b *buffer.Buffer
+	var pageable []byte
+	var setupErr error
+	ready := false
+	setup := func() error {
+		if ready {
+			return setupErr
+		}
+		ready = true
+		pinnedMR, err := resource.NewLegacyPinned()
+		if err != nil {
+			setupErr = err
+			return err
+		}
+		devMR, err := resource.NewDevicePool(e.dev, nil)
+		if err != nil {
+			setupErr = err
+			return err
+		}
+		var bufs []*buffer.Buffer
+		e.cleanup = append(e.cleanup, func() error {
+			var errs []error
+			for _, b := range bufs {
+				errs = append(errs, b.Close())
+			}
+			return errors.Join(errs...)
+		})
+		for _, p := range []struct {
+			dst **buffer.Buffer
+			mr  buffer.MemoryResource
+		}{{&host, pinnedMR}, {&a, devMR}, {&b, devMR}} {
+			buf, err := p.mr.Allocate(copyBytes, s)
+			if err != nil {
+				setupErr = err
+				return err
+			}
+			bufs = append(bufs, buf)
+			*p.dst = buf
+		}
+		pageable = make([]byte, copyBytes)
+		for i := range pageable {
+			pageable[i] = byte(i)
+		}
+		return nil
+	}
+	return []measurement{
+		{name: "copy/htod_pinned/buffer", baseline: "copy/htod_pinned", iters: 20, bytes: copyBytes, setup: setup,
 			run: func(n int) (time.Duration, error) {
 				return timed(n, s, func() error { return host.CopyTo(a, s) })
 			}},
-		{name: "copy/dtoh_pinned/buffer", baseline: "copy/dtoh_pinned", iters: 20, bytes: copyBytes,
+		{name: "copy/dtoh_pinned/buffer", baseline: "copy/dtoh_pinned", iters: 20, bytes: copyBytes, setup: setup,
 			run: func(n int) (time.Duration, error) {
 				return timed(n, s, func() error { return a.CopyTo(host, s) })
 			}},
-		{name: "copy/dtod/buffer", baseline: "copy/dtod", iters: 80, bytes: copyBytes,
+		{name: "copy/dtod/buffer", baseline: "copy/dtod", iters: 80, bytes: copyBytes, setup: setup,
 			run: func(n int) (time.Duration, error) {
 				return timed(n, s, func() error { return a.CopyTo(b, s) })
 			}},
-		{name: "fill/d32/buffer", baseline: "fill/d32", iters: 80, bytes: copyBytes,
+		{name: "fill/d32/buffer", baseline: "fill/d32", iters: 80, bytes: copyBytes, setup: setup,
 			run: func(n int) (time.Duration, error) {
 				return timed(n, s, func() error { return a.Fill32(0x01020304, s) })
 			}},
-		{name: "copy/htod_pageable/buffer", baseline: "copy/htod_pageable", iters: 20, bytes: copyBytes,
+		{name: "copy/htod_pageable/buffer", baseline: "copy/htod_pageable", iters: 20, bytes: copyBytes, setup: setup,
 			run: func(n int) (time.Duration, error) {
 				return timed(n, s, func() error { return buffer.CopyFromHost(a, pageable, s) })
 			}},
-		{name: "copy/dtoh_pageable/buffer", baseline: "copy/dtoh_pageable", iters: 20, bytes: copyBytes,
+		{name: "copy/dtoh_pageable/buffer", baseline: "copy/dtoh_pageable", iters: 20, bytes: copyBytes, setup: setup,
 			run: func(n int) (time.Duration, error) {
 				return timed(n, s, func() error { return buffer.CopyToHost(pageable, a, s) })
 			}},

@@ -17,18 +17,25 @@
 //
 // Usage:
 //
-//	cgo-baseline [-device N] [-only PREFIX] [-iters X]
+//	cgo-baseline [-device N] [-only PREFIX] [-names LIST] [-iters X] [-count N] [-grow-to BYTES]
 //
 // -device picks the CUDA device ordinal (default 0), -only runs just the
-// measurements whose name starts with PREFIX, and -iters multiplies every
-// measurement's default iteration count (default 1; 0.1 for a quick run).
+// measurements whose name starts with PREFIX, -names just those named in
+// the comma-separated LIST (cudamem bench passes the baselines of what it
+// measured), -iters multiplies every measurement's default iteration
+// count (default 1; 0.1 for a quick run), -count repeats each measurement
+// N times (one line per repetition, numbered by "rep"), and -grow-to sets
+// the size vmm/growstep grows to (default 8 GiB). Progress goes to
+// stderr, one line per measurement started, and so do skips (a
+// measurement that needs more device memory than is free, or a feature
+// the driver lacks, is reported and left out).
 //
-// Each measurement prints one JSON object on its own line of stdout:
+// Each measurement prints one JSON object per repetition on its own line of stdout:
 //
-//	{"name":"poolpair/cgo/1MiB","ns_per_op":312.5,"iters":200000}
-//	{"name":"copy/dtod","ns_per_op":1.2e5,"gbps":2231.4,"iters":80}
+//	{"name":"poolpair/cgo/1MiB","ns_per_op":312.5,"iters":200000,"rep":1}
+//	{"name":"copy/dtod","ns_per_op":1.2e5,"gbps":2231.4,"iters":80,"rep":1}
 //
-// ns_per_op is wall time per iteration; gbps (bytes moved per nanosecond,
+// ns_per_op is wall time per operation; gbps (bytes moved per nanosecond,
 // i.e. 1e9 B/s) is given for copies and fills only. The measurements:
 //
 //   - trivial/c, trivial/cgo: one cuDriverGetVersion per iteration.
@@ -42,9 +49,45 @@
 //     over 256 MiB.
 //   - copy/htod_pageable, copy/dtoh_pageable: synchronous cuMemcpy{HtoD,DtoH}_v2
 //     of 256 MiB to/from malloc'd memory.
+//   - poolpair/hostpool/c/1MiB: the pool pair on a pinned host pool
+//     (cuMemPoolCreate with a CU_MEM_LOCATION_TYPE_HOST location, release
+//     threshold UINT64_MAX); skipped where the driver has no host pools.
+//   - ipc/pool_create_export/c: per iteration cuMemPoolCreate (POSIX-fd
+//     handle type, device location), release threshold, export to an fd,
+//     allocate 1 MiB, cuStreamSynchronize, cuMemPoolExportPointer,
+//     cuMemFreeAsync, close the fd, cuCtxSynchronize, cuMemPoolDestroy:
+//     the driver calls cudamem's NewDevicePool(IPC) + ExportPool +
+//     Allocate + ExportBuffer + three Closes make.
+//   - ipc/child_import/c and ipc/child_init/c: the program re-executes
+//     itself (hidden first argument -ipc-child) once per iteration with an
+//     exported pool's fd as fd 3 (exec.Cmd.ExtraFiles) and a 1 MiB
+//     buffer's export data in its environment. The child times, in C,
+//     cuMemPoolImportFromShareableHandle + cuMemPoolImportPointer
+//     (child_import), after loading the driver, cuInit and making the
+//     primary context current (child_init, timed from the child's main);
+//     it reads the first 4 bytes back with cuMemcpyDtoH and the parent
+//     checks them.
+//   - vmm/allocfree/c/{2MiB,64MiB,1GiB,16GiB}: cuMemAddressReserve
+//     (aligned to the granularity), cuMemCreate (pinned device memory,
+//     POSIX-fd handle type), cuMemMap, cuMemSetAccess (read-write), then
+//     cuStreamSynchronize of the idle stream (virtual.Resource's Close
+//     waits for the buffer's stream), cuMemUnmap, cuMemRelease,
+//     cuMemAddressFree. Sizes that do not fit in free device memory (with
+//     1 GiB to spare) are skipped.
+//   - vmm/growstep/c/toSIZE/first16 and .../last16: one reservation of
+//     -grow-to bytes filled by 2 MiB chunks (cuMemCreate + cuMemMap +
+//     cuMemSetAccess each; the first chunk untimed), reporting the time
+//     per step of the first 16 and of the last 16 steps.
+//   - poolpair/mt/c/{1,4,16,64}/{own,shared}: the 256 B pool pair from
+//     that many pthreads (20,000, 20,000, 8,000 and 2,000 pairs each), each
+//     on a stream of its own or all on one, on the default pool, as
+//     ../shared/anchors/mt_anchor.c; the threads start together at a
+//     barrier and ns_per_op is the wall time until the last is joined,
+//     per pair of all threads (1e9/ns_per_op is pairs per second).
 //
 // Copies and fills end with cuStreamSynchronize and cuCtxSynchronize inside
-// the timed span, after one untimed warm-up operation.
+// the timed span, after one untimed warm-up operation. The IPC, VMM and
+// thread measurements run a tenth of their iterations untimed first.
 //
 // In the */c variants the whole timed loop runs in C and is timed with
 // clock_gettime(CLOCK_MONOTONIC). In the */cgo variants the loop is in Go
@@ -58,8 +101,10 @@
 package main
 
 /*
-#cgo LDFLAGS: -ldl
+#cgo LDFLAGS: -ldl -lpthread
 #include <dlfcn.h>
+#include <pthread.h>
+#include <unistd.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -74,11 +119,45 @@ typedef void *CUcontext;
 typedef void *CUstream;
 typedef void *CUmemoryPool;
 typedef unsigned long long CUdeviceptr;
+typedef unsigned long long CUmemGenericAllocationHandle;
 
 enum {
 	CB_STREAM_NON_BLOCKING = 1,            // CU_STREAM_NON_BLOCKING
 	CB_MEMPOOL_ATTR_RELEASE_THRESHOLD = 4, // CU_MEMPOOL_ATTR_RELEASE_THRESHOLD
+	CB_MEM_ALLOCATION_TYPE_PINNED = 1,     // CU_MEM_ALLOCATION_TYPE_PINNED
+	CB_MEM_LOCATION_TYPE_DEVICE = 1,       // CU_MEM_LOCATION_TYPE_DEVICE
+	CB_MEM_LOCATION_TYPE_HOST = 2,         // CU_MEM_LOCATION_TYPE_HOST
+	CB_MEM_HANDLE_TYPE_POSIX_FD = 1,       // CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR
+	CB_MEM_ACCESS_PROT_READWRITE = 3,      // CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+	CB_MEM_ALLOC_GRANULARITY_RECOMMENDED = 1,
 };
+
+// Layouts of CUmemLocation, CUmemPoolProps, CUmemAllocationProp,
+// CUmemAccessDesc and CUmemPoolPtrExportData (enums are int-sized).
+typedef struct { int type; int id; } CBmemLocation;
+typedef struct {
+	int allocType;
+	int handleTypes;
+	CBmemLocation location;
+	void *win32SecurityAttributes;
+	size_t maxSize;
+	unsigned short usage;
+	unsigned char reserved[54];
+} CBmemPoolProps;
+typedef struct {
+	int type;
+	int requestedHandleTypes;
+	CBmemLocation location;
+	void *win32HandleMetaData;
+	struct {
+		unsigned char compressionType;
+		unsigned char gpuDirectRDMACapable;
+		unsigned short usage;
+		unsigned char reserved[4];
+	} allocFlags;
+} CBmemAllocationProp;
+typedef struct { CBmemLocation location; int flags; } CBmemAccessDesc;
+typedef struct { unsigned char reserved[64]; } CBmemPoolPtrExportData;
 
 static CUresult (*cb_cuGetErrorName)(CUresult, const char **);
 static CUresult (*cb_cuInit)(unsigned int);
@@ -105,6 +184,22 @@ static CUresult (*cb_cuMemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstr
 static CUresult (*cb_cuMemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
 static CUresult (*cb_cuMemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 static CUresult (*cb_cuMemsetD32Async)(CUdeviceptr, unsigned int, size_t, CUstream);
+static CUresult (*cb_cuMemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+static CUresult (*cb_cuMemGetInfo)(size_t *, size_t *);
+static CUresult (*cb_cuMemPoolCreate)(CUmemoryPool *, const CBmemPoolProps *);
+static CUresult (*cb_cuMemPoolDestroy)(CUmemoryPool);
+static CUresult (*cb_cuMemPoolExportToShareableHandle)(void *, CUmemoryPool, int, unsigned long long);
+static CUresult (*cb_cuMemPoolImportFromShareableHandle)(CUmemoryPool *, void *, int, unsigned long long);
+static CUresult (*cb_cuMemPoolExportPointer)(CBmemPoolPtrExportData *, CUdeviceptr);
+static CUresult (*cb_cuMemPoolImportPointer)(CUdeviceptr *, CUmemoryPool, CBmemPoolPtrExportData *);
+static CUresult (*cb_cuMemGetAllocationGranularity)(size_t *, const CBmemAllocationProp *, int);
+static CUresult (*cb_cuMemCreate)(CUmemGenericAllocationHandle *, size_t, const CBmemAllocationProp *, unsigned long long);
+static CUresult (*cb_cuMemRelease)(CUmemGenericAllocationHandle);
+static CUresult (*cb_cuMemAddressReserve)(CUdeviceptr *, size_t, size_t, CUdeviceptr, unsigned long long);
+static CUresult (*cb_cuMemAddressFree)(CUdeviceptr, size_t);
+static CUresult (*cb_cuMemMap)(CUdeviceptr, size_t, size_t, CUmemGenericAllocationHandle, unsigned long long);
+static CUresult (*cb_cuMemUnmap)(CUdeviceptr, size_t);
+static CUresult (*cb_cuMemSetAccess)(CUdeviceptr, size_t, const CBmemAccessDesc *, size_t);
 
 static char cb_errbuf[512];
 
@@ -142,6 +237,22 @@ static const char *cb_load(void) {
 		{(void **)&cb_cuMemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2"},
 		{(void **)&cb_cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2"},
 		{(void **)&cb_cuMemsetD32Async, "cuMemsetD32Async"},
+		{(void **)&cb_cuMemsetD8Async, "cuMemsetD8Async"},
+		{(void **)&cb_cuMemGetInfo, "cuMemGetInfo_v2"},
+		{(void **)&cb_cuMemPoolCreate, "cuMemPoolCreate"},
+		{(void **)&cb_cuMemPoolDestroy, "cuMemPoolDestroy"},
+		{(void **)&cb_cuMemPoolExportToShareableHandle, "cuMemPoolExportToShareableHandle"},
+		{(void **)&cb_cuMemPoolImportFromShareableHandle, "cuMemPoolImportFromShareableHandle"},
+		{(void **)&cb_cuMemPoolExportPointer, "cuMemPoolExportPointer"},
+		{(void **)&cb_cuMemPoolImportPointer, "cuMemPoolImportPointer"},
+		{(void **)&cb_cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity"},
+		{(void **)&cb_cuMemCreate, "cuMemCreate"},
+		{(void **)&cb_cuMemRelease, "cuMemRelease"},
+		{(void **)&cb_cuMemAddressReserve, "cuMemAddressReserve"},
+		{(void **)&cb_cuMemAddressFree, "cuMemAddressFree"},
+		{(void **)&cb_cuMemMap, "cuMemMap"},
+		{(void **)&cb_cuMemUnmap, "cuMemUnmap"},
+		{(void **)&cb_cuMemSetAccess, "cuMemSetAccess"},
 	};
 	for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
 		dlerror();
@@ -212,21 +323,25 @@ static CUresult cb_trivial_c(long long n, double *ns) {
 	return 0;
 }
 
-static CUresult cb_poolpair_c(size_t size, long long warm, long long n, double *ns) {
+static CUresult cb_poolpair_on(CUmemoryPool pool, size_t size, long long warm, long long n, double *ns) {
 	CUdeviceptr p;
 	for (long long i = 0; i < warm; i++) {
-		CB_CK("cuMemAllocFromPoolAsync", cb_cuMemAllocFromPoolAsync(&p, size, cb_pool, cb_stream));
+		CB_CK("cuMemAllocFromPoolAsync", cb_cuMemAllocFromPoolAsync(&p, size, pool, cb_stream));
 		CB_CK("cuMemFreeAsync", cb_cuMemFreeAsync(p, cb_stream));
 	}
 	CB_CK("cuStreamSynchronize", cb_cuStreamSynchronize(cb_stream));
 	double t0 = cb_now();
 	for (long long i = 0; i < n; i++) {
-		CB_CK("cuMemAllocFromPoolAsync", cb_cuMemAllocFromPoolAsync(&p, size, cb_pool, cb_stream));
+		CB_CK("cuMemAllocFromPoolAsync", cb_cuMemAllocFromPoolAsync(&p, size, pool, cb_stream));
 		CB_CK("cuMemFreeAsync", cb_cuMemFreeAsync(p, cb_stream));
 	}
 	CB_CK("cuStreamSynchronize", cb_cuStreamSynchronize(cb_stream));
 	*ns = cb_now() - t0;
 	return 0;
+}
+
+static CUresult cb_poolpair_c(size_t size, long long warm, long long n, double *ns) {
+	return cb_poolpair_on(cb_pool, size, warm, n, ns);
 }
 
 enum { CB_HTOD_PINNED, CB_DTOH_PINNED, CB_DTOD, CB_FILL_D32, CB_HTOD_PAGEABLE, CB_DTOH_PAGEABLE };
@@ -309,6 +424,338 @@ static CUresult cb_copy_c(int kind, long long n, double *ns) {
 	return 0;
 }
 
+static CUresult cb_mem_free(size_t *free_bytes) {
+	size_t total;
+	CB_CK("cuMemGetInfo_v2", cb_cuMemGetInfo(free_bytes, &total));
+	return 0;
+}
+
+// ---- IPC: pools exported as POSIX file descriptors ----
+
+static CBmemPoolProps cb_ipc_props(void) {
+	CBmemPoolProps pp;
+	memset(&pp, 0, sizeof pp);
+	pp.allocType = CB_MEM_ALLOCATION_TYPE_PINNED;
+	pp.handleTypes = CB_MEM_HANDLE_TYPE_POSIX_FD;
+	pp.location.type = CB_MEM_LOCATION_TYPE_DEVICE;
+	pp.location.id = cb_dev;
+	return pp;
+}
+
+// cb_ipc_pool_create_export makes the driver calls cudamem's
+// resource.NewDevicePool(IPC) + ipc.ExportPool + Allocate + ipc.ExportBuffer
+// + Close of all three make: create, release threshold, export to an fd,
+// allocate 1 MiB, wait for the stream, export the pointer, free, close the
+// fd, synchronize the context, destroy.
+static CUresult cb_ipc_pool_create_export(long long n, double *ns) {
+	CBmemPoolProps pp = cb_ipc_props();
+	uint64_t thr = UINT64_MAX;
+	double t0 = cb_now();
+	for (long long i = 0; i < n; i++) {
+		CUmemoryPool mp;
+		CB_CK("cuMemPoolCreate", cb_cuMemPoolCreate(&mp, &pp));
+		CB_CK("cuMemPoolSetAttribute", cb_cuMemPoolSetAttribute(mp, CB_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+		int fd = -1;
+		CB_CK("cuMemPoolExportToShareableHandle", cb_cuMemPoolExportToShareableHandle(&fd, mp, CB_MEM_HANDLE_TYPE_POSIX_FD, 0));
+		CUdeviceptr p;
+		CB_CK("cuMemAllocFromPoolAsync", cb_cuMemAllocFromPoolAsync(&p, 1 << 20, mp, cb_stream));
+		CB_CK("cuStreamSynchronize", cb_cuStreamSynchronize(cb_stream));
+		CBmemPoolPtrExportData ed;
+		CB_CK("cuMemPoolExportPointer", cb_cuMemPoolExportPointer(&ed, p));
+		CB_CK("cuMemFreeAsync", cb_cuMemFreeAsync(p, cb_stream));
+		if (close(fd) != 0) {
+			cb_failed = "close";
+			return 999; // CUDA_ERROR_UNKNOWN
+		}
+		CB_CK("cuCtxSynchronize", cb_cuCtxSynchronize());
+		CB_CK("cuMemPoolDestroy", cb_cuMemPoolDestroy(mp));
+	}
+	*ns = cb_now() - t0;
+	return 0;
+}
+
+static CUmemoryPool cb_ipc_pool;
+static CUdeviceptr cb_ipc_ptr;
+
+// cb_ipc_parent_setup makes the pool and the 1 MiB buffer (filled with
+// fill) that the children of ipc/child_import import.
+static CUresult cb_ipc_parent_setup(unsigned char fill, int *fd, unsigned char *export_data) {
+	CBmemPoolProps pp = cb_ipc_props();
+	CB_CK("cuMemPoolCreate", cb_cuMemPoolCreate(&cb_ipc_pool, &pp));
+	CB_CK("cuMemPoolExportToShareableHandle", cb_cuMemPoolExportToShareableHandle(fd, cb_ipc_pool, CB_MEM_HANDLE_TYPE_POSIX_FD, 0));
+	CB_CK("cuMemAllocFromPoolAsync", cb_cuMemAllocFromPoolAsync(&cb_ipc_ptr, 1 << 20, cb_ipc_pool, cb_stream));
+	CB_CK("cuMemsetD8Async", cb_cuMemsetD8Async(cb_ipc_ptr, fill, 1 << 20, cb_stream));
+	CB_CK("cuStreamSynchronize", cb_cuStreamSynchronize(cb_stream));
+	CBmemPoolPtrExportData ed;
+	CB_CK("cuMemPoolExportPointer", cb_cuMemPoolExportPointer(&ed, cb_ipc_ptr));
+	memcpy(export_data, ed.reserved, 64);
+	return 0;
+}
+
+static CUresult cb_ipc_parent_teardown(void) {
+	CB_CK("cuMemFreeAsync", cb_cuMemFreeAsync(cb_ipc_ptr, cb_stream));
+	CB_CK("cuStreamSynchronize", cb_cuStreamSynchronize(cb_stream));
+	CB_CK("cuMemPoolDestroy", cb_cuMemPoolDestroy(cb_ipc_pool));
+	return 0;
+}
+
+// cb_child_init is what a new process does before it can import: cuInit
+// and the primary context (after the driver is loaded).
+static CUresult cb_child_init(int ordinal) {
+	CB_CK("cuInit", cb_cuInit(0));
+	CB_CK("cuDeviceGet", cb_cuDeviceGet(&cb_dev, ordinal));
+	CB_CK("cuDevicePrimaryCtxRetain", cb_cuDevicePrimaryCtxRetain(&cb_ctx, cb_dev));
+	CB_CK("cuCtxSetCurrent", cb_cuCtxSetCurrent(cb_ctx));
+	return 0;
+}
+
+// cb_ipc_child imports the pool from fd and the pointer from its export
+// data (timed), then reads the first 4 bytes back and lets go of both.
+static CUresult cb_ipc_child(int fd, const unsigned char *export_data, double *ns, unsigned char *first) {
+	CBmemPoolPtrExportData ed;
+	memcpy(ed.reserved, export_data, 64);
+	double t0 = cb_now();
+	CUmemoryPool mp;
+	CB_CK("cuMemPoolImportFromShareableHandle",
+		cb_cuMemPoolImportFromShareableHandle(&mp, (void *)(intptr_t)fd, CB_MEM_HANDLE_TYPE_POSIX_FD, 0));
+	CUdeviceptr p;
+	CB_CK("cuMemPoolImportPointer", cb_cuMemPoolImportPointer(&p, mp, &ed));
+	*ns = cb_now() - t0;
+	CB_CK("cuMemcpyDtoH_v2", cb_cuMemcpyDtoH(first, p, 4));
+	CB_CK("cuMemFree_v2", cb_cuMemFree(p));
+	CB_CK("cuMemPoolDestroy", cb_cuMemPoolDestroy(mp));
+	return 0;
+}
+
+// ---- virtual memory management ----
+
+static CBmemAllocationProp cb_vmm_prop;
+static CBmemAccessDesc cb_vmm_access;
+static size_t cb_vmm_gran;
+
+static CUresult cb_vmm_setup(void) {
+	memset(&cb_vmm_prop, 0, sizeof cb_vmm_prop);
+	cb_vmm_prop.type = CB_MEM_ALLOCATION_TYPE_PINNED;
+	cb_vmm_prop.requestedHandleTypes = CB_MEM_HANDLE_TYPE_POSIX_FD;
+	cb_vmm_prop.location.type = CB_MEM_LOCATION_TYPE_DEVICE;
+	cb_vmm_prop.location.id = cb_dev;
+	cb_vmm_access.location = cb_vmm_prop.location;
+	cb_vmm_access.flags = CB_MEM_ACCESS_PROT_READWRITE;
+	CB_CK("cuMemGetAllocationGranularity",
+		cb_cuMemGetAllocationGranularity(&cb_vmm_gran, &cb_vmm_prop, CB_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+	return 0;
+}
+
+static size_t cb_get_vmm_gran(void) { return cb_vmm_gran; }
+
+// cb_vmm_allocfree: the calls of virtual.Resource Allocate + Close:
+// reserve (aligned to the granularity), create, map, set access; wait for
+// the stream, unmap, release, free the range.
+static CUresult cb_vmm_allocfree(size_t size, long long n, double *ns) {
+	double t0 = cb_now();
+	for (long long i = 0; i < n; i++) {
+		CUdeviceptr p;
+		CUmemGenericAllocationHandle h;
+		CB_CK("cuMemAddressReserve", cb_cuMemAddressReserve(&p, size, cb_vmm_gran, 0, 0));
+		CB_CK("cuMemCreate", cb_cuMemCreate(&h, size, &cb_vmm_prop, 0));
+		CB_CK("cuMemMap", cb_cuMemMap(p, size, 0, h, 0));
+		CB_CK("cuMemSetAccess", cb_cuMemSetAccess(p, size, &cb_vmm_access, 1));
+		CB_CK("cuStreamSynchronize", cb_cuStreamSynchronize(cb_stream));
+		CB_CK("cuMemUnmap", cb_cuMemUnmap(p, size));
+		CB_CK("cuMemRelease", cb_cuMemRelease(h));
+		CB_CK("cuMemAddressFree", cb_cuMemAddressFree(p, size));
+	}
+	*ns = cb_now() - t0;
+	return 0;
+}
+
+// cb_vmm_growstep maps step-sized chunks one after another into one
+// reservation of total bytes (create, map, set access per step; the first
+// chunk untimed, as cudamem's Allocate before its Grows), and sums the
+// time of the first and the last window steps.
+static CUresult cb_vmm_growstep(size_t total, size_t step, int window, double *first, double *last) {
+	long long chunks = (long long)(total / step), steps = chunks - 1;
+	CUmemGenericAllocationHandle *hs = calloc((size_t)chunks, sizeof *hs);
+	if (hs == NULL) {
+		cb_failed = "calloc";
+		return 2; // CUDA_ERROR_OUT_OF_MEMORY
+	}
+	CUdeviceptr base;
+	CUresult r = cb_cuMemAddressReserve(&base, total, cb_vmm_gran, 0, 0);
+	if (r != 0) {
+		free(hs);
+		cb_failed = "cuMemAddressReserve";
+		return r;
+	}
+	long long made = 0, mapped = 0;
+	*first = *last = 0;
+	for (long long i = 0; i <= steps; i++) {
+		CUdeviceptr at = base + (CUdeviceptr)i * step;
+		double t0 = cb_now();
+		if ((r = cb_cuMemCreate(&hs[i], step, &cb_vmm_prop, 0)) != 0) {
+			cb_failed = "cuMemCreate";
+			break;
+		}
+		made++;
+		if ((r = cb_cuMemMap(at, step, 0, hs[i], 0)) != 0) {
+			cb_failed = "cuMemMap";
+			break;
+		}
+		mapped++;
+		if ((r = cb_cuMemSetAccess(at, step, &cb_vmm_access, 1)) != 0) {
+			cb_failed = "cuMemSetAccess";
+			break;
+		}
+		double dt = cb_now() - t0;
+		if (i >= 1 && i <= window) *first += dt;
+		if (i > steps - window) *last += dt;
+	}
+	// Unmap what was mapped, then release and free; the first failure is
+	// what is reported.
+	for (long long i = 0; i < mapped; i++) {
+		CUresult u = cb_cuMemUnmap(base + (CUdeviceptr)i * step, step);
+		if (u != 0 && r == 0) { r = u; cb_failed = "cuMemUnmap"; }
+	}
+	for (long long i = 0; i < made; i++) {
+		CUresult u = cb_cuMemRelease(hs[i]);
+		if (u != 0 && r == 0) { r = u; cb_failed = "cuMemRelease"; }
+	}
+	CUresult u = cb_cuMemAddressFree(base, total);
+	if (u != 0 && r == 0) { r = u; cb_failed = "cuMemAddressFree"; }
+	free(hs);
+	return r;
+}
+
+// ---- the driver pool pair from many threads (../shared/anchors/mt_anchor.c) ----
+
+enum { CB_MT_MAX = 64 };
+static CUstream cb_mt_streams[CB_MT_MAX];
+static int cb_mt_nstreams, cb_mt_shared;
+static long long cb_mt_per;
+static size_t cb_mt_size;
+static pthread_barrier_t cb_mt_barrier;
+static pthread_mutex_t cb_mt_mu = PTHREAD_MUTEX_INITIALIZER;
+static CUresult cb_mt_err;
+static const char *cb_mt_failed;
+
+static void cb_mt_fail(const char *call, CUresult r) {
+	pthread_mutex_lock(&cb_mt_mu);
+	if (cb_mt_err == 0) {
+		cb_mt_err = r;
+		cb_mt_failed = call;
+	}
+	pthread_mutex_unlock(&cb_mt_mu);
+}
+
+static void *cb_mt_work(void *arg) {
+	long i = (long)arg;
+	CUresult r = cb_cuCtxSetCurrent(cb_ctx);
+	CUstream s = cb_mt_streams[cb_mt_shared ? 0 : i];
+	pthread_barrier_wait(&cb_mt_barrier);
+	if (r != 0) {
+		cb_mt_fail("cuCtxSetCurrent", r);
+		return NULL;
+	}
+	for (long long k = 0; k < cb_mt_per; k++) {
+		CUdeviceptr p;
+		if ((r = cb_cuMemAllocFromPoolAsync(&p, cb_mt_size, cb_pool, s)) != 0) {
+			cb_mt_fail("cuMemAllocFromPoolAsync", r);
+			return NULL;
+		}
+		if ((r = cb_cuMemFreeAsync(p, s)) != 0) {
+			cb_mt_fail("cuMemFreeAsync", r);
+			return NULL;
+		}
+	}
+	return NULL;
+}
+
+static CUresult cb_mt_setup(void) {
+	for (; cb_mt_nstreams < CB_MT_MAX; cb_mt_nstreams++) {
+		CB_CK("cuStreamCreate", cb_cuStreamCreate(&cb_mt_streams[cb_mt_nstreams], CB_STREAM_NON_BLOCKING));
+	}
+	return 0;
+}
+
+static CUresult cb_mt_teardown(void) {
+	for (; cb_mt_nstreams > 0; cb_mt_nstreams--) {
+		CB_CK("cuStreamSynchronize", cb_cuStreamSynchronize(cb_mt_streams[cb_mt_nstreams - 1]));
+		CB_CK("cuStreamDestroy_v2", cb_cuStreamDestroy(cb_mt_streams[cb_mt_nstreams - 1]));
+	}
+	return 0;
+}
+
+// cb_mt_run starts t threads that wait at a barrier; the time runs from
+// the barrier's release until the last thread is joined.
+static CUresult cb_mt_run(int t, int shared, size_t size, long long per, double *ns) {
+	if (t < 1 || t > CB_MT_MAX) {
+		cb_failed = "cb_mt_run: thread count";
+		return 1; // CUDA_ERROR_INVALID_VALUE
+	}
+	pthread_t th[CB_MT_MAX];
+	cb_mt_shared = shared;
+	cb_mt_size = size;
+	cb_mt_per = per;
+	cb_mt_err = 0;
+	if (pthread_barrier_init(&cb_mt_barrier, NULL, (unsigned)t + 1) != 0) {
+		cb_failed = "pthread_barrier_init";
+		return 999;
+	}
+	int started = 0;
+	for (long i = 0; i < t; i++) {
+		if (pthread_create(&th[i], NULL, cb_mt_work, (void *)i) != 0) {
+			break;
+		}
+		started++;
+	}
+	if (started < t) {
+		// The barrier would never open: this is fatal for the program.
+		cb_failed = "pthread_create";
+		return 999;
+	}
+	pthread_barrier_wait(&cb_mt_barrier);
+	double t0 = cb_now();
+	for (int i = 0; i < t; i++) {
+		pthread_join(th[i], NULL);
+	}
+	*ns = cb_now() - t0;
+	pthread_barrier_destroy(&cb_mt_barrier);
+	if (cb_mt_err != 0) {
+		cb_failed = cb_mt_failed;
+		return cb_mt_err;
+	}
+	return 0;
+}
+
+// ---- a pinned host pool (cuMemPoolCreate with a host location) ----
+
+static CUmemoryPool cb_host_pool;
+
+// cb_hostpool_setup returns the driver's answer without failing the
+// program: drivers before CUDA 13 have no host-location pools.
+static CUresult cb_hostpool_setup(void) {
+	CBmemPoolProps pp;
+	memset(&pp, 0, sizeof pp);
+	pp.allocType = CB_MEM_ALLOCATION_TYPE_PINNED;
+	pp.location.type = CB_MEM_LOCATION_TYPE_HOST;
+	pp.location.id = 0;
+	CB_CK("cuMemPoolCreate", cb_cuMemPoolCreate(&cb_host_pool, &pp));
+	uint64_t thr = UINT64_MAX;
+	CB_CK("cuMemPoolSetAttribute(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)",
+		cb_cuMemPoolSetAttribute(cb_host_pool, CB_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+	return 0;
+}
+
+static CUresult cb_hostpool_pair(size_t size, long long warm, long long n, double *ns) {
+	return cb_poolpair_on(cb_host_pool, size, warm, n, ns);
+}
+
+static CUresult cb_hostpool_teardown(void) {
+	CB_CK("cuStreamSynchronize", cb_cuStreamSynchronize(cb_stream));
+	CB_CK("cuMemPoolDestroy", cb_cuMemPoolDestroy(cb_host_pool));
+	return 0;
+}
+
 static const char *cb_failed_call(void) { return cb_failed; }
 static CUmemoryPool cb_get_pool(void) { return cb_pool; }
 static CUstream cb_get_stream(void) { return cb_stream; }
@@ -334,12 +781,16 @@ static CUresult cb_call_stream_synchronize(CUstream s) {
 import "C"
 
 import (
+	"bytes"
+	"encoding/hex"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 	"unsafe"
@@ -351,6 +802,15 @@ func init() { runtime.LockOSThread() }
 const (
 	copyBytes = 256 << 20
 	poolWarm  = 1000
+
+	ipcChildArg  = "-ipc-child" // the hidden first argument of the re-executed child
+	ipcEnvDesc   = "CGOBENCH_IPC_EXPORT_DATA"
+	ipcEnvDevice = "CGOBENCH_IPC_DEVICE"
+	ipcFill      = 42
+
+	vmmStep   = 2 << 20
+	vmmWindow = 16
+	vmmMargin = 1 << 30 // free device memory left untouched when deciding to skip
 )
 
 type result struct {
@@ -358,16 +818,32 @@ type result struct {
 	NsPerOp float64 `json:"ns_per_op"`
 	GBps    float64 `json:"gbps,omitempty"`
 	Iters   int64   `json:"iters"`
+	Rep     int     `json:"rep,omitempty"`
 }
 
 type measurement struct {
 	name    string
 	iters   int64 // default count, scaled by -iters
 	bytes   int64 // bytes moved per iteration; 0 for calls that move none
+	perIter int64 // operations per iteration (threads, grow steps); 0 means 1
 	context bool  // needs the context, stream and pool
 	buffers bool  // needs the copy buffers
-	run     func(n int64) float64
+	needs   string
+	warm    bool // run n/10 iterations untimed first
+	// skip, if set, says why the measurement cannot run now ("" to run).
+	skip func() string
+	// run returns the time of n iterations, and of the side figure.
+	run  func(n int64) (ns, sideNs float64)
+	side string // the name of the side figure, if any
 }
+
+// Setups beyond the context, made once for the measurements that need them.
+const (
+	needIPC      = "ipc"
+	needVMM      = "vmm"
+	needMT       = "mt"
+	needHostPool = "hostpool"
+)
 
 func fail(call string, r C.CUresult) {
 	fmt.Fprintf(os.Stderr, "cgo-baseline: %s failed: %s (CUresult %d)\n", call, C.GoString(C.cb_error_name(r)), int(r))
@@ -381,24 +857,51 @@ func checkC(r C.CUresult) {
 	}
 }
 
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "cgo-baseline: "+format+"\n", args...)
+	os.Exit(1)
+}
+
+// flags are the command line, read by main.
+var flags struct {
+	device int
+	scale  float64
+	growTo uint64
+}
+
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == ipcChildArg {
+		ipcChildMain()
+		return
+	}
 	device := flag.Int("device", 0, "CUDA device ordinal")
 	only := flag.String("only", "", "run only measurements whose name starts with `PREFIX`")
+	names := flag.String("names", "", "run only the measurements in this comma-separated `LIST` of exact names")
 	scale := flag.Float64("iters", 1, "multiply every measurement's default iteration count by `X`")
+	count := flag.Int("count", 1, "run each measurement `N` times (one JSON line each)")
+	growTo := flag.Uint64("grow-to", 8<<30, "`BYTES` vmm/growstep/c grows to, in 2 MiB steps")
 	flag.Parse()
-	if flag.NArg() != 0 || *scale <= 0 || math.IsInf(*scale, 0) || math.IsNaN(*scale) {
+	if flag.NArg() != 0 || *scale <= 0 || math.IsInf(*scale, 0) || math.IsNaN(*scale) || *count < 1 ||
+		*growTo%vmmStep != 0 || *growTo < (2*vmmWindow+1)*vmmStep {
 		flag.Usage()
 		os.Exit(2)
 	}
+	flags.device, flags.scale, flags.growTo = *device, *scale, *growTo
 
+	want := map[string]bool{}
+	for _, n := range strings.Split(*names, ",") {
+		if n != "" {
+			want[n] = true
+		}
+	}
 	var ms []measurement
 	for _, m := range measurements() {
-		if strings.HasPrefix(m.name, *only) {
+		if strings.HasPrefix(m.name, *only) && (len(want) == 0 || want[m.name] || want[m.side]) {
 			ms = append(ms, m)
 		}
 	}
 	if len(ms) == 0 {
-		fmt.Fprintf(os.Stderr, "cgo-baseline: no measurement name starts with %q\n", *only)
+		fmt.Fprintf(os.Stderr, "cgo-baseline: no measurement matches -only %q -names %q\n", *only, *names)
 		os.Exit(2)
 	}
 
@@ -408,9 +911,13 @@ func main() {
 	}
 
 	needContext, needBuffers := false, false
+	needs := map[string]bool{}
 	for _, m := range ms {
 		needContext = needContext || m.context
 		needBuffers = needBuffers || m.buffers
+		if m.needs != "" {
+			needs[m.needs] = true
+		}
 	}
 	if needContext {
 		checkC(C.cb_setup(C.int(*device)))
@@ -418,24 +925,62 @@ func main() {
 	if needBuffers {
 		checkC(C.cb_copy_setup(copyBytes))
 	}
+	var teardown []func()
+	if needs[needIPC] {
+		teardown = append(teardown, ipcSetup())
+	}
+	if needs[needVMM] {
+		checkC(C.cb_vmm_setup())
+	}
+	if needs[needMT] {
+		checkC(C.cb_mt_setup())
+		teardown = append(teardown, func() { checkC(C.cb_mt_teardown()) })
+	}
+	if needs[needHostPool] {
+		if r := C.cb_hostpool_setup(); r != 0 {
+			hostPoolErr = fmt.Sprintf("%s: %s", C.GoString(C.cb_failed_call()), C.GoString(C.cb_error_name(r)))
+		} else {
+			teardown = append(teardown, func() { checkC(C.cb_hostpool_teardown()) })
+		}
+	}
 
 	enc := json.NewEncoder(os.Stdout)
-	for _, m := range ms {
+	for i, m := range ms {
 		n := int64(math.Round(float64(m.iters) * *scale))
 		if n < 1 {
 			n = 1
 		}
-		ns := m.run(n)
-		res := result{Name: m.name, NsPerOp: ns / float64(n), Iters: n}
-		if m.bytes > 0 && ns > 0 {
-			res.GBps = float64(m.bytes) * float64(n) / ns
+		fmt.Fprintf(os.Stderr, "cgo-baseline: [%d/%d] %s (%d × %d iterations)\n", i+1, len(ms), m.name, *count, n)
+		if m.skip != nil {
+			if why := m.skip(); why != "" {
+				fmt.Fprintf(os.Stderr, "cgo-baseline: skipped %s: %s\n", m.name, why)
+				continue
+			}
 		}
-		if err := enc.Encode(res); err != nil {
-			fmt.Fprintf(os.Stderr, "cgo-baseline: %v\n", err)
-			os.Exit(1)
+		if m.warm {
+			m.run(max(1, n/10))
+		}
+		ops := n * max(1, m.perIter)
+		for rep := 1; rep <= *count; rep++ {
+			ns, sideNs := m.run(n)
+			out := []result{{Name: m.name, NsPerOp: ns / float64(ops), Iters: ops, Rep: rep}}
+			if m.bytes > 0 && ns > 0 {
+				out[0].GBps = float64(m.bytes) * float64(n) / ns
+			}
+			if m.side != "" {
+				out = append(out, result{Name: m.side, NsPerOp: sideNs / float64(ops), Iters: ops, Rep: rep})
+			}
+			for _, r := range out {
+				if err := enc.Encode(r); err != nil {
+					fatalf("%v", err)
+				}
+			}
 		}
 	}
 
+	for i := len(teardown) - 1; i >= 0; i-- {
+		teardown[i]()
+	}
 	if needBuffers {
 		checkC(C.cb_copy_teardown())
 	}
@@ -444,10 +989,26 @@ func main() {
 	}
 }
 
+func sizeLabel(n uint64) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", n>>10)
+	}
+	return fmt.Sprintf("%dB", n)
+}
+
+// mtCounts are the thread counts and the pairs each thread makes per run,
+// as in cudamem bench's suballoc/mt table.
+var mtCounts = []struct{ t, iters int64 }{{1, 20_000}, {4, 20_000}, {16, 8_000}, {64, 2_000}}
+
 func measurements() []measurement {
 	ms := []measurement{
-		{name: "trivial/c", iters: 1_000_000, run: trivialC},
-		{name: "trivial/cgo", iters: 1_000_000, run: trivialCgo},
+		{name: "trivial/c", iters: 1_000_000, run: noSide(trivialC)},
+		{name: "trivial/cgo", iters: 1_000_000, run: noSide(trivialCgo)},
 	}
 	for _, sz := range []struct {
 		label string
@@ -456,9 +1017,9 @@ func measurements() []measurement {
 		size := C.size_t(sz.bytes)
 		ms = append(ms,
 			measurement{name: "poolpair/c/" + sz.label, iters: 200_000, context: true,
-				run: func(n int64) float64 { return poolpairC(size, n) }},
+				run: noSide(func(n int64) float64 { return poolpairC(size, n) })},
 			measurement{name: "poolpair/cgo/" + sz.label, iters: 200_000, context: true,
-				run: func(n int64) float64 { return poolpairCgo(size, n) }},
+				run: noSide(func(n int64) float64 { return poolpairCgo(size, n) })},
 		)
 	}
 	for _, c := range []struct {
@@ -475,9 +1036,187 @@ func measurements() []measurement {
 	} {
 		kind := c.kind
 		ms = append(ms, measurement{name: c.name, iters: c.iters, bytes: copyBytes, context: true, buffers: true,
-			run: func(n int64) float64 { return copyC(kind, n) }})
+			run: noSide(func(n int64) float64 { return copyC(kind, n) })})
+	}
+	ms = append(ms,
+		measurement{name: "ipc/pool_create_export/c", iters: 200, context: true, warm: true,
+			run: noSide(func(n int64) float64 {
+				var ns C.double
+				checkC(C.cb_ipc_pool_create_export(C.longlong(n), &ns))
+				return float64(ns)
+			})},
+		measurement{name: "ipc/child_import/c", side: "ipc/child_init/c", iters: 10, context: true, needs: needIPC, warm: true,
+			run: ipcChildren},
+		measurement{name: "poolpair/hostpool/c/1MiB", iters: 200_000, context: true, needs: needHostPool,
+			skip: func() string { return hostPoolErr },
+			run: noSide(func(n int64) float64 {
+				var ns C.double
+				checkC(C.cb_hostpool_pair(1<<20, poolWarm, C.longlong(n), &ns))
+				return float64(ns)
+			})},
+	)
+	for _, sz := range []struct {
+		size  uint64
+		iters int64
+	}{{2 << 20, 500}, {64 << 20, 100}, {1 << 30, 20}, {16 << 30, 4}} {
+		size := sz.size
+		ms = append(ms, measurement{name: "vmm/allocfree/c/" + sizeLabel(size), iters: sz.iters, context: true, needs: needVMM, warm: true,
+			skip: func() string { return memShort(size) },
+			run: noSide(func(n int64) float64 {
+				var ns C.double
+				checkC(C.cb_vmm_allocfree(C.size_t(size), C.longlong(n), &ns))
+				return float64(ns)
+			})})
+	}
+	grow := "vmm/growstep/c/to" + sizeLabel(flags.growTo)
+	ms = append(ms, measurement{name: grow + "/first16", side: grow + "/last16", iters: 1, perIter: vmmWindow,
+		context: true, needs: needVMM, warm: true,
+		skip: func() string { return memShort(flags.growTo) },
+		run: func(n int64) (float64, float64) {
+			step := max(vmmStep, uint64(C.cb_get_vmm_gran()))
+			var first, last float64
+			for i := int64(0); i < n; i++ {
+				var f, l C.double
+				checkC(C.cb_vmm_growstep(C.size_t(flags.growTo), C.size_t(step), vmmWindow, &f, &l))
+				first += float64(f)
+				last += float64(l)
+			}
+			return first, last
+		}})
+	for _, mode := range []string{"own", "shared"} {
+		shared := C.int(0)
+		if mode == "shared" {
+			shared = 1
+		}
+		for _, c := range mtCounts {
+			t := c.t
+			ms = append(ms, measurement{name: fmt.Sprintf("poolpair/mt/c/%d/%s", t, mode), iters: c.iters, perIter: t,
+				context: true, needs: needMT, warm: true,
+				run: noSide(func(n int64) float64 {
+					var ns C.double
+					checkC(C.cb_mt_run(C.int(t), shared, 256, C.longlong(n), &ns))
+					return float64(ns)
+				})})
+		}
 	}
 	return ms
+}
+
+func noSide(f func(n int64) float64) func(n int64) (float64, float64) {
+	return func(n int64) (float64, float64) { return f(n), 0 }
+}
+
+// hostPoolErr says why there is no host pool ("" when there is one).
+var hostPoolErr string
+
+// memShort says why size bytes of device memory cannot be had now, or "".
+func memShort(size uint64) string {
+	var free C.size_t
+	checkC(C.cb_mem_free(&free))
+	if size+vmmMargin > uint64(free) {
+		return fmt.Sprintf("needs %s of device memory plus %s spare, and %.1f GiB is free", sizeLabel(size), sizeLabel(vmmMargin), float64(free)/(1<<30))
+	}
+	return ""
+}
+
+// ipc/child_import/c state: the exported pool's fd and the export data of
+// its one buffer.
+var ipcParent struct {
+	file *os.File
+	data string // hex
+	exe  string
+}
+
+// ipcSetup makes the pool and buffer the children import, and returns
+// their teardown.
+func ipcSetup() func() {
+	var fd C.int
+	data := make([]byte, 64)
+	checkC(C.cb_ipc_parent_setup(ipcFill, &fd, (*C.uchar)(unsafe.Pointer(&data[0]))))
+	exe, err := os.Executable()
+	if err != nil {
+		fatalf("%v", err)
+	}
+	ipcParent.file = os.NewFile(uintptr(fd), "cgobench-ipc-pool")
+	ipcParent.data = hex.EncodeToString(data)
+	ipcParent.exe = exe
+	return func() {
+		if err := ipcParent.file.Close(); err != nil {
+			fatalf("closing the pool fd: %v", err)
+		}
+		checkC(C.cb_ipc_parent_teardown())
+	}
+}
+
+// ipcChildReport is the child's one line on stdout (the shape cudamem
+// bench's child prints).
+type ipcChildReport struct {
+	InitNs   int64 `json:"init_ns"`
+	ImportNs int64 `json:"import_ns"`
+	First    []int `json:"first"`
+}
+
+// ipcChildren runs n children one after another, and returns the sum of
+// their import times and of their init times.
+func ipcChildren(n int64) (importNs, initNs float64) {
+	for i := int64(0); i < n; i++ {
+		cmd := exec.Command(ipcParent.exe, ipcChildArg)
+		cmd.Env = append(os.Environ(), ipcEnvDesc+"="+ipcParent.data, ipcEnvDevice+"="+strconv.Itoa(flags.device))
+		cmd.ExtraFiles = []*os.File{ipcParent.file}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			fatalf("ipc child: %v: %s", err, strings.TrimSpace(stderr.String()))
+		}
+		var rep ipcChildReport
+		if err := json.Unmarshal(bytes.TrimSpace(out), &rep); err != nil {
+			fatalf("ipc child printed %q: %v", out, err)
+		}
+		for j, v := range rep.First {
+			if v != ipcFill {
+				fatalf("ipc child read byte %d as %d, want %d", j, v, ipcFill)
+			}
+		}
+		if len(rep.First) == 0 {
+			fatalf("ipc child read nothing back")
+		}
+		importNs += float64(rep.ImportNs)
+		initNs += float64(rep.InitNs)
+	}
+	return importNs, initNs
+}
+
+// ipcChildMain is the child: load the driver, cuInit and the primary
+// context (init), then import the pool from fd 3 and the pointer (import,
+// timed in C), read 4 bytes back, and print an ipcChildReport.
+func ipcChildMain() {
+	t0 := time.Now()
+	ord, err := strconv.Atoi(os.Getenv(ipcEnvDevice))
+	if err != nil {
+		fatalf("%s: %v", ipcEnvDevice, err)
+	}
+	data, err := hex.DecodeString(os.Getenv(ipcEnvDesc))
+	if err != nil || len(data) != 64 {
+		fatalf("%s: want 64 bytes of hex (%v)", ipcEnvDesc, err)
+	}
+	if msg := C.cb_load(); msg != nil {
+		fatalf("%s", C.GoString(msg))
+	}
+	checkC(C.cb_child_init(C.int(ord)))
+	initNs := time.Since(t0).Nanoseconds()
+	var ns C.double
+	first := make([]byte, 4)
+	cdata := C.CBytes(data)
+	defer C.free(cdata)
+	checkC(C.cb_ipc_child(3, (*C.uchar)(cdata), &ns, (*C.uchar)(unsafe.Pointer(&first[0]))))
+	rep := ipcChildReport{InitNs: initNs, ImportNs: int64(ns)}
+	for _, b := range first {
+		rep.First = append(rep.First, int(b))
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(rep); err != nil {
+		fatalf("%v", err)
+	}
 }
 
 func trivialC(n int64) float64 {

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/ipc"
+	"github.com/cudamem/cudamem/resource"
+)
+
+// The IPC measurements. ipc/pool_create_export makes, exports and
+// destroys an IPC-enabled pool with one exported buffer per iteration;
+// ipc/child_import starts one child process per iteration, which imports
+// the pool and one buffer and reports how long that took (and, as
+// ipc/child_init, how long loading the driver and making the context
+// current took before it).
+const (
+	ipcChildArg  = "-ipc-child" // bench's hidden first argument in the child
+	ipcEnvToken  = "CUDAMEM_BENCH_IPC_TOKEN"
+	ipcEnvDesc   = "CUDAMEM_BENCH_IPC_DESC"
+	ipcEnvDevice = "CUDAMEM_BENCH_IPC_DEVICE"
+	ipcBufSize   = 1 << 20
+	ipcFill      = 42 // the byte the parent fills the shared buffer with
+)
+
+// ipcChildReport is what the child prints on stdout, one JSON line.
+type ipcChildReport struct {
+	InitNs   int64 `json:"init_ns"`   // driver load, cuInit, primary context
+	ImportNs int64 `json:"import_ns"` // pool from the fd, buffer from the descriptor
+	First    []int `json:"first"`     // the buffer's first bytes, read back
+}
+
+func ipcMeasurements(e *benchEnv) []measurement {
+	skip := ""
+	if runtime.GOOS != "linux" {
+		skip = "IPC pools use POSIX file descriptors (Linux only)"
+	} else if f, err := e.dev.Features(); err != nil {
+		skip = fmt.Sprintf("reading %v's features: %v", e.dev, err)
+	} else if !f.PoolIPC {
+		skip = fmt.Sprintf("%v cannot export pools as POSIX file descriptors", e.dev)
+	}
+	initSide := &side{name: "ipc/child_init", baseline: "ipc/child_init/c"}
+	child := &ipcChild{e: e, init: initSide}
+	return []measurement{
+		{name: "ipc/pool_create_export", baseline: "ipc/pool_create_export/c", iters: 200, skip: skip,
+			run: func(n int) (time.Duration, error) {
+				return timed(n, nil, func() error { return poolCreateExport(e) })
+			}},
+		{name: "ipc/child_import", baseline: "ipc/child_import/c", iters: 10, skip: skip,
+			setup: child.setup, run: child.run, sides: []*side{initSide}},
+	}
+}
+
+// poolCreateExport is one iteration of ipc/pool_create_export, through the
+// public API: an IPC-enabled pool, its export to an fd, one buffer
+// allocated and exported, then everything closed.
+func poolCreateExport(e *benchEnv) (err error) {
+	p, err := resource.NewDevicePool(e.dev, &resource.DevicePoolOptions{IPC: true})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, p.Close()) }()
+	h, err := ipc.ExportPool(p)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, h.Close()) }()
+	b, err := p.Allocate(ipcBufSize, e.stream)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, b.Close()) }()
+	_, err = ipc.ExportBuffer(b)
+	return err
+}
+
+// ipcChild is the parent side of ipc/child_import: one pool, one buffer
+// filled with ipcFill, exported once, and a child per iteration.
+type ipcChild struct {
+	e     *benchEnv
+	init  *side
+	exe   string
+	h     *ipc.Handle
+	desc  string // the buffer's descriptor, hex
+	ready bool
+}
+
+func (c *ipcChild) setup() error {
+	if c.ready {
+		return nil
+	}
+	e := c.e
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	p, err := resource.NewDevicePool(e.dev, &resource.DevicePoolOptions{IPC: true})
+	if err != nil {
+		return err
+	}
+	e.cleanup = append(e.cleanup, p.Close)
+	b, err := p.Allocate(ipcBufSize, e.stream)
+	if err != nil {
+		return err
+	}
+	e.cleanup = append(e.cleanup, b.Close)
+	if err := b.Fill8(ipcFill, e.stream); err != nil {
+		return err
+	}
+	if err := e.stream.Sync(); err != nil {
+		return err
+	}
+	d, err := ipc.ExportBuffer(b)
+	if err != nil {
+		return err
+	}
+	raw, err := d.MarshalBinary()
+	if err != nil {
+		return err
+	}
+	h, err := ipc.ExportPool(p)
+	if err != nil {
+		return err
+	}
+	e.cleanup = append(e.cleanup, h.Close)
+	c.exe, c.h, c.desc, c.ready = exe, h, hex.EncodeToString(raw), true
+	return nil
+}
+
+// run starts n children one after another and returns the sum of the
+// import times they report; the sum of their init times goes to c.init.
+func (c *ipcChild) run(n int) (time.Duration, error) {
+	var imp, ini time.Duration
+	for i := 0; i < n; i++ {
+		rep, err := c.once()
+		if err != nil {
+			return 0, err
+		}
+		imp += time.Duration(rep.ImportNs)
+		ini += time.Duration(rep.InitNs)
+	}
+	c.init.d = ini
+	return imp, nil
+}
+
+func (c *ipcChild) once() (*ipcChildReport, error) {
+	f, err := c.h.ExtraFile()
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	cmd := exec.Command(c.exe, "bench", ipcChildArg)
+	cmd.Env = append(os.Environ(),
+		ipcEnvToken+"="+c.h.Token(),
+		ipcEnvDesc+"="+c.desc,
+		ipcEnvDevice+"="+strconv.Itoa(c.e.dev.Ordinal()))
+	cmd.ExtraFiles = []*os.File{f}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("child %s bench %s: %w: %s", c.exe, ipcChildArg, err, strings.TrimSpace(stderr.String()))
+	}
+	return parseChildReport(out)
+}
+
+// parseChildReport reads the child's line and checks the bytes it read.
+func parseChildReport(out []byte) (*ipcChildReport, error) {
+	var rep ipcChildReport
+	if err := json.Unmarshal(bytes.TrimSpace(out), &rep); err != nil {
+		return nil, fmt.Errorf("child printed %q: %w", out, err)
+	}
+	if len(rep.First) == 0 {
+		return nil, fmt.Errorf("child read no bytes back (printed %q)", out)
+	}
+	for i, v := range rep.First {
+		if v != ipcFill {
+			return nil, fmt.Errorf("child read byte %d as %d, want %d: the import does not show the parent's memory", i, v, ipcFill)
+		}
+	}
+	if rep.ImportNs <= 0 || rep.InitNs <= 0 {
+		return nil, fmt.Errorf("child reported times %d ns (init), %d ns (import)", rep.InitNs, rep.ImportNs)
+	}
+	return &rep, nil
+}
+
+// runIPCChild is the child of ipc/child_import: it loads the driver and
+// makes the context current (init), then imports the pool from fd 3 and
+// the buffer from its descriptor (import), reads the first bytes back,
+// closes everything and prints an ipcChildReport.
+func runIPCChild(stdout io.Writer) (err error) {
+	t0 := time.Now()
+	ord, err := strconv.Atoi(os.Getenv(ipcEnvDevice))
+	if err != nil {
+		return fmt.Errorf("%s: %w", ipcEnvDevice, err)
+	}
+	dev, err := cuda.GetDevice(ord)
+	if err != nil {
+		return describeLoadError(err)
+	}
+	if _, err := dev.Context(); err != nil {
+		return err
+	}
+	t1 := time.Now()
+	h, err := ipc.NewHandleFromToken(3, os.Getenv(ipcEnvToken))
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, h.Close()) }()
+	raw, err := hex.DecodeString(os.Getenv(ipcEnvDesc))
+	if err != nil {
+		return fmt.Errorf("%s: %w", ipcEnvDesc, err)
+	}
+	var d ipc.Descriptor
+	if err := d.UnmarshalBinary(raw); err != nil {
+		return err
+	}
+	p, err := ipc.ImportPool(dev, h)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, p.Close()) }()
+	b, err := p.Import(d, nil)
+	if err != nil {
+		return err
+	}
+	t2 := time.Now()
+	defer func() { err = errors.Join(err, b.Close()) }()
+	first, err := readFirst(b, 4)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(stdout).Encode(ipcChildReport{
+		InitNs: t1.Sub(t0).Nanoseconds(), ImportNs: t2.Sub(t1).Nanoseconds(), First: first})
+}
+
+func readFirst(b *buffer.Buffer, n int) ([]int, error) {
+	p := make([]byte, n)
+	if _, err := b.ReadAt(p, 0); err != nil {
+		return nil, err
+	}
+	out := make([]int, n)
+	for i, v := range p {
+		out[i] = int(v)
+	}
+	return out, nil
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/resource"
+)
+
+// The concurrency measurements: suballoc/mt/G/own and .../shared are G
+// goroutines each making 256-byte resource.SubAllocator pairs (Allocate +
+// Buffer.Close) over resource.NewDevicePool(dev, nil), each goroutine on a
+// stream of its own (own) or all on one stream (shared). The figure is
+// the aggregate: wall time from the start signal until the last goroutine
+// is done, per pair. The baseline is the driver pool pair
+// (cuMemAllocFromPoolAsync + cuMemFreeAsync on the device's default pool)
+// from as many pthreads, as ../shared/anchors/mt_anchor.c does.
+const (
+	mtPrefix = "suballoc/mt/"
+	mtSize   = 256
+)
+
+// mtCounts are the goroutine (thread) counts and the pairs each makes per
+// run; fewer per goroutine at high counts keeps a run short. The C
+// baseline uses the same table.
+var mtCounts = []struct{ g, iters int }{{1, 20_000}, {4, 20_000}, {16, 8_000}, {64, 2_000}}
+
+func mtMeasurements(e *benchEnv) []measurement {
+	var streams []*cuda.Stream
+	var pool *resource.DevicePool
+	var setupErr error
+	ready := false
+	common := func() error {
+		if ready {
+			return setupErr
+		}
+		ready = true
+		pool, setupErr = resource.NewDevicePool(e.dev, nil)
+		if setupErr != nil {
+			return setupErr
+		}
+		for range mtCounts[len(mtCounts)-1].g {
+			s, err := e.dev.NewStream()
+			if err != nil {
+				setupErr = err
+				return err
+			}
+			e.cleanup = append(e.cleanup, s.Close)
+			streams = append(streams, s)
+		}
+		return nil
+	}
+	var ms []measurement
+	for _, mode := range []string{"own", "shared"} {
+		for _, c := range mtCounts {
+			g := c.g
+			var sub *resource.SubAllocator
+			ms = append(ms, measurement{
+				name:     fmt.Sprintf("%s%d/%s", mtPrefix, g, mode),
+				baseline: fmt.Sprintf("poolpair/mt/c/%d/%s", g, mode),
+				iters:    c.iters, perIter: g, rate: true,
+				setup: func() error {
+					if err := common(); err != nil {
+						return err
+					}
+					var err error
+					if sub, err = resource.NewSubAllocator(pool, nil); err != nil {
+						return err
+					}
+					e.cleanup = append(e.cleanup, sub.Close)
+					return nil
+				},
+				run: func(n int) (time.Duration, error) {
+					return concurrentPairs(sub, streams, g, mode == "shared", n)
+				},
+			})
+		}
+	}
+	return ms
+}
+
+// concurrentPairs runs g goroutines of n pairs each and returns the wall
+// time from their common start until the last finished.
+func concurrentPairs(sub *resource.SubAllocator, streams []*cuda.Stream, g int, shared bool, n int) (time.Duration, error) {
+	if g > len(streams) {
+		return 0, fmt.Errorf("%d goroutines, %d streams", g, len(streams))
+	}
+	start := make(chan struct{})
+	errs := make([]error, g)
+	var wg sync.WaitGroup
+	for i := range g {
+		s := streams[i]
+		if shared {
+			s = streams[0]
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			for range n {
+				b, err := sub.Allocate(mtSize, s)
+				if err == nil {
+					err = b.Close()
+				}
+				if err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		}()
+	}
+	t0 := time.Now()
+	close(start)
+	wg.Wait()
+	d := time.Since(t0)
+	return d, errors.Join(errs...)
+}

@@ -1,0 +1,278 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"unicode"
+	"unicode/utf8"
+)
+
+// summary is what the repetitions of one measurement come to: the median
+// and the spread (min–max) of the time per operation, and of the
+// bandwidth where there is one.
+type summary struct {
+	Name             string
+	N                int // repetitions
+	Median, Min, Max float64
+	GBps             float64 // median bandwidth; 0 for latency measurements
+	GBpsMin, GBpsMax float64
+}
+
+// median returns the median of xs (the mean of the middle two for an even
+// count); NaN for none. xs is not modified.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	m := len(s) / 2
+	if len(s)%2 == 1 {
+		return s[m]
+	}
+	return (s[m-1] + s[m]) / 2
+}
+
+// summarize groups results by name, in order of first appearance.
+func summarize(rs []result) []summary {
+	var order []string
+	by := map[string][]result{}
+	for _, r := range rs {
+		if _, ok := by[r.Name]; !ok {
+			order = append(order, r.Name)
+		}
+		by[r.Name] = append(by[r.Name], r)
+	}
+	out := make([]summary, 0, len(order))
+	for _, name := range order {
+		group := by[name]
+		ns := make([]float64, len(group))
+		var gb []float64
+		for i, r := range group {
+			ns[i] = r.NsPerOp
+			if r.GBps > 0 {
+				gb = append(gb, r.GBps)
+			}
+		}
+		s := summary{Name: name, N: len(group), Median: median(ns), Min: slices.Min(ns), Max: slices.Max(ns)}
+		if len(gb) > 0 {
+			s.GBps, s.GBpsMin, s.GBpsMax = median(gb), slices.Min(gb), slices.Max(gb)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func summaryMap(rs []result) map[string]summary {
+	m := map[string]summary{}
+	for _, s := range summarize(rs) {
+		m[s.Name] = s
+	}
+	return m
+}
+
+// ratioRow is one line of the table and one bar of the chart: our
+// measurement, its baseline (Base.N == 0 when the baseline has no
+// figure), and the ratio of their median times.
+type ratioRow struct {
+	Name, Baseline string
+	Rate           bool // shown as operations per second
+	Ours, Base     summary
+}
+
+// HasBase reports whether the baseline has a figure.
+func (r ratioRow) HasBase() bool { return r.Base.N > 0 }
+
+// Ratio is ours ÷ baseline, median time per operation (lower is better).
+func (r ratioRow) Ratio() float64 { return r.Ours.Median / r.Base.Median }
+
+// ratioRows pairs our summaries with the baseline's, in measurement order;
+// measurements that did not run (skipped) are left out.
+func ratioRows(ms []measurement, ours, base []result) []ratioRow {
+	type meta struct {
+		baseline string
+		rate     bool
+	}
+	info := map[string]meta{}
+	for _, m := range ms {
+		info[m.name] = meta{m.baseline, m.rate}
+		for _, s := range m.sides {
+			info[s.name] = meta{s.baseline, false}
+		}
+	}
+	bs := summaryMap(base)
+	var rows []ratioRow
+	for _, o := range summarize(ours) {
+		mi := info[o.Name]
+		rows = append(rows, ratioRow{Name: o.Name, Baseline: mi.baseline, Rate: mi.rate, Ours: o, Base: bs[mi.baseline]})
+	}
+	return rows
+}
+
+// fmtTime formats nanoseconds per operation with a unit that suits it.
+func fmtTime(ns float64) string {
+	switch {
+	case ns < 10_000:
+		return fmt.Sprintf("%.1f ns", ns)
+	case ns < 10_000_000:
+		return fmt.Sprintf("%.1f µs", ns/1e3)
+	}
+	return fmt.Sprintf("%.2f ms", ns/1e6)
+}
+
+// fmtRate formats operations per second, given ns per operation.
+func fmtRate(ns float64) string {
+	r := 1e9 / ns
+	switch {
+	case r >= 1e6:
+		return fmt.Sprintf("%.2fM/s", r/1e6)
+	case r >= 1e3:
+		return fmt.Sprintf("%.0fk/s", r/1e3)
+	}
+	return fmt.Sprintf("%.1f/s", r)
+}
+
+// cell is the figure of s (the median), spread the min–max.
+func cell(s summary, rate bool) (fig, spread string) {
+	switch {
+	case s.GBps > 0:
+		fig = fmt.Sprintf("%.1f GB/s", s.GBps)
+		spread = fmt.Sprintf("%.1f–%.1f", s.GBpsMin, s.GBpsMax)
+	case rate:
+		fig = fmtRate(s.Median)
+		spread = fmtRate(s.Max) + "–" + fmtRate(s.Min)
+	default:
+		fig = fmtTime(s.Median) + "/op"
+		spread = fmtTime(s.Min) + "–" + fmtTime(s.Max)
+	}
+	if s.N < 2 {
+		spread = "-"
+	}
+	return fig, spread
+}
+
+func printBench(w io.Writer, ms []measurement, ours, base []result) {
+	rows := ratioRows(ms, ours, base)
+	reps := 1
+	for _, r := range rows {
+		reps = max(reps, r.Ours.N, r.Base.N)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	spread := reps > 1 // the min–max columns, for -count above 1
+	if spread {
+		fmt.Fprintf(tw, "measurement (median of %d)\tcudamem\tmin–max\tbaseline\tC baseline\tmin–max\tratio (time, cudamem/baseline)\n", reps)
+	} else {
+		fmt.Fprintln(tw, "measurement\tcudamem\tbaseline\tC baseline\tratio (time, cudamem/baseline)")
+	}
+	for _, r := range rows {
+		fig, sp := cell(r.Ours, r.Rate)
+		bfig, bsp, ratio := "-", "-", "-"
+		if r.HasBase() {
+			bfig, bsp = cell(r.Base, r.Rate)
+			ratio = fmt.Sprintf("%.2fx", r.Ratio())
+		}
+		if spread {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, fig, sp, r.Baseline, bfig, bsp, ratio)
+		} else {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, fig, r.Baseline, bfig, ratio)
+		}
+	}
+	tw.Flush()
+	printScaling(w, rows)
+}
+
+// mtKey parses "suballoc/mt/16/own" into (16, "own").
+func mtKey(name string) (g int, mode string, ok bool) {
+	rest, ok := strings.CutPrefix(name, mtPrefix)
+	if !ok {
+		return 0, "", false
+	}
+	gs, mode, ok := strings.Cut(rest, "/")
+	if !ok {
+		return 0, "", false
+	}
+	g, err := strconv.Atoi(gs)
+	if err != nil || g < 1 {
+		return 0, "", false
+	}
+	return g, mode, true
+}
+
+// printScaling prints the concurrency table: pairs per second of each
+// suballoc/mt measurement and its baseline, and each against its own
+// one-goroutine (one-thread) figure.
+func printScaling(w io.Writer, rows []ratioRow) {
+	one := map[string]ratioRow{}
+	var mt []ratioRow
+	for _, r := range rows {
+		g, mode, ok := mtKey(r.Name)
+		if !ok {
+			continue
+		}
+		mt = append(mt, r)
+		if g == 1 {
+			one[mode] = r
+		}
+	}
+	if len(mt) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "concurrency (256 B pairs)\tcudamem pairs/s\tvs 1 goroutine\tC driver pool pairs/s\tvs 1 thread\tcudamem/C throughput")
+	for _, r := range mt {
+		_, mode, _ := mtKey(r.Name)
+		vs := func(s, first summary) string {
+			if s.N == 0 || first.N == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%.2fx", first.Median/s.Median)
+		}
+		base, thr := "-", "-"
+		if r.HasBase() {
+			base = fmtRate(r.Base.Median)
+			thr = fmt.Sprintf("%.2fx", r.Base.Median/r.Ours.Median)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, fmtRate(r.Ours.Median), vs(r.Ours, one[mode].Ours),
+			base, vs(r.Base, one[mode].Base), thr)
+	}
+	tw.Flush()
+}
+
+// benchName turns a measurement name into a Go benchmark name:
+// "poolpair/go/1MiB" becomes "BenchmarkPoolpair/go/1MiB". Spaces, which
+// would end the name, become underscores.
+func benchName(name string) string {
+	name = strings.Map(func(r rune) rune {
+		if unicode.IsSpace(r) {
+			return '_'
+		}
+		return r
+	}, name)
+	r, n := utf8.DecodeRuneInString(name)
+	return "Benchmark" + string(unicode.ToUpper(r)) + name[n:]
+}
+
+// printBenchstat prints the results in the Go benchmark format, one line
+// per repetition, for benchstat: ns/op always, MB/s for copies and fills.
+func printBenchstat(w io.Writer, rs []result) error {
+	if _, err := fmt.Fprintf(w, "goos: %s\ngoarch: %s\npkg: github.com/cudamem/cudamem/cmd/cudamem\n", runtime.GOOS, runtime.GOARCH); err != nil {
+		return err
+	}
+	for _, r := range rs {
+		line := fmt.Sprintf("%s \t %d \t %.2f ns/op", benchName(r.Name), max(1, r.Iters), r.NsPerOp)
+		if r.GBps > 0 {
+			line += fmt.Sprintf(" \t %.2f MB/s", r.GBps*1e3)
+		}
+		if _, err := fmt.Fprintln(w, line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
