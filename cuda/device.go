@@ -32,7 +32,7 @@ type Device struct {
 
 	defaultStream Stream
 
-	syncer deviceSyncer // shares cuCtxSynchronize among SyncContext callers
+	waiter waiter // shares cuCtxSynchronize among SyncContext callers
 }
 
 // maxDevices bounds the device count a driver may report. CUDA numbers

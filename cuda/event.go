@@ -15,6 +15,8 @@ type Event struct {
 
 	mu     sync.RWMutex
 	closed bool
+
+	waiter waiter // the blocking wait SyncContext callers share
 }
 
 // NewEvent creates an event on the device. EventDefault records timing.

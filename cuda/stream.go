@@ -24,6 +24,8 @@ type Stream struct {
 
 	mu     sync.RWMutex
 	closed bool
+
+	waiter waiter // the blocking wait SyncContext callers share
 }
 
 // NewStream creates a non-blocking stream (it does not synchronize with
