@@ -100,9 +100,9 @@ type step struct {
 	run  func() error
 }
 
-func runSelftest(args []string, w io.Writer) (err error) {
+func runSelftest(args []string, w, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("selftest", flag.ContinueOnError)
-	fs.SetOutput(w)
+	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
