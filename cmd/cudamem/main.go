@@ -187,7 +187,7 @@ func moduleVersion() string {
 }
 
 func printVersion(w io.Writer) {
-	fmt.Fprintf(w, "cudamem %s (%s %s/%s)\n", moduleVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	fmt.Fprintf(w, "cudamem %s, built with %s for %s/%s\n", moduleVersion(), runtime.Version(), runtime.GOOS, runtime.GOARCH)
 	d, err := loader.Load()
 	var le *loader.LoadError
 	switch {
