@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"unsafe"
 
@@ -19,10 +20,25 @@ var load = sync.OnceValues(func() (*loader.Driver, error) {
 	case errors.As(err, &ie):
 		return nil, &OpError{Op: "cuInit", Err: Result(ie.Code)}
 	case err != nil:
-		return nil, fmt.Errorf("%w: %w", ErrNoDriver, err)
+		return nil, &noDriverError{err}
 	}
 	return d, nil
 })
+
+// noDriverError is a load failure: it matches ErrNoDriver and wraps the
+// loader's error (a *loader.LoadError listing what was tried), saying "no
+// CUDA driver" once.
+type noDriverError struct{ err error }
+
+func (e *noDriverError) Error() string {
+	msg := e.err.Error()
+	if strings.HasPrefix(msg, "no CUDA driver") {
+		return "cuda: " + msg
+	}
+	return ErrNoDriver.Error() + ": " + msg
+}
+
+func (e *noDriverError) Unwrap() []error { return []error{ErrNoDriver, e.err} }
 
 // Driver returns the loaded driver's library path and version, loading it
 // if needed.

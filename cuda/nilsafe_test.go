@@ -7,14 +7,14 @@ import (
 	"go/parser"
 	"go/token"
 	"io"
-	"os"
 	"reflect"
 	"sort"
 	"strings"
 	"testing"
 
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/cuda/cudatest"
+	"github.com/cudamem/cudamem/internal/cudatest"
+	"github.com/cudamem/cudamem/internal/kernels"
 )
 
 // exportedTypes lists every exported type of package cuda. The test below
@@ -267,11 +267,7 @@ func TestZeroArgumentsOnLiveHandles(t *testing.T) {
 
 func mustKernels(t *testing.T) []byte {
 	t.Helper()
-	b, err := os.ReadFile(cudatest.KernelsPath(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return kernels.PTX()
 }
 
 // On a real device: a zero stream argument, a closed module's kernels and

@@ -11,9 +11,11 @@
 // [Load] opens the first of [SearchPaths] that loads: the path in the
 // CUDAMEM_DRIVER environment variable if set (and nothing else); otherwise
 // libcuda.so.1, libcuda.so and /usr/lib/wsl/lib/libcuda.so.1 (WSL) on Linux,
-// nvcuda.dll on Windows. Other systems have no CUDA driver: Load reports
-// that. A failed load returns a [*LoadError] listing every path tried and
-// why each failed.
+// nvcuda.dll on Windows, from the system directory only (a DLL of that name
+// in the working directory or on PATH is never loaded). Other systems have
+// no CUDA driver: Load reports that. A failed load returns a [*LoadError]
+// listing every path tried and why each failed, and how to change the
+// search.
 //
 // # Entry points
 //

@@ -4,8 +4,11 @@ package loader
 
 import (
 	"fmt"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
+	"unsafe"
 )
 
 var defaultPaths = []string{"nvcuda.dll"}
@@ -21,13 +24,46 @@ type Library struct {
 	path string
 }
 
-// OpenLibrary loads the DLL at path.
+// LoadLibraryExW flags (libloaderapi.h).
+const (
+	loadWithAlteredSearchPath = 0x00000008 // LOAD_WITH_ALTERED_SEARCH_PATH
+	loadLibrarySearchSystem32 = 0x00000800 // LOAD_LIBRARY_SEARCH_SYSTEM32
+)
+
+// kernel32 is loaded by Go itself at start-up (a known system DLL), so
+// loading it by name cannot pick up a planted copy.
+var loadLibraryExW = syscall.NewLazyDLL("kernel32.dll").NewProc("LoadLibraryExW")
+
+// OpenLibrary loads the DLL at path. A bare name such as nvcuda.dll is
+// loaded from the system directory only (LOAD_LIBRARY_SEARCH_SYSTEM32),
+// never from the working directory, the executable's directory or PATH,
+// where a planted DLL could be picked up. A path with a directory (from
+// CUDAMEM_DRIVER) is made absolute and loaded from there, its own
+// dependencies searched from its directory.
 func OpenLibrary(path string) (*Library, error) {
-	d, err := syscall.LoadDLL(path)
-	if err != nil {
-		return nil, fmt.Errorf("LoadLibrary: %w", err)
+	if path == "" {
+		return nil, fmt.Errorf("LoadLibrary: %w: empty path", ErrInvalidArgument)
 	}
-	return &Library{dll: d, path: path}, nil
+	name, flags := path, uintptr(loadLibrarySearchSystem32)
+	if strings.ContainsAny(path, `\/:`) {
+		abs, err := filepath.Abs(path)
+		if err != nil {
+			return nil, fmt.Errorf("LoadLibrary: %s: %w", path, err)
+		}
+		name, flags = abs, loadWithAlteredSearchPath
+	}
+	p, err := syscall.UTF16PtrFromString(name)
+	if err != nil {
+		return nil, fmt.Errorf("LoadLibrary: %s: %w", path, err)
+	}
+	if err := loadLibraryExW.Find(); err != nil {
+		return nil, fmt.Errorf("LoadLibrary: %s: %w", path, err)
+	}
+	h, _, callErr := loadLibraryExW.Call(uintptr(unsafe.Pointer(p)), 0, flags)
+	if h == 0 {
+		return nil, fmt.Errorf("LoadLibrary: %s: %w", path, callErr)
+	}
+	return &Library{dll: &syscall.DLL{Name: name, Handle: syscall.Handle(h)}, path: path}, nil
 }
 
 // Path is the path the library was opened with.

@@ -29,12 +29,38 @@ type Attempt struct {
 	Err  error
 }
 
+// Reason is why the attempt failed, without the path (which dlerror and
+// LoadLibrary repeat): "cannot open shared object file: No such file or
+// directory" rather than "dlopen: libcuda.so.1: cannot open ...".
+func (a Attempt) Reason() string {
+	if a.Err == nil {
+		return "<nil>"
+	}
+	s := a.Err.Error()
+	for _, prefix := range []string{"dlopen: ", "LoadLibrary: "} {
+		s = strings.TrimPrefix(s, prefix)
+	}
+	if a.Path != "" {
+		s = strings.TrimPrefix(s, a.Path+": ")
+	}
+	return s
+}
+
 // LoadError reports that no driver library could be opened.
 type LoadError struct {
 	Attempts []Attempt
 	Reason   string // set when nothing could be tried (e.g. unsupported OS)
+
+	// FromEnv is set when the only path tried came from CUDAMEM_DRIVER
+	// (see [Load]), so the error says so instead of suggesting it.
+	FromEnv bool
 }
 
+// Error reads, on one line, "no CUDA driver: " and then each path tried
+// with why it failed, paths failing for the same reason grouped: for
+// example "no CUDA driver: libcuda.so.1, libcuda.so: cannot open shared
+// object file: No such file or directory (set CUDAMEM_DRIVER to the
+// driver library's path to choose it)".
 func (e *LoadError) Error() string {
 	if e == nil {
 		return "<nil>"
@@ -45,13 +71,43 @@ func (e *LoadError) Error() string {
 		b.WriteString(": ")
 		b.WriteString(e.Reason)
 	}
-	for _, a := range e.Attempts {
-		fmt.Fprintf(&b, "; tried %s: %v", a.Path, a.Err)
+	for i := 0; i < len(e.Attempts); {
+		j, reason := i+1, e.Attempts[i].Reason()
+		for j < len(e.Attempts) && e.Attempts[j].Reason() == reason {
+			j++
+		}
+		if i == 0 && e.Reason == "" {
+			b.WriteString(": ")
+		} else {
+			b.WriteString("; ")
+		}
+		for k := i; k < j; k++ {
+			if k > i {
+				b.WriteString(", ")
+			}
+			b.WriteString(e.Attempts[k].Path)
+		}
+		b.WriteString(": ")
+		b.WriteString(reason)
+		i = j
 	}
-	if len(e.Attempts) > 0 {
-		fmt.Fprintf(&b, " (set %s to the driver library's path to override)", EnvDriver)
+	if hint := e.Hint(); hint != "" {
+		b.WriteString(" (" + hint + ")")
 	}
 	return b.String()
+}
+
+// Hint says how the search can be changed: how to choose the library with
+// CUDAMEM_DRIVER, or, when it was set, that only its path was tried. It is
+// empty when nothing was tried.
+func (e *LoadError) Hint() string {
+	switch {
+	case e == nil || len(e.Attempts) == 0:
+		return ""
+	case e.FromEnv:
+		return EnvDriver + " chose the path; unset it to search the default paths"
+	}
+	return "set " + EnvDriver + " to the driver library's path to choose it"
 }
 
 // InitError reports that the driver loaded but cuInit failed (for example
@@ -322,7 +378,21 @@ func SearchPaths() []string {
 	return defaultPaths
 }
 
-var load = sync.OnceValues(func() (*Driver, error) { return Open(SearchPaths()...) })
+var load = sync.OnceValues(func() (*Driver, error) { return search(os.Getenv(EnvDriver)) })
+
+// search opens env (CUDAMEM_DRIVER's value) if it is set, else the first
+// default path that loads.
+func search(env string) (*Driver, error) {
+	if env == "" {
+		return Open(defaultPaths...)
+	}
+	d, err := Open(env)
+	var le *LoadError
+	if errors.As(err, &le) {
+		le.FromEnv = true
+	}
+	return d, err
+}
 
 // Load opens the driver once per process (see the package documentation
 // for the search order) and returns the same result to every caller. On

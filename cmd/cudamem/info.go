@@ -46,10 +46,10 @@ type DeviceInfo struct {
 	Errors            []string `json:"errors,omitempty"`
 }
 
-func runInfo(args []string, w io.Writer) error {
+func runInfo(args []string, w, stderr io.Writer) error {
 	fs := flag.NewFlagSet("info", flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
-	fs.SetOutput(w)
+	asJSON := fs.Bool("json", false, "print JSON (on failure, a JSON object with an \"error\" field)")
+	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -58,12 +58,15 @@ func runInfo(args []string, w io.Writer) error {
 	}
 	info, err := collectInfo(source)
 	if err != nil {
+		if *asJSON {
+			if jerr := writeJSON(w, jsonError(err)); jerr != nil {
+				return errors.Join(err, jerr)
+			}
+		}
 		return describeLoadError(err)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(info); err != nil {
+		if err := writeJSON(w, info); err != nil {
 			return err
 		}
 	} else {
@@ -73,6 +76,40 @@ func runInfo(args []string, w io.Writer) error {
 	// command fail, so scripts do not mistake a broken driver for a
 	// healthy one.
 	return queryErrors(info)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// InfoError is what `cudamem info -json` prints when it cannot report
+// (no driver, or listing the devices failed).
+type InfoError struct {
+	Error    string        `json:"error"`
+	NoDriver bool          `json:"no_driver"`
+	Attempts []AttemptInfo `json:"attempts,omitempty"` // paths tried, when no driver loaded
+	Hint     string        `json:"hint,omitempty"`
+}
+
+// AttemptInfo is one driver library path tried and why it failed.
+type AttemptInfo struct {
+	Path  string `json:"path"`
+	Error string `json:"error"`
+}
+
+func jsonError(err error) InfoError {
+	out := InfoError{Error: err.Error(), NoDriver: errors.Is(err, cuda.ErrNoDriver)}
+	var le *loader.LoadError
+	if errors.As(err, &le) {
+		out.NoDriver = true
+		for _, a := range le.Attempts {
+			out.Attempts = append(out.Attempts, AttemptInfo{Path: a.Path, Error: a.Reason()})
+		}
+		out.Hint = le.Hint()
+	}
+	return out
 }
 
 // queryErrors returns an error listing every failed device query, or nil.
@@ -137,7 +174,7 @@ func (cudaSource) CanAccessPeer(d, peer infoDevice) (bool, error) {
 }
 
 // describeLoadError turns a load failure into a message listing what was
-// tried, one path per line.
+// tried, one path per line, and how to change the search.
 func describeLoadError(err error) error {
 	var le *loader.LoadError
 	if !errors.As(err, &le) {
@@ -149,13 +186,27 @@ func describeLoadError(err error) error {
 		b.WriteString(": " + le.Reason)
 	}
 	for _, a := range le.Attempts {
-		fmt.Fprintf(&b, "\n  tried %s: %v", a.Path, a.Err)
+		from := ""
+		if le.FromEnv {
+			from = " (from " + loader.EnvDriver + ")"
+		}
+		fmt.Fprintf(&b, "\n  tried %s%s: %s", a.Path, from, a.Reason())
 	}
-	if len(le.Attempts) > 0 {
-		fmt.Fprintf(&b, "\nset %s to the path of libcuda.so.1 (or nvcuda.dll) to choose the library", loader.EnvDriver)
+	if hint := le.Hint(); hint != "" {
+		b.WriteString("\n" + hint)
 	}
-	return errors.New(b.String())
+	return &loadError{msg: b.String(), err: err}
 }
+
+// loadError is describeLoadError's result: its own text, but it still
+// matches what it describes (cuda.ErrNoDriver, *loader.LoadError).
+type loadError struct {
+	msg string
+	err error
+}
+
+func (e *loadError) Error() string { return e.msg }
+func (e *loadError) Unwrap() error { return e.err }
 
 func collectInfo(src infoSource) (*Info, error) {
 	path, version, err := src.Driver()

@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/cuda/cudatest"
+	"github.com/cudamem/cudamem/internal/cudatest"
 )
 
 func runCmd(args ...string) (code int, stdout, stderr string) {
@@ -76,12 +76,6 @@ func TestBenchSmoke(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, `"trivial/go"`)
 	assert.Contains(t, stderr, "no C baseline")
-}
-
-func TestEmbeddedKernelsMatchTestdata(t *testing.T) {
-	want, err := os.ReadFile("../../testdata/kernels.ptx")
-	require.NoError(t, err)
-	assert.Equal(t, string(want), string(kernels), "cmd/cudamem/kernels.ptx must be a copy of testdata/kernels.ptx")
 }
 
 func TestSelftest(t *testing.T) {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	_ "embed"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,24 +10,14 @@ import (
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/kernels"
 	"github.com/cudamem/cudamem/resource"
 	"github.com/cudamem/cudamem/virtual"
 )
 
-// kernels is a copy of testdata/kernels.ptx (a test keeps them equal):
-// selftest proves what the device itself reads and writes.
-//
-//go:embed kernels.ptx
-var kernels []byte
-
 // pattern is what the pattern kernels write: byte i is byte(uint32(i)*31 + seed).
-func pattern(n int, seed uint32) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(uint32(i)*31 + seed)
-	}
-	return b
-}
+// selftest proves with the kernels what the device itself reads and writes.
+func pattern(n int, seed uint32) []byte { return kernels.Pattern(n, seed) }
 
 // deviceKit is one device's stream and kernels.
 type deviceKit struct {
@@ -43,13 +32,13 @@ func newKit(d *cuda.Device) (*deviceKit, error) {
 	if err != nil {
 		return nil, err
 	}
-	m, err := d.LoadModule(kernels)
+	m, err := d.LoadModule(kernels.PTX())
 	if err != nil {
 		return nil, errors.Join(err, s.Close())
 	}
 	k := &deviceKit{dev: d, s: s, mod: m}
-	if k.write, err = m.Function("cudamem_pattern_write"); err == nil {
-		k.check, err = m.Function("cudamem_pattern_check")
+	if k.write, err = m.Function(kernels.PatternWrite); err == nil {
+		k.check, err = m.Function(kernels.PatternCheck)
 	}
 	if err != nil {
 		return nil, errors.Join(err, k.close())
@@ -111,9 +100,9 @@ type step struct {
 	run  func() error
 }
 
-func runSelftest(args []string, w io.Writer) (err error) {
+func runSelftest(args []string, w, stderr io.Writer) (err error) {
 	fs := flag.NewFlagSet("selftest", flag.ContinueOnError)
-	fs.SetOutput(w)
+	fs.SetOutput(stderr)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -1,18 +1,19 @@
 // Package cudatest holds helpers for cudamem's GPU tests: finding a device
 // (skipping without one, failing instead when CUDAMEM_REQUIRE_GPU=1), and
 // small kernels that read and write memory from the device side, so tests
-// prove what the device sees rather than assume it.
+// prove what the device sees rather than assume it. It is internal: test
+// helpers are not part of cudamem's API.
 package cudatest
 
 import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/kernels"
 )
 
 // EnvRequireGPU makes missing drivers and devices fail tests instead of
@@ -71,15 +72,10 @@ func Stream(t testing.TB, d *cuda.Device) *cuda.Stream {
 
 // Pattern returns the bytes the pattern kernels write: byte i is
 // byte(uint32(i)*31 + seed).
-func Pattern(n int, seed uint32) []byte {
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(uint32(i)*31 + seed)
-	}
-	return b
-}
+func Pattern(n int, seed uint32) []byte { return kernels.Pattern(n, seed) }
 
-// Kernels are the test kernels of testdata/kernels.ptx loaded on a device.
+// Kernels are the embedded test kernels (package internal/kernels) loaded
+// on a device.
 type Kernels struct {
 	dev                       *cuda.Device
 	write, check, add, fill32 *cuda.Function
@@ -87,7 +83,7 @@ type Kernels struct {
 
 var (
 	kernelsMu sync.Mutex
-	kernels   = map[*cuda.Device]*Kernels{}
+	loaded    = map[*cuda.Device]*Kernels{}
 )
 
 // LoadKernels loads the test kernels on d (once per device per process).
@@ -95,14 +91,10 @@ func LoadKernels(t testing.TB, d *cuda.Device) *Kernels {
 	t.Helper()
 	kernelsMu.Lock()
 	defer kernelsMu.Unlock()
-	if k := kernels[d]; k != nil {
+	if k := loaded[d]; k != nil {
 		return k
 	}
-	ptx, err := os.ReadFile(KernelsPath(t))
-	if err != nil {
-		t.Fatalf("read test kernels: %v", err)
-	}
-	m, err := d.LoadModule(ptx)
+	m, err := d.LoadModule(kernels.PTX())
 	if err != nil {
 		t.Fatalf("load test kernels on %v: %v", d, err)
 	}
@@ -111,40 +103,17 @@ func LoadKernels(t testing.TB, d *cuda.Device) *Kernels {
 		dst  **cuda.Function
 		name string
 	}{
-		{&k.write, "cudamem_pattern_write"},
-		{&k.check, "cudamem_pattern_check"},
-		{&k.add, "cudamem_add_u32"},
-		{&k.fill32, "cudamem_fill_u32"},
+		{&k.write, kernels.PatternWrite},
+		{&k.check, kernels.PatternCheck},
+		{&k.add, kernels.AddU32},
+		{&k.fill32, kernels.FillU32},
 	} {
 		if *f.dst, err = m.Function(f.name); err != nil {
 			t.Fatalf("%v", err)
 		}
 	}
-	kernels[d] = k
+	loaded[d] = k
 	return k
-}
-
-// KernelsPath finds testdata/kernels.ptx by walking up from the working
-// directory to the module root (tests run in their package directory).
-func KernelsPath(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		p := filepath.Join(dir, "testdata", "kernels.ptx")
-		if _, err := os.Stat(p); err == nil {
-			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-				return p
-			}
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("testdata/kernels.ptx not found above the working directory")
-		}
-		dir = parent
-	}
 }
 
 var shape = [2]cuda.Dim3{{X: 264}, {X: 256}}
