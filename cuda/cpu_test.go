@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"testing"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -241,4 +242,33 @@ func TestNilOpError(t *testing.T) {
 	assert.Equal(t, "<nil>", e.Error())
 	assert.Nil(t, e.Unwrap())
 	assert.Equal(t, "op: <nil>", (&OpError{Op: "op"}).Error())
+}
+
+// Ranges that wrap past 2^64 are refused before the driver sees them: a
+// driver takes an unknown address for pageable host memory and reads or
+// writes wherever the sum lands (the fake driver crashed on cuMemcpyAsync
+// from 0xfffffffffffffffc).
+func TestWrappingRangesRefused(t *testing.T) {
+	const top = DevicePtr(^uint64(0) - 3)
+	s := &Stream{dev: &Device{}, owned: true}
+	var b [16]byte
+	for name, err := range map[string]error{
+		"MemcpyAsync dst":     s.MemcpyAsync(top, 0x1000, 16),
+		"MemcpyAsync src":     s.MemcpyAsync(0x1000, top, 16),
+		"MemcpyHtoDAsync":     s.MemcpyHtoDAsync(top, unsafe.Pointer(&b[0]), 16),
+		"MemcpyDtoHAsync":     s.MemcpyDtoHAsync(unsafe.Pointer(&b[0]), top, 16),
+		"MemcpyDtoHAsync dst": s.MemcpyDtoHAsync(unsafe.Pointer(&b[0]), 0x1000, ^uint64(0)),
+		"MemcpyPeerAsync":     s.MemcpyPeerAsync(top, nil, 0x1000, nil, 16),
+		"MemsetD8Async":       s.MemsetD8Async(top, 0, 16),
+		"MemsetD16Async":      s.MemsetD16Async(0x1000, 0, 1<<63),
+		"MemsetD32Async":      s.MemsetD32Async(0x1000, 0, 1<<62),
+		"MemPrefetchAsync":    s.MemPrefetchAsync(top, 16, MemLocation{}),
+	} {
+		require.Error(t, err, name)
+		assert.ErrorIs(t, err, ErrInvalidArgument, name)
+		assert.Contains(t, err.Error(), "2^64", name)
+		assert.Contains(t, err.Error(), "cuMem", name)
+	}
+	assert.NoError(t, checkFill("cuMemsetD32Async", 0x1000, 1<<20, 4))
+	assert.NoError(t, checkCopy("cuMemcpyAsync", 0, 0, 0))
 }

@@ -90,6 +90,9 @@ func (d *Device) MemHostRegister(p unsafe.Pointer, size uint64, flags MemHostReg
 	if p == nil && size > 0 {
 		return Errorf("cuMemHostRegister", ErrInvalidArgument, "nil host pointer for %d bytes", size)
 	}
+	if err := checkRange("cuMemHostRegister", "host", uint64(uintptr(p)), size); err != nil {
+		return err
+	}
 	return result(&d.drv.MemHostRegister, d.drv.MemHostRegister.CallCtx(ctx, uintptr(p), uintptr(size), uintptr(flags)))
 }
 
@@ -109,6 +112,9 @@ func (d *Device) MemAdvise(p DevicePtr, size uint64, advice MemAdvice, loc MemLo
 	if err != nil {
 		return err
 	}
+	if err := checkRange("cuMemAdvise", "managed", uint64(p), size); err != nil {
+		return err
+	}
 	return result(&d.drv.MemAdvise, d.drv.MemAdvise.CallCtx(ctx, uintptr(p), uintptr(size), uintptr(advice), uintptr(loc.Pack())))
 }
 
@@ -122,6 +128,9 @@ func (d *Device) MemcpyHtoD(dst DevicePtr, src unsafe.Pointer, size uint64) erro
 	if src == nil && size > 0 {
 		return Errorf("cuMemcpyHtoD", ErrInvalidArgument, "nil host pointer for %d bytes", size)
 	}
+	if err := checkCopy("cuMemcpyHtoD", uint64(dst), uint64(uintptr(src)), size); err != nil {
+		return err
+	}
 	return result(&d.drv.MemcpyHtoD, d.drv.MemcpyHtoD.CallCtx(ctx, uintptr(dst), uintptr(src), uintptr(size)))
 }
 
@@ -134,6 +143,9 @@ func (d *Device) MemcpyDtoH(dst unsafe.Pointer, src DevicePtr, size uint64) erro
 	if dst == nil && size > 0 {
 		return Errorf("cuMemcpyDtoH", ErrInvalidArgument, "nil host pointer for %d bytes", size)
 	}
+	if err := checkCopy("cuMemcpyDtoH", uint64(uintptr(dst)), uint64(src), size); err != nil {
+		return err
+	}
 	return result(&d.drv.MemcpyDtoH, d.drv.MemcpyDtoH.CallCtx(ctx, uintptr(dst), uintptr(src), uintptr(size)))
 }
 
@@ -141,6 +153,9 @@ func (d *Device) MemcpyDtoH(dst unsafe.Pointer, src DevicePtr, size uint64) erro
 // (device, pinned host or managed; cuMemcpyAsync infers the direction),
 // ordered on s.
 func (s *Stream) MemcpyAsync(dst, src DevicePtr, size uint64) error {
+	if err := checkCopy("cuMemcpyAsync", uint64(dst), uint64(src), size); err != nil {
+		return err
+	}
 	ctx, h, err := s.begin("cuMemcpyAsync")
 	if err != nil {
 		return err
@@ -156,6 +171,9 @@ func (s *Stream) MemcpyAsync(dst, src DevicePtr, size uint64) error {
 func (s *Stream) MemcpyHtoDAsync(dst DevicePtr, src unsafe.Pointer, size uint64) error {
 	if src == nil && size > 0 {
 		return Errorf("cuMemcpyHtoDAsync", ErrInvalidArgument, "nil host pointer for %d bytes", size)
+	}
+	if err := checkCopy("cuMemcpyHtoDAsync", uint64(dst), uint64(uintptr(src)), size); err != nil {
+		return err
 	}
 	ctx, h, err := s.begin("cuMemcpyHtoDAsync")
 	if err != nil {
@@ -173,6 +191,9 @@ func (s *Stream) MemcpyDtoHAsync(dst unsafe.Pointer, src DevicePtr, size uint64)
 	if dst == nil && size > 0 {
 		return Errorf("cuMemcpyDtoHAsync", ErrInvalidArgument, "nil host pointer for %d bytes", size)
 	}
+	if err := checkCopy("cuMemcpyDtoHAsync", uint64(uintptr(dst)), uint64(src), size); err != nil {
+		return err
+	}
 	ctx, h, err := s.begin("cuMemcpyDtoHAsync")
 	if err != nil {
 		return err
@@ -185,6 +206,9 @@ func (s *Stream) MemcpyDtoHAsync(dst unsafe.Pointer, src DevicePtr, size uint64)
 // MemcpyPeerAsync copies size bytes from src on srcDev to dst on dstDev,
 // ordered on s; it works with or without peer access enabled.
 func (s *Stream) MemcpyPeerAsync(dst DevicePtr, dstDev *Device, src DevicePtr, srcDev *Device, size uint64) error {
+	if err := checkCopy("cuMemcpyPeerAsync", uint64(dst), uint64(src), size); err != nil {
+		return err
+	}
 	ctx, h, err := s.begin("cuMemcpyPeerAsync")
 	if err != nil {
 		return err
@@ -206,6 +230,9 @@ func (s *Stream) MemcpyPeerAsync(dst DevicePtr, dstDev *Device, src DevicePtr, s
 
 // MemsetD8Async sets n bytes at p to v, ordered on s.
 func (s *Stream) MemsetD8Async(p DevicePtr, v uint8, n uint64) error {
+	if err := checkFill("cuMemsetD8Async", uint64(p), n, 1); err != nil {
+		return err
+	}
 	ctx, h, err := s.begin("cuMemsetD8Async")
 	if err != nil {
 		return err
@@ -217,6 +244,9 @@ func (s *Stream) MemsetD8Async(p DevicePtr, v uint8, n uint64) error {
 
 // MemsetD16Async sets n 16-bit words at p (2-byte aligned) to v.
 func (s *Stream) MemsetD16Async(p DevicePtr, v uint16, n uint64) error {
+	if err := checkFill("cuMemsetD16Async", uint64(p), n, 2); err != nil {
+		return err
+	}
 	ctx, h, err := s.begin("cuMemsetD16Async")
 	if err != nil {
 		return err
@@ -228,6 +258,9 @@ func (s *Stream) MemsetD16Async(p DevicePtr, v uint16, n uint64) error {
 
 // MemsetD32Async sets n 32-bit words at p (4-byte aligned) to v.
 func (s *Stream) MemsetD32Async(p DevicePtr, v uint32, n uint64) error {
+	if err := checkFill("cuMemsetD32Async", uint64(p), n, 4); err != nil {
+		return err
+	}
 	ctx, h, err := s.begin("cuMemsetD32Async")
 	if err != nil {
 		return err
@@ -240,6 +273,9 @@ func (s *Stream) MemsetD32Async(p DevicePtr, v uint32, n uint64) error {
 // MemPrefetchAsync migrates managed memory toward loc, ordered on s
 // (cuMemPrefetchAsync, CUDA 12.2 ABI).
 func (s *Stream) MemPrefetchAsync(p DevicePtr, size uint64, loc MemLocation) error {
+	if err := checkRange("cuMemPrefetchAsync", "managed", uint64(p), size); err != nil {
+		return err
+	}
 	ctx, h, err := s.begin("cuMemPrefetchAsync")
 	if err != nil {
 		return err
@@ -368,3 +404,31 @@ type sizedError struct {
 
 func (e *sizedError) Error() string { return e.err.Error() + " (" + formatSize(e.size) + " requested)" }
 func (e *sizedError) Unwrap() error { return e.err }
+
+// checkRange refuses a range of size bytes at p that wraps past 2^64: no
+// memory has one, and a driver given it may read or write wherever the
+// sum lands (an unknown address counts as pageable host memory under
+// unified addressing). what names the kind of memory in the message.
+func checkRange(op, what string, p, size uint64) error {
+	if p+size < p {
+		return Errorf(op, ErrInvalidArgument, "%s range %#x + %d bytes wraps past 2^64", what, p, size)
+	}
+	return nil
+}
+
+// checkCopy applies checkRange to both ends of a copy.
+func checkCopy(op string, dst, src, size uint64) error {
+	if err := checkRange(op, "destination", dst, size); err != nil {
+		return err
+	}
+	return checkRange(op, "source", src, size)
+}
+
+// checkFill refuses a fill of n words of width bytes whose byte count
+// overflows, or whose range wraps past 2^64.
+func checkFill(op string, p, n, width uint64) error {
+	if n > ^uint64(0)/width {
+		return Errorf(op, ErrInvalidArgument, "%d words of %d bytes overflow 2^64 bytes", n, width)
+	}
+	return checkRange(op, "destination", p, n*width)
+}

@@ -117,6 +117,13 @@ func TestHandleLifecycle(t *testing.T) {
 	assert.ErrorIs(t, err, cuda.ErrClosed)
 	_, err = h.ExtraFile()
 	assert.ErrorIs(t, err, cuda.ErrClosed)
+	// Calls that use the fd name themselves when the Handle is closed.
+	err = SendHandle(nil, h)
+	assert.ErrorIs(t, err, cuda.ErrClosed)
+	assert.Contains(t, err.Error(), "ipc.SendHandle")
+	_, err = ImportPool(&cuda.Device{}, h)
+	assert.ErrorIs(t, err, cuda.ErrClosed)
+	assert.Contains(t, err.Error(), "ipc.ImportPool")
 	assertNoNewFDs(t, before)
 	_, err = NewHandle(-1, UUID{})
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)

@@ -1,6 +1,7 @@
 package ipc
 
 import (
+	"fmt"
 	"os"
 
 	"github.com/cudamem/cudamem/cuda"
@@ -72,6 +73,11 @@ func (h *Handle) use(op string, fn func(fd int) error) error {
 	f, err := h.file(op)
 	if err != nil {
 		return err
+	}
+	if !f.IsOpen() {
+		// Named here, so the error says which call met the closed Handle
+		// (a Close racing this check is still caught by Use).
+		return &cuda.OpError{Op: op, Err: fmt.Errorf("closed *ipc.Handle of pool %v: %w", h.uuid, cuda.ErrClosed)}
 	}
 	return f.Use(fn)
 }

@@ -358,8 +358,14 @@ func (p *ImportedPool) importChecked(op string, d Descriptor, s *cuda.Stream) (*
 		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
 	}
 	defer p.life.Release()
+	// The stream is checked before the driver maps anything: it is the
+	// one a refused mapping is unmapped on, and the Buffer's Close frees
+	// on it, so a stream that cannot be used would leave the mapping
+	// behind.
 	if s == nil {
 		s = p.drv.defaultStream()
+	} else if err := p.checkStream(op, s); err != nil {
+		return nil, err
 	}
 	p.mapMu.Lock()
 	defer p.mapMu.Unlock()
@@ -398,6 +404,23 @@ func (p *ImportedPool) importChecked(op string, d Descriptor, s *cuda.Stream) (*
 	p.maps[ptr] = &imported{data: d.Data, limit: limit, refs: 1}
 	p.life.Allocated()
 	return buffer.Owned(ptr, d.Size, p, s), nil
+}
+
+// checkStream refuses a stream Import cannot use: a zero Stream, one of
+// another device than the pool's (as DevicePool.Allocate does), or a
+// closed one.
+func (p *ImportedPool) checkStream(op string, s *cuda.Stream) error {
+	d := s.Device()
+	switch {
+	case d == nil:
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "zero stream (use Device.NewStream, or nil for the default stream)")
+	case p.dev != nil && d != p.dev:
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "stream of %v given to pool %v imported on %v (import on a stream of the pool's device)", d, p.uuid, p.dev)
+	}
+	if _, err := s.Done(); err != nil {
+		return &cuda.OpError{Op: op, Err: fmt.Errorf("stream of pool %v: %w", p.uuid, err)}
+	}
+	return nil
 }
 
 func (p *ImportedPool) descriptor(b *buffer.Buffer) (Descriptor, error) {

@@ -372,3 +372,21 @@ func TestImportFailurePaths(t *testing.T) {
 	_, err = p.Export()
 	assert.ErrorIs(t, err, cuda.ErrClosed)
 }
+
+// A zero stream is refused before the driver maps anything: a refused
+// mapping is unmapped on the stream given, and a zero one cannot, which
+// left the mapping behind. (Closed streams and streams of another device
+// are covered against the fake driver in internal/probe.)
+func TestImportRefusesZeroStream(t *testing.T) {
+	p, f := fakePool(t)
+	for _, imp := range []func(Descriptor, *cuda.Stream) (*buffer.Buffer, error){p.Import, p.ImportUnauthenticated} {
+		b, err := imp(desc(p, 1, 4096, 1<<20), new(cuda.Stream))
+		require.Error(t, err)
+		assert.Nil(t, b)
+		assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
+		assert.Contains(t, err.Error(), "ImportedPool.Import")
+		assert.Contains(t, err.Error(), "zero stream")
+	}
+	assert.Zero(t, f.driverCalls(), "the driver saw a refused import")
+	assert.Zero(t, p.Live())
+}

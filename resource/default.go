@@ -68,7 +68,9 @@ func isClosed(mr buffer.MemoryResource) bool {
 // SetDefault makes mr dev's default resource. The previous default is not
 // closed (code that holds it may still use it). mr must be bound to dev
 // or to no device (DeviceID -1, as pinned host memory is); a nil device or
-// resource is an error matching cuda.ErrInvalidArgument.
+// resource is an error matching cuda.ErrInvalidArgument, and a closed one
+// (a resource whose IsClosed reports true) an error matching
+// cuda.ErrClosed.
 func SetDefault(dev *cuda.Device, mr buffer.MemoryResource) error {
 	const op = "SetDefault"
 	if err := checkDevice(op, dev); err != nil {
@@ -76,6 +78,9 @@ func SetDefault(dev *cuda.Device, mr buffer.MemoryResource) error {
 	}
 	if mr == nil || isNilPointer(mr) {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil memory resource for %v", dev)
+	}
+	if c, ok := mr.(interface{ IsClosed() bool }); ok && c.IsClosed() {
+		return &cuda.OpError{Op: op, Err: fmt.Errorf("resource %v for %v: %w", mr, dev, cuda.ErrClosed)}
 	}
 	if id := mr.DeviceID(); id != -1 && id != dev.Ordinal() {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "resource %v belongs to GPU %d, not %v", mr, id, dev)

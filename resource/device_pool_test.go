@@ -359,6 +359,18 @@ func TestDefault(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, resource.SetDefault(dev, lp), "a resource bound to no device may be any device's default")
 
+	// A closed resource is refused: Default would hand it out, and every
+	// Allocate through it would fail.
+	closed, err := resource.NewSubAllocator(lp, nil)
+	require.NoError(t, err)
+	require.NoError(t, closed.Close())
+	err = resource.SetDefault(dev, closed)
+	require.ErrorIs(t, err, cuda.ErrClosed)
+	assert.Contains(t, err.Error(), "SetDefault")
+	mr, err = resource.Default(dev)
+	require.NoError(t, err)
+	assert.Same(t, lp, mr, "a refused SetDefault leaves the default as it was")
+
 	if devs, err := cuda.Devices(); err == nil && len(devs) > 1 {
 		other, err := resource.NewSyncDevice(devs[1])
 		require.NoError(t, err)

@@ -223,3 +223,29 @@ func TestSyncDevice(t *testing.T) {
 	require.NoError(t, err)
 	assert.InDelta(t, float64(free0), float64(free1), 32*mib, "memory returned to the device")
 }
+
+// The synchronous resources refuse a closed stream at Allocate: they used
+// to record it, and the buffer's Close then failed on it every time.
+func TestSyncResourcesRefuseClosedStream(t *testing.T) {
+	dev := cudatest.Device(t)
+	sd, err := resource.NewSyncDevice(dev)
+	require.NoError(t, err)
+	mg, err := resource.NewManaged(dev, nil)
+	require.NoError(t, err)
+	lp, err := resource.NewLegacyPinned()
+	require.NoError(t, err)
+	for name, mr := range map[string]buffer.MemoryResource{"SyncDevice": sd, "Managed": mg, "LegacyPinned": lp} {
+		s, err := dev.NewStream()
+		require.NoError(t, err)
+		require.NoError(t, s.Close())
+		for _, size := range []uint64{0, 64} {
+			b, err := mr.Allocate(size, s)
+			if !assert.Error(t, err, "%s.Allocate(%d, closed stream)", name, size) {
+				require.NoError(t, b.CloseOn(dev.DefaultStream()))
+				continue
+			}
+			assert.ErrorIs(t, err, cuda.ErrClosed)
+			assert.Contains(t, err.Error(), name+".Allocate")
+		}
+	}
+}

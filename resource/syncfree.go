@@ -25,8 +25,8 @@ func syncFree(kind string, dev *cuda.Device, ptr cuda.DevicePtr, size uint64, s 
 }
 
 // syncStream resolves the stream argument of op on a synchronous
-// resource: nil means dev's legacy default stream; a zero Stream is an
-// error, and so, when sameDevice is set, is another device's stream.
+// resource: nil means dev's legacy default stream; a zero or closed Stream
+// is an error, and so, when sameDevice is set, is another device's stream.
 func syncStream(op string, dev *cuda.Device, s *cuda.Stream, sameDevice bool) (*cuda.Stream, error) {
 	if s == nil {
 		return dev.DefaultStream(), nil
@@ -37,6 +37,12 @@ func syncStream(op string, dev *cuda.Device, s *cuda.Stream, sameDevice bool) (*
 	}
 	if sameDevice && d != dev {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "stream of %v given to a resource of %v", d, dev)
+	}
+	// The allocation itself ignores the stream, but the Buffer records it
+	// for its Close: a closed stream would make a buffer whose Close
+	// always fails.
+	if _, err := s.Done(); err != nil {
+		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("stream: %w", err)}
 	}
 	return s, nil
 }

@@ -130,7 +130,13 @@ func TestFaultSweepAllocate(t *testing.T) {
 		if m.name == "SubAllocator" {
 			// growLocked asks for GrowSize first and, on out of memory, for
 			// just the request: one failed upstream call is survived.
-			absorbed = map[string]string{"cuMemAlloc": "a grow out of memory retries with the bare request"}
+			// Over SyncDevice the upstream Allocate first checks the
+			// stream (cuStreamQuery): its failure is the same survived
+			// grow.
+			absorbed = map[string]string{
+				"cuMemAlloc":    "a grow out of memory retries with the bare request",
+				"cuStreamQuery": "the upstream's stream check failed the grow; it retries with the bare request",
+			}
 		}
 		cases = append(cases, sweepCase{name: m.name + " Allocate", absorbed: absorbed, setup: func() (*fixture, error) {
 			var cl closers
