@@ -34,7 +34,7 @@ func NewHandle(fd int, uuid UUID) (*Handle, error) {
 	}
 	f, err := osfd.New(fd)
 	if err != nil {
-		return nil, err
+		return nil, &cuda.OpError{Op: "ipc.NewHandle", Err: err}
 	}
 	return &Handle{f: f, uuid: uuid}, nil
 }

@@ -112,7 +112,7 @@ func newResource(drv driver, dev *cuda.Device, opts *Options) (*Resource, error)
 	for _, p := range o.Peers {
 		ok, err := drv.peerCanAccess(p)
 		if err != nil {
-			return nil, err
+			return nil, &cuda.OpError{Op: "virtual.New", Err: fmt.Errorf("peer %v: %w", p, err)}
 		}
 		if !ok && o.Location == OnDevice {
 			return nil, cuda.Errorf("virtual.New", cuda.ErrInvalidArgument, "option Peers: %v cannot access %v's memory", p, dev)
@@ -387,6 +387,12 @@ func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 	}
 	r.mu.Lock()
 	a := r.allocs[ptr]
+	if a != nil && a.size != size {
+		// A free of the wrong size is a caller's mistake about what ptr
+		// is: refuse it, leaving the allocation (and its buffer) intact.
+		r.mu.Unlock()
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%#x is an allocation of %d bytes, not %d", uint64(ptr), a.size, size)
+	}
 	delete(r.allocs, ptr)
 	r.mu.Unlock()
 	if a == nil {

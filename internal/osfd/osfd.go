@@ -56,6 +56,9 @@ func New(fd int) (*File, error) {
 	if err := supported("osfd.New"); err != nil {
 		return nil, err
 	}
+	if err := checkOpen(fd); err != nil {
+		return nil, cuda.Errorf("osfd.New", cuda.ErrInvalidArgument, "file descriptor %d is not open: %v", fd, err)
+	}
 	f := &File{fd: fd, open: true, made: true}
 	f.cleanup = runtime.AddCleanup(f, leaked, fd)
 	return f, nil

@@ -17,3 +17,5 @@ func closeFD(int) error { return supported("osfd.Close") }
 func dupCloexec(int) (int, error) { return -1, supported("osfd.Dup") }
 
 func joinErrs(errs []error) error { return errors.Join(errs...) }
+
+func checkOpen(int) error { return supported("osfd.New") }

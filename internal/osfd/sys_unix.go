@@ -15,3 +15,16 @@ func supported(string) error { return nil }
 func closeFD(fd int) error { return syscall.Close(fd) }
 
 func joinErrs(errs []error) error { return errors.Join(errs...) }
+
+// checkOpen reports an error when fd is not an open descriptor, so that
+// New never takes ownership of a number that a later open may reuse
+// (closing it then would close someone else's file).
+func checkOpen(fd int) error {
+	var st syscall.Stat_t
+	for {
+		err := syscall.Fstat(fd, &st)
+		if err != syscall.EINTR {
+			return err
+		}
+	}
+}
