@@ -383,6 +383,21 @@ func (a *SubAllocator) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, er
 	return buffer.Owned(ptr, size, a, s), nil
 }
 
+// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]): the
+// address of a new range of size bytes usable on s (0 for size 0), and s.
+// Free it with Deallocate. Adaptors over a SubAllocator use it, so that
+// the stack builds one Buffer per allocation.
+func (a *SubAllocator) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+	if err := a.check("AllocatePtr"); err != nil {
+		return 0, nil, err
+	}
+	ptr, err := a.take(size, s)
+	if err != nil {
+		return 0, nil, err
+	}
+	return ptr, s, nil
+}
+
 // take is Allocate without the Buffer: it returns the address of a new
 // range of size bytes on s (0 for size 0).
 func (a *SubAllocator) take(size uint64, s *cuda.Stream) (cuda.DevicePtr, error) {
