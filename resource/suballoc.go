@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
@@ -93,9 +94,15 @@ const (
 // for the Go bookkeeping and, on the slow paths only, for the driver
 // calls that order streams and the upstream calls that grow it.
 type SubAllocator struct {
+	// Read by the fast path, written only by the constructor (and caches
+	// replaced under mu): kept apart from mu, which the slow paths write.
 	up               buffer.MemoryResource
 	align, grow, max uint64
-	order            subOrderer
+	cacheBytes       uint64 // the most bytes a stream's cache keeps free; 0: no caches
+	caches           atomic.Pointer[subCaches]
+	_                [64]byte
+
+	order subOrderer
 
 	mu      sync.Mutex
 	closed  bool
@@ -122,6 +129,11 @@ type SubAllocator struct {
 	freeBlk  []int32     // unused block ids
 	listTab  []*subList  // by list id
 	freeList []int32     // unused list ids
+
+	// The per-stream caches (see subCache): by stream, and by id.
+	cacheMap  map[*cuda.Stream]*subCache
+	cacheTab  []*subCache
+	freeCache []int32 // unused cache ids
 }
 
 var _ buffer.MemoryResource = (*SubAllocator)(nil)
@@ -194,6 +206,11 @@ func NewSubAllocator(upstream buffer.MemoryResource, opts *SubAllocatorOptions) 
 		chunks:   make([]subChunk, 1, 64),
 		blockTab: []*subBlock{nil},
 		listTab:  []*subList{nil},
+		cacheTab: []*subCache{nil},
+		cacheMap: make(map[*cuda.Stream]*subCache),
+		// A stream's cache keeps up to a quarter of a growth step free,
+		// so that sizes up to that are served without the shared lock.
+		cacheBytes: grow / 4,
 	}
 	if o.InitialSize > 0 {
 		n, ok := alignUp(o.InitialSize, o.Alignment)
@@ -269,6 +286,11 @@ func (a *SubAllocator) take(size uint64, s *cuda.Stream) (cuda.DevicePtr, error)
 	if !ok {
 		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "%d bytes overflow when aligned to %d bytes", size, a.align)
 	}
+	if size > 0 {
+		if addr, ok := a.fastTake(n, s); ok {
+			return cuda.DevicePtr(addr), nil
+		}
+	}
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
@@ -290,9 +312,10 @@ func (a *SubAllocator) take(size uint64, s *cuda.Stream) (cuda.DevicePtr, error)
 	i = a.carveLocked(l, i, n)
 	c := &a.chunks[i]
 	addr := c.addr
-	a.live.put(addr, i)
+	a.live.put(addr, i, n)
 	a.used += n
 	a.blockTab[c.blk].live++
+	a.recordLocked(s, i)
 	a.mu.Unlock()
 	return cuda.DevicePtr(addr), nil
 }
@@ -319,9 +342,13 @@ func (a *SubAllocator) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 	if err := a.check("Deallocate"); err != nil {
 		return err
 	}
+	if done, err := a.fastFree(ptr, size, s); done {
+		return err
+	}
 	a.mu.Lock()
 	i := a.live.get(uint64(ptr))
-	if i == 0 {
+	if i == 0 || !a.handedOutLocked(i) {
+		// Not live, or a range a cache holds free: freed already.
 		err := a.unknownLocked(op, ptr, size)
 		a.mu.Unlock()
 		return err
@@ -329,7 +356,13 @@ func (a *SubAllocator) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 	c := &a.chunks[i]
 	if n, ok := alignUp(size, a.align); !ok || n != c.size {
 		a.mu.Unlock()
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%#x: %d bytes given, the allocation has %d (aligned to %d)", uint64(ptr), size, c.size, a.align)
+		return a.sizeErr(ptr, size, c.size)
+	}
+	if !a.unrecordLocked(i) {
+		// A racing second free reached the cache first.
+		err := a.unknownLocked(op, ptr, size)
+		a.mu.Unlock()
+		return err
 	}
 	a.live.remove(uint64(ptr))
 	a.used -= c.size
@@ -381,6 +414,7 @@ func (a *SubAllocator) Stats() SubAllocatorStats {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	a.flushAllLocked() // the caches' free ranges, back in the books
 	st := SubAllocatorStats{
 		Reserved:    a.held,
 		Used:        a.used,

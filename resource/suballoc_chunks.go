@@ -19,6 +19,7 @@ type subChunk struct {
 	fprev, fnext int32 // links in the size class of the list holding the chunk
 	blk          int32 // the block's id
 	list         int32 // the id of the stream list holding the chunk while free; 0 while live
+	cache        int32 // while live: the id of the cache holding it (handed out or free there), or 0
 	row, col     uint8 // the size class while free
 }
 

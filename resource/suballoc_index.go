@@ -21,6 +21,7 @@ type subIndex struct {
 
 type subSlot struct {
 	addr uint64 // 0: empty (no allocation starts at address 0)
+	size uint64 // the chunk's size, for the per-stream caches' checks
 	c    int32
 }
 
@@ -29,22 +30,28 @@ func (x *subIndex) home(addr uint64) uint64 {
 }
 
 func (x *subIndex) get(addr uint64) int32 {
+	c, _ := x.lookup(addr)
+	return c
+}
+
+// lookup returns the chunk at addr and its size (0, 0 if none).
+func (x *subIndex) lookup(addr uint64) (int32, uint64) {
 	if x.n == 0 || addr == 0 {
-		return 0
+		return 0, 0
 	}
 	mask := uint64(len(x.slots) - 1)
 	for i := x.home(addr); ; i = (i + 1) & mask {
 		switch x.slots[i].addr {
 		case addr:
-			return x.slots[i].c
+			return x.slots[i].c, x.slots[i].size
 		case 0:
-			return 0
+			return 0, 0
 		}
 	}
 }
 
-// put adds chunk c at addr, which is not in the index.
-func (x *subIndex) put(addr uint64, c int32) {
+// put adds chunk c of size bytes at addr, which is not in the index.
+func (x *subIndex) put(addr uint64, c int32, size uint64) {
 	if 2*(x.n+1) > len(x.slots) {
 		x.resize()
 	}
@@ -53,7 +60,7 @@ func (x *subIndex) put(addr uint64, c int32) {
 	for x.slots[i].addr != 0 {
 		i = (i + 1) & mask
 	}
-	x.slots[i] = subSlot{addr, c}
+	x.slots[i] = subSlot{addr, size, c}
 	x.n++
 }
 
@@ -85,7 +92,7 @@ func (x *subIndex) resize() {
 	x.n = 0
 	for _, s := range old {
 		if s.addr != 0 {
-			x.put(s.addr, s.c)
+			x.put(s.addr, s.c, s.size)
 		}
 	}
 }

@@ -349,6 +349,7 @@ func (a *SubAllocator) Trim() error {
 		a.mu.Unlock()
 		return &cuda.OpError{Op: op, Err: cuda.ErrClosed}
 	}
+	a.dropCachesLocked() // their free ranges back in the books, empty caches forgotten
 	rs := a.collectLocked()
 	var errs []error
 	kept := a.streams[:0]
@@ -400,6 +401,7 @@ func (a *SubAllocator) Close() error {
 	a.mu.Lock()
 	var errs []error
 	a.closed = true
+	a.dropCachesLocked() // no fast path from now on; cached ranges back in the books
 	if !a.orderDone {
 		// Retried by every Close until it succeeds: an event the driver
 		// failed to destroy stays with the orderer until then.

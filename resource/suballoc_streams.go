@@ -39,14 +39,28 @@ func (a *SubAllocator) listFor(s *cuda.Stream) *subList {
 // case together they coalesce into a fit.
 func (a *SubAllocator) slowLocked(l *subList, n uint64, s *cuda.Stream) (int32, error) {
 	const op = "SubAllocator.Allocate"
-	for _, t := range a.streams {
-		if t == l || t.n == 0 || a.find(t, n) == 0 {
-			continue
+	// s's own cached ranges first: back on l they may coalesce into a fit
+	// that needs no ordering.
+	if a.flushLocked(a.cacheMap[s]) > 0 {
+		if i := a.find(l, n); i != 0 {
+			return i, nil
 		}
-		if err := a.takeLocked(l, t); err != nil {
-			return 0, &cuda.OpError{Op: op, Err: fmt.Errorf("%d bytes on %s: %w", n, streamName(s), err)}
+	}
+	for pass := 0; ; pass++ {
+		for _, t := range a.streams {
+			if t == l || t.n == 0 || a.find(t, n) == 0 {
+				continue
+			}
+			if err := a.takeLocked(l, t); err != nil {
+				return 0, &cuda.OpError{Op: op, Err: fmt.Errorf("%d bytes on %s: %w", n, streamName(s), err)}
+			}
+			return a.find(l, n), nil
 		}
-		return a.find(l, n), nil
+		// Before growing, what the other streams' caches hold goes back
+		// on their lists, where it may fit (after ordering).
+		if pass > 0 || a.flushAllLocked() == 0 {
+			break
+		}
 	}
 	err := a.growLocked(op, l, n, max(a.grow, n), s)
 	if err == nil {
