@@ -4,7 +4,9 @@ package resource
 // shared lock.
 
 import (
+	"math/bits"
 	"sync"
+	"unsafe"
 
 	"github.com/cudamem/cudamem/cuda"
 )
@@ -43,6 +45,7 @@ import (
 // Lock order: SubAllocator.mu before a cache's mu; the fast paths take a
 // cache's mu alone, and never take the shared lock while holding it.
 type subCache struct {
+	_     [64]byte // the fast path writes mu and the sets: a cache line of their own
 	mu    sync.Mutex
 	key   *cuda.Stream
 	id    int32
@@ -67,28 +70,44 @@ const subCacheRanges = 64
 
 // subCaches is the published stream → cache mapping, replaced (never
 // changed) under SubAllocator.mu, so the fast path reads it without a
-// lock. A few streams are looked up in a slice, more in a map.
+// lock: an open-addressing table keyed by the stream pointer (a Go map
+// costs several times as much per lookup here, and the fast path looks
+// up twice per pair).
 type subCaches struct {
-	keys []*cuda.Stream
-	vals []*subCache
-	m    map[*cuda.Stream]*subCache
+	slots []subCacheSlot // a power of two long, at most half full
+	shift uint
 }
 
-const subCachesScan = 8 // up to this many streams, scan keys
+type subCacheSlot struct {
+	key *cuda.Stream
+	c   *subCache // nil: empty slot
+}
+
+func (cs *subCaches) home(s *cuda.Stream) uintptr {
+	// Fibonacci hashing of the address (heap objects do not move).
+	return (uintptr(unsafe.Pointer(s)) * 0x9e3779b97f4a7c15) >> cs.shift
+}
 
 func (cs *subCaches) get(s *cuda.Stream) *subCache {
-	if cs == nil {
+	if cs == nil || len(cs.slots) == 0 {
 		return nil
 	}
-	if cs.m != nil {
-		return cs.m[s]
-	}
-	for i, k := range cs.keys {
-		if k == s {
-			return cs.vals[i]
+	mask := uintptr(len(cs.slots) - 1)
+	for i := cs.home(s); ; i = (i + 1) & mask {
+		sl := &cs.slots[i]
+		if sl.c == nil || sl.key == s {
+			return sl.c
 		}
 	}
-	return nil
+}
+
+func (cs *subCaches) put(s *cuda.Stream, c *subCache) {
+	mask := uintptr(len(cs.slots) - 1)
+	i := cs.home(s)
+	for cs.slots[i].c != nil {
+		i = (i + 1) & mask
+	}
+	cs.slots[i] = subCacheSlot{s, c}
 }
 
 // cacheOf returns s's cache, or nil (none yet, or no caching).
@@ -189,21 +208,17 @@ func (a *SubAllocator) cacheLocked(s *cuda.Stream) *subCache {
 // caches (none after Close).
 func (a *SubAllocator) publishLocked() {
 	cs := &subCaches{}
-	if a.closed {
-		a.caches.Store(cs)
-		return
-	}
-	if len(a.cacheMap) > subCachesScan {
-		cs.m = make(map[*cuda.Stream]*subCache, len(a.cacheMap))
-	}
-	for s, c := range a.cacheMap {
-		if c.dead {
-			continue
+	if !a.closed && len(a.cacheMap) > 0 {
+		size := 4
+		for size < 2*len(a.cacheMap) {
+			size *= 2
 		}
-		if cs.m != nil {
-			cs.m[s] = c
-		} else {
-			cs.keys, cs.vals = append(cs.keys, s), append(cs.vals, c)
+		cs.slots = make([]subCacheSlot, size)
+		cs.shift = uint(bits.UintSize - bits.TrailingZeros(uint(size)))
+		for s, c := range a.cacheMap {
+			if !c.dead {
+				cs.put(s, c)
+			}
 		}
 	}
 	a.caches.Store(cs)

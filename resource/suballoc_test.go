@@ -1121,3 +1121,51 @@ func BenchmarkSubAllocatorPairFake(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkSubAllocatorParallelFake: 256-byte pairs from g goroutines,
+// each on its own stream ("own") or all on one ("shared"), over the fake
+// upstream and orderer: the sub-allocator's own scaling, no driver. With
+// a Buffer per pair (as Allocate + Close), and "core" without (take +
+// Deallocate). Compare pairs/s across g; on a machine with fewer cores
+// than goroutines the rate can only stay flat. BenchmarkSubAllocatorParallel
+// (GPU) is the same over a DevicePool.
+func BenchmarkSubAllocatorParallelFake(b *testing.B) {
+	for _, core := range []bool{false, true} {
+		for _, g := range parallelGoroutines {
+			for _, mode := range []string{"own", "shared"} {
+				name := fmt.Sprintf("%d/%s", g, mode)
+				if core {
+					name = "core/" + name
+				}
+				b.Run(name, func(b *testing.B) {
+					a, _, _ := newSA(b, nil)
+					defer a.Close()
+					shared := new(cuda.Stream)
+					stream := func(int) *cuda.Stream {
+						if mode == "shared" {
+							return shared
+						}
+						return new(cuda.Stream)
+					}
+					pair := func(s *cuda.Stream) error {
+						buf, err := a.Allocate(256, s)
+						if err != nil {
+							return err
+						}
+						return buf.Close()
+					}
+					if core {
+						pair = func(s *cuda.Stream) error {
+							p, err := a.take(256, s)
+							if err != nil {
+								return err
+							}
+							return a.Deallocate(p, 256, s)
+						}
+					}
+					parallelPairs(b, g, stream, pair)
+				})
+			}
+		}
+	}
+}
