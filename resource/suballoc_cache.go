@@ -279,15 +279,15 @@ func (a *SubAllocator) flushLocked(c *subCache) int {
 	if c == nil {
 		return 0
 	}
+	// Under c's lock throughout: the fast path appends to c.free.
 	c.mu.Lock()
-	free := c.free
-	c.free, c.bytes = c.free[:0], 0
-	c.mu.Unlock()
-	if len(free) == 0 {
+	defer c.mu.Unlock()
+	n := len(c.free)
+	if n == 0 {
 		return 0
 	}
 	l := a.listFor(c.key)
-	for _, e := range free {
+	for _, e := range c.free {
 		ch := &a.chunks[e.c]
 		ch.cache = 0
 		a.live.remove(e.addr)
@@ -295,8 +295,9 @@ func (a *SubAllocator) flushLocked(c *subCache) int {
 		a.blockTab[ch.blk].live--
 		a.freeLocked(l, e.c)
 	}
-	clear(free)
-	return len(free)
+	clear(c.free)
+	c.free, c.bytes = c.free[:0], 0
+	return n
 }
 
 // flushAllLocked flushes every cache; it returns how many ranges came
