@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 )
 
@@ -62,4 +63,15 @@ func parallelPairs(b *testing.B, g int, stream func(i int) *cuda.Stream, pair fu
 	elapsed := time.Since(t0)
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "pairs/s")
+}
+
+// NewSubAllocatorNoDriver is NewSubAllocator with the fake orderer of the
+// CPU tests (saOrder), so that package resource_test can use a
+// SubAllocator over a fake upstream without a driver.
+func NewSubAllocatorNoDriver(up buffer.MemoryResource, opts *SubAllocatorOptions) (*SubAllocator, error) {
+	a, err := NewSubAllocator(up, opts)
+	if err == nil {
+		a.order = &saOrder{}
+	}
+	return a, err
 }
