@@ -51,7 +51,8 @@ const (
 // carving a range out of memory already held is a few dozen nanoseconds
 // of Go. Allocate and Deallocate on one stream never call the driver once
 // the sub-allocator holds enough memory; the pair, Buffer included, stays
-// well under 0.2 µs (see BenchmarkSubAllocatorPair).
+// well under 0.2 µs (see BenchmarkSubAllocatorPair), and scales with
+// goroutines on their own streams (BenchmarkSubAllocatorParallel).
 //
 // # Streams
 //
@@ -90,9 +91,32 @@ const (
 // it, so programs that make many short-lived streams should Trim now and
 // then.
 //
-// A SubAllocator is safe for concurrent use: one mutex guards it, held
-// for the Go bookkeeping and, on the slow paths only, for the driver
-// calls that order streams and the upstream calls that grow it.
+// # Concurrency
+//
+// A SubAllocator is safe for concurrent use, and goroutines on different
+// streams do not contend. Each stream has a cache in front of the shared
+// books (RMM's arena keeps per-thread arenas in front of a global one):
+// ranges freed on the stream, up to 64 of them and a quarter of GrowSize
+// in all, reused by allocations of the same aligned size on that stream,
+// and the record of the allocations handed out on it, so that their frees
+// on it are checked there. A pair served by its stream's cache takes only
+// that stream's lock. Everything else takes the shared lock, held for
+// the Go bookkeeping and, on the slow paths only, for the driver calls
+// that order streams and the upstream calls that grow it: a size the
+// cache has no range for, a free on another stream than the allocation's
+// (the range goes to the freeing stream's list, as described above), a
+// full cache. Cached ranges are free memory of their stream like any
+// other: before a stream is ordered after another, or a block is taken
+// from the upstream, the caches give their ranges back to their streams'
+// lists (where they coalesce), and Trim, Close and Stats do so too, so
+// caching never makes the sub-allocator grow while a fitting range is
+// free, and Stats is exact. Goroutines sharing one stream share its
+// cache's lock.
+//
+// Over a [buffer.RawResource] (the pools and adaptors of this package)
+// the sub-allocator's blocks are Buffers of the upstream's; its own
+// allocations are a [buffer.RawResource] too (AllocatePtr), so adaptors
+// stacked on a SubAllocator build one Buffer per allocation.
 type SubAllocator struct {
 	// Read by the fast path, written only by the constructor (and caches
 	// replaced under mu): kept apart from mu, which the slow paths write.
