@@ -23,6 +23,13 @@
 // [Buffer.Ptr] then returns 0, [Buffer.Resource] nil, and the
 // accessibility accessors report memory reachable from nowhere.
 //
+// Resources that pass memory through to another one (adaptors,
+// sub-allocators) need no Buffer of their own for it: a resource that
+// also implements [RawResource] hands out bare addresses (AllocatePtr),
+// and the layer above wraps the address once, in a Buffer it owns, with
+// [Owned]. So a stack of layers builds one Buffer per allocation, as
+// RMM's adaptors forward a pointer.
+//
 // # Streams
 //
 // Copies and fills are ordered on a stream and asynchronous unless their

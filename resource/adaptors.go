@@ -19,14 +19,21 @@ import (
 // that owns it, so a buffer still owned by the upstream would be closed
 // behind the adaptor's back and its books would never come down. The
 // Buffer an adaptor returns is therefore owned by the adaptor; its
-// Deallocate updates the books and forwards to the upstream. The Buffer
-// is made once, at the bottom of a stack: an upstream that implements
-// ownerAllocator (the adaptors and the pools) builds it for the owner at
-// the top directly. Any other upstream's buffer is taken apart
-// (Buffer.Disown) and its memory wrapped in a new Buffer, which costs
-// about 100 ns more per pair (nothing next to the synchronous resources,
-// which take this path). The stream the upstream
-// chose (it resolves nil to its default) is kept.
+// Deallocate updates the books and forwards to the upstream.
+//
+// Only the top of a stack builds that Buffer. Every layer here (the
+// adaptors, the SubAllocator, the pools) is a [buffer.RawResource]: its
+// AllocatePtr hands out the memory as a bare address, and a layer over
+// one asks it for that, adds its books, and passes the address up; the
+// top layer's Allocate wraps it once (buffer.Owned). So a stack of any
+// depth costs one Buffer per allocation, and each adaptor adds only its
+// own bookkeeping (a few atomic operations; a map under a lock for
+// Tracking). An upstream that is not a RawResource (the synchronous
+// resources, a type from another package) is asked for a Buffer, which
+// is taken apart (Buffer.Disown) and its memory passed up the same way;
+// that costs one extra Buffer per allocation, nothing next to a
+// synchronous driver allocation. The stream the upstream chose (it
+// resolves nil to its default) is kept.
 //
 // Adaptors do not own their upstream: they have no Close, and closing the
 // upstream is left to whoever made it. Errors from the upstream are
@@ -37,52 +44,36 @@ import (
 // not counted: Buffer.Close never calls Deallocate for it, so counting it
 // would leave it live forever.
 
-// ownerAllocator is implemented by resources that can allocate into a
-// Buffer owned by another resource: the adaptor at the top of a stack, so
-// that Close reaches it first. ptr is the buffer's address (0 for an
-// empty allocation).
-type ownerAllocator interface {
-	allocateFor(owner buffer.MemoryResource, size uint64, s *cuda.Stream) (b *buffer.Buffer, ptr cuda.DevicePtr, err error)
-}
+var (
+	_ buffer.RawResource = (*DevicePool)(nil)
+	_ buffer.RawResource = (*PinnedPool)(nil)
+	_ buffer.RawResource = (*Limiting)(nil)
+	_ buffer.RawResource = (*Statistics)(nil)
+	_ buffer.RawResource = (*Tracking)(nil)
+	_ buffer.RawResource = (*SubAllocator)(nil)
+)
 
-// allocateFrom allocates size bytes from up into a Buffer owned by owner.
-// Errors from up are returned unchanged.
-func allocateFrom(op string, up, owner buffer.MemoryResource, size uint64, s *cuda.Stream) (*buffer.Buffer, cuda.DevicePtr, error) {
-	if oa, ok := up.(ownerAllocator); ok {
-		return oa.allocateFor(owner, size, s)
+// allocateFrom allocates size bytes from up as a bare address, and the
+// stream the memory is ordered on: through AllocatePtr when up offers it,
+// else by taking up's Buffer apart. Errors from up are returned unchanged.
+func allocateFrom(op string, up buffer.MemoryResource, size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+	if ru, ok := up.(buffer.RawResource); ok {
+		return ru.AllocatePtr(size, s)
 	}
 	ub, err := up.Allocate(size, s)
 	if err != nil {
-		return nil, 0, err
+		return 0, nil, err
 	}
-	ptr, s, err := adaptorTake(op, up, ub, size)
+	return adaptorTake(op, up, ub, size)
+}
+
+// ownedBuffer wraps what an AllocatePtr returned in a Buffer owned by
+// owner: what each layer's Allocate does with its own AllocatePtr.
+func ownedBuffer(owner buffer.MemoryResource, size uint64, ptr cuda.DevicePtr, s *cuda.Stream, err error) (*buffer.Buffer, error) {
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	return buffer.Owned(ptr, size, owner, s), ptr, nil
-}
-
-// allocateFor lets a DevicePool upstream build the adaptor's Buffer.
-func (p *DevicePool) allocateFor(owner buffer.MemoryResource, size uint64, s *cuda.Stream) (*buffer.Buffer, cuda.DevicePtr, error) {
-	if p == nil {
-		return nil, 0, errNil("DevicePool", "Allocate")
-	}
-	return bufferPtr(p.core.allocate("DevicePool", owner, size, s))
-}
-
-// allocateFor lets a PinnedPool upstream build the adaptor's Buffer.
-func (p *PinnedPool) allocateFor(owner buffer.MemoryResource, size uint64, s *cuda.Stream) (*buffer.Buffer, cuda.DevicePtr, error) {
-	if p == nil {
-		return nil, 0, errNil("PinnedPool", "Allocate")
-	}
-	return bufferPtr(p.core.allocate("PinnedPool", owner, size, s))
-}
-
-func bufferPtr(b *buffer.Buffer, err error) (*buffer.Buffer, cuda.DevicePtr, error) {
-	if err != nil {
-		return nil, 0, err
-	}
-	return b, b.Ptr(), nil
+	return buffer.Owned(ptr, size, owner, s), nil
 }
 
 // adaptorTake moves the memory of ub, which up returned for a request of

@@ -747,52 +747,147 @@ func TestAdaptorsBadUpstream(t *testing.T) {
 // --- Benchmarks ---
 
 // benchUpstream is the cheapest honest upstream: unique addresses from an
-// atomic counter, and a Deallocate that does nothing.
+// atomic counter, and a Deallocate that does nothing. It is a
+// buffer.RawResource, as the package's own resources are.
 type benchUpstream struct{ next atomic.Uint64 }
 
 func (m *benchUpstream) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	return buffer.Owned(cuda.DevicePtr(m.next.Add(1<<12)), size, m, s), nil
+	p, s, err := m.AllocatePtr(size, s)
+	if err != nil {
+		return nil, err
+	}
+	return buffer.Owned(p, size, m, s), nil
+}
+
+func (m *benchUpstream) AllocatePtr(_ uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+	return cuda.DevicePtr(m.next.Add(1 << 12)), s, nil
 }
 func (m *benchUpstream) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }
 func (m *benchUpstream) DeviceAccessible() bool                                { return true }
 func (m *benchUpstream) HostAccessible() bool                                  { return false }
 func (m *benchUpstream) DeviceID() int                                         { return 0 }
 
+// foreignUpstream is benchUpstream without AllocatePtr: a resource from
+// another package that only hands out Buffers.
+type foreignUpstream struct{ up benchUpstream }
+
+func (m *foreignUpstream) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	p, s, _ := m.up.AllocatePtr(size, s)
+	return buffer.Owned(p, size, m, s), nil
+}
+func (m *foreignUpstream) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }
+func (m *foreignUpstream) DeviceAccessible() bool                                { return true }
+func (m *foreignUpstream) HostAccessible() bool                                  { return false }
+func (m *foreignUpstream) DeviceID() int                                         { return 0 }
+
+func all3(up buffer.MemoryResource) buffer.MemoryResource {
+	return resource.NewTracking(resource.NewStatistics(resource.NewLimiting(up, 1<<40)), nil)
+}
+
+func subOver(tb testing.TB, up buffer.MemoryResource) buffer.MemoryResource {
+	sa, err := resource.NewSubAllocatorNoDriver(up, nil)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { assert.NoError(tb, sa.Close()) })
+	return sa
+}
+
+// pairBytes is the heap bytes one allocate+close pair through mr costs,
+// averaged over many pairs (Buffers come from slabs of 64, so
+// testing.AllocsPerRun, which counts objects, cannot see them).
+func pairBytes(t *testing.T, mr buffer.MemoryResource) float64 {
+	const pairs = 64 * 200
+	pair := func() {
+		b, err := mr.Allocate(256, nil)
+		require.NoError(t, err)
+		require.NoError(t, b.Close())
+	}
+	for range 64 * 4 {
+		pair() // warm up: the sub-allocator's block, the tracking map
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range pairs {
+		pair()
+	}
+	runtime.ReadMemStats(&after)
+	return float64(after.TotalAlloc-before.TotalAlloc) / pairs
+}
+
+// TestAdaptorStackOneBuffer: a stack of adaptors (over a SubAllocator,
+// or a bare upstream) builds one Buffer per allocation, at the top: it
+// allocates no more per pair than the bare upstream's own pair. Over an
+// upstream that is not a RawResource, the stack builds two (the
+// upstream's, taken apart, and its own), which shows the measure can
+// tell.
+func TestAdaptorStackOneBuffer(t *testing.T) {
+	checkBufferLeaks(t)
+	bare := pairBytes(t, &benchUpstream{})
+	require.Greater(t, bare, 100.0, "a Buffer is more than 100 bytes")
+	for _, c := range []struct {
+		name string
+		mr   buffer.MemoryResource
+	}{
+		{"Limiting", resource.NewLimiting(&benchUpstream{}, 1<<40)},
+		{"Statistics", resource.NewStatistics(&benchUpstream{})},
+		{"Tracking", resource.NewTracking(&benchUpstream{}, nil)},
+		{"Tracking(Statistics(Limiting))", all3(&benchUpstream{})},
+		{"SubAllocator", subOver(t, &benchUpstream{})},
+		{"Tracking(Statistics(Limiting(SubAllocator)))", all3(subOver(t, &benchUpstream{}))},
+	} {
+		got := pairBytes(t, c.mr)
+		assert.Less(t, got, 1.25*bare, "%s: %.0f bytes per pair, the bare upstream %.0f: more than one Buffer", c.name, got, bare)
+	}
+	foreign := pairBytes(t, all3(&foreignUpstream{}))
+	assert.Greater(t, foreign, 1.75*bare, "over a foreign upstream: %.0f bytes per pair (two Buffers), bare %.0f", foreign, bare)
+}
+
 // BenchmarkAdaptorPair measures an allocate+close pair through each
-// adaptor over benchUpstream, next to the bare upstream pair. Over an
-// upstream from outside the package, as here, the difference includes
-// taking the upstream's Buffer apart and making a second one; over a pool
-// or another adaptor only the adaptor's own books (the x2 cases).
+// adaptor over benchUpstream, next to the bare upstream pair (its own
+// Allocate and Buffer.Close). benchUpstream is a buffer.RawResource, so
+// an adaptor's difference is its own books: one Buffer per pair however
+// deep the stack. The foreign/ cases are over an upstream that is not,
+// whose Buffer the adaptor takes apart and replaces (two per pair).
 func BenchmarkAdaptorPair(b *testing.B) {
 	cases := []struct {
 		name string
-		mr   func(up buffer.MemoryResource) buffer.MemoryResource
+		mr   func(b *testing.B) buffer.MemoryResource
 	}{
-		{"bare", func(up buffer.MemoryResource) buffer.MemoryResource { return up }},
-		{"Limiting", func(up buffer.MemoryResource) buffer.MemoryResource { return resource.NewLimiting(up, 1<<40) }},
-		{"Statistics", func(up buffer.MemoryResource) buffer.MemoryResource { return resource.NewStatistics(up) }},
-		{"Tracking", func(up buffer.MemoryResource) buffer.MemoryResource { return resource.NewTracking(up, nil) }},
-		{"TrackingStacks", func(up buffer.MemoryResource) buffer.MemoryResource {
-			return resource.NewTracking(up, &resource.TrackingOptions{CaptureStacks: true})
+		{"bare", func(*testing.B) buffer.MemoryResource { return &benchUpstream{} }},
+		{"Limiting", func(*testing.B) buffer.MemoryResource { return resource.NewLimiting(&benchUpstream{}, 1<<40) }},
+		{"Statistics", func(*testing.B) buffer.MemoryResource { return resource.NewStatistics(&benchUpstream{}) }},
+		{"Tracking", func(*testing.B) buffer.MemoryResource { return resource.NewTracking(&benchUpstream{}, nil) }},
+		{"TrackingStacks", func(*testing.B) buffer.MemoryResource {
+			return resource.NewTracking(&benchUpstream{}, &resource.TrackingOptions{CaptureStacks: true})
 		}},
-		{"all3", func(up buffer.MemoryResource) buffer.MemoryResource {
-			return resource.NewTracking(resource.NewStatistics(resource.NewLimiting(up, 1<<40)), nil)
+		{"all3", func(*testing.B) buffer.MemoryResource { return all3(&benchUpstream{}) }},
+		{"x2/Limiting", func(*testing.B) buffer.MemoryResource {
+			return resource.NewLimiting(resource.NewLimiting(&benchUpstream{}, 1<<40), 1<<40)
 		}},
-		// An adaptor over another adaptor (or a pool) makes no second
-		// Buffer: x2 minus the single case is the adaptor's own cost.
-		{"x2/Limiting", func(up buffer.MemoryResource) buffer.MemoryResource {
-			return resource.NewLimiting(resource.NewLimiting(up, 1<<40), 1<<40)
+		{"x2/Statistics", func(*testing.B) buffer.MemoryResource {
+			return resource.NewStatistics(resource.NewStatistics(&benchUpstream{}))
 		}},
-		{"x2/Statistics", func(up buffer.MemoryResource) buffer.MemoryResource {
-			return resource.NewStatistics(resource.NewStatistics(up))
+		{"x2/Tracking", func(*testing.B) buffer.MemoryResource {
+			return resource.NewTracking(resource.NewTracking(&benchUpstream{}, nil), nil)
 		}},
-		{"x2/Tracking", func(up buffer.MemoryResource) buffer.MemoryResource {
-			return resource.NewTracking(resource.NewTracking(up, nil), nil)
+		{"foreign/bare", func(*testing.B) buffer.MemoryResource { return &foreignUpstream{} }},
+		{"foreign/Limiting", func(*testing.B) buffer.MemoryResource { return resource.NewLimiting(&foreignUpstream{}, 1<<40) }},
+		{"foreign/all3", func(*testing.B) buffer.MemoryResource { return all3(&foreignUpstream{}) }},
+		// Over a SubAllocator: SubAllocator is its pair alone.
+		{"SubAllocator", func(b *testing.B) buffer.MemoryResource { return subOver(b, &benchUpstream{}) }},
+		{"SubAllocator/Limiting", func(b *testing.B) buffer.MemoryResource {
+			return resource.NewLimiting(subOver(b, &benchUpstream{}), 1<<40)
 		}},
+		{"SubAllocator/Statistics", func(b *testing.B) buffer.MemoryResource {
+			return resource.NewStatistics(subOver(b, &benchUpstream{}))
+		}},
+		{"SubAllocator/Tracking", func(b *testing.B) buffer.MemoryResource {
+			return resource.NewTracking(subOver(b, &benchUpstream{}), nil)
+		}},
+		{"SubAllocator/all3", func(b *testing.B) buffer.MemoryResource { return all3(subOver(b, &benchUpstream{})) }},
 	}
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
-			mr := c.mr(&benchUpstream{})
+			mr := c.mr(b)
 			b.ReportAllocs()
 			for b.Loop() {
 				buf, err := mr.Allocate(256, nil)
@@ -807,7 +902,7 @@ func BenchmarkAdaptorPair(b *testing.B) {
 	}
 	for _, c := range cases {
 		b.Run("parallel/"+c.name, func(b *testing.B) {
-			mr := c.mr(&benchUpstream{})
+			mr := c.mr(b)
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {

@@ -171,6 +171,18 @@ func (p *DevicePool) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, erro
 	return p.core.allocate("DevicePool", p, size, s)
 }
 
+// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]):
+// the address (0 for size 0) and the stream it is ordered on (nil
+// resolved to the default stream). The caller frees it with Deallocate;
+// adaptors and the SubAllocator use it to build one Buffer per
+// allocation.
+func (p *DevicePool) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+	if p == nil {
+		return 0, nil, errNil("DevicePool", "AllocatePtr")
+	}
+	return p.core.allocatePtr("DevicePool", size, s)
+}
+
 // Deallocate frees memory from Allocate in stream order on s (nil: the
 // device's legacy default stream). Buffers call it from Close. A zero ptr
 // is a no-op.

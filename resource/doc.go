@@ -33,6 +33,16 @@
 // allocations, [Tracking] records live allocations with the stacks that
 // made them. RMM: limiting, statistics and tracking resource adaptors.
 //
+// A stack builds one Buffer per allocation, however deep: every resource
+// here is a [buffer.RawResource], whose AllocatePtr hands out a bare
+// address; a layer over one takes the address, adds its books and passes
+// it up, and only the top layer's Allocate wraps it in a Buffer that it
+// owns (so that Close goes down through every layer). Over a resource
+// that is not a RawResource (one from another package), the first layer
+// takes that resource's Buffer apart (Buffer.Disown) instead. Implement
+// AllocatePtr on a resource of your own to give adaptors over it the same
+// path.
+//
 // # Streams
 //
 // Allocate and Deallocate take the stream that orders them; nil means the
@@ -101,5 +111,8 @@
 // stream is a few dozen nanoseconds of Go and no driver call. It keeps the
 // stream-ordered contract: memory freed on a stream is reused at once on
 // that stream, and on another only after an event orders the two. Trim
-// and Close give fully free blocks back; see the type for the rules.
+// and Close give fully free blocks back; see the type for the rules. Each
+// stream has a cache of its own in front of the shared books, so
+// goroutines allocating on their own streams do not contend for a lock
+// (the driver's pool serialises them: see the type's Concurrency).
 package resource

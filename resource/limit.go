@@ -33,10 +33,7 @@ type Limiting struct {
 	used  atomic.Uint64
 }
 
-var (
-	_ buffer.MemoryResource = (*Limiting)(nil)
-	_ ownerAllocator        = (*Limiting)(nil)
-)
+var _ buffer.MemoryResource = (*Limiting)(nil)
 
 // NewLimiting returns a resource that allocates from upstream while at
 // most limit bytes are live through it. A limit of 0 refuses every
@@ -52,19 +49,22 @@ func NewLimiting(upstream buffer.MemoryResource, limit uint64) *Limiting {
 // cuda.ErrorOutOfMemory that names the request, the limit and the bytes
 // in use; upstream errors are returned unchanged. Size 0 always fits.
 func (r *Limiting) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	b, _, err := r.allocateFor(r, size, s)
-	return b, err
+	ptr, s, err := r.AllocatePtr(size, s)
+	return ownedBuffer(r, size, ptr, s, err)
 }
 
-func (r *Limiting) allocateFor(owner buffer.MemoryResource, size uint64, s *cuda.Stream) (*buffer.Buffer, cuda.DevicePtr, error) {
+// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]): the
+// address (0 for size 0) and the stream the upstream ordered it on. Free
+// it with Deallocate, which gives the bytes back to the budget.
+func (r *Limiting) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if r == nil || r.up == nil {
-		return nil, 0, errNoUpstream("Limiting", "Allocate")
+		return 0, nil, errNoUpstream("Limiting", "Allocate")
 	}
 	if size > 0 {
 		for {
 			used := r.used.Load() // never above r.limit, so the subtraction cannot wrap
 			if size > r.limit-used {
-				return nil, 0, &cuda.OpError{Op: "Limiting.Allocate", Err: fmt.Errorf(
+				return 0, nil, &cuda.OpError{Op: "Limiting.Allocate", Err: fmt.Errorf(
 					"%d bytes would exceed the limit of %d bytes (%d in use): %w", size, r.limit, used, cuda.ErrorOutOfMemory)}
 			}
 			if r.used.CompareAndSwap(used, used+size) {
@@ -72,14 +72,14 @@ func (r *Limiting) allocateFor(owner buffer.MemoryResource, size uint64, s *cuda
 			}
 		}
 	}
-	b, ptr, err := allocateFrom("Limiting.Allocate", r.up, owner, size, s)
+	ptr, us, err := allocateFrom("Limiting.Allocate", r.up, size, s)
 	if err != nil {
 		if size > 0 {
 			subSat(&r.used, size)
 		}
-		return nil, 0, err
+		return 0, nil, err
 	}
-	return b, ptr, nil
+	return ptr, us, nil
 }
 
 // Deallocate frees through the upstream and, once the upstream succeeded,

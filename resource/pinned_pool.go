@@ -188,6 +188,18 @@ func (p *PinnedPool) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, erro
 	return p.core.allocate("PinnedPool", p, size, s)
 }
 
+// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]):
+// the address (0 for size 0) and the stream it is ordered on (nil
+// resolved to the default stream). The caller frees it with Deallocate;
+// adaptors and the SubAllocator use it to build one Buffer per
+// allocation.
+func (p *PinnedPool) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+	if p == nil {
+		return 0, nil, errNil("PinnedPool", "AllocatePtr")
+	}
+	return p.core.allocatePtr("PinnedPool", size, s)
+}
+
 // Deallocate frees memory from Allocate in stream order on s (nil: device
 // 0's legacy default stream). A zero ptr is a no-op.
 func (p *PinnedPool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {

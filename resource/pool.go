@@ -184,8 +184,18 @@ func (c *poolCore) stream(op string, s *cuda.Stream, sameDevice bool) (*cuda.Str
 // allocate is the shared Allocate: stream-ordered from the pool, mr owning
 // the returned buffer. A DevicePool takes streams of its own device only.
 func (c *poolCore) allocate(kind string, mr buffer.MemoryResource, size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	if err := c.acquire(kind, "Allocate"); err != nil {
+	ptr, s, err := c.allocatePtr(kind, size, s)
+	if err != nil {
 		return nil, err
+	}
+	return buffer.Owned(ptr, size, mr, s), nil
+}
+
+// allocatePtr is allocate without the Buffer (AllocatePtr): the address
+// (0 for size 0) and the stream it is ordered on, nil resolved.
+func (c *poolCore) allocatePtr(kind string, size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+	if err := c.acquire(kind, "Allocate"); err != nil {
+		return 0, nil, err
 	}
 	s, err := c.stream("Allocate", s, kind == "DevicePool")
 	if err == nil {
@@ -193,11 +203,11 @@ func (c *poolCore) allocate(kind string, mr buffer.MemoryResource, size uint64, 
 	}
 	if err != nil {
 		c.release()
-		return nil, err
+		return 0, nil, err
 	}
 	if size == 0 {
 		c.release()
-		return buffer.Owned(0, 0, mr, s), nil
+		return 0, s, nil
 	}
 	ptr, err := s.MemAllocFromPoolAsync(c.pool, size)
 	if err == nil {
@@ -205,9 +215,9 @@ func (c *poolCore) allocate(kind string, mr buffer.MemoryResource, size uint64, 
 	}
 	c.release()
 	if err != nil {
-		return nil, c.opErr("Allocate", fmt.Errorf("%d bytes from the pool of %v: %w", size, c.where(), err))
+		return 0, nil, c.opErr("Allocate", fmt.Errorf("%d bytes from the pool of %v: %w", size, c.where(), err))
 	}
-	return buffer.Owned(ptr, size, mr, s), nil
+	return ptr, s, nil
 }
 
 // deallocate is the shared Deallocate. It works after Close too: an owned

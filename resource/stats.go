@@ -54,10 +54,7 @@ type Statistics struct {
 	failures                        atomic.Uint64
 }
 
-var (
-	_ buffer.MemoryResource = (*Statistics)(nil)
-	_ ownerAllocator        = (*Statistics)(nil)
-)
+var _ buffer.MemoryResource = (*Statistics)(nil)
 
 // NewStatistics returns a resource that allocates from upstream and counts
 // the allocations. A nil upstream makes every Allocate fail with an error
@@ -69,18 +66,21 @@ func NewStatistics(upstream buffer.MemoryResource) *Statistics {
 // Allocate allocates from the upstream and counts the allocation, or the
 // failure. Upstream errors are returned unchanged.
 func (r *Statistics) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	b, _, err := r.allocateFor(r, size, s)
-	return b, err
+	ptr, s, err := r.AllocatePtr(size, s)
+	return ownedBuffer(r, size, ptr, s, err)
 }
 
-func (r *Statistics) allocateFor(owner buffer.MemoryResource, size uint64, s *cuda.Stream) (*buffer.Buffer, cuda.DevicePtr, error) {
+// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]): the
+// address (0 for size 0) and the stream the upstream ordered it on,
+// counted. Free it with Deallocate.
+func (r *Statistics) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if r == nil || r.up == nil {
-		return nil, 0, errNoUpstream("Statistics", "Allocate")
+		return 0, nil, errNoUpstream("Statistics", "Allocate")
 	}
-	b, ptr, err := allocateFrom("Statistics.Allocate", r.up, owner, size, s)
+	ptr, us, err := allocateFrom("Statistics.Allocate", r.up, size, s)
 	if err != nil {
 		r.failures.Add(1)
-		return nil, 0, err
+		return 0, nil, err
 	}
 	if ptr != 0 { // an empty allocation owns nothing and is never deallocated
 		// Saturating: byte counts summed over a long run (or sizes near
@@ -90,7 +90,7 @@ func (r *Statistics) allocateFor(owner buffer.MemoryResource, size uint64, s *cu
 		addSat(&r.totalBytes, size)
 		r.totalCount.Add(1)
 	}
-	return b, ptr, nil
+	return ptr, us, nil
 }
 
 // Deallocate frees through the upstream and, once the upstream succeeded,

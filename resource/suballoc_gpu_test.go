@@ -4,6 +4,7 @@ package resource_test
 // sub-allocated memory, with ranges moving between streams.
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -179,6 +180,68 @@ func BenchmarkSubAllocatorPair(b *testing.B) {
 					}
 				}
 				syncOrFail(b, s)
+			})
+		}
+	}
+}
+
+// BenchmarkSubAllocatorParallel: 256-byte pairs (Allocate + Buffer.Close)
+// from g goroutines, each on its own stream ("own") or all on one
+// ("shared"), through a SubAllocator over the device's current pool.
+// The figure to read is pairs/s against the g=1 row: the goal is
+// 8x or more at 16 goroutines on their own streams (the driver's pool
+// gives 0.39x with 16 C threads: ../shared/reference/anchors.md).
+// BenchmarkDevicePoolParallel is the same through the pool alone, the
+// driver's scaling measured in the same run.
+func BenchmarkSubAllocatorParallel(b *testing.B) {
+	dev := cudatest.Device(b)
+	pool, err := resource.NewDevicePool(dev, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sa, err := resource.NewSubAllocator(pool, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sa.Close()
+	parallelGPU(b, dev, sa)
+}
+
+// BenchmarkDevicePoolParallel: BenchmarkSubAllocatorParallel through the
+// DevicePool alone (one driver allocation and free per pair).
+func BenchmarkDevicePoolParallel(b *testing.B) {
+	dev := cudatest.Device(b)
+	pool, err := resource.NewDevicePool(dev, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	parallelGPU(b, dev, pool)
+}
+
+func parallelGPU(b *testing.B, dev *cuda.Device, mr buffer.MemoryResource) {
+	for _, g := range resource.ParallelGoroutines {
+		for _, mode := range []string{"own", "shared"} {
+			b.Run(fmt.Sprintf("%d/%s", g, mode), func(b *testing.B) {
+				shared := cudatest.Stream(b, dev)
+				var streams []*cuda.Stream
+				stream := func(int) *cuda.Stream {
+					s := shared
+					if mode == "own" {
+						s = cudatest.Stream(b, dev)
+					}
+					streams = append(streams, s)
+					return s
+				}
+				resource.ParallelPairs(b, g, stream, func(s *cuda.Stream) error {
+					buf, err := mr.Allocate(256, s)
+					if err != nil {
+						return err
+					}
+					return buf.Close()
+				})
+				for _, s := range streams {
+					syncOrFail(b, s)
+				}
 			})
 		}
 	}

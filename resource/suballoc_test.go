@@ -298,6 +298,56 @@ func saCheck(t testing.TB, a *SubAllocator) {
 	require.Equal(t, a.used, used)
 	require.Equal(t, a.held, held)
 	require.LessOrEqual(t, used+free, held)
+	saCheckCaches(t, a)
+}
+
+// saCheckCaches verifies the per-stream caches against the shared books:
+// every range a cache holds (handed out or free) is a live chunk marked
+// with that cache, and every chunk so marked is held by it.
+func saCheckCaches(t testing.TB, a *SubAllocator) {
+	t.Helper()
+	require.Len(t, a.cacheTab, len(a.freeCache)+len(a.cacheMap)+1, "cache ids")
+	held := 0
+	for s, c := range a.cacheMap {
+		require.Same(t, c, a.cacheTab[c.id])
+		require.Same(t, s, c.key)
+		c.mu.Lock()
+		var bytes uint64
+		for _, e := range c.free {
+			ch := &a.chunks[e.c]
+			require.Equal(t, [3]uint64{e.addr, e.size, uint64(c.id)}, [3]uint64{ch.addr, ch.size, uint64(ch.cache)}, "free cached range")
+			require.Zero(t, ch.list, "a cached range is live to the books")
+			require.Equal(t, e.c, a.live.get(e.addr))
+			require.Zero(t, c.live.get(e.addr), "free and handed out at once")
+			bytes += e.size
+		}
+		require.Equal(t, c.bytes, bytes)
+		require.LessOrEqual(t, len(c.free), subCacheRanges)
+		require.LessOrEqual(t, c.bytes, a.cacheBytes)
+		n := 0
+		for _, sl := range c.live.slots {
+			if sl.addr == 0 {
+				continue
+			}
+			n++
+			ch := &a.chunks[sl.c]
+			require.Equal(t, [3]uint64{sl.addr, sl.size, uint64(c.id)}, [3]uint64{ch.addr, ch.size, uint64(ch.cache)}, "handed-out cached range")
+			require.Equal(t, sl.c, a.live.get(sl.addr))
+		}
+		require.Equal(t, c.live.n, n)
+		if c.dead {
+			require.Empty(t, c.free, "a dead cache holds nothing free")
+		}
+		held += len(c.free) + c.live.n
+		c.mu.Unlock()
+	}
+	marked := 0
+	for i := 1; i < len(a.chunks); i++ {
+		if a.chunks[i].cache != 0 {
+			marked++
+		}
+	}
+	require.Equal(t, held, marked, "chunks marked with a cache")
 }
 
 func TestSubAllocatorBasics(t *testing.T) {
@@ -1120,4 +1170,52 @@ func BenchmarkSubAllocatorPairFake(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkSubAllocatorParallelFake: 256-byte pairs from g goroutines,
+// each on its own stream ("own") or all on one ("shared"), over the fake
+// upstream and orderer: the sub-allocator's own scaling, no driver. With
+// a Buffer per pair (as Allocate + Close), and "core" without (take +
+// Deallocate). Compare pairs/s across g; on a machine with fewer cores
+// than goroutines the rate can only stay flat. BenchmarkSubAllocatorParallel
+// (GPU) is the same over a DevicePool.
+func BenchmarkSubAllocatorParallelFake(b *testing.B) {
+	for _, core := range []bool{false, true} {
+		for _, g := range parallelGoroutines {
+			for _, mode := range []string{"own", "shared"} {
+				name := fmt.Sprintf("%d/%s", g, mode)
+				if core {
+					name = "core/" + name
+				}
+				b.Run(name, func(b *testing.B) {
+					a, _, _ := newSA(b, nil)
+					defer a.Close()
+					shared := new(cuda.Stream)
+					stream := func(int) *cuda.Stream {
+						if mode == "shared" {
+							return shared
+						}
+						return new(cuda.Stream)
+					}
+					pair := func(s *cuda.Stream) error {
+						buf, err := a.Allocate(256, s)
+						if err != nil {
+							return err
+						}
+						return buf.Close()
+					}
+					if core {
+						pair = func(s *cuda.Stream) error {
+							p, err := a.take(256, s)
+							if err != nil {
+								return err
+							}
+							return a.Deallocate(p, 256, s)
+						}
+					}
+					parallelPairs(b, g, stream, pair)
+				})
+			}
+		}
+	}
 }

@@ -88,10 +88,7 @@ type Tracking struct {
 	bytes uint64
 }
 
-var (
-	_ buffer.MemoryResource = (*Tracking)(nil)
-	_ ownerAllocator        = (*Tracking)(nil)
-)
+var _ buffer.MemoryResource = (*Tracking)(nil)
 
 // NewTracking returns a resource that allocates from upstream and records
 // the live allocations. opts may be nil. A nil upstream makes every
@@ -107,26 +104,35 @@ func NewTracking(upstream buffer.MemoryResource, opts *TrackingOptions) *Trackin
 // Allocate allocates from the upstream and records the allocation.
 // Upstream errors are returned unchanged.
 func (r *Tracking) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	b, _, err := r.allocateFor(r, size, s)
-	return b, err
+	ptr, s, err := r.allocatePtr(size, s)
+	return ownedBuffer(r, size, ptr, s, err)
 }
 
-func (r *Tracking) allocateFor(owner buffer.MemoryResource, size uint64, s *cuda.Stream) (*buffer.Buffer, cuda.DevicePtr, error) {
+// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]): the
+// address (0 for size 0) and the stream the upstream ordered it on,
+// recorded as live. Free it with Deallocate.
+func (r *Tracking) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+	return r.allocatePtr(size, s)
+}
+
+// allocatePtr is AllocatePtr at a fixed depth below the caller's frame,
+// so that captured stacks start at the same place for both entries.
+func (r *Tracking) allocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if r == nil || r.up == nil || r.live == nil {
-		return nil, 0, errNoUpstream("Tracking", "Allocate")
+		return 0, nil, errNoUpstream("Tracking", "Allocate")
 	}
 	var callers []uintptr
 	if r.stacks {
 		var pcs [trackStackDepth]uintptr
-		n := runtime.Callers(2, pcs[:]) // skip runtime.Callers and this method
+		n := runtime.Callers(3, pcs[:]) // skip runtime.Callers, this method and Allocate or AllocatePtr
 		callers = slices.Clone(pcs[:n])
 	}
-	b, ptr, err := allocateFrom("Tracking.Allocate", r.up, owner, size, s)
+	ptr, us, err := allocateFrom("Tracking.Allocate", r.up, size, s)
 	if err != nil {
-		return nil, 0, err
+		return 0, nil, err
 	}
 	if ptr != 0 { // an empty allocation owns nothing and is never deallocated
-		rec := trackRecord{size: size, stream: b.Stream(), time: time.Now(), callers: callers}
+		rec := trackRecord{size: size, stream: us, time: time.Now(), callers: callers}
 		r.mu.Lock()
 		if old, ok := r.live[ptr]; ok {
 			// The upstream handed out an address it already gave us: it
@@ -138,7 +144,7 @@ func (r *Tracking) allocateFor(owner buffer.MemoryResource, size uint64, s *cuda
 		r.bytes = satAdd(r.bytes, size)
 		r.mu.Unlock()
 	}
-	return b, ptr, nil
+	return ptr, us, nil
 }
 
 // Deallocate frees a live allocation through the upstream. A ptr that is

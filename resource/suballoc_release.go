@@ -1,0 +1,432 @@
+package resource
+
+// SubAllocator: growth from the upstream, and giving blocks back (Trim,
+// Close, and Deallocate after Close).
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// growLocked takes a block of want bytes (at least n) from the upstream on
+// s and adds it to l. Within MaxSize, want shrinks to what is left; if the
+// upstream refuses want it is asked for n alone.
+func (a *SubAllocator) growLocked(op string, l *subList, n, want uint64, s *cuda.Stream) error {
+	extra := uint64(0)
+	if a.align > subUpstreamAlign {
+		extra = a.align - subUpstreamAlign
+	}
+	// n and want are multiples of the alignment, and extra is less than
+	// it, so the sums below cannot overflow.
+	want = max(want, n)
+	if a.max != 0 {
+		left := a.max - min(a.max, a.held)
+		if n+extra > left {
+			return &cuda.OpError{Op: op, Err: fmt.Errorf("%d bytes on %s: a new block of %d bytes would exceed MaxSize %d (%d reserved, %d of it free in ranges too small or fragmented): %w",
+				n, streamName(s), n+extra, a.max, a.held, a.freeBytesLocked(), cuda.ErrorOutOfMemory)}
+		}
+		want = min(want, left-extra)
+	}
+	var err error
+	for _, size := range []uint64{want + extra, n + extra} {
+		var ub *buffer.Buffer
+		ub, err = a.up.Allocate(size, s)
+		if err == nil {
+			return a.addBlockLocked(op, l, ub, size, n)
+		}
+		if size == n+extra || !errors.Is(err, cuda.ErrorOutOfMemory) {
+			break
+		}
+	}
+	return &cuda.OpError{Op: op, Err: fmt.Errorf("%d bytes on %s: grow from %v: %w", n, streamName(s), a.up, err)}
+}
+
+// addBlockLocked adds the upstream buffer ub (of size bytes, asked for to
+// hold n) as a block whose aligned range is free on l.
+func (a *SubAllocator) addBlockLocked(op string, l *subList, ub *buffer.Buffer, size, n uint64) error {
+	base, got := uint64(ub.Ptr()), ub.Size()
+	if got != size || base == 0 {
+		return a.rejectBlock(op, ub, fmt.Errorf("upstream %v returned %#x (%d bytes) for a request of %d bytes", a.up, base, got, size))
+	}
+	// A hostile or broken upstream may return a range that wraps past
+	// 2^64: it is refused, never carved.
+	if base+size < base {
+		return a.rejectBlock(op, ub, fmt.Errorf("upstream %v returned %#x (%d bytes), a range that wraps past the end of the address space", a.up, base, size))
+	}
+	start, ok := alignUp(base, a.align)
+	end := (base + size) &^ (a.align - 1)
+	if !ok || start >= end || end-start < n {
+		return a.rejectBlock(op, ub, fmt.Errorf("upstream %v returned %#x (%d bytes), which cannot hold %d bytes aligned to %d", a.up, base, size, n, a.align))
+	}
+	b := &subBlock{buf: ub, base: base, size: size}
+	if k := len(a.freeBlk); k > 0 {
+		b.id, a.freeBlk = a.freeBlk[k-1], a.freeBlk[:k-1]
+		a.blockTab[b.id] = b
+	} else {
+		b.id = int32(len(a.blockTab))
+		a.blockTab = append(a.blockTab, b)
+	}
+	i := a.newChunk()
+	c := &a.chunks[i]
+	c.addr, c.size, c.blk = start, end-start, b.id
+	b.first = i
+	at, _ := slices.BinarySearchFunc(a.blocks, base, func(x *subBlock, v uint64) int {
+		switch {
+		case x.base < v:
+			return -1
+		case x.base > v:
+			return 1
+		}
+		return 0
+	})
+	a.blocks = slices.Insert(a.blocks, at, b)
+	a.held += size
+	a.freeLocked(l, i)
+	return nil
+}
+
+// rejectBlock gives back an upstream buffer that cannot serve as a block
+// and returns the reason, matching cuda.ErrInvalidArgument, joined with
+// the error of giving it back if that failed.
+func (a *SubAllocator) rejectBlock(op string, ub *buffer.Buffer, why error) error {
+	err := &cuda.OpError{Op: op, Err: fmt.Errorf("%w: %w", cuda.ErrInvalidArgument, why)}
+	if cerr := ub.Close(); cerr != nil {
+		return errors.Join(err, fmt.Errorf("give the buffer back: %w", cerr))
+	}
+	return err
+}
+
+// subRelease is a block detached from the free lists, to be given back to
+// the upstream without the lock held: waiting for streams may take long.
+type subRelease struct {
+	blk     *subBlock
+	keys    []*cuda.Stream // the stream of each chunk, in address order, to put them back
+	streams []*cuda.Stream // the distinct streams among keys
+}
+
+// detachLocked takes a block without live allocations out of the free
+// lists, remembering each chunk's stream so that a failed release can put
+// them back (the lists themselves may be gone by then).
+func (a *SubAllocator) detachLocked(b *subBlock) subRelease {
+	b.releasing = true
+	r := subRelease{blk: b}
+	for i := b.first; i != 0; i = a.chunks[i].next {
+		c := &a.chunks[i]
+		l := a.listTab[c.list]
+		a.unlink(l, i)
+		l.n--
+		l.bytes -= c.size
+		c.list = 0
+		r.keys = append(r.keys, l.key)
+		if !slices.Contains(r.streams, l.key) {
+			r.streams = append(r.streams, l.key)
+		}
+	}
+	return r
+}
+
+// restoreLocked puts a detached block that was not given back on the
+// lists again, each chunk on the stream it was free on: the block is
+// exactly as it was before it was detached, still owned and usable.
+func (a *SubAllocator) restoreLocked(r subRelease) {
+	b := r.blk
+	b.releasing = false
+	// Chunks not yet put back are still off the lists, so each one merges
+	// only with neighbours already back.
+	k := 0
+	for i := b.first; i != 0; k++ {
+		next := a.chunks[i].next
+		a.freeLocked(a.listFor(r.keys[k]), i)
+		i = next
+	}
+}
+
+// dropLocked forgets a detached block whose memory went back to the
+// upstream.
+func (a *SubAllocator) dropLocked(b *subBlock) {
+	for i := b.first; i != 0; {
+		next := a.chunks[i].next
+		a.recycle(i)
+		i = next
+	}
+	if i := slices.Index(a.blocks, b); i >= 0 {
+		a.blocks = slices.Delete(a.blocks, i, i+1)
+	}
+	a.blockTab[b.id] = nil
+	a.freeBlk = append(a.freeBlk, b.id)
+	a.held -= b.size
+}
+
+// subGiven is what giveBack gave back.
+type subGiven struct {
+	bytes  uint64 // bytes of the blocks given back (what Reserved dropped by)
+	blocks int    // blocks given back
+	kept   int    // blocks that could not be given back and are on the lists again
+}
+
+// giveBack returns the detached blocks rs to the upstream, in two phases
+// so that a failure changes as little as possible:
+//
+//  1. It waits (on the host) for every stream that freed into any of the
+//     blocks, since work queued there may still use the memory. If that
+//     fails, nothing has changed: every block goes back on the lists.
+//  2. It frees the blocks one by one. A block whose free fails goes back
+//     on the lists, still owned and usable; the others are given back
+//     anyway (giving back is what the caller asked for, and it is most
+//     wanted when memory is short), and the errors are joined.
+//
+// It returns what was given back and the error; the lock is not held.
+func (a *SubAllocator) giveBack(rs []subRelease) (subGiven, error) {
+	var g subGiven
+	var streams []*cuda.Stream
+	var total uint64
+	for _, r := range rs {
+		total += r.blk.size
+		for _, s := range r.streams {
+			if !slices.Contains(streams, s) {
+				streams = append(streams, s)
+			}
+		}
+	}
+	for _, s := range streams {
+		if err := a.order.sync(s); err != nil {
+			a.mu.Lock()
+			for _, r := range rs {
+				a.restoreLocked(r)
+			}
+			a.mu.Unlock()
+			g.kept = len(rs)
+			what := fmt.Sprintf("%d blocks (%d bytes)", len(rs), total)
+			if len(rs) == 1 {
+				what = fmt.Sprintf("%#x (%d bytes)", rs[0].blk.base, rs[0].blk.size)
+			}
+			return g, fmt.Errorf("give back %s to %v: wait for %s: %w", what, a.up, streamName(s), err)
+		}
+	}
+	var errs []error
+	for _, r := range rs {
+		b := r.blk
+		gone, err := a.freeBlock(r)
+		a.mu.Lock()
+		if gone {
+			a.dropLocked(b)
+			g.bytes += b.size
+			g.blocks++
+		} else {
+			a.restoreLocked(r)
+			g.kept++
+		}
+		a.mu.Unlock()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("give back %#x (%d bytes) to %v: %w", b.base, b.size, a.up, err))
+		}
+	}
+	return g, errors.Join(errs...)
+}
+
+// freeBlock frees the upstream buffer of a detached block whose streams
+// are idle. gone reports whether the memory went back to the upstream
+// (possibly with an error about cleaning up after it, which must still be
+// reported); when it is false the block is intact.
+func (a *SubAllocator) freeBlock(r subRelease) (gone bool, err error) {
+	b := r.blk
+	// Every stream involved is idle, so any stream orders the free: prefer
+	// one that freed into the block, else the block's own.
+	var on *cuda.Stream
+	for _, s := range r.streams {
+		if s != nil {
+			on = s
+			break
+		}
+	}
+	err = b.buf.CloseOn(on)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, buffer.ErrPartlyFreed):
+		// The upstream freed the memory but failed to tidy up after it:
+		// the buffer is closed, the block is gone, the error stands.
+		return true, err
+	case !errors.Is(err, cuda.ErrClosed):
+		// A real failure of the free: it is reported, never retried
+		// elsewhere and swallowed.
+		return false, err
+	}
+	// That stream was destroyed (its work has finished: see phase 1 of
+	// giveBack): free on the upstream's default stream instead.
+	ptr, size, derr := b.buf.Disown()
+	if derr != nil {
+		return false, errors.Join(err, derr)
+	}
+	uerr := a.up.Deallocate(ptr, size, nil)
+	switch {
+	case uerr == nil:
+		return true, nil
+	case errors.Is(uerr, buffer.ErrPartlyFreed):
+		return true, uerr
+	}
+	// Still the block's memory: own it again, so that a retry (and the
+	// safety net) can free it.
+	b.buf = buffer.Owned(ptr, size, a.up, nil)
+	return false, errors.Join(err, uerr)
+}
+
+// collectLocked detaches every block without live allocations.
+func (a *SubAllocator) collectLocked() []subRelease {
+	var rs []subRelease
+	for _, b := range a.blocks {
+		if b.live == 0 && !b.releasing {
+			rs = append(rs, a.detachLocked(b))
+		}
+	}
+	return rs
+}
+
+// TrimError is the error of a Trim that failed after it began giving
+// blocks back (it is wrapped in the returned error: use errors.As). Trim
+// first waits for the streams that freed into the blocks; if that fails,
+// nothing has changed (Blocks is 0). Then it gives the blocks back one by
+// one: a block whose release fails stays, owned and usable, and the
+// others are given back anyway, so a Trim error may come with some
+// memory given back — exactly Bytes in Blocks blocks, by which
+// SubAllocatorStats.Reserved and Blocks have dropped. Kept is the number
+// of entirely free blocks that stayed.
+type TrimError struct {
+	Bytes  uint64 // bytes given back to the upstream
+	Blocks int    // blocks given back
+	Kept   int    // free blocks that could not be given back
+	Err    error  // what failed
+}
+
+// Error is Err's message followed by what was given back (safe on nil and
+// zero values, like every method of the package).
+func (e *TrimError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
+	msg := "trim failed"
+	if e.Err != nil {
+		msg = e.Err.Error()
+	}
+	if e.Blocks+e.Kept == 0 {
+		return msg
+	}
+	return fmt.Sprintf("%s (gave back %d of %d free blocks, %d bytes)", msg, e.Blocks, e.Blocks+e.Kept, e.Bytes)
+}
+
+// Unwrap returns Err (nil for nil).
+func (e *TrimError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
+
+// Trim gives back to the upstream every block in which nothing is
+// allocated. It first waits (on the host) for the streams that freed into
+// those blocks, since their work may still use the memory; a destroyed
+// stream is waited for by synchronizing its device. It also forgets the
+// streams that hold no free range (and destroys their events), so that
+// the sub-allocator does not keep destroyed streams alive.
+//
+// If waiting fails, nothing is given back. Then the blocks go back one by
+// one; a block that cannot be given back stays (still usable) and the
+// others go anyway. Any failure is reported: the error wraps a *TrimError
+// that says exactly what was given back, and every underlying error
+// (joined) with the blocks it concerns. After Close, Trim returns an
+// error matching cuda.ErrClosed.
+func (a *SubAllocator) Trim() error {
+	const op = "SubAllocator.Trim"
+	if err := a.check("Trim"); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return &cuda.OpError{Op: op, Err: cuda.ErrClosed}
+	}
+	a.dropCachesLocked() // their free ranges back in the books, empty caches forgotten
+	rs := a.collectLocked()
+	var errs []error
+	kept := a.streams[:0]
+	for _, l := range a.streams {
+		if l.n > 0 {
+			kept = append(kept, l)
+			continue
+		}
+		if err := a.order.forget(l.key); err != nil {
+			// The orderer keeps what it could not drop: keep the list
+			// too, so that the next Trim retries (and Close in any case).
+			errs = append(errs, fmt.Errorf("forget %s: %w", streamName(l.key), err))
+			kept = append(kept, l)
+			continue
+		}
+		delete(a.lists, l.key)
+		a.listTab[l.id] = nil
+		a.freeList = append(a.freeList, l.id)
+	}
+	clear(a.streams[len(kept):])
+	a.streams = kept
+	a.last = nil
+	a.mu.Unlock()
+	g, err := a.giveBack(rs)
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return &cuda.OpError{Op: op, Err: &TrimError{Bytes: g.bytes, Blocks: g.blocks, Kept: g.kept, Err: err}}
+	}
+	return nil
+}
+
+// Close gives every block back to the upstream (after waiting for the
+// streams that freed into them) and destroys the sub-allocator's events;
+// later Allocate and Trim calls return errors matching cuda.ErrClosed.
+// It does not close the upstream.
+//
+// If allocations are still live, their blocks stay until the allocations
+// are deallocated (each block goes back with its last one), and Close
+// returns an error matching cuda.ErrorIllegalState that says how many
+// there are. Every failure (an event not destroyed, a stream not waited
+// for, a block not given back) is reported, joined; what failed stays
+// held, and Close is idempotent: called again it retries what failed and
+// reports the allocations still live.
+func (a *SubAllocator) Close() error {
+	const op = "SubAllocator.Close"
+	if a == nil || a.up == nil {
+		return nil
+	}
+	a.mu.Lock()
+	var errs []error
+	a.closed = true
+	a.dropCachesLocked() // no fast path from now on; cached ranges back in the books
+	if !a.orderDone {
+		// Retried by every Close until it succeeds: an event the driver
+		// failed to destroy stays with the orderer until then.
+		if err := a.order.close(); err != nil {
+			errs = append(errs, err)
+		} else {
+			a.orderDone = true
+		}
+	}
+	rs := a.collectLocked()
+	// Releases that failed in Deallocate are retried now (their blocks
+	// went back on the lists and are collected above); their old errors
+	// are superseded by the retry's.
+	a.deferred = nil
+	a.mu.Unlock()
+	if _, err := a.giveBack(rs); err != nil {
+		errs = append(errs, err)
+	}
+	a.mu.Lock()
+	if n := a.live.n; n > 0 {
+		errs = append(errs, fmt.Errorf("%d allocations (%d bytes) are still live; their blocks are given back as they are deallocated: %w", n, a.used, cuda.ErrorIllegalState))
+	}
+	a.mu.Unlock()
+	if err := errors.Join(errs...); err != nil {
+		return &cuda.OpError{Op: op, Err: err}
+	}
+	return nil
+}

@@ -1,0 +1,244 @@
+package resource
+
+// SubAllocator: stream ordering. Each stream's free list, taking ranges
+// freed on another stream (after an event orders the two), and the
+// orderer that records and waits on events.
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// listFor returns s's free list, making it if needed.
+func (a *SubAllocator) listFor(s *cuda.Stream) *subList {
+	if l := a.last; l != nil && l.key == s {
+		return l
+	}
+	l := a.lists[s]
+	if l == nil {
+		l = &subList{key: s}
+		if n := len(a.freeList); n > 0 {
+			l.id, a.freeList = a.freeList[n-1], a.freeList[:n-1]
+			a.listTab[l.id] = l
+		} else {
+			l.id = int32(len(a.listTab))
+			a.listTab = append(a.listTab, l)
+		}
+		a.lists[s] = l
+		a.streams = append(a.streams, l)
+	}
+	a.last = l
+	return l
+}
+
+// slowLocked finds room for n bytes on l (stream s) when l has none: by
+// taking another stream's free ranges once s is ordered after it, else by
+// growing, else (out of memory) by taking every stream's free ranges in
+// case together they coalesce into a fit.
+func (a *SubAllocator) slowLocked(l *subList, n uint64, s *cuda.Stream) (int32, error) {
+	const op = "SubAllocator.Allocate"
+	// s's own cached ranges first: back on l they may coalesce into a fit
+	// that needs no ordering.
+	if a.flushLocked(a.cacheMap[s]) > 0 {
+		if i := a.find(l, n); i != 0 {
+			return i, nil
+		}
+	}
+	for pass := 0; ; pass++ {
+		for _, t := range a.streams {
+			if t == l || t.n == 0 || a.find(t, n) == 0 {
+				continue
+			}
+			if err := a.takeLocked(l, t); err != nil {
+				return 0, &cuda.OpError{Op: op, Err: fmt.Errorf("%d bytes on %s: %w", n, streamName(s), err)}
+			}
+			return a.find(l, n), nil
+		}
+		// Before growing, what the other streams' caches hold goes back
+		// on their lists, where it may fit (after ordering).
+		if pass > 0 || a.flushAllLocked() == 0 {
+			break
+		}
+	}
+	err := a.growLocked(op, l, n, max(a.grow, n), s)
+	if err == nil {
+		return a.find(l, n), nil
+	}
+	if !errors.Is(err, cuda.ErrorOutOfMemory) {
+		return 0, err
+	}
+	took := false
+	for _, t := range a.streams {
+		if t == l || t.n == 0 {
+			continue
+		}
+		if terr := a.takeLocked(l, t); terr != nil {
+			return 0, errors.Join(err, terr)
+		}
+		took = true
+	}
+	if took {
+		if i := a.find(l, n); i != 0 {
+			return i, nil
+		}
+	}
+	return 0, err
+}
+
+// takeLocked moves every free range of t to l, after making l's stream
+// wait for the work queued on t's.
+func (a *SubAllocator) takeLocked(l, t *subList) error {
+	if err := a.order.waitFor(l.key, t.key); err != nil {
+		return fmt.Errorf("order after %s: %w", streamName(t.key), err)
+	}
+	for i := t.any(); i != 0; i = t.any() {
+		a.unlink(t, i)
+		t.n--
+		t.bytes -= a.chunks[i].size
+		a.chunks[i].list = 0
+		a.freeLocked(l, i)
+	}
+	return nil
+}
+
+// streamName names a stream key for messages.
+func streamName(s *cuda.Stream) string {
+	if s == nil {
+		return "the default stream"
+	}
+	if s.Device() == nil {
+		return fmt.Sprintf("stream %p", s)
+	}
+	if s.IsDefault() {
+		return fmt.Sprintf("the default stream of %v", s.Device())
+	}
+	return fmt.Sprintf("stream %#x", s.Handle())
+}
+
+// subOrderer is how the sub-allocator orders streams and waits for them:
+// events and stream synchronization in production, a recorder in tests
+// (which have no driver, so streams there are only map keys). nil stands
+// for the upstream's default stream. waitFor, forget and close are called
+// with the sub-allocator's lock held; sync without it.
+type subOrderer interface {
+	// waitFor makes work submitted to dst from now on wait for the work
+	// submitted to src so far, without blocking the host.
+	waitFor(dst, src *cuda.Stream) error
+	// sync blocks until the work submitted to s so far has finished.
+	sync(s *cuda.Stream) error
+	// forget drops what the orderer keeps for s (its event). On failure
+	// the orderer keeps it, for a later forget or close to retry.
+	forget(s *cuda.Stream) error
+	// close drops everything; what fails to drop stays, for the next
+	// close to retry.
+	close() error
+}
+
+// eventOrder is the production subOrderer: one event per source stream,
+// made when first needed and re-recorded for each later ordering (a
+// stream's wait captures the event's state when it is queued, so reusing
+// it is safe).
+type eventOrder struct {
+	device func() (*cuda.Device, error) // the upstream's device, for the nil stream
+	events map[*cuda.Stream]*cuda.Event
+}
+
+func newEventOrder(devID int) *eventOrder {
+	return &eventOrder{
+		// Host memory (-1) belongs to no device; its default stream, as
+		// the other resources take it, is device 0's. Looked up at each
+		// use (cuda.GetDevice is a slice index once the devices are
+		// known), not cached with sync.OnceValues: a failure on first use
+		// must not fail every later call (issue 6).
+		device: func() (*cuda.Device, error) { return cuda.GetDevice(max(devID, 0)) },
+		events: make(map[*cuda.Stream]*cuda.Event),
+	}
+}
+
+// stream resolves nil to the upstream device's legacy default stream.
+// A zero Stream (not from a device) is an error, not a panic later.
+func (o *eventOrder) stream(s *cuda.Stream) (*cuda.Stream, error) {
+	if s != nil {
+		if s.Device() == nil {
+			return nil, cuda.Errorf("SubAllocator", cuda.ErrInvalidArgument, "zero stream (use Device.NewStream, or nil for the default stream)")
+		}
+		return s, nil
+	}
+	d, err := o.device()
+	if err != nil {
+		return nil, err
+	}
+	return d.DefaultStream(), nil
+}
+
+func (o *eventOrder) waitFor(dst, src *cuda.Stream) error {
+	ds, err := o.stream(dst)
+	if err != nil {
+		return err
+	}
+	ss, err := o.stream(src)
+	if err != nil {
+		return err
+	}
+	e := o.events[src]
+	if e == nil {
+		if e, err = ss.Device().NewEvent(cuda.EventDisableTiming); err != nil {
+			return err
+		}
+		o.events[src] = e
+	}
+	if err := e.Record(ss); err != nil {
+		if !errors.Is(err, cuda.ErrClosed) {
+			return err
+		}
+		// src was destroyed: the driver still finishes its work, and
+		// waiting for the device covers it.
+		return ss.Device().Sync()
+	}
+	return ds.WaitEvent(e)
+}
+
+func (o *eventOrder) sync(s *cuda.Stream) error {
+	ss, err := o.stream(s)
+	if err != nil {
+		return err
+	}
+	if err := ss.Sync(); err != nil {
+		if !errors.Is(err, cuda.ErrClosed) {
+			return err
+		}
+		return ss.Device().Sync() // destroyed: see waitFor
+	}
+	return nil
+}
+
+// forget destroys s's event. An event the driver fails to destroy stays
+// in the map, so that a later forget or close retries it instead of
+// leaking it.
+func (o *eventOrder) forget(s *cuda.Stream) error {
+	e := o.events[s]
+	if e == nil {
+		return nil
+	}
+	if err := e.Close(); err != nil {
+		return err
+	}
+	delete(o.events, s)
+	return nil
+}
+
+// close destroys every event; those the driver fails to destroy stay for
+// the next close (see forget).
+func (o *eventOrder) close() error {
+	var errs []error
+	for s, e := range o.events {
+		if err := e.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("destroy the event of %s: %w", streamName(s), err))
+			continue
+		}
+		delete(o.events, s)
+	}
+	return errors.Join(errs...)
+}
