@@ -65,15 +65,15 @@ func ExampleNewSubAllocator_pipeline() {
 	fmt.Println("peak", stats.Stats().PeakBytes, "bytes in", stats.Stats().TotalCount, "allocations")
 }
 
-// arena is a test double: a MemoryResource that hands out address ranges
+// scratchArena is a test double: a MemoryResource that hands out address ranges
 // of its own and never touches memory, so code that allocates can be
 // tested without a GPU. Any type with these methods can back a Buffer.
-type arena struct {
+type scratchArena struct {
 	mu   sync.Mutex
 	next cuda.DevicePtr
 }
 
-func (a *arena) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+func (a *scratchArena) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.next == 0 {
@@ -83,15 +83,15 @@ func (a *arena) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
 	a.next += cuda.DevicePtr((size + 255) &^ 255)
 	return buffer.Owned(p, size, a, s), nil
 }
-func (a *arena) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }
-func (a *arena) DeviceAccessible() bool                                { return true }
-func (a *arena) HostAccessible() bool                                  { return false }
-func (a *arena) DeviceID() int                                         { return 0 }
+func (a *scratchArena) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }
+func (a *scratchArena) DeviceAccessible() bool                                { return true }
+func (a *scratchArena) HostAccessible() bool                                  { return false }
+func (a *scratchArena) DeviceID() int                                         { return 0 }
 
 // Adaptors over a test double run without a GPU: a byte cap and counters
-// around the arena above.
+// around the scratchArena above.
 func ExampleNewLimiting_withoutGPU() {
-	stats := resource.NewStatistics(&arena{})
+	stats := resource.NewStatistics(&scratchArena{})
 	mr := resource.NewLimiting(stats, 3<<20) // at most 3 MiB live
 	var live []*buffer.Buffer
 	for range 4 {
