@@ -1,6 +1,7 @@
 package resource
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -94,11 +95,14 @@ func (r *Limiting) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 	if r == nil || r.up == nil {
 		return errNoUpstream("Limiting", "Deallocate")
 	}
-	if err := r.up.Deallocate(ptr, size, s); err != nil {
+	// An error wrapping buffer.ErrPartlyFreed says the memory is gone
+	// (and its Buffer closes anyway): it is off the books too.
+	err := r.up.Deallocate(ptr, size, s)
+	if err != nil && !errors.Is(err, buffer.ErrPartlyFreed) {
 		return err
 	}
 	subSat(&r.used, size)
-	return nil
+	return err
 }
 
 // Used is the number of bytes live through the resource, including

@@ -1,6 +1,7 @@
 package resource
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -103,12 +104,15 @@ func (r *Statistics) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream)
 	if r == nil || r.up == nil {
 		return errNoUpstream("Statistics", "Deallocate")
 	}
-	if err := r.up.Deallocate(ptr, size, s); err != nil {
+	// An error wrapping buffer.ErrPartlyFreed says the memory is gone
+	// (and its Buffer closes anyway): it is off the books too.
+	err := r.up.Deallocate(ptr, size, s)
+	if err != nil && !errors.Is(err, buffer.ErrPartlyFreed) {
 		return err
 	}
 	subSat(&r.curBytes, size)
 	subSat(&r.curCount, 1)
-	return nil
+	return err
 }
 
 // Stats returns the counters (zero for a nil Statistics).

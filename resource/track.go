@@ -2,6 +2,7 @@ package resource
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -175,14 +176,17 @@ func (r *Tracking) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 	delete(r.live, ptr)
 	r.bytes -= min(r.bytes, size)
 	r.mu.Unlock()
-	if err := r.up.Deallocate(ptr, size, s); err != nil {
+	err := r.up.Deallocate(ptr, size, s)
+	if err != nil && !errors.Is(err, buffer.ErrPartlyFreed) {
+		// Not freed: back on the books, for a retry.
 		r.mu.Lock()
 		r.live[ptr] = rec
 		r.bytes = satAdd(r.bytes, size)
 		r.mu.Unlock()
-		return err
 	}
-	return nil
+	// An error wrapping buffer.ErrPartlyFreed says the memory is gone
+	// (its Buffer closes anyway): it stays off the books.
+	return err
 }
 
 // Live returns the live allocations sorted by address (nil if none).
