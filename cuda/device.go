@@ -33,6 +33,13 @@ type Device struct {
 	defaultStream Stream
 
 	waiter waiter // shares cuCtxSynchronize among SyncContext callers
+
+	// features is what Features read, once every attribute it asks for was
+	// read without error: device attributes do not change while the
+	// process runs, and some take the driver far longer than a table
+	// lookup, while constructors (resource.NewDevicePool, virtual.New)
+	// check features on every call. A failed read is never kept.
+	features atomic.Pointer[Features]
 }
 
 // maxDevices bounds the device count a driver may report. CUDA numbers
@@ -335,8 +342,15 @@ type Features struct {
 	HostNUMAID              int  // the host NUMA node nearest the device, -1 if unknown
 }
 
-// Features queries the device's memory features.
+// Features queries the device's memory features. The driver is asked once:
+// the first answer in which every attribute was read is kept (attributes do
+// not change), and later calls return it without a driver call.
 func (d *Device) Features() (Features, error) {
+	if d != nil {
+		if f := d.features.Load(); f != nil {
+			return *f, nil
+		}
+	}
 	var f Features
 	flags := []struct {
 		dst  *bool
@@ -367,8 +381,15 @@ func (d *Device) Features() (Features, error) {
 	}
 	f.HostNUMAID = -1
 	// A negative node from the driver means "unknown", whatever its value.
-	if v, err := d.Attribute(DeviceAttrHostNUMAID); err == nil && v >= 0 {
+	v, err := d.Attribute(DeviceAttrHostNUMAID)
+	if err == nil && v >= 0 {
 		f.HostNUMAID = v
+	}
+	if err == nil {
+		// Kept only when the best-effort read worked too: a transient
+		// failure must not make the node unknown for good.
+		kept := f
+		d.features.Store(&kept)
 	}
 	return f, nil
 }

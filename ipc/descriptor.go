@@ -3,7 +3,6 @@ package ipc
 import (
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 
 	"github.com/cudamem/cudamem/cuda"
 )
@@ -62,7 +61,7 @@ func (d Descriptor) MarshalBinary() ([]byte, error) {
 	body := d.body()
 	copy(b, body[:])
 	copy(b[descriptorBody:], d.MAC[:])
-	binary.LittleEndian.PutUint32(b[descriptorCRC:], crc32.ChecksumIEEE(b[:descriptorCRC]))
+	binary.LittleEndian.PutUint32(b[descriptorCRC:], checksum(b[:descriptorCRC]))
 	return b, nil
 }
 
@@ -84,7 +83,7 @@ func (d *Descriptor) UnmarshalBinary(b []byte) error {
 		return fmt.Errorf("%w: not a cudamem descriptor (magic %q)", ErrBadDescriptor, b[:8])
 	case binary.LittleEndian.Uint16(b[8:]) != descriptorVersion:
 		return fmt.Errorf("%w: version %d, this library reads %d", ErrBadDescriptor, binary.LittleEndian.Uint16(b[8:]), descriptorVersion)
-	case binary.LittleEndian.Uint32(b[descriptorCRC:]) != crc32.ChecksumIEEE(b[:descriptorCRC]):
+	case binary.LittleEndian.Uint32(b[descriptorCRC:]) != checksum(b[:descriptorCRC]):
 		return fmt.Errorf("%w: checksum mismatch (corrupted in transit?)", ErrBadDescriptor)
 	case b[10] != 0 || b[11] != 0:
 		// Reserved for a later version: this one writes zeros, and an

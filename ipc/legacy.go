@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
@@ -35,7 +34,7 @@ func (h LegacyHandle) MarshalBinary() ([]byte, error) {
 	binary.LittleEndian.PutUint64(b[12:], h.Size)
 	copy(b[20:20+cuda.IPCHandleSize], h.Handle.Reserved[:])
 	end := LegacyHandleSize - 4
-	binary.LittleEndian.PutUint32(b[end:], crc32.ChecksumIEEE(b[:end]))
+	binary.LittleEndian.PutUint32(b[end:], checksum(b[:end]))
 	return b, nil
 }
 
@@ -56,7 +55,7 @@ func (h *LegacyHandle) UnmarshalBinary(b []byte) error {
 		return fmt.Errorf("%w: not a cudamem legacy IPC handle (magic %q)", ErrBadDescriptor, b[:8])
 	case binary.LittleEndian.Uint16(b[8:]) != legacyVersion:
 		return fmt.Errorf("%w: legacy handle version %d, this library reads %d", ErrBadDescriptor, binary.LittleEndian.Uint16(b[8:]), legacyVersion)
-	case binary.LittleEndian.Uint32(b[end:]) != crc32.ChecksumIEEE(b[:end]):
+	case binary.LittleEndian.Uint32(b[end:]) != checksum(b[:end]):
 		return fmt.Errorf("%w: legacy handle checksum mismatch (corrupted in transit?)", ErrBadDescriptor)
 	case b[10] != 0 || b[11] != 0:
 		return fmt.Errorf("%w: reserved bytes % x are not zero", ErrBadDescriptor, b[10:12])

@@ -65,10 +65,21 @@ type exportState struct {
 // exported maps each exported pool to its state, keyed by a weak pointer
 // to the resource, so a pool keeps one UUID and a dead pool's entry can
 // never be confused with a new pool that reuses its driver handle.
+//
+// Entries of pools that were collected or closed (a closed pool exports
+// nothing more) are swept out, but only once the map has doubled since the
+// last sweep: sweeping at every new pool made each export cost time in
+// proportion to the pools made since the last garbage collection (every
+// weak pointer looked at), hundreds of microseconds in a loop that makes
+// and closes pools.
 var exported struct {
 	sync.Mutex
-	pools map[any]*exportState
+	pools   map[any]*exportState
+	sweepAt int // sweep when len(pools) reaches this
 }
+
+// minSweep is the smallest map size that triggers a sweep.
+const minSweep = 64
 
 func weakKey(op string, p ExportablePool) (any, error) {
 	switch v := p.(type) {
@@ -80,12 +91,16 @@ func weakKey(op string, p ExportablePool) (any, error) {
 	return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "%T is not an exportable pool", p)
 }
 
-func alive(k any) bool {
+// usable reports whether the pool behind k may still export: it was not
+// collected and not closed.
+func usable(k any) bool {
 	switch w := k.(type) {
 	case weak.Pointer[resource.DevicePool]:
-		return w.Value() != nil
+		p := w.Value()
+		return p != nil && !p.IsClosed()
 	case weak.Pointer[resource.PinnedPool]:
-		return w.Value() != nil
+		p := w.Value()
+		return p != nil && !p.IsClosed()
 	}
 	return false
 }
@@ -105,10 +120,13 @@ func poolState(op string, p ExportablePool) (*exportState, error) {
 	if exported.pools == nil {
 		exported.pools = map[any]*exportState{}
 	}
-	for old := range exported.pools {
-		if !alive(old) {
-			delete(exported.pools, old)
+	if len(exported.pools) >= exported.sweepAt {
+		for old := range exported.pools {
+			if !usable(old) {
+				delete(exported.pools, old)
+			}
 		}
+		exported.sweepAt = max(minSweep, 2*len(exported.pools))
 	}
 	st := &exportState{uuid: NewUUID(), key: newPoolKey()}
 	exported.pools[k] = st

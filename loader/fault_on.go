@@ -35,6 +35,11 @@ var (
 //go:norace
 func faultHit(fn uintptr) (uintptr, bool) {
 	n := atomic.AddInt64(&faultCount, 1)
+	if atomic.LoadInt32(&traceOn) != 0 {
+		if i := atomic.AddInt64(&traceLen, 1) - 1; i >= 0 && i < traceCap {
+			atomic.StoreUintptr(&traceBuf[i], fn)
+		}
+	}
 	if every := atomic.LoadUintptr(&faultEveryFn); every != 0 && every == fn {
 		atomic.StoreUintptr(&faultFiredFn, fn)
 		atomic.AddInt64(&faultFired, 1)
@@ -78,6 +83,44 @@ func FailEvery(addr uintptr, result int32) {
 // FaultReset: run an operation after FaultReset to learn how many calls it
 // makes, and so which k to sweep.
 func FaultCalls() int64 { return atomic.LoadInt64(&faultCount) }
+
+// Call tracing: while a trace is on, faultHit records the entry point of
+// every driver call (injected failures included), up to traceCap calls, so
+// tests can assert the exact sequence an operation makes. Like the rest of
+// the fault state it is touched with sync/atomic only.
+const traceCap = 1 << 12
+
+var (
+	traceOn  int32
+	traceLen int64
+	traceBuf [traceCap]uintptr
+)
+
+// TraceStart starts recording the entry point of every driver call, in
+// any goroutine, discarding what an earlier trace recorded.
+func TraceStart() {
+	atomic.StoreInt32(&traceOn, 0)
+	atomic.StoreInt64(&traceLen, 0)
+	atomic.StoreInt32(&traceOn, 1)
+}
+
+// TraceStop stops recording and returns the base names of the calls made
+// since TraceStart, in order (names as ProcName gives them). If more than
+// the recorder's capacity were made, the last element says how many were
+// left out.
+func (d *Driver) TraceStop() []string {
+	atomic.StoreInt32(&traceOn, 0)
+	n := atomic.LoadInt64(&traceLen)
+	kept := min(n, traceCap)
+	out := make([]string, 0, kept+1)
+	for i := int64(0); i < kept; i++ {
+		out = append(out, d.ProcName(atomic.LoadUintptr(&traceBuf[i])))
+	}
+	if n > kept {
+		out = append(out, fmt.Sprintf("(%d more calls not recorded)", n-kept))
+	}
+	return out
+}
 
 // FaultFired returns how many calls were failed by injection since the
 // last FailCall or FaultReset, and the address of the entry point failed

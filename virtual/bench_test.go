@@ -94,9 +94,10 @@ func cProp(d *cuda.Device) cuda.MemAllocationProp {
 }
 
 // cCycle makes the C anchor's calls for one VMM cycle of size bytes, in its
-// order: create, reserve (alignment align; C passes 0), map, set access,
-// [wait], unmap, release, free. wait runs where the resource waits before
-// unmapping (nil: nowhere, as C).
+// order: create, reserve (alignment align: the anchor passes 0, cgobench
+// and the resource the granularity), map, set access, [wait], unmap,
+// release, free. wait runs where the resource waits before unmapping (nil:
+// nowhere, as C).
 func cCycle(d *cuda.Device, prop *cuda.MemAllocationProp, size, align uint64, wait func() error) error {
 	h, err := d.MemCreate(size, prop)
 	if err != nil {
@@ -145,9 +146,9 @@ func (l *lap) time() error {
 // issue 12 measured on their own:
 //
 //	c              the C anchor's calls (reserve alignment 0)
-//	c+gran         the same, reserving with the granularity as alignment (the resource before)
+//	c+gran         the same, reserving with the granularity as alignment (the resource before issue 12, and again now)
 //	c+ctxsync      the C calls plus cuCtxSynchronize before unmapping (the resource's Close before, nil stream)
-//	c+streamsync   the C calls plus cuStreamSynchronize of the legacy stream (the resource's Close now, nil stream)
+//	c+streamsync   the C calls plus cuStreamSynchronize of the legacy stream (the resource's Close, nil stream)
 //	c+gran+ctxsync both differences: the calls the resource made before issue 12
 //	resource       virtual.Resource Allocate + Buffer.Close, nil stream
 //	resource+s     the same with a stream of its own

@@ -42,9 +42,9 @@ type fakeDriver struct {
 	named    int
 
 	aligns []uint64 // the alignment of every cuMemAddressReserve, in order
-	// offGranule makes the driver's default alignment (alignment 0) put
-	// ranges half a granule off the granularity, as no real driver has
-	// been seen to do.
+	// offGranule makes reservations without a hint land half a granule
+	// off the granularity, whatever alignment was asked for: a driver
+	// that ignores the alignment, as no real one has been seen to do.
 	offGranule bool
 }
 
@@ -197,18 +197,18 @@ func (f *fakeDriver) MemAddressReserve(size, alignment uint64, hint cuda.DeviceP
 	if size == 0 || size%f.gran != 0 || alignment&(alignment-1) != 0 {
 		return 0, f.misuse("cuMemAddressReserve of %d bytes aligned to %d", size, alignment)
 	}
-	if alignment == 0 { // the driver's default
-		alignment = f.gran
-		if f.offGranule && hint == 0 {
-			for {
-				p := cuda.DevicePtr((f.next+f.gran-1)/f.gran*f.gran + f.gran/2)
-				f.next = uint64(p) + size + f.gran
-				if _, ok := f.resv[p]; !ok {
-					f.resv[p] = size
-					return p, nil
-				}
+	if f.offGranule && hint == 0 { // a driver that ignores the alignment
+		for {
+			p := cuda.DevicePtr((f.next+f.gran-1)/f.gran*f.gran + f.gran/2)
+			f.next = uint64(p) + size + f.gran
+			if _, ok := f.resv[p]; !ok {
+				f.resv[p] = size
+				return p, nil
 			}
 		}
+	}
+	if alignment == 0 { // the driver's default
+		alignment = f.gran
 	}
 	if size > fakeVA || alignment > fakeVA {
 		return 0, &cuda.OpError{Op: "cuMemAddressReserve", Err: cuda.ErrorOutOfMemory} // more than the address space

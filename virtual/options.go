@@ -73,8 +73,8 @@ type Options struct {
 	GPUDirectRDMA bool
 	// AddrHint asks for allocations at this address (the driver may not
 	// honor it); it must be a multiple of the alignment. AddrAlign aligns
-	// reservations (0: the driver's default, on a granule at least; else
-	// a power of two, passed to the driver when above the granularity).
+	// reservations (0: the granularity; else a power of two, used when
+	// above the granularity): the driver is asked for that alignment.
 	AddrHint  cuda.DevicePtr
 	AddrAlign uint64
 	// Reserve is the address space to reserve per allocation, so later

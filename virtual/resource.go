@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"sync"
-	"sync/atomic"
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
@@ -22,13 +21,9 @@ type Resource struct {
 	align   uint64
 	reserve uint64 // Options.Reserve rounded up to the granularity
 	descs   []cuda.MemAccessDesc
-	// reserveAlign is the alignment new ranges are reserved with: 0 (the
-	// driver's default, as the C anchor's cycle passes) unless AddrAlign
-	// asks for more than the granularity. explicitAlign is set once the
-	// driver's default put a range off a granule (never seen; see
-	// reserveRange): from then on the granularity is passed.
-	reserveAlign  uint64
-	explicitAlign atomic.Bool
+	// reserveAlign is the alignment new ranges are reserved with: the
+	// granularity, or AddrAlign where that asks for more.
+	reserveAlign uint64
 
 	mu     sync.Mutex
 	allocs map[cuda.DevicePtr]*allocation
@@ -136,9 +131,7 @@ func newResource(drv driver, dev *cuda.Device, opts *Options) (*Resource, error)
 	}
 	r := &Resource{dev: dev, drv: drv, opts: o, prop: prop, gran: gran, align: align, reserve: reserve,
 		allocs: map[cuda.DevicePtr]*allocation{}}
-	if align > gran {
-		r.reserveAlign = align
-	}
+	r.reserveAlign = max(align, gran)
 	self, _ := o.SelfAccess.flags() // validated by props
 	r.descs = append(r.descs, cuda.MemAccessDesc{Location: prop.Location, Flags: self})
 	if o.Location != OnDevice {
@@ -263,36 +256,25 @@ func (r *Resource) newChunk(t *txn, ptr cuda.DevicePtr, size uint64, descs []cud
 // allocation, an import, or the range a moving Grow builds) and records it
 // in t.
 //
-// Unless Options.AddrAlign asks for more than the granularity, it passes
-// alignment 0, the driver's default, as the C anchor's cycle does, not the
-// granularity: the driver then places the range as it prefers for its
-// size. (Issue 12 measured the 1 GiB allocate+close cycle, when the
-// granularity was passed, at 2.5 times the C cycle; see BENCHMARKS.md,
-// "Virtual memory: where the time went".) Every mapping must start on a
-// granule, so a range the default put off one is given back and reserved
-// again with the granularity spelled out, as every later one then is. (If
-// giving that range back fails, it is kept as a leftover, retried by later
-// operations and reported by Reclaim, like any other: an unused range is
-// no reason to fail the operation.)
+// It passes the granularity as the alignment (or AddrAlign, where that is
+// more), as the C baseline does: every mapping must start on a granule.
+// (Alignment 0, the driver's default, was tried after issue 12: on the
+// H200 the 1 GiB allocate+close cycle then cost 930 µs against C's 479 µs
+// with the granularity passed, and the issue-12 anchor's 0.91 ms with 0;
+// see BENCHMARKS.md.) A range the driver put off the alignment anyway is
+// given back (kept as a leftover if that fails) and the reservation fails.
 func (r *Resource) reserveRange(t *txn, size uint64, hint cuda.DevicePtr) (cuda.DevicePtr, error) {
-	align := r.reserveAlign
-	if align == 0 && r.explicitAlign.Load() {
-		align = r.gran
-	}
-	p, err := r.drv.MemAddressReserve(size, align, hint)
+	p, err := r.drv.MemAddressReserve(size, r.reserveAlign, hint)
 	if err != nil {
 		return 0, err
 	}
-	if uint64(p)%r.gran != 0 {
-		r.explicitAlign.Store(true)
-		if err := r.drv.MemAddressFree(p, size); err != nil {
+	if uint64(p)%r.reserveAlign != 0 {
+		err := cuda.Errorf("cuMemAddressReserve", cuda.ErrorUnknown, "the driver reserved %d bytes at %#x, off the alignment %d it was asked for", size, uint64(p), r.reserveAlign)
+		if ferr := r.drv.MemAddressFree(p, size); ferr != nil {
 			r.left.keep(&leftovers{spans: []span{{p, size}}})
+			err = errors.Join(err, fmt.Errorf("giving the range back: %w (kept for a retry)", ferr))
 		}
-		// (A driver that ignored this alignment too would fail the map
-		// that follows, which the caller rolls back.)
-		if p, err = r.drv.MemAddressReserve(size, max(r.gran, r.reserveAlign), hint); err != nil {
-			return 0, err
-		}
+		return 0, err
 	}
 	t.reserved(p, size)
 	return p, nil
