@@ -44,8 +44,8 @@ func (e *LibraryError) Error() string {
 	return b.String()
 }
 
-// Unwrap returns ErrLibraryNotFound.
-func (e *LibraryError) Unwrap() error { return ErrLibraryNotFound }
+// Is makes errors.Is(err, ErrLibraryNotFound) true.
+func (e *LibraryError) Is(target error) bool { return target == ErrLibraryNotFound }
 
 // majors are the soname versions tried in the system search, newest
 // first: CUDA libraries version their sonames by their own major version
@@ -268,7 +268,7 @@ func LibraryCandidates(name string) []string {
 // taken too) from the places LibraryCandidates lists, so that a library
 // only in /usr/local/cuda/lib64 opens without LD_LIBRARY_PATH. The first
 // that opens wins. On failure the *LibraryError lists every path tried
-// and why each failed; it wraps ErrLibraryNotFound.
+// and why each failed; it matches ErrLibraryNotFound (errors.Is).
 //
 // A library opened from a directory may need others from the same
 // directory that the system search cannot find (libcublas.so.12 needs
