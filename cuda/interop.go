@@ -129,10 +129,13 @@ func (f *ForeignFunc) Device() *Device {
 // cuCtxSetCurrent's.
 //
 // As with loader.Proc.Call, write uintptr(unsafe.Pointer(&x)) conversions
-// in the argument list itself: Call is nosplit, so the stack cannot move
-// before the C call. Keep heap objects alive with runtime.KeepAlive.
+// in the argument list itself: Call is nosplit (and not instrumented by
+// the race detector, whose calls could grow the stack), so the stack
+// cannot move before the C call. Keep heap objects alive with
+// runtime.KeepAlive.
 //
 //go:nosplit
+//go:norace
 func (f *ForeignFunc) Call(args ...uintptr) (uintptr, error) {
 	if f == nil || f.dev == nil {
 		return loader.NotFound, foreignInvalid()

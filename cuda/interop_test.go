@@ -228,3 +228,36 @@ func TestWrapStream(t *testing.T) {
 	_, err = (*Device)(nil).WrapStream(1)
 	assert.ErrorIs(t, err, ErrInvalidArgument)
 }
+
+var interopPad [64]byte
+
+// deepForeign recurses n frames deep, then has the foreign function write
+// into a stack variable: the write must land wherever the call is made
+// from (run with -race too, whose instrumentation could move the stack).
+//
+//go:noinline
+func deepForeign(t *testing.T, f *ForeignFunc, n int) {
+	var pad [128]byte
+	interopPad[0] = pad[n%128]
+	if n > 0 {
+		deepForeign(t, f, n-1)
+		return
+	}
+	var out int64
+	if _, err := f.Call(5, uintptr(unsafe.Pointer(&out))); err != nil || out != 15 {
+		t.Errorf("write through a stack pointer lost: %d, %v", out, err)
+	}
+}
+
+func TestForeignFuncSurvivesStackGrowth(t *testing.T) {
+	lib := foreignLib(t)
+	status, err := lib.Lookup("foreign_status")
+	require.NoError(t, err)
+	f, err := fakeInteropDevice(t, 0x1234).Foreign(status)
+	require.NoError(t, err)
+	for depth := 0; depth < 300; depth++ {
+		done := make(chan struct{})
+		go func() { defer close(done); deepForeign(t, f, depth) }()
+		<-done
+	}
+}
