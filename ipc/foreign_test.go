@@ -107,6 +107,21 @@ func TestTorchHandle(t *testing.T) {
 	_, err = NewTorchHandle(raw, 0, 0)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 
+	// Versioned handles (newer torch): version, 'c', the 64 bytes.
+	for _, v := range []byte{2, 3} {
+		vh, err := NewTorchHandle(append([]byte{v, 'c'}, raw...), 8, 16)
+		require.NoError(t, err, "version %d", v)
+		assert.Equal(t, h.Handle, vh.Handle, "version %d: the same cudaIpcMemHandle_t", v)
+	}
+	_, err = NewTorchHandle(append([]byte{4, 'c'}, raw...), 0, 1)
+	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "unknown version")
+	_, err = NewTorchHandle(append([]byte{2, 'c'}, raw[:60]...), 0, 1)
+	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "short")
+	_, err = NewTorchHandle(append([]byte{2, 'e'}, make([]byte, 40)...), 0, 1)
+	assert.ErrorIs(t, err, cuda.ErrNotSupported, "expandable segments")
+	_, err = NewTorchHandle(append([]byte{2, 'x'}, raw...), 0, 1)
+	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "unknown type")
+
 	_, err = OpenTorch(nil, h)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 	_, err = OpenTorch(&cuda.Device{}, TorchHandle{Offset: ^uint64(0), Size: 2})

@@ -27,19 +27,35 @@ type TorchHandle struct {
 }
 
 // NewTorchHandle builds a TorchHandle from the raw values
-// _share_cuda_() returns: the handle's bytes (64), the offset and the
-// size. A handle of the wrong length or a zero size is refused with an
-// error matching cuda.ErrInvalidArgument.
+// _share_cuda_() returns: the storage handle's bytes, the offset and the
+// size. PyTorch's handle is either a bare 64-byte cudaIpcMemHandle_t
+// (older releases) or a versioned one: a version byte (2, or 3 since
+// torch 2.13, same layout), the type byte 'c' (a cudaMalloc segment) and
+// the 64-byte cudaIpcMemHandle_t. Expandable-segment handles (type 'e':
+// PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) are not legacy IPC
+// and are refused with an error matching cuda.ErrNotSupported; other
+// lengths, unknown versions or types, and a zero size with one matching
+// cuda.ErrInvalidArgument.
 func NewTorchHandle(handle []byte, offset, size uint64) (TorchHandle, error) {
 	const op = "ipc.NewTorchHandle"
-	if len(handle) != cuda.IPCHandleSize {
-		return TorchHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "handle of %d bytes, a cudaIpcMemHandle_t has %d (an expandable-segments handle is not a legacy one)", len(handle), cuda.IPCHandleSize)
-	}
 	if size == 0 {
 		return TorchHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "size 0")
 	}
+	raw := handle
+	switch {
+	case len(handle) == cuda.IPCHandleSize:
+		// A bare cudaIpcMemHandle_t.
+	case len(handle) >= 2 && handle[1] == 'e':
+		return TorchHandle{}, cuda.Errorf(op, cuda.ErrNotSupported, "an expandable-segments storage handle (version %d, %d bytes) is not legacy IPC; share tensors allocated without expandable_segments", handle[0], len(handle))
+	case len(handle) == 2+cuda.IPCHandleSize && handle[1] == 'c' && (handle[0] == 2 || handle[0] == 3):
+		raw = handle[2:]
+	case len(handle) >= 2 && handle[1] == 'c':
+		return TorchHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "storage handle version %d of %d bytes: this library reads versions 2 and 3 of %d bytes", handle[0], len(handle), 2+cuda.IPCHandleSize)
+	default:
+		return TorchHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "storage handle of %d bytes: want a %d-byte cudaIpcMemHandle_t, or version, type 'c' and one (%d bytes)", len(handle), cuda.IPCHandleSize, 2+cuda.IPCHandleSize)
+	}
 	h := TorchHandle{Offset: offset, Size: size}
-	copy(h.Handle.Reserved[:], handle)
+	copy(h.Handle.Reserved[:], raw)
 	return h, nil
 }
 

@@ -128,8 +128,8 @@ def ipc_descriptor(buf):
 def descriptor_parts(desc):
     """(export data, size) of an IPCBufferDescriptor, through its pickle
     form (its fields are not Python attributes)."""
-    _, (payload, size) = desc.__reduce__()[:2]
-    return bytes(payload), int(size)
+    args = desc.__reduce__()[1]
+    return bytes(args[0]), int(args[1])
 
 
 def torch_or_skip():

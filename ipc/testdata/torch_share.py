@@ -30,10 +30,12 @@ st = t.untyped_storage()
 info = st._share_cuda_()
 # (device, handle, storage_size_bytes, storage_offset_bytes,
 #  ref_counter_handle, ref_counter_offset, event_handle, event_sync_required)
-handle, size, offset = info[1], info[2], info[3]
-if len(handle) != 64:
-    cm.skip(f"torch shared a {len(handle)}-byte handle (expandable segments?), not a legacy cudaIpcMemHandle")
-print(json.dumps({"handle": bytes(handle).hex(), "offset": int(offset), "size": int(size)}), flush=True)
+handle, size, offset = bytes(info[1]), info[2], info[3]
+# A bare 64-byte cudaIpcMemHandle_t (older torch), or version byte, type
+# byte and payload; type 'e' is an expandable segment, not legacy IPC.
+if len(handle) > 64 and handle[1] == ord("e"):
+    cm.skip("torch shared an expandable-segments handle (PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True), not legacy IPC")
+print(json.dumps({"handle": handle.hex(), "offset": int(offset), "size": int(size)}), flush=True)
 if sys.stdin.readline().strip() != "done":
     cm.fail("Go did not say done")
 want = ((idx * 31 + a.newseed) % 256).to(torch.uint8)
