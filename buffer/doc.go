@@ -22,6 +22,9 @@
 // a closed buffer returns an error matching [cuda.ErrClosed];
 // [Buffer.Ptr] then returns 0, [Buffer.Resource] nil, and the
 // accessibility accessors report memory reachable from nowhere.
+// [Buffer.PtrErr] returns the address or the error that says why there is
+// none, for code that must not pass a silent 0 on (the same convention as
+// cuda.Stream.HandleErr and the pools' PoolErr).
 //
 // Resources that pass memory through to another one (adaptors,
 // sub-allocators) need no Buffer of their own for it: a resource that
@@ -45,6 +48,23 @@
 // Close frees on the allocation stream; when the memory was last used on
 // another stream, free it there with CloseOn, or make the allocation
 // stream wait for that one first ([cuda.Stream.WaitStream]).
+//
+// # Foreign code
+//
+// Memory handed to other libraries (cuBLAS, a kernel, PyTorch through
+// DLPack) is used outside cudamem's view. Two rules keep it sound:
+//
+//   - For the host-side call, hold the buffers open: [Buffer.Use] for one,
+//     the package function [Use] for several at once. Close waits for them;
+//     neither ever waits for a lock, so they cannot deadlock against Close
+//     in any order, and a call that starts while a Close is under way fails
+//     with cuda.ErrClosed.
+//   - For work the foreign code queued asynchronously, order the free after
+//     it: [Buffer.CloseAfter] with the streams it used (wrap a foreign
+//     stream handle with cuda.Device.WrapStream), or CloseOn when it used
+//     one stream, or synchronize those streams before Close. cudamem cannot
+//     see work it did not submit, and nothing else ties a buffer's life to
+//     it.
 //
 // # Copies
 //

@@ -276,7 +276,15 @@ func callAll(t *testing.T, name string, mk func() *buffer.Buffer, zeroStream boo
 				args = append(args, reflect.ValueOf(&cuda.Stream{}))
 				continue
 			}
+			if zeroStream && m.Type.IsVariadic() && j == m.Type.NumIn()-1 && in.Elem() == streamT {
+				args = append(args, reflect.ValueOf([]*cuda.Stream{{}}))
+				continue
+			}
 			args = append(args, reflect.Zero(in))
+		}
+		call := m.Func.Call
+		if m.Type.IsVariadic() {
+			call = m.Func.CallSlice // the last argument is the whole variadic slice
 		}
 		func() {
 			defer func() {
@@ -284,7 +292,7 @@ func callAll(t *testing.T, name string, mk func() *buffer.Buffer, zeroStream boo
 					t.Errorf("%s: %s panicked: %v", name, m.Name, r)
 				}
 			}()
-			for _, out := range m.Func.Call(args) {
+			for _, out := range call(args) {
 				if out.Type() == errT && !out.IsNil() {
 					errs[m.Name] = out.Interface().(error)
 				}

@@ -12,7 +12,8 @@ import (
 )
 
 func TestClosedStreamReturnsErrClosed(t *testing.T) {
-	s := &Stream{dev: &Device{}, owned: true, closed: true}
+	s := &Stream{dev: &Device{}, owned: true}
+	s.closed.Store(true)
 	for name, err := range map[string]error{
 		"Sync":           s.Sync(),
 		"MemsetD32Async": s.MemsetD32Async(0, 0, 1),
@@ -46,7 +47,8 @@ func TestNilStreamAndEvent(t *testing.T) {
 }
 
 func TestClosedEventReturnsErrClosed(t *testing.T) {
-	e := &Event{dev: &Device{}, closed: true}
+	e := &Event{dev: &Device{}}
+	e.closed.Store(true)
 	assert.ErrorIs(t, e.Sync(), ErrClosed)
 	assert.ErrorIs(t, e.Record(&Stream{dev: &Device{}}), ErrClosed)
 	_, err := e.Done()
@@ -127,7 +129,8 @@ func TestWaitStreamZeroStream(t *testing.T) {
 		assert.ErrorIs(t, err, ErrInvalidArgument)
 		assert.Contains(t, err.Error(), "Stream.WaitStream")
 	}
-	closed := &Stream{dev: fakeDevice(), owned: true, closed: true}
+	closed := &Stream{dev: fakeDevice(), owned: true}
+	closed.closed.Store(true)
 	assert.ErrorIs(t, s.WaitStream(closed), ErrClosed)
 	assert.ErrorIs(t, closed.WaitStream(s), ErrClosed)
 	// Both valid: the event creation fails (the fake resolves nothing) and

@@ -24,6 +24,15 @@
 // need runtime.LockOSThread, and any goroutine may use any device. Primary
 // contexts are retained on first use and kept for the life of the process.
 //
+// Other CUDA libraries (cuBLAS, cuFFT, NCCL) use the context current on
+// the calling thread instead. [Device.Do] runs Go code on a locked OS
+// thread with a device's primary context current and restores the
+// thread's previous context afterwards; [Device.Foreign] binds a C
+// function of another library (opened with loader.OpenCUDALibrary) so that
+// each [ForeignFunc.Call] makes the context current inside its own
+// crossing into C, as cudamem's driver calls do. [Device.WrapStream] turns
+// a stream another library created into a borrowed Stream.
+//
 // # Streams
 //
 // A nil *Stream is rejected here; higher layers map a nil stream to the
@@ -45,6 +54,16 @@
 //
 // Streams, events and modules are closed explicitly with Close, which is
 // idempotent; any other use afterwards returns an error matching ErrClosed.
+//
+// Accessors that hand out a raw driver value never hand out a dead one:
+// [Stream.Handle] and [Event.Handle] return 0 once closed (as
+// buffer.Buffer.Ptr and the pools' Pool methods return zero values), and
+// their Err forms ([Stream.HandleErr], [Event.HandleErr]) say why with an
+// error matching ErrClosed (or ErrInvalidArgument for nil and zero
+// values). Use the Err form where 0 could be mistaken for a real value
+// (the legacy default stream's handle is 0). A value handed out is valid
+// only while its object stays open: closing it while foreign code still
+// uses the value is a program error cudamem cannot see.
 //
 // # Nil and zero values
 //

@@ -1,7 +1,9 @@
 package cuda
 
 import (
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -14,7 +16,7 @@ type Event struct {
 	handle uintptr
 
 	mu     sync.RWMutex
-	closed bool
+	closed atomic.Bool // written under mu; read anywhere
 
 	waiter waiter // the blocking wait SyncContext callers share
 }
@@ -37,7 +39,7 @@ func (e *Event) get(op string) (uintptr, error) {
 		return 0, Errorf(op, ErrInvalidArgument, "nil or zero event (use Device.NewEvent)")
 	}
 	e.mu.RLock()
-	if e.closed {
+	if e.closed.Load() {
 		e.mu.RUnlock()
 		return 0, &OpError{Op: op, Err: ErrClosed}
 	}
@@ -50,13 +52,31 @@ func (e *Event) get(op string) (uintptr, error) {
 
 func (e *Event) end() { e.mu.RUnlock() }
 
-// Handle is the CUevent handle (0 for a nil or zero Event).
+// Handle is the CUevent handle: 0 for a nil, zero or closed Event, so a
+// destroyed handle is never handed out (HandleErr says why). The handle is
+// valid only while the event stays open.
 func (e *Event) Handle() uintptr {
-	if e == nil {
+	if e == nil || e.closed.Load() {
 		return 0
 	}
 	return e.handle
 }
+
+// HandleErr is Handle with an error: it matches cuda.ErrClosed for a
+// closed Event and cuda.ErrInvalidArgument for a nil or zero one.
+func (e *Event) HandleErr() (uintptr, error) {
+	const op = "Event.HandleErr"
+	switch {
+	case e == nil || e.dev == nil:
+		return 0, Errorf(op, ErrInvalidArgument, "nil or zero event (use Device.NewEvent)")
+	case e.closed.Load():
+		return 0, &OpError{Op: op, Err: fmt.Errorf("%w: event of %v", ErrClosed, e.dev)}
+	}
+	return e.handle, nil
+}
+
+// IsClosed reports whether Close was called (true for a nil Event).
+func (e *Event) IsClosed() bool { return e == nil || e.closed.Load() }
 
 // Record marks the event at the current end of stream s.
 func (e *Event) Record(s *Stream) error {
@@ -140,7 +160,7 @@ func (e *Event) Close() error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.closed {
+	if e.closed.Load() {
 		return nil
 	}
 	ctx, err := e.dev.contextFor("Event.Close")
@@ -150,6 +170,6 @@ func (e *Event) Close() error {
 	if r := e.dev.drv.EventDestroy.CallCtx(ctx, e.handle); !ok(r) {
 		return fail(&e.dev.drv.EventDestroy, r)
 	}
-	e.closed = true
+	e.closed.Store(true)
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -15,15 +16,20 @@ import (
 // the legacy default stream (handle 0): it is never destroyed. cudamem never
 // uses the per-thread default stream, because goroutines are not threads.
 //
+// A Stream from Device.WrapStream is borrowed: a stream another library
+// created (PyTorch's current stream, a cuBLAS handle's stream). Its Close
+// only stops its use here; the stream is never destroyed by cudamem.
+//
 // Methods are safe for concurrent use, but closing a stream while other
 // goroutines still submit work to it is a program error (as in CUDA).
 type Stream struct {
-	dev    *Device
-	handle uintptr
-	owned  bool
+	dev      *Device
+	handle   uintptr
+	owned    bool
+	borrowed bool // from WrapStream: never destroyed here
 
 	mu     sync.RWMutex
-	closed bool
+	closed atomic.Bool // written under mu; read anywhere
 
 	waiter waiter // the blocking wait SyncContext callers share
 }
@@ -69,16 +75,42 @@ func (s *Stream) Device() *Device {
 	return s.dev
 }
 
-// Handle is the CUstream handle (0 for the legacy default stream).
+// Handle is the CUstream handle: 0 for the legacy default stream, and 0
+// for a nil, zero or closed Stream, so a destroyed handle is never handed
+// out. Since 0 is also a valid handle (the legacy default stream), use
+// HandleErr where a closed stream must be told apart. The handle is valid
+// only while the stream stays open.
 func (s *Stream) Handle() uintptr {
-	if s == nil {
+	if s == nil || s.closed.Load() {
 		return 0
 	}
 	return s.handle
 }
 
+// HandleErr is Handle with an error: it matches cuda.ErrClosed for a
+// closed Stream and cuda.ErrInvalidArgument for a nil or zero one. A nil
+// error with handle 0 is the legacy default stream.
+func (s *Stream) HandleErr() (uintptr, error) {
+	const op = "Stream.HandleErr"
+	switch {
+	case s == nil || s.dev == nil:
+		return 0, Errorf(op, ErrInvalidArgument, "nil or zero stream (use Device.NewStream, or Device.DefaultStream for the legacy default stream)")
+	case s.closed.Load():
+		return 0, &OpError{Op: op, Err: fmt.Errorf("%w: stream of %v", ErrClosed, s.dev)}
+	}
+	return s.handle, nil
+}
+
 // IsDefault reports whether s is a legacy default stream.
-func (s *Stream) IsDefault() bool { return s != nil && !s.owned }
+func (s *Stream) IsDefault() bool { return s != nil && !s.owned && !s.borrowed }
+
+// IsBorrowed reports whether s came from WrapStream: a stream cudamem
+// did not create and never destroys.
+func (s *Stream) IsBorrowed() bool { return s != nil && s.borrowed }
+
+// IsClosed reports whether Close was called on an owned or borrowed
+// stream (true for a nil Stream; a default stream is never closed).
+func (s *Stream) IsClosed() bool { return s == nil || s.closed.Load() }
 
 // begin returns the context and handle for a call on s, holding a read
 // lock that end releases, so Close cannot destroy the stream mid-call.
@@ -87,7 +119,7 @@ func (s *Stream) begin(op string) (ctx, handle uintptr, err error) {
 		return 0, 0, Errorf(op, ErrInvalidArgument, "nil or zero stream (use Device.NewStream, or Device.DefaultStream for the legacy default stream)")
 	}
 	s.mu.RLock()
-	if s.closed {
+	if s.closed.Load() {
 		s.mu.RUnlock()
 		return 0, 0, &OpError{Op: op, Err: ErrClosed}
 	}
@@ -176,14 +208,20 @@ func (s *Stream) WaitStream(other *Stream) error {
 
 // Close destroys an owned stream after work already submitted completes
 // (cuStreamDestroy does not wait, but the driver finishes the work). It is
-// idempotent; closing a default stream does nothing.
+// idempotent; closing a default stream does nothing, and closing a
+// borrowed one (WrapStream) only ends its use here: the stream itself
+// belongs to whoever created it.
 func (s *Stream) Close() error {
-	if s == nil || !s.owned || s.dev == nil {
+	if s == nil || s.dev == nil || !s.owned && !s.borrowed {
 		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
+	if s.closed.Load() {
+		return nil
+	}
+	if s.borrowed {
+		s.closed.Store(true)
 		return nil
 	}
 	ctx, err := s.dev.contextFor("Stream.Close")
@@ -193,6 +231,6 @@ func (s *Stream) Close() error {
 	if r := s.dev.drv.StreamDestroy.CallCtx(ctx, s.handle); !ok(r) {
 		return fail(&s.dev.drv.StreamDestroy, r)
 	}
-	s.closed = true
+	s.closed.Store(true)
 	return nil
 }

@@ -123,7 +123,9 @@ func TestSyncContextOnNilAndClosed(t *testing.T) {
 	ctx := context.Background()
 	var s *Stream
 	assert.ErrorIs(t, s.SyncContext(ctx), ErrInvalidArgument)
-	assert.ErrorIs(t, (&Stream{dev: &Device{}, owned: true, closed: true}).SyncContext(ctx), ErrClosed)
+	closed := &Stream{dev: &Device{}, owned: true}
+	closed.closed.Store(true)
+	assert.ErrorIs(t, closed.SyncContext(ctx), ErrClosed)
 	var e *Event
 	assert.ErrorIs(t, e.SyncContext(ctx), ErrInvalidArgument)
 	var d *Device

@@ -89,6 +89,41 @@
 // Legacy IPC (cuIpcGetMemHandle / cuIpcOpenMemHandle), as CuPy and PyTorch
 // use for memory from cuMemAlloc, is in legacy.go.
 //
+// # Other libraries and languages
+//
+// cuda.core, CuPy and C programs share pools as the driver does: the
+// pool's fd, and per buffer 64 bytes of export data and a size. Their
+// parts map onto this package's:
+//
+//   - To them: a Handle's fd (FD, ExtraFile, or SendFDs on a Unix socket)
+//     and UUID (cuda.core's IPCAllocationHandle carries a uuid.UUID; it is
+//     optional there), and per buffer Descriptor.ExportData and
+//     Descriptor.Size: cuda.core imports them with
+//     DeviceMemoryResource.from_allocation_handle(device, fd) and
+//     Buffer.from_ipc_descriptor(mr, IPCBufferDescriptor._init(data, size)).
+//     They ignore the MAC and the pool key, which only cudamem importers
+//     check.
+//   - From them: NewHandle(fd, uuid) when the exporter sends a UUID (so
+//     the registry dedups), NewForeignHandle(fd) for a bare fd (the UUID
+//     is derived from the fd's file where that identifies it, see
+//     FDIdentity); then ImportPool, and per buffer
+//     ImportedPool.ImportForeign(data, size) (or NewRawDescriptor and
+//     ImportUnauthenticated). These are the explicit unauthenticated path
+//     of the threat model above: a foreign exporter has no pool key, so
+//     its export data reaches the driver unchecked. Import them only from
+//     processes this one trusts as it trusts itself.
+//   - PyTorch shares CUDA tensors through torch.multiprocessing with legacy
+//     IPC: a cudaIpcMemHandle of the allocator's segment plus the storage's
+//     offset and size (UntypedStorage._share_cuda_()). OpenTorch maps one as
+//     a Buffer bounded by the driver's mapping; ExportTorch describes
+//     cuMemAlloc memory the same way for a Python process, which opens it
+//     with cuIpcOpenMemHandle and hands PyTorch the pointer (plus the
+//     offset) through __cuda_array_interface__.
+//
+// Accessors follow the module's convention for closed objects: Pool (of an
+// ImportedPool) returns the zero MemPool once closed, and PoolErr an error
+// matching cuda.ErrClosed.
+//
 // File descriptors are owned explicitly (internal/osfd: closed once,
 // duplicated close-on-exec, a counted safety net for lost ones): every
 // function says who closes what, and tests count open fds. The zero Handle

@@ -328,8 +328,16 @@ func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, err
 // descriptors from an exporter this process trusts as it trusts itself,
 // never with bytes a peer could have chosen. On a pool with a key, use
 // Import.
+//
+// A descriptor with the zero UUID (one NewRawDescriptor built for an
+// exporter that names no pool, as cuda.core's IPCBufferDescriptor does
+// not) is taken as this pool's: the caller vouches for which pool it
+// belongs to. One naming another pool is refused.
 func (p *ImportedPool) ImportUnauthenticated(d Descriptor, s *cuda.Stream) (*buffer.Buffer, error) {
 	const op = "ImportedPool.ImportUnauthenticated"
+	if d.Pool == (UUID{}) && !p.zero() {
+		d.Pool = p.uuid
+	}
 	if err := p.checkDescriptor(op, d); err != nil {
 		return nil, err
 	}

@@ -54,7 +54,7 @@ func init() {
 		cuda.MemPoolProps{}, cuda.MemPoolPtrExportData{}, cuda.MemRangeAttribute(0),
 		cuda.MemRangeHandleType(0), cuda.MemoryType(0), cuda.Module{}, cuda.OpError{},
 		cuda.PointerAttribute(0), cuda.PointerInfo{}, cuda.ProcAddressQueryResult(0), cuda.Result(0),
-		cuda.Stream{}, cuda.StreamFlags(0), cuda.UUID{},
+		cuda.Stream{}, cuda.StreamFlags(0), cuda.UUID{}, cuda.ForeignFunc{},
 	)
 	register("buffer", buffer.Buffer{})
 	register("resource",
@@ -64,13 +64,14 @@ func init() {
 		resource.SubAllocator{}, resource.SubAllocatorStats{}, resource.SyncDevice{},
 		resource.TrackingOptions{}, resource.Allocation{}, resource.Tracking{},
 	)
-	register("ipc", ipc.Descriptor{}, ipc.Handle{}, ipc.LegacyHandle{}, ipc.ImportedPool{}, ipc.UUID{})
+	register("ipc", ipc.Descriptor{}, ipc.Handle{}, ipc.LegacyHandle{}, ipc.ImportedPool{}, ipc.UUID{}, ipc.TorchHandle{})
 	register("virtual",
 		virtual.Chunk{}, virtual.AllocationType(0), virtual.LocationType(0), virtual.HandleType(0),
 		virtual.Granularity(0), virtual.Access(0), virtual.Options{}, virtual.Resource{}, virtual.Info{},
 	)
 	register("loader",
 		loader.Library{}, loader.Attempt{}, loader.LoadError{}, loader.InitError{}, loader.Proc{}, loader.Driver{},
+		loader.LibraryError{},
 	)
 }
 
@@ -81,7 +82,9 @@ func init() {
 // (defaults: they allocate on a GPU), ipc.NewHandle(0, ...) (it takes
 // ownership of fd 0 as asked), cuda.QueryPointer(0) (the driver's answer),
 // cuda.GetDevice(0) (device 0 exists on a GPU machine), loader.Open()
-// and Load() (they load a driver).
+// and Load() (they load a driver), ipc.FDIdentity(0) and
+// NewForeignHandle(0) (fd 0 is this process's stdin, a real file; the
+// second takes ownership of it).
 var funcs = map[string]any{
 	"buffer.Owned":              buffer.Owned,
 	"buffer.FromPointer":        buffer.FromPointer,
@@ -110,6 +113,12 @@ var funcs = map[string]any{
 	"ipc.Lookup":                ipc.Lookup,
 	"ipc.ParseUUID":             ipc.ParseUUID,
 	"ipc.NewHandleFromToken":    ipc.NewHandleFromToken,
+	"ipc.NewRawDescriptor":      ipc.NewRawDescriptor,
+	"ipc.NewTorchHandle":        ipc.NewTorchHandle,
+	"ipc.OpenTorch":             ipc.OpenTorch,
+	"ipc.ExportTorch":           ipc.ExportTorch,
+	"buffer.Use":                buffer.Use,
+	"loader.OpenCUDALibrary":    loader.OpenCUDALibrary,
 	"virtual.New":               virtual.New,
 	"virtual.CloseChunks":       virtual.CloseChunks,
 	"cuda.Elapsed":              cuda.Elapsed,

@@ -1,0 +1,195 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	"github.com/cudamem/cudamem/loader"
+)
+
+// Working with other CUDA libraries.
+//
+// Libraries such as cuBLAS, cuFFT or NCCL use the context current on the
+// calling OS thread, which cudamem never relies on and never leaves set on
+// purpose. Two ways to give them one:
+//
+//   - Device.Do runs a Go function on a locked OS thread with the device's
+//     primary context current, and restores the thread's previous context
+//     afterwards: for a few calls at a time, or code that is not a plain
+//     C function (a Go binding that uses cgo, say).
+//   - Device.Foreign binds a C function found in another library
+//     (loader.OpenCUDALibrary, Library.Lookup) to the device: each
+//     ForeignFunc.Call makes the primary context current on the thread
+//     that runs it, inside the same crossing into C, as cudamem's own
+//     driver calls do. No thread is locked and nothing is restored.
+
+// Do runs f on a locked OS thread with d's primary context current, then
+// restores the context that was current on that thread before and
+// unlocks the thread (also when f panics). It is safe for concurrent use:
+// each call has its own thread. f's error is returned as is; failing to
+// make the context current (f is then not run) or to restore the previous
+// one is an *OpError naming "Device.Do".
+//
+// Inside f, calls of foreign code see d's primary context. cudamem's own
+// calls inside f make their device's context current as they always do,
+// and leave it so: after a cudamem call on another device, the thread's
+// context is that device's until f makes d's current again (or Do
+// returns). Keep foreign calls for d after such calls, or nest another Do.
+// f must not unlock the OS thread it runs on.
+func (d *Device) Do(f func() error) (err error) {
+	const op = "Device.Do"
+	if f == nil {
+		return Errorf(op, ErrInvalidArgument, "nil function")
+	}
+	ctx, err := d.contextFor(op)
+	if err != nil {
+		return err
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var prev uintptr
+	if r := d.drv.CtxGetCurrent.Call(uintptr(unsafe.Pointer(&prev))); !ok(r) {
+		return &OpError{Op: op, Err: fmt.Errorf("reading the thread's current context: %w", fail(&d.drv.CtxGetCurrent, r))}
+	}
+	if r := d.drv.CtxSetCurrent.Call(ctx); !ok(r) {
+		return &OpError{Op: op, Err: fmt.Errorf("making %v's primary context current: %w", d, fail(&d.drv.CtxSetCurrent, r))}
+	}
+	defer func() {
+		if r := d.drv.CtxSetCurrent.Call(prev); !ok(r) {
+			err = errors.Join(err, &OpError{Op: op, Err: fmt.Errorf("restoring the thread's previous context %#x: %w", prev, fail(&d.drv.CtxSetCurrent, r))})
+		}
+	}()
+	return f()
+}
+
+// ForeignFunc is a C function of another library (cuBLAS, cuFFT, NCCL,
+// ...) bound to a device: Call runs it with the device's primary context
+// current on the OS thread that makes the call, inside the same crossing
+// into C, so callers need neither runtime.LockOSThread nor
+// cuCtxSetCurrent. Make one with Device.Foreign; it is safe for concurrent
+// use. The zero ForeignFunc refuses every call.
+type ForeignFunc struct {
+	dev *Device
+	ctx uintptr
+	p   loader.Proc // bound to the device's driver (loader.Driver.Bind)
+}
+
+// Foreign binds p, a function found in another library with
+// loader.Library.Lookup, to d (see ForeignFunc). An unresolved p is an
+// error matching ErrInvalidArgument; a driver without cuCtxSetCurrent one
+// matching ErrNotSupported.
+func (d *Device) Foreign(p loader.Proc) (*ForeignFunc, error) {
+	const op = "Device.Foreign"
+	if !p.Found() {
+		return nil, Errorf(op, ErrInvalidArgument, "unresolved function %q (look it up with loader.Library.Lookup first)", p.Name())
+	}
+	ctx, err := d.contextFor(op)
+	if err != nil {
+		return nil, err
+	}
+	b := d.drv.Bind(p)
+	if !b.Bound() {
+		return nil, &OpError{Op: op, Err: fmt.Errorf("%w: the installed driver does not provide cuCtxSetCurrent", ErrNotSupported)}
+	}
+	return &ForeignFunc{dev: d, ctx: ctx, p: b}, nil
+}
+
+// Name is the function's symbol name ("" for a nil or zero ForeignFunc).
+func (f *ForeignFunc) Name() string {
+	if f == nil {
+		return ""
+	}
+	return f.p.Name()
+}
+
+// Device is the device whose primary context the calls use (nil for a nil
+// or zero ForeignFunc).
+func (f *ForeignFunc) Device() *Device {
+	if f == nil {
+		return nil
+	}
+	return f.dev
+}
+
+// Call calls the function with integer and pointer arguments (at most
+// loader.MaxArgs; no floating-point values by value: cuBLAS's v2 API
+// passes its scalars by pointer) and returns its result register, for
+// most CUDA libraries a status code (cublasStatus_t, cufftResult, ...) for
+// the caller to interpret.
+//
+// err is non-nil only when the function was not called: a nil or zero
+// ForeignFunc, too many arguments, or the device's context could not be
+// made current (an *OpError naming the function, wrapping the
+// cuCtxSetCurrent Result). A non-zero result alone cannot say which
+// happened, so on one Call asks the driver again whether the context can
+// be made current (it succeeds for a retained primary context unless the
+// driver is shutting down): only if not is the result taken for
+// cuCtxSetCurrent's.
+//
+// As with loader.Proc.Call, write uintptr(unsafe.Pointer(&x)) conversions
+// in the argument list itself: Call is nosplit (and not instrumented by
+// the race detector, whose calls could grow the stack), so the stack
+// cannot move before the C call. Keep heap objects alive with
+// runtime.KeepAlive.
+//
+//go:nosplit
+//go:norace
+func (f *ForeignFunc) Call(args ...uintptr) (uintptr, error) {
+	if f == nil || f.dev == nil {
+		return loader.NotFound, foreignInvalid()
+	}
+	if len(args) > loader.MaxArgs {
+		return loader.NotFound, f.tooMany(len(args))
+	}
+	r := f.p.CallCtx(f.ctx, args...)
+	if r == 0 {
+		return 0, nil
+	}
+	return r, f.classify(r)
+}
+
+func foreignInvalid() error {
+	return Errorf("ForeignFunc.Call", ErrInvalidArgument, "nil or zero ForeignFunc (use Device.Foreign)")
+}
+
+func (f *ForeignFunc) tooMany(n int) error {
+	return Errorf(f.p.Name(), ErrInvalidArgument, "%d arguments, at most %d can be passed", n, loader.MaxArgs)
+}
+
+// classify decides whether a non-zero result r came from cuCtxSetCurrent
+// (the function was not called): only if the context cannot be made
+// current now either.
+func (f *ForeignFunc) classify(r uintptr) error {
+	set := &f.dev.drv.CtxSetCurrent
+	if again := set.Call(f.ctx); ok(again) {
+		return nil // the context can be set: r is the function's own
+	}
+	return &OpError{Op: f.p.Name(), Err: fmt.Errorf("not called: making %v's primary context current failed: %w", f.dev, fail(set, uintptr(uint32(r))))}
+}
+
+// String names the function and its device.
+func (f *ForeignFunc) String() string {
+	if f == nil || f.dev == nil {
+		return "ForeignFunc(nil)"
+	}
+	return fmt.Sprintf("ForeignFunc(%s on %v)", f.p.Name(), f.dev)
+}
+
+// WrapStream returns a borrowed Stream for h, a CUstream of d's primary
+// context that another library created (PyTorch's
+// torch.cuda.current_stream().cuda_stream, a stream cuBLAS was given):
+// cudamem can order its work on it (copies, frees, CloseOn, WaitStream),
+// and Close only ends its use here. The stream must outlive every use of
+// the returned Stream; cudamem cannot check that. Handle 0 gives d's
+// legacy default stream.
+func (d *Device) WrapStream(h uintptr) (*Stream, error) {
+	if err := d.check("Device.WrapStream"); err != nil {
+		return nil, err
+	}
+	if h == 0 {
+		return d.DefaultStream(), nil
+	}
+	return &Stream{dev: d, handle: h, borrowed: true}, nil
+}

@@ -1,0 +1,47 @@
+//go:build linux
+
+package ipc
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// FDIdentity derives a stable UUID for the file fd refers to, from its
+// device and inode numbers (fstat): descriptors of one open file (dup'd,
+// sent over SCM_RIGHTS, inherited through exec.Cmd.ExtraFiles) give the
+// same UUID, so a pool that arrives as a bare fd more than once is
+// imported once (NewForeignHandle). Whether two separate exports of one
+// pool share a file is the driver's business: where they do not, each
+// export gets its own UUID.
+//
+// Files whose inode is shared by unrelated objects cannot identify a pool:
+// device nodes (every open of /dev/nvidiactl has its inode) and anonymous
+// inodes (anon_inode:[...]). For those the error matches
+// cuda.ErrNotSupported; other failures (a closed fd) wrap the fstat error.
+// While a pool is imported its Handle's fd, or the duplicate ImportPool
+// keeps, holds the file open, so its inode number cannot be reused by
+// another file meanwhile.
+func FDIdentity(fd int) (UUID, error) {
+	const op = "ipc.FDIdentity"
+	if fd < 0 {
+		return UUID{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "negative file descriptor %d", fd)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return UUID{}, &cuda.OpError{Op: op, Err: fmt.Errorf("fstat of fd %d: %w", fd, err)}
+	}
+	switch st.Mode & syscall.S_IFMT {
+	case syscall.S_IFCHR, syscall.S_IFBLK:
+		return UUID{}, cuda.Errorf(op, cuda.ErrNotSupported, "fd %d is a device node (rdev %#x): every open of it shares one inode, which names no pool", fd, uint64(st.Rdev))
+	}
+	if target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)); err == nil && strings.HasPrefix(target, "anon_inode:") {
+		return UUID{}, cuda.Errorf(op, cuda.ErrNotSupported, "fd %d is an anonymous inode (%s), shared by unrelated files", fd, target)
+	}
+	return identityUUID(uint64(st.Dev), uint64(st.Ino)), nil
+}

@@ -1,0 +1,71 @@
+"""Go -> Python: import a pool cudamem exported (its fd inherited as
+--fd, its UUID) and one of its buffers from the raw parts
+(Descriptor.ExportData, size), check the data Go wrote, write new data
+for Go to check. With --torch, PyTorch reads and writes the memory
+(through __cuda_array_interface__) instead of plain copies."""
+
+import argparse
+import os
+import sys
+import uuid
+
+sys.path.insert(0, os.path.dirname(__file__))
+import cudamem_py as cm  # noqa: E402
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--fd", type=int, required=True)
+ap.add_argument("--uuid", required=True)
+ap.add_argument("--data", required=True, help="64 bytes of export data, hex")
+ap.add_argument("--size", type=int, required=True)
+ap.add_argument("--seed", type=int, required=True)
+ap.add_argument("--newseed", type=int, required=True)
+ap.add_argument("--device", type=int, default=0)
+ap.add_argument("--torch", action="store_true")
+a = ap.parse_args()
+
+core = cm.cuda_core()
+torch = cm.torch_or_skip() if a.torch else None
+drv = cm.Driver()
+dev = core.Device(a.device)
+dev.set_current()
+drv.make_current(a.device)
+stream = dev.default_stream
+
+DMR = cm.core_attr(core, "DeviceMemoryResource")
+IPCBufferDescriptor = cm.core_attr(core, "IPCBufferDescriptor")
+Buffer = cm.core_attr(core, "Buffer")
+
+# cuda.core dups an int fd and closes its duplicate; the inherited fd 3 is
+# ours to close.
+mr = DMR.from_allocation_handle(a.device, a.fd)
+os.close(a.fd)
+want_uuid = uuid.UUID(a.uuid)
+if getattr(mr, "uuid", None) not in (None, want_uuid):
+    cm.fail(f"imported pool has UUID {mr.uuid}, want {want_uuid}")
+desc = IPCBufferDescriptor._init(bytes.fromhex(a.data), a.size)
+buf = Buffer.from_ipc_descriptor(mr, desc, stream=stream)
+ptr = int(buf.handle)
+if buf.size != a.size:
+    cm.fail(f"imported buffer of {buf.size} bytes, want {a.size}")
+
+if torch is None:
+    cm.check_pattern(drv.read(ptr, a.size), a.seed, "Go's data seen from Python")
+    drv.write(ptr, cm.pattern(a.size, a.newseed))
+else:
+    t = torch.as_tensor(cm.CAI(ptr, a.size), device=f"cuda:{a.device}")
+    if t.data_ptr() != ptr:
+        cm.fail(f"torch copied the memory (data_ptr {t.data_ptr():#x}, buffer {ptr:#x})")
+    idx = torch.arange(a.size, device=t.device, dtype=torch.int64)
+    want = ((idx * 31 + a.seed) % 256).to(torch.uint8)
+    bad = int((t != want).sum().item())
+    if bad:
+        cm.fail(f"torch sees {bad} of {a.size} bytes differ from Go's data")
+    t.copy_(((idx * 31 + a.newseed) % 256).to(torch.uint8))
+    torch.cuda.synchronize(t.device)
+drv.sync()
+buf.close(stream=stream)
+stream.sync()
+close = getattr(mr, "close", None)
+if callable(close):
+    close()
+print("OK", flush=True)

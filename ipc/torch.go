@@ -1,0 +1,199 @@
+package ipc
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// TorchHandle is a CUDA tensor's storage as torch.multiprocessing shares
+// it between processes: UntypedStorage._share_cuda_() returns, among
+// others, the cudaIpcMemHandle_t of the caching allocator's segment that
+// holds the storage (64 bytes), the storage's offset in that segment and
+// its size in bytes (storage_offset_bytes, storage_size_bytes). The
+// tensor's own offset, shape and strides apply on top of the storage.
+//
+// Like every legacy IPC handle, its bytes carry no key and cannot be
+// authenticated: take them only from a process this one trusts (see the
+// package documentation's threat model).
+type TorchHandle struct {
+	Handle cuda.IPCMemHandle // the segment's cudaIpcMemHandle_t
+	Offset uint64            // where the storage starts in the segment
+	Size   uint64            // the storage's size in bytes
+}
+
+// NewTorchHandle builds a TorchHandle from the raw values
+// _share_cuda_() returns: the storage handle's bytes, the offset and the
+// size. PyTorch's handle is either a bare 64-byte cudaIpcMemHandle_t
+// (older releases) or a versioned one: a version byte (2, or 3 since
+// torch 2.13, same layout), the type byte 'c' (a cudaMalloc segment) and
+// the 64-byte cudaIpcMemHandle_t. Expandable-segment handles (type 'e':
+// PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) are not legacy IPC
+// and are refused with an error matching cuda.ErrNotSupported; other
+// lengths, unknown versions or types, and a zero size with one matching
+// cuda.ErrInvalidArgument.
+func NewTorchHandle(handle []byte, offset, size uint64) (TorchHandle, error) {
+	const op = "ipc.NewTorchHandle"
+	if size == 0 {
+		return TorchHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "size 0")
+	}
+	raw := handle
+	switch {
+	case len(handle) == cuda.IPCHandleSize:
+		// A bare cudaIpcMemHandle_t.
+	case len(handle) >= 2 && handle[1] == 'e':
+		return TorchHandle{}, cuda.Errorf(op, cuda.ErrNotSupported, "an expandable-segments storage handle (version %d, %d bytes) is not legacy IPC; share tensors allocated without expandable_segments", handle[0], len(handle))
+	case len(handle) == 2+cuda.IPCHandleSize && handle[1] == 'c' && (handle[0] == 2 || handle[0] == 3):
+		raw = handle[2:]
+	case len(handle) >= 2 && handle[1] == 'c':
+		return TorchHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "storage handle version %d of %d bytes: this library reads versions 2 and 3 of %d bytes", handle[0], len(handle), 2+cuda.IPCHandleSize)
+	default:
+		return TorchHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "storage handle of %d bytes: want a %d-byte cudaIpcMemHandle_t, or version, type 'c' and one (%d bytes)", len(handle), cuda.IPCHandleSize, 2+cuda.IPCHandleSize)
+	}
+	h := TorchHandle{Offset: offset, Size: size}
+	copy(h.Handle.Reserved[:], raw)
+	return h, nil
+}
+
+// OpenTorch maps the storage h describes (from a tensor another process
+// shared through torch.multiprocessing) on dev and returns a Buffer of
+// exactly its Offset..Offset+Size range of the segment. The memory stays
+// PyTorch's: the Buffer owns only this process's mapping, which its Close
+// unmaps (cuIpcCloseMemHandle; the driver counts opens, so other Buffers
+// of the same segment stay mapped). The range is checked against the
+// mapping the driver made: a handle claiming more than the segment holds
+// is refused (and the mapping closed).
+//
+// The exporting process must keep the tensor alive while the Buffer is
+// open, and its work on the tensor must be finished (or waited for: when
+// _share_cuda_() says event_sync_required, the producer recorded an IPC
+// event) before this process reads it: torch.cuda.synchronize() in the
+// producer before sharing is the simple way.
+func OpenTorch(dev *cuda.Device, h TorchHandle) (*buffer.Buffer, error) {
+	const op = "ipc.OpenTorch"
+	if dev == nil {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device")
+	}
+	if h.Size == 0 || h.Offset > math.MaxUint64-h.Size {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "storage of %d bytes at offset %d", h.Size, h.Offset)
+	}
+	base, err := dev.IPCOpenMemHandle(h.Handle, cuda.IPCMemLazyEnablePeerAccess)
+	if err != nil {
+		return nil, fmt.Errorf("%s (%d bytes at offset %d): %w", op, h.Size, h.Offset, err)
+	}
+	rbase, rsize, qerr := mappingOf(dev, base)
+	start := base + cuda.DevicePtr(h.Offset)
+	_, ok := within(start, h.Size, rbase, rsize)
+	if qerr != nil || !ok || uint64(base) > math.MaxUint64-h.Offset {
+		var err error
+		if qerr != nil {
+			err = &cuda.OpError{Op: op, Err: fmt.Errorf("asking the driver for the mapping at %#x: %w", uint64(base), qerr)}
+		} else {
+			err = cuda.Errorf(op, cuda.ErrInvalidArgument, "storage of %d bytes at offset %d does not fit the segment the driver mapped (%d bytes at %#x)", h.Size, h.Offset, mappedFrom(base, rbase, rsize), uint64(base))
+		}
+		if cerr := dev.IPCCloseMemHandle(base); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("unmapping the refused handle: %w", cerr))
+		}
+		return nil, err
+	}
+	return buffer.Owned(start, h.Size, &torchMapping{dev: dev, base: base, start: start}, dev.DefaultStream()), nil
+}
+
+// torchMapping is the MemoryResource behind one OpenTorch Buffer: it only
+// unmaps, once.
+type torchMapping struct {
+	dev         *cuda.Device
+	base, start cuda.DevicePtr
+
+	mu     sync.Mutex
+	closed bool
+}
+
+func (m *torchMapping) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	return nil, cuda.Errorf("ipc.torchMapping.Allocate", cuda.ErrInvalidArgument, "cannot allocate from memory opened with OpenTorch")
+}
+
+// Deallocate waits for s (nil: the legacy default stream) and unmaps the
+// segment: cuIpcCloseMemHandle is not stream-ordered.
+func (m *torchMapping) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream) error {
+	const op = "ipc.torchMapping.Deallocate"
+	if m == nil || m.dev == nil {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil or zero mapping")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed || p != m.start {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%#x (%d bytes) is not the open storage of this mapping", uint64(p), size)
+	}
+	if s == nil {
+		s = m.dev.DefaultStream()
+	}
+	if err := s.Sync(); err != nil {
+		return err
+	}
+	if err := m.dev.IPCCloseMemHandle(m.base); err != nil {
+		return err
+	}
+	m.closed = true
+	return nil
+}
+
+func (m *torchMapping) DeviceAccessible() bool { return true }
+func (m *torchMapping) HostAccessible() bool   { return false }
+func (m *torchMapping) DeviceID() int {
+	if m == nil || m.dev == nil {
+		return -1
+	}
+	return m.dev.Ordinal()
+}
+
+// ExportTorch describes b, device memory from cuMemAlloc (a
+// resource.SyncDevice buffer, a view of one, or such memory wrapped with
+// buffer.FromPointer), the way PyTorch shares storages: the allocation's
+// legacy IPC handle, b's offset in it and its size. Another process maps
+// it with OpenTorch, or from Python with cuIpcOpenMemHandle (cuda.bindings)
+// and hands the pointer plus Offset to PyTorch through
+// __cuda_array_interface__ (torch.as_tensor), as the package's Python
+// tests do. Pool memory cannot be shared this way (use ExportBuffer).
+func ExportTorch(b *buffer.Buffer) (TorchHandle, error) {
+	const op = "ipc.ExportTorch"
+	if b == nil {
+		return TorchHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil buffer")
+	}
+	if b.IsClosed() {
+		return TorchHandle{}, &cuda.OpError{Op: op, Err: cuda.ErrClosed}
+	}
+	if b.Size() == 0 {
+		return TorchHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "empty %v", b)
+	}
+	var h TorchHandle
+	err := b.Use(op, func(ptr cuda.DevicePtr) error {
+		info, err := cuda.QueryPointer(ptr)
+		if err != nil {
+			return &cuda.OpError{Op: op, Err: err}
+		}
+		if info.Type != cuda.MemoryTypeDevice || info.Managed || info.Pool != 0 {
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "%v is not cuMemAlloc device memory (use resource.SyncDevice; pool memory goes through ExportBuffer)", b)
+		}
+		if _, ok := within(ptr, b.Size(), info.RangeBase, info.RangeSize); !ok {
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "%v runs past its allocation (%#x+%d)", b, uint64(info.RangeBase), info.RangeSize)
+		}
+		dev, err := cuda.GetDevice(info.Device)
+		if err != nil {
+			return err
+		}
+		if h.Handle, err = dev.IPCGetMemHandle(info.RangeBase); err != nil {
+			return fmt.Errorf("%s %v: %w", op, b, err)
+		}
+		h.Offset, h.Size = uint64(ptr-info.RangeBase), b.Size()
+		return nil
+	})
+	if err != nil {
+		return TorchHandle{}, err
+	}
+	return h, nil
+}
