@@ -63,6 +63,7 @@ func init() {
 		resource.PoolAttributes{}, resource.Stats{}, resource.Statistics{}, resource.SubAllocatorOptions{},
 		resource.SubAllocator{}, resource.SubAllocatorStats{}, resource.SyncDevice{},
 		resource.TrackingOptions{}, resource.Allocation{}, resource.Tracking{},
+		resource.LoggingOptions{}, resource.Logging{},
 	)
 	register("ipc", ipc.Descriptor{}, ipc.Handle{}, ipc.LegacyHandle{}, ipc.ImportedPool{}, ipc.UUID{})
 	register("virtual",
@@ -95,6 +96,7 @@ var funcs = map[string]any{
 	"resource.NewLimiting":      resource.NewLimiting,
 	"resource.NewStatistics":    resource.NewStatistics,
 	"resource.NewTracking":      resource.NewTracking,
+	"resource.NewLogging":       resource.NewLogging,
 	"resource.NewSubAllocator":  resource.NewSubAllocator,
 	"resource.Prefetch":         resource.Prefetch,
 	"resource.Advise":           resource.Advise,
