@@ -19,6 +19,7 @@ import (
 	"github.com/cudamem/cudamem/ipc"
 	"github.com/cudamem/cudamem/loader"
 	"github.com/cudamem/cudamem/resource"
+	"github.com/cudamem/cudamem/resource/metrics"
 	"github.com/cudamem/cudamem/virtual"
 )
 
@@ -65,6 +66,7 @@ func init() {
 		resource.TrackingOptions{}, resource.Allocation{}, resource.Tracking{},
 		resource.LoggingOptions{}, resource.Logging{},
 	)
+	register("resource/metrics", metrics.Registry{}, metrics.Snapshot{})
 	register("ipc", ipc.Descriptor{}, ipc.Handle{}, ipc.LegacyHandle{}, ipc.ImportedPool{}, ipc.UUID{})
 	register("virtual",
 		virtual.Chunk{}, virtual.AllocationType(0), virtual.LocationType(0), virtual.HandleType(0),
@@ -100,6 +102,7 @@ var funcs = map[string]any{
 	"resource.NewSubAllocator":  resource.NewSubAllocator,
 	"resource.Prefetch":         resource.Prefetch,
 	"resource.Advise":           resource.Advise,
+	"metrics.NewRegistry":       metrics.NewRegistry,
 	"ipc.ExportPool":            ipc.ExportPool,
 	"ipc.ExportBuffer":          ipc.ExportBuffer,
 	"ipc.ImportPool":            ipc.ImportPool,
@@ -281,7 +284,7 @@ func TestNilAndZeroValues(t *testing.T) {
 // TestEveryTypeListed keeps the sweep complete: every exported type of the
 // public packages (interfaces aside) must be in types.
 func TestEveryTypeListed(t *testing.T) {
-	for _, pkg := range []string{"cuda", "buffer", "resource", "ipc", "virtual", "loader"} {
+	for _, pkg := range []string{"cuda", "buffer", "resource", "resource/metrics", "ipc", "virtual", "loader"} {
 		for _, name := range exportedTypes(t, filepath.Join("..", "..", pkg)) {
 			if _, ok := types[pkg+"."+name]; !ok {
 				t.Errorf("exported type %s.%s is not in the soundness sweep (add it to types)", pkg, name)
