@@ -20,6 +20,7 @@ import (
 	"github.com/cudamem/cudamem/loader"
 	"github.com/cudamem/cudamem/resource"
 	"github.com/cudamem/cudamem/resource/metrics"
+	"github.com/cudamem/cudamem/resource/timeline"
 	"github.com/cudamem/cudamem/virtual"
 )
 
@@ -67,6 +68,10 @@ func init() {
 		resource.LoggingOptions{}, resource.Logging{},
 	)
 	register("resource/metrics", metrics.Registry{}, metrics.Snapshot{})
+	register("resource/timeline",
+		timeline.Kind(0), timeline.Event{}, timeline.Log{}, timeline.RecorderOptions{}, timeline.Recorder{},
+		timeline.Trace{}, timeline.Allocation{}, timeline.Usage{}, timeline.SVGOptions{},
+	)
 	register("ipc", ipc.Descriptor{}, ipc.Handle{}, ipc.LegacyHandle{}, ipc.ImportedPool{}, ipc.UUID{})
 	register("virtual",
 		virtual.Chunk{}, virtual.AllocationType(0), virtual.LocationType(0), virtual.HandleType(0),
@@ -103,6 +108,9 @@ var funcs = map[string]any{
 	"resource.Prefetch":         resource.Prefetch,
 	"resource.Advise":           resource.Advise,
 	"metrics.NewRegistry":       metrics.NewRegistry,
+	"timeline.NewLog":           timeline.NewLog,
+	"timeline.NewRecorder":      timeline.NewRecorder,
+	"timeline.ReadJSON":         timeline.ReadJSON,
 	"ipc.ExportPool":            ipc.ExportPool,
 	"ipc.ExportBuffer":          ipc.ExportBuffer,
 	"ipc.ImportPool":            ipc.ImportPool,
@@ -284,7 +292,7 @@ func TestNilAndZeroValues(t *testing.T) {
 // TestEveryTypeListed keeps the sweep complete: every exported type of the
 // public packages (interfaces aside) must be in types.
 func TestEveryTypeListed(t *testing.T) {
-	for _, pkg := range []string{"cuda", "buffer", "resource", "resource/metrics", "ipc", "virtual", "loader"} {
+	for _, pkg := range []string{"cuda", "buffer", "resource", "resource/metrics", "resource/timeline", "ipc", "virtual", "loader"} {
 		for _, name := range exportedTypes(t, filepath.Join("..", "..", pkg)) {
 			if _, ok := types[pkg+"."+name]; !ok {
 				t.Errorf("exported type %s.%s is not in the soundness sweep (add it to types)", pkg, name)
