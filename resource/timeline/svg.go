@@ -160,7 +160,7 @@ func (t *Trace) WriteSVG(w io.Writer, opts *SVGOptions) error {
 	d.printf(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">`+"\n", o.Width, height, o.Width, height)
 	d.printf("<style>.band{stroke:#fff;stroke-width:0.3}.other{fill:#ccc}.free{fill:#eee;stroke:#bbb;stroke-width:0.5}.axis{stroke:#444;stroke-width:1}.grid{stroke:#ddd;stroke-width:0.5}text.h{font-size:14px;font-weight:bold}</style>\n")
 	d.printf(`<rect width="100%%" height="100%%" fill="#fff"/>` + "\n")
-	summary := fmt.Sprintf("%d events, %d allocations", len(t.Events), len(allocs))
+	summary := plural(len(t.Events), "event") + ", " + plural(len(allocs), "allocation")
 	if t.Dropped > 0 {
 		summary += fmt.Sprintf(", %d older events dropped (%d allocations from before the window)", t.Dropped, len(t.Before))
 	}
@@ -261,7 +261,7 @@ func (d *drawing) panel(p *panel, top int) {
 	if p.peakStep > 0 {
 		label += " at " + d.stepLabel(p, p.peakStep)
 	}
-	label += fmt.Sprintf(", %d allocations", p.count)
+	label += ", " + plural(p.count, "allocation")
 	if p.other > 0 {
 		label += fmt.Sprintf(" (%d smallest drawn together in grey)", p.other)
 	}
@@ -275,7 +275,14 @@ func (d *drawing) panel(p *panel, top int) {
 	}
 	for i := 0; i <= 5; i++ {
 		xx := d.x0 + float64(i)/5*(d.x1-d.x0)
-		d.printf(`<text x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", xx, bottom+14, esc(d.axisLabel(float64(i)/5)))
+		anchor := "middle"
+		switch i {
+		case 0:
+			anchor = "start"
+		case 5:
+			anchor = "end"
+		}
+		d.printf(`<text x="%.1f" y="%.1f" text-anchor="%s">%s</text>`+"\n", xx, bottom+14, anchor, esc(d.axisLabel(float64(i)/5)))
 	}
 	d.printf(`<line class="axis" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f"/><line class="axis" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f"/>`+"\n",
 		d.x0, plotTop, d.x0, bottom, d.x0, bottom, d.x1, bottom)
@@ -387,8 +394,13 @@ func (d *drawing) segments(segs []segment, total, m int, top int) {
 		if s.inferred {
 			kind = "address range inferred from its allocations"
 		}
-		label := fmt.Sprintf("%s %s %#x, %s: %s used in %d ranges, %s free in %d ranges (largest %s)",
-			s.resource, kind, s.addr, bytesStr(s.size), bytesStr(s.used), len(s.spans)-s.freeRanges, bytesStr(s.free), s.freeRanges, bytesStr(s.largest))
+		label := fmt.Sprintf("%s %s %#x, %s: %s used in %s, ",
+			s.resource, kind, s.addr, bytesStr(s.size), bytesStr(s.used), plural(len(s.spans)-s.freeRanges, "range"))
+		if s.freeRanges == 0 {
+			label += "nothing free"
+		} else {
+			label += fmt.Sprintf("%s free in %s (largest %s)", bytesStr(s.free), plural(s.freeRanges, "range"), bytesStr(s.largest))
+		}
 		d.printf(`<g class="segment" data-resource="%s" data-addr="%#x" data-size="%d" data-used="%d" data-free="%d" data-free-ranges="%d" data-inferred="%t">`+"\n",
 			esc(s.resource), s.addr, s.size, s.used, s.free, s.freeRanges, s.inferred)
 		d.printf(`<text x="%.0f" y="%.1f">%s</text>`+"\n", d.x0, yy+10, esc(label))
@@ -419,6 +431,13 @@ func esc(s string) string {
 	var sb strings.Builder
 	_ = xml.EscapeText(&sb, []byte(s)) // a strings.Builder does not fail
 	return sb.String()
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.Itoa(n) + " " + what + "s"
 }
 
 func bytesStr(n uint64) string {
