@@ -43,8 +43,10 @@ type LoggingOptions struct {
 // logged. Logging is safe for concurrent use (slog handlers are).
 type Logging struct {
 	up     buffer.MemoryResource
-	logger *slog.Logger // nil: slog.Default() at each call
-	level  slog.Leveler // nil: slog.LevelDebug
+	oa     ownerAllocator // up, when it can build the adaptor's Buffer (found once, not per call)
+	logger *slog.Logger   // nil: slog.Default() at each call
+	lvar   slog.Leveler   // a level that may change (a *slog.LevelVar); nil: lvl
+	lvl    slog.Level
 	name   string
 }
 
@@ -59,26 +61,37 @@ var (
 // nil upstream makes every Allocate fail with an error matching
 // cuda.ErrInvalidArgument.
 func NewLogging(upstream buffer.MemoryResource, logger *slog.Logger, opts *LoggingOptions) *Logging {
-	r := &Logging{up: adaptorUpstream(upstream), logger: logger}
+	r := &Logging{up: adaptorUpstream(upstream), logger: logger, lvl: slog.LevelDebug}
+	r.oa, _ = r.up.(ownerAllocator)
 	if opts != nil {
-		r.name, r.level = opts.Name, opts.Level
+		r.name = opts.Name
+		switch l := opts.Level.(type) {
+		case nil:
+		case slog.Level:
+			r.lvl = l
+		default:
+			r.lvar = l
+		}
 	}
 	return r
 }
 
-// enabled returns the logger and level to log at, and whether a record
-// at that level would be handled. It is the only work a call does beyond
-// the upstream's when logging is off.
-func (r *Logging) enabled() (*slog.Logger, slog.Level, bool) {
+// level is the level of the records.
+func (r *Logging) level() slog.Level {
+	if r.lvar != nil {
+		return r.lvar.Level()
+	}
+	return r.lvl
+}
+
+// enabled returns the logger and whether it takes records at the level: the
+// only work a call does beyond the upstream's when logging is off.
+func (r *Logging) enabled() (*slog.Logger, bool) {
 	l := r.logger
 	if l == nil {
 		l = slog.Default()
 	}
-	lvl := slog.LevelDebug
-	if r.level != nil {
-		lvl = r.level.Level()
-	}
-	return l, lvl, l.Enabled(context.Background(), lvl)
+	return l, l.Handler().Enabled(context.Background(), r.level())
 }
 
 // Allocate allocates from the upstream and logs the allocation, or the
@@ -92,7 +105,7 @@ func (r *Logging) allocateFor(owner buffer.MemoryResource, size uint64, s *cuda.
 	if r == nil || r.up == nil {
 		return nil, 0, errNoUpstream("Logging", "Allocate")
 	}
-	l, lvl, on := r.enabled()
+	l, on := r.enabled()
 	if !on {
 		return r.upAllocate(owner, size, s)
 	}
@@ -102,12 +115,15 @@ func (r *Logging) allocateFor(owner buffer.MemoryResource, size uint64, s *cuda.
 	if b != nil {
 		s = b.Stream() // the stream the upstream chose for nil
 	}
-	r.log(l, lvl, "allocate", size, ptr, s, d, err)
+	r.log(l, "allocate", size, ptr, s, d, err)
 	return b, ptr, err
 }
 
 // upAllocate is the adaptor's one call to allocate from the upstream.
 func (r *Logging) upAllocate(owner buffer.MemoryResource, size uint64, s *cuda.Stream) (*buffer.Buffer, cuda.DevicePtr, error) {
+	if r.oa != nil {
+		return r.oa.allocateFor(owner, size, s)
+	}
 	return allocateFrom("Logging.Allocate", r.up, owner, size, s)
 }
 
@@ -121,13 +137,13 @@ func (r *Logging) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) er
 	if r == nil || r.up == nil {
 		return errNoUpstream("Logging", "Deallocate")
 	}
-	l, lvl, on := r.enabled()
+	l, on := r.enabled()
 	if !on {
 		return r.upDeallocate(ptr, size, s)
 	}
 	start := time.Now()
 	err := r.upDeallocate(ptr, size, s)
-	r.log(l, lvl, "deallocate", size, ptr, s, time.Since(start), err)
+	r.log(l, "deallocate", size, ptr, s, time.Since(start), err)
 	return err
 }
 
@@ -137,7 +153,7 @@ func (r *Logging) upDeallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) 
 }
 
 // log writes one record. Only called when the level is enabled.
-func (r *Logging) log(l *slog.Logger, lvl slog.Level, msg string, size uint64, ptr cuda.DevicePtr, s *cuda.Stream, d time.Duration, err error) {
+func (r *Logging) log(l *slog.Logger, msg string, size uint64, ptr cuda.DevicePtr, s *cuda.Stream, d time.Duration, err error) {
 	attrs := make([]slog.Attr, 0, 7)
 	if r.name != "" {
 		attrs = append(attrs, slog.String("resource", r.name))
@@ -152,7 +168,7 @@ func (r *Logging) log(l *slog.Logger, lvl slog.Level, msg string, size uint64, p
 	if err != nil {
 		attrs = append(attrs, slog.String("err", err.Error()))
 	}
-	l.LogAttrs(context.Background(), lvl, msg, attrs...)
+	l.LogAttrs(context.Background(), r.level(), msg, attrs...)
 }
 
 func hex(v uint64) string { return "0x" + strconv.FormatUint(v, 16) }

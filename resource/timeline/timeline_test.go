@@ -481,3 +481,36 @@ func FuzzReadJSON(f *testing.F) {
 		parseSVG(t, out.Bytes())
 	})
 }
+
+// nop is an upstream that does nothing but hand out one address.
+type nop struct{}
+
+func (nop) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	return buffer.Owned(0x10000, size, nop{}, s), nil
+}
+func (nop) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }
+func (nop) DeviceAccessible() bool                                { return true }
+func (nop) HostAccessible() bool                                  { return false }
+func (nop) DeviceID() int                                         { return 0 }
+
+// BenchmarkRecorderPair: an allocate+free pair through the bare upstream
+// and through a Recorder over it, without and with stacks.
+func BenchmarkRecorderPair(b *testing.B) {
+	pair := func(b *testing.B, mr buffer.MemoryResource) {
+		b.ReportAllocs()
+		for b.Loop() {
+			buf, err := mr.Allocate(256, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := buf.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("bare", func(b *testing.B) { pair(b, nop{}) })
+	b.Run("recorder", func(b *testing.B) { pair(b, timeline.NewRecorder(nop{}, timeline.NewLog(1<<12), nil)) })
+	b.Run("recorder+stacks", func(b *testing.B) {
+		pair(b, timeline.NewRecorder(nop{}, timeline.NewLog(1<<12), &timeline.RecorderOptions{CaptureStacks: true}))
+	})
+}
