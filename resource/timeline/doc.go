@@ -63,7 +63,11 @@
 // A Recorder costs, per allocate or free, the Log's mutex and a clock
 // reading, and taking the upstream's buffer apart (Buffer.Disown) to wrap
 // its memory in one of its own; with CaptureStacks, a runtime.Callers and
-// a small allocation. It is a tool for understanding a workload, cheap
-// enough to leave in a test or a profiling run; for always-on counters
-// use resource.Statistics and package resource/metrics.
+// a small allocation. On a shared 2-core CPU machine a pair over a
+// do-nothing upstream took about 2 µs (0.4-0.8 µs bare), 7-9 µs with
+// stacks (BenchmarkRecorderPair): next to a driver pool's pair, a few
+// hundred nanoseconds, that is several times the cost, so the Recorder
+// is a tool for understanding a workload, for a test or a profiling
+// run. For always-on numbers use resource.Statistics with package
+// resource/metrics, and resource.Logging (nearly free while off).
 package timeline

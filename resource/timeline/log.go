@@ -105,7 +105,9 @@ type liveKey struct {
 // its window starts: the numbers of a trace stay exact however many
 // events were dropped.
 //
-// Recording an event takes the Log's mutex for a few dozen nanoseconds.
+// Recording an event costs a clock reading and the Log's mutex, held for
+// a copy into the ring and, once the ring is full, a map update for the
+// event it drops: 100-300 ns (see BenchmarkRecorderPair).
 // The zero value is an empty Log of DefaultCapacity, its clock starting
 // at the first event. Log is safe for concurrent use.
 type Log struct {
