@@ -39,6 +39,12 @@ type LoggingOptions struct {
 // (see BenchmarkLoggingPair), so the adaptor can stay in a production
 // stack and be turned on with a *slog.LevelVar when needed.
 //
+// A deallocate record is written after the upstream call returns (it
+// carries the duration), so in a program freeing and allocating on
+// several goroutines, an address handed out again may show its new
+// allocate record before the old deallocate record; RMM logs frees
+// before freeing. Order by time minus duration when replaying such logs.
+//
 // Buffers from Allocate are owned by the Logging, so that their Close is
 // logged. Logging is safe for concurrent use (slog handlers are).
 type Logging struct {
