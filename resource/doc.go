@@ -31,7 +31,12 @@
 // [NewStatistics] over [NewLimiting] over a pool, say): [Limiting] caps the
 // bytes in use, [Statistics] counts current, peak and total bytes and
 // allocations, [Tracking] records live allocations with the stacks that
-// made them. RMM: limiting, statistics and tracking resource adaptors.
+// made them, [Logging] writes a log/slog record (at Debug) for every
+// allocation and free, and costs one Enabled check when the handler's
+// level is above the records'. RMM: limiting, statistics, tracking and
+// logging resource adaptors. Package resource/metrics serves Statistics
+// and pool attributes to monitoring (expvar, Prometheus text);
+// package resource/timeline records allocation events and draws them.
 //
 // A stack builds one Buffer per allocation, however deep: every resource
 // here is a [buffer.RawResource], whose AllocatePtr hands out a bare

@@ -30,11 +30,13 @@ var nilZeroTypes = []any{
 	(*resource.Limiting)(nil),
 	(*resource.Statistics)(nil),
 	(*resource.Tracking)(nil),
+	(*resource.Logging)(nil),
 	(*resource.DevicePoolOptions)(nil),
 	(*resource.PinnedPoolOptions)(nil),
 	(*resource.ManagedOptions)(nil),
 	(*resource.SubAllocatorOptions)(nil),
 	(*resource.TrackingOptions)(nil),
+	(*resource.LoggingOptions)(nil),
 	(*resource.PoolAttributes)(nil),
 	(*resource.Stats)(nil),
 	(*resource.SubAllocatorStats)(nil),
@@ -179,6 +181,8 @@ func TestNilAndZeroFunctions(t *testing.T) {
 		"NewStatistics(nil).Alloc":  func() error { _, err := resource.NewStatistics(nil).Allocate(1, nil); return err },
 		"NewTracking(nil).Allocate": func() error { _, err := resource.NewTracking(nil, nil).Allocate(1, nil); return err },
 		"NewTracking(nil).Dealloc":  func() error { return resource.NewTracking(nil, nil).Deallocate(4096, 1, nil) },
+		"NewLogging(nil).Allocate":  func() error { _, err := resource.NewLogging(nil, nil, nil).Allocate(1, nil); return err },
+		"NewLogging(nil).Dealloc":   func() error { return resource.NewLogging(nil, nil, nil).Deallocate(4096, 1, nil) },
 		"NewLimiting(nil ptr).Alloc": func() error {
 			_, err := resource.NewLimiting((*resource.SubAllocator)(nil), 1).Allocate(1, nil)
 			return err

@@ -1,9 +1,9 @@
 // Package soundness holds no code: its tests are the cross-package
 // soundness sweep of issue 6. They import every public package of cudamem
-// (cuda, buffer, resource, ipc, virtual, loader) and call every exported
-// method of every exported type on a nil pointer and on a pointer to a
-// zero value, with zero-value arguments, checking that nothing panics or
-// blocks, that every error names its operation and matches
+// (cuda, buffer, resource, resource/metrics, resource/timeline, ipc,
+// virtual, loader) and call every exported method of every exported type
+// on a nil pointer and on a pointer to a zero value, with zero-value
+// arguments, checking that nothing panics or blocks, that every error names its operation and matches
 // cuda.ErrInvalidArgument or cuda.ErrClosed, that Close may be called
 // twice, and that no file descriptor is closed or leaked on the way (a zero
 // ipc.Handle once closed fd 0).

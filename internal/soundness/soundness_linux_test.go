@@ -19,6 +19,8 @@ import (
 	"github.com/cudamem/cudamem/ipc"
 	"github.com/cudamem/cudamem/loader"
 	"github.com/cudamem/cudamem/resource"
+	"github.com/cudamem/cudamem/resource/metrics"
+	"github.com/cudamem/cudamem/resource/timeline"
 	"github.com/cudamem/cudamem/virtual"
 )
 
@@ -63,6 +65,12 @@ func init() {
 		resource.PoolAttributes{}, resource.Stats{}, resource.Statistics{}, resource.SubAllocatorOptions{},
 		resource.SubAllocator{}, resource.SubAllocatorStats{}, resource.SyncDevice{},
 		resource.TrackingOptions{}, resource.Allocation{}, resource.Tracking{},
+		resource.LoggingOptions{}, resource.Logging{},
+	)
+	register("resource/metrics", metrics.Registry{}, metrics.Snapshot{})
+	register("resource/timeline",
+		timeline.Kind(0), timeline.Event{}, timeline.Log{}, timeline.RecorderOptions{}, timeline.Recorder{},
+		timeline.Trace{}, timeline.Allocation{}, timeline.Usage{}, timeline.SVGOptions{},
 	)
 	register("ipc", ipc.Descriptor{}, ipc.Handle{}, ipc.LegacyHandle{}, ipc.ImportedPool{}, ipc.UUID{}, ipc.TorchHandle{})
 	register("virtual",
@@ -98,9 +106,14 @@ var funcs = map[string]any{
 	"resource.NewLimiting":      resource.NewLimiting,
 	"resource.NewStatistics":    resource.NewStatistics,
 	"resource.NewTracking":      resource.NewTracking,
+	"resource.NewLogging":       resource.NewLogging,
 	"resource.NewSubAllocator":  resource.NewSubAllocator,
 	"resource.Prefetch":         resource.Prefetch,
 	"resource.Advise":           resource.Advise,
+	"metrics.NewRegistry":       metrics.NewRegistry,
+	"timeline.NewLog":           timeline.NewLog,
+	"timeline.NewRecorder":      timeline.NewRecorder,
+	"timeline.ReadJSON":         timeline.ReadJSON,
 	"ipc.ExportPool":            ipc.ExportPool,
 	"ipc.ExportBuffer":          ipc.ExportBuffer,
 	"ipc.ImportPool":            ipc.ImportPool,
@@ -288,7 +301,7 @@ func TestNilAndZeroValues(t *testing.T) {
 // TestEveryTypeListed keeps the sweep complete: every exported type of the
 // public packages (interfaces aside) must be in types.
 func TestEveryTypeListed(t *testing.T) {
-	for _, pkg := range []string{"cuda", "buffer", "resource", "ipc", "virtual", "loader"} {
+	for _, pkg := range []string{"cuda", "buffer", "resource", "resource/metrics", "resource/timeline", "ipc", "virtual", "loader"} {
 		for _, name := range exportedTypes(t, filepath.Join("..", "..", pkg)) {
 			if _, ok := types[pkg+"."+name]; !ok {
 				t.Errorf("exported type %s.%s is not in the soundness sweep (add it to types)", pkg, name)

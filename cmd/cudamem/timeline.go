@@ -1,0 +1,227 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"slices"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/resource"
+	"github.com/cudamem/cudamem/resource/timeline"
+)
+
+// runTimeline is `cudamem timeline`: draw a memory timeline as SVG, of a
+// demo workload run on a GPU, or of a JSON trace read with -in (which
+// needs no GPU).
+func runTimeline(args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("timeline", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	in := fs.String("in", "", "draw the JSON trace in `file` (from Trace.WriteJSON or -json) instead of running the demo; needs no GPU")
+	out := fs.String("o", "timeline.svg", "write the SVG to `file` (- for standard output)")
+	jsonOut := fs.String("json", "", "also write the trace as JSON to `file`")
+	dev := fs.Int("device", 0, "GPU of the demo workload")
+	steps := fs.Int("steps", 12, "iterations of the demo workload")
+	capacity := fs.Int("capacity", 0, "events the demo's log keeps (0: the default, 65536)")
+	seed := fs.Uint64("seed", 1, "seed of the demo's random sizes")
+	stacks := fs.Bool("stacks", false, "capture call stacks in the demo (shown in the SVG's tooltips)")
+	byEvent := fs.Bool("by-event", false, "space the x axis by event instead of time")
+	maxBands := fs.Int("max-bands", 0, "allocations drawn as bands of their own per resource (0: 500)")
+	at := fs.Uint64("at", 0, "draw the blocks after the event with this `seq` (0: at the peak)")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "usage: cudamem timeline [-in trace.json] [-o timeline.svg] [flags]\n\n"+
+			"Without -in, runs a demo workload on a GPU (a sub-allocator over the device's pool,\n"+
+			"with recorders above and below it, and large buffers straight from the pool).\n\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: timeline takes no arguments, got %q", errUsage, fs.Args())
+	}
+	if *out == "" {
+		return fmt.Errorf("%w: -o needs a file name (or - for standard output)", errUsage)
+	}
+
+	var tr *timeline.Trace
+	var err error
+	if *in != "" {
+		tr, err = readTrace(*in)
+	} else {
+		tr, err = timelineDemo(*dev, *steps, *capacity, *seed, *stacks)
+	}
+	if err != nil {
+		return err
+	}
+	if *jsonOut != "" {
+		if err := writeFile(*jsonOut, stdout, tr.WriteJSON); err != nil {
+			return err
+		}
+	}
+	opts := &timeline.SVGOptions{ByEvent: *byEvent, MaxBands: *maxBands, SegmentsAt: *at}
+	if *in != "" {
+		opts.Title = "cudamem memory timeline: " + *in
+	}
+	if err := writeFile(*out, stdout, func(w io.Writer) error { return tr.WriteSVG(w, opts) }); err != nil {
+		return err
+	}
+	if *out != "-" {
+		fmt.Fprintf(stdout, "%s: %s\n", *out, traceSummary(tr))
+	}
+	return nil
+}
+
+func readTrace(name string) (*timeline.Trace, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	tr, err := timeline.ReadJSON(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return tr, nil
+}
+
+// writeFile writes through write to the file name, or to stdout for "-".
+func writeFile(name string, stdout io.Writer, write func(io.Writer) error) error {
+	if name == "-" {
+		return write(stdout)
+	}
+	f, err := os.Create(name)
+	if err != nil {
+		return err
+	}
+	if err := write(f); err != nil {
+		return errors.Join(fmt.Errorf("%s: %w", name, err), f.Close())
+	}
+	return f.Close()
+}
+
+// traceSummary describes a trace in a line: events and each resource's
+// peak.
+func traceSummary(tr *timeline.Trace) string {
+	s := fmt.Sprintf("%d events", len(tr.Events))
+	if tr.Dropped > 0 {
+		s += fmt.Sprintf(" (%d older dropped)", tr.Dropped)
+	}
+	for _, r := range tr.Resources() {
+		var peak uint64
+		for _, u := range tr.Usage(r) {
+			peak = max(peak, u.Bytes)
+		}
+		s += fmt.Sprintf(", %s peak %.1f MiB", r, float64(peak)/(1<<20))
+	}
+	return s
+}
+
+// timelineDemo runs a small training-like workload on device ordinal:
+// weights allocated once and kept, activations that grow through a
+// forward pass and are freed in reverse, temporaries of random sizes,
+// all through a sub-allocator over the device's pool; and large
+// buffers straight from the pool, a few of them kept. Every buffer is
+// written by a memset, so the addresses are real. Recorders above and
+// below the sub-allocator and on the direct path share one Log.
+func timelineDemo(ordinal, steps, capacity int, seed uint64, stacks bool) (tr *timeline.Trace, err error) {
+	dev, err := cuda.GetDevice(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := resource.NewDevicePool(dev, nil) // the current pool, not owned
+	if err != nil {
+		return nil, err
+	}
+	s, err := dev.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, s.Close()) }()
+
+	events := timeline.NewLog(capacity)
+	blocks := timeline.NewRecorder(pool, events, &timeline.RecorderOptions{Name: "pool blocks", CaptureStacks: stacks})
+	sub, err := resource.NewSubAllocator(blocks, &resource.SubAllocatorOptions{GrowSize: 32 << 20})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, sub.Close()) }() // after the buffers' Close below
+	small := timeline.NewRecorder(sub, events, &timeline.RecorderOptions{Name: "suballocator", CaptureStacks: stacks})
+	large := timeline.NewRecorder(pool, events, &timeline.RecorderOptions{Name: "pool direct", CaptureStacks: stacks})
+
+	var live []*buffer.Buffer
+	defer func() {
+		for _, b := range live {
+			err = errors.Join(err, b.Close())
+		}
+		err = errors.Join(err, s.Sync())
+	}()
+	get := func(mr buffer.MemoryResource, n uint64) (*buffer.Buffer, error) {
+		b, err := mr.Allocate(n, s)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.MemsetD8Async(b.Ptr(), 0xa5, n); err != nil {
+			return nil, errors.Join(err, b.Close())
+		}
+		return b, nil
+	}
+	put := func(b *buffer.Buffer) error {
+		i := slices.Index(live, b)
+		live = slices.Delete(live, i, i+1)
+		return b.Close()
+	}
+	rng := rand.New(rand.NewPCG(seed, 2))
+	for i := range 8 { // weights, kept to the end
+		b, err := get(small, uint64(1+i%3)<<20)
+		if err != nil {
+			return nil, err
+		}
+		live = append(live, b)
+	}
+	for step := range steps {
+		var acts []*buffer.Buffer
+		for layer := range 10 { // forward: activations pile up
+			b, err := get(small, uint64(256+rng.IntN(1024))<<10)
+			if err != nil {
+				return nil, err
+			}
+			live, acts = append(live, b), append(acts, b)
+			for range rng.IntN(4) { // temporaries, freed at once
+				tmp, err := get(small, uint64(1+rng.IntN(256))<<10)
+				if err != nil {
+					return nil, err
+				}
+				if err := tmp.Close(); err != nil {
+					return nil, err
+				}
+			}
+			if layer == 5 && step%3 == 0 { // a large buffer now and then, from the pool directly
+				b, err := get(large, uint64(64+rng.IntN(64))<<20)
+				if err != nil {
+					return nil, err
+				}
+				live = append(live, b)
+			}
+		}
+		for i := len(acts) - 1; i >= 0; i-- { // backward: freed in reverse, a few kept (a leak-like drift)
+			if i == 3 && step%4 == 1 {
+				continue
+			}
+			if err := put(acts[i]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := s.Sync(); err != nil {
+		return nil, err
+	}
+	// Everything is still live here except what the steps freed; the
+	// trace is taken before the deferred frees so the blocks at the end
+	// are worth drawing. (The frees still happen, after it.)
+	return events.Trace(), nil
+}

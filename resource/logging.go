@@ -1,0 +1,218 @@
+package resource
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// LoggingOptions configures NewLogging. A nil *LoggingOptions means the
+// zero value.
+type LoggingOptions struct {
+	// Name is added to every record as the "resource" attribute, to tell
+	// several logged resources apart in one log; "" leaves it out.
+	Name string
+	// Level is the level of the records; nil means slog.LevelDebug. A
+	// *slog.LevelVar may be given to change it while the program runs.
+	Level slog.Leveler
+}
+
+// Logging writes a log/slog record for every allocation and free that
+// goes through it, as RMM's logging_resource_adaptor writes its CSV:
+//
+//	msg=allocate resource=NAME size=1048576 addr=0x7f3a40000000 stream=0x55d0c1a2b3c0 device=0 duration=1.2µs
+//	msg=deallocate resource=NAME size=1048576 addr=0x7f3a40000000 stream=0x55d0c1a2b3c0 device=0 duration=800ns
+//
+// A failed call adds an "err" attribute (and has addr 0 for Allocate).
+// stream is the CUstream handle the upstream used (0 for the legacy
+// default stream), device the upstream's DeviceID, duration how long the
+// upstream call took.
+//
+// The records are at Debug (LoggingOptions.Level). When the logger's
+// handler does not take that level, a call costs one Enabled check more
+// than the upstream's: no clock reading, no attributes and no allocation
+// (see BenchmarkLoggingPair), so the adaptor can stay in a production
+// stack and be turned on with a *slog.LevelVar when needed.
+//
+// A deallocate record is written after the upstream call returns (it
+// carries the duration), so in a program freeing and allocating on
+// several goroutines, an address handed out again may show its new
+// allocate record before the old deallocate record; RMM logs frees
+// before freeing. Order by time minus duration when replaying such logs.
+//
+// Buffers from Allocate are owned by the Logging, so that their Close is
+// logged. Logging is safe for concurrent use (slog handlers are).
+type Logging struct {
+	up     buffer.MemoryResource
+	oa     ownerAllocator // up, when it can build the adaptor's Buffer (found once, not per call)
+	logger *slog.Logger   // nil: slog.Default() at each call
+	lvar   slog.Leveler   // a level that may change (a *slog.LevelVar); nil: lvl
+	lvl    slog.Level
+	name   string
+}
+
+var (
+	_ buffer.MemoryResource = (*Logging)(nil)
+	_ ownerAllocator        = (*Logging)(nil)
+)
+
+// NewLogging returns a resource that allocates from upstream and logs each
+// allocation and free to logger (nil means slog.Default(), looked up at
+// each call, so slog.SetDefault later takes effect). opts may be nil. A
+// nil upstream makes every Allocate fail with an error matching
+// cuda.ErrInvalidArgument.
+func NewLogging(upstream buffer.MemoryResource, logger *slog.Logger, opts *LoggingOptions) *Logging {
+	r := &Logging{up: adaptorUpstream(upstream), logger: logger, lvl: slog.LevelDebug}
+	r.oa, _ = r.up.(ownerAllocator)
+	if opts != nil {
+		r.name = opts.Name
+		switch l := opts.Level.(type) {
+		case nil:
+		case slog.Level:
+			r.lvl = l
+		default:
+			r.lvar = l
+		}
+	}
+	return r
+}
+
+// level is the level of the records.
+func (r *Logging) level() slog.Level {
+	if r.lvar != nil {
+		return r.lvar.Level()
+	}
+	return r.lvl
+}
+
+// enabled returns the logger and whether it takes records at the level: the
+// only work a call does beyond the upstream's when logging is off.
+func (r *Logging) enabled() (*slog.Logger, bool) {
+	l := r.logger
+	if l == nil {
+		l = slog.Default()
+	}
+	return l, l.Handler().Enabled(context.Background(), r.level())
+}
+
+// Allocate allocates from the upstream and logs the allocation, or the
+// failure. Upstream errors are returned unchanged.
+func (r *Logging) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	b, _, err := r.allocateFor(r, size, s)
+	return b, err
+}
+
+func (r *Logging) allocateFor(owner buffer.MemoryResource, size uint64, s *cuda.Stream) (*buffer.Buffer, cuda.DevicePtr, error) {
+	if r == nil || r.up == nil {
+		return nil, 0, errNoUpstream("Logging", "Allocate")
+	}
+	l, on := r.enabled()
+	if !on {
+		return r.upAllocate(owner, size, s)
+	}
+	start := time.Now()
+	b, ptr, err := r.upAllocate(owner, size, s)
+	d := time.Since(start)
+	if b != nil {
+		s = b.Stream() // the stream the upstream chose for nil
+	}
+	r.log(l, "allocate", size, ptr, s, d, err)
+	return b, ptr, err
+}
+
+// upAllocate is the adaptor's one call to allocate from the upstream.
+func (r *Logging) upAllocate(owner buffer.MemoryResource, size uint64, s *cuda.Stream) (*buffer.Buffer, cuda.DevicePtr, error) {
+	if r.oa != nil {
+		return r.oa.allocateFor(owner, size, s)
+	}
+	return allocateFrom("Logging.Allocate", r.up, owner, size, s)
+}
+
+// Deallocate frees through the upstream and logs the free, or the failure.
+// A zero ptr does nothing and is not logged (Buffer.Close never frees an
+// empty buffer).
+func (r *Logging) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
+	if ptr == 0 {
+		return nil
+	}
+	if r == nil || r.up == nil {
+		return errNoUpstream("Logging", "Deallocate")
+	}
+	l, on := r.enabled()
+	if !on {
+		return r.upDeallocate(ptr, size, s)
+	}
+	start := time.Now()
+	err := r.upDeallocate(ptr, size, s)
+	r.log(l, "deallocate", size, ptr, s, time.Since(start), err)
+	return err
+}
+
+// upDeallocate is the adaptor's one call to free through the upstream.
+func (r *Logging) upDeallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
+	return r.up.Deallocate(ptr, size, s)
+}
+
+// log writes one record. Only called when the level is enabled.
+func (r *Logging) log(l *slog.Logger, msg string, size uint64, ptr cuda.DevicePtr, s *cuda.Stream, d time.Duration, err error) {
+	attrs := make([]slog.Attr, 0, 7)
+	if r.name != "" {
+		attrs = append(attrs, slog.String("resource", r.name))
+	}
+	attrs = append(attrs,
+		slog.Uint64("size", size),
+		slog.String("addr", hex(uint64(ptr))),
+		slog.String("stream", hex(uint64(s.Handle()))),
+		slog.Int("device", r.up.DeviceID()),
+		slog.Duration("duration", d),
+	)
+	if err != nil {
+		attrs = append(attrs, slog.String("err", err.Error()))
+	}
+	l.LogAttrs(context.Background(), r.level(), msg, attrs...)
+}
+
+func hex(v uint64) string { return "0x" + strconv.FormatUint(v, 16) }
+
+// Upstream is the resource allocations come from (nil if none).
+func (r *Logging) Upstream() buffer.MemoryResource {
+	if r == nil {
+		return nil
+	}
+	return r.up
+}
+
+// DeviceAccessible reports the upstream's answer (false without one).
+func (r *Logging) DeviceAccessible() bool {
+	return r != nil && r.up != nil && r.up.DeviceAccessible()
+}
+
+// HostAccessible reports the upstream's answer (false without one).
+func (r *Logging) HostAccessible() bool {
+	return r != nil && r.up != nil && r.up.HostAccessible()
+}
+
+// DeviceID is the upstream's device (-1 without an upstream).
+func (r *Logging) DeviceID() int {
+	if r == nil || r.up == nil {
+		return -1
+	}
+	return r.up.DeviceID()
+}
+
+// String describes the resource for logs.
+func (r *Logging) String() string {
+	if r == nil {
+		return "Logging(nil)"
+	}
+	detail := ""
+	if r.name != "" {
+		detail = fmt.Sprintf("%q", r.name)
+	}
+	return adaptorString("Logging", r.up, detail)
+}

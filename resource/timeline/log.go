@@ -1,0 +1,309 @@
+package timeline
+
+import (
+	"cmp"
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// Kind is what an event records.
+type Kind uint8
+
+const (
+	// Alloc is a successful allocation.
+	Alloc Kind = iota + 1
+	// Free is a deallocation, recorded before the upstream frees (so that
+	// the address cannot be handed out again, and recorded, first).
+	Free
+)
+
+// String is "alloc" or "free".
+func (k Kind) String() string {
+	switch k {
+	case Alloc:
+		return "alloc"
+	case Free:
+		return "free"
+	}
+	return fmt.Sprintf("Kind(%d)", uint8(k))
+}
+
+// MarshalText writes the kind as in String; an unknown kind is an error.
+func (k Kind) MarshalText() ([]byte, error) {
+	if k != Alloc && k != Free {
+		return nil, cuda.Errorf("Kind.MarshalText", cuda.ErrInvalidArgument, "unknown event kind %d", uint8(k))
+	}
+	return []byte(k.String()), nil
+}
+
+// UnmarshalText reads "alloc" or "free".
+func (k *Kind) UnmarshalText(b []byte) error {
+	if k == nil {
+		return cuda.Errorf("Kind.UnmarshalText", cuda.ErrInvalidArgument, "nil *Kind")
+	}
+	switch string(b) {
+	case "alloc":
+		*k = Alloc
+	case "free":
+		*k = Free
+	default:
+		return cuda.Errorf("Kind.UnmarshalText", cuda.ErrInvalidArgument, "unknown event kind %q (want alloc or free)", b)
+	}
+	return nil
+}
+
+// Event is one allocation or free seen by a Recorder.
+type Event struct {
+	// Seq numbers the events of a Log from 1, in the order they were
+	// recorded; it keeps counting when old events are dropped.
+	Seq uint64 `json:"seq"`
+	// Time is when the event was recorded, since the Log's start.
+	Time time.Duration `json:"t_ns"`
+	Kind Kind          `json:"kind"`
+	// Addr and Size are the allocation's address and size in bytes.
+	Addr uint64 `json:"addr"`
+	Size uint64 `json:"size"`
+	// Stream is the CUstream handle (0 for the legacy default stream).
+	Stream uint64 `json:"stream"`
+	// Device is the resource's DeviceID (-1 for host memory).
+	Device int `json:"device"`
+	// Resource names the Recorder that saw the event.
+	Resource string `json:"resource"`
+	// Stack is the call stack that made the call, innermost first, one
+	// "function file:line" per frame, with the frames of cudamem's
+	// resource packages left out; empty unless the Recorder captures
+	// stacks.
+	Stack []string `json:"stack,omitempty"`
+}
+
+// DefaultCapacity is the number of events a Log keeps when made with a
+// capacity of 0 (or as a zero value).
+const DefaultCapacity = 1 << 16
+
+// entry is an event in the ring: program counters, not symbols.
+type entry struct {
+	Event
+	callers []uintptr
+}
+
+type liveKey struct {
+	resource string
+	addr     uint64
+}
+
+// Log is a bounded ring of events shared by any number of Recorders:
+// when it is full, each new event drops the oldest (Dropped counts them).
+// An allocation whose Alloc event was dropped while it was still live,
+// or whose Free is still in the ring, is kept aside (at most one entry
+// per live allocation), so that a Trace still knows what was in use when
+// its window starts: the numbers of a trace stay exact however many
+// events were dropped.
+//
+// Recording an event costs a clock reading and the Log's mutex, held for
+// a copy into the ring and, once the ring is full, a map update for the
+// event it drops: 100-300 ns (see BenchmarkRecorderPair).
+// The zero value is an empty Log of DefaultCapacity, its clock starting
+// at the first event. Log is safe for concurrent use.
+type Log struct {
+	mu      sync.Mutex
+	start   time.Time
+	cap     int
+	ring    []entry // grows to cap, then wraps
+	head    int     // index of the oldest entry once the ring is full
+	seq     uint64
+	dropped uint64
+	carried map[liveKey]entry // allocations whose Alloc was dropped, Free not yet
+}
+
+// NewLog returns an empty Log keeping the last capacity events (0 or
+// less means DefaultCapacity). Its clock starts now.
+func NewLog(capacity int) *Log {
+	if capacity <= 0 {
+		capacity = DefaultCapacity
+	}
+	return &Log{cap: capacity, start: time.Now()}
+}
+
+func (l *Log) capacity() int {
+	if l.cap <= 0 {
+		return DefaultCapacity
+	}
+	return l.cap
+}
+
+// Capacity is the number of events the Log keeps (0 for nil).
+func (l *Log) Capacity() int {
+	if l == nil {
+		return 0
+	}
+	return l.capacity()
+}
+
+// Len is the number of events in the Log now.
+func (l *Log) Len() int {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.ring)
+}
+
+// Dropped is the number of events dropped to make room.
+func (l *Log) Dropped() uint64 {
+	if l == nil {
+		return 0
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.dropped
+}
+
+// Reset empties the Log, forgets what was live and restarts its clock
+// and sequence numbers.
+func (l *Log) Reset() {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ring, l.head, l.seq, l.dropped, l.carried = nil, 0, 0, 0, nil
+	l.start = time.Now()
+}
+
+// record appends an event, dropping the oldest when full.
+func (l *Log) record(e Event, callers []uintptr) {
+	now := time.Now()
+	l.mu.Lock()
+	if l.start.IsZero() {
+		l.start = now
+	}
+	l.seq++
+	e.Seq = l.seq
+	e.Time = max(now.Sub(l.start), 0)
+	// Times follow Seq: a caller that read the clock before another but
+	// took the lock after it gets the other's time.
+	if n := len(l.ring); n > 0 {
+		e.Time = max(e.Time, l.ring[(l.head+n-1)%n].Time) // the newest entry
+	}
+	if len(l.ring) < l.capacity() {
+		l.ring = append(l.ring, entry{Event: e, callers: callers})
+		l.mu.Unlock()
+		return
+	}
+	old := l.ring[l.head]
+	l.ring[l.head] = entry{Event: e, callers: callers}
+	l.head = (l.head + 1) % len(l.ring)
+	l.dropped++
+	// The ring is in order, so an Alloc leaves before its Free: keep it
+	// until its Free leaves too.
+	k := liveKey{old.Resource, old.Addr}
+	switch old.Kind {
+	case Alloc:
+		if l.carried == nil {
+			l.carried = make(map[liveKey]entry)
+		}
+		l.carried[k] = old
+	case Free:
+		delete(l.carried, k)
+	}
+	l.mu.Unlock()
+}
+
+// Trace returns a copy of the Log's events, oldest first, with stacks
+// symbolized (an empty Trace for nil).
+func (l *Log) Trace() *Trace {
+	t := &Trace{Version: TraceVersion}
+	if l == nil {
+		return t
+	}
+	l.mu.Lock()
+	t.Start, t.Capacity, t.Dropped = l.start, l.capacity(), l.dropped
+	ents := make([]entry, 0, len(l.ring))
+	ents = append(ents, l.ring[l.head:]...)
+	ents = append(ents, l.ring[:l.head]...)
+	before := make([]entry, 0, len(l.carried))
+	for _, e := range l.carried {
+		before = append(before, e)
+	}
+	l.mu.Unlock()
+
+	slices.SortFunc(before, func(a, b entry) int { return cmp.Compare(a.Seq, b.Seq) })
+	sym := symbolizer{}
+	for _, e := range before {
+		e.Stack = sym.stack(e.callers)
+		t.Before = append(t.Before, e.Event)
+	}
+	t.Events = make([]Event, len(ents))
+	for i, e := range ents {
+		e.Stack = sym.stack(e.callers)
+		t.Events[i] = e.Event
+	}
+	return t
+}
+
+// symbolizer formats program counters, once per distinct frame (inlined
+// frames share a pc, so the function is part of the key).
+type symbolizer map[frameKey]string
+
+type frameKey struct {
+	pc uintptr
+	fn string
+}
+
+var ownPackages = []string{
+	"github.com/cudamem/cudamem/resource.",
+	"github.com/cudamem/cudamem/resource/timeline.",
+	"github.com/cudamem/cudamem/resource/metrics.",
+	"github.com/cudamem/cudamem/buffer.",
+}
+
+// ownFrame reports frames of cudamem's resource packages and the buffer
+// package's Close path: they sit on top of every captured stack and say
+// nothing about the call site.
+func ownFrame(fn string) bool {
+	for _, pkg := range ownPackages {
+		if strings.HasPrefix(fn, pkg) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s symbolizer) stack(pcs []uintptr) []string {
+	if len(pcs) == 0 {
+		return nil
+	}
+	var out []string
+	top := true
+	frames := runtime.CallersFrames(pcs)
+	for {
+		f, more := frames.Next()
+		if top && ownFrame(f.Function) {
+			if !more {
+				break
+			}
+			continue
+		}
+		top = false
+		if f.Function != "runtime.goexit" {
+			k := frameKey{f.PC, f.Function}
+			line, ok := s[k]
+			if !ok {
+				line = fmt.Sprintf("%s %s:%d", f.Function, f.File, f.Line)
+				s[k] = line
+			}
+			out = append(out, line)
+		}
+		if !more {
+			break
+		}
+	}
+	return out
+}

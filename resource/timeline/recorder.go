@@ -1,0 +1,218 @@
+package timeline
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime"
+	"slices"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// RecorderOptions configures NewRecorder. A nil *RecorderOptions means
+// the zero value.
+type RecorderOptions struct {
+	// Name is the Resource of the recorder's events, telling the layers
+	// of a stack apart ("pool", "suballocator"); "" means the upstream's
+	// type, such as "*resource.DevicePool".
+	Name string
+	// CaptureStacks records the call stack (up to 32 frames) of every
+	// Allocate and Deallocate. It costs a runtime.Callers and one small
+	// allocation per call; stacks are symbolized only by Log.Trace.
+	CaptureStacks bool
+}
+
+const stackDepth = 32
+
+// Recorder is a memory resource adaptor that records every allocation
+// and free through it in a Log: time, size, address, stream, device,
+// its name and optionally the call stack. Several Recorders may share a
+// Log; put one above and one below a resource.SubAllocator to see both
+// the allocations and the upstream blocks they are carved from (the
+// segment view of WriteSVG draws one inside the other).
+//
+// A Free is recorded before the upstream frees, so that another
+// goroutine cannot be handed the same address, and record it, first. If
+// the upstream's Deallocate fails, the allocation is recorded again (an
+// Alloc event at the same address), since the memory is still held.
+//
+// Buffers from Allocate are owned by the Recorder, so that their Close is
+// recorded. The upstream's buffer is taken apart (Buffer.Disown) and its
+// memory wrapped in one the Recorder owns, as the adaptors of package
+// resource do with upstreams they cannot ask for a pointer. Recorder is
+// safe for concurrent use.
+type Recorder struct {
+	up     buffer.MemoryResource
+	log    *Log
+	name   string
+	stacks bool
+}
+
+var _ buffer.MemoryResource = (*Recorder)(nil)
+
+// NewRecorder returns a Recorder allocating from upstream and recording
+// into log; a nil log gets the Recorder a new Log of DefaultCapacity (see
+// Recorder.Log). opts may be nil. A nil upstream makes every Allocate fail
+// with an error matching cuda.ErrInvalidArgument.
+func NewRecorder(upstream buffer.MemoryResource, log *Log, opts *RecorderOptions) *Recorder {
+	if upstream != nil {
+		if v := reflect.ValueOf(upstream); v.Kind() == reflect.Pointer && v.IsNil() {
+			upstream = nil
+		}
+	}
+	if log == nil {
+		log = NewLog(0)
+	}
+	r := &Recorder{up: upstream, log: log}
+	if opts != nil {
+		r.name, r.stacks = opts.Name, opts.CaptureStacks
+	}
+	if r.name == "" && upstream != nil {
+		r.name = fmt.Sprintf("%T", upstream)
+	}
+	return r
+}
+
+func errNoUpstream(op string) error {
+	return cuda.Errorf("Recorder."+op, cuda.ErrInvalidArgument, "Recorder has no upstream resource (create it with NewRecorder over a non-nil resource)")
+}
+
+func (r *Recorder) callers() []uintptr {
+	if !r.stacks {
+		return nil
+	}
+	var pcs [stackDepth]uintptr
+	n := runtime.Callers(3, pcs[:]) // skip Callers, this method and its caller
+	return slices.Clone(pcs[:n])
+}
+
+// Allocate allocates from the upstream and records the allocation (an
+// empty one, at address 0, is not recorded: it owns nothing and is never
+// freed). Upstream errors are returned unchanged.
+func (r *Recorder) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	if r == nil || r.up == nil || r.log == nil {
+		return nil, errNoUpstream("Allocate")
+	}
+	callers := r.callers()
+	ptr, s, err := r.upAllocate(size, s)
+	if err != nil {
+		return nil, err
+	}
+	if ptr != 0 {
+		r.log.record(r.event(Alloc, ptr, size, s), callers)
+	}
+	return buffer.Owned(ptr, size, r, s), nil
+}
+
+// upAllocate is the Recorder's one call to allocate from the upstream:
+// it returns the memory and the stream the upstream chose (it resolves
+// nil to its default), out of the upstream's buffer.
+func (r *Recorder) upAllocate(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+	const op = "Recorder.Allocate"
+	ub, err := r.up.Allocate(size, s)
+	if err != nil {
+		return 0, nil, err
+	}
+	if ub == nil {
+		return 0, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "upstream %v returned no buffer and no error for %d bytes", r.up, size)
+	}
+	s = ub.Stream()
+	ptr, got, err := ub.Disown()
+	if err != nil {
+		bad := cuda.Errorf(op, cuda.ErrInvalidArgument, "upstream %v returned a buffer it does not own for %d bytes: %v", r.up, size, err)
+		if cerr := ub.Close(); cerr != nil {
+			bad = errors.Join(bad, fmt.Errorf("close it: %w", cerr))
+		}
+		return 0, nil, bad
+	}
+	if got != size {
+		bad := cuda.Errorf(op, cuda.ErrInvalidArgument, "upstream %v returned %d bytes for a request of %d", r.up, got, size)
+		if ptr != 0 {
+			if derr := r.up.Deallocate(ptr, got, s); derr != nil {
+				bad = errors.Join(bad, fmt.Errorf("give %#x (%d bytes) back: %w", uint64(ptr), got, derr))
+			}
+		}
+		return 0, nil, bad
+	}
+	return ptr, s, nil
+}
+
+// Deallocate records the free and frees through the upstream; if the
+// upstream fails, the allocation is recorded again and the error
+// returned. A zero ptr does nothing.
+func (r *Recorder) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
+	if ptr == 0 {
+		return nil
+	}
+	if r == nil || r.up == nil || r.log == nil {
+		return errNoUpstream("Deallocate")
+	}
+	callers := r.callers()
+	r.log.record(r.event(Free, ptr, size, s), callers)
+	if err := r.upDeallocate(ptr, size, s); err != nil {
+		r.log.record(r.event(Alloc, ptr, size, s), callers)
+		return err
+	}
+	return nil
+}
+
+// upDeallocate is the Recorder's one call to free through the upstream.
+func (r *Recorder) upDeallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
+	return r.up.Deallocate(ptr, size, s)
+}
+
+func (r *Recorder) event(k Kind, ptr cuda.DevicePtr, size uint64, s *cuda.Stream) Event {
+	return Event{Kind: k, Addr: uint64(ptr), Size: size, Stream: uint64(s.Handle()), Device: r.up.DeviceID(), Resource: r.name}
+}
+
+// Log is where the Recorder records (nil for nil).
+func (r *Recorder) Log() *Log {
+	if r == nil {
+		return nil
+	}
+	return r.log
+}
+
+// Name is the Resource of the Recorder's events.
+func (r *Recorder) Name() string {
+	if r == nil {
+		return ""
+	}
+	return r.name
+}
+
+// Upstream is the resource allocations come from (nil if none).
+func (r *Recorder) Upstream() buffer.MemoryResource {
+	if r == nil {
+		return nil
+	}
+	return r.up
+}
+
+// DeviceAccessible reports the upstream's answer (false without one).
+func (r *Recorder) DeviceAccessible() bool {
+	return r != nil && r.up != nil && r.up.DeviceAccessible()
+}
+
+// HostAccessible reports the upstream's answer (false without one).
+func (r *Recorder) HostAccessible() bool {
+	return r != nil && r.up != nil && r.up.HostAccessible()
+}
+
+// DeviceID is the upstream's device (-1 without an upstream).
+func (r *Recorder) DeviceID() int {
+	if r == nil || r.up == nil {
+		return -1
+	}
+	return r.up.DeviceID()
+}
+
+// String describes the resource for logs.
+func (r *Recorder) String() string {
+	if r == nil || r.up == nil {
+		return "Recorder(nil)"
+	}
+	return fmt.Sprintf("Recorder(%q, %d events, %v)", r.name, r.log.Len(), r.up)
+}

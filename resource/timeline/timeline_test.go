@@ -1,0 +1,516 @@
+package timeline_test
+
+import (
+	"bytes"
+	"encoding/xml"
+	"errors"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/resource"
+	"github.com/cudamem/cudamem/resource/timeline"
+)
+
+// fake is an upstream with made-up addresses, books of what is live and
+// switches to make calls fail.
+type fake struct {
+	mu         sync.Mutex
+	next       cuda.DevicePtr
+	live       map[cuda.DevicePtr]uint64
+	failAllocs int
+	failFrees  int
+}
+
+func newFake() *fake { return &fake{next: 0x7f0000000000, live: map[cuda.DevicePtr]uint64{}} }
+
+func (f *fake) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failAllocs > 0 {
+		f.failAllocs--
+		return nil, &cuda.OpError{Op: "fake.Allocate", Err: cuda.ErrorOutOfMemory}
+	}
+	if size == 0 {
+		return buffer.Owned(0, 0, f, s), nil
+	}
+	p := f.next
+	f.next += cuda.DevicePtr((size + 255) &^ 255)
+	f.live[p] = size
+	return buffer.Owned(p, size, f, s), nil
+}
+
+func (f *fake) Deallocate(p cuda.DevicePtr, size uint64, _ *cuda.Stream) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failFrees > 0 {
+		f.failFrees--
+		return &cuda.OpError{Op: "fake.Deallocate", Err: cuda.ErrorInvalidValue}
+	}
+	if f.live[p] != size {
+		return cuda.Errorf("fake.Deallocate", cuda.ErrInvalidArgument, "%#x not live", uint64(p))
+	}
+	delete(f.live, p)
+	return nil
+}
+func (f *fake) DeviceAccessible() bool { return true }
+func (f *fake) HostAccessible() bool   { return false }
+func (f *fake) DeviceID() int          { return 5 }
+func (f *fake) String() string         { return "fake" }
+
+func alloc(t *testing.T, mr buffer.MemoryResource, n uint64) *buffer.Buffer {
+	t.Helper()
+	b, err := mr.Allocate(n, nil)
+	require.NoError(t, err)
+	return b
+}
+
+func TestRecorderEvents(t *testing.T) {
+	up := newFake()
+	rec := timeline.NewRecorder(up, nil, &timeline.RecorderOptions{Name: "r"})
+	require.NotNil(t, rec.Log(), "a nil log gets a new one")
+	assert.Equal(t, "r", rec.Name())
+	assert.Equal(t, 5, rec.DeviceID())
+	assert.True(t, rec.DeviceAccessible())
+	assert.False(t, rec.HostAccessible())
+	assert.Same(t, up, rec.Upstream())
+	assert.Equal(t, "*timeline_test.fake", timeline.NewRecorder(up, nil, nil).Name(), "no name: the upstream's type")
+
+	a := alloc(t, rec, 1000)
+	ptr := a.Ptr()
+	assert.Same(t, rec, a.Resource(), "the recorder owns its buffers")
+	empty := alloc(t, rec, 0)
+	require.NoError(t, empty.Close())
+	up.failAllocs = 1
+	_, err := rec.Allocate(10, nil)
+	require.ErrorIs(t, err, cuda.ErrorOutOfMemory)
+	up.failFrees = 1
+	require.ErrorIs(t, a.Close(), cuda.ErrorInvalidValue)
+	require.NoError(t, a.Close())
+	assert.Contains(t, rec.String(), `Recorder("r", 4 events, fake)`)
+
+	tr := rec.Log().Trace()
+	require.Len(t, tr.Events, 4, "alloc, free (failed), alloc again, free; nothing for size 0 or a failure")
+	kinds := []timeline.Kind{timeline.Alloc, timeline.Free, timeline.Alloc, timeline.Free}
+	for i, e := range tr.Events {
+		assert.Equal(t, kinds[i], e.Kind, i)
+		assert.Equal(t, uint64(i+1), e.Seq)
+		assert.Equal(t, uint64(ptr), e.Addr)
+		assert.Equal(t, uint64(1000), e.Size)
+		assert.Equal(t, 5, e.Device)
+		assert.Equal(t, "r", e.Resource)
+		assert.Zero(t, e.Stream)
+		assert.Empty(t, e.Stack)
+		if i > 0 {
+			assert.GreaterOrEqual(t, e.Time, tr.Events[i-1].Time)
+		}
+	}
+	u := tr.Usage("r")
+	require.Len(t, u, 5)
+	assert.Equal(t, []uint64{0, 1000, 0, 1000, 0}, []uint64{u[0].Bytes, u[1].Bytes, u[2].Bytes, u[3].Bytes, u[4].Bytes})
+	assert.Empty(t, up.live)
+}
+
+func TestRecorderStacks(t *testing.T) {
+	rec := timeline.NewRecorder(newFake(), nil, &timeline.RecorderOptions{CaptureStacks: true})
+	mr := resource.NewStatistics(rec) // the adaptors' frames are left out too
+	b := alloc(t, mr, 64)
+	require.NoError(t, b.Close())
+	tr := rec.Log().Trace()
+	require.Len(t, tr.Events, 2)
+	for _, e := range tr.Events {
+		require.NotEmpty(t, e.Stack)
+		assert.True(t, strings.HasPrefix(e.Stack[0], "github.com/cudamem/cudamem/resource/timeline_test."), "first frame is the caller: %q", e.Stack[0])
+		assert.Contains(t, e.Stack[0], "timeline_test.go:")
+	}
+	assert.Contains(t, tr.Events[0].Stack[0], "timeline_test.alloc")
+	assert.Contains(t, tr.Events[1].Stack[0], "TestRecorderStacks")
+}
+
+func TestRecorderErrors(t *testing.T) {
+	for name, r := range map[string]*timeline.Recorder{
+		"nil upstream":       timeline.NewRecorder(nil, nil, nil),
+		"typed nil upstream": timeline.NewRecorder((*resource.Statistics)(nil), nil, nil),
+		"zero":               {},
+		"nil":                nil,
+	} {
+		_, err := r.Allocate(1, nil)
+		assert.ErrorIs(t, err, cuda.ErrInvalidArgument, name)
+		assert.ErrorIs(t, r.Deallocate(0x1000, 1, nil), cuda.ErrInvalidArgument, name)
+		assert.NoError(t, r.Deallocate(0, 1, nil), name)
+		assert.Equal(t, -1, r.DeviceID())
+	}
+}
+
+// TestRing: a full Log drops the oldest events and counts them; Reset
+// empties it.
+func TestRing(t *testing.T) {
+	log := timeline.NewLog(8)
+	assert.Equal(t, 8, log.Capacity())
+	rec := timeline.NewRecorder(newFake(), log, nil)
+	var keep []*buffer.Buffer
+	for i := range 10 {
+		b := alloc(t, rec, uint64(100+i))
+		if i < 2 {
+			keep = append(keep, b) // live across the drops
+			continue
+		}
+		require.NoError(t, b.Close())
+	}
+	assert.Equal(t, 8, log.Len())
+	assert.Equal(t, uint64(10), log.Dropped(), "18 events, 8 kept")
+	tr := log.Trace()
+	assert.Equal(t, uint64(11), tr.Events[0].Seq)
+	require.Len(t, tr.Before, 2, "the two live allocations whose Alloc events were dropped")
+	assert.Equal(t, uint64(100), tr.Before[0].Size)
+	assert.Equal(t, uint64(101), tr.Before[1].Size)
+	assert.Equal(t, uint64(201), tr.Usage("")[0].Bytes)
+	for _, b := range keep {
+		require.NoError(t, b.Close())
+	}
+	assert.Equal(t, uint64(0), log.Trace().Usage("")[8].Bytes)
+	log.Reset()
+	assert.Zero(t, log.Len())
+	assert.Zero(t, log.Dropped())
+	assert.Empty(t, log.Trace().Events)
+
+	var zero timeline.Log // usable: DefaultCapacity, clock from the first event
+	assert.Equal(t, timeline.DefaultCapacity, zero.Capacity())
+	b := alloc(t, timeline.NewRecorder(newFake(), &zero, nil), 1)
+	require.NoError(t, b.Close())
+	assert.Equal(t, 2, zero.Len())
+}
+
+func TestJSONRoundTrip(t *testing.T) {
+	log := timeline.NewLog(16)
+	rec := timeline.NewRecorder(newFake(), log, &timeline.RecorderOptions{Name: `a "quoted" name`, CaptureStacks: true})
+	keep := alloc(t, rec, 7)
+	for i := range 20 {
+		require.NoError(t, alloc(t, rec, uint64(i+1)).Close())
+	}
+	tr := log.Trace()
+	require.NotEmpty(t, tr.Before)
+	var buf bytes.Buffer
+	require.NoError(t, tr.WriteJSON(&buf))
+	back, err := timeline.ReadJSON(&buf)
+	require.NoError(t, err)
+	assert.True(t, tr.Start.Equal(back.Start))
+	back.Start = tr.Start
+	assert.Equal(t, tr, back)
+	require.NoError(t, keep.Close())
+
+	// An empty trace round-trips too, with "events": [].
+	buf.Reset()
+	require.NoError(t, (*timeline.Trace)(nil).WriteJSON(&buf))
+	assert.Contains(t, buf.String(), `"events":[]`)
+	back, err = timeline.ReadJSON(&buf)
+	require.NoError(t, err)
+	assert.Empty(t, back.Events)
+}
+
+func TestReadJSONRejects(t *testing.T) {
+	for name, in := range map[string]string{
+		"garbage":        "not json",
+		"empty":          "",
+		"version":        `{"version": 2, "events": []}`,
+		"no version":     `{"events": []}`,
+		"unknown field":  `{"version": 1, "events": [], "extra": 1}`,
+		"unknown kind":   `{"version": 1, "events": [{"seq": 1, "kind": "move"}]}`,
+		"no kind":        `{"version": 1, "events": [{"seq": 1}]}`,
+		"seq back":       `{"version": 1, "events": [{"seq": 2, "kind": "alloc"}, {"seq": 2, "kind": "free"}]}`,
+		"time back":      `{"version": 1, "events": [{"seq": 1, "t_ns": 5, "kind": "alloc"}, {"seq": 2, "t_ns": 4, "kind": "free"}]}`,
+		"negative time":  `{"version": 1, "events": [{"seq": 1, "t_ns": -5, "kind": "alloc"}]}`,
+		"free in before": `{"version": 1, "before": [{"seq": 1, "kind": "free"}], "events": []}`,
+		"negative size":  `{"version": 1, "events": [{"seq": 1, "kind": "alloc", "size": -1}]}`,
+	} {
+		_, err := timeline.ReadJSON(strings.NewReader(in))
+		assert.ErrorIs(t, err, cuda.ErrInvalidArgument, name)
+	}
+	_, err := timeline.ReadJSON(nil)
+	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
+}
+
+// svgDoc is what the tests read back from a picture.
+type svgDoc struct {
+	bands    []map[string]string // attributes of each band path
+	others   int
+	panels   []map[string]string
+	segments []map[string]string
+	root     map[string]string
+}
+
+// parseSVG decodes the picture with encoding/xml (so it is well-formed
+// XML) and collects the elements the checks need.
+func parseSVG(t *testing.T, data []byte) svgDoc {
+	t.Helper()
+	var doc svgDoc
+	dec := xml.NewDecoder(bytes.NewReader(data))
+	depth := 0
+	for {
+		tok, err := dec.Token()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		require.NoError(t, err, "the SVG must be well-formed XML")
+		switch el := tok.(type) {
+		case xml.StartElement:
+			depth++
+			attrs := map[string]string{}
+			for _, a := range el.Attr {
+				attrs[strings.TrimPrefix(a.Name.Local, "data-")] = a.Value
+			}
+			if depth == 1 {
+				require.Equal(t, "svg", el.Name.Local)
+				require.Equal(t, "http://www.w3.org/2000/svg", el.Name.Space)
+				doc.root = attrs
+			}
+			switch attrs["class"] {
+			case "band":
+				doc.bands = append(doc.bands, attrs)
+			case "other":
+				doc.others++
+			case "panel":
+				doc.panels = append(doc.panels, attrs)
+			case "segment":
+				doc.segments = append(doc.segments, attrs)
+			}
+		case xml.EndElement:
+			depth--
+		}
+	}
+	require.Zero(t, depth)
+	return doc
+}
+
+func num(t *testing.T, s string) uint64 {
+	t.Helper()
+	v, err := strconv.ParseUint(s, 0, 64)
+	require.NoError(t, err, s)
+	return v
+}
+
+// TestSVGNumbers: the picture has one band per allocation, and the bands
+// live at each event add up to what Statistics reported then.
+func TestSVGNumbers(t *testing.T) {
+	log := timeline.NewLog(0)
+	rec := timeline.NewRecorder(newFake(), log, &timeline.RecorderOptions{Name: "pool <&> \"x\"", CaptureStacks: true})
+	stats := resource.NewStatistics(rec)
+	want := map[uint64]uint64{} // event seq -> bytes live after it
+	var held []*buffer.Buffer
+	step := func() { want[uint64(len(want)+1)] = stats.Stats().CurrentBytes }
+	for i := range 120 {
+		held = append(held, alloc(t, stats, uint64(1+(i*7919)%50000)))
+		step()
+		if i%3 != 0 {
+			j := (i * 31) % len(held)
+			require.NoError(t, held[j].Close())
+			held = append(held[:j], held[j+1:]...)
+			step()
+		}
+	}
+	tr := log.Trace()
+	require.Len(t, tr.Events, len(want))
+	for _, byEvent := range []bool{false, true} {
+		var out bytes.Buffer
+		require.NoError(t, tr.WriteSVG(&out, &timeline.SVGOptions{ByEvent: byEvent, Title: "test <1>"}))
+		doc := parseSVG(t, out.Bytes())
+		require.Len(t, doc.panels, 1)
+		assert.Equal(t, "pool <&> \"x\"", doc.panels[0]["resource"])
+		allocs := tr.Allocations()
+		require.Len(t, doc.bands, len(allocs), "one band per allocation")
+		assert.Equal(t, strconv.Itoa(len(allocs)), doc.panels[0]["bands"])
+		assert.Zero(t, doc.others)
+		var peak uint64
+		for seq, bytesLive := range want {
+			var sum uint64
+			for _, b := range doc.bands {
+				a, f := num(t, b["alloc-seq"]), num(t, b["free-seq"])
+				if a <= seq && (f == 0 || f > seq) {
+					sum += num(t, b["size"])
+				}
+			}
+			require.Equal(t, bytesLive, sum, "bytes live after event %d", seq)
+			peak = max(peak, bytesLive)
+		}
+		assert.Equal(t, strconv.FormatUint(peak, 10), doc.panels[0]["peak"])
+		assert.Equal(t, stats.Stats().PeakBytes, peak)
+	}
+	for _, b := range held {
+		require.NoError(t, b.Close())
+	}
+}
+
+// TestSVGBandsCapped: beyond MaxBands the smallest allocations become one
+// grey band.
+func TestSVGBandsCapped(t *testing.T) {
+	rec := timeline.NewRecorder(newFake(), nil, &timeline.RecorderOptions{Name: "r"})
+	for i := range 50 {
+		require.NoError(t, alloc(t, rec, uint64(i+1)*100).Close())
+	}
+	var out bytes.Buffer
+	require.NoError(t, rec.Log().Trace().WriteSVG(&out, &timeline.SVGOptions{MaxBands: 10}))
+	doc := parseSVG(t, out.Bytes())
+	require.Len(t, doc.bands, 10)
+	assert.Equal(t, 1, doc.others)
+	for _, b := range doc.bands {
+		assert.GreaterOrEqual(t, num(t, b["size"]), uint64(4100), "the largest are drawn on their own")
+	}
+}
+
+// TestSVGSegments: Recorders below and above a SubAllocator; the segment
+// view at a chosen moment shows the sub-allocator's blocks.
+func TestSVGSegments(t *testing.T) {
+	log := timeline.NewLog(0)
+	sa, err := resource.NewSubAllocator(timeline.NewRecorder(newFake(), log, &timeline.RecorderOptions{Name: "blocks"}),
+		&resource.SubAllocatorOptions{GrowSize: 128 << 10})
+	require.NoError(t, err)
+	mr := timeline.NewRecorder(sa, log, &timeline.RecorderOptions{Name: "sub"})
+	var held []*buffer.Buffer
+	for i := range 60 {
+		held = append(held, alloc(t, mr, uint64(1+(i*4099)%30000)))
+		if i%4 == 1 {
+			require.NoError(t, held[i/2].Close())
+		}
+	}
+	st := sa.Stats()
+	tr := log.Trace()
+	at := tr.Events[len(tr.Events)-1].Seq
+	for i := range 10 { // later events do not change the view at `at`
+		require.NoError(t, held[len(held)-1-i].Close())
+	}
+	tr = log.Trace()
+	var out bytes.Buffer
+	require.NoError(t, tr.WriteSVG(&out, &timeline.SVGOptions{SegmentsAt: at}))
+	doc := parseSVG(t, out.Bytes())
+	require.Len(t, doc.panels, 2)
+	require.Len(t, doc.segments, st.Blocks)
+	var reserved, used, free, ranges uint64
+	for _, s := range doc.segments {
+		assert.Equal(t, "blocks", s["resource"])
+		assert.Equal(t, "false", s["inferred"])
+		reserved += num(t, s["size"])
+		used += num(t, s["used"])
+		free += num(t, s["free"])
+		ranges += num(t, s["free-ranges"])
+	}
+	assert.Equal(t, st.Reserved, reserved)
+	assert.Equal(t, st.Used, used)
+	assert.Equal(t, st.Free, free)
+	assert.Equal(t, uint64(st.FreeRanges), ranges)
+
+	require.ErrorIs(t, tr.WriteSVG(&out, &timeline.SVGOptions{SegmentsAt: 1 << 40}), cuda.ErrInvalidArgument)
+	for _, b := range held {
+		require.NoError(t, b.Close())
+	}
+}
+
+func TestSVGEmpty(t *testing.T) {
+	for _, tr := range []*timeline.Trace{nil, {}, timeline.NewLog(1).Trace()} {
+		var out bytes.Buffer
+		require.NoError(t, tr.WriteSVG(&out, nil))
+		doc := parseSVG(t, out.Bytes())
+		assert.Empty(t, doc.bands)
+		assert.Empty(t, doc.segments)
+	}
+	require.ErrorIs(t, (&timeline.Trace{}).WriteSVG(nil, nil), cuda.ErrInvalidArgument)
+}
+
+// TestConcurrent: goroutines allocating and freeing through one Recorder
+// (run with -race); the trace balances at the end.
+func TestConcurrent(t *testing.T) {
+	log := timeline.NewLog(1 << 10)
+	rec := timeline.NewRecorder(newFake(), log, nil)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 400 {
+				b, err := rec.Allocate(uint64(g*1000+i+1), nil)
+				if assert.NoError(t, err) {
+					assert.NoError(t, b.Close())
+				}
+			}
+		}()
+	}
+	for range 20 {
+		_ = log.Trace()
+	}
+	wg.Wait()
+	tr := log.Trace()
+	assert.Equal(t, uint64(3200-1024), tr.Dropped)
+	u := tr.Usage("")
+	assert.Zero(t, u[len(u)-1].Bytes)
+	// Allocations made before the window are carried only while their
+	// Free is in it.
+	for _, b := range tr.Before {
+		assert.True(t, slices.ContainsFunc(tr.Events, func(e timeline.Event) bool {
+			return e.Kind == timeline.Free && e.Addr == b.Addr && e.Seq > b.Seq
+		}), "carried allocation %+v has its free in the window", b)
+	}
+}
+
+// FuzzReadJSON: any input either fails to read or reads into a trace
+// that writes back, reads again, and draws as well-formed XML.
+func FuzzReadJSON(f *testing.F) {
+	f.Add([]byte(`{"version":1,"events":[{"seq":1,"t_ns":0,"kind":"alloc","addr":4096,"size":100,"resource":"a"},{"seq":2,"t_ns":5,"kind":"free","addr":4096,"size":100,"resource":"a"}]}`))
+	f.Add([]byte(`{"version":1,"before":[{"seq":1,"kind":"alloc","addr":4096,"size":1048576,"resource":"blocks"}],"events":[{"seq":3,"kind":"alloc","addr":8192,"size":100,"resource":"sub"},{"seq":4,"kind":"alloc","addr":8192,"size":18446744073709551615,"resource":"sub"}]}`))
+	f.Add([]byte(`{"version":1,"events":[{"seq":1,"kind":"free","addr":1,"size":1,"resource":"<\u0000>"}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		tr, err := timeline.ReadJSON(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		if len(tr.Events)+len(tr.Before) > 2000 {
+			return // keep each run short
+		}
+		var js bytes.Buffer
+		require.NoError(t, tr.WriteJSON(&js))
+		_, err = timeline.ReadJSON(&js)
+		require.NoError(t, err)
+		var out bytes.Buffer
+		require.NoError(t, tr.WriteSVG(&out, &timeline.SVGOptions{MaxBands: 50}))
+		parseSVG(t, out.Bytes())
+	})
+}
+
+// nop is an upstream that does nothing but hand out one address.
+type nop struct{}
+
+func (nop) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	return buffer.Owned(0x10000, size, nop{}, s), nil
+}
+func (nop) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }
+func (nop) DeviceAccessible() bool                                { return true }
+func (nop) HostAccessible() bool                                  { return false }
+func (nop) DeviceID() int                                         { return 0 }
+
+// BenchmarkRecorderPair: an allocate+free pair through the bare upstream
+// and through a Recorder over it, without and with stacks.
+func BenchmarkRecorderPair(b *testing.B) {
+	pair := func(b *testing.B, mr buffer.MemoryResource) {
+		b.ReportAllocs()
+		for b.Loop() {
+			buf, err := mr.Allocate(256, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := buf.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.Run("bare", func(b *testing.B) { pair(b, nop{}) })
+	b.Run("recorder", func(b *testing.B) { pair(b, timeline.NewRecorder(nop{}, timeline.NewLog(1<<12), nil)) })
+	b.Run("recorder+stacks", func(b *testing.B) {
+		pair(b, timeline.NewRecorder(nop{}, timeline.NewLog(1<<12), &timeline.RecorderOptions{CaptureStacks: true}))
+	})
+}
