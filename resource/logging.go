@@ -49,7 +49,6 @@ type LoggingOptions struct {
 // logged. Logging is safe for concurrent use (slog handlers are).
 type Logging struct {
 	up     buffer.MemoryResource
-	oa     ownerAllocator // up, when it can build the adaptor's Buffer (found once, not per call)
 	logger *slog.Logger   // nil: slog.Default() at each call
 	lvar   slog.Leveler   // a level that may change (a *slog.LevelVar); nil: lvl
 	lvl    slog.Level
@@ -58,7 +57,7 @@ type Logging struct {
 
 var (
 	_ buffer.MemoryResource = (*Logging)(nil)
-	_ ownerAllocator        = (*Logging)(nil)
+	_ buffer.RawResource    = (*Logging)(nil)
 )
 
 // NewLogging returns a resource that allocates from upstream and logs each
@@ -68,7 +67,6 @@ var (
 // cuda.ErrInvalidArgument.
 func NewLogging(upstream buffer.MemoryResource, logger *slog.Logger, opts *LoggingOptions) *Logging {
 	r := &Logging{up: adaptorUpstream(upstream), logger: logger, lvl: slog.LevelDebug}
-	r.oa, _ = r.up.(ownerAllocator)
 	if opts != nil {
 		r.name = opts.Name
 		switch l := opts.Level.(type) {
@@ -103,34 +101,29 @@ func (r *Logging) enabled() (*slog.Logger, bool) {
 // Allocate allocates from the upstream and logs the allocation, or the
 // failure. Upstream errors are returned unchanged.
 func (r *Logging) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	b, _, err := r.allocateFor(r, size, s)
-	return b, err
+	ptr, s, err := r.AllocatePtr(size, s)
+	return ownedBuffer(r, size, ptr, s, err)
 }
 
-func (r *Logging) allocateFor(owner buffer.MemoryResource, size uint64, s *cuda.Stream) (*buffer.Buffer, cuda.DevicePtr, error) {
+// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]): the
+// address (0 for size 0) and the stream the upstream ordered it on,
+// logged. Free it with Deallocate.
+func (r *Logging) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if r == nil || r.up == nil {
-		return nil, 0, errNoUpstream("Logging", "Allocate")
+		return 0, nil, errNoUpstream("Logging", "Allocate")
 	}
 	l, on := r.enabled()
 	if !on {
-		return r.upAllocate(owner, size, s)
+		return allocateFrom("Logging.Allocate", r.up, size, s)
 	}
 	start := time.Now()
-	b, ptr, err := r.upAllocate(owner, size, s)
+	ptr, us, err := allocateFrom("Logging.Allocate", r.up, size, s)
 	d := time.Since(start)
-	if b != nil {
-		s = b.Stream() // the stream the upstream chose for nil
+	if err == nil {
+		s = us // the stream the upstream chose for nil
 	}
 	r.log(l, "allocate", size, ptr, s, d, err)
-	return b, ptr, err
-}
-
-// upAllocate is the adaptor's one call to allocate from the upstream.
-func (r *Logging) upAllocate(owner buffer.MemoryResource, size uint64, s *cuda.Stream) (*buffer.Buffer, cuda.DevicePtr, error) {
-	if r.oa != nil {
-		return r.oa.allocateFor(owner, size, s)
-	}
-	return allocateFrom("Logging.Allocate", r.up, owner, size, s)
+	return ptr, us, err
 }
 
 // Deallocate frees through the upstream and logs the free, or the failure.

@@ -13,7 +13,7 @@ import (
 )
 
 // pairUpstream is the cheapest possible upstream: one made-up address,
-// no books. It implements ownerAllocator, as the pools do, so that an
+// no books. It implements buffer.RawResource, as the pools do, so that an
 // adaptor over it builds one Buffer per allocation, not two: the
 // comparison below then measures the adaptor and nothing else. It is a
 // pointer, as real resources are, so that its Buffers hold a heap
@@ -25,8 +25,8 @@ func (u *pairUpstream) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, er
 	return buffer.Owned(0x10000, size, u, s), nil
 }
 
-func (*pairUpstream) allocateFor(owner buffer.MemoryResource, size uint64, s *cuda.Stream) (*buffer.Buffer, cuda.DevicePtr, error) {
-	return buffer.Owned(0x10000, size, owner, s), 0x10000, nil
+func (*pairUpstream) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+	return 0x10000, s, nil
 }
 
 func (*pairUpstream) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }

@@ -4,6 +4,7 @@
 //	cudamem info [-json]      driver, devices, memory features, peers
 //	cudamem bench [flags]     driver-call and memory benchmarks, with ratios to C
 //	cudamem selftest          check every device's memory paths end to end
+//	cudamem timeline [flags]  a memory timeline (SVG) of a demo run or a JSON trace
 //	cudamem -version          cudamem's module version and the driver's
 //
 // It needs no CUDA toolkit: the driver library is loaded at run time.
@@ -42,6 +43,7 @@ var commands = []command{
 	{"info", "[-json]", "show the CUDA driver, devices and their memory features (-json for JSON)", runInfo},
 	{"bench", "[flags]", "measure driver calls, pool allocation and copies beside a C baseline", runBench},
 	{"selftest", "", "allocate, copy and check memory on every device (pools, pinned, managed, VMM, peers)", runSelftest},
+	{"timeline", "[flags]", "draw a memory timeline (SVG) of a demo workload, or of a JSON trace with -in", runTimeline},
 }
 
 func usage() string {

@@ -32,12 +32,10 @@ func runTimeline(args []string, stdout, stderr io.Writer) error {
 	byEvent := fs.Bool("by-event", false, "space the x axis by event instead of time")
 	maxBands := fs.Int("max-bands", 0, "allocations drawn as bands of their own per resource (0: 500)")
 	at := fs.Uint64("at", 0, "draw the blocks after the event with this `seq` (0: at the peak)")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: cudamem timeline [-in trace.json] [-o timeline.svg] [flags]\n\n"+
-			"Without -in, runs a demo workload on a GPU (a sub-allocator over the device's pool,\n"+
-			"with recorders above and below it, and large buffers straight from the pool).\n\n")
-		fs.PrintDefaults()
-	}
+	// Without -in, a demo workload runs on a GPU: a sub-allocator over
+	// the device's pool, with recorders above and below it, and large
+	// buffers straight from the pool. (-h prints the flags the way every
+	// command does.)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

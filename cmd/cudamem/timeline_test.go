@@ -16,7 +16,7 @@ import (
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/cuda/cudatest"
+	"github.com/cudamem/cudamem/internal/cudatest"
 	"github.com/cudamem/cudamem/resource/timeline"
 )
 
@@ -116,7 +116,7 @@ func TestTimelineErrors(t *testing.T) {
 	require.ErrorIs(t, runTimeline([]string{"extra"}, &stdout, &stderr), errUsage)
 	require.ErrorIs(t, runTimeline([]string{"-o", ""}, &stdout, &stderr), errUsage)
 	require.ErrorIs(t, runTimeline([]string{"-h"}, &stdout, &stderr), flag.ErrHelp)
-	assert.Contains(t, stderr.String(), "usage: cudamem timeline")
+	assert.Contains(t, stderr.String(), "-in file")
 
 	ok := filepath.Join(dir, "ok.json")
 	require.NoError(t, os.WriteFile(ok, []byte(`{"version": 1, "events": []}`), 0o644))

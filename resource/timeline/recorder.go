@@ -92,18 +92,29 @@ func (r *Recorder) callers() []uintptr {
 // empty one, at address 0, is not recorded: it owns nothing and is never
 // freed). Upstream errors are returned unchanged.
 func (r *Recorder) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	ptr, s, err := r.AllocatePtr(size, s)
+	if err != nil {
+		return nil, err
+	}
+	return buffer.Owned(ptr, size, r, s), nil
+}
+
+// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]), so
+// that layers above the Recorder pass addresses and only the top one
+// builds a Buffer. Free it with Deallocate.
+func (r *Recorder) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if r == nil || r.up == nil || r.log == nil {
-		return nil, errNoUpstream("Allocate")
+		return 0, nil, errNoUpstream("Allocate")
 	}
 	callers := r.callers()
 	ptr, s, err := r.upAllocate(size, s)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	if ptr != 0 {
 		r.log.record(r.event(Alloc, ptr, size, s), callers)
 	}
-	return buffer.Owned(ptr, size, r, s), nil
+	return ptr, s, nil
 }
 
 // upAllocate is the Recorder's one call to allocate from the upstream:
@@ -111,6 +122,9 @@ func (r *Recorder) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error)
 // nil to its default), out of the upstream's buffer.
 func (r *Recorder) upAllocate(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	const op = "Recorder.Allocate"
+	if ru, ok := r.up.(buffer.RawResource); ok {
+		return ru.AllocatePtr(size, s) // no Buffer to take apart
+	}
 	ub, err := r.up.Allocate(size, s)
 	if err != nil {
 		return 0, nil, err
@@ -151,11 +165,13 @@ func (r *Recorder) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 	}
 	callers := r.callers()
 	r.log.record(r.event(Free, ptr, size, s), callers)
-	if err := r.upDeallocate(ptr, size, s); err != nil {
+	err := r.upDeallocate(ptr, size, s)
+	if err != nil && !errors.Is(err, buffer.ErrPartlyFreed) {
+		// Not freed: it is live again. (An error wrapping
+		// buffer.ErrPartlyFreed says the memory is gone: it stays freed.)
 		r.log.record(r.event(Alloc, ptr, size, s), callers)
-		return err
 	}
-	return nil
+	return err
 }
 
 // upDeallocate is the Recorder's one call to free through the upstream.
