@@ -103,7 +103,9 @@ def cuda_core():
 
 def core_attr(core, name):
     """A cuda.core class wherever this version keeps it."""
-    for mod in (core.__name__, core.__name__ + "._memory", "cuda.core._memory", "cuda.core.experimental._memory"):
+    for mod in (core.__name__, core.__name__ + "._memory", core.__name__ + "._memory._ipc",
+                "cuda.core._memory", "cuda.core._memory._ipc", "cuda.core.experimental._memory",
+                "cuda.core.experimental._memory._ipc"):
         try:
             m = importlib.import_module(mod)
         except Exception:  # noqa: BLE001
