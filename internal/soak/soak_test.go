@@ -518,7 +518,10 @@ func TestSoak(t *testing.T) {
 	dur := soakDuration(t)
 	for _, d := range s.devs {
 		s.kernels[d] = cudatest.LoadKernels(t, d)
+		before, _, _ := d.MemInfo()
 		warmUp(t, d, s.kernels[d])
+		after, _, _ := d.MemInfo()
+		t.Logf("%v: the first launches took %d MiB of free memory", d, (int64(before)-int64(after))>>20)
 	}
 	leaks := buffer.Leaks()
 	freeAtStart := map[*cuda.Device]uint64{}
