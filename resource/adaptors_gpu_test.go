@@ -29,7 +29,7 @@ func usedMem(t *testing.T, pool *resource.DevicePool, dev *cuda.Device) uint64 {
 // and closing the buffers gives the pool its memory back.
 func TestLimitingDevicePoolGPU(t *testing.T) {
 	dev := cudatest.Device(t)
-	pool, err := resource.NewDevicePool(dev, nil)
+	pool, err := resource.CurrentDevicePool(dev)
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, pool.Close()) })
 	checkLeaks(t, pool, dev)

@@ -930,7 +930,7 @@ func ExampleNewLimiting() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	pool, err := resource.NewDevicePool(dev, nil)
+	pool, err := resource.CurrentDevicePool(dev)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -949,7 +949,7 @@ func ExampleNewStatistics() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	pool, err := resource.NewDevicePool(dev, nil)
+	pool, err := resource.CurrentDevicePool(dev)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -973,7 +973,7 @@ func ExampleNewTracking() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	pool, err := resource.NewDevicePool(dev, nil)
+	pool, err := resource.CurrentDevicePool(dev)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -996,7 +996,7 @@ func ExampleNewTracking_compose() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	pool, err := resource.NewDevicePool(dev, nil)
+	pool, err := resource.CurrentDevicePool(dev)
 	if err != nil {
 		log.Fatal(err)
 	}

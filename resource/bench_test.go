@@ -24,7 +24,7 @@ var pairSizes = []struct {
 func BenchmarkDevicePoolPair(b *testing.B) {
 	dev := cudatest.Device(b)
 	s := cudatest.Stream(b, dev)
-	mr, err := resource.NewDevicePool(dev, nil)
+	mr, err := resource.CurrentDevicePool(dev)
 	if err != nil {
 		b.Fatal(err)
 	}

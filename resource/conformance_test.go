@@ -30,7 +30,7 @@ func TestDeviceMemoryResourceInitialization(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mr, err := resource.NewDevicePool(tc.dev(t), nil)
+			mr, err := resource.CurrentDevicePool(tc.dev(t))
 			require.NoError(t, err)
 			t.Cleanup(func() { assert.NoError(t, mr.Close()) })
 			checkLeaks(t, mr, dev)

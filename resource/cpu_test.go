@@ -19,7 +19,7 @@ func TestNilDevice(t *testing.T) {
 		op  string
 		err error
 	}{
-		{"NewDevicePool", func() error { _, err := resource.NewDevicePool(nil, nil); return err }()},
+		{"CurrentDevicePool", func() error { _, err := resource.CurrentDevicePool(nil); return err }()},
 		{"NewDevicePool", func() error { _, err := resource.NewDevicePool(nil, &resource.DevicePoolOptions{}); return err }()},
 		{"NewManaged", func() error { _, err := resource.NewManaged(nil, nil); return err }()},
 		{"NewSyncDevice", func() error { _, err := resource.NewSyncDevice(nil); return err }()},

@@ -45,7 +45,7 @@ func Default(dev *cuda.Device) (buffer.MemoryResource, error) {
 	}
 	var mr buffer.MemoryResource
 	if f.MemoryPools {
-		mr, err = NewDevicePool(dev, nil)
+		mr, err = CurrentDevicePool(dev)
 	} else {
 		mr, err = NewSyncDevice(dev)
 	}

@@ -62,9 +62,9 @@ func (o *DevicePoolOptions) check(goos string) error {
 // few hundred nanoseconds once the pool holds memory, against roughly
 // 100 µs for cuMemAlloc/cuMemFree.
 //
-// A DevicePool either borrows the device's current pool (NewDevicePool
-// with nil options; Close only stops this value's use) or owns a pool it
-// created (Close revokes peer access and destroys it).
+// A DevicePool either borrows the device's current pool
+// (CurrentDevicePool; Close only stops this value's use) or owns a pool it
+// created (NewDevicePool; Close revokes peer access and destroys it).
 //
 // Methods are safe for concurrent use. After Close every method except
 // Deallocate returns an error matching cuda.ErrClosed; Deallocate keeps
@@ -77,17 +77,30 @@ type DevicePool struct {
 
 var _ buffer.MemoryResource = (*DevicePool)(nil)
 
-// NewDevicePool returns a device pool resource for dev.
-//
-// With nil opts it wraps the device's current pool (cuDeviceGetMemPool:
-// the default pool unless something changed it), without owning it; if
-// that pool's release threshold is 0 it is raised to the maximum, so freed
-// memory stays cached instead of going back to the driver at every
-// synchronization (cuda.core does the same).
-//
-// With opts it creates a pool of its own (cuMemPoolCreate) and owns it.
+// CurrentDevicePool returns a resource over dev's current pool
+// (cuDeviceGetMemPool: the default pool unless something changed it),
+// without owning it: Close ends only this value. If that pool's release
+// threshold is 0 it is raised to the maximum, so freed memory stays cached
+// instead of going back to the driver at every synchronization (cuda.core
+// does the same). It is what cuda.core's DeviceMemoryResource(device)
+// gives, and what most programs want.
+func CurrentDevicePool(dev *cuda.Device) (*DevicePool, error) {
+	return newDevicePool("CurrentDevicePool", dev, nil)
+}
+
+// NewDevicePool creates a pool of dev's memory (cuMemPoolCreate) and owns
+// it: Close destroys it once no buffer from it is live. Nil opts are the
+// zero DevicePoolOptions (no size cap, no IPC, release threshold 0). To
+// use the device's own pool instead, see CurrentDevicePool.
 func NewDevicePool(dev *cuda.Device, opts *DevicePoolOptions) (*DevicePool, error) {
-	const op = "NewDevicePool"
+	if opts == nil {
+		opts = &DevicePoolOptions{}
+	}
+	return newDevicePool("NewDevicePool", dev, opts)
+}
+
+// newDevicePool is both constructors: nil opts borrow the current pool.
+func newDevicePool(op string, dev *cuda.Device, opts *DevicePoolOptions) (*DevicePool, error) {
 	if opts != nil {
 		if err := opts.check(runtime.GOOS); err != nil {
 			return nil, err

@@ -20,7 +20,7 @@ func TestDevicePoolData(t *testing.T) {
 	dev := cudatest.Device(t)
 	k := cudatest.LoadKernels(t, dev)
 	s := cudatest.Stream(t, dev)
-	mr, err := resource.NewDevicePool(dev, nil)
+	mr, err := resource.CurrentDevicePool(dev)
 	require.NoError(t, err)
 	checkLeaks(t, mr, dev)
 	for _, n := range []uint64{1, 1000, mib + 7, 16 * mib} {
@@ -42,7 +42,7 @@ func TestDevicePoolData(t *testing.T) {
 func TestZeroSize(t *testing.T) {
 	dev := cudatest.Device(t)
 	checkBufferLeaks(t)
-	pool, err := resource.NewDevicePool(dev, nil)
+	pool, err := resource.CurrentDevicePool(dev)
 	require.NoError(t, err)
 	checkLeaks(t, pool, dev)
 	before, err := pool.Attributes()
@@ -87,7 +87,7 @@ func TestOutOfMemory(t *testing.T) {
 	require.NoError(t, err)
 	huge := 4 * total
 
-	pool, err := resource.NewDevicePool(dev, nil)
+	pool, err := resource.CurrentDevicePool(dev)
 	require.NoError(t, err)
 	checkLeaks(t, pool, dev)
 	sd, err := resource.NewSyncDevice(dev)
@@ -204,10 +204,10 @@ func TestDevicePoolClosed(t *testing.T) {
 	require.NoError(t, mr.Close(), "the last buffer's Close destroyed the pool")
 	require.NoError(t, dev.Sync())
 
-	borrowed, err := resource.NewDevicePool(dev, nil)
+	borrowed, err := resource.CurrentDevicePool(dev)
 	require.NoError(t, err)
 	require.NoError(t, borrowed.Close())
-	again, err := resource.NewDevicePool(dev, nil)
+	again, err := resource.CurrentDevicePool(dev)
 	require.NoError(t, err)
 	b, err := again.Allocate(1024, nil)
 	require.NoError(t, err, "closing a borrowed pool does not destroy it")
@@ -276,9 +276,9 @@ func TestDevicePoolPeerAccess(t *testing.T) {
 	// cuda.core #1720: two resources on the same (current) pool see each
 	// other's changes, because PeerAccess asks the driver.
 	t.Run("not cached", func(t *testing.T) {
-		a, err := resource.NewDevicePool(d0, nil)
+		a, err := resource.CurrentDevicePool(d0)
 		require.NoError(t, err)
-		b, err := resource.NewDevicePool(d0, nil)
+		b, err := resource.CurrentDevicePool(d0)
 		require.NoError(t, err)
 		before, err := a.PeerAccess()
 		require.NoError(t, err)

@@ -6,10 +6,11 @@
 // # Choosing a resource
 //
 //   - [DevicePool]: device memory from a CUDA memory pool, stream ordered
-//     (cuMemAllocFromPoolAsync). The fast, usual choice. [NewDevicePool]
-//     with nil options borrows the device's current pool; with
-//     [DevicePoolOptions] it creates and owns a pool (maximum size, IPC
-//     export, release threshold, initial reserve). Attributes, trimming
+//     (cuMemAllocFromPoolAsync). The fast, usual choice.
+//     [CurrentDevicePool] borrows the device's current pool;
+//     [NewDevicePool] creates and owns a pool (nil options are the zero
+//     [DevicePoolOptions]: maximum size, IPC export, release threshold,
+//     initial reserve). Attributes, trimming
 //     and peer access are methods of the pool. cuda.core:
 //     DeviceMemoryResource. RMM: cuda_async_memory_resource.
 //   - [PinnedPool]: page-locked host memory from a pool with a host (or

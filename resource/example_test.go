@@ -16,7 +16,7 @@ func ExampleNewDevicePool() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	mr, err := resource.NewDevicePool(dev, nil)
+	mr, err := resource.CurrentDevicePool(dev)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -178,7 +178,7 @@ func TestManaged(t *testing.T) {
 		closeBuf(t, b)
 	})
 	t.Run("not managed", func(t *testing.T) {
-		pool, err := resource.NewDevicePool(dev, nil)
+		pool, err := resource.CurrentDevicePool(dev)
 		require.NoError(t, err)
 		pb, err := pool.Allocate(4096, s)
 		require.NoError(t, err)

@@ -49,8 +49,8 @@ type LoggingOptions struct {
 // logged. Logging is safe for concurrent use (slog handlers are).
 type Logging struct {
 	up     buffer.MemoryResource
-	logger *slog.Logger   // nil: slog.Default() at each call
-	lvar   slog.Leveler   // a level that may change (a *slog.LevelVar); nil: lvl
+	logger *slog.Logger // nil: slog.Default() at each call
+	lvar   slog.Leveler // a level that may change (a *slog.LevelVar); nil: lvl
 	lvl    slog.Level
 	name   string
 }

@@ -192,7 +192,7 @@ func (h *hostHeap) HostAccessible() bool                                  { retu
 func (h *hostHeap) DeviceID() int                                         { return 0 }
 
 // Log every allocation and free at Debug. Over a device pool the upstream
-// would be resource.NewDevicePool(dev, nil); here a stand-in hands out
+// would be resource.CurrentDevicePool(dev); here a stand-in hands out
 // addresses so the example runs anywhere. (The handler drops time and
 // duration to keep the output stable.)
 func ExampleNewLogging() {

@@ -160,7 +160,7 @@ func TestNilAndZeroValues(t *testing.T) {
 func TestNilAndZeroFunctions(t *testing.T) {
 	zeroDev := &cuda.Device{}
 	calls := map[string]func() error{
-		"NewDevicePool(nil)":         func() error { _, err := resource.NewDevicePool(nil, nil); return err },
+		"CurrentDevicePool(nil)":     func() error { _, err := resource.CurrentDevicePool(nil); return err },
 		"NewDevicePool(zero device)": func() error { _, err := resource.NewDevicePool(zeroDev, &resource.DevicePoolOptions{}); return err },
 		"NewManaged(nil)":            func() error { _, err := resource.NewManaged(nil, nil); return err },
 		"NewManaged(zero device)":    func() error { _, err := resource.NewManaged(zeroDev, &resource.ManagedOptions{}); return err },

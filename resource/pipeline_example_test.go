@@ -21,7 +21,7 @@ func ExampleNewSubAllocator_pipeline() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	pool, err := resource.NewDevicePool(dev, nil)
+	pool, err := resource.CurrentDevicePool(dev)
 	if err != nil {
 		log.Fatal(err)
 	}

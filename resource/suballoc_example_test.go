@@ -22,7 +22,7 @@ func ExampleNewSubAllocator() {
 	}
 	defer s.Close() // after the sub-allocator's Close below
 
-	pool, err := resource.NewDevicePool(dev, nil)
+	pool, err := resource.CurrentDevicePool(dev)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -154,7 +154,7 @@ func TestSubAllocatorGPUTrimClose(t *testing.T) {
 func BenchmarkSubAllocatorPair(b *testing.B) {
 	dev := cudatest.Device(b)
 	s := cudatest.Stream(b, dev)
-	pool, err := resource.NewDevicePool(dev, nil)
+	pool, err := resource.CurrentDevicePool(dev)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -195,7 +195,7 @@ func BenchmarkSubAllocatorPair(b *testing.B) {
 // driver's scaling measured in the same run.
 func BenchmarkSubAllocatorParallel(b *testing.B) {
 	dev := cudatest.Device(b)
-	pool, err := resource.NewDevicePool(dev, nil)
+	pool, err := resource.CurrentDevicePool(dev)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -211,7 +211,7 @@ func BenchmarkSubAllocatorParallel(b *testing.B) {
 // DevicePool alone (one driver allocation and free per pair).
 func BenchmarkDevicePoolParallel(b *testing.B) {
 	dev := cudatest.Device(b)
-	pool, err := resource.NewDevicePool(dev, nil)
+	pool, err := resource.CurrentDevicePool(dev)
 	if err != nil {
 		b.Fatal(err)
 	}

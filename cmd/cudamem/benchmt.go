@@ -12,7 +12,7 @@ import (
 
 // The concurrency measurements: suballoc/mt/G/own and .../shared are G
 // goroutines each making 256-byte resource.SubAllocator pairs (Allocate +
-// Buffer.Close) over resource.NewDevicePool(dev, nil), each goroutine on a
+// Buffer.Close) over resource.CurrentDevicePool(dev), each goroutine on a
 // stream of its own (own) or all on one stream (shared). The figure is
 // the aggregate: wall time from the start signal until the last goroutine
 // is done, per pair. The baseline is the driver pool pair
@@ -38,7 +38,7 @@ func mtMeasurements(e *benchEnv) []measurement {
 			return setupErr
 		}
 		ready = true
-		pool, setupErr = resource.NewDevicePool(e.dev, nil)
+		pool, setupErr = resource.CurrentDevicePool(e.dev)
 		if setupErr != nil {
 			return setupErr
 		}

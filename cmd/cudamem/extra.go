@@ -13,7 +13,7 @@ import (
 // beside the C baseline of the driver calls underneath them.
 func extraMeasurements(e *benchEnv) []measurement {
 	var ms []measurement
-	pool, err := resource.NewDevicePool(e.dev, nil)
+	pool, err := resource.CurrentDevicePool(e.dev)
 	if err == nil {
 		for _, size := range []uint64{256, 1 << 20, 64 << 20} {
 			ms = append(ms, measurement{
@@ -124,7 +124,7 @@ func bufferMeasurements(e *benchEnv) []measurement {
 			setupErr = err
 			return err
 		}
-		devMR, err := resource.NewDevicePool(e.dev, nil)
+		devMR, err := resource.CurrentDevicePool(e.dev)
 		if err != nil {
 			setupErr = err
 			return err

@@ -164,7 +164,7 @@ func deviceSteps(k *deviceKit) []step {
 	d := k.dev
 	return []step{
 		{d.String() + ": device pool, host and device agree", func() (err error) {
-			pool, err := resource.NewDevicePool(d, nil)
+			pool, err := resource.CurrentDevicePool(d)
 			if err != nil {
 				return err
 			}

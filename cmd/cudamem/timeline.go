@@ -131,7 +131,7 @@ func timelineDemo(ordinal, steps, capacity int, seed uint64, stacks bool) (tr *t
 	if err != nil {
 		return nil, err
 	}
-	pool, err := resource.NewDevicePool(dev, nil) // the current pool, not owned
+	pool, err := resource.CurrentDevicePool(dev) // the current pool, not owned
 	if err != nil {
 		return nil, err
 	}

@@ -288,7 +288,12 @@ type poolOps interface {
 func TestFaultSweepPoolControl(t *testing.T) {
 	type mkPool func() (poolOps, error)
 	devicePool := func(opts *resource.DevicePoolOptions) mkPool {
-		return func() (poolOps, error) { return resource.NewDevicePool(dev0(), opts) }
+		return func() (poolOps, error) {
+			if opts == nil { // the device's current pool
+				return resource.CurrentDevicePool(dev0())
+			}
+			return resource.NewDevicePool(dev0(), opts)
+		}
 	}
 	pinned := func() (poolOps, error) { return resource.NewPinnedPool(nil) }
 	owned := &resource.DevicePoolOptions{MaxSize: 256 << 20}

@@ -38,7 +38,10 @@ func makers() []maker {
 	owned := &resource.DevicePoolOptions{MaxSize: 256 << 20}
 	return []maker{
 		{"DevicePool current", 64 << 10, func(cl *closers) (buffer.MemoryResource, func() string, error) {
-			p, err := pool(cl, nil)
+			p, err := resource.CurrentDevicePool(dev0())
+			if err == nil {
+				cl.add(p.Close)
+			}
 			if err != nil {
 				return nil, nil, err
 			}
@@ -349,7 +352,7 @@ func TestFaultSweepCloseResource(t *testing.T) {
 		}}
 	}
 	cases := []sweepCase{
-		mk("DevicePool current", func() (closable, error) { return resource.NewDevicePool(dev0(), nil) }),
+		mk("DevicePool current", func() (closable, error) { return resource.CurrentDevicePool(dev0()) }),
 		mk("DevicePool owned", func() (closable, error) {
 			return resource.NewDevicePool(dev0(), &resource.DevicePoolOptions{MaxSize: 64 << 20})
 		}),

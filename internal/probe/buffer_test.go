@@ -22,7 +22,7 @@ func resources(t *testing.T) map[string]buffer.MemoryResource {
 		t.Fatal(err)
 	}
 	out["default"] = def
-	dp, err := resource.NewDevicePool(d0, nil)
+	dp, err := resource.CurrentDevicePool(d0)
 	if err != nil {
 		t.Fatal(err)
 	}

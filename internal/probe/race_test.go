@@ -78,7 +78,7 @@ func TestRacePoolCloseVsAllocate(t *testing.T) {
 	check := baseline(t)
 	d0 := dev(t, 0)
 	for i := 0; i < 20; i++ {
-		p, err := resource.NewDevicePool(d0, nil)
+		p, err := resource.CurrentDevicePool(d0)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,12 +16,12 @@ func intp(i int) *int { return &i }
 func TestResourceHostile(t *testing.T) {
 	t.Cleanup(baseline(t))
 	d0, d1 := dev(t, 0), dev(t, 1)
-	p1, err := resource.NewDevicePool(d1, nil)
+	p1, err := resource.CurrentDevicePool(d1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p1.Close()
-	closedPool, _ := resource.NewDevicePool(d0, nil)
+	closedPool, _ := resource.CurrentDevicePool(d0)
 	closedPool.Close()
 	mg, _ := resource.NewManaged(d0, nil)
 	mb, err := mg.Allocate(4096, nil)

@@ -138,7 +138,7 @@ func TestExamplesFailCleanlyWithoutDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"grow-array", "ipc-two-process", "streaming-pipeline"}
+	want := []string{"cublas-sgemm", "grow-array", "ipc-two-process", "streaming-pipeline"}
 	var names []string
 	for _, p := range progs {
 		names = append(names, strings.TrimSuffix(p.Name(), ".exe"))

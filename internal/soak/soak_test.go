@@ -347,7 +347,7 @@ func (s *soak) setup(t *testing.T) []closer {
 			add("DevicePool (owned) on "+d.String(), func() error { return checkPool(owned, owned.Close) })
 			s.kinds = append(s.kinds, &kind{name: "DevicePool(owned)/" + d.String(), mr: owned, dev: d})
 		}
-		current, err := resource.NewDevicePool(d, nil)
+		current, err := resource.CurrentDevicePool(d)
 		if need("DevicePool (current) on "+d.String(), err) {
 			add("DevicePool (current) on "+d.String(), func() error {
 				return checkPool(current, func() error {

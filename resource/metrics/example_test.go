@@ -17,7 +17,7 @@ import (
 )
 
 // standIn is the upstream of the examples: made-up addresses, so they
-// run without a GPU. A program would use resource.NewDevicePool(dev, nil)
+// run without a GPU. A program would use resource.CurrentDevicePool(dev)
 // and register the pool itself too: reg.AddPool("gpu0", pool).
 type standIn struct{ next cuda.DevicePtr }
 
@@ -96,7 +96,7 @@ func ExampleRegistry_AddPool() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	pool, err := resource.NewDevicePool(dev, nil)
+	pool, err := resource.CurrentDevicePool(dev)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 
 // standIn is the upstream of the runnable examples: made-up addresses,
 // so they run without a GPU. A program would record a device pool:
-// resource.NewDevicePool(dev, nil).
+// resource.CurrentDevicePool(dev).
 type standIn struct{ next cuda.DevicePtr }
 
 func (h *standIn) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
@@ -96,7 +96,7 @@ func ExampleRecorder_subAllocator() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	pool, err := resource.NewDevicePool(dev, nil)
+	pool, err := resource.CurrentDevicePool(dev)
 	if err != nil {
 		log.Fatal(err)
 	}
