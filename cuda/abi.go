@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"encoding/hex"
 	"strconv"
 )
 
@@ -20,26 +19,6 @@ type MemHandle uint64
 
 // IPCHandleSize is the size in bytes of the opaque IPC and fabric handles.
 const IPCHandleSize = 64
-
-// UUID is a CUuuid, the 16-byte identity of a device.
-type UUID [16]byte
-
-// String formats u the way nvidia-smi prints GPU UUIDs:
-// "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx" in lowercase hex.
-func (u UUID) String() string {
-	var b [40]byte
-	copy(b[:], "GPU-")
-	hex.Encode(b[4:12], u[0:4])
-	b[12] = '-'
-	hex.Encode(b[13:17], u[4:6])
-	b[17] = '-'
-	hex.Encode(b[18:22], u[6:8])
-	b[22] = '-'
-	hex.Encode(b[23:27], u[8:10])
-	b[27] = '-'
-	hex.Encode(b[28:40], u[10:16])
-	return string(b[:])
-}
 
 // IPCMemHandle is a CUipcMemHandle: the opaque token cuIpcGetMemHandle
 // produces for a cuMemAlloc allocation so another process can open it. It is a

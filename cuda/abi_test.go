@@ -165,8 +165,9 @@ func TestUUIDString(t *testing.T) {
 		0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef,
 		0xfe, 0xdc, 0xba, 0x98, 0x76, 0x54, 0x32, 0x10,
 	}
-	assert.Equal(t, "GPU-01234567-89ab-cdef-fedc-ba9876543210", u.String())
-	assert.Equal(t, "GPU-00000000-0000-0000-0000-000000000000", UUID{}.String())
+	assert.Equal(t, "GPU-01234567-89ab-cdef-fedc-ba9876543210", u.GPUString())
+	assert.Equal(t, "01234567-89ab-cdef-fedc-ba9876543210", u.String())
+	assert.Equal(t, "GPU-00000000-0000-0000-0000-000000000000", UUID{}.GPUString())
 }
 
 func TestEnumValues(t *testing.T) {

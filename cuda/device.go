@@ -245,7 +245,7 @@ func (d *Device) Name() (string, error) {
 	return string(buf[:]), nil
 }
 
-// UUID returns the device's UUID, as nvidia-smi -L prints it.
+// UUID returns the device's UUID (its GPUString is what nvidia-smi -L prints).
 func (d *Device) UUID() (UUID, error) {
 	if err := d.check("Device.UUID"); err != nil {
 		return UUID{}, err

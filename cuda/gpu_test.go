@@ -52,7 +52,7 @@ func TestDevicesMatchNvidiaSmi(t *testing.T) {
 		require.NoError(t, err)
 		u, err := d.UUID()
 		require.NoError(t, err)
-		assert.Equal(t, smi[u.String()], name, "device %v UUID %v", d, u)
+		assert.Equal(t, smi[u.GPUString()], name, "device %v UUID %v", d, u.GPUString())
 	}
 }
 

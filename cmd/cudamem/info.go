@@ -230,7 +230,7 @@ func collectInfo(src infoSource) (*Info, error) {
 		note("name", err)
 		u, err := d.UUID()
 		note("uuid", err)
-		di.UUID = u.String()
+		di.UUID = u.GPUString()
 		di.PCIBusID, err = d.PCIBusID()
 		note("pci bus id", err)
 		di.TotalMemory, err = d.TotalMemory()
