@@ -46,7 +46,7 @@ func CloseChunkFDs(chunks []Chunk) error {
 // exec.Cmd.ExtraFiles or over a socket with package ipc) and closes them
 // with CloseChunks. On error no fd is left open.
 func (r *Resource) Export(b *buffer.Buffer) ([]Chunk, error) {
-	const op = "virtual.Export"
+	const op = "Resource.Export"
 	a, _, err := r.take(op, b)
 	if err != nil {
 		return nil, err

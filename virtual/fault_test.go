@@ -67,7 +67,7 @@ func TestShrinkFailureLeavesAllocationIntact(t *testing.T) {
 	if err == nil || nb != nil {
 		t.Fatalf("Shrink with a failing unmap: buffer %v, error %v", nb, err)
 	}
-	if !errors.Is(err, cuda.ErrorUnknown) || !strings.Contains(err.Error(), "virtual.Shrink") {
+	if !errors.Is(err, cuda.ErrorUnknown) || !strings.Contains(err.Error(), "Resource.Shrink") {
 		t.Fatalf("error %q does not carry the driver's result and the operation", err)
 	}
 	checkInvariants(t, r, f)
@@ -162,7 +162,7 @@ func faultCases() []faultCase {
 	g := uint64(testGran)
 	noExport := Options{HandleType: HandleNone}
 	return []faultCase{
-		{name: "Allocate", opName: "virtual.Allocate", opts: noExport,
+		{name: "Allocate", opName: "Resource.Allocate", opts: noExport,
 			setup: alloc(),
 			op: func(r *Resource, _ []*buffer.Buffer) ([]*buffer.Buffer, error) {
 				b, err := r.Allocate(3*g+1, nil)
@@ -171,11 +171,11 @@ func faultCases() []faultCase {
 				}
 				return []*buffer.Buffer{b}, err
 			}},
-		{name: "GrowInReservation", opName: "virtual.Grow", opts: Options{HandleType: HandleNone, Reserve: 8 * g},
+		{name: "GrowInReservation", opName: "Resource.Grow", opts: Options{HandleType: HandleNone, Reserve: 8 * g},
 			setup: alloc(2 * g), op: growOp(5 * g)},
-		{name: "GrowAdjacent", opName: "virtual.Grow", opts: noExport,
+		{name: "GrowAdjacent", opName: "Resource.Grow", opts: noExport,
 			setup: alloc(2 * g), op: growOp(5 * g)},
-		{name: "GrowRemap", opName: "virtual.Grow", opts: noExport,
+		{name: "GrowRemap", opName: "Resource.Grow", opts: noExport,
 			setup: func(t *testing.T, r *Resource, f *fakeDriver) []*buffer.Buffer {
 				bufs := alloc(g)(t, r, f)
 				var err error
@@ -184,7 +184,7 @@ func faultCases() []faultCase {
 				f.block(bufs[0].Ptr()+cuda.DevicePtr(2*g), g)
 				return bufs
 			}, op: growOp(5 * g)},
-		{name: "Shrink", opName: "virtual.Shrink", opts: Options{HandleType: HandleNone, Reserve: 8 * g},
+		{name: "Shrink", opName: "Resource.Shrink", opts: Options{HandleType: HandleNone, Reserve: 8 * g},
 			setup: func(t *testing.T, r *Resource, f *fakeDriver) []*buffer.Buffer {
 				bufs := alloc(g)(t, r, f)
 				for i := uint64(2); i <= 4; i++ {
@@ -201,7 +201,7 @@ func faultCases() []faultCase {
 				}
 				return []*buffer.Buffer{nb}, err
 			}},
-		{name: "SetPeerAccess", opName: "virtual.SetPeerAccess", opts: Options{HandleType: HandleNone, Peers: []*cuda.Device{fakePeer1}},
+		{name: "SetPeerAccess", opName: "Resource.SetPeerAccess", opts: Options{HandleType: HandleNone, Peers: []*cuda.Device{fakePeer1}},
 			setup: func(t *testing.T, r *Resource, f *fakeDriver) []*buffer.Buffer {
 				bufs := alloc(g)(t, r, f)
 				b, err := r.Grow(bufs[0], 3*g)
@@ -211,7 +211,7 @@ func faultCases() []faultCase {
 			op: func(r *Resource, bufs []*buffer.Buffer) ([]*buffer.Buffer, error) {
 				return bufs, r.SetPeerAccess(bufs[0], ReadOnly, fakePeer1, fakePeer2)
 			}},
-		{name: "Close", opName: "virtual.Deallocate", opts: noExport,
+		{name: "Close", opName: "Resource.Deallocate", opts: noExport,
 			setup: func(t *testing.T, r *Resource, f *fakeDriver) []*buffer.Buffer {
 				bufs := alloc(g)(t, r, f)
 				b, err := r.Grow(bufs[0], 3*g)
@@ -469,7 +469,7 @@ func reclaimAfterHealing(t *testing.T, r *Resource, f *fakeDriver, call string) 
 		t.Fatal("nothing kept for a retry")
 	}
 	f.failCall(call, 1, true)
-	if err := r.Reclaim(); !errors.Is(err, cuda.ErrorUnknown) || !strings.Contains(err.Error(), "virtual.Reclaim") {
+	if err := r.Reclaim(); !errors.Is(err, cuda.ErrorUnknown) || !strings.Contains(err.Error(), "Resource.Reclaim") {
 		t.Fatalf("Reclaim with %s still failing: %v", call, err)
 	}
 	checkInvariants(t, r, f)
@@ -498,7 +498,7 @@ func TestClosePastUnmapClosesBuffer(t *testing.T) {
 			mustOK(t, err)
 			f.failCall(call, 1, false)
 			err = b.Close()
-			requirePartlyFreed(t, err, "virtual.Deallocate", call)
+			requirePartlyFreed(t, err, "Resource.Deallocate", call)
 			if !b.IsClosed() {
 				t.Fatal("buffer left open over unmapped memory")
 			}
@@ -559,7 +559,7 @@ func TestShrinkReleaseFailureReturnsNewBuffer(t *testing.T) {
 			}
 			f.failCall("cuMemRelease", nth, false)
 			nb, err := r.Shrink(b, testGran)
-			requirePartlyFreed(t, err, "virtual.Shrink", "cuMemRelease")
+			requirePartlyFreed(t, err, "Resource.Shrink", "cuMemRelease")
 			if nb == nil || nb == b || !b.IsClosed() || nb.Size() != testGran {
 				t.Fatalf("Shrink that took effect: new buffer %v, old closed %v", nb, b.IsClosed())
 			}
@@ -613,7 +613,7 @@ func TestGrowRemapCleanupFailure(t *testing.T) {
 			r.mu.Unlock()
 			f.failCall(tc.call, tc.nth, false)
 			nb, err := r.Grow(b, 4*testGran)
-			requirePartlyFreed(t, err, "virtual.Grow", tc.call)
+			requirePartlyFreed(t, err, "Resource.Grow", tc.call)
 			if nb == nil || !b.IsClosed() || nb.Size() != 4*testGran || nb.Ptr() == old {
 				t.Fatalf("Grow that took effect: new buffer %v, old closed %v", nb, b.IsClosed())
 			}

@@ -142,7 +142,7 @@ func TestSizesNearTheTop(t *testing.T) {
 		_, err := r.Allocate(n, nil)
 		require.Error(t, err)
 		assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
-		assert.Contains(t, err.Error(), "virtual.Allocate")
+		assert.Contains(t, err.Error(), "Resource.Allocate")
 		assert.Contains(t, err.Error(), strconv.FormatUint(n, 10))
 	}
 	b, err := r.Allocate(g, nil)
@@ -151,7 +151,7 @@ func TestSizesNearTheTop(t *testing.T) {
 	require.Error(t, err)
 	assert.Nil(t, nb)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
-	assert.Contains(t, err.Error(), "virtual.Grow")
+	assert.Contains(t, err.Error(), "Resource.Grow")
 	assert.False(t, b.IsClosed(), "a refused grow leaves b alone")
 	nb, err = r.Shrink(b, 0)
 	require.Error(t, err)
@@ -187,7 +187,7 @@ func TestPeerListsChecked(t *testing.T) {
 		err := r.SetPeerAccess(b, ReadWrite, peers...)
 		require.Error(t, err)
 		assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
-		assert.Contains(t, err.Error(), "virtual.SetPeerAccess: ")
+		assert.Contains(t, err.Error(), "Resource.SetPeerAccess: ")
 		assert.Contains(t, err.Error(), "peer ")
 		assert.Equal(t, calls, f.calls, "refused before the driver")
 	}

@@ -294,11 +294,11 @@ func (r *Resource) retryLeftovers() {
 // retries them by itself; Reclaim is for callers (and tests) that want to
 // know. It returns nil when nothing is pending.
 func (r *Resource) Reclaim() error {
-	if err := r.check("virtual.Reclaim"); err != nil {
+	if err := r.check("Resource.Reclaim"); err != nil {
 		return err
 	}
 	if err := r.left.retry(r.drv); err != nil {
-		return &cuda.OpError{Op: "virtual.Reclaim", Err: err}
+		return &cuda.OpError{Op: "Resource.Reclaim", Err: err}
 	}
 	return nil
 }
@@ -308,7 +308,7 @@ func (r *Resource) Reclaim() error {
 // is synchronous. Size 0 returns an empty buffer. On error nothing is left
 // allocated.
 func (r *Resource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	const op = "virtual.Allocate"
+	const op = "Resource.Allocate"
 	if err := r.check(op); err != nil {
 		return nil, err
 	}
@@ -360,7 +360,7 @@ func (r *Resource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error)
 // operations and by Reclaim, never released twice), and the error wraps
 // buffer.ErrPartlyFreed, which makes the buffer close anyway.
 func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
-	const op = "virtual.Deallocate"
+	const op = "Resource.Deallocate"
 	if err := r.check(op); err != nil {
 		return err
 	}
@@ -532,7 +532,7 @@ func (r *Resource) live(op string, ptr cuda.DevicePtr, a *allocation) error {
 // Reclaim, and the error wraps buffer.ErrPartlyFreed, so
 // errors.Is(err, buffer.ErrPartlyFreed) tells this case apart.
 func (r *Resource) Grow(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error) {
-	const op = "virtual.Grow"
+	const op = "Resource.Grow"
 	a, s, err := r.take(op, b)
 	if err != nil {
 		return nil, err
@@ -719,7 +719,7 @@ func (r *Resource) remap(a *allocation, need uint64, s *cuda.Stream) (cleanup, e
 // them) or are kept and retried by later operations and by Reclaim. That
 // error wraps buffer.ErrPartlyFreed, so errors.Is tells the two apart.
 func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error) {
-	const op = "virtual.Shrink"
+	const op = "Resource.Shrink"
 	a, s, err := r.take(op, b)
 	if err != nil {
 		return nil, err
@@ -790,7 +790,7 @@ func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, err
 // revokes it). The setting also applies to memory a later Grow adds. On
 // error the previous access is put back.
 func (r *Resource) SetPeerAccess(b *buffer.Buffer, access Access, peers ...*cuda.Device) error {
-	const op = "virtual.SetPeerAccess"
+	const op = "Resource.SetPeerAccess"
 	a, _, err := r.take(op, b)
 	if err != nil {
 		return err
@@ -868,7 +868,7 @@ func (a *allocation) setDesc(d cuda.MemAccessDesc) {
 
 // Access reports how dev may access b's memory.
 func (r *Resource) Access(b *buffer.Buffer, dev *cuda.Device) (Access, error) {
-	const op = "virtual.Access"
+	const op = "Resource.Access"
 	a, _, err := r.take(op, b)
 	if err != nil {
 		return NoAccess, err
@@ -905,7 +905,7 @@ type Info struct {
 
 // Info describes b's allocation.
 func (r *Resource) Info(b *buffer.Buffer) (Info, error) {
-	a, _, err := r.take("virtual.Info", b)
+	a, _, err := r.take("Resource.Info", b)
 	if err != nil {
 		return Info{}, err
 	}

@@ -45,7 +45,7 @@ func TestVirtualGrowShrinkHostile(t *testing.T) {
 				t.Errorf("Grow(%d): buffer with error %v", n, err)
 				b = nb
 			}
-			wantErr(t, "grow huge", err, "virtual.Grow")
+			wantErr(t, "grow huge", err, "Resource.Grow")
 		})
 	}
 	if b.IsClosed() {
@@ -63,7 +63,7 @@ func TestVirtualGrowShrinkHostile(t *testing.T) {
 		t.Errorf("Shrink to 0: no error")
 		b = nb
 	} else {
-		wantErr(t, "shrink0", err, "virtual.Shrink")
+		wantErr(t, "shrink0", err, "Resource.Shrink")
 	}
 	// a view, a borrowed buffer, a buffer of another resource
 	v, _ := b.Slice(0, 16)
