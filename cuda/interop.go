@@ -117,7 +117,9 @@ func (f *ForeignFunc) Device() *Device {
 // loader.MaxArgs; no floating-point values by value: cuBLAS's v2 API
 // passes its scalars by pointer) and returns its result register, for
 // most CUDA libraries a status code (cublasStatus_t, cufftResult, ...) for
-// the caller to interpret.
+// the caller to interpret. For a function returning a C int or enum, read
+// int32(r) (or uint32): the C calling convention leaves the register's
+// upper half undefined.
 //
 // err is non-nil only when the function was not called: a nil or zero
 // ForeignFunc, too many arguments, or the device's context could not be
@@ -144,8 +146,11 @@ func (f *ForeignFunc) Call(args ...uintptr) (uintptr, error) {
 		return loader.NotFound, f.tooMany(len(args))
 	}
 	r := f.p.CallCtx(f.ctx, args...)
-	if r == 0 {
-		return 0, nil
+	// A failed cuCtxSetCurrent leaves a CUresult, 32 bits: a zero low half
+	// is never one, whatever the upper half holds (undefined in the C ABI
+	// for the int and enum results most libraries return).
+	if uint32(r) == 0 {
+		return r, nil
 	}
 	return r, f.classify(r)
 }

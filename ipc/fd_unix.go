@@ -337,6 +337,9 @@ func decodeHandle(b []byte) (UUID, poolKey, error) {
 	}
 	var u UUID
 	copy(u[:], b[handleUUIDOffset:])
+	if u == (UUID{}) {
+		return UUID{}, poolKey{}, fmt.Errorf("%w: handle message with the zero UUID (no pool is named by it)", errBadFrame)
+	}
 	var k poolKey
 	if flags&handleFlagKeyed != 0 {
 		copy(k.k[:], b[handleKeyOffset:])

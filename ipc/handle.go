@@ -32,6 +32,12 @@ func NewHandle(fd int, uuid UUID) (*Handle, error) {
 	if fd < 0 {
 		return nil, cuda.Errorf("ipc.NewHandle", cuda.ErrInvalidArgument, "negative file descriptor %d", fd)
 	}
+	if uuid == (UUID{}) {
+		// Imports are deduplicated by UUID: two pools both named by the
+		// zero UUID would be taken for one, and the second's buffers
+		// handed to the first's mapping in the driver.
+		return nil, cuda.Errorf("ipc.NewHandle", cuda.ErrInvalidArgument, "zero UUID for fd %d (an fd that comes without one: NewForeignHandle)", fd)
+	}
 	f, err := osfd.New(fd)
 	if err != nil {
 		return nil, &cuda.OpError{Op: "ipc.NewHandle", Err: err}

@@ -182,6 +182,9 @@ func ImportPool(dev *cuda.Device, h *Handle) (*ImportedPool, error) {
 	if dev == nil || h == nil || h.f == nil {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device, or nil or zero handle")
 	}
+	if h.UUID() == (UUID{}) {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "handle with the zero UUID (imports are deduplicated by UUID)")
+	}
 	registry.Lock()
 	defer registry.Unlock()
 	if p, err := registered(op, dev, h.UUID(), h.key); p != nil || err != nil {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"unsafe"
 )
@@ -20,6 +21,7 @@ const MaxArgs = 16
 
 // Library is a DLL opened with LoadLibrary.
 type Library struct {
+	mu   sync.RWMutex // Close waits for Lookups in progress
 	dll  *syscall.DLL
 	path string
 }
@@ -76,7 +78,12 @@ func (l *Library) Path() string {
 
 // Lookup finds an exported function. A nil, zero or closed Library refuses.
 func (l *Library) Lookup(name string) (Proc, error) {
-	if l == nil || l.dll == nil {
+	if l == nil {
+		return Proc{name: name}, fmt.Errorf("Library.Lookup %s: %w: nil, zero or closed Library", name, ErrInvalidArgument)
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	if l.dll == nil {
 		return Proc{name: name}, fmt.Errorf("Library.Lookup %s: %w: nil, zero or closed Library", name, ErrInvalidArgument)
 	}
 	p, err := l.dll.FindProc(name)
@@ -88,7 +95,12 @@ func (l *Library) Lookup(name string) (Proc, error) {
 
 // Close frees the DLL.
 func (l *Library) Close() error {
-	if l == nil || l.dll == nil {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.dll == nil {
 		return nil
 	}
 	err := l.dll.Release()

@@ -327,6 +327,13 @@ var deps struct {
 // openWithDeps opens path; when the loader reports a missing dependency
 // that path's directory holds, it opens that first and tries again.
 func openWithDeps(path string) (*Library, error) {
+	return openWithDepsIn(path, map[string]bool{path: true})
+}
+
+// openWithDepsIn is openWithDeps with the set of libraries being opened up
+// the call chain: two libraries of a directory that need each other (a
+// DT_NEEDED cycle) end in an error instead of an unbounded recursion.
+func openWithDepsIn(path string, opening map[string]bool) (*Library, error) {
 	dir := filepath.Dir(path)
 	var tried []string
 	for range 16 {
@@ -347,8 +354,13 @@ func openWithDeps(path string) (*Library, error) {
 				return nil, err // it did not help
 			}
 		}
+		if opening[dep] {
+			return nil, fmt.Errorf("%w (%s and %s need each other)", err, path, dep)
+		}
 		tried = append(tried, dep)
-		dl, derr := openWithDeps(dep)
+		opening[dep] = true
+		dl, derr := openWithDepsIn(dep, opening)
+		delete(opening, dep)
 		if derr != nil {
 			return nil, fmt.Errorf("%w; opening its dependency %s: %w", err, dep, derr)
 		}

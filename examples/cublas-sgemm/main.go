@@ -48,7 +48,7 @@ func status(fn string, r uintptr, err error) error {
 	if err != nil {
 		return err // not called: cudamem could not make the context current
 	}
-	if r == 0 {
+	if uint32(r) == 0 { // a C enum: the register's upper half is undefined
 		return nil
 	}
 	name := cublasStatusNames[uintptr(uint32(r))]

@@ -1,0 +1,38 @@
+//go:build linux
+
+package ipc
+
+import (
+	"os"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// The zero UUID names no pool: imports are deduplicated by UUID, so two
+// pools both under it would be taken for one (found in review). NewHandle
+// refuses it (the fd stays the caller's), and so does ReceiveHandle (the
+// fd that came with the message is closed).
+func TestZeroUUIDRefused(t *testing.T) {
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	defer w.Close()
+	fd, err := dup(int(w.Fd()))
+	require.NoError(t, err)
+	_, err = NewHandle(fd, UUID{})
+	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "zero UUID")
+
+	a, b := socketPair(t)
+	before := openFDs(t)
+	require.NoError(t, SendFDs(a, encodeHandle(UUID{}, poolKey{}), fd))
+	_, err = ReceiveHandle(b)
+	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
+	assert.Equal(t, before, openFDs(t), "the received fd is closed")
+	require.NoError(t, syscall.Close(fd))
+}
