@@ -92,6 +92,7 @@ func (t *tracked) disown(ptr cuda.DevicePtr) {
 		}
 	}
 	t.live.Store(false)
+	t.forget()
 }
 
 // stop marks the allocation as no longer the net's concern (closed or
@@ -99,7 +100,19 @@ func (t *tracked) disown(ptr cuda.DevicePtr) {
 func (t *tracked) stop() {
 	if t != nil {
 		t.live.Store(false)
+		t.forget()
 	}
+}
+
+// forget drops the record's references once the net no longer needs them.
+// The slab's cleanup gets the ledger as its argument, and a ledger entry
+// that kept its resource (a SubAllocator, say, holding its blocks' Buffers
+// from the same slab) could keep the slab reachable from the cleanup's own
+// argument, so that it never ran. The cleanup reads these fields only of
+// entries it sees live, and it cannot run while this Buffer's slab is
+// reachable, so clearing them here races with nothing.
+func (t *tracked) forget() {
+	t.mr, t.stream = nil, nil
 }
 
 // cursor hands out the next Buffer of a slab. Cursors are cached per P.

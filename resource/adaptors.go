@@ -98,6 +98,9 @@ func adaptorTake(op string, up buffer.MemoryResource, ub *buffer.Buffer, size ui
 		bad := cuda.Errorf(op, cuda.ErrInvalidArgument, "upstream %v returned %d bytes for a request of %d", up, got, size)
 		if ptr != 0 {
 			if derr := up.Deallocate(ptr, got, s); derr != nil {
+				// Still the upstream's memory: owned again, so that the
+				// safety net frees it if nothing else can.
+				buffer.Owned(ptr, got, up, s)
 				bad = errors.Join(bad, fmt.Errorf("give %#x (%d bytes) back: %w", uint64(ptr), got, derr))
 			}
 		}

@@ -74,6 +74,11 @@ func (r *Limiting) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cu
 		}
 	}
 	ptr, us, err := allocateFrom("Limiting.Allocate", r.up, size, s)
+	if err == nil && ptr == 0 && size > 0 {
+		// No memory to free later (a Buffer at address 0 is never
+		// deallocated): the reservation would be lost for good.
+		err = cuda.Errorf("Limiting.Allocate", cuda.ErrInvalidArgument, "upstream %v returned address 0 for %d bytes", r.up, size)
+	}
 	if err != nil {
 		if size > 0 {
 			subSat(&r.used, size)

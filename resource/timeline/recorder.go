@@ -166,9 +166,12 @@ func (r *Recorder) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 	callers := r.callers()
 	r.log.record(r.event(Free, ptr, size, s), callers)
 	err := r.upDeallocate(ptr, size, s)
-	if err != nil && !errors.Is(err, buffer.ErrPartlyFreed) {
+	if err != nil && !errors.Is(err, buffer.ErrPartlyFreed) && !errors.Is(err, cuda.ErrInvalidArgument) {
 		// Not freed: it is live again. (An error wrapping
-		// buffer.ErrPartlyFreed says the memory is gone: it stays freed.)
+		// buffer.ErrPartlyFreed says the memory is gone: it stays freed.
+		// One matching cuda.ErrInvalidArgument is a free the upstream
+		// refused as not its allocation (a double free, say): no live
+		// allocation is to be invented for it.)
 		r.log.record(r.event(Alloc, ptr, size, s), callers)
 	}
 	return err

@@ -514,3 +514,18 @@ func BenchmarkRecorderPair(b *testing.B) {
 		pair(b, timeline.NewRecorder(nop{}, timeline.NewLog(1<<12), &timeline.RecorderOptions{CaptureStacks: true}))
 	})
 }
+
+// A free the upstream refuses as not its allocation (a double free)
+// records no allocation that does not exist (found in review).
+func TestRecorderRefusedDoubleFree(t *testing.T) {
+	st := resource.NewStatistics(newFake())
+	r := timeline.NewRecorder(st, nil, &timeline.RecorderOptions{Name: "r"})
+	b, err := r.Allocate(1024, nil)
+	require.NoError(t, err)
+	p := b.Ptr()
+	require.NoError(t, b.Close())
+	require.Error(t, r.Deallocate(p, 1024, nil))
+	u := r.Log().Trace().Usage("r")
+	require.NotEmpty(t, u)
+	assert.Equal(t, st.Stats().CurrentCount, u[len(u)-1].Count)
+}
