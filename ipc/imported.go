@@ -329,8 +329,9 @@ func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, err
 // parses export data without validating it, and malformed data can crash
 // this process inside the driver (seen with driver 580): use it only with
 // descriptors from an exporter this process trusts as it trusts itself,
-// never with bytes a peer could have chosen. On a pool with a key, use
-// Import.
+// never with bytes a peer could have chosen. A pool with a key refuses
+// it (an error matching cuda.ErrInvalidArgument): its exporter seals every
+// descriptor, so use Import.
 //
 // A descriptor with the zero UUID (one NewRawDescriptor built for an
 // exporter that names no pool, as cuda.core's IPCBufferDescriptor does
@@ -338,6 +339,13 @@ func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, err
 // belongs to. One naming another pool is refused.
 func (p *ImportedPool) ImportUnauthenticated(d Descriptor, s *cuda.Stream) (*buffer.Buffer, error) {
 	const op = "ImportedPool.ImportUnauthenticated"
+	if !p.zero() && p.key.ok {
+		// A pool with a key comes from a cudamem exporter, every one of
+		// whose descriptors is sealed: one that is not is forged. (Taken
+		// in, its export data would also be sealed with the pool's key on
+		// re-export, passing a forgery on as authenticated.)
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v has a key: its descriptors are imported with Import, which checks their MAC", p.uuid)
+	}
 	if d.Pool == (UUID{}) && !p.zero() {
 		d.Pool = p.uuid
 	}

@@ -379,8 +379,14 @@ func TestImportFailurePaths(t *testing.T) {
 // are covered against the fake driver in internal/probe.)
 func TestImportRefusesZeroStream(t *testing.T) {
 	p, f := fakePool(t)
-	for _, imp := range []func(Descriptor, *cuda.Stream) (*buffer.Buffer, error){p.Import, p.ImportUnauthenticated} {
-		b, err := imp(desc(p, 1, 4096, 1<<20), new(cuda.Stream))
+	keyless := newImportedPool(nil, cuda.MemPool{}, f, NewUUID(), poolKey{}, nil)
+	for _, imp := range []func() (*buffer.Buffer, error){
+		func() (*buffer.Buffer, error) { return p.Import(desc(p, 1, 4096, 1<<20), new(cuda.Stream)) },
+		func() (*buffer.Buffer, error) {
+			return keyless.ImportUnauthenticated(Descriptor{Pool: keyless.UUID(), Size: 1 << 20, Data: exportData(1, 4096)}, new(cuda.Stream))
+		},
+	} {
+		b, err := imp()
 		require.Error(t, err)
 		assert.Nil(t, b)
 		assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
@@ -389,4 +395,19 @@ func TestImportRefusesZeroStream(t *testing.T) {
 	}
 	assert.Zero(t, f.driverCalls(), "the driver saw a refused import")
 	assert.Zero(t, p.Live())
+}
+
+// A pool with a key takes no unauthenticated descriptor: every one its
+// cudamem exporter makes is sealed, and one taken in unsealed would be
+// sealed with the key on re-export, passing a forgery on as authenticated
+// (found in review).
+func TestKeyedPoolRefusesUnauthenticated(t *testing.T) {
+	p, f := fakePool(t)
+	_, err := p.ImportUnauthenticated(Descriptor{Pool: p.UUID(), Size: 4096, Data: exportData(1, 4096)}, nil)
+	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "has a key")
+	data := exportData(1, 4096)
+	_, err = p.ImportForeign(data.Reserved[:], 4096, nil)
+	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
+	assert.Zero(t, f.driverCalls(), "refused before the driver")
 }
