@@ -71,7 +71,8 @@ func TestFailNamesEntryPoint(t *testing.T) {
 	err = result(p, uintptr(ErrorOutOfMemory))
 	assert.ErrorIs(t, err, ErrorOutOfMemory)
 	// Only the low 32 bits of the result register are the CUresult.
-	assert.NoError(t, result(p, 0xdead_beef_0000_0000))
+	hi := uint64(0xdead_beef_0000_0000) // a variable: it does not fit a 32-bit uintptr
+	assert.NoError(t, result(p, uintptr(hi)))
 	err = sizeErr(&OpError{Op: "cuMemAlloc", Err: ErrorOutOfMemory}, 1<<40)
 	assert.ErrorIs(t, err, ErrorOutOfMemory)
 	assert.Equal(t, "cuMemAlloc: CUDA_ERROR_OUT_OF_MEMORY (1099511627776 bytes (1 TiB) requested)", err.Error())

@@ -12,6 +12,10 @@ import (
 	"github.com/cudamem/cudamem/cuda"
 )
 
+// anonInodeFSMagic is ANON_INODE_FS_MAGIC (linux/magic.h), the statfs type
+// of the anonymous-inode file system.
+const anonInodeFSMagic = 0x09041934
+
 // FDIdentity derives a stable UUID for the file fd refers to, from its
 // device and inode numbers (fstat): descriptors of one open file (dup'd,
 // sent over SCM_RIGHTS, inherited through exec.Cmd.ExtraFiles) give the
@@ -39,6 +43,17 @@ func FDIdentity(fd int) (UUID, error) {
 	switch st.Mode & syscall.S_IFMT {
 	case syscall.S_IFCHR, syscall.S_IFBLK:
 		return UUID{}, cuda.Errorf(op, cuda.ErrNotSupported, "fd %d is a device node (rdev %#x): every open of it shares one inode, which names no pool", fd, uint64(st.Rdev))
+	}
+	// Anonymous inodes all live on one pseudo file system: fstatfs tells
+	// them apart without /proc (which a sandbox may not have; a failed
+	// check must not pass them as identities).
+	var fs syscall.Statfs_t
+	if err := syscall.Fstatfs(fd, &fs); err != nil {
+		return UUID{}, cuda.Errorf(op, cuda.ErrNotSupported, "fd %d: cannot tell whether it is an anonymous inode (fstatfs: %v)", fd, err)
+	}
+	if fs.Type == anonInodeFSMagic {
+		target, _ := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)) // for the message only
+		return UUID{}, cuda.Errorf(op, cuda.ErrNotSupported, "fd %d is an anonymous inode (%s), shared by unrelated files", fd, target)
 	}
 	if target, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd)); err == nil && strings.HasPrefix(target, "anon_inode:") {
 		return UUID{}, cuda.Errorf(op, cuda.ErrNotSupported, "fd %d is an anonymous inode (%s), shared by unrelated files", fd, target)

@@ -85,7 +85,9 @@ type subCacheSlot struct {
 
 func (cs *subCaches) home(s *cuda.Stream) uintptr {
 	// Fibonacci hashing of the address (heap objects do not move).
-	return (uintptr(unsafe.Pointer(s)) * 0x9e3779b97f4a7c15) >> cs.shift
+	// In 64 bits on every target (the constant does not fit a 32-bit
+	// uintptr); the result is below len(slots).
+	return uintptr((uint64(uintptr(unsafe.Pointer(s))) * 0x9e3779b97f4a7c15) >> cs.shift)
 }
 
 func (cs *subCaches) get(s *cuda.Stream) *subCache {
@@ -220,7 +222,7 @@ func (a *SubAllocator) publishLocked() {
 			size *= 2
 		}
 		cs.slots = make([]subCacheSlot, size)
-		cs.shift = uint(bits.UintSize - bits.TrailingZeros(uint(size)))
+		cs.shift = uint(64 - bits.TrailingZeros(uint(size)))
 		for s, c := range a.cacheMap {
 			if !c.dead {
 				cs.put(s, c)

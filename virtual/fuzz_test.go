@@ -31,7 +31,7 @@ func FuzzOptions(f *testing.F) {
 	f.Add(1, 2, 1, 1, 1, true, uint64(0), uint64(1<<30), uint64(1<<30), []byte{2, 3}, 1, 2, uint64(2<<20))
 	f.Add(0, 0, 0, 2, 0, false, uint64(0x7f0040000000), uint64(0), uint64(3<<20), []byte{2}, 0, 1, uint64(64<<10))
 	f.Add(7, 9, -1, 99, 5, false, uint64(0x1000), uint64(3), uint64(1<<63), []byte{0, 1, 2, 2}, 9, -1, uint64(3<<20))
-	f.Add(0, 2, 1<<32, 0, 0, false, uint64(0), uint64(0), uint64(0), []byte{}, 0, 0, uint64(0))
+	f.Add(0, 2, int(bigNUMA), 0, 0, false, uint64(0), uint64(0), uint64(0), []byte{}, 0, 0, uint64(0))
 	f.Fuzz(func(t *testing.T, allocType, loc, numa, handle, gran int, rdma bool, hint, align, reserve uint64,
 		peers []byte, self, peerAcc int, drvGran uint64) {
 		o := Options{
@@ -256,3 +256,8 @@ func checkResize(t *testing.T, op string, old, nb *buffer.Buffer, err error) {
 		}
 	}
 }
+
+// bigNUMA is a NUMA node past the driver's 32-bit range, held in a
+// variable so that test binaries build for 32-bit targets (where int
+// cannot hold it, and the seed is just another small node).
+var bigNUMA int64 = 1 << 32

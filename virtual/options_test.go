@@ -96,7 +96,7 @@ func TestNUMANodeOutOfRange(t *testing.T) {
 	if math.MaxInt == math.MaxInt32 {
 		t.Skip("int is 32 bits: no node can exceed the driver's range")
 	}
-	big := int(uint64(1) << 32)
+	big := int(bigNUMA)
 	_, err := (&Options{Location: OnHostNUMA, NUMANode: big}).props(fakeDevice)
 	require.Error(t, err)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
