@@ -143,7 +143,10 @@ func versionLess(a, b string) bool {
 }
 
 // systemNames are the names handed to the system's own search (dlopen's
-// LD_LIBRARY_PATH and ld.so.cache, or Windows' DLL search), newest first.
+// LD_LIBRARY_PATH and ld.so.cache; on Windows, OpenLibrary loads bare
+// names from the system directory only, never from PATH or the working
+// directory, where a planted DLL could be picked up: toolkit DLLs are found
+// through CUDA_PATH or CUDAMEM_LIBRARY_PATH), newest first.
 func systemNames(goos, base, want string) []string {
 	var names []string
 	if want != "" {
