@@ -3,7 +3,7 @@
 package loader
 
 import (
-	"os/exec"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -14,22 +14,20 @@ import (
 // cycle, neither loadable first) end in an error, not in an unbounded
 // recursion of openWithDeps (found in review).
 func TestOpenWithDepsCycle(t *testing.T) {
-	if _, err := exec.LookPath("gcc"); err != nil {
-		t.Skip("no gcc to build the two libraries")
-	}
 	dir := t.TempDir()
-	sh := `set -e; cd "$1"
-echo 'int foo(void){return 1;}' > foo.c; echo 'int bar(void){return 2;}' > bar.c
-gcc -shared -fPIC -o libcubar.so.1 -Wl,-soname,libcubar.so.1 bar.c
-gcc -shared -fPIC -o libcufoo.so.1 -Wl,-soname,libcufoo.so.1 foo.c -L. -Wl,--no-as-needed -l:libcubar.so.1
-gcc -shared -fPIC -o bar.tmp -Wl,-soname,libcubar.so.1 bar.c -L. -Wl,--no-as-needed -l:libcufoo.so.1
-mv bar.tmp libcubar.so.1`
-	if out, err := exec.Command("sh", "-c", sh, "sh", dir).CombinedOutput(); err != nil {
-		t.Fatalf("building the libraries: %v: %s", err, out)
+	foo, bar := filepath.Join(dir, "libcufoo.so.1"), filepath.Join(dir, "libcubar.so.1")
+	// bar first without a dependency, so foo can link against it; then
+	// bar again, needing foo.
+	cc(t, bar, "int bar(void){return 2;}", "-Wl,-soname,libcubar.so.1")
+	cc(t, foo, "int foo(void){return 1;}", "-Wl,-soname,libcufoo.so.1", "-L"+dir, "-Wl,--no-as-needed", "-l:libcubar.so.1")
+	tmp := filepath.Join(dir, "bar.tmp")
+	cc(t, tmp, "int bar(void){return 2;}", "-Wl,-soname,libcubar.so.1", "-L"+dir, "-Wl,--no-as-needed", "-l:libcufoo.so.1")
+	if err := os.Rename(tmp, bar); err != nil {
+		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() {
-		l, err := openWithDeps(filepath.Join(dir, "libcufoo.so.1"))
+		l, err := openWithDeps(foo)
 		if err == nil {
 			l.Close()
 		}
