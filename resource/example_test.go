@@ -9,9 +9,9 @@ import (
 	"github.com/cudamem/cudamem/resource"
 )
 
-// A device pool over the device's current pool: stream-ordered allocation
-// that keeps freed memory cached for the next request.
-func ExampleNewDevicePool() {
+// The device's current pool, borrowed: stream-ordered allocation that
+// keeps freed memory cached for the next request.
+func ExampleCurrentDevicePool() {
 	dev, err := cuda.GetDevice(0)
 	if err != nil {
 		log.Fatal(err)
