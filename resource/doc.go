@@ -121,4 +121,12 @@
 // stream has a cache of its own in front of the shared books, so
 // goroutines allocating on their own streams do not contend for a lock
 // (the driver's pool serialises them: see the type's Concurrency).
+//
+// # Waiting with a context
+//
+// Closing a pool or a sub-allocator, and trimming one, waits for the GPU.
+// DevicePool.CloseContext, PinnedPool.CloseContext and
+// SubAllocator.CloseContext and TrimContext first make that wait with a
+// context.Context (cuda's SyncContext: no goroutine or thread per wait) and
+// leave the resource as it was when the context ends first.
 package resource
