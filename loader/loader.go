@@ -211,6 +211,14 @@ type Driver struct {
 
 	// Modules and launches (tests and tools run small kernels).
 	ModuleLoadData, ModuleUnload, ModuleGetFunction, LaunchKernel Proc
+
+	// Contexts made elsewhere (cuCtxCreate, green contexts).
+
+	// Stream capture and graphs.
+
+	// Batched copies.
+
+	// Fabric handles.
 }
 
 // symbol describes how to resolve one entry point.
@@ -338,6 +346,14 @@ func (d *Driver) symbols() []symbol {
 		{p: &d.ModuleUnload, name: "cuModuleUnload"},
 		{p: &d.ModuleGetFunction, name: "cuModuleGetFunction"},
 		{p: &d.LaunchKernel, name: "cuLaunchKernel"},
+
+		// Contexts made elsewhere (cuCtxCreate, green contexts).
+
+		// Stream capture and graphs.
+
+		// Batched copies.
+
+		// Fabric handles.
 	}
 }
 

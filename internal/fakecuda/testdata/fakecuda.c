@@ -1286,6 +1286,14 @@ static CUresult fGetErrorName(int r, const char **s) {
 }
 
 /* ---- cuGetProcAddress ---- */
+/* Contexts made elsewhere (cuCtxCreate, green contexts). */
+
+/* Stream capture and graphs. */
+
+/* Batched copies. */
+
+/* Fabric handles. */
+
 static const struct { const char *name; void *fn; } table[] = {
 	{"cuGetErrorName", (void *)fGetErrorName},
 	{"cuDeviceGet", (void *)fDeviceGet},
@@ -1378,6 +1386,10 @@ static const struct { const char *name; void *fn; } table[] = {
 	{"cuIpcGetMemHandle", (void *)fIpcGetMemHandle},
 	{"cuIpcOpenMemHandle", (void *)fIpcOpenMemHandle},
 	{"cuIpcCloseMemHandle", (void *)fIpcCloseMemHandle},
+	/* Contexts made elsewhere. */
+	/* Stream capture and graphs. */
+	/* Batched copies. */
+	/* Fabric handles. */
 };
 
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, u64 flags, int *status) {
