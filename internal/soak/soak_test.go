@@ -465,30 +465,61 @@ func checkPinned(p *resource.PinnedPool) error {
 	return p.Close()
 }
 
-// warmUp launches d's kernels once before the free-memory baseline is
-// read, so that whatever the driver sets aside for a context's first
-// launches is not counted against the soak. (On an H200 with driver 580
-// the first launches took no free memory; the end of a 60 s soak read
-// free memory 160 to 266 MiB below the start in three runs, after every
-// pool, sub-allocator and adaptor had reported nothing in use. What the
-// driver keeps is not established: the run creates and destroys several
-// hundred streams. freeSlack covers it; a real leak of buffers shows in
-// the pools' and adaptors' books, checked exactly.)
+// warmUp launches d's kernels before the free-memory baseline is read,
+// from as many goroutines and streams at once as the soak runs, so that
+// whatever the driver sets aside for a context's first launches and for
+// many concurrent streams is not counted against the soak. (On an H200
+// with driver 580 the first launches took no free memory, yet the end of
+// a 60 s soak read free memory 160 to 266 MiB below the start in three
+// runs, after every pool, sub-allocator and adaptor had reported nothing
+// in use, before this warm-up made its streams. The soak's other steps
+// log what they cost; freeSlack covers what is left, and a real leak of
+// buffers shows in the pools' and adaptors' books, checked exactly.)
 func warmUp(t *testing.T, d *cuda.Device, k *cudatest.Kernels) {
 	t.Helper()
-	s := cudatest.Stream(t, d)
-	p, err := d.MemAlloc(1 << 20)
+	const size = 1 << 20
+	p, err := d.MemAlloc(size)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer d.MemFree(p)
-	if err := k.Write(s, p, 1<<20, 1); err != nil {
+	s := cudatest.Stream(t, d)
+	if err := k.Write(s, p, size, 1); err != nil {
 		t.Fatal(err)
 	}
-	k.RequireCheck(t, s, p, 1<<20, 1)
-	if err := s.Sync(); err != nil {
+	k.RequireCheck(t, s, p, size, 1)
+	before, _, _ := d.MemInfo()
+	// Every goroutine of the soak has a stream of its own on each device
+	// and launches on it while the others do.
+	var wg sync.WaitGroup
+	errs := make(chan error, producers+consumers)
+	for range producers + consumers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, err := d.NewStream()
+			if err != nil {
+				errs <- err
+				return
+			}
+			if m, err := k.Check(st, p, size, 1); err != nil || m != 0 {
+				errs <- fmt.Errorf("warm-up check on a new stream: %d bytes differ, %v", m, err)
+			}
+			errs <- st.Close()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := d.Sync(); err != nil {
 		t.Fatal(err)
 	}
+	after, _, _ := d.MemInfo()
+	t.Logf("%v: %d streams launching at once took %d MiB of free memory", d, producers+consumers, (int64(before)-int64(after))>>20)
 }
 
 // freeAfter reads d's free memory, looking again for a few seconds while it
