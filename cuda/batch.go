@@ -108,8 +108,10 @@ func (d *Device) MemcpyBatchPath() MemcpyBatchPath {
 
 // BatchCopyError is a batched copy's failure that the driver, or a check
 // made before it, tied to one copy: Index is that copy's position in the
-// caller's slices. It unwraps to the cause, so errors.Is still matches the
-// driver's Result or the package's sentinel.
+// caller's slices. It comes wrapped in an *OpError naming the operation
+// ("cuMemcpyBatchAsync: copy 3 of 10: CUDA_ERROR_INVALID_VALUE ..."); find
+// it with errors.As. It unwraps to the cause, so errors.Is still matches
+// the driver's Result or the package's sentinel.
 type BatchCopyError struct {
 	Index int   // the copy's position in the batch
 	Count int   // copies in the batch
@@ -169,11 +171,12 @@ func (s *Stream) MemcpyBatchAsync(dsts, srcs []DevicePtr, sizes []uint64, attrs 
 			continue
 		}
 		nonEmpty++
-		if err := checkCopy(op, uint64(dsts[i]), uint64(srcs[i]), sizes[i]); err != nil {
-			return &BatchCopyError{Index: i, Count: n, Err: err}
-		}
-		if dsts[i] == 0 || srcs[i] == 0 {
-			return &BatchCopyError{Index: i, Count: n, Err: Errorf(op, ErrInvalidArgument, "null address (dst %#x, src %#x, %d bytes)", uint64(dsts[i]), uint64(srcs[i]), sizes[i])}
+		d, s, z := uint64(dsts[i]), uint64(srcs[i]), sizes[i]
+		switch {
+		case d == 0 || s == 0:
+			return BatchErrorf(op, i, n, ErrInvalidArgument, "null address (dst %#x, src %#x, %d bytes)", d, s, z)
+		case d+z < d || s+z < s:
+			return BatchErrorf(op, i, n, ErrInvalidArgument, "range wraps past 2^64 (dst %#x, src %#x, %d bytes)", d, s, z)
 		}
 	}
 	ctx, h, err := s.begin(op)
@@ -204,7 +207,7 @@ func (s *Stream) memcpyLoop(ctx, h uintptr, dsts, srcs []DevicePtr, sizes []uint
 			continue
 		}
 		if r := p.CallCtx(ctx, uintptr(dsts[i]), uintptr(srcs[i]), uintptr(sizes[i]), h); !ok(r) {
-			return &BatchCopyError{Index: i, Count: len(dsts), Err: fmt.Errorf("%w (dst %#x, src %#x, %d bytes)", fail(p, r), uint64(dsts[i]), uint64(srcs[i]), sizes[i])}
+			return batchFail(p, r, i, len(dsts), fmt.Sprintf("dst %#x, src %#x, %d bytes", uint64(dsts[i]), uint64(srcs[i]), sizes[i]))
 		}
 	}
 	return nil
@@ -293,7 +296,6 @@ func (s *Stream) memcpyBatch(ctx, h uintptr, path MemcpyBatchPath, b *batch, n i
 	if ok(r) {
 		return nil
 	}
-	err := fail(p, r)
 	// failIdx (CUDA 12.8 ABI) is the copy the error is about, or SIZE_MAX
 	// when it concerns the batch as a whole.
 	if failIdx < count {
@@ -301,9 +303,22 @@ func (s *Stream) memcpyBatch(ctx, h uintptr, path MemcpyBatchPath, b *batch, n i
 		if b.index != nil {
 			i = b.index[i]
 		}
-		return &BatchCopyError{Index: i, Count: n, Err: fmt.Errorf("%w (the driver's failIdx; dst %#x, src %#x, %d bytes)", err, uint64(b.dsts[failIdx]), uint64(b.srcs[failIdx]), b.sizes[failIdx])}
+		return batchFail(p, r, i, n, fmt.Sprintf("named by the driver's failIdx; dst %#x, src %#x, %d bytes", uint64(b.dsts[failIdx]), uint64(b.srcs[failIdx]), b.sizes[failIdx]))
 	}
-	return fmt.Errorf("%w (batch of %d copies, %d of them non-empty)", err, n, count)
+	return &OpError{Op: p.Name(), Err: fmt.Errorf("%w (a batch of %d copies, %d of them non-empty, on stream %#x)", fail(p, r).(*OpError).Err, n, count, h)}
+}
+
+// BatchErrorf returns an *OpError for op wrapping a *BatchCopyError for
+// copy i of n, whose cause wraps base with a formatted explanation (as
+// Errorf does). Package buffer uses it for its checks of a batch.
+func BatchErrorf(op string, i, n int, base error, format string, args ...any) error {
+	return &OpError{Op: op, Err: &BatchCopyError{Index: i, Count: n, Err: fmt.Errorf("%w: "+format, append([]any{base}, args...)...)}}
+}
+
+// batchFail is the error of driver result r from p for copy i of n.
+func batchFail(p *loader.Proc, r uintptr, i, n int, detail string) error {
+	cause := fail(p, r).(*OpError).Err
+	return &OpError{Op: p.Name(), Err: &BatchCopyError{Index: i, Count: n, Err: fmt.Errorf("%w (%s)", cause, detail)}}
 }
 
 // checkBatchAttrs checks attrs and attrIdxs against a batch of n copies
