@@ -119,10 +119,18 @@ type BatchCopyError struct {
 }
 
 func (e *BatchCopyError) Error() string {
+	if e == nil {
+		return "<nil>"
+	}
 	return fmt.Sprintf("copy %d of %d: %v", e.Index, e.Count, e.Err)
 }
 
-func (e *BatchCopyError) Unwrap() error { return e.Err }
+func (e *BatchCopyError) Unwrap() error {
+	if e == nil {
+		return nil
+	}
+	return e.Err
+}
 
 // legacyStream reports a handle cuMemcpyBatchAsync refuses: the legacy
 // default stream, as handle 0 or as CU_STREAM_LEGACY (0x1).
@@ -174,9 +182,9 @@ func (s *Stream) MemcpyBatchAsync(dsts, srcs []DevicePtr, sizes []uint64, attrs 
 		d, s, z := uint64(dsts[i]), uint64(srcs[i]), sizes[i]
 		switch {
 		case d == 0 || s == 0:
-			return BatchErrorf(op, i, n, ErrInvalidArgument, "null address (dst %#x, src %#x, %d bytes)", d, s, z)
+			return batchErrorf(op, i, n, ErrInvalidArgument, "null address (dst %#x, src %#x, %d bytes)", d, s, z)
 		case d+z < d || s+z < s:
-			return BatchErrorf(op, i, n, ErrInvalidArgument, "range wraps past 2^64 (dst %#x, src %#x, %d bytes)", d, s, z)
+			return batchErrorf(op, i, n, ErrInvalidArgument, "range wraps past 2^64 (dst %#x, src %#x, %d bytes)", d, s, z)
 		}
 	}
 	ctx, h, err := s.begin(op)
@@ -308,10 +316,10 @@ func (s *Stream) memcpyBatch(ctx, h uintptr, path MemcpyBatchPath, b *batch, n i
 	return &OpError{Op: p.Name(), Err: fmt.Errorf("%w (a batch of %d copies, %d of them non-empty, on stream %#x)", fail(p, r).(*OpError).Err, n, count, h)}
 }
 
-// BatchErrorf returns an *OpError for op wrapping a *BatchCopyError for
+// batchErrorf returns an *OpError for op wrapping a *BatchCopyError for
 // copy i of n, whose cause wraps base with a formatted explanation (as
-// Errorf does). Package buffer uses it for its checks of a batch.
-func BatchErrorf(op string, i, n int, base error, format string, args ...any) error {
+// Errorf does).
+func batchErrorf(op string, i, n int, base error, format string, args ...any) error {
 	return &OpError{Op: op, Err: &BatchCopyError{Index: i, Count: n, Err: fmt.Errorf("%w: "+format, append([]any{base}, args...)...)}}
 }
 
