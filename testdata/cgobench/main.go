@@ -39,32 +39,25 @@
 // i.e. 1e9 B/s) is given for copies and fills only. The measurements:
 //
 //   - trivial/c, trivial/cgo: one cuDriverGetVersion per iteration.
-//
 //   - poolpair/{c,cgo}/{256B,1MiB,64MiB}: cuMemAllocFromPoolAsync +
 //     cuMemFreeAsync on the device's default pool (release threshold set to
 //     UINT64_MAX) on a non-blocking stream; warmed up first, and the final
 //     cuStreamSynchronize is inside the timed span.
-//
 //   - copy/htod_pinned, copy/dtoh_pinned: cuMemcpy{HtoD,DtoH}Async_v2 of
 //     256 MiB to/from cuMemAllocHost memory on the stream.
-//
 //   - copy/dtod: cuMemcpyDtoDAsync_v2 of 256 MiB; fill/d32: cuMemsetD32Async
 //     over 256 MiB.
-//
 //   - copy/htod_pageable, copy/dtoh_pageable: synchronous cuMemcpy{HtoD,DtoH}_v2
 //     of 256 MiB to/from malloc'd memory.
-//
 //   - poolpair/hostpool/c/1MiB: the pool pair on a pinned host pool
 //     (cuMemPoolCreate with a CU_MEM_LOCATION_TYPE_HOST location, release
 //     threshold UINT64_MAX); skipped where the driver has no host pools.
-//
 //   - ipc/pool_create_export/c: per iteration cuMemPoolCreate (POSIX-fd
 //     handle type, device location), release threshold, export to an fd,
 //     allocate 1 MiB, cuStreamSynchronize, cuMemPoolExportPointer,
 //     cuMemFreeAsync, close the fd, cuCtxSynchronize, cuMemPoolDestroy:
 //     the driver calls cudamem's NewDevicePool(IPC) + ExportPool +
 //     Allocate + ExportBuffer + three Closes make.
-//
 //   - ipc/child_import/c and ipc/child_init/c: the program re-executes
 //     itself (hidden first argument -ipc-child) once per iteration with an
 //     exported pool's fd as fd 3 (exec.Cmd.ExtraFiles) and a 1 MiB
@@ -74,7 +67,6 @@
 //     primary context current (child_init, timed from the child's main);
 //     it reads the first 4 bytes back with cuMemcpyDtoH and the parent
 //     checks them.
-//
 //   - vmm/allocfree/c/{2MiB,64MiB,1GiB,16GiB}: cuMemAddressReserve
 //     (aligned to the granularity), cuMemCreate (pinned device memory,
 //     POSIX-fd handle type), cuMemMap, cuMemSetAccess (read-write), then
@@ -82,19 +74,16 @@
 //     waits for the buffer's stream), cuMemUnmap, cuMemRelease,
 //     cuMemAddressFree. Sizes that do not fit in free device memory (with
 //     1 GiB to spare) are skipped.
-//
 //   - vmm/growstep/c/toSIZE/first16 and .../last16: one reservation of
 //     -grow-to bytes filled by 2 MiB chunks (cuMemCreate + cuMemMap +
 //     cuMemSetAccess each; the first chunk untimed), reporting the time
 //     per step of the first 16 and of the last 16 steps.
-//
 //   - poolpair/mt/c/{1,4,16,64}/{own,shared}: the 256 B pool pair from
 //     that many pthreads (20,000, 20,000, 8,000 and 2,000 pairs each), each
 //     on a stream of its own or all on one, on the default pool, as
 //     ../shared/anchors/mt_anchor.c; the threads start together at a
 //     barrier and ns_per_op is the wall time until the last is joined,
 //     per pair of all threads (1e9/ns_per_op is pairs per second).
-//
 //   - batch/{htod,dtod}/{c_batched,c_loop}: 10,000 copies of 4 KiB per
 //     iteration, block i of a pinned (htod) or device (dtod) source to
 //     block i*7919 mod 10,000 of a device destination, on the stream:
