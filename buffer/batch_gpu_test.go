@@ -14,7 +14,8 @@ import (
 
 // GPU tests of CopyBatch (they skip without a GPU, and fail instead with
 // CUDAMEM_REQUIRE_GPU=1): TestGPUCopyBatchPath, TestGPUCopyBatchHtoD,
-// TestGPUCopyBatchDtoD, TestGPUCopyBatchKinds.
+// TestGPUCopyBatchDtoD, TestGPUCopyBatchKinds, TestGPUCopyBatchWrongDevice
+// (2 GPUs).
 
 // batchModes are the paths and streams every data test runs on: the
 // driver's batched call (or its loop on drivers before 12.8) and the
@@ -189,4 +190,27 @@ func TestGPUCopyBatchKinds(t *testing.T) {
 		}))
 		requireHost(t, mg, s, cudatest.Pattern(size, 1))
 	})
+}
+
+// TestGPUCopyBatchWrongDevice (2 GPUs): a buffer of the other device is
+// refused before anything is submitted, and the batch names it.
+func TestGPUCopyBatchWrongDevice(t *testing.T) {
+	ds := cudatest.Devices(t, 2)
+	s0 := cudatest.Stream(t, ds[0])
+	a := alloc(t, newResource(t, "device", ds[0]), 4096, s0)
+	b := alloc(t, newResource(t, "device", ds[1]), 4096, nil)
+	c := alloc(t, newResource(t, "device", ds[0]), 4096, s0)
+	require.NoError(t, c.Fill8(0x11, s0))
+	require.NoError(t, a.Fill8(0x22, s0))
+	err := buffer.CopyBatch(s0, []buffer.Copy{{Dst: c, Src: a, Size: 4096}, {Dst: c, Src: b, Size: 16}})
+	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
+	var be *cuda.BatchCopyError
+	require.ErrorAs(t, err, &be)
+	assert.Equal(t, 1, be.Index)
+	assert.Contains(t, err.Error(), "is on GPU 1, the stream on GPU 0")
+	want := make([]byte, 4096)
+	for i := range want {
+		want[i] = 0x11
+	}
+	requireHost(t, c, s0, want) // the valid first copy was not submitted either
 }
