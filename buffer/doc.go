@@ -78,6 +78,15 @@
 // of it. A size mismatch is an error matching [cuda.ErrInvalidArgument]
 // that names both sizes.
 //
+// [CopyBatch] submits many copies between buffers (any ranges of them:
+// [Copy] has offsets and a size) as one batch: one cuMemcpyBatchAsync on
+// CUDA 12.8 and later drivers, which for thousands of small copies costs
+// a fraction of a call each; a loop of cuMemcpyAsync on older drivers and
+// on the legacy default stream, chosen when the driver is loaded (see
+// [cuda.Device.MemcpyBatchPath]). The whole batch is checked, and every
+// buffer held open, before anything is submitted; an error names the copy
+// at fault ([cuda.BatchCopyError]).
+//
 // Go slices live in pageable memory, which the DMA engines cannot read
 // directly. Copies of 4 MiB or more between a Go slice and device memory
 // are staged through a small pool of pinned host memory (32 MiB, allocated

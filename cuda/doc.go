@@ -13,7 +13,11 @@
 // The driver is loaded on first use, once per process (see package loader
 // for the search order and the CUDAMEM_DRIVER override). Without a driver,
 // calls return an error matching [ErrNoDriver] that lists every path tried.
-// Entry points an older driver lacks report [ErrNotSupported].
+// Entry points an older driver lacks report [ErrNotSupported]. Where a
+// feature has a fallback, the choice is made at load, not by trying the
+// call: [Stream.MemcpyBatchAsync] uses cuMemcpyBatchAsync_v2 (CUDA 13.0),
+// its CUDA 12.8 ABI, or a loop of cuMemcpyAsync, whichever the driver
+// offers first ([Device.MemcpyBatchPath]).
 //
 // # Contexts and goroutines
 //

@@ -217,6 +217,13 @@ type Driver struct {
 	// Stream capture and graphs.
 
 	// Batched copies.
+	//
+	// cuMemcpyBatchAsync changed ABI at CUDA 13.0: 12.8 and 12.9 take a
+	// size_t *failIdx before the stream; 13.0 (cuMemcpyBatchAsync_v2)
+	// dropped it. Both are resolved (a 13.x driver gives both); package
+	// cuda picks one, or its loop of cuMemcpyAsync, once per driver.
+	MemcpyBatchAsync, // the CUDA 13.0 ABI: no failIdx
+	MemcpyBatchAsyncV1 Proc // the CUDA 12.8 ABI: with failIdx
 
 	// Fabric handles.
 }
@@ -352,6 +359,8 @@ func (d *Driver) symbols() []symbol {
 		// Stream capture and graphs.
 
 		// Batched copies.
+		{p: &d.MemcpyBatchAsync, name: "cuMemcpyBatchAsync", ver: 13000, since: 13000, dlsym: "cuMemcpyBatchAsync_v2"},
+		{p: &d.MemcpyBatchAsyncV1, name: "cuMemcpyBatchAsync", ver: 12080, since: 12080, dlsym: "cuMemcpyBatchAsync"},
 
 		// Fabric handles.
 	}

@@ -471,6 +471,7 @@ func measurements(e *benchEnv) ([]measurement, error) {
 	ms = append(ms, ipcMeasurements(e)...)
 	ms = append(ms, vmmMeasurements(e)...)
 	ms = append(ms, mtMeasurements(e)...)
+	ms = append(ms, batchMeasurements(e)...)
 	return ms, nil
 }
 

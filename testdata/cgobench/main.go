@@ -84,6 +84,15 @@
 //     ../shared/anchors/mt_anchor.c; the threads start together at a
 //     barrier and ns_per_op is the wall time until the last is joined,
 //     per pair of all threads (1e9/ns_per_op is pairs per second).
+//   - batch/{htod,dtod}/{c_batched,c_loop}: 10,000 copies of 4 KiB per
+//     iteration, block i of a pinned (htod) or device (dtod) source to
+//     block i*7919 mod 10,000 of a device destination, on the stream:
+//     c_batched as one cuMemcpyBatchAsync_v2 (cuMemcpyBatchAsync, the CUDA
+//     12.8 ABI, on 12.8 and 12.9 drivers; skipped before 12.8) with one
+//     stream-ordered attribute, c_loop as one cuMemcpyAsync per copy.
+//     ns_per_op is per copy (1e9/ns_per_op is copies per second); the
+//     stream is synchronized once, after the last iteration, inside the
+//     timed span, after one untimed batch.
 //
 // Copies and fills end with cuStreamSynchronize and cuCtxSynchronize inside
 // the timed span, after one untimed warm-up operation. The IPC, VMM and
@@ -756,6 +765,135 @@ static CUresult cb_hostpool_teardown(void) {
 	return 0;
 }
 
+// ---- batched copies: 10,000 copies of 4 KiB (cudamem's BenchmarkCopyBatch) ----
+
+// CUmemcpyAttributes: the access order, two CUmemLocation hints, flags.
+typedef struct {
+	int srcAccessOrder;
+	CBmemLocation srcLocHint;
+	CBmemLocation dstLocHint;
+	unsigned int flags;
+} CBmemcpyAttributes;
+
+enum {
+	CB_BATCH_N = 10000,
+	CB_BATCH_BLOCK = 4096,
+	CB_MEMCPY_SRC_ACCESS_ORDER_STREAM = 1, // CU_MEMCPY_SRC_ACCESS_ORDER_STREAM
+};
+
+static CUresult (*cb_cuMemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+// cuMemcpyBatchAsync_v2 (CUDA 13.0) and the CUDA 12.8 ABI, with failIdx.
+static CUresult (*cb_cuMemcpyBatchAsync_v2)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t,
+	CBmemcpyAttributes *, size_t *, size_t, CUstream);
+static CUresult (*cb_cuMemcpyBatchAsync_v1)(CUdeviceptr *, CUdeviceptr *, size_t *, size_t,
+	CBmemcpyAttributes *, size_t *, size_t, size_t *, CUstream);
+static const char *cb_batch_missing; // why there is no batched call, or NULL
+
+static CUdeviceptr cb_b_dst, cb_b_dsrc;
+static void *cb_b_hsrc;
+static CUdeviceptr cb_b_dsts[CB_BATCH_N], cb_b_srcs[2][CB_BATCH_N];
+static size_t cb_b_sizes[CB_BATCH_N];
+static CBmemcpyAttributes cb_b_attrs[2];
+static size_t cb_b_attr_idx[1];
+
+// cb_batch_setup resolves the entry points (the batched one is optional),
+// allocates a pinned and a device source and a device destination, and
+// lays out the copies as BenchmarkCopyBatch does: block i of the source to
+// block i*7919 mod 10,000 of the destination.
+static CUresult cb_batch_setup(void) {
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+	if (h == NULL) {
+		cb_failed = "dlopen libcuda.so.1";
+		return 999;
+	}
+	cb_cuMemcpyAsync = dlsym(h, "cuMemcpyAsync");
+	if (cb_cuMemcpyAsync == NULL) {
+		cb_failed = "dlsym cuMemcpyAsync";
+		return 999;
+	}
+	cb_cuMemcpyBatchAsync_v2 = dlsym(h, "cuMemcpyBatchAsync_v2");
+	if (cb_cuMemcpyBatchAsync_v2 == NULL) {
+		cb_cuMemcpyBatchAsync_v1 = dlsym(h, "cuMemcpyBatchAsync");
+	}
+	if (cb_cuMemcpyBatchAsync_v2 == NULL && cb_cuMemcpyBatchAsync_v1 == NULL) {
+		cb_batch_missing = "the driver has no cuMemcpyBatchAsync (CUDA 12.8 and later)";
+	}
+	size_t bytes = (size_t)CB_BATCH_N * CB_BATCH_BLOCK;
+	CB_CK("cuMemAlloc_v2", cb_cuMemAlloc(&cb_b_dst, bytes));
+	CB_CK("cuMemAlloc_v2", cb_cuMemAlloc(&cb_b_dsrc, bytes));
+	CB_CK("cuMemAllocHost_v2", cb_cuMemAllocHost(&cb_b_hsrc, bytes));
+	memset(cb_b_hsrc, 3, bytes);
+	CB_CK("cuMemsetD32Async", cb_cuMemsetD32Async(cb_b_dsrc, 5, bytes / 4, cb_stream));
+	CB_CK("cuStreamSynchronize", cb_cuStreamSynchronize(cb_stream));
+	for (size_t i = 0; i < CB_BATCH_N; i++) {
+		size_t j = i * 7919 % CB_BATCH_N;
+		cb_b_dsts[i] = cb_b_dst + j * CB_BATCH_BLOCK;
+		cb_b_srcs[0][i] = (CUdeviceptr)(uintptr_t)cb_b_hsrc + i * CB_BATCH_BLOCK;
+		cb_b_srcs[1][i] = cb_b_dsrc + i * CB_BATCH_BLOCK;
+		cb_b_sizes[i] = CB_BATCH_BLOCK;
+	}
+	// One attribute for the whole batch, as cudamem's CopyBatch gives
+	// (stream order; the source is the host or the device, the
+	// destination the device).
+	for (int k = 0; k < 2; k++) {
+		memset(&cb_b_attrs[k], 0, sizeof cb_b_attrs[k]);
+		cb_b_attrs[k].srcAccessOrder = CB_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+		cb_b_attrs[k].srcLocHint.type = k == 0 ? CB_MEM_LOCATION_TYPE_HOST : CB_MEM_LOCATION_TYPE_DEVICE;
+		cb_b_attrs[k].srcLocHint.id = k == 0 ? 0 : cb_dev;
+		cb_b_attrs[k].dstLocHint.type = CB_MEM_LOCATION_TYPE_DEVICE;
+		cb_b_attrs[k].dstLocHint.id = cb_dev;
+	}
+	cb_b_attr_idx[0] = 0;
+	return 0;
+}
+
+static CUresult cb_batch_once(int dtod, int batched) {
+	CUdeviceptr *srcs = cb_b_srcs[dtod ? 1 : 0];
+	if (!batched) {
+		for (size_t i = 0; i < CB_BATCH_N; i++) {
+			CB_CK("cuMemcpyAsync", cb_cuMemcpyAsync(cb_b_dsts[i], srcs[i], cb_b_sizes[i], cb_stream));
+		}
+		return 0;
+	}
+	CBmemcpyAttributes *a = &cb_b_attrs[dtod ? 1 : 0];
+	if (cb_cuMemcpyBatchAsync_v2 != NULL) {
+		CB_CK("cuMemcpyBatchAsync_v2", cb_cuMemcpyBatchAsync_v2(cb_b_dsts, srcs, cb_b_sizes, CB_BATCH_N, a, cb_b_attr_idx, 1, cb_stream));
+	} else {
+		size_t fail_idx;
+		CB_CK("cuMemcpyBatchAsync", cb_cuMemcpyBatchAsync_v1(cb_b_dsts, srcs, cb_b_sizes, CB_BATCH_N, a, cb_b_attr_idx, 1, &fail_idx, cb_stream));
+	}
+	return 0;
+}
+
+// cb_batch_run times n batches of 10,000 copies (one untimed first), the
+// stream synchronized once after the last inside the timed span.
+static CUresult cb_batch_run(int dtod, int batched, long long n, double *ns) {
+	CUresult r = cb_batch_once(dtod, batched);
+	if (r != 0) {
+		return r;
+	}
+	CB_CK("cuStreamSynchronize", cb_cuStreamSynchronize(cb_stream));
+	double t0 = cb_now();
+	for (long long i = 0; i < n; i++) {
+		if ((r = cb_batch_once(dtod, batched)) != 0) {
+			return r;
+		}
+	}
+	CB_CK("cuStreamSynchronize", cb_cuStreamSynchronize(cb_stream));
+	*ns = cb_now() - t0;
+	return 0;
+}
+
+static CUresult cb_batch_teardown(void) {
+	CB_CK("cuStreamSynchronize", cb_cuStreamSynchronize(cb_stream));
+	CB_CK("cuMemFree_v2", cb_cuMemFree(cb_b_dst));
+	CB_CK("cuMemFree_v2", cb_cuMemFree(cb_b_dsrc));
+	CB_CK("cuMemFreeHost", cb_cuMemFreeHost(cb_b_hsrc));
+	return 0;
+}
+
+static const char *cb_get_batch_missing(void) { return cb_batch_missing; }
+
 static const char *cb_failed_call(void) { return cb_failed; }
 static CUmemoryPool cb_get_pool(void) { return cb_pool; }
 static CUstream cb_get_stream(void) { return cb_stream; }
@@ -843,6 +981,7 @@ const (
 	needVMM      = "vmm"
 	needMT       = "mt"
 	needHostPool = "hostpool"
+	needBatch    = "batch"
 )
 
 func fail(call string, r C.CUresult) {
@@ -936,6 +1075,10 @@ func main() {
 		checkC(C.cb_mt_setup())
 		teardown = append(teardown, func() { checkC(C.cb_mt_teardown()) })
 	}
+	if needs[needBatch] {
+		checkC(C.cb_batch_setup())
+		teardown = append(teardown, func() { checkC(C.cb_batch_teardown()) })
+	}
 	if needs[needHostPool] {
 		if r := C.cb_hostpool_setup(); r != 0 {
 			hostPoolErr = fmt.Sprintf("%s: %s", C.GoString(C.cb_failed_call()), C.GoString(C.cb_error_name(r)))
@@ -1000,6 +1143,13 @@ func sizeLabel(n uint64) string {
 	}
 	return fmt.Sprintf("%dB", n)
 }
+
+// batchCopies copies of batchBlock bytes make one batch/* iteration, as in
+// cudamem's BenchmarkCopyBatch.
+const (
+	batchCopies = 10_000
+	batchBlock  = 4 << 10
+)
 
 // mtCounts are the thread counts and the pairs each thread makes per run,
 // as in cudamem bench's suballoc/mt table.
@@ -1083,6 +1233,31 @@ func measurements() []measurement {
 			}
 			return first, last
 		}})
+	for _, dir := range []string{"htod", "dtod"} {
+		for _, mode := range []string{"c_batched", "c_loop"} {
+			dtod, batched := C.int(0), C.int(0)
+			if dir == "dtod" {
+				dtod = 1
+			}
+			var skip func() string
+			if mode == "c_batched" {
+				batched = 1
+				skip = func() string {
+					if m := C.cb_get_batch_missing(); m != nil {
+						return C.GoString(m)
+					}
+					return ""
+				}
+			}
+			ms = append(ms, measurement{name: "batch/" + dir + "/" + mode, iters: 20, perIter: batchCopies,
+				bytes: batchCopies * batchBlock, context: true, needs: needBatch, skip: skip,
+				run: noSide(func(n int64) float64 {
+					var ns C.double
+					checkC(C.cb_batch_run(dtod, batched, C.longlong(n), &ns))
+					return float64(ns)
+				})})
+		}
+	}
 	for _, mode := range []string{"own", "shared"} {
 		shared := C.int(0)
 		if mode == "shared" {

@@ -1291,6 +1291,61 @@ static CUresult fGetErrorName(int r, const char **s) {
 /* Stream capture and graphs. */
 
 /* Batched copies. */
+/* cuMemcpyBatchAsync at both ABIs: CUDA 12.8's with size_t *failIdx before
+   the stream, 13.0's (_v2) without. cuGetProcAddress hands out the one
+   the requested version names (batch_proc). Strict: the legacy default
+   stream, empty batches, copies of 0 bytes, null or out-of-range operands
+   and malformed attributes are errors, and the whole batch is checked
+   before any byte moves. */
+typedef struct { int order; loc_t src_hint, dst_hint; unsigned flags; } memcpy_attr_t;
+static long long batch_calls[2]; /* [0]: 12.8 ABI, [1]: 13.0 ABI; successful calls */
+long long fakecuda_batch_calls(int abi) {
+	LOCK();
+	long long v = abi == 0 || abi == 1 ? batch_calls[abi] : -1;
+	UNLOCK();
+	return v;
+}
+static CUresult batch_copy(u64 *dsts, u64 *srcs, size_t *sizes, size_t count, const memcpy_attr_t *attrs,
+			   size_t *idxs, size_t na, size_t *fail_idx, void *s, int abi) {
+	if (fail_idx) *fail_idx = (size_t)-1;
+	LOCK();
+	NEED_CTX();
+	if (s == 0 || s == (void *)1) RET(E_INVALID_VALUE); /* "must not be legacy NULL stream" */
+	NEED_STREAM(s);
+	if (!dsts || !srcs || !sizes || !count || !attrs || !idxs || !na || na > count) RET(E_INVALID_VALUE);
+	for (size_t k = 0; k < na; k++) {
+		if ((k == 0 && idxs[0] != 0) || (k > 0 && idxs[k] <= idxs[k - 1]) || idxs[k] >= count) RET(E_INVALID_VALUE);
+		if (attrs[k].order < 1 || attrs[k].order > 3 || attrs[k].flags > 1) RET(E_INVALID_VALUE);
+	}
+	for (size_t i = 0; i < count; i++) {
+		CUresult r = OK;
+		if (!sizes[i] || !dsts[i] || !srcs[i]) r = E_INVALID_VALUE;
+		if (!r) r = any_range(dsts[i], sizes[i], 1);
+		if (!r) r = any_range(srcs[i], sizes[i], 0);
+		if (r) {
+			if (fail_idx) *fail_idx = i;
+			RET(r);
+		}
+	}
+	for (size_t i = 0; i < count; i++) memmove((void *)dsts[i], (void *)srcs[i], sizes[i]);
+	batch_calls[abi]++;
+	RET(OK);
+}
+static CUresult fMemcpyBatchAsync_v1(u64 *d, u64 *s, size_t *n, size_t count, const memcpy_attr_t *a, size_t *ai,
+				     size_t na, size_t *fail_idx, void *st) {
+	return batch_copy(d, s, n, count, a, ai, na, fail_idx, st, 0);
+}
+static CUresult fMemcpyBatchAsync_v2(u64 *d, u64 *s, size_t *n, size_t count, const memcpy_attr_t *a, size_t *ai,
+				     size_t na, void *st) {
+	return batch_copy(d, s, n, count, a, ai, na, 0, st, 1);
+}
+/* batch_proc: the entry point cuGetProcAddress gives for "cuMemcpyBatchAsync"
+   at version ver (none before 12.8). */
+static void *batch_proc(int ver) {
+	if (ver >= 13000) return (void *)fMemcpyBatchAsync_v2;
+	if (ver >= 12080) return (void *)fMemcpyBatchAsync_v1;
+	return 0;
+}
 
 /* Fabric handles. */
 
@@ -1405,7 +1460,9 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, u64 flags, in
 		if (status) *status = 1;
 		return OK;
 	}
-	for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+	/* Batched copies: the ABI depends on the version asked for. */
+	if (!strcmp(sym, "cuMemcpyBatchAsync")) *pfn = batch_proc(ver);
+	for (size_t i = 0; i < sizeof table / sizeof table[0] && !*pfn; i++)
 		if (!strcmp(sym, table[i].name)) { *pfn = table[i].fn; break; }
 	if (status) *status = *pfn ? 0 : 1;
 	return OK;

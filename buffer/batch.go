@@ -1,0 +1,240 @@
+package buffer
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// Copy is one copy of a batch ([CopyBatch]): Size bytes from Src at
+// SrcOffset to Dst at DstOffset. Offsets are relative to each buffer (a
+// view's offset 0 is the view's first byte).
+type Copy struct {
+	Dst, Src             *Buffer
+	DstOffset, SrcOffset uint64
+	Size                 uint64
+}
+
+// CopyBatch submits copies as one batch ordered on s: the batch starts
+// after the work already submitted to s, and the copies within it run in
+// no particular order, so none may depend on another (a destination range
+// another copy reads or writes gives undefined results). Where the driver
+// has cuMemcpyBatchAsync (CUDA 12.8 and later) the batch is one driver
+// call, which for many small copies costs far less than a call each;
+// otherwise, and on the legacy default stream (which cuMemcpyBatchAsync
+// does not accept), it is a loop of cuMemcpyAsync with the same results
+// (see [cuda.Stream.MemcpyBatchAsync] and [cuda.Device.MemcpyBatchPath]).
+// Like every copy here it is asynchronous: synchronize s before the CPU
+// reads a destination.
+//
+// A nil s means the stream copies[0].Dst would use for a copy of its own:
+// its allocation stream, else its device's legacy default stream. Every
+// buffer must be memory the stream's device can reach: that device's
+// memory, pinned host memory, or managed memory; memory of another device
+// is refused (copy it with [Buffer.CopyTo], which uses cuMemcpyPeerAsync),
+// and so is memory no device can reach. Host-to-device batches go from
+// pinned (or managed) buffers: Go slices have no Buffer, and copying them
+// is [CopyFromHost]'s job.
+//
+// Every copy is checked before anything is submitted, and if one is bad
+// nothing is: a nil, zero or closed buffer, a range past a buffer's end
+// (overflow included), a source and destination that overlap within one
+// allocation, a buffer on the wrong device, or a zero stream. The error
+// matches [cuda.ErrInvalidArgument] or [cuda.ErrClosed] and carries a
+// [*cuda.BatchCopyError] naming the copy (find it with errors.As) and the
+// values at fault. A copy of 0 bytes is checked like any other, then
+// skipped; no copies at all is a no-op. A failure in the driver that it
+// ties to one copy (its failIdx on CUDA 12.8 and 12.9, or the loop's
+// failing call) names that copy the same way; a failed batch may have
+// submitted some of its copies, leaving the destinations' contents
+// unspecified.
+//
+// Every buffer is held open for the submission, as a single copy holds
+// its two: no hold waits, so batches sharing buffers (in any order, the
+// same buffer many times over) never deadlock with each other or with
+// Close, and a buffer whose Close is under way makes the batch fail, with
+// nothing submitted, with an error matching cuda.ErrClosed. As for any
+// stream-ordered use, close a buffer only once the batch has finished or
+// on a stream ordered after it.
+//
+// The copies read their sources in stream order
+// ([cuda.MemcpySrcAccessOrderStream]): a source may still be written by
+// work submitted earlier to s. Each copy tells the driver where its
+// operands live (the device, or the host for pinned memory; managed
+// memory is described by its resource's device), which the driver uses
+// for managed memory and ignores for the rest; consecutive copies that
+// agree share one attribute entry.
+func CopyBatch(s *cuda.Stream, copies []Copy) error {
+	const op = "CopyBatch"
+	if err := checkStream(op, s); err != nil {
+		return err
+	}
+	n := len(copies)
+	if n == 0 {
+		return nil
+	}
+	for i := range copies {
+		c := &copies[i]
+		switch {
+		case c.Dst == nil || c.Src == nil:
+			return batchErrorf(op, i, n, cuda.ErrInvalidArgument, "nil buffer (dst %v, src %v)", c.Dst, c.Src)
+		case c.Dst.st == nil || c.Src.st == nil:
+			return batchErrorf(op, i, n, cuda.ErrInvalidArgument, "zero Buffer (dst %v, src %v; buffers come from a MemoryResource, Owned or FromPointer)", c.Dst, c.Src)
+		}
+	}
+
+	// Hold every buffer open: acquire never waits, so the order and any
+	// repeats do not matter (see state).
+	held := 0
+	defer func() {
+		for i := held - 1; i >= 0; i-- {
+			copies[i/2].side(i % 2).release()
+		}
+	}()
+	sc := getScratch(n)
+	defer putScratch(sc)
+	for i := range copies {
+		c := &copies[i]
+		dp, err := c.Dst.acquire(op)
+		if err != nil {
+			return batchWrap(err, i, n, "destination", c.Dst)
+		}
+		held++
+		sp, err := c.Src.acquire(op)
+		if err != nil {
+			return batchWrap(err, i, n, "source", c.Src)
+		}
+		held++
+		if err := c.checkRange(op, i, n); err != nil {
+			return err
+		}
+		sc.dsts[i] = dp + cuda.DevicePtr(c.DstOffset)
+		sc.srcs[i] = sp + cuda.DevicePtr(c.SrcOffset)
+		sc.sizes[i] = c.Size
+	}
+
+	if s == nil {
+		var err error
+		if s, err = copies[0].Dst.streamFor(op, nil); err != nil {
+			return err
+		}
+	}
+	dev := s.Device().Ordinal()
+	var last cuda.MemcpyAttributes
+	for i := range copies {
+		c := &copies[i]
+		dl, err := batchLoc(op, c.Dst, dev, i, n, "destination")
+		if err != nil {
+			return err
+		}
+		sl, err := batchLoc(op, c.Src, dev, i, n, "source")
+		if err != nil {
+			return err
+		}
+		a := cuda.MemcpyAttributes{SrcAccessOrder: cuda.MemcpySrcAccessOrderStream, SrcLocHint: sl, DstLocHint: dl}
+		if i == 0 || a != last {
+			sc.attrs = append(sc.attrs, a)
+			sc.idxs = append(sc.idxs, uint64(i))
+			last = a
+		}
+	}
+	return s.MemcpyBatchAsync(sc.dsts, sc.srcs, sc.sizes, sc.attrs, sc.idxs)
+}
+
+// side is the copy's destination (0) or source (1), for releasing holds
+// in the order they were taken.
+func (c *Copy) side(i int) *Buffer {
+	if i == 0 {
+		return c.Dst
+	}
+	return c.Src
+}
+
+// checkRange checks the copy's two ranges against its buffers, and that
+// they do not overlap within one allocation.
+func (c *Copy) checkRange(op string, i, n int) error {
+	if c.DstOffset > c.Dst.size || c.Size > c.Dst.size-c.DstOffset {
+		return batchErrorf(op, i, n, cuda.ErrInvalidArgument, "destination range [%d, %d+%d) is past the end of the %d-byte buffer", c.DstOffset, c.DstOffset, c.Size, c.Dst.size)
+	}
+	if c.SrcOffset > c.Src.size || c.Size > c.Src.size-c.SrcOffset {
+		return batchErrorf(op, i, n, cuda.ErrInvalidArgument, "source range [%d, %d+%d) is past the end of the %d-byte buffer", c.SrcOffset, c.SrcOffset, c.Size, c.Src.size)
+	}
+	if c.Size > 0 && c.Src.st == c.Dst.st {
+		so, do := c.Src.off+c.SrcOffset, c.Dst.off+c.DstOffset
+		if so < do+c.Size && do < so+c.Size {
+			return batchErrorf(op, i, n, cuda.ErrInvalidArgument, "source and destination overlap (offsets %d and %d in one allocation, %d bytes)", so, do, c.Size)
+		}
+	}
+	return nil
+}
+
+// batchLoc checks that the stream's device (ordinal dev) can reach b's
+// memory and returns the location to tell the driver.
+func batchLoc(op string, b *Buffer, dev, i, n int, what string) (cuda.MemLocation, error) {
+	p := b.props()
+	switch {
+	case !p.devAcc:
+		return cuda.MemLocation{}, batchErrorf(op, i, n, cuda.ErrInvalidArgument, "the %s %v is memory no device can reach", what, b)
+	case p.device >= 0 && p.device != dev:
+		return cuda.MemLocation{}, batchErrorf(op, i, n, cuda.ErrInvalidArgument, "the %s %v is on GPU %d, the stream on GPU %d (copy between devices with Buffer.CopyTo)", what, b, p.device, dev)
+	case p.device < 0:
+		return cuda.MemLocation{Type: cuda.MemLocationTypeHost}, nil
+	}
+	return cuda.MemLocation{Type: cuda.MemLocationTypeDevice, ID: int32(p.device)}, nil
+}
+
+// batchErrorf is the error for copy i of n of a batch: an *OpError for op
+// wrapping a *cuda.BatchCopyError whose cause wraps base with a formatted
+// explanation (as cuda.Errorf does).
+func batchErrorf(op string, i, n int, base error, format string, args ...any) error {
+	return &cuda.OpError{Op: op, Err: &cuda.BatchCopyError{Index: i, Count: n, Err: fmt.Errorf("%w: "+format, append([]any{base}, args...)...)}}
+}
+
+// batchWrap names copy i's side in an error from acquire.
+func batchWrap(err error, i, n int, what string, b *Buffer) error {
+	oe, ok := err.(*cuda.OpError)
+	if !ok {
+		return err
+	}
+	return &cuda.OpError{Op: oe.Op, Err: &cuda.BatchCopyError{Index: i, Count: n, Err: &sideError{what + " " + b.String(), oe.Err}}}
+}
+
+type sideError struct {
+	what string
+	err  error
+}
+
+func (e *sideError) Error() string { return "the " + e.what + ": " + e.err.Error() }
+func (e *sideError) Unwrap() error { return e.err }
+
+// scratch holds a batch's arrays in the driver's layout between calls, so
+// that batches of thousands of copies do not allocate each time.
+type scratch struct {
+	dsts, srcs []cuda.DevicePtr
+	sizes      []uint64
+	attrs      []cuda.MemcpyAttributes
+	idxs       []uint64
+}
+
+var scratchPool sync.Pool
+
+// maxPooled is the largest batch whose arrays go back to the pool; the
+// arrays of larger ones are left to the collector.
+const maxPooled = 1 << 16
+
+func getScratch(n int) *scratch {
+	sc, _ := scratchPool.Get().(*scratch)
+	if sc == nil || cap(sc.dsts) < n {
+		sc = &scratch{dsts: make([]cuda.DevicePtr, n), srcs: make([]cuda.DevicePtr, n), sizes: make([]uint64, n)}
+	}
+	sc.dsts, sc.srcs, sc.sizes = sc.dsts[:n], sc.srcs[:n], sc.sizes[:n]
+	sc.attrs, sc.idxs = sc.attrs[:0], sc.idxs[:0]
+	return sc
+}
+
+func putScratch(sc *scratch) {
+	if cap(sc.dsts) <= maxPooled {
+		scratchPool.Put(sc)
+	}
+}

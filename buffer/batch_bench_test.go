@@ -1,0 +1,122 @@
+package buffer_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/cudatest"
+)
+
+// Benchmarks of batched copies: 10,000 copies of 4 KiB, host to device
+// from pinned memory and device to device, each 4 KiB block of the source
+// to a scattered block of the destination. One iteration submits the
+// 10,000 copies; the stream is synchronized once after the last iteration,
+// inside the timed span (after an untimed warm-up batch), as the C
+// baseline's batch/* measurements (testdata/cgobench) do. They report
+// ns/copy and copies/s, and submit-ns/copy, the host time of the
+// submission alone. Variants:
+//
+//   - batched: CopyBatch, one cuMemcpyBatchAsync per batch where the driver
+//     has it (see cuda.Device.MemcpyBatchPath);
+//   - loop: CopyBatch forced down its loop, one cuMemcpyAsync per copy;
+//   - raw-batched: cuda.Stream.MemcpyBatchAsync on the addresses, without
+//     CopyBatch's checks and holds;
+//   - copyto: one Buffer.CopyTo per copy between views made beforehand,
+//     what code without batches writes.
+//
+// Run: go test ./buffer -run '^$' -bench 'BenchmarkCopyBatch' -benchtime 20x
+
+const (
+	batchCopies = 10_000
+	batchBlock  = 4 << 10
+)
+
+func BenchmarkCopyBatch(b *testing.B) {
+	for _, dir := range []string{"htod", "dtod"} {
+		for _, mode := range []string{"batched", "loop", "raw-batched", "copyto"} {
+			b.Run(dir+"/"+mode, func(b *testing.B) { benchCopyBatch(b, dir, mode) })
+		}
+	}
+}
+
+func benchCopyBatch(b *testing.B, dir, mode string) {
+	d := cudatest.Device(b)
+	s := cudatest.Stream(b, d)
+	const size = batchCopies * batchBlock
+	var src *buffer.Buffer
+	if dir == "htod" {
+		src = benchAlloc(b, &pinnedResource{dev: d}, size, s)
+	} else {
+		src = benchAlloc(b, &deviceResource{dev: d}, size, s)
+	}
+	dst := benchAlloc(b, &deviceResource{dev: d}, size, s)
+	copies := make([]buffer.Copy, batchCopies)
+	dsts := make([]cuda.DevicePtr, batchCopies)
+	srcs := make([]cuda.DevicePtr, batchCopies)
+	sizes := make([]uint64, batchCopies)
+	for i := range copies {
+		j := uint64(i) * 7919 % batchCopies // a permutation: 7919 is prime
+		copies[i] = buffer.Copy{Dst: dst, Src: src, DstOffset: j * batchBlock, SrcOffset: uint64(i) * batchBlock, Size: batchBlock}
+		dsts[i], srcs[i], sizes[i] = dst.Ptr()+cuda.DevicePtr(j*batchBlock), src.Ptr()+cuda.DevicePtr(uint64(i)*batchBlock), batchBlock
+	}
+	var op func() error
+	switch mode {
+	case "batched":
+		op = func() error { return buffer.CopyBatch(s, copies) }
+	case "loop":
+		defer buffer.ForceBatchLoop(true)()
+		op = func() error { return buffer.CopyBatch(s, copies) }
+	case "raw-batched":
+		op = func() error { return s.MemcpyBatchAsync(dsts, srcs, sizes, nil, nil) }
+	case "copyto":
+		dv := make([]*buffer.Buffer, batchCopies)
+		sv := make([]*buffer.Buffer, batchCopies)
+		for i, c := range copies {
+			var err error
+			if dv[i], err = dst.Slice(c.DstOffset, c.Size); err != nil {
+				b.Fatal(err)
+			}
+			if sv[i], err = src.Slice(c.SrcOffset, c.Size); err != nil {
+				b.Fatal(err)
+			}
+		}
+		op = func() error {
+			for i := range dv {
+				if err := sv[i].CopyTo(dv[i], s); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	b.Logf("%v, batch path %v", d, d.MemcpyBatchPath())
+	if err := op(); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(size)
+	b.ReportAllocs()
+	var submit time.Duration
+	start := time.Now()
+	b.ResetTimer()
+	for range b.N {
+		t0 := time.Now()
+		if err := op(); err != nil {
+			b.Fatal(err)
+		}
+		submit += time.Since(t0)
+	}
+	if err := s.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	total := float64(time.Since(start).Nanoseconds())
+	n := float64(b.N) * batchCopies
+	b.ReportMetric(total/n, "ns/copy")
+	b.ReportMetric(n/(total/1e9), "copies/s")
+	b.ReportMetric(float64(submit.Nanoseconds())/n, "submit-ns/copy")
+}
