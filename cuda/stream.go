@@ -40,8 +40,8 @@ type Stream struct {
 	// records that the stream synchronizes with the legacy default stream
 	// (created without StreamNonBlocking): while it captures, work on the
 	// legacy stream would join the capture and invalidate it.
-	capState  atomic.Int32
-	blocking  bool
+	capState atomic.Int32
+	blocking bool
 }
 
 // NewStream creates a non-blocking stream (it does not synchronize with
