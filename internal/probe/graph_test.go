@@ -4,7 +4,6 @@ package probe
 
 import (
 	"errors"
-	"strings"
 	"testing"
 
 	"github.com/cudamem/cudamem/buffer"
@@ -598,5 +597,73 @@ func TestGraphMemoryUnderAdaptor(t *testing.T) {
 	require.NoError(t, g.Close())
 }
 
-var _ = errors.Is
-var _ = strings.Contains
+
+// Captures in relaxed mode on many goroutines, while others allocate
+// from an ordinary pool on their own streams: goroutines migrate between
+// OS threads, and nothing interferes.
+func TestCaptureConcurrentGoroutines(t *testing.T) {
+	d := dev(t, 0)
+	defer baseline(t)()
+	gm, err := resource.NewGraphMemory(d)
+	require.NoError(t, err)
+	pool, err := resource.NewDevicePool(d, &resource.DevicePoolOptions{})
+	require.NoError(t, err)
+	defer pool.Close()
+	const workers, rounds = 8, 20
+	errs := make(chan error, 2*workers)
+	for w := range 2 * workers {
+		go func() {
+			errs <- func() error {
+				s, err := d.NewStream()
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				for range rounds {
+					if w >= workers { // ordinary allocations beside the captures
+						b, err := pool.Allocate(1024, s)
+						if err != nil {
+							return err
+						}
+						if err := b.Close(); err != nil {
+							return err
+						}
+						continue
+					}
+					if err := s.BeginCapture(); err != nil {
+						return err
+					}
+					tmp, err := gm.Allocate(1024, s)
+					if err != nil {
+						return err
+					}
+					if err := tmp.Fill8(1, s); err != nil {
+						return err
+					}
+					if err := tmp.Close(); err != nil {
+						return err
+					}
+					g, err := s.EndCapture()
+					if err != nil {
+						return err
+					}
+					e, err := g.Instantiate(cuda.GraphAutoFreeOnLaunch)
+					if err != nil {
+						return err
+					}
+					if err := e.Launch(s); err != nil {
+						return err
+					}
+					if err := errors.Join(e.Close(), g.Close()); err != nil {
+						return err
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range 2 * workers {
+		require.NoError(t, <-errs)
+	}
+	require.NoError(t, gm.Trim())
+}
