@@ -302,33 +302,45 @@ func (s *Stream) RefuseCapture(op string) error {
 	if s == nil || s.dev == nil || s.closed.Load() {
 		return nil
 	}
-	switch st := s.capState.Load(); {
-	case st == capBeginning:
-		return s.errCapturing(op)
-	case st == capActive:
-		// Confirm with the driver (a refusal is the cold path): the
-		// capture may have been ended through another Stream value for
-		// the same handle (WrapStream), and the flag must not refuse
-		// work forever.
-		ctx, h, err := s.begin(op)
-		if err != nil {
-			return nil // closed meanwhile: the operation reports it
-		}
-		defer s.end()
-		return s.confirmCapture(op, ctx, h)
-	case s.IsDefault():
-		if s.dev.blockingCaptures.Load() > 0 {
-			return Errorf(op, ErrCapturing, "the legacy default stream of %v would join the capture of a blocking stream (made without StreamNonBlocking) and invalidate it; use another stream until EndCapture", s.dev)
-		}
-		return nil
-	case !s.borrowed:
-		return nil
+	if err, ask := s.refuseFast(op); !ask {
+		return err
 	}
 	ctx, h, err := s.begin(op)
 	if err != nil {
 		return nil // closed meanwhile: the operation reports it
 	}
 	defer s.end()
+	return s.refuseAsk(op, ctx, h)
+}
+
+// refuseFast decides what it can without the driver: ask reports that
+// the driver must be asked (refuseAsk) because the flag says capturing
+// (to confirm it) or the stream is borrowed.
+func (s *Stream) refuseFast(op string) (err error, ask bool) {
+	switch st := s.capState.Load(); {
+	case st == capBeginning:
+		return s.errCapturing(op), false
+	case st == capActive:
+		// Confirm with the driver (a refusal is the cold path): the
+		// capture may have been ended through another Stream value for
+		// the same handle (WrapStream), and the flag must not refuse
+		// work forever.
+		return nil, true
+	case s.IsDefault():
+		if s.dev.blockingCaptures.Load() > 0 {
+			return Errorf(op, ErrCapturing, "the legacy default stream of %v would join the capture of a blocking stream (made without StreamNonBlocking) and invalidate it; use another stream until EndCapture", s.dev), false
+		}
+		return nil, false
+	}
+	return nil, s.borrowed
+}
+
+// refuseAsk is the driver-asking half of RefuseCapture, for a caller
+// inside begin/end.
+func (s *Stream) refuseAsk(op string, ctx, h uintptr) error {
+	if s.capState.Load() == capActive {
+		return s.confirmCapture(op, ctx, h)
+	}
 	return s.refuseBorrowed(op, ctx, h)
 }
 
@@ -348,22 +360,18 @@ func (s *Stream) confirmCapture(op string, ctx, h uintptr) error {
 	return s.errCapturing(op)
 }
 
-// refuseCaptureLocked is RefuseCapture for a caller inside begin/end.
+// refuseCaptureLocked is RefuseCapture for a caller inside begin/end
+// (which must not take the read lock again: a waiting Close would
+// deadlock it).
 func (s *Stream) refuseCaptureLocked(op string) error {
-	switch st := s.capState.Load(); {
-	case st == capBeginning:
-		return s.errCapturing(op)
-	case st == capActive || s.borrowed:
-		ctx, err := s.dev.contextFor(op)
-		if err != nil {
-			return err
-		}
-		if st == capActive {
-			return s.confirmCapture(op, ctx, s.handle)
-		}
-		return s.refuseBorrowed(op, ctx, s.handle)
+	if err, ask := s.refuseFast(op); !ask {
+		return err
 	}
-	return s.RefuseCapture(op)
+	ctx, err := s.dev.contextFor(op)
+	if err != nil {
+		return err
+	}
+	return s.refuseAsk(op, ctx, s.handle)
 }
 
 func (s *Stream) refuseBorrowed(op string, ctx, h uintptr) error {
