@@ -597,7 +597,6 @@ func TestGraphMemoryUnderAdaptor(t *testing.T) {
 	require.NoError(t, g.Close())
 }
 
-
 // Captures in relaxed mode on many goroutines, while others allocate
 // from an ordinary pool on their own streams: goroutines migrate between
 // OS threads, and nothing interferes.
