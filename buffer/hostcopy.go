@@ -140,6 +140,9 @@ func (b *Buffer) fromHost(op string, ptr cuda.DevicePtr, p []byte, s *cuda.Strea
 	if err != nil {
 		return err
 	}
+	if err := refuseCapture(op, s); err != nil {
+		return err
+	}
 	if b.pinnedHost() {
 		// Host to host: drain the stream, then move the bytes on the CPU.
 		if err := s.Sync(); err != nil {
@@ -187,6 +190,9 @@ func (b *Buffer) toHost(op string, p []byte, ptr cuda.DevicePtr, s *cuda.Stream)
 	if err != nil {
 		return err
 	}
+	if err := refuseCapture(op, s); err != nil {
+		return err
+	}
 	if b.pinnedHost() {
 		if err := s.Sync(); err != nil {
 			return err
@@ -220,12 +226,28 @@ func hostMove(op string, s *cuda.Stream, move func() error) error {
 	if err := checkStream(op, s); err != nil {
 		return err
 	}
+	if err := refuseCapture(op, s); err != nil {
+		return err
+	}
 	if s != nil {
 		if err := s.Sync(); err != nil {
 			return err
 		}
 	}
 	return move()
+}
+
+// refuseCapture refuses a copy between Go memory and a buffer on a
+// capturing stream: it makes the host wait for the stream (or stages
+// pageable memory through pinned chunks, with waits), which cannot be
+// captured and would invalidate the capture. Buffer-to-buffer copies and
+// fills, pinned host buffers included, are plain stream work and are
+// captured as graph nodes.
+func refuseCapture(op string, s *cuda.Stream) error {
+	if err := s.RefuseCapture(op); err != nil {
+		return fmt.Errorf("%w (copies to and from Go memory wait for the host; inside a capture, copy Buffer to Buffer, from a pinned host buffer)", err)
+	}
+	return nil
 }
 
 // bytesOf views a slice of plain data as bytes.

@@ -32,6 +32,11 @@ type Device struct {
 
 	defaultStream Stream
 
+	// blockingCaptures counts this device's blocking streams (made
+	// without StreamNonBlocking) that are capturing: while one is, the
+	// legacy default stream must not be used (capture.go).
+	blockingCaptures atomic.Int32
+
 	waiter waiter // shares cuCtxSynchronize among SyncContext callers
 
 	// features is what Features read, once every attribute it asks for was

@@ -44,6 +44,18 @@
 // per-thread default stream is never used, because goroutines are not
 // threads.
 //
+// # Stream capture and graphs
+//
+// [Stream.BeginCapture] records the work submitted to a stream into a
+// graph instead of running it, [Stream.EndCapture] returns it as a
+// [*Graph], and [Graph.Instantiate] makes a [*GraphExec] to launch many
+// times. Capture is relaxed by default, since goroutines are not threads
+// (see [CaptureMode]). Operations that cannot be captured (host waits,
+// non-stream-ordered allocations) are refused on a capturing stream with
+// an error matching [ErrCapturing] rather than left to invalidate the
+// capture ([Stream.RefuseCapture]); graph memory counters and trimming
+// are methods of [Device].
+//
 // # Errors
 //
 // Driver failures are [*OpError] values naming the entry point and wrapping

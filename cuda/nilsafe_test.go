@@ -36,6 +36,8 @@ func init() {
 		cuda.MemRangeHandleType(0), cuda.MemoryType(0), cuda.Module{}, cuda.OpError{},
 		cuda.PointerAttribute(0), cuda.PointerInfo{}, cuda.ProcAddressQueryResult(0), cuda.Result(0),
 		cuda.Stream{}, cuda.StreamFlags(0), cuda.UUID{}, cuda.ForeignFunc{},
+		cuda.CaptureMode(0), cuda.CaptureStatus(0), cuda.Graph{}, cuda.GraphExec{},
+		cuda.GraphInstantiateFlags(0), cuda.GraphMemAttribute(0), cuda.GraphMemAttributes{},
 	} {
 		t := reflect.TypeOf(v)
 		exportedTypes[t.Name()] = t

@@ -32,6 +32,16 @@ type Stream struct {
 	closed atomic.Bool // written under mu; read anywhere
 
 	waiter waiter // the blocking wait SyncContext callers share
+
+	// capState is capBeginning from just before BeginCapture's driver
+	// call, capActive once it succeeded, and capNone once the capture has
+	// ended (see capture.go), so resources can refuse the stream with one
+	// atomic load instead of a driver query. blocking
+	// records that the stream synchronizes with the legacy default stream
+	// (created without StreamNonBlocking): while it captures, work on the
+	// legacy stream would join the capture and invalidate it.
+	capState atomic.Int32
+	blocking bool
 }
 
 // NewStream creates a non-blocking stream (it does not synchronize with
@@ -45,7 +55,7 @@ func (d *Device) NewStreamWith(flags StreamFlags, priority int) (*Stream, error)
 	if err != nil {
 		return nil, err
 	}
-	s := &Stream{dev: d, owned: true}
+	s := &Stream{dev: d, owned: true, blocking: flags&StreamNonBlocking == 0}
 	r := d.drv.StreamCreateWithPriority.CallCtx(ctx, uintptr(unsafe.Pointer(&s.handle)), uintptr(flags), uintptr(int64(priority)))
 	if !ok(r) {
 		return nil, fail(&d.drv.StreamCreateWithPriority, r)
@@ -140,6 +150,11 @@ func (s *Stream) Sync() error {
 		return err
 	}
 	defer s.end()
+	// Synchronizing a capturing stream is illegal and would invalidate
+	// the capture: refuse it here instead.
+	if err := s.refuseCaptureLocked("Stream.Sync"); err != nil {
+		return err
+	}
 	return result(&s.dev.drv.StreamSynchronize, s.dev.drv.StreamSynchronize.CallCtx(ctx, h))
 }
 
@@ -151,6 +166,9 @@ func (s *Stream) Done() (bool, error) {
 		return false, err
 	}
 	defer s.end()
+	if err := s.refuseCaptureLocked("Stream.Done"); err != nil {
+		return false, err
+	}
 	r := s.dev.drv.StreamQuery.CallCtx(ctx, h)
 	switch {
 	case ok(r):
@@ -227,6 +245,13 @@ func (s *Stream) Close() error {
 	ctx, err := s.dev.contextFor("Stream.Close")
 	if err != nil {
 		return err
+	}
+	// A capture still open is ended and its graph discarded first: the
+	// driver cannot destroy a stream in the middle of a capture sequence.
+	if s.capState.Load() != capNone {
+		if err := s.abandonCapture(ctx); err != nil {
+			return err
+		}
 	}
 	if r := s.dev.drv.StreamDestroy.CallCtx(ctx, s.handle); !ok(r) {
 		return fail(&s.dev.drv.StreamDestroy, r)

@@ -485,6 +485,11 @@ func (p *ImportedPool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 	if p.zero() {
 		return errZeroPool(op)
 	}
+	// An imported pointer is not graph memory: a free captured into a
+	// graph would not be a free now (and could not be replayed).
+	if err := s.RefuseCapture(op); err != nil {
+		return fmt.Errorf("%w (%#x, %d bytes, stays mapped)", err, uint64(ptr), size)
+	}
 	p.mapMu.Lock()
 	m := p.maps[ptr]
 	switch {

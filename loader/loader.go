@@ -215,6 +215,10 @@ type Driver struct {
 	// Contexts made elsewhere (cuCtxCreate, green contexts).
 
 	// Stream capture and graphs.
+	StreamBeginCapture, StreamEndCapture, StreamIsCapturing,
+	StreamGetCaptureInfo, GraphInstantiateWithFlags, GraphLaunch,
+	GraphDestroy, GraphExecDestroy, DeviceGraphMemTrim,
+	DeviceGetGraphMemAttribute, DeviceSetGraphMemAttribute Proc
 
 	// Batched copies.
 	//
@@ -357,6 +361,21 @@ func (d *Driver) symbols() []symbol {
 		// Contexts made elsewhere (cuCtxCreate, green contexts).
 
 		// Stream capture and graphs.
+		// cuStreamBeginCapture's base name gives the _v2 ABI (with a
+		// capture mode) at 12.0; cuStreamGetCaptureInfo's last ABI change
+		// (_v3, edge data) came in 12.3: we pass NULL for everything but
+		// the status and id, but must call the signature we get.
+		{p: &d.StreamBeginCapture, name: "cuStreamBeginCapture", dlsym: "cuStreamBeginCapture_v2"},
+		{p: &d.StreamEndCapture, name: "cuStreamEndCapture"},
+		{p: &d.StreamIsCapturing, name: "cuStreamIsCapturing"},
+		{p: &d.StreamGetCaptureInfo, name: "cuStreamGetCaptureInfo", ver: 12030, since: 12030, dlsym: "cuStreamGetCaptureInfo_v3"},
+		{p: &d.GraphInstantiateWithFlags, name: "cuGraphInstantiateWithFlags"},
+		{p: &d.GraphLaunch, name: "cuGraphLaunch"},
+		{p: &d.GraphDestroy, name: "cuGraphDestroy"},
+		{p: &d.GraphExecDestroy, name: "cuGraphExecDestroy"},
+		{p: &d.DeviceGraphMemTrim, name: "cuDeviceGraphMemTrim"},
+		{p: &d.DeviceGetGraphMemAttribute, name: "cuDeviceGetGraphMemAttribute"},
+		{p: &d.DeviceSetGraphMemAttribute, name: "cuDeviceSetGraphMemAttribute"},
 
 		// Batched copies.
 		{p: &d.MemcpyBatchAsync, name: "cuMemcpyBatchAsync", ver: 13000, since: 13000, dlsym: "cuMemcpyBatchAsync_v2"},

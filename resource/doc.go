@@ -27,6 +27,13 @@
 //   - [SubAllocator]: a Go-side coalescing sub-allocator over any of the
 //     above, for allocation-heavy code: same-stream pairs make no driver
 //     call. RMM: pool_memory_resource.
+//   - [GraphMemory]: graph memory, allocated only on a stream that is
+//     capturing a graph (cuda.Stream.BeginCapture): the allocations and
+//     frees become memory nodes of the graph, made at each launch.
+//     Every other resource refuses a capturing stream with an error
+//     matching cuda.ErrCapturing (the adaptors pass the stream to their
+//     upstream, which decides), so the capture stays valid. cuda.core:
+//     GraphMemoryResource.
 //
 // Adaptors wrap any resource and compose ([NewTracking] over
 // [NewStatistics] over [NewLimiting] over a pool, say): [Limiting] caps the

@@ -31,6 +31,7 @@ var nilZeroTypes = []any{
 	(*resource.Statistics)(nil),
 	(*resource.Tracking)(nil),
 	(*resource.Logging)(nil),
+	(*resource.GraphMemory)(nil),
 	(*resource.DevicePoolOptions)(nil),
 	(*resource.PinnedPoolOptions)(nil),
 	(*resource.ManagedOptions)(nil),

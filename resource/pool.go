@@ -201,6 +201,9 @@ func (c *poolCore) allocatePtr(kind string, size uint64, s *cuda.Stream) (cuda.D
 	if err == nil {
 		err = checkSize(kind+".Allocate", "size", size)
 	}
+	if err == nil {
+		err = refuseCapture(kind+".Allocate", s)
+	}
 	if err != nil {
 		c.release()
 		return 0, nil, err
@@ -240,6 +243,9 @@ func (c *poolCore) deallocate(kind string, ptr cuda.DevicePtr, size uint64, s *c
 	s, err := c.stream("Deallocate", s, false)
 	if err != nil {
 		return err
+	}
+	if err := refuseCapture(kind+".Deallocate", s); err != nil {
+		return fmt.Errorf("%w (%#x, %d bytes, stays allocated)", err, uint64(ptr), size)
 	}
 	if err := s.MemFreeAsync(ptr); err != nil {
 		return c.opErr("Deallocate", fmt.Errorf("%#x (%d bytes): %w", uint64(ptr), size, err))

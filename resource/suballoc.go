@@ -306,6 +306,12 @@ func (a *SubAllocator) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr,
 // range of size bytes on s (0 for size 0).
 func (a *SubAllocator) take(size uint64, s *cuda.Stream) (cuda.DevicePtr, error) {
 	const op = "SubAllocator.Allocate"
+	// Ranges are handed out and reused by the host, outside the stream
+	// order a graph records: a captured allocation would be carved once,
+	// now, not at each launch. One atomic load for owned streams.
+	if err := refuseCapture(op, s); err != nil {
+		return 0, err
+	}
 	n, ok := alignUp(size, a.align)
 	if !ok {
 		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "%d bytes overflow when aligned to %d bytes", size, a.align)
@@ -365,6 +371,9 @@ func (a *SubAllocator) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 	}
 	if err := a.check("Deallocate"); err != nil {
 		return err
+	}
+	if err := refuseCapture(op, s); err != nil {
+		return fmt.Errorf("%w (%#x, %d bytes, stays allocated)", err, uint64(ptr), size)
 	}
 	if done, err := a.fastFree(ptr, size, s); done {
 		return err

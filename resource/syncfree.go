@@ -14,6 +14,12 @@ func syncFree(kind string, dev *cuda.Device, ptr cuda.DevicePtr, size uint64, s 
 	if s == nil {
 		s = dev.DefaultStream()
 	}
+	// A synchronous free waits for the stream, which a capture forbids:
+	// refuse before touching it, so the capture stays valid and the
+	// buffer open.
+	if err := refuseCapture(kind+".Deallocate", s); err != nil {
+		return fmt.Errorf("%w (%#x, %d bytes, stays allocated)", err, uint64(ptr), size)
+	}
 	err := s.Sync()
 	if err == nil {
 		err = free()
@@ -37,6 +43,11 @@ func syncStream(op string, dev *cuda.Device, s *cuda.Stream, sameDevice bool) (*
 	}
 	if sameDevice && d != dev {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "stream of %v given to a resource of %v", d, dev)
+	}
+	// A synchronous allocation is not stream-ordered: captured, it would
+	// be made once now rather than at each launch of the graph.
+	if err := refuseCapture(op, s); err != nil {
+		return nil, err
 	}
 	// The allocation itself ignores the stream, but the Buffer records it
 	// for its Close: a closed stream would make a buffer whose Close

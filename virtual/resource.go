@@ -312,6 +312,11 @@ func (r *Resource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error)
 	if err := r.check(op); err != nil {
 		return nil, err
 	}
+	// Mapping is synchronous, not stream-ordered: captured, it would be
+	// done once now rather than at each launch of the graph.
+	if err := s.RefuseCapture(op); err != nil {
+		return nil, err
+	}
 	if size == 0 {
 		return buffer.Owned(0, 0, r, s), nil
 	}
@@ -366,6 +371,11 @@ func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 	}
 	if ptr == 0 {
 		return nil
+	}
+	// The free waits for s, which a capture forbids: refuse it before
+	// anything changes, so the buffer stays open and the capture valid.
+	if err := s.RefuseCapture(op); err != nil {
+		return fmt.Errorf("%w (%#x, %d bytes, stays allocated)", err, uint64(ptr), size)
 	}
 	r.mu.Lock()
 	a := r.allocs[ptr]

@@ -65,26 +65,30 @@ type Stat int
 
 // Counters; the order matches fakecuda.c.
 const (
-	DeviceBytes  Stat = iota // device memory in use (cuMemAlloc, device pools' used bytes, cuMemCreate on a device)
-	PinnedBytes              // pinned host memory in use
-	ManagedBytes             // managed memory in use
-	Allocs                   // live allocations of every kind
-	Streams                  // live created streams
-	Events                   // live events
-	Pools                    // live created or imported pools
-	VMMHandles               // live physical allocation handles
-	Reservations             // live reserved address ranges
-	Mappings                 // live mappings
-	Registered               // live host registrations
-	CtxRetains               // primary context retains
-	calls                    // unused
-	DeviceBytes1             // device memory in use on device 1
+	DeviceBytes   Stat = iota // device memory in use (cuMemAlloc, device pools' used bytes, cuMemCreate on a device)
+	PinnedBytes               // pinned host memory in use
+	ManagedBytes              // managed memory in use
+	Allocs                    // live allocations of every kind
+	Streams                   // live created streams
+	Events                    // live events
+	Pools                     // live created or imported pools
+	VMMHandles                // live physical allocation handles
+	Reservations              // live reserved address ranges
+	Mappings                  // live mappings
+	Registered                // live host registrations
+	CtxRetains                // primary context retains
+	calls                     // unused
+	DeviceBytes1              // device memory in use on device 1
+	Graphs                    // live graphs (captured, or being captured)
+	GraphExecs                // live executable graphs
+	GraphUsed                 // graph memory allocated by launches and not yet freed (bytes)
+	GraphReserved             // graph memory reserved (bytes; cuDeviceGraphMemTrim gives it back)
 	numStats
 )
 
 var statNames = [...]string{"device bytes", "pinned bytes", "managed bytes", "allocations", "streams", "events",
 	"pools", "VMM handles", "reservations", "mappings", "host registrations", "context retains", "calls",
-	"device 1 bytes"}
+	"device 1 bytes", "graphs", "graph execs", "graph used bytes", "graph reserved bytes"}
 
 func (s Stat) String() string {
 	if s >= 0 && s < numStats {

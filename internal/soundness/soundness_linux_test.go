@@ -57,6 +57,8 @@ func init() {
 		cuda.MemRangeHandleType(0), cuda.MemoryType(0), cuda.Module{}, cuda.OpError{},
 		cuda.PointerAttribute(0), cuda.PointerInfo{}, cuda.ProcAddressQueryResult(0), cuda.Result(0),
 		cuda.Stream{}, cuda.StreamFlags(0), cuda.UUID{}, cuda.ForeignFunc{},
+		cuda.CaptureMode(0), cuda.CaptureStatus(0), cuda.Graph{}, cuda.GraphExec{},
+		cuda.GraphInstantiateFlags(0), cuda.GraphMemAttribute(0), cuda.GraphMemAttributes{},
 	)
 	register("buffer", buffer.Buffer{})
 	register("resource",
@@ -65,7 +67,7 @@ func init() {
 		resource.PoolAttributes{}, resource.Stats{}, resource.Statistics{}, resource.SubAllocatorOptions{},
 		resource.SubAllocator{}, resource.SubAllocatorStats{}, resource.SyncDevice{},
 		resource.TrackingOptions{}, resource.Allocation{}, resource.Tracking{},
-		resource.LoggingOptions{}, resource.Logging{},
+		resource.LoggingOptions{}, resource.Logging{}, resource.GraphMemory{},
 	)
 	register("resource/metrics", metrics.Registry{}, metrics.Snapshot{})
 	register("resource/timeline",

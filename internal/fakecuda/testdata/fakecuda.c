@@ -56,6 +56,10 @@ enum {
 	E_PEER_ALREADY = 704,
 	E_PEER_NOT_ENABLED = 705,
 	E_NOT_SUPPORTED = 801,
+	E_ILLEGAL_STATE = 401,
+	E_CAPTURE_UNSUPPORTED = 900,
+	E_CAPTURE_INVALIDATED = 901,
+	E_CAPTURE_IMPLICIT = 906,
 };
 
 #define MAXDEV 2
@@ -87,6 +91,10 @@ enum {
 	ST_CTX_RETAINS,    /* primary context retain count, all devices */
 	ST_CALLS,          /* entry-point calls made */
 	ST_DEVICE_BYTES_1, /* device memory in use on device 1 */
+	ST_GRAPHS,         /* live graphs (captured, or being captured) */
+	ST_GRAPH_EXECS,    /* live executable graphs */
+	ST_GRAPH_USED,     /* graph memory allocated by launches, not yet freed (bytes, all devices) */
+	ST_GRAPH_RESERVED, /* graph memory reserved (bytes, all devices; cuDeviceGraphMemTrim gives it back) */
 	ST_N
 };
 static long long stats[ST_N];
@@ -137,7 +145,7 @@ static pool_t *as_pool(void *p) {
 static int pool_dev_bytes(pool_t *p) { return p->loc_type == 1; }
 
 /* ---- allocations ---- */
-enum { K_DEVICE, K_PINNED, K_MANAGED, K_POOL, K_IMPORT, K_REGISTERED };
+enum { K_DEVICE, K_PINNED, K_MANAGED, K_POOL, K_IMPORT, K_REGISTERED, K_GRAPH };
 typedef struct alloc {
 	u64 base, size, maplen;
 	int kind, dev;
@@ -321,7 +329,22 @@ static CUresult any_range(u64 p, u64 n, int write) {
 
 /* ---- streams and events ---- */
 #define MAXS 8192
-typedef struct { int dev; int flags; } stream_t;
+typedef struct {
+	int dev; int flags;
+	int cap, mode;      /* capture status (0 none, 1 active, 2 invalidated) and mode */
+	void *cg;           /* the graph being captured */
+	u64 capid;
+} stream_t;
+/* Stream capture hooks (defined in the "Stream capture and graphs"
+   section): capture_op says whether async work on s is to be recorded
+   (*captured) rather than run, or fails it; capture_sync is the same for
+   calls that wait for s, which invalidate a capture. */
+static CUresult capture_op(void *s, int *captured);
+static CUresult capture_sync(void *s);
+static CUresult capture_alloc(u64 *out, size_t n, void *s, int *captured);
+static CUresult capture_free(u64 ptr, void *s, int *handled);
+static int global_captures;
+static void invalidate_global(void);
 static stream_t *streams[MAXS];
 static int nstreams;
 typedef struct { int dev; int recorded; } event_t;
@@ -540,6 +563,7 @@ static CUresult fStreamCreateWithPriority(void **s, unsigned flags, int prio) {
 	if (!s || flags > 1 || nstreams == MAXS) RET(E_INVALID_VALUE);
 	stream_t *st = malloc(sizeof *st);
 	if (!st) RET(E_OUT_OF_MEMORY);
+	memset(st, 0, sizeof *st);
 	st->dev = current->dev;
 	st->flags = (int)flags;
 	streams[nstreams++] = st;
@@ -553,6 +577,7 @@ static CUresult fStreamDestroy(void *s) {
 	NEED_CTX();
 	for (int i = 0; i < nstreams; i++)
 		if (streams[i] == s) {
+			if (streams[i]->cap) RET(E_ILLEGAL_STATE); /* end the capture first */
 			free(s);
 			streams[i] = streams[--nstreams];
 			stats[ST_STREAMS]--;
@@ -564,7 +589,7 @@ static CUresult fStreamSynchronize(void *s) {
 	LOCK();
 	NEED_CTX();
 	NEED_STREAM(s);
-	RET(OK);
+	RET(capture_sync(s));
 }
 static CUresult fStreamQuery(void *s) { return fStreamSynchronize(s); }
 static CUresult fStreamWaitEvent(void *s, void *e, unsigned flags) {
@@ -637,6 +662,9 @@ static CUresult fMemAlloc(u64 *p, size_t n) {
 	LOCK();
 	NEED_CTX();
 	if (!p) RET(E_INVALID_VALUE);
+	/* An unsafe call during a global-mode capture on any thread
+	   invalidates that capture (the reason cudamem defaults to relaxed). */
+	if (global_captures) { invalidate_global(); RET(E_CAPTURE_UNSUPPORTED); }
 	RET(new_alloc(p, n, K_DEVICE, current->dev, 0));
 }
 static CUresult free_kind(u64 p, int k1, int k2) {
@@ -760,12 +788,15 @@ static CUresult copy(u64 dst, u64 src, size_t n, int dk, int sk, void *s, int as
 	LOCK();
 	NEED_CTX();
 	if (async) NEED_STREAM(s);
+	int captured = 0;
+	if (async) { CUresult cr = capture_op(s, &captured); if (cr) RET(cr); }
 	if (n == 0) RET(OK);
 	if (!dst || !src) RET(E_INVALID_VALUE);
 	CUresult r = dk == 0 ? device_range(dst, n, 1) : dk == 2 ? any_range(dst, n, 1) : OK;
 	if (r) RET(r);
 	r = sk == 0 ? device_range(src, n, 0) : sk == 2 ? any_range(src, n, 0) : OK;
 	if (r) RET(r);
+	if (captured) RET(OK); /* a memcpy node: not run (launches do not replay data) */
 	memmove((void *)dst, (void *)src, n);
 	RET(OK);
 }
@@ -785,10 +816,13 @@ static CUresult fill(u64 p, unsigned v, size_t n, int w, void *s, int async) {
 	LOCK();
 	NEED_CTX();
 	if (async) NEED_STREAM(s);
+	int captured = 0;
+	if (async) { CUresult cr = capture_op(s, &captured); if (cr) RET(cr); }
 	if (n == 0) RET(OK);
 	if (n > (~0ull) / w || p % w) RET(E_INVALID_VALUE);
 	CUresult r = device_range(p, n * w, 1);
 	if (r) RET(r);
+	if (captured) RET(OK); /* a memset node */
 	if (w == 1) memset((void *)p, (int)(v & 0xff), n);
 	else if (w == 2) for (size_t i = 0; i < n; i++) ((uint16_t *)p)[i] = (uint16_t)v;
 	else for (size_t i = 0; i < n; i++) ((uint32_t *)p)[i] = (uint32_t)v;
@@ -917,6 +951,9 @@ static CUresult fMemAllocAsync(u64 *out, size_t n, void *s) {
 	NEED_CTX();
 	NEED_STREAM(s);
 	if (!out) RET(E_INVALID_VALUE);
+	int captured = 0;
+	CUresult cr = capture_alloc(out, n, s, &captured);
+	if (cr || captured) RET(cr);
 	RET(pool_alloc(out, n, current_pool[current->dev]));
 }
 static CUresult fMemAllocFromPoolAsync(u64 *out, size_t n, void *h, void *s) {
@@ -926,12 +963,18 @@ static CUresult fMemAllocFromPoolAsync(u64 *out, size_t n, void *h, void *s) {
 	pool_t *p = as_pool(h);
 	if (!out || !p) RET(E_INVALID_VALUE);
 	if (p->imported) RET(E_INVALID_VALUE); /* imported pools only import */
+	int captured = 0;
+	CUresult cr = capture_alloc(out, n, s, &captured); /* a graph allocation node, as on a real driver */
+	if (cr || captured) RET(cr);
 	RET(pool_alloc(out, n, p));
 }
 static CUresult fMemFreeAsync(u64 ptr, void *s) {
 	LOCK();
 	NEED_CTX();
 	NEED_STREAM(s);
+	int handled = 0;
+	CUresult cr = capture_free(ptr, s, &handled);
+	if (cr || handled) RET(cr);
 	alloc_t *a = find_base(ptr);
 	if (!a || (a->kind != K_POOL && a->kind != K_IMPORT)) RET(E_INVALID_VALUE);
 	pool_t *p = a->pool;
@@ -1288,7 +1331,366 @@ static CUresult fGetErrorName(int r, const char **s) {
 /* ---- cuGetProcAddress ---- */
 /* Contexts made elsewhere (cuCtxCreate, green contexts). */
 
-/* Stream capture and graphs. */
+/* Stream capture and graphs.
+
+   A capture records, per stream, a graph: allocation nodes (their
+   addresses are mapped at capture time, so later nodes can be checked
+   against them, but count as graph memory only while a launch holds
+   them), free nodes, and a count of other nodes (copies and fills are
+   validated, not run: launches emulate the memory lifecycle, not data).
+   A launch allocates each allocation node (it fails if the memory from
+   the previous launch is still allocated, unless the exec was
+   instantiated with auto-free-on-launch) and frees each free node's
+   address. cuMemFreeAsync outside a capture frees a launch's allocation.
+   Graph memory is reserved at first use and given back by
+   cuDeviceGraphMemTrim when no launch holds it. */
+#define MAXG 1024
+#define MAXGN 64
+typedef struct graph {
+	int dev, live;
+	int nalloc, nfree, nodes, execs;
+	u64 alloc[MAXGN];
+	u64 freep[MAXGN];
+} graph_t;
+static graph_t *graphs[MAXG];
+static int ngraphs;
+typedef struct exec {
+	int dev;
+	graph_t *g;   /* the graph's nodes, copied at instantiation */
+	graph_t *src; /* the graph instantiated, until destroyed */
+	u64 flags;
+} exec_t;
+static exec_t *execs[MAXG];
+static int nexecs;
+typedef struct gmem {
+	u64 ptr, size;
+	int dev, refs; /* graphs and execs holding the node */
+	int live, backed;
+} gmem_t;
+#define MAXGM 4096
+static gmem_t gmems[MAXGM];
+static int ngmems;
+static u64 gm_used[MAXDEV], gm_used_high[MAXDEV], gm_resv[MAXDEV], gm_resv_high[MAXDEV];
+static u64 next_capid = 1;
+
+static stream_t *as_stream(void *s) {
+	for (int i = 0; i < nstreams; i++)
+		if (streams[i] == s) return streams[i];
+	return 0;
+}
+static graph_t *as_graph(void *g) {
+	for (int i = 0; i < ngraphs; i++)
+		if (graphs[i] == g) return graphs[i];
+	return 0;
+}
+static exec_t *as_exec(void *e) {
+	for (int i = 0; i < nexecs; i++)
+		if (execs[i] == e) return execs[i];
+	return 0;
+}
+static gmem_t *as_gmem(u64 p) {
+	for (int i = 0; i < ngmems; i++)
+		if (gmems[i].ptr == p) return &gmems[i];
+	return 0;
+}
+static void gm_stat(int dev) {
+	if (gm_used[dev] > gm_used_high[dev]) gm_used_high[dev] = gm_used[dev];
+	if (gm_resv[dev] > gm_resv_high[dev]) gm_resv_high[dev] = gm_resv[dev];
+}
+/* gm_drop forgets a node's memory once nothing holds it. */
+static void gm_maybe_drop(gmem_t *m) {
+	if (m->refs > 0 || m->live) return;
+	if (m->backed) { gm_resv[m->dev] -= m->size; stats[ST_GRAPH_RESERVED] -= m->size; }
+	alloc_t *a = find_base(m->ptr);
+	if (a) drop_alloc(a);
+	*m = gmems[--ngmems];
+}
+static void graph_release(graph_t *g) {
+	for (int i = 0; i < g->nalloc; i++) {
+		gmem_t *m = as_gmem(g->alloc[i]);
+		if (m) { m->refs--; gm_maybe_drop(m); }
+	}
+}
+static void graph_hold(graph_t *g) {
+	for (int i = 0; i < g->nalloc; i++) {
+		gmem_t *m = as_gmem(g->alloc[i]);
+		if (m) m->refs++;
+	}
+}
+static void graph_free(graph_t *g) {
+	graph_release(g);
+	for (int i = 0; i < ngraphs; i++)
+		if (graphs[i] == g) { graphs[i] = graphs[--ngraphs]; break; }
+	free(g);
+	stats[ST_GRAPHS]--;
+}
+static void invalidate(stream_t *st) {
+	if (st->cap != 1) return;
+	st->cap = 2;
+	if (st->mode == 0) global_captures--;
+}
+static void invalidate_global(void) {
+	for (int i = 0; i < nstreams; i++)
+		if (streams[i]->cap == 1 && streams[i]->mode == 0) invalidate(streams[i]);
+}
+/* The legacy stream used while a blocking stream of its device captures
+   joins (and so invalidates) that capture. */
+static CUresult legacy_guard(void *s) {
+	if (s != 0 && s != (void *)1) return OK;
+	int hit = 0;
+	for (int i = 0; i < nstreams; i++)
+		if (streams[i]->cap == 1 && !(streams[i]->flags & 1) && streams[i]->dev == current->dev) {
+			invalidate(streams[i]);
+			hit = 1;
+		}
+	return hit ? E_CAPTURE_IMPLICIT : OK;
+}
+static CUresult capture_op(void *s, int *captured) {
+	*captured = 0;
+	stream_t *st = as_stream(s);
+	if (!st) return legacy_guard(s);
+	if (st->cap == 2) return E_CAPTURE_INVALIDATED;
+	if (st->cap == 1) { ((graph_t *)st->cg)->nodes++; *captured = 1; }
+	return OK;
+}
+static CUresult capture_sync(void *s) {
+	stream_t *st = as_stream(s);
+	if (!st) return legacy_guard(s);
+	if (st->cap == 1) { invalidate(st); return E_CAPTURE_UNSUPPORTED; }
+	if (st->cap == 2) return E_CAPTURE_INVALIDATED;
+	return OK;
+}
+static CUresult capture_alloc(u64 *out, size_t n, void *s, int *captured) {
+	int c;
+	CUresult r = capture_op(s, &c);
+	*captured = c;
+	if (r || !c) return r;
+	graph_t *g = ((stream_t *)s)->cg;
+	if (n == 0 || g->nalloc == MAXGN || ngmems == MAXGM) return E_INVALID_VALUE;
+	u64 p;
+	if ((r = new_alloc(&p, n, K_GRAPH, g->dev, 0))) return r;
+	gmems[ngmems++] = (gmem_t){p, n, g->dev, 1, 0, 0};
+	g->alloc[g->nalloc++] = p;
+	*out = p;
+	return OK;
+}
+static CUresult capture_free(u64 ptr, void *s, int *handled) {
+	int c;
+	*handled = 0;
+	CUresult r = capture_op(s, &c);
+	if (r) { *handled = 1; return r; }
+	gmem_t *m = as_gmem(ptr);
+	if (c) {
+		/* A free node: only graph memory, and only once per graph. */
+		graph_t *g = ((stream_t *)s)->cg;
+		*handled = 1;
+		if (!m || g->nfree == MAXGN) return E_INVALID_VALUE;
+		for (int i = 0; i < g->nfree; i++)
+			if (g->freep[i] == ptr) return E_INVALID_VALUE;
+		g->freep[g->nfree++] = ptr;
+		return OK;
+	}
+	if (!m) return OK; /* not graph memory: the pool path frees it */
+	*handled = 1;
+	if (!m->live) return E_INVALID_VALUE; /* not allocated by a launch now */
+	m->live = 0;
+	gm_used[m->dev] -= m->size;
+	stats[ST_GRAPH_USED] -= m->size;
+	gm_maybe_drop(m);
+	return OK;
+}
+
+static CUresult fStreamBeginCapture(void *s, int mode) {
+	LOCK();
+	NEED_CTX();
+	NEED_STREAM(s);
+	stream_t *st = as_stream(s);
+	if (!st) RET(E_CAPTURE_UNSUPPORTED); /* the legacy stream cannot capture */
+	if (mode < 0 || mode > 2) RET(E_INVALID_VALUE);
+	if (st->cap) RET(E_ILLEGAL_STATE);
+	if (ngraphs == MAXG) RET(E_OUT_OF_MEMORY);
+	graph_t *g = calloc(1, sizeof *g);
+	if (!g) RET(E_OUT_OF_MEMORY);
+	g->dev = st->dev;
+	g->live = 1;
+	graphs[ngraphs++] = g;
+	stats[ST_GRAPHS]++;
+	st->cap = 1, st->mode = mode, st->cg = g, st->capid = next_capid++;
+	if (mode == 0) global_captures++;
+	RET(OK);
+}
+static CUresult fStreamEndCapture(void *s, void **out) {
+	LOCK();
+	NEED_CTX();
+	NEED_STREAM(s);
+	stream_t *st = as_stream(s);
+	if (!out) RET(E_INVALID_VALUE);
+	*out = 0;
+	if (!st || !st->cap) RET(E_ILLEGAL_STATE);
+	graph_t *g = st->cg;
+	int was = st->cap;
+	if (was == 1 && st->mode == 0) global_captures--;
+	st->cap = 0, st->cg = 0;
+	if (was == 2) { graph_free(g); RET(E_CAPTURE_INVALIDATED); }
+	*out = g;
+	RET(OK);
+}
+static CUresult fStreamIsCapturing(void *s, int *status) {
+	LOCK();
+	NEED_CTX();
+	NEED_STREAM(s);
+	if (!status) RET(E_INVALID_VALUE);
+	stream_t *st = as_stream(s);
+	if (!st) {
+		for (int i = 0; i < nstreams; i++)
+			if (streams[i]->cap == 1 && !(streams[i]->flags & 1) && streams[i]->dev == current->dev) RET(E_CAPTURE_IMPLICIT);
+		*status = 0;
+		RET(OK);
+	}
+	*status = st->cap;
+	RET(OK);
+}
+static CUresult fStreamGetCaptureInfo(void *s, int *status, u64 *id, void **graph, const void **deps, const void **edges, size_t *ndeps) {
+	LOCK();
+	NEED_CTX();
+	NEED_STREAM(s);
+	if (!status) RET(E_INVALID_VALUE);
+	stream_t *st = as_stream(s);
+	*status = st ? st->cap : 0;
+	if (id) *id = st && st->cap ? st->capid : 0;
+	if (graph) *graph = st && st->cap ? st->cg : 0;
+	if (deps) *deps = 0;
+	if (edges) *edges = 0;
+	if (ndeps) *ndeps = 0;
+	RET(OK);
+}
+static CUresult fGraphDestroy(void *h) {
+	LOCK();
+	NEED_CTX();
+	graph_t *g = as_graph(h);
+	if (!g) RET(E_INVALID_VALUE);
+	for (int i = 0; i < nstreams; i++)
+		if (streams[i]->cg == g) RET(E_INVALID_VALUE); /* still being captured */
+	g->live = 0;
+	/* execs keep their own copy of the nodes */
+	for (int i = 0; i < nexecs; i++)
+		if (execs[i]->src == g) execs[i]->src = 0;
+	graph_free(g);
+	RET(OK);
+}
+static CUresult fGraphInstantiateWithFlags(void **out, void *h, u64 flags) {
+	LOCK();
+	NEED_CTX();
+	graph_t *g = as_graph(h);
+	if (!out || !g || (flags & ~15ull) || ((flags & 4) && (flags & 1))) RET(E_INVALID_VALUE);
+	for (int i = 0; i < nstreams; i++)
+		if (streams[i]->cg == g) RET(E_INVALID_VALUE);
+	if ((g->nalloc || g->nfree) && g->execs) RET(E_INVALID_VALUE); /* one exec at a time */
+	if (nexecs == MAXG) RET(E_OUT_OF_MEMORY);
+	exec_t *e = calloc(1, sizeof *e);
+	graph_t *copy = malloc(sizeof *copy);
+	if (!e || !copy) { free(e); free(copy); RET(E_OUT_OF_MEMORY); }
+	*copy = *g;
+	graph_hold(copy);
+	g->execs++;
+	e->dev = g->dev, e->g = copy, e->src = g, e->flags = flags;
+	execs[nexecs++] = e;
+	stats[ST_GRAPH_EXECS]++;
+	*out = e;
+	RET(OK);
+}
+static CUresult fGraphExecDestroy(void *h) {
+	LOCK();
+	NEED_CTX();
+	exec_t *e = as_exec(h);
+	if (!e) RET(E_INVALID_VALUE);
+	/* The source graph, if it lives, may be instantiated again. */
+	if (e->src) e->src->execs--;
+	graph_release(e->g);
+	free(e->g);
+	for (int i = 0; i < nexecs; i++)
+		if (execs[i] == e) { execs[i] = execs[--nexecs]; break; }
+	free(e);
+	stats[ST_GRAPH_EXECS]--;
+	RET(OK);
+}
+static CUresult fGraphLaunch(void *h, void *s) {
+	LOCK();
+	NEED_CTX();
+	NEED_STREAM(s);
+	exec_t *e = as_exec(h);
+	if (!e) RET(E_INVALID_VALUE);
+	stream_t *st = as_stream(s);
+	if (st && st->cap) RET(E_NOT_SUPPORTED); /* child graphs are not emulated */
+	if (st && st->dev != e->dev) RET(E_INVALID_VALUE);
+	CUresult r = legacy_guard(s);
+	if (r) RET(r);
+	graph_t *g = e->g;
+	/* Check first, so a failed launch changes nothing. */
+	for (int i = 0; i < g->nalloc; i++) {
+		gmem_t *m = as_gmem(g->alloc[i]);
+		if (!m) RET(E_INVALID_VALUE);
+		if (m->live && !(e->flags & 1)) RET(E_INVALID_VALUE); /* the last launch's memory is still allocated */
+	}
+	for (int i = 0; i < g->nalloc; i++) {
+		gmem_t *m = as_gmem(g->alloc[i]);
+		if (m->live) { m->live = 0; gm_used[m->dev] -= m->size; stats[ST_GRAPH_USED] -= m->size; }
+	}
+	for (int i = 0; i < g->nalloc; i++) {
+		gmem_t *m = as_gmem(g->alloc[i]);
+		if (!m->backed) { m->backed = 1; gm_resv[m->dev] += m->size; stats[ST_GRAPH_RESERVED] += m->size; }
+		m->live = 1;
+		gm_used[m->dev] += m->size;
+		stats[ST_GRAPH_USED] += m->size;
+		gm_stat(m->dev);
+	}
+	for (int i = 0; i < g->nfree; i++) {
+		gmem_t *m = as_gmem(g->freep[i]);
+		if (!m || !m->live) continue; /* freed twice: a real driver faults; we skip */
+		m->live = 0;
+		gm_used[m->dev] -= m->size;
+		stats[ST_GRAPH_USED] -= m->size;
+	}
+	RET(OK);
+}
+static CUresult fDeviceGraphMemTrim(int d) {
+	LOCK();
+	if (bad_dev(d)) RET(E_INVALID_DEVICE);
+	for (int i = 0; i < ngmems; i++) {
+		gmem_t *m = &gmems[i];
+		if (m->dev == d && m->backed && !m->live) {
+			m->backed = 0;
+			gm_resv[d] -= m->size;
+			stats[ST_GRAPH_RESERVED] -= m->size;
+		}
+	}
+	RET(OK);
+}
+static CUresult fDeviceGetGraphMemAttribute(int d, int attr, void *v) {
+	LOCK();
+	if (bad_dev(d)) RET(E_INVALID_DEVICE);
+	if (!v) RET(E_INVALID_VALUE);
+	u64 *out = v;
+	switch (attr) {
+	case 0: *out = gm_used[d]; break;
+	case 1: *out = gm_used_high[d]; break;
+	case 2: *out = gm_resv[d]; break;
+	case 3: *out = gm_resv_high[d]; break;
+	default: RET(E_INVALID_VALUE);
+	}
+	RET(OK);
+}
+static CUresult fDeviceSetGraphMemAttribute(int d, int attr, void *v) {
+	LOCK();
+	if (bad_dev(d)) RET(E_INVALID_DEVICE);
+	if (!v || *(u64 *)v != 0) RET(E_INVALID_VALUE);
+	switch (attr) {
+	case 1: gm_used_high[d] = gm_used[d]; break;
+	case 3: gm_resv_high[d] = gm_resv[d]; break;
+	default: RET(E_INVALID_VALUE);
+	}
+	RET(OK);
+}
 
 /* Batched copies. */
 /* cuMemcpyBatchAsync at both ABIs: CUDA 12.8's with size_t *failIdx before
@@ -1443,6 +1845,17 @@ static const struct { const char *name; void *fn; } table[] = {
 	{"cuIpcCloseMemHandle", (void *)fIpcCloseMemHandle},
 	/* Contexts made elsewhere. */
 	/* Stream capture and graphs. */
+	{"cuStreamBeginCapture", (void *)fStreamBeginCapture},
+	{"cuStreamEndCapture", (void *)fStreamEndCapture},
+	{"cuStreamIsCapturing", (void *)fStreamIsCapturing},
+	{"cuStreamGetCaptureInfo", (void *)fStreamGetCaptureInfo},
+	{"cuGraphInstantiateWithFlags", (void *)fGraphInstantiateWithFlags},
+	{"cuGraphLaunch", (void *)fGraphLaunch},
+	{"cuGraphDestroy", (void *)fGraphDestroy},
+	{"cuGraphExecDestroy", (void *)fGraphExecDestroy},
+	{"cuDeviceGraphMemTrim", (void *)fDeviceGraphMemTrim},
+	{"cuDeviceGetGraphMemAttribute", (void *)fDeviceGetGraphMemAttribute},
+	{"cuDeviceSetGraphMemAttribute", (void *)fDeviceSetGraphMemAttribute},
 	/* Batched copies. */
 	/* Fabric handles. */
 };

@@ -1,0 +1,386 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+)
+
+// Stream capture.
+//
+// Between Stream.BeginCapture and Stream.EndCapture the work submitted to
+// a stream is not run: the driver records it as the nodes of a graph
+// (copies, fills, kernels, stream-ordered allocations and frees), which
+// EndCapture returns as a *Graph to instantiate and launch many times.
+//
+// Some operations cannot be captured and would invalidate the capture
+// (the driver then fails EndCapture with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+// and the whole sequence is lost): anything that makes the host wait for
+// the stream (Stream.Sync, copies from pageable memory, synchronous
+// copies), and allocations that are not stream-ordered graph memory. The
+// layers above refuse those on a capturing stream at once, with an error
+// matching [ErrCapturing] that names the operation, and the capture stays
+// valid: see [Stream.RefuseCapture].
+
+// ErrCapturing means an operation was refused because its stream is
+// capturing a graph (Stream.BeginCapture): it would not be recorded into
+// the graph, or it would invalidate the capture. The capture is left
+// valid. Allocate inside a capture with package resource's GraphMemory.
+var ErrCapturing = errors.New("cuda: stream is capturing a graph")
+
+// CaptureMode is a CUstreamCaptureMode: how strictly the driver forbids
+// unsafe calls (cuMemAlloc, synchronous copies, ...) on other threads
+// while a capture is in progress.
+//
+// The modes speak of OS threads, which Go does not expose: goroutines
+// move between threads at any call, and cudamem makes driver calls from
+// whatever thread the goroutine is on. So CaptureModeThreadLocal means
+// nothing useful in Go (the "thread" that began the capture is just
+// wherever the goroutine happened to run), and CaptureModeGlobal makes an
+// unsafe call on any thread of the process — another goroutine's
+// cuMemAlloc, unrelated to the capture — fail and invalidate the capture.
+// Both also require EndCapture to run on the OS thread that began the
+// capture (else CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD). Hence the default,
+// CaptureModeRelaxed, which only forbids unsafe operations on the
+// capturing stream itself; cudamem's resources and copies refuse those
+// before the driver sees them. Use the other modes only with the
+// goroutine locked to its thread (runtime.LockOSThread) from BeginCapture
+// to EndCapture, and no other goroutine calling the driver meanwhile.
+type CaptureMode int32
+
+// Capture modes, with the values of CUstreamCaptureMode.
+const (
+	CaptureModeGlobal      CaptureMode = 0
+	CaptureModeThreadLocal CaptureMode = 1
+	CaptureModeRelaxed     CaptureMode = 2
+)
+
+func (m CaptureMode) String() string {
+	switch m {
+	case CaptureModeGlobal:
+		return "global"
+	case CaptureModeThreadLocal:
+		return "thread-local"
+	case CaptureModeRelaxed:
+		return "relaxed"
+	}
+	return fmt.Sprintf("CaptureMode(%d)", int32(m))
+}
+
+// CaptureStatus is a CUstreamCaptureStatus.
+type CaptureStatus int32
+
+// Capture statuses, with the values of CUstreamCaptureStatus.
+const (
+	// CaptureStatusNone: the stream is not capturing.
+	CaptureStatusNone CaptureStatus = 0
+	// CaptureStatusActive: the stream is capturing.
+	CaptureStatusActive CaptureStatus = 1
+	// CaptureStatusInvalidated: the stream was capturing, but an error
+	// invalidated the capture; EndCapture must still end it (and fails).
+	CaptureStatusInvalidated CaptureStatus = 2
+)
+
+func (c CaptureStatus) String() string {
+	switch c {
+	case CaptureStatusNone:
+		return "none"
+	case CaptureStatusActive:
+		return "active"
+	case CaptureStatusInvalidated:
+		return "invalidated"
+	}
+	return fmt.Sprintf("CaptureStatus(%d)", int32(c))
+}
+
+// BeginCapture starts capturing s in relaxed mode (see [CaptureMode]):
+// until EndCapture, work submitted to s is recorded into a graph instead
+// of run. The legacy default stream cannot be captured.
+func (s *Stream) BeginCapture() error { return s.BeginCaptureMode(CaptureModeRelaxed) }
+
+// BeginCaptureMode is BeginCapture with an explicit mode; read
+// [CaptureMode] before choosing anything but CaptureModeRelaxed.
+func (s *Stream) BeginCaptureMode(mode CaptureMode) error {
+	const op = "Stream.BeginCapture"
+	if mode < CaptureModeGlobal || mode > CaptureModeRelaxed {
+		return Errorf(op, ErrInvalidArgument, "unknown capture mode %d (want CaptureModeGlobal, CaptureModeThreadLocal or CaptureModeRelaxed)", int32(mode))
+	}
+	ctx, h, err := s.begin(op)
+	if err != nil {
+		return err
+	}
+	defer s.end()
+	if s.IsDefault() {
+		return Errorf(op, ErrInvalidArgument, "the legacy default stream of %v cannot be captured (capture a stream from Device.NewStream)", s.dev)
+	}
+	// Raise the flag before the driver call, so no allocation on another
+	// goroutine slips between the capture starting and the flag.
+	if !s.capState.CompareAndSwap(capNone, capBeginning) {
+		return Errorf(op, ErrCapturing, "stream %#x of %v is already capturing (end it with EndCapture first)", h, s.dev)
+	}
+	if s.blocking {
+		s.dev.blockingCaptures.Add(1)
+	}
+	p := &s.dev.drv.StreamBeginCapture
+	if r := p.CallCtx(ctx, h, uintptr(mode)); !ok(r) {
+		s.captureEnded()
+		return fmt.Errorf("stream %#x of %v, %v mode: %w", h, s.dev, mode, fail(p, r))
+	}
+	s.capState.Store(capActive)
+	return nil
+}
+
+// Capture states of a Stream (capState).
+const (
+	capNone      = 0
+	capBeginning = 1 // BeginCapture's driver call in progress
+	capActive    = 2
+)
+
+// captureEnded lowers the capture flag (and the device's count of
+// capturing blocking streams) once the capture is over.
+func (s *Stream) captureEnded() {
+	if s.capState.Swap(capNone) != capNone && s.blocking {
+		s.dev.blockingCaptures.Add(-1)
+	}
+}
+
+// EndCapture ends the capture begun with BeginCapture and returns the
+// captured graph, which the caller must Close. It fails with an error
+// matching ErrInvalidArgument (and no driver call) on a stream cudamem did
+// not see begin a capture, and with one matching
+// ErrorStreamCaptureInvalidated if the driver invalidated the capture; the
+// capture is over then, and any partial graph is destroyed. For a borrowed
+// stream (WrapStream), whose capture foreign code may have begun, the
+// driver is asked.
+func (s *Stream) EndCapture() (*Graph, error) {
+	const op = "Stream.EndCapture"
+	ctx, h, err := s.begin(op)
+	if err != nil {
+		return nil, err
+	}
+	defer s.end()
+	if s.capState.Load() == capNone && !s.borrowed {
+		return nil, Errorf(op, ErrInvalidArgument, "stream %#x of %v is not capturing (begin with BeginCapture)", h, s.dev)
+	}
+	g, err := s.endCapture(ctx, h)
+	if err != nil {
+		return nil, &OpError{Op: op, Err: fmt.Errorf("stream %#x of %v: %w", h, s.dev, err)}
+	}
+	return g, nil
+}
+
+// endCapture calls cuStreamEndCapture and settles the flag: cleared when
+// the capture is over, kept when it goes on (a wrong-thread failure in a
+// strict mode), as cuStreamIsCapturing says after a failure. A graph
+// returned together with an error is destroyed.
+func (s *Stream) endCapture(ctx, h uintptr) (*Graph, error) {
+	drv := s.dev.drv
+	var gh uintptr
+	r := drv.StreamEndCapture.CallCtx(ctx, h, uintptr(unsafe.Pointer(&gh)))
+	if ok(r) {
+		s.captureEnded()
+		if gh == 0 {
+			// Success with no graph should not happen; say so rather
+			// than hand out a Graph that cannot be used.
+			return nil, fmt.Errorf("%w: cuStreamEndCapture returned no graph", ErrorStreamCaptureInvalidated)
+		}
+		return newGraph(s.dev, ctx, gh), nil
+	}
+	err := fail(&drv.StreamEndCapture, r)
+	if gh != 0 {
+		if dr := drv.GraphDestroy.CallCtx(ctx, gh); !ok(dr) {
+			err = errors.Join(err, fmt.Errorf("destroying the partial graph: %w", fail(&drv.GraphDestroy, dr)))
+		}
+	}
+	switch st, qerr := s.status(ctx, h); {
+	case qerr != nil:
+		// Keep the flag: refusing work is safer than letting it
+		// invalidate a capture still in progress.
+	case st == CaptureStatusNone:
+		s.captureEnded()
+	}
+	if Result(int32(r)) == ErrorStreamCaptureInvalidated {
+		err = fmt.Errorf("the capture was invalidated by an operation that cannot be captured (a synchronization, a non-stream-ordered allocation, or work on the legacy stream); nothing was kept: %w", err)
+	}
+	return nil, err
+}
+
+// abandonCapture ends an open capture before the stream is destroyed,
+// discarding its graph. Called by Close under the write lock.
+func (s *Stream) abandonCapture(ctx uintptr) error {
+	g, err := s.endCapture(ctx, s.handle)
+	if g != nil {
+		err = errors.Join(err, g.Close())
+	}
+	if err != nil && s.capState.Load() != capNone {
+		return &OpError{Op: "Stream.Close", Err: fmt.Errorf("ending the open capture: %w", err)}
+	}
+	// The capture is over (an invalidated capture ends with an error):
+	// the stream can be destroyed.
+	return nil
+}
+
+// status asks the driver (cuStreamIsCapturing).
+func (s *Stream) status(ctx, h uintptr) (CaptureStatus, error) {
+	var st int32
+	p := &s.dev.drv.StreamIsCapturing
+	if r := p.CallCtx(ctx, h, uintptr(unsafe.Pointer(&st))); !ok(r) {
+		return 0, fail(p, r)
+	}
+	return CaptureStatus(st), nil
+}
+
+// CaptureStatus asks the driver whether s is capturing
+// (cuStreamIsCapturing). On the legacy default stream while a blocking
+// stream captures, the driver answers CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
+// (ErrorStreamCaptureImplicit), without harming the capture.
+func (s *Stream) CaptureStatus() (CaptureStatus, error) {
+	const op = "Stream.CaptureStatus"
+	ctx, h, err := s.begin(op)
+	if err != nil {
+		return 0, err
+	}
+	defer s.end()
+	st, err := s.status(ctx, h)
+	if err != nil {
+		return 0, &OpError{Op: op, Err: err}
+	}
+	return st, nil
+}
+
+// CaptureID returns the capture's status and the unique id the driver
+// gives each capture sequence (cuStreamGetCaptureInfo; the id is 0 when
+// not capturing). It needs a CUDA 12.3 or later driver.
+func (s *Stream) CaptureID() (CaptureStatus, uint64, error) {
+	const op = "Stream.CaptureID"
+	ctx, h, err := s.begin(op)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer s.end()
+	var st int32
+	var id uint64
+	p := &s.dev.drv.StreamGetCaptureInfo
+	if r := p.CallCtx(ctx, h, uintptr(unsafe.Pointer(&st)), uintptr(unsafe.Pointer(&id)), 0, 0, 0, 0); !ok(r) {
+		return 0, 0, &OpError{Op: op, Err: fail(p, r)}
+	}
+	if CaptureStatus(st) == CaptureStatusNone {
+		id = 0
+	}
+	return CaptureStatus(st), id, nil
+}
+
+// IsCapturing reports whether s is capturing. For a stream made by
+// Device.NewStream that is not capturing it reads a flag BeginCapture and
+// EndCapture keep: one atomic load, no driver call (the hot path of every
+// resource's Allocate). A stream whose flag says it captures is confirmed
+// with the driver (cuStreamIsCapturing), since the capture may have been
+// ended through another Stream value of the same handle (WrapStream); so
+// is every borrowed stream, whose capture other code may have begun (see
+// BenchmarkCaptureCheck for the cost of the query). The legacy default
+// stream reports true while a blocking stream of its device that cudamem
+// saw begin a capture is capturing, since work on it would join that
+// capture. Nil, zero and closed streams report false.
+func (s *Stream) IsCapturing() bool { return s.RefuseCapture("Stream.IsCapturing") != nil }
+
+// RefuseCapture returns nil if work that cannot be captured may be
+// submitted to s, and otherwise an error naming op and matching
+// ErrCapturing: s is capturing, or s is the legacy default stream while a
+// blocking stream of its device is capturing (the legacy stream would
+// synchronize with it and invalidate the capture). Resources and copy
+// paths call it first, so a refused operation leaves the capture valid.
+// A nil, zero or closed stream returns nil: the operation's own checks
+// report those. For a borrowed stream it asks the driver (see
+// IsCapturing); a failed query is returned (naming op) rather than
+// guessed.
+//
+// Work submitted to an owned stream's handle by other code, after a
+// capture begun there with the raw handle, is not seen: wrap the handle
+// with WrapStream to have the driver asked.
+func (s *Stream) RefuseCapture(op string) error {
+	if s == nil || s.dev == nil || s.closed.Load() {
+		return nil
+	}
+	if err, ask := s.refuseFast(op); !ask {
+		return err
+	}
+	ctx, h, err := s.begin(op)
+	if err != nil {
+		return nil // closed meanwhile: the operation reports it
+	}
+	defer s.end()
+	return s.refuseAsk(op, ctx, h)
+}
+
+// refuseFast decides what it can without the driver: ask reports that
+// the driver must be asked (refuseAsk) because the flag says capturing
+// (to confirm it) or the stream is borrowed.
+func (s *Stream) refuseFast(op string) (err error, ask bool) {
+	switch st := s.capState.Load(); {
+	case st == capBeginning:
+		return s.errCapturing(op), false
+	case st == capActive:
+		// Confirm with the driver (a refusal is the cold path): the
+		// capture may have been ended through another Stream value for
+		// the same handle (WrapStream), and the flag must not refuse
+		// work forever.
+		return nil, true
+	case s.IsDefault():
+		if s.dev.blockingCaptures.Load() > 0 {
+			return Errorf(op, ErrCapturing, "the legacy default stream of %v would join the capture of a blocking stream (made without StreamNonBlocking) and invalidate it; use another stream until EndCapture", s.dev), false
+		}
+		return nil, false
+	}
+	return nil, s.borrowed
+}
+
+// refuseAsk is the driver-asking half of RefuseCapture, for a caller
+// inside begin/end.
+func (s *Stream) refuseAsk(op string, ctx, h uintptr) error {
+	if s.capState.Load() == capActive {
+		return s.confirmCapture(op, ctx, h)
+	}
+	return s.refuseBorrowed(op, ctx, h)
+}
+
+func (s *Stream) errCapturing(op string) error {
+	return Errorf(op, ErrCapturing, "stream %#x of %v is capturing a graph, and this operation cannot be captured (allocate with resource.GraphMemory inside a capture, or do it after EndCapture)", s.handle, s.dev)
+}
+
+// confirmCapture asks the driver about a stream whose flag says it is
+// capturing: still capturing (or the query failed) refuses; ended
+// elsewhere clears the flag.
+func (s *Stream) confirmCapture(op string, ctx, h uintptr) error {
+	st, err := s.status(ctx, h)
+	if err == nil && st == CaptureStatusNone {
+		s.captureEnded()
+		return nil
+	}
+	return s.errCapturing(op)
+}
+
+// refuseCaptureLocked is RefuseCapture for a caller inside begin/end
+// (which must not take the read lock again: a waiting Close would
+// deadlock it).
+func (s *Stream) refuseCaptureLocked(op string) error {
+	if err, ask := s.refuseFast(op); !ask {
+		return err
+	}
+	ctx, err := s.dev.contextFor(op)
+	if err != nil {
+		return err
+	}
+	return s.refuseAsk(op, ctx, s.handle)
+}
+
+func (s *Stream) refuseBorrowed(op string, ctx, h uintptr) error {
+	st, err := s.status(ctx, h)
+	if err != nil {
+		return &OpError{Op: op, Err: fmt.Errorf("asking whether borrowed stream %#x of %v is capturing: %w", h, s.dev, err)}
+	}
+	if st != CaptureStatusNone {
+		return Errorf(op, ErrCapturing, "borrowed stream %#x of %v is capturing a graph (status %v), and this operation cannot be captured (allocate with resource.GraphMemory inside a capture, or do it after EndCapture)", h, s.dev, st)
+	}
+	return nil
+}
