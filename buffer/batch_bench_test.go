@@ -22,7 +22,9 @@ import (
 //     has it (see cuda.Device.MemcpyBatchPath);
 //   - loop: CopyBatch forced down its loop, one cuMemcpyAsync per copy;
 //   - raw-batched: cuda.Stream.MemcpyBatchAsync on the addresses, without
-//     CopyBatch's checks and holds;
+//     CopyBatch's checks and holds, and without location hints;
+//   - raw-hinted: the same with the one attribute CopyBatch passes (the
+//     operands' locations as hints);
 //   - copyto: one Buffer.CopyTo per copy between views made beforehand,
 //     what code without batches writes.
 //
@@ -35,7 +37,7 @@ const (
 
 func BenchmarkCopyBatch(b *testing.B) {
 	for _, dir := range []string{"htod", "dtod"} {
-		for _, mode := range []string{"batched", "loop", "raw-batched", "copyto"} {
+		for _, mode := range []string{"batched", "loop", "raw-batched", "raw-hinted", "copyto"} {
 			b.Run(dir+"/"+mode, func(b *testing.B) { benchCopyBatch(b, dir, mode) })
 		}
 	}
@@ -70,6 +72,14 @@ func benchCopyBatch(b *testing.B, dir, mode string) {
 		op = func() error { return buffer.CopyBatch(s, copies) }
 	case "raw-batched":
 		op = func() error { return s.MemcpyBatchAsync(dsts, srcs, sizes, nil, nil) }
+	case "raw-hinted": // the one attribute CopyBatch gives these copies
+		src := cuda.MemLocation{Type: cuda.MemLocationTypeDevice, ID: int32(d.Ordinal())}
+		if dir == "htod" {
+			src = cuda.MemLocation{Type: cuda.MemLocationTypeHost}
+		}
+		attrs := []cuda.MemcpyAttributes{{SrcAccessOrder: cuda.MemcpySrcAccessOrderStream, SrcLocHint: src,
+			DstLocHint: cuda.MemLocation{Type: cuda.MemLocationTypeDevice, ID: int32(d.Ordinal())}}}
+		op = func() error { return s.MemcpyBatchAsync(dsts, srcs, sizes, attrs, []uint64{0}) }
 	case "copyto":
 		dv := make([]*buffer.Buffer, batchCopies)
 		sv := make([]*buffer.Buffer, batchCopies)
