@@ -110,13 +110,13 @@ func TestFabricImportHostile(t *testing.T) {
 		chunks []FabricChunk
 		size   uint64
 	}{
-		"none":          {nil, testGran},
-		"zero handle":   {[]FabricChunk{{Size: testGran}}, testGran},
-		"zero size":     {[]FabricChunk{{Handle: fh}}, 1},
-		"off granule":   {[]FabricChunk{{Handle: fh, Size: testGran + 1}}, 1},
-		"size too big":  {[]FabricChunk{{Handle: fh, Size: testGran}}, testGran + 1},
-		"size 0":        {[]FabricChunk{{Handle: fh, Size: testGran}}, 0},
-		"total wraps":   {[]FabricChunk{{Handle: fh, Size: 1 << 63}, {Handle: fh, Size: 1 << 63}}, 1},
+		"none":         {nil, testGran},
+		"zero handle":  {[]FabricChunk{{Size: testGran}}, testGran},
+		"zero size":    {[]FabricChunk{{Handle: fh}}, 1},
+		"off granule":  {[]FabricChunk{{Handle: fh, Size: testGran + 1}}, 1},
+		"size too big": {[]FabricChunk{{Handle: fh, Size: testGran}}, testGran + 1},
+		"size 0":       {[]FabricChunk{{Handle: fh, Size: testGran}}, 0},
+		"total wraps":  {[]FabricChunk{{Handle: fh, Size: 1 << 63}, {Handle: fh, Size: 1 << 63}}, 1},
 	} {
 		_, err := r.ImportFabric(tc.chunks, tc.size)
 		require.ErrorIs(t, err, cuda.ErrInvalidArgument, name)
