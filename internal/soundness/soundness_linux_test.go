@@ -76,6 +76,7 @@ func init() {
 	register("virtual",
 		virtual.Chunk{}, virtual.AllocationType(0), virtual.LocationType(0), virtual.HandleType(0),
 		virtual.Granularity(0), virtual.Access(0), virtual.Options{}, virtual.Resource{}, virtual.Info{},
+		virtual.FabricChunk{},
 	)
 	register("loader",
 		loader.Library{}, loader.Attempt{}, loader.LoadError{}, loader.InitError{}, loader.Proc{}, loader.Driver{},
@@ -134,6 +135,8 @@ var funcs = map[string]any{
 	"loader.OpenCUDALibrary":    loader.OpenCUDALibrary,
 	"virtual.New":               virtual.New,
 	"virtual.CloseChunks":       virtual.CloseChunks,
+	"virtual.NCCLOptions":       virtual.NCCLOptions,
+	"cuda.FabricError":          cuda.FabricError,
 	"cuda.Elapsed":              cuda.Elapsed,
 }
 
