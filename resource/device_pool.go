@@ -157,6 +157,15 @@ func newDevicePool(op string, dev *cuda.Device, opts *DevicePoolOptions) (*Devic
 		props.HandleTypes = cuda.MemHandleTypePosixFileDescriptor
 	}
 	if opts.Fabric {
+		// Asked first: a driver whose pools cannot take fabric handles may
+		// answer cuMemPoolCreate with a bare CUDA_ERROR_INVALID_VALUE.
+		v, err := dev.Attribute(cuda.DeviceAttrMemPoolSupportedHandleTypes)
+		if err != nil {
+			return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%v pool handle types: %w", dev, err)}
+		}
+		if cuda.MemHandleType(v)&cuda.MemHandleTypeFabric == 0 {
+			return nil, cuda.Errorf(op, cuda.ErrNotSupported, "%v's memory pools do not support fabric handles (supported handle types %#x); %s", dev, v, cuda.FabricRequirements)
+		}
 		props.HandleTypes |= cuda.MemHandleTypeFabric
 	}
 	pool, err := dev.CreateMemPool(&props)

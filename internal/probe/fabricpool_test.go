@@ -204,5 +204,10 @@ func TestFabricPoolNoIMEX(t *testing.T) {
 	check := baseline(t)
 	_, err := resource.NewDevicePool(dev(t, 0), &resource.DevicePoolOptions{Fabric: true})
 	wantIMEX(t, "NewDevicePool(Fabric)", err, cuda.ErrorNotPermitted)
+	fake.SetFabric(fakecuda.FabricUnsupported)
+	_, err = resource.NewDevicePool(dev(t, 0), &resource.DevicePoolOptions{Fabric: true})
+	if !errors.Is(err, cuda.ErrNotSupported) || !strings.Contains(err.Error(), "IMEX") {
+		t.Errorf("NewDevicePool(Fabric) on a device without fabric pools: %v", err)
+	}
 	check()
 }

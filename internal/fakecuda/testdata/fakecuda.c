@@ -440,7 +440,7 @@ static CUresult fDeviceGetAttribute(int *v, int attr, int d) {
 	case 19: case 41: case 83: case 89: case 99: case 102: case 103: case 115: case 116: case 110:
 		*v = 1; break;              /* map host, UVA, managed, concurrent managed, register, VMM, POSIX fd, pools, RDMA, RDMA+VMM */
 	case 88: *v = 0; break;         /* pageable memory access */
-	case 119: *v = 1 | (fabric_mode() == 1 ? 8 : 0); break; /* pool handle types: POSIX fd (+ fabric) */
+	case 119: *v = 1 | (fabric_mode() != 2 ? 8 : 0); break; /* pool handle types: POSIX fd (+ fabric) */
 	case 128: *v = fabric_mode() != 2; break; /* fabric handles (see fabric_mode) */
 	case 134: *v = 0; break;        /* host NUMA id */
 	default: *v = 0;
