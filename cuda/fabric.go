@@ -140,8 +140,12 @@ func (d *Device) CheckFabric() error {
 		return &OpError{Op: op, Err: err} // MemCreate explains a fabric refusal
 	}
 	_, xerr := d.MemExportFabric(h)
+	// Released again once if the first release fails: nothing else holds
+	// the probe granule, so giving up would leak it for good.
 	if rerr := d.MemRelease(h); rerr != nil {
-		return &OpError{Op: op, Err: errors.Join(xerr, fmt.Errorf("releasing the probe allocation: %w", rerr))}
+		if rerr2 := d.MemRelease(h); rerr2 != nil {
+			return &OpError{Op: op, Err: errors.Join(xerr, fmt.Errorf("releasing the probe allocation: %w", rerr), rerr2)}
+		}
 	}
 	if xerr != nil {
 		return &OpError{Op: op, Err: xerr}

@@ -104,8 +104,12 @@ func probeFabric(drv driver, dev *cuda.Device, rdma bool) error {
 		return cuda.FabricError("cuMemCreate", err)
 	}
 	_, xerr := drv.MemExportFabric(h)
+	// Released again once if the first release fails: nothing else holds
+	// the probe granule, so giving up would leak it for good.
 	if rerr := drv.MemRelease(h); rerr != nil {
-		return errors.Join(xerr, fmt.Errorf("releasing the fabric probe allocation: %w", rerr))
+		if rerr2 := drv.MemRelease(h); rerr2 != nil {
+			return errors.Join(xerr, fmt.Errorf("releasing the fabric probe allocation: %w", rerr), rerr2)
+		}
 	}
 	return cuda.FabricError("cuMemExportToShareableHandle", xerr)
 }
