@@ -36,10 +36,10 @@
 // NVLink domain (GB200 NVL72), where Resource.ImportFabric maps them.
 // Imports follow the fd path's rules: the chunk list is checked whole
 // before the driver sees it, the driver refuses handles it did not make,
-// the imported memory's properties are read back from the driver and
-// memory that is not fabric-shareable refused, a size larger than the
-// exported memory is refused by the driver's mapping, and a failure leaves
-// nothing reserved, mapped or imported. Closing the imported buffer
+// the imported memory's properties are read back from the driver (memory
+// placed elsewhere than the resource's Location is refused), a size
+// larger than the exported memory is refused by the driver's mapping, and
+// a failure leaves nothing reserved, mapped or imported. Closing the imported buffer
 // unmaps it and releases the imported handles. Fabric handles need the
 // IMEX service: without it (any single-node machine) creating, exporting
 // or importing fails with an error matching cuda.ErrNotSupported that

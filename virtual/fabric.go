@@ -157,8 +157,9 @@ func checkFabricChunks(chunks []FabricChunk, size, gran uint64) (uint64, error) 
 // driver sees it (as Import checks fds); each handle then goes to the
 // driver, which refuses handles it did not make (a clean error, nothing
 // left behind). The imported memory's properties are read back from the
-// driver (cuMemGetAllocationPropertiesFromHandle), and memory that was not
-// made fabric-shareable is refused; a chunk's size is never taken on the
+// driver (cuMemGetAllocationPropertiesFromHandle): memory that is not VMM
+// memory, or that lives on the host when this resource is device memory
+// (or the reverse), is refused; a chunk's size is never taken on the
 // sender's word alone: the driver maps no more than the physical
 // allocation holds and refuses a larger claimed size. On error nothing
 // stays reserved, mapped or imported. Without IMEX the error matches
@@ -182,8 +183,14 @@ func (r *Resource) ImportFabric(chunks []FabricChunk, size uint64) (*buffer.Buff
 		if err != nil {
 			return h, 0, fmt.Errorf("reading the imported %v's properties: %w", c.Handle, err)
 		}
-		if prop.RequestedHandleTypes&cuda.MemHandleTypeFabric == 0 || (prop.Type != cuda.MemAllocationTypePinned && prop.Type != cuda.MemAllocationTypeManaged) {
-			return h, 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "%v imports memory of type %d with handle types %#x: not fabric-shareable VMM memory", c.Handle, prop.Type, uint32(prop.RequestedHandleTypes))
+		if prop.Type != cuda.MemAllocationTypePinned && prop.Type != cuda.MemAllocationTypeManaged {
+			return h, 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "%v imports memory of allocation type %d: not VMM memory", c.Handle, prop.Type)
+		}
+		// Where the memory lives is the driver's word, not the sender's:
+		// host memory mapped into a device resource (or the reverse) would
+		// make the resource misreport what its buffers are.
+		if onDev := prop.Location.Type == cuda.MemLocationTypeDevice; onDev != (r.opts.Location == OnDevice) {
+			return h, 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "%v imports memory located at %v, but this resource's Location is %d", c.Handle, prop.Location, int(r.opts.Location))
 		}
 		return h, c.Size, nil
 	})

@@ -310,3 +310,23 @@ func TestNCCLAllocationProperties(t *testing.T) {
 		require.Zero(t, n, "handle %#x still retained", uint64(h))
 	}
 }
+
+// TestFabricImportWrongLocation: where imported memory lives is read from
+// the driver: device memory is refused by a host-located resource.
+func TestFabricImportWrongLocation(t *testing.T) {
+	f := newFake(testGran)
+	src, err := newResource(f, fakeDevice, &Options{HandleType: HandleFabric})
+	require.NoError(t, err)
+	host, err := newResource(f, fakeDevice, &Options{HandleType: HandleNone, Location: OnHost})
+	require.NoError(t, err)
+	b, err := src.Allocate(testGran, nil)
+	require.NoError(t, err)
+	chunks, err := src.ExportFabric(b)
+	require.NoError(t, err)
+	_, err = host.ImportFabric(chunks, testGran)
+	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "Location")
+	require.NoError(t, b.Close())
+	require.NoError(t, host.Reclaim())
+	f.requireEmpty(t)
+}
