@@ -66,6 +66,21 @@
 // Go-side validation failures wrap [ErrInvalidArgument]; use after Close
 // wraps [ErrClosed]. A Success result is never returned as an error.
 //
+// # Fabric handles
+//
+// Multi-node NVLink systems (GB200 NVL72 and later) share memory between
+// nodes with fabric handles (CU_MEM_HANDLE_TYPE_FABRIC, brokered by the
+// IMEX service): [Device.MemExportFabric] and [Device.MemImportFabric]
+// for VMM allocations, [MemPool.ExportFabric] and
+// [Device.ImportMemPoolFabric] for pools. A [MemFabricHandle] is 64 plain
+// bytes (MarshalBinary, UnmarshalBinary; its String shows a fingerprint,
+// not the bytes, which are a capability). Where IMEX is absent the driver
+// refuses fabric memory with CUDA_ERROR_NOT_PERMITTED or
+// CUDA_ERROR_NOT_SUPPORTED; [FabricError] turns that into an error that
+// matches [ErrNotSupported], still matches the driver's Result, and says
+// what is needed ([FabricRequirements]). [Device.CheckFabric] probes it up
+// front, as NCCL does.
+//
 // # Lifetimes
 //
 // Streams, events and modules are closed explicitly with Close, which is

@@ -101,8 +101,12 @@ func (d *Device) CreateMemPool(props *MemPoolProps) (MemPool, error) {
 	var h uintptr
 	r := d.drv.MemPoolCreate.CallCtx(ctx, uintptr(unsafe.Pointer(&h)), uintptr(unsafe.Pointer(props)))
 	if !ok(r) {
-		return MemPool{}, fmt.Errorf("location %v/%d, handle types %#x, max size %d: %w",
+		err := fmt.Errorf("location %v/%d, handle types %#x, max size %d: %w",
 			props.Location.Type, props.Location.ID, props.HandleTypes, props.MaxSize, fail(&d.drv.MemPoolCreate, r))
+		if props.HandleTypes&MemHandleTypeFabric != 0 {
+			err = FabricError("cuMemPoolCreate", err) // refused without IMEX
+		}
+		return MemPool{}, err
 	}
 	return MemPool{handle: h, dev: d}, nil
 }

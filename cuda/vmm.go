@@ -56,7 +56,12 @@ func (d *Device) MemCreate(size uint64, prop *MemAllocationProp) (MemHandle, err
 	var h MemHandle
 	p := &d.drv.MemCreate
 	if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&h)), uintptr(size), uintptr(unsafe.Pointer(prop)), 0); !ok(r) {
-		return 0, sizeErr(fail(p, r), size)
+		err := sizeErr(fail(p, r), size)
+		if prop.RequestedHandleTypes&MemHandleTypeFabric != 0 {
+			// Without IMEX the driver refuses fabric-shareable memory.
+			err = FabricError("cuMemCreate", err)
+		}
+		return 0, err
 	}
 	return h, nil
 }

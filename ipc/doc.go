@@ -89,6 +89,22 @@
 // Legacy IPC (cuIpcGetMemHandle / cuIpcOpenMemHandle), as CuPy and PyTorch
 // use for memory from cuMemAlloc, is in legacy.go.
 //
+// # Beyond one node: fabric handles
+//
+// A pool made with resource.DevicePoolOptions.Fabric can also be exported
+// as a FabricHandle (ExportPoolFabric): the driver's 64-byte fabric handle
+// with the pool's UUID and key, encoded as plain bytes (MarshalBinary) for
+// any channel, since no file descriptor is involved. On another node of the
+// same multi-node NVLink domain (GB200 NVL72), ImportPoolFabric maps it
+// with ImportPool's checks: one pool per UUID in the registry, the same
+// UUID under another key refused, descriptors authenticated by the key
+// (buffers travel as Descriptors exactly as for fd pools). The key in a
+// FabricHandle's encoding is as secret as a Handle's Token. The driver
+// refuses fabric handles it did not make; without the IMEX service every
+// fabric step fails with an error matching cuda.ErrNotSupported that names
+// IMEX. A fabric-only pool's buffers export as usual (the pool is exported
+// once as a fabric handle first); ExportPool needs the POSIX fd type.
+//
 // # Other libraries and languages
 //
 // cuda.core, CuPy and C programs share pools as the driver does: the

@@ -88,7 +88,10 @@ type ImportedPool struct {
 	drv  importDriver // nil in the zero value
 	uuid UUID
 	key  poolKey    // from the Handle; forwarded by Export
-	file *osfd.File // a duplicate of the imported fd, kept for re-export
+	file *osfd.File // a duplicate of the imported fd, kept for re-export (nil for a fabric import)
+	// fabric is the fabric handle the pool was imported from
+	// (ImportPoolFabric), kept for re-export; zero for an fd import.
+	fabric cuda.MemFabricHandle
 
 	// life is the lifecycle DevicePool and PinnedPool share: Import and
 	// Export run between Acquire and Release, so Close waits for them and
@@ -284,6 +287,9 @@ func (p *ImportedPool) Export() (*Handle, error) {
 		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
 	}
 	defer p.life.Release()
+	if p.file == nil {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v was imported from a fabric handle, not a file descriptor (use ExportFabric)", p.uuid)
+	}
 	f, err := p.file.Dup()
 	if err != nil {
 		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("pool %v: %w", p.uuid, err)}

@@ -135,10 +135,19 @@ func poolState(op string, p ExportablePool) (*exportState, error) {
 
 // ensureExported exports pool once as a shareable handle (closing the fd
 // at once) unless that was done already; later pointer exports then work.
-func (st *exportState) ensureExported(pool cuda.MemPool) error {
+// A pool with fabric handles only is exported as a fabric handle (nothing
+// to close).
+func (st *exportState) ensureExported(pool cuda.MemPool, types cuda.MemHandleType) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.exported {
+		return nil
+	}
+	if types&cuda.MemHandleTypePosixFileDescriptor == 0 && types&cuda.MemHandleTypeFabric != 0 {
+		if _, err := pool.ExportFabric(); err != nil {
+			return fmt.Errorf("exporting the pool once before its first buffer: %w", err)
+		}
+		st.exported = true
 		return nil
 	}
 	fd, err := pool.ExportFD()
@@ -183,6 +192,9 @@ func ExportPool(p ExportablePool) (*Handle, error) {
 	}
 	if err := checkExportable(op, p); err != nil {
 		return nil, err
+	}
+	if handleTypes(p)&cuda.MemHandleTypePosixFileDescriptor == 0 {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool was created without POSIX fd handles (fabric only: use ExportPoolFabric)")
 	}
 	st, err := poolState(op, p)
 	if err != nil {
@@ -251,7 +263,7 @@ func ExportBuffer(b *buffer.Buffer) (Descriptor, error) {
 		// Close that waits on the pool.
 		err = b.Use(op, func(ptr cuda.DevicePtr) error {
 			return withPool(op, mr, func(pool cuda.MemPool) error {
-				if err := st.ensureExported(pool); err != nil {
+				if err := st.ensureExported(pool, handleTypes(mr)); err != nil {
 					return &cuda.OpError{Op: op, Err: err}
 				}
 				var err error

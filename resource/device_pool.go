@@ -24,6 +24,13 @@ type DevicePoolOptions struct {
 	// descriptor (see package ipc). Linux only: elsewhere, and on devices
 	// without the capability, NewDevicePool fails with cuda.ErrNotSupported.
 	IPC bool
+	// Fabric adds fabric handles (CU_MEM_HANDLE_TYPE_FABRIC) to the pool's
+	// handle types, so package ipc can export it (ipc.ExportPoolFabric) to
+	// processes on other nodes of a multi-node NVLink domain (GB200 NVL72
+	// and later). It needs the IMEX service: without it NewDevicePool fails
+	// with an error matching cuda.ErrNotSupported that names IMEX. It may
+	// be set with or without IPC; either makes the pool IPC-enabled.
+	Fabric bool
 	// ReleaseThreshold is how many reserved bytes the pool keeps at
 	// synchronization points. 0 means no limit: freed memory stays cached
 	// for reuse (RMM's default), and Trim gives it back.
@@ -71,8 +78,9 @@ func (o *DevicePoolOptions) check(goos string) error {
 // working so buffers that outlive the resource can still be freed, and an
 // owned pool is destroyed when the last of them is.
 type DevicePool struct {
-	core   poolCore
-	peerMu sync.Mutex // serializes SetPeerAccess calls (Close waits for them through core.life)
+	core    poolCore
+	peerMu  sync.Mutex         // serializes SetPeerAccess calls (Close waits for them through core.life)
+	handles cuda.MemHandleType // the handle types it was created with (0 for a borrowed pool)
 }
 
 var _ buffer.MemoryResource = (*DevicePool)(nil)
@@ -148,6 +156,18 @@ func newDevicePool(op string, dev *cuda.Device, opts *DevicePoolOptions) (*Devic
 	if opts.IPC {
 		props.HandleTypes = cuda.MemHandleTypePosixFileDescriptor
 	}
+	if opts.Fabric {
+		// Asked first: a driver whose pools cannot take fabric handles may
+		// answer cuMemPoolCreate with a bare CUDA_ERROR_INVALID_VALUE.
+		v, err := dev.Attribute(cuda.DeviceAttrMemPoolSupportedHandleTypes)
+		if err != nil {
+			return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%v pool handle types: %w", dev, err)}
+		}
+		if cuda.MemHandleType(v)&cuda.MemHandleTypeFabric == 0 {
+			return nil, cuda.Errorf(op, cuda.ErrNotSupported, "%v's memory pools do not support fabric handles (supported handle types %#x); %s", dev, v, cuda.FabricRequirements)
+		}
+		props.HandleTypes |= cuda.MemHandleTypeFabric
+	}
 	pool, err := dev.CreateMemPool(&props)
 	if err != nil {
 		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%v: %w", dev, err)}
@@ -162,7 +182,7 @@ func newDevicePool(op string, dev *cuda.Device, opts *DevicePoolOptions) (*Devic
 		// constructor leaves nothing behind.
 		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%v: %w", dev, discard(pool, clean, err))}
 	}
-	p.core.pool, p.core.ipc = pool, opts.IPC
+	p.core.pool, p.core.ipc, p.handles = pool, opts.IPC || opts.Fabric, props.HandleTypes
 	p.core.own([]*cuda.Device{dev}, func() error {
 		if err := p.revokePeers(); err != nil {
 			return fmt.Errorf("revoke peer access: %w", err)
@@ -248,6 +268,16 @@ func (p *DevicePool) IsOwned() bool { return p != nil && p.core.owned() }
 
 // IsIPCEnabled reports whether the pool can be exported to other processes.
 func (p *DevicePool) IsIPCEnabled() bool { return p != nil && p.core.ipc }
+
+// HandleTypes returns the shareable handle types the pool was created with
+// (POSIX fd with IPC, fabric with Fabric); 0 for a borrowed pool and for a
+// nil one.
+func (p *DevicePool) HandleTypes() cuda.MemHandleType {
+	if p == nil {
+		return 0
+	}
+	return p.handles
+}
 
 // IsClosed reports whether Close has been called (true for nil).
 func (p *DevicePool) IsClosed() bool { return p == nil || p.core.isClosed() }

@@ -29,6 +29,12 @@ type driver interface {
 	// For Export and Import (export.go).
 	MemExportFD(h cuda.MemHandle) (int, error)
 	MemImportFD(fd int) (cuda.MemHandle, error)
+	// For ExportFabric and ImportFabric (fabric.go).
+	FabricHandlesSupported() (bool, error)
+	MemExportFabric(h cuda.MemHandle) (cuda.MemFabricHandle, error)
+	MemImportFabric(fh *cuda.MemFabricHandle) (cuda.MemHandle, error)
+	MemAllocationProperties(h cuda.MemHandle) (cuda.MemAllocationProp, error)
+	MemRetainAllocationHandle(addr cuda.DevicePtr) (cuda.MemHandle, error)
 	// syncStream waits for one stream (nil: the legacy default stream).
 	// The package never waits for the whole device.
 	syncStream(s *cuda.Stream) error

@@ -138,6 +138,18 @@ func (r *Resource) Import(chunks []Chunk, size uint64) (*buffer.Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
+	return r.importChunks(op, len(chunks), total, size, func(i int) (cuda.MemHandle, uint64, error) {
+		h, err := r.drv.MemImportFD(chunks[i].FD)
+		return h, chunks[i].Size, err
+	})
+}
+
+// importChunks maps n imported physical chunks back to back into a new
+// reservation of total bytes and returns a buffer of size bytes over them.
+// open imports chunk i and returns its handle and size; a handle it
+// returns with an error is released here. On error nothing stays
+// reserved, mapped or imported.
+func (r *Resource) importChunks(op string, n int, total, size uint64, open func(i int) (cuda.MemHandle, uint64, error)) (*buffer.Buffer, error) {
 	r.retryLeftovers()
 	var t txn
 	t.start()
@@ -147,19 +159,21 @@ func (r *Resource) Import(chunks []Chunk, size uint64) (*buffer.Buffer, error) {
 	}
 	descs := append([]cuda.MemAccessDesc(nil), r.descs...)
 	a := &allocation{base: ptr, size: size, reservations: []span{{ptr, total}}, resv: total, descs: descs}
-	for i, c := range chunks {
-		h, err := r.drv.MemImportFD(c.FD)
+	for i := range n {
+		h, csize, err := open(i)
+		if h != 0 {
+			t.created(h)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s chunk %d: %w", op, i, r.rollback(&t, err))
 		}
-		t.created(h)
 		at := ptr + cuda.DevicePtr(a.mapped)
-		if err := r.drv.MemMap(at, c.Size, 0, h); err != nil {
+		if err := r.drv.MemMap(at, csize, 0, h); err != nil {
 			return nil, fmt.Errorf("%s chunk %d: %w", op, i, r.rollback(&t, err))
 		}
-		t.mapped(at, c.Size)
-		a.chunks = append(a.chunks, chunk{off: a.mapped, size: c.Size, h: h})
-		a.mapped += c.Size
+		t.mapped(at, csize)
+		a.chunks = append(a.chunks, chunk{off: a.mapped, size: csize, h: h})
+		a.mapped += csize
 	}
 	if err := r.drv.MemSetAccess(ptr, total, descs...); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, r.rollback(&t, err))

@@ -46,6 +46,8 @@ type fakeDriver struct {
 	// off the granularity, whatever alignment was asked for: a driver
 	// that ignores the alignment, as no real one has been seen to do.
 	offGranule bool
+
+	fab fakeFabric // fabric handles and read-back properties (fabric_fake_test.go)
 }
 
 type fakeHandle struct {
@@ -153,14 +155,21 @@ func (f *fakeDriver) MemCreate(size uint64, prop *cuda.MemAllocationProp) (cuda.
 	if prop.Type != cuda.MemAllocationTypePinned && prop.Type != cuda.MemAllocationTypeManaged {
 		return 0, f.misuse("cuMemCreate with allocation type %d", prop.Type)
 	}
+	if err := f.fab.refused("cuMemCreate", prop); err != nil {
+		return 0, err
+	}
 	f.nextH++
 	f.handles[f.nextH] = fakeHandle{size: size}
+	f.fab.created(f.nextH, prop)
 	return f.nextH, nil
 }
 
 func (f *fakeDriver) MemRelease(h cuda.MemHandle) error {
 	if err := f.call("cuMemRelease"); err != nil {
 		return err
+	}
+	if f.fab.unretain(h) {
+		return nil // a retain's release (cuMemRetainAllocationHandle)
 	}
 	fh, ok := f.handles[h]
 	if !ok || fh.released {

@@ -22,6 +22,9 @@ func receivers() map[string][]reflect.Value {
 	return map[string][]reflect.Value{
 		"Resource": {reflect.ValueOf((*Resource)(nil)), reflect.ValueOf(&Resource{})},
 		"Access":   {reflect.ValueOf(Access(0)), reflect.ValueOf(Access(-7)), reflect.ValueOf(Access(99))},
+		// Value methods on a nil *FabricChunk would panic in Go itself,
+		// as for any value receiver, so only non-nil values are listed.
+		"FabricChunk": {reflect.ValueOf(FabricChunk{}), reflect.ValueOf(&FabricChunk{})},
 	}
 }
 

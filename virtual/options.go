@@ -37,8 +37,15 @@ const (
 	HandleDefault HandleType = iota
 	HandleNone
 	HandlePosixFD
+	// HandleFabric exports allocations as fabric handles (ExportFabric),
+	// importable on other nodes of a multi-node NVLink domain; it needs the
+	// IMEX service (see cuda.FabricRequirements).
 	HandleFabric
 	HandleWin32 // not supported yet: New reports ErrNotSupported
+	// HandlePosixFDAndFabric requests both POSIX fds and fabric handles, as
+	// NCCL's ncclMemAlloc does where fabric handles work (see NCCLOptions).
+	// Linux only.
+	HandlePosixFDAndFabric
 )
 
 // Granularity picks the allocation unit the driver reports.
@@ -163,6 +170,11 @@ func (o *Options) props(dev *cuda.Device) (cuda.MemAllocationProp, error) {
 		p.RequestedHandleTypes = cuda.MemHandleTypePosixFileDescriptor
 	case HandleFabric:
 		p.RequestedHandleTypes = cuda.MemHandleTypeFabric
+	case HandlePosixFDAndFabric:
+		if runtime.GOOS != "linux" {
+			return p, cuda.Errorf("virtual.New", cuda.ErrNotSupported, "option HandleType: POSIX file descriptors need Linux, not %s", runtime.GOOS)
+		}
+		p.RequestedHandleTypes = cuda.MemHandleTypePosixFileDescriptor | cuda.MemHandleTypeFabric
 	case HandleWin32:
 		return p, cuda.Errorf("virtual.New", cuda.ErrNotSupported, "option HandleType: Win32 handles are not supported yet")
 	default:

@@ -101,8 +101,19 @@ func newResource(drv driver, dev *cuda.Device, opts *Options) (*Resource, error)
 	if o.GPUDirectRDMA && !f.GPUDirectRDMAWithVMM {
 		return nil, cuda.Errorf("virtual.New", cuda.ErrNotSupported, "GPUDirect RDMA is not supported with VMM on %v", dev)
 	}
-	if prop.RequestedHandleTypes == cuda.MemHandleTypePosixFileDescriptor && !f.PosixFDHandles {
+	if prop.RequestedHandleTypes&cuda.MemHandleTypePosixFileDescriptor != 0 && !f.PosixFDHandles {
 		return nil, cuda.Errorf("virtual.New", cuda.ErrNotSupported, "%v cannot export VMM memory as POSIX file descriptors (use HandleNone)", dev)
+	}
+	if prop.RequestedHandleTypes&cuda.MemHandleTypeFabric != 0 {
+		// The attribute says whether the device can; whether IMEX lets
+		// this process shows at the first allocation (cuda.FabricError).
+		ok, err := drv.FabricHandlesSupported()
+		if err != nil {
+			return nil, &cuda.OpError{Op: "virtual.New", Err: err}
+		}
+		if !ok {
+			return nil, cuda.Errorf("virtual.New", cuda.ErrNotSupported, "option HandleType: %v reports no fabric handle support; %s", dev, cuda.FabricRequirements)
+		}
 	}
 	for _, p := range o.Peers {
 		ok, err := drv.peerCanAccess(p)

@@ -12,7 +12,8 @@
 //	os.Setenv("CUDAMEM_DRIVER", path)
 //
 // Environment read by the fake at cuInit: FAKECUDA_DEVICES (1 or 2),
-// FAKECUDA_VERSION, FAKECUDA_TOTAL_MEM.
+// FAKECUDA_VERSION, FAKECUDA_TOTAL_MEM; and at first use FAKECUDA_FABRIC
+// (see FabricMode; Driver.SetFabric changes it at run time).
 package fakecuda
 
 import (
@@ -99,7 +100,31 @@ func (s Stat) String() string {
 
 // Driver reads the counters of a loaded fake driver.
 type Driver struct {
-	stat loader.Proc
+	stat   loader.Proc
+	fabric loader.Proc
+}
+
+// FabricMode is how the fake treats fabric handles (CU_MEM_HANDLE_TYPE_FABRIC).
+type FabricMode int
+
+// Fabric modes.
+const (
+	// FabricNoIMEX: the device reports fabric support, but creating,
+	// exporting or importing fabric-shareable memory fails with
+	// CUDA_ERROR_NOT_PERMITTED, as on a machine without the IMEX service
+	// (the default).
+	FabricNoIMEX FabricMode = iota
+	// FabricWorks: fabric handles round-trip inside the process.
+	FabricWorks
+	// FabricUnsupported: the device reports no fabric support and the
+	// driver answers CUDA_ERROR_NOT_SUPPORTED.
+	FabricUnsupported
+)
+
+// SetFabric sets the fake's fabric mode and returns the previous one.
+// Exports already made stay importable in FabricWorks.
+func (d *Driver) SetFabric(m FabricMode) FabricMode {
+	return FabricMode(int32(d.fabric.Call(uintptr(m))))
 }
 
 // Open opens the fake driver at path (the same library the loader uses:
@@ -113,7 +138,11 @@ func Open(path string) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s is not the fake driver: %w", path, err)
 	}
-	return &Driver{stat: p}, nil
+	f, err := l.Lookup("fakecuda_set_fabric")
+	if err != nil {
+		return nil, fmt.Errorf("%s is not the fake driver: %w", path, err)
+	}
+	return &Driver{stat: p, fabric: f}, nil
 }
 
 // Stat reads one counter.

@@ -74,10 +74,12 @@ func init() {
 		timeline.Kind(0), timeline.Event{}, timeline.Log{}, timeline.RecorderOptions{}, timeline.Recorder{},
 		timeline.Trace{}, timeline.Allocation{}, timeline.Usage{}, timeline.SVGOptions{},
 	)
-	register("ipc", ipc.Descriptor{}, ipc.Handle{}, ipc.LegacyHandle{}, ipc.ImportedPool{}, ipc.UUID{}, ipc.TorchHandle{})
+	register("ipc", ipc.Descriptor{}, ipc.Handle{}, ipc.LegacyHandle{}, ipc.ImportedPool{}, ipc.UUID{}, ipc.TorchHandle{},
+		ipc.FabricHandle{})
 	register("virtual",
 		virtual.Chunk{}, virtual.AllocationType(0), virtual.LocationType(0), virtual.HandleType(0),
 		virtual.Granularity(0), virtual.Access(0), virtual.Options{}, virtual.Resource{}, virtual.Info{},
+		virtual.FabricChunk{},
 	)
 	register("loader",
 		loader.Library{}, loader.Attempt{}, loader.LoadError{}, loader.InitError{}, loader.Proc{}, loader.Driver{},
@@ -119,6 +121,8 @@ var funcs = map[string]any{
 	"ipc.ExportPool":            ipc.ExportPool,
 	"ipc.ExportBuffer":          ipc.ExportBuffer,
 	"ipc.ImportPool":            ipc.ImportPool,
+	"ipc.ExportPoolFabric":      ipc.ExportPoolFabric,
+	"ipc.ImportPoolFabric":      ipc.ImportPoolFabric,
 	"ipc.ExportLegacy":          ipc.ExportLegacy,
 	"ipc.OpenLegacy":            ipc.OpenLegacy,
 	"ipc.SendFDs":               ipc.SendFDs,
@@ -136,6 +140,8 @@ var funcs = map[string]any{
 	"loader.OpenCUDALibrary":    loader.OpenCUDALibrary,
 	"virtual.New":               virtual.New,
 	"virtual.CloseChunks":       virtual.CloseChunks,
+	"virtual.NCCLOptions":       virtual.NCCLOptions,
+	"cuda.FabricError":          cuda.FabricError,
 	"cuda.Elapsed":              cuda.Elapsed,
 }
 

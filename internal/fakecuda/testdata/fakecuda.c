@@ -25,7 +25,9 @@
 // and friends are absent, so they report "not supported").
 //
 // Environment: FAKECUDA_DEVICES (1 or 2, default 1), FAKECUDA_VERSION
-// (default 13000), FAKECUDA_TOTAL_MEM (bytes per device, default 4 GiB).
+// (default 13000), FAKECUDA_TOTAL_MEM (bytes per device, default 4 GiB),
+// FAKECUDA_FABRIC (fabric handles: "1" working, "none" unsupported, else
+// supported by the device but without IMEX; see fabric_mode).
 //
 // Written from the CUDA driver API documentation's enum values and struct
 // layouts; built by the tests with the system C compiler; never shipped.
@@ -55,6 +57,7 @@ enum {
 	E_ILLEGAL_ADDRESS = 700,
 	E_PEER_ALREADY = 704,
 	E_PEER_NOT_ENABLED = 705,
+	E_NOT_PERMITTED = 800,
 	E_NOT_SUPPORTED = 801,
 	E_ILLEGAL_STATE = 401,
 	E_CAPTURE_UNSUPPORTED = 900,
@@ -69,6 +72,14 @@ enum {
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 #define LOCK() pthread_mutex_lock(&mu)
 #define UNLOCK() pthread_mutex_unlock(&mu)
+
+/* Fabric handles: defined under the "Fabric handles" marker below. */
+static int fabric_mode(void);
+static CUresult fabric_gate(void);
+static CUresult fabric_mem_export(void *out, u64 hv, u64 flags);
+static CUresult fabric_mem_import(u64 *out, const void *fh);
+static CUresult fabric_pool_export(void *out, void *h, u64 flags);
+static CUresult fabric_pool_import(void **out, const void *fh, u64 flags);
 
 static int driver_version = 13000;
 static int ndev = 1;
@@ -452,7 +463,8 @@ static CUresult fDeviceGetAttribute(int *v, int attr, int d) {
 	case 19: case 41: case 83: case 89: case 99: case 102: case 103: case 115: case 116: case 110:
 		*v = 1; break;              /* map host, UVA, managed, concurrent managed, register, VMM, POSIX fd, pools, RDMA, RDMA+VMM */
 	case 88: *v = 0; break;         /* pageable memory access */
-	case 119: *v = 1; break;        /* pool handle types: POSIX fd */
+	case 119: *v = 1 | (fabric_mode() != 2 ? 8 : 0); break; /* pool handle types: POSIX fd (+ fabric) */
+	case 128: *v = fabric_mode() != 2; break; /* fabric handles (see fabric_mode) */
 	case 134: *v = 0; break;        /* host NUMA id */
 	default: *v = 0;
 	}
@@ -846,7 +858,8 @@ typedef struct {
 static CUresult fMemPoolCreate(void **out, const pool_props_t *pr) {
 	LOCK();
 	NEED_CTX();
-	if (!out || !pr || pr->alloc_type != 1 || (pr->handle_types & ~1) || npools == MAXPOOLS) RET(E_INVALID_VALUE);
+	if (!out || !pr || pr->alloc_type != 1 || (pr->handle_types & ~9) || npools == MAXPOOLS) RET(E_INVALID_VALUE);
+	if (pr->handle_types & 8) { CUresult g = fabric_gate(); if (g) RET(g); }
 	if (pr->loc_type == 1 && bad_dev(pr->loc_id)) RET(E_INVALID_VALUE);
 	if (pr->loc_type != 1 && pr->loc_type != 2 && pr->loc_type != 3) RET(E_INVALID_VALUE);
 	if (pr->loc_type == 3 && pr->loc_id != 0) RET(E_INVALID_VALUE); /* one NUMA node */
@@ -992,6 +1005,7 @@ static CUresult fMemFreeAsync(u64 ptr, void *s) {
 static CUresult fMemPoolExportToShareableHandle(void *out, void *h, int type, u64 flags) {
 	LOCK();
 	NEED_CTX();
+	if (type == 8) RET(fabric_pool_export(out, h, flags));
 	pool_t *p = as_pool(h);
 	if (!out || !p || type != 1 || flags || !(p->handle_types & 1)) RET(E_INVALID_VALUE);
 	int fd = memfd_create("fakecuda-pool", MFD_CLOEXEC);
@@ -1004,6 +1018,7 @@ static CUresult fMemPoolExportToShareableHandle(void *out, void *h, int type, u6
 static CUresult fMemPoolImportFromShareableHandle(void **out, void *osh, int type, u64 flags) {
 	LOCK();
 	NEED_CTX();
+	if (type == 8) RET(fabric_pool_import(out, osh, flags));
 	int fd = (int)(intptr_t)osh;
 	long long id = 0;
 	if (!out || type != 1 || flags || npools == MAXPOOLS) RET(E_INVALID_VALUE);
@@ -1029,7 +1044,7 @@ static CUresult fMemPoolExportPointer(export_t *out, u64 ptr) {
 	LOCK();
 	NEED_CTX();
 	alloc_t *a = find_base(ptr);
-	if (!out || !a || a->kind != K_POOL || !(a->pool->handle_types & 1)) RET(E_INVALID_VALUE);
+	if (!out || !a || a->kind != K_POOL || !(a->pool->handle_types & 9)) RET(E_INVALID_VALUE);
 	memset(out, 0, sizeof *out);
 	*out = (export_t){EXPORT_MAGIC, a->pool->id, ptr, a->size, {0}};
 	RET(OK);
@@ -1086,6 +1101,7 @@ static CUresult fMemCreate(u64 *out, size_t size, const alloc_prop_t *p, u64 fla
 	if (r) RET(r);
 	if (!out || flags || size == 0 || size % GRAN || nhandles == MAXH) RET(E_INVALID_VALUE);
 	if (p->handle_types & ~0xb) RET(E_INVALID_VALUE);
+	if (p->handle_types & 8) { CUresult g = fabric_gate(); if (g) RET(g); }
 	int dev = p->loc.type == 1;
 	if (size > total_mem || (dev && (u64)stats[ST_DEVICE_BYTES] + size > total_mem * (u64)ndev)) RET(E_OUT_OF_MEMORY);
 	int fd = memfd_create("fakecuda-vmm", MFD_CLOEXEC);
@@ -1239,6 +1255,7 @@ static CUresult fMemGetAccess(u64 *flags, const loc_t *loc, u64 p) {
 static CUresult fMemExportToShareableHandle(void *out, u64 hv, int type, u64 flags) {
 	LOCK();
 	NEED_CTX();
+	if (type == 8) RET(fabric_mem_export(out, hv, flags));
 	handle_t *h = as_handle(hv);
 	if (!out || !h || type != 1 || flags || !(((alloc_prop_t *)h->prop)->handle_types & 1)) RET(E_INVALID_VALUE);
 	int fd = fcntl(h->fd, F_DUPFD_CLOEXEC, 3);
@@ -1249,6 +1266,7 @@ static CUresult fMemExportToShareableHandle(void *out, u64 hv, int type, u64 fla
 static CUresult fMemImportFromShareableHandle(u64 *out, void *osh, int type) {
 	LOCK();
 	NEED_CTX();
+	if (type == 8) RET(fabric_mem_import(out, osh));
 	int fd = (int)(intptr_t)osh;
 	struct stat st;
 	if (!out || type != 1 || nhandles == MAXH || fstat(fd, &st) != 0 || st.st_size <= 0 || (u64)st.st_size % GRAN)
@@ -1750,6 +1768,124 @@ static void *batch_proc(int ver) {
 }
 
 /* Fabric handles. */
+/* Fabric handles work inside one process, as pool IPC does. fabric_mode()
+   says how a system without a multi-node NVLink domain looks:
+     0: the device reports fabric support (attribute 128 = 1) but IMEX is
+        absent: fabric memory, pools and exports fail NOT_PERMITTED (the
+        default, as on a single-node Hopper machine);
+     1: IMEX works: export/import round trips;
+     2: the device has no fabric support (attribute 0): NOT_SUPPORTED.
+   FAKECUDA_FABRIC sets it at first use ("1", "none", else 0);
+   fakecuda_set_fabric changes it at run time and returns the old mode.
+   An exported handle is 64 bytes naming an entry of a table of exports
+   (a serial and a random nonce); import accepts only bytes equal to an
+   entry whose object still lives, so garbage and stale handles are
+   refused, as the real driver refuses handles it does not know. */
+static int fabric_mode_v = -1;
+static int fabric_mode(void) {
+	if (fabric_mode_v < 0) {
+		const char *e = getenv("FAKECUDA_FABRIC");
+		fabric_mode_v = e && !strcmp(e, "1") ? 1 : e && !strcmp(e, "none") ? 2 : 0;
+	}
+	return fabric_mode_v;
+}
+int fakecuda_set_fabric(int mode) {
+	LOCK();
+	int old = fabric_mode();
+	if (mode >= 0 && mode <= 2) fabric_mode_v = mode;
+	UNLOCK();
+	return old;
+}
+static CUresult fabric_gate(void) {
+	switch (fabric_mode()) {
+	case 1: return OK;
+	case 2: return E_NOT_SUPPORTED;
+	}
+	return E_NOT_PERMITTED;
+}
+typedef struct { u64 magic, serial, nonce, kind; unsigned char pad[32]; } fabric_t;
+#define FABRIC_MAGIC 0x6661627269636675ull
+typedef struct { fabric_t bytes; handle_t *h; ino_t ino; long long pool; } fabric_export_t;
+#define MAXFAB 4096
+static fabric_export_t fabrics[MAXFAB];
+static int nfabrics;
+static u64 fabric_serial;
+static u64 fabric_nonce(void) {
+	u64 v = 0;
+	int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) { if (read(fd, &v, sizeof v) != sizeof v) v = 0; close(fd); }
+	return v ^ (u64)(uintptr_t)&v ^ ((u64)getpid() << 32) ^ ++fabric_serial * 0x9e3779b97f4a7c15ull;
+}
+static CUresult fabric_add(void *out, u64 kind, handle_t *h, long long pool) {
+	if (nfabrics == MAXFAB) return E_OUT_OF_MEMORY;
+	fabric_export_t e = {{FABRIC_MAGIC, ++fabric_serial, fabric_nonce(), kind, {0}}, h, 0, pool};
+	struct stat st;
+	if (h && fstat(h->fd, &st) == 0) e.ino = st.st_ino;
+	fabrics[nfabrics++] = e;
+	memcpy(out, &e.bytes, sizeof e.bytes);
+	return OK;
+}
+static fabric_export_t *fabric_find(const void *fh, u64 kind) {
+	for (int i = 0; i < nfabrics; i++)
+		if (!memcmp(&fabrics[i].bytes, fh, sizeof(fabric_t)) && fabrics[i].bytes.kind == kind) return &fabrics[i];
+	return 0;
+}
+/* Called with the lock held. */
+static CUresult fabric_mem_export(void *out, u64 hv, u64 flags) {
+	handle_t *h = as_handle(hv);
+	if (!out || !h || flags || !(((alloc_prop_t *)h->prop)->handle_types & 8)) return E_INVALID_VALUE;
+	CUresult g = fabric_gate();
+	if (g) return g;
+	return fabric_add(out, 1, h, 0);
+}
+static CUresult fabric_mem_import(u64 *out, const void *fh) {
+	if (!out || !fh || nhandles == MAXH) return E_INVALID_VALUE;
+	CUresult g = fabric_gate();
+	if (g) return g;
+	fabric_export_t *e = fabric_find(fh, 1);
+	struct stat st;
+	if (!e || !as_handle((u64)e->h) || fstat(e->h->fd, &st) != 0 || st.st_ino != e->ino) return E_INVALID_VALUE;
+	int nfd = fcntl(e->h->fd, F_DUPFD_CLOEXEC, 3);
+	if (nfd < 0) return E_OUT_OF_MEMORY;
+	handle_t *h = calloc(1, sizeof *h);
+	if (!h) { close(nfd); return E_OUT_OF_MEMORY; }
+	h->fd = nfd, h->size = e->h->size, h->refs = 1, h->imported = 1, h->dev = e->h->dev;
+	/* The importer sees the exporter's properties (its location and
+	   handle types), as cuMemGetAllocationPropertiesFromHandle reports. */
+	memcpy(h->prop, e->h->prop, sizeof h->prop);
+	handles[nhandles++] = h;
+	stats[ST_VMM_HANDLES]++;
+	*out = (u64)h;
+	return OK;
+}
+static CUresult fabric_pool_export(void *out, void *ph, u64 flags) {
+	pool_t *p = as_pool(ph);
+	if (!out || !p || flags || !(p->handle_types & 8)) return E_INVALID_VALUE;
+	CUresult g = fabric_gate();
+	if (g) return g;
+	return fabric_add(out, 2, 0, p->id);
+}
+static CUresult fabric_pool_import(void **out, const void *fh, u64 flags) {
+	if (!out || !fh || flags || npools == MAXPOOLS) return E_INVALID_VALUE;
+	CUresult g = fabric_gate();
+	if (g) return g;
+	fabric_export_t *e = fabric_find(fh, 2);
+	if (!e) return E_INVALID_VALUE;
+	pool_t *origin = 0;
+	for (int i = 0; i < npools; i++)
+		if (pools[i]->id == e->pool && !pools[i]->imported && pools[i]->live) origin = pools[i];
+	if (!origin) return E_INVALID_VALUE;
+	pool_t *p = calloc(1, sizeof *p);
+	if (!p) return E_OUT_OF_MEMORY;
+	*p = *origin;
+	p->imported = 1;
+	p->live = 1;
+	p->used = p->used_high = p->reserved = p->reserved_high = 0;
+	pools[npools++] = p;
+	stats[ST_POOLS]++;
+	*out = p;
+	return OK;
+}
 
 static const struct { const char *name; void *fn; } table[] = {
 	{"cuGetErrorName", (void *)fGetErrorName},

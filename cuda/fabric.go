@@ -1,0 +1,243 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"unsafe"
+)
+
+// This file holds fabric handles (CU_MEM_HANDLE_TYPE_FABRIC): the 64-byte
+// tokens that share VMM allocations and memory pools across the nodes of a
+// multi-node NVLink domain (GB200 NVL72 and later), as NCCL and NVSHMEM do
+// for cross-node buffers. Unlike a POSIX fd, a fabric handle is plain
+// bytes: it travels over any channel (a socket, MPI, a file) to a process on
+// another node of the same domain, which imports it. The driver needs the
+// IMEX service (nvidia-imex) running, and an IMEX channel the process may
+// open, to create, export or import fabric-shareable memory; without them it
+// refuses with CUDA_ERROR_NOT_PERMITTED or CUDA_ERROR_NOT_SUPPORTED, which
+// this package reports as ErrNotSupported naming IMEX (FabricError).
+
+// FabricRequirements says, in words, what fabric handles need. Errors for a
+// system without them include it.
+const FabricRequirements = "fabric handles need the IMEX service (nvidia-imex) running with an IMEX channel " +
+	"this process can open (/dev/nvidia-caps-imex-channels), on a multi-node NVLink domain such as GB200 NVL72"
+
+// FabricError reports err, a driver error from a fabric-handle operation op,
+// as not supported when the driver refused fabric handles
+// (CUDA_ERROR_NOT_PERMITTED or CUDA_ERROR_NOT_SUPPORTED, what it answers
+// without IMEX): the result matches ErrNotSupported and still the driver's
+// Result (errors.Is(err, ErrorNotPermitted) holds where that came back),
+// and says what fabric handles need. Other errors, and nil, are returned
+// unchanged.
+func FabricError(op string, err error) error {
+	if err == nil || !(errors.Is(err, ErrorNotPermitted) || errors.Is(err, ErrorNotSupported)) {
+		return err
+	}
+	if errors.Is(err, errFabric) {
+		return err // already explained
+	}
+	return &OpError{Op: op, Err: &fabricError{err: err}}
+}
+
+// errFabric marks errors FabricError made, so they are explained once.
+var errFabric = errors.New("fabric handles unavailable")
+
+type fabricError struct{ err error }
+
+func (e *fabricError) Error() string {
+	return fmt.Sprintf("%v: %s (driver: %v)", ErrNotSupported, FabricRequirements, e.err)
+}
+
+func (e *fabricError) Unwrap() []error { return []error{ErrNotSupported, errFabric, e.err} }
+
+// MarshalBinary returns the handle's 64 bytes, as the driver made them: the
+// form to send to the importing process (there is nothing to add: the
+// driver's import checks the handle, and refuses one it does not know).
+func (h MemFabricHandle) MarshalBinary() ([]byte, error) {
+	return append([]byte(nil), h.Data[:]...), nil
+}
+
+// UnmarshalBinary sets h from exactly IPCHandleSize bytes. Any other length,
+// and the all-zero handle (which no export produces), is refused with an
+// error matching ErrInvalidArgument, and h is left unchanged.
+func (h *MemFabricHandle) UnmarshalBinary(b []byte) error {
+	const op = "MemFabricHandle.UnmarshalBinary"
+	switch {
+	case h == nil:
+		return Errorf(op, ErrInvalidArgument, "nil *MemFabricHandle")
+	case len(b) != IPCHandleSize:
+		return Errorf(op, ErrInvalidArgument, "%d bytes, want %d (a CUmemFabricHandle)", len(b), IPCHandleSize)
+	}
+	var n MemFabricHandle
+	copy(n.Data[:], b)
+	if n.IsZero() {
+		return Errorf(op, ErrInvalidArgument, "all %d bytes are zero: not an exported fabric handle", IPCHandleSize)
+	}
+	*h = n
+	return nil
+}
+
+// IsZero reports whether every byte of the handle is zero (no export makes
+// such a handle).
+func (h MemFabricHandle) IsZero() bool { return h == MemFabricHandle{} }
+
+// String names the handle by a short fingerprint (FNV-1a of its bytes), not
+// its contents: whoever holds the bytes can map the memory on any node of
+// the domain, so logs should not carry them.
+func (h MemFabricHandle) String() string {
+	if h.IsZero() {
+		return "MemFabricHandle(zero)"
+	}
+	f := fnv.New32a()
+	_, _ = f.Write(h.Data[:])
+	return fmt.Sprintf("MemFabricHandle(#%08x)", f.Sum32())
+}
+
+// FabricHandlesSupported reports whether the device can share memory as
+// fabric handles (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED). A true
+// answer says the hardware and driver can; whether IMEX lets this process
+// use them shows only when memory is created or exported (see CheckFabric).
+// The attribute is read afresh each call.
+func (d *Device) FabricHandlesSupported() (bool, error) {
+	v, err := d.Attribute(DeviceAttrHandleTypeFabricSupported)
+	if err != nil {
+		return false, err
+	}
+	return v != 0, nil
+}
+
+// CheckFabric reports whether fabric handles work on this device now: nil
+// when the device supports them and one granule of fabric-shareable memory
+// could be created and exported (then released), else an error matching
+// ErrNotSupported that names IMEX (FabricRequirements), with the driver's
+// Result in the chain. Other failures (out of memory, no driver) are
+// returned as they are. It is what NCCL does before it asks for fabric
+// handles, and costs one small allocation.
+func (d *Device) CheckFabric() error {
+	const op = "Device.CheckFabric"
+	ok, err := d.FabricHandlesSupported()
+	if err != nil {
+		return &OpError{Op: op, Err: err}
+	}
+	if !ok {
+		return Errorf(op, ErrNotSupported, "%v reports no fabric handle support (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED is 0); %s", d, FabricRequirements)
+	}
+	if d.Ordinal() > 1<<31-1 {
+		return Errorf(op, ErrInvalidArgument, "device ordinal %d does not fit a memory location", d.Ordinal())
+	}
+	prop := MemAllocationProp{
+		Type:                 MemAllocationTypePinned,
+		RequestedHandleTypes: MemHandleTypeFabric,
+		Location:             MemLocation{Type: MemLocationTypeDevice, ID: int32(d.Ordinal())},
+	}
+	g, err := d.AllocationGranularity(&prop, MemAllocationGranularityMinimum)
+	if err != nil {
+		return &OpError{Op: op, Err: FabricError("cuMemGetAllocationGranularity", err)}
+	}
+	h, err := d.MemCreate(g, &prop)
+	if err != nil {
+		return &OpError{Op: op, Err: err} // MemCreate explains a fabric refusal
+	}
+	_, xerr := d.MemExportFabric(h)
+	// Released again once if the first release fails: nothing else holds
+	// the probe granule, so giving up would leak it for good.
+	if rerr := d.MemRelease(h); rerr != nil {
+		if rerr2 := d.MemRelease(h); rerr2 != nil {
+			return &OpError{Op: op, Err: errors.Join(xerr, fmt.Errorf("releasing the probe allocation: %w", rerr), rerr2)}
+		}
+	}
+	if xerr != nil {
+		return &OpError{Op: op, Err: xerr}
+	}
+	return nil
+}
+
+// MemExportFabric exports a physical allocation as a fabric handle
+// (cuMemExportToShareableHandle with CU_MEM_HANDLE_TYPE_FABRIC); it must
+// have been created with MemHandleTypeFabric requested. The handle holds no
+// OS resource: there is nothing to close.
+func (d *Device) MemExportFabric(h MemHandle) (MemFabricHandle, error) {
+	const op = "cuMemExportToShareableHandle"
+	var fh MemFabricHandle
+	ctx, err := vmmCtx(d, op)
+	if err != nil {
+		return fh, err
+	}
+	p := &d.drv.MemExportToShareableHandle
+	if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&fh)), uintptr(h), uintptr(MemHandleTypeFabric), 0); !ok(r) {
+		return MemFabricHandle{}, FabricError(op, fmt.Errorf("handle %#x as a fabric handle: %w", uint64(h), fail(p, r)))
+	}
+	if fh.IsZero() {
+		return fh, &OpError{Op: op, Err: fmt.Errorf("%w: the driver reported success with an all-zero fabric handle", ErrorUnknown)}
+	}
+	return fh, nil
+}
+
+// MemImportFabric imports a physical allocation from a fabric handle
+// exported on this node or another of the same NVLink domain
+// (cuMemImportFromShareableHandle with CU_MEM_HANDLE_TYPE_FABRIC). The
+// handle is hostile input: a zero one is refused before the driver sees it,
+// and the driver refuses handles it does not know. Release the result with
+// MemRelease once unmapped.
+func (d *Device) MemImportFabric(fh *MemFabricHandle) (MemHandle, error) {
+	const op = "cuMemImportFromShareableHandle"
+	if fh == nil || fh.IsZero() {
+		return 0, Errorf(op, ErrInvalidArgument, "nil or all-zero fabric handle")
+	}
+	ctx, err := vmmCtx(d, op)
+	if err != nil {
+		return 0, err
+	}
+	// The driver reads the 64 bytes from a copy on this stack frame, so
+	// the caller's value cannot change under it.
+	in := *fh
+	var h MemHandle
+	p := &d.drv.MemImportFromShareableHandle
+	if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&h)), uintptr(unsafe.Pointer(&in)), uintptr(MemHandleTypeFabric)); !ok(r) {
+		return 0, FabricError(op, fmt.Errorf("%v: %w", in, fail(p, r)))
+	}
+	return h, nil
+}
+
+// ExportFabric exports the pool as a fabric handle
+// (cuMemPoolExportToShareableHandle with CU_MEM_HANDLE_TYPE_FABRIC); the
+// pool must have been created with MemHandleTypeFabric in its handle types.
+func (p MemPool) ExportFabric() (MemFabricHandle, error) {
+	const op = "cuMemPoolExportToShareableHandle"
+	var fh MemFabricHandle
+	ctx, err := p.ctx(op)
+	if err != nil {
+		return fh, err
+	}
+	pr := &p.drv().MemPoolExportToShareableHandle
+	if r := pr.CallCtx(ctx, uintptr(unsafe.Pointer(&fh)), p.handle, uintptr(MemHandleTypeFabric), 0); !ok(r) {
+		return MemFabricHandle{}, FabricError(op, fmt.Errorf("pool as a fabric handle: %w", fail(pr, r)))
+	}
+	if fh.IsZero() {
+		return fh, &OpError{Op: op, Err: fmt.Errorf("%w: the driver reported success with an all-zero fabric handle", ErrorUnknown)}
+	}
+	return fh, nil
+}
+
+// ImportMemPoolFabric imports a pool exported as a fabric handle, on this
+// node or another of the NVLink domain (cuMemPoolImportFromShareableHandle
+// with CU_MEM_HANDLE_TYPE_FABRIC). The handle is hostile input, checked as
+// MemImportFabric checks it.
+func (d *Device) ImportMemPoolFabric(fh *MemFabricHandle) (MemPool, error) {
+	const op = "cuMemPoolImportFromShareableHandle"
+	if fh == nil || fh.IsZero() {
+		return MemPool{}, Errorf(op, ErrInvalidArgument, "nil or all-zero fabric handle")
+	}
+	ctx, err := d.contextFor("Device.ImportMemPoolFabric")
+	if err != nil {
+		return MemPool{}, err
+	}
+	in := *fh
+	var h uintptr
+	p := &d.drv.MemPoolImportFromShareableHandle
+	if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&h)), uintptr(unsafe.Pointer(&in)), uintptr(MemHandleTypeFabric), 0); !ok(r) {
+		return MemPool{}, FabricError(op, fmt.Errorf("%v: %w", in, fail(p, r)))
+	}
+	return MemPool{handle: h, dev: d}, nil
+}

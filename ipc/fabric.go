@@ -1,0 +1,243 @@
+package ipc
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// FabricHandle is a pool exported as a fabric handle
+// (CU_MEM_HANDLE_TYPE_FABRIC), for processes on other nodes of a
+// multi-node NVLink domain (GB200 NVL72 and later) as well as this one:
+// the driver's 64-byte handle, the pool's UUID and, for pools exported by
+// this package, the pool's key. Unlike a Handle it holds no file
+// descriptor: MarshalBinary makes plain bytes that travel over any channel
+// (a TCP socket, MPI, a key-value store), and ImportPoolFabric maps the
+// pool on the other side. Buffers then travel as Descriptors exactly as
+// for fd-exported pools (ExportBuffer, ImportedPool.Import), sealed with
+// the same key.
+//
+// The encoding carries the pool key, as a Handle's Token does: send it only
+// to processes you would trust with the pool (see the package
+// documentation's threat model), over a channel others cannot read.
+type FabricHandle struct {
+	uuid UUID
+	key  poolKey
+	h    cuda.MemFabricHandle
+}
+
+// fabricMagic starts every encoded FabricHandle.
+var fabricMagic = [8]byte{'c', 'u', 'd', 'a', 'm', 'e', 'm', 'P'}
+
+const (
+	fabricVersion = 1
+	// FabricHandleSize is the length of an encoded FabricHandle: magic
+	// (8), version (2), flags (2: bit 0 set when a key follows), pool UUID
+	// (16), pool key (32, zero without one), the driver's fabric handle
+	// (64) and a CRC-32 of everything before it (4).
+	FabricHandleSize = 8 + 2 + 2 + 16 + KeySize + cuda.IPCHandleSize + 4
+	fabricCRC        = FabricHandleSize - 4
+	fabricHasKey     = 1
+)
+
+// ErrBadFabricHandle is wrapped by every refusal to decode a FabricHandle.
+// It matches cuda.ErrInvalidArgument too.
+var ErrBadFabricHandle = fmt.Errorf("ipc: bad fabric handle (%w)", cuda.ErrInvalidArgument)
+
+// UUID names the exported pool.
+func (h *FabricHandle) UUID() UUID {
+	if h == nil {
+		return UUID{}
+	}
+	return h.uuid
+}
+
+// HasKey reports whether the handle carries the pool's key (it does when
+// ExportPoolFabric made it), so its pool's descriptors are authenticated.
+func (h *FabricHandle) HasKey() bool { return h != nil && h.key.ok }
+
+// Fabric returns the driver's fabric handle, as cuda.core or a C program
+// importing the pool would take it (cuMemPoolImportFromShareableHandle with
+// CU_MEM_HANDLE_TYPE_FABRIC).
+func (h *FabricHandle) Fabric() cuda.MemFabricHandle {
+	if h == nil {
+		return cuda.MemFabricHandle{}
+	}
+	return h.h
+}
+
+func (h *FabricHandle) zero() bool { return h == nil || h.h.IsZero() || h.uuid == (UUID{}) }
+
+// String describes the handle without its secrets (the key, the driver's
+// bytes).
+func (h *FabricHandle) String() string {
+	if h.zero() {
+		return "FabricHandle(zero)"
+	}
+	return fmt.Sprintf("FabricHandle(pool %v, %v, key %v)", h.uuid, h.h, h.key.ok)
+}
+
+// MarshalBinary encodes h in a fixed, versioned, checksummed layout of
+// FabricHandleSize bytes. The zero FabricHandle is refused.
+func (h *FabricHandle) MarshalBinary() ([]byte, error) {
+	if h.zero() {
+		return nil, cuda.Errorf("ipc.FabricHandle.MarshalBinary", cuda.ErrInvalidArgument, "nil or zero *FabricHandle (use ExportPoolFabric)")
+	}
+	b := make([]byte, FabricHandleSize)
+	copy(b, fabricMagic[:])
+	binary.LittleEndian.PutUint16(b[8:], fabricVersion)
+	if h.key.ok {
+		binary.LittleEndian.PutUint16(b[10:], fabricHasKey)
+		copy(b[28:28+KeySize], h.key.k[:])
+	}
+	copy(b[12:28], h.uuid[:])
+	copy(b[28+KeySize:fabricCRC], h.h.Data[:])
+	binary.LittleEndian.PutUint32(b[fabricCRC:], checksum(b[:fabricCRC]))
+	return b, nil
+}
+
+// UnmarshalBinary decodes what MarshalBinary produced. Anything else
+// (wrong length, magic, version, flags or checksum; the zero UUID or
+// fabric handle; key bytes without the key flag) is refused with an error
+// wrapping ErrBadFabricHandle, and h is left unchanged. Decoding proves
+// only that the bytes were not corrupted: the driver decides whether the
+// fabric handle is real (ImportPoolFabric).
+func (h *FabricHandle) UnmarshalBinary(b []byte) error {
+	if h == nil {
+		return cuda.Errorf("ipc.FabricHandle.UnmarshalBinary", cuda.ErrInvalidArgument, "nil *FabricHandle")
+	}
+	switch {
+	case len(b) != FabricHandleSize:
+		return fmt.Errorf("%w: %d bytes, want %d", ErrBadFabricHandle, len(b), FabricHandleSize)
+	case [8]byte(b[:8]) != fabricMagic:
+		return fmt.Errorf("%w: not a cudamem fabric handle (magic %q)", ErrBadFabricHandle, b[:8])
+	case binary.LittleEndian.Uint16(b[8:]) != fabricVersion:
+		return fmt.Errorf("%w: version %d, this library reads %d", ErrBadFabricHandle, binary.LittleEndian.Uint16(b[8:]), fabricVersion)
+	case binary.LittleEndian.Uint32(b[fabricCRC:]) != checksum(b[:fabricCRC]):
+		return fmt.Errorf("%w: checksum mismatch (corrupted in transit?)", ErrBadFabricHandle)
+	}
+	flags := binary.LittleEndian.Uint16(b[10:])
+	var out FabricHandle
+	copy(out.uuid[:], b[12:28])
+	copy(out.key.k[:], b[28:28+KeySize])
+	copy(out.h.Data[:], b[28+KeySize:fabricCRC])
+	switch {
+	case flags&^fabricHasKey != 0:
+		return fmt.Errorf("%w: unknown flags %#x", ErrBadFabricHandle, flags)
+	case flags == 0 && out.key.k != [KeySize]byte{}:
+		// One meaning per accepted encoding: key bytes without the flag
+		// would be silently dropped.
+		return fmt.Errorf("%w: key bytes present but the key flag is not set", ErrBadFabricHandle)
+	case out.uuid == (UUID{}):
+		return fmt.Errorf("%w: zero pool UUID (imports are deduplicated by UUID)", ErrBadFabricHandle)
+	case out.h.IsZero():
+		return fmt.Errorf("%w: all-zero driver handle", ErrBadFabricHandle)
+	}
+	out.key.ok = flags&fabricHasKey != 0
+	*h = out
+	return nil
+}
+
+// handleTyped is implemented by pools that report their handle types
+// (resource.DevicePool).
+type handleTyped interface {
+	HandleTypes() cuda.MemHandleType
+}
+
+// handleTypes returns the handle types p was created with: what it
+// reports, else POSIX fds (the only type this module's other IPC pools
+// take).
+func handleTypes(p ExportablePool) cuda.MemHandleType {
+	if ht, ok := p.(handleTyped); ok {
+		return ht.HandleTypes()
+	}
+	return cuda.MemHandleTypePosixFileDescriptor
+}
+
+// ExportPoolFabric exports a pool created with fabric handles
+// (resource.DevicePoolOptions.Fabric) as a FabricHandle, carrying the same
+// UUID and key as every ExportPool of the pool, for a process on any node
+// of the NVLink domain. An imported pool that came from a FabricHandle is
+// exported again with the same handle (A to B to C). Without IMEX the
+// error matches cuda.ErrNotSupported and names it.
+func ExportPoolFabric(p ExportablePool) (*FabricHandle, error) {
+	const op = "ipc.ExportPoolFabric"
+	if ip, ok := p.(*ImportedPool); ok {
+		return ip.ExportFabric()
+	}
+	if err := checkExportable(op, p); err != nil {
+		return nil, err
+	}
+	if handleTypes(p)&cuda.MemHandleTypeFabric == 0 {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool was created without fabric handles (resource.DevicePoolOptions.Fabric)")
+	}
+	st, err := poolState(op, p)
+	if err != nil {
+		return nil, err
+	}
+	var out *FabricHandle
+	err = withPool(op, p, func(pool cuda.MemPool) error {
+		fh, err := pool.ExportFabric()
+		if err != nil {
+			return &cuda.OpError{Op: op, Err: err}
+		}
+		st.markExported()
+		out = &FabricHandle{uuid: st.uuid, key: st.key, h: fh}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ImportPoolFabric maps the pool h describes on dev, as ImportPool does for
+// a Handle and with the same checks: a pool already imported under the same
+// UUID is returned as is; the same UUID under another key (or a key where
+// the first had none, or the reverse), a pool of that UUID on another
+// device, or one closed here but not yet destroyed is refused. The fabric
+// handle is hostile input: the driver refuses handles it did not make
+// (cleanly: nothing is left imported), and without IMEX the error matches
+// cuda.ErrNotSupported and names it.
+func ImportPoolFabric(dev *cuda.Device, h *FabricHandle) (*ImportedPool, error) {
+	const op = "ipc.ImportPoolFabric"
+	if dev == nil || h.zero() {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device, or nil or zero *FabricHandle")
+	}
+	registry.Lock()
+	defer registry.Unlock()
+	if p, err := registered(op, dev, h.uuid, h.key); p != nil || err != nil {
+		return p, err
+	}
+	fh := h.h
+	pool, err := dev.ImportMemPoolFabric(&fh)
+	if err != nil {
+		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("pool %v: %w", h.uuid, err)}
+	}
+	p := newImportedPool(dev, pool, cudaImport{dev: dev, pool: pool}, h.uuid, h.key, nil)
+	p.fabric = fh
+	if registry.pools == nil {
+		registry.pools = map[UUID]*ImportedPool{}
+	}
+	registry.pools[p.uuid] = p
+	return p, nil
+}
+
+// ExportFabric hands out the FabricHandle this pool was imported from
+// (same UUID, key and driver handle), so a third process can import it. A
+// pool imported from a file descriptor has none: the error says so.
+func (p *ImportedPool) ExportFabric() (*FabricHandle, error) {
+	const op = "ImportedPool.ExportFabric"
+	if p.zero() {
+		return nil, errZeroPool(op)
+	}
+	if !p.life.Acquire() {
+		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
+	}
+	defer p.life.Release()
+	if p.fabric.IsZero() {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v was imported from a file descriptor, not a fabric handle (use Export)", p.uuid)
+	}
+	return &FabricHandle{uuid: p.uuid, key: p.key, h: p.fabric}, nil
+}

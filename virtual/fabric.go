@@ -1,0 +1,197 @@
+package virtual
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"math"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// FabricChunk is one physical allocation exported as a fabric handle, and
+// its size. Unlike a Chunk it holds no OS resource: it is plain bytes
+// (MarshalBinary) that any channel can carry to a process on another node
+// of the NVLink domain, and there is nothing to close.
+type FabricChunk struct {
+	Handle cuda.MemFabricHandle
+	Size   uint64
+}
+
+// fabricChunkMagic starts every encoded FabricChunk.
+var fabricChunkMagic = [8]byte{'c', 'u', 'd', 'a', 'm', 'e', 'm', 'F'}
+
+const (
+	fabricChunkVersion = 1
+	// FabricChunkSize is the length of an encoded FabricChunk: magic (8),
+	// version (2), reserved (2), size (8), the fabric handle (64) and a
+	// CRC-32 (IEEE) of everything before it (4).
+	FabricChunkSize = 8 + 2 + 2 + 8 + cuda.IPCHandleSize + 4
+	fabricChunkCRC  = FabricChunkSize - 4
+)
+
+// MarshalBinary encodes c in a fixed, versioned, checksummed layout. A
+// chunk with a zero size or handle (which no export makes) is refused.
+func (c FabricChunk) MarshalBinary() ([]byte, error) {
+	if c.Size == 0 || c.Handle.IsZero() {
+		return nil, cuda.Errorf("virtual.FabricChunk.MarshalBinary", cuda.ErrInvalidArgument, "size %d, %v: not an exported chunk", c.Size, c.Handle)
+	}
+	b := make([]byte, FabricChunkSize)
+	copy(b, fabricChunkMagic[:])
+	binary.LittleEndian.PutUint16(b[8:], fabricChunkVersion)
+	binary.LittleEndian.PutUint64(b[12:], c.Size)
+	copy(b[20:20+cuda.IPCHandleSize], c.Handle.Data[:])
+	binary.LittleEndian.PutUint32(b[fabricChunkCRC:], crc32.ChecksumIEEE(b[:fabricChunkCRC]))
+	return b, nil
+}
+
+// UnmarshalBinary decodes what MarshalBinary produced. Anything else (wrong
+// length, magic, version, reserved bytes or checksum; a zero size or
+// handle) is refused with an error matching cuda.ErrInvalidArgument, and c
+// is left unchanged. The checksum catches corruption, not lies: the
+// importing driver decides whether the handle is real (ImportFabric).
+func (c *FabricChunk) UnmarshalBinary(b []byte) error {
+	const op = "virtual.FabricChunk.UnmarshalBinary"
+	bad := func(format string, args ...any) error {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, format, args...)
+	}
+	switch {
+	case c == nil:
+		return bad("nil *FabricChunk")
+	case len(b) != FabricChunkSize:
+		return bad("%d bytes, want %d", len(b), FabricChunkSize)
+	case [8]byte(b[:8]) != fabricChunkMagic:
+		return bad("not a cudamem fabric chunk (magic %q)", b[:8])
+	case binary.LittleEndian.Uint16(b[8:]) != fabricChunkVersion:
+		return bad("version %d, this library reads %d", binary.LittleEndian.Uint16(b[8:]), fabricChunkVersion)
+	case binary.LittleEndian.Uint32(b[fabricChunkCRC:]) != crc32.ChecksumIEEE(b[:fabricChunkCRC]):
+		return bad("checksum mismatch (corrupted in transit?)")
+	case b[10] != 0 || b[11] != 0:
+		return bad("reserved bytes % x are not zero", b[10:12])
+	}
+	var out FabricChunk
+	out.Size = binary.LittleEndian.Uint64(b[12:])
+	copy(out.Handle.Data[:], b[20:20+cuda.IPCHandleSize])
+	if out.Size == 0 || out.Handle.IsZero() {
+		return bad("size %d, %v: an export makes neither a zero size nor a zero handle", out.Size, out.Handle)
+	}
+	*c = out
+	return nil
+}
+
+// String describes the chunk without the handle's bytes.
+func (c FabricChunk) String() string {
+	return fmt.Sprintf("FabricChunk(%v, %d bytes)", c.Handle, c.Size)
+}
+
+// ExportFabric exports b's physical memory as fabric handles, one per
+// physical chunk in address order, for a process on this node or another
+// of the same multi-node NVLink domain (GB200 NVL72 and later), which maps
+// them with ImportFabric. The resource's HandleType must include fabric
+// handles (HandleFabric or HandlePosixFDAndFabric). Without the IMEX
+// service the driver refuses, and the error matches cuda.ErrNotSupported
+// and names IMEX (cuda.FabricError). Nothing needs closing: the exporter's
+// memory lives while b is open here (importers keep their mappings alive
+// on their side), so free b only once importers are done with it.
+func (r *Resource) ExportFabric(b *buffer.Buffer) ([]FabricChunk, error) {
+	const op = "Resource.ExportFabric"
+	a, _, err := r.take(op, b)
+	if err != nil {
+		return nil, err
+	}
+	if r.prop.RequestedHandleTypes&cuda.MemHandleTypeFabric == 0 {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "resource was created without fabric handles (HandleType %d; want HandleFabric or HandlePosixFDAndFabric)", int(r.opts.HandleType))
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if err := r.live(op, b.Ptr(), a); err != nil {
+		return nil, err
+	}
+	out := make([]FabricChunk, 0, len(a.chunks))
+	for i, c := range a.chunks {
+		fh, err := r.drv.MemExportFabric(c.h)
+		if err != nil {
+			return nil, fmt.Errorf("%s %#x chunk %d: %w", op, uint64(a.base), i, cuda.FabricError(op, err))
+		}
+		out = append(out, FabricChunk{Handle: fh, Size: c.size})
+	}
+	return out, nil
+}
+
+// checkFabricChunks validates a received chunk list before any driver
+// call, as checkChunks does for fds: at least one chunk, each a non-zero
+// handle and a positive multiple of gran, a total below 2^64, and a buffer
+// size of 1 to the total. It returns the total.
+func checkFabricChunks(chunks []FabricChunk, size, gran uint64) (uint64, error) {
+	const op = "virtual.ImportFabric"
+	if gran == 0 {
+		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "granularity 0")
+	}
+	if len(chunks) == 0 {
+		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "no chunks (size %d)", size)
+	}
+	var total uint64
+	for i, c := range chunks {
+		if c.Handle.IsZero() || c.Size == 0 || c.Size%gran != 0 {
+			return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "chunk %d: %v, size %d (want a non-zero handle and a positive multiple of %d)", i, c.Handle, c.Size, gran)
+		}
+		if c.Size > math.MaxUint64-total {
+			return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "chunk %d: size %d brings the total past 2^64 (%d bytes before it)", i, c.Size, total)
+		}
+		total += c.Size
+	}
+	if size == 0 || size > total {
+		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "size %d with %d chunks of %d bytes in all (want 1 to %d)", size, len(chunks), total, total)
+	}
+	return total, nil
+}
+
+// ImportFabric maps chunks another process exported with ExportFabric (in
+// order, back to back) into a new allocation of this resource, with this
+// resource's access settings, and returns a buffer of size bytes (at most
+// their total). Closing the buffer unmaps the memory and releases the
+// imported handles; the exporter's memory lives on.
+//
+// The chunks are hostile input. The list is checked whole before the
+// driver sees it (as Import checks fds); each handle then goes to the
+// driver, which refuses handles it did not make (a clean error, nothing
+// left behind). The imported memory's properties are read back from the
+// driver (cuMemGetAllocationPropertiesFromHandle): memory that is not VMM
+// memory, or that lives on the host when this resource is device memory
+// (or the reverse), is refused; a chunk's size is never taken on the
+// sender's word alone: the driver maps no more than the physical
+// allocation holds and refuses a larger claimed size. On error nothing
+// stays reserved, mapped or imported. Without IMEX the error matches
+// cuda.ErrNotSupported and names it.
+func (r *Resource) ImportFabric(chunks []FabricChunk, size uint64) (*buffer.Buffer, error) {
+	const op = "virtual.ImportFabric"
+	if err := r.check(op); err != nil {
+		return nil, err
+	}
+	total, err := checkFabricChunks(chunks, size, r.gran)
+	if err != nil {
+		return nil, err
+	}
+	return r.importChunks(op, len(chunks), total, size, func(i int) (cuda.MemHandle, uint64, error) {
+		c := chunks[i]
+		h, err := r.drv.MemImportFabric(&c.Handle)
+		if err != nil {
+			return 0, 0, cuda.FabricError(op, err)
+		}
+		prop, err := r.drv.MemAllocationProperties(h)
+		if err != nil {
+			return h, 0, fmt.Errorf("reading the imported %v's properties: %w", c.Handle, err)
+		}
+		if prop.Type != cuda.MemAllocationTypePinned && prop.Type != cuda.MemAllocationTypeManaged {
+			return h, 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "%v imports memory of allocation type %d: not VMM memory", c.Handle, prop.Type)
+		}
+		// Where the memory lives is the driver's word, not the sender's:
+		// host memory mapped into a device resource (or the reverse) would
+		// make the resource misreport what its buffers are.
+		if onDev := prop.Location.Type == cuda.MemLocationTypeDevice; onDev != (r.opts.Location == OnDevice) {
+			return h, 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "%v imports memory located at %v, but this resource's Location is %d", c.Handle, prop.Location, int(r.opts.Location))
+		}
+		return h, c.Size, nil
+	})
+}

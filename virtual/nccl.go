@@ -1,0 +1,147 @@
+package virtual
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// NCCLOptions returns the options NCCL's ncclMemAlloc allocates user
+// buffers with, so allocations of a Resource made from them can be
+// registered with NCCL (ncclCommRegister, ncclCommWindowRegister) and used
+// by its zero-copy and NVLS paths as memory of its own would be:
+//
+//   - pinned device memory on dev, at the recommended granularity;
+//   - handle types POSIX fd (Linux), plus fabric handles when the device
+//     reports fabric support and fabric memory can actually be created and
+//     exported (IMEX works: NCCL tries cuMemCreate with fabric and drops
+//     it on CUDA_ERROR_NOT_PERMITTED or CUDA_ERROR_NOT_SUPPORTED; this
+//     probes once, with one granule, instead of at every allocation);
+//   - GPUDirect RDMA capable (allocFlags.gpuDirectRDMACapable) when the
+//     device supports GPUDirect RDMA with VMM
+//     (CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED);
+//   - read-write access for dev and for each of peers (NCCL grants every
+//     device that can access dev; pass those you need, each of which must
+//     be able to: New checks).
+//
+// Errors other than the driver's refusal of fabric handles (no driver, no
+// VMM support: cuda.ErrNotSupported) are returned. Pass the result to New.
+func NCCLOptions(dev *cuda.Device, peers ...*cuda.Device) (*Options, error) {
+	if dev == nil {
+		return nil, cuda.Errorf("virtual.NCCLOptions", cuda.ErrInvalidArgument, "nil device")
+	}
+	return ncclOptions(device{dev}, dev, runtime.GOOS, peers)
+}
+
+// ncclOptions is NCCLOptions over any driver, for a target OS.
+func ncclOptions(drv driver, dev *cuda.Device, goos string, peers []*cuda.Device) (*Options, error) {
+	const op = "virtual.NCCLOptions"
+	if err := checkPeers(op, "peer", dev, peers); err != nil {
+		return nil, err
+	}
+	f, err := drv.Features()
+	if err != nil {
+		return nil, &cuda.OpError{Op: op, Err: err}
+	}
+	if !f.VirtualMemory {
+		return nil, cuda.Errorf(op, cuda.ErrNotSupported, "%v has no virtual memory management (NCCL falls back to cudaMalloc there)", dev)
+	}
+	o := &Options{
+		AllocationType: Pinned,
+		Location:       OnDevice,
+		Granularity:    Recommended,
+		GPUDirectRDMA:  f.GPUDirectRDMAWithVMM,
+		SelfAccess:     ReadWrite,
+		PeerAccess:     ReadWrite,
+		Peers:          append([]*cuda.Device(nil), peers...),
+		HandleType:     HandleNone,
+	}
+	posix := goos == "linux" && f.PosixFDHandles
+	if posix {
+		o.HandleType = HandlePosixFD
+	}
+	ferr := probeFabric(drv, dev, o.GPUDirectRDMA)
+	switch {
+	case ferr == nil && posix:
+		o.HandleType = HandlePosixFDAndFabric
+	case ferr == nil:
+		o.HandleType = HandleFabric
+	case !errors.Is(ferr, cuda.ErrNotSupported):
+		return nil, &cuda.OpError{Op: op, Err: ferr}
+	}
+	return o, nil
+}
+
+// probeFabric is cuda.Device.CheckFabric through the driver seam: nil when
+// a granule of fabric-shareable memory with these flags can be created and
+// exported, an error matching cuda.ErrNotSupported (naming IMEX) when the
+// device or the driver says no.
+func probeFabric(drv driver, dev *cuda.Device, rdma bool) error {
+	ok, err := drv.FabricHandlesSupported()
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return cuda.Errorf("virtual.NCCLOptions", cuda.ErrNotSupported, "%v reports no fabric handle support; %s", dev, cuda.FabricRequirements)
+	}
+	prop := cuda.MemAllocationProp{
+		Type:                 cuda.MemAllocationTypePinned,
+		Location:             devLoc(dev),
+		RequestedHandleTypes: cuda.MemHandleTypeFabric,
+	}
+	if rdma {
+		prop.AllocFlags.GPUDirectRDMACapable = 1
+	}
+	g, err := drv.AllocationGranularity(&prop, cuda.MemAllocationGranularityMinimum)
+	if err != nil {
+		return cuda.FabricError("cuMemGetAllocationGranularity", err)
+	}
+	h, err := drv.MemCreate(g, &prop)
+	if err != nil {
+		return cuda.FabricError("cuMemCreate", err)
+	}
+	_, xerr := drv.MemExportFabric(h)
+	// Released again once if the first release fails: nothing else holds
+	// the probe granule, so giving up would leak it for good.
+	if rerr := drv.MemRelease(h); rerr != nil {
+		if rerr2 := drv.MemRelease(h); rerr2 != nil {
+			return errors.Join(xerr, fmt.Errorf("releasing the fabric probe allocation: %w", rerr), rerr2)
+		}
+	}
+	return cuda.FabricError("cuMemExportToShareableHandle", xerr)
+}
+
+// AllocationProperties reads back from the driver the properties b's
+// first physical chunk was created with (cuMemRetainAllocationHandle, then
+// cuMemGetAllocationPropertiesFromHandle, then the retained handle's
+// release): handle types, location, allocation flags. Tests and tools use
+// it to check what the driver actually made, for example that NCCLOptions
+// gave NCCL's properties.
+func (r *Resource) AllocationProperties(b *buffer.Buffer) (cuda.MemAllocationProp, error) {
+	const op = "Resource.AllocationProperties"
+	var prop cuda.MemAllocationProp
+	a, _, err := r.take(op, b)
+	if err != nil {
+		return prop, err
+	}
+	r.mu.Lock() // a concurrent Close, Grow or Shrink must not unmap it meanwhile
+	defer r.mu.Unlock()
+	if err := r.live(op, b.Ptr(), a); err != nil {
+		return prop, err
+	}
+	h, err := r.drv.MemRetainAllocationHandle(a.base)
+	if err != nil {
+		return prop, &cuda.OpError{Op: op, Err: fmt.Errorf("%#x: %w", uint64(a.base), err)}
+	}
+	prop, err = r.drv.MemAllocationProperties(h)
+	if rerr := r.drv.MemRelease(h); rerr != nil {
+		err = errors.Join(err, fmt.Errorf("releasing the retained handle: %w", rerr))
+	}
+	if err != nil {
+		return cuda.MemAllocationProp{}, &cuda.OpError{Op: op, Err: fmt.Errorf("%#x: %w", uint64(a.base), err)}
+	}
+	return prop, nil
+}
