@@ -264,10 +264,12 @@ func newExport(op string, b *buffer.Buffer, versioned bool, opts []ExportOption)
 	return e, nil
 }
 
-// takeExport ends the export at addr for its deleter: it returns nil,
-// having done nothing, unless addr is a live export whose manager_ctx is
-// still the id Export put there.
-func takeExport(addr uintptr) *export {
+// takeExport ends the export at addr for its deleter and returns its
+// hold: it returns nil, having done nothing, unless addr is a live export
+// whose manager_ctx is still the id Export put there. The quarantined
+// struct keeps no hold: that would keep the Buffer, and the slab of
+// Buffers it was carved from, reachable.
+func takeExport(addr uintptr) *buffer.Hold {
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
 	e := reg.live[addr]
@@ -277,18 +279,20 @@ func takeExport(addr uintptr) *export {
 	}
 	delete(reg.live, addr)
 	e.zero()
+	h := e.hold
+	e.hold = nil
 	if old := reg.quarantine[reg.qnext]; old != nil {
 		old.pin.Unpin()
 	}
 	reg.quarantine[reg.qnext] = e
 	reg.qnext = (reg.qnext + 1) % quarantineLen
-	return e
+	return h
 }
 
 // deleted is the deleter of every exported tensor, run by the C callback.
 func deleted(self uintptr) {
-	e := takeExport(self)
-	if e == nil {
+	h := takeExport(self)
+	if h == nil {
 		return
 	}
 	// The release may free through the driver, which makes a context
@@ -299,7 +303,7 @@ func deleted(self uintptr) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		if err := e.hold.Release(); err != nil {
+		if err := h.Release(); err != nil {
 			failedFrees.Add(1)
 		}
 	}()

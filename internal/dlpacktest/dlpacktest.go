@@ -29,9 +29,9 @@ func Required() bool { return fakecuda.Required() }
 
 // Lib is the loaded library.
 type Lib struct {
-	lib                                                 *loader.Library
+	lib                                                  *loader.Library
 	describe, fill, sum, del, delRaw, delThread, delMany loader.Proc
-	deleted, make, alloc, free, layout                  loader.Proc
+	deleted, make, alloc, free, layout                   loader.Proc
 }
 
 // Build compiles the library into dir with $CC (default cc) and loads it.
