@@ -214,7 +214,7 @@ func TestExportDeleterOnce(t *testing.T) {
 	var garbage [16]uintptr
 	l.DeleteRaw(fn, addr(&garbage[0]))
 	l.DeleteRaw(fn, 0)
-	l.DeleteRaw(fn, 0xdead_beef_0000)
+	l.DeleteRaw(fn, 0xdead_b000)
 	assert.Equal(t, strays+4, dlpack.StrayDeletes())
 	assert.Equal(t, 1, b.Holds())
 
