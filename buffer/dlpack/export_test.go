@@ -49,7 +49,11 @@ func TestBufferDunderDLPackDeviceFailure(t *testing.T) {
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 	assert.ErrorContains(t, err, "buffer is neither device-accessible nor host-accessible")
 	_, err = dlpack.Export(b)
-	assert.ErrorContains(t, err, "buffer is neither device-accessible nor host-accessible")
+	if isSupported() {
+		assert.ErrorContains(t, err, "buffer is neither device-accessible nor host-accessible")
+	} else {
+		assert.ErrorIs(t, err, cuda.ErrNotSupported, "no DLPack on this system")
+	}
 	assert.Zero(t, b.Holds(), "a refused export holds nothing")
 
 	nodev := &access{dev: true, id: -1}
@@ -319,4 +323,22 @@ func TestExportRace(t *testing.T) {
 	assert.Equal(t, 8*50, h.freed())
 	assert.Zero(t, h.live())
 	assert.Zero(t, dlpack.Live())
+}
+
+// TestNotSupportedElsewhere: where DLPack cannot work, every call says
+// so, and nothing is held.
+func TestNotSupportedElsewhere(t *testing.T) {
+	if isSupported() {
+		t.Skip("DLPack works here")
+	}
+	b := newHeap().alloc(t, 8)
+	defer b.Close()
+	_, err := dlpack.Export(b)
+	assert.ErrorIs(t, err, cuda.ErrNotSupported)
+	_, err = dlpack.ExportUnversioned(b)
+	assert.ErrorIs(t, err, cuda.ErrNotSupported)
+	_, err = dlpack.Import(0x1000)
+	assert.ErrorIs(t, err, cuda.ErrNotSupported)
+	assert.ErrorIs(t, dlpack.Delete(0x1000), cuda.ErrNotSupported)
+	assert.Zero(t, b.Holds())
 }

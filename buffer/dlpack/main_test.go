@@ -58,9 +58,13 @@ func needC(t testing.TB) *dlpacktest.Lib {
 	return clib
 }
 
+func isSupported() bool {
+	return runtime.GOOS == "linux" && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64")
+}
+
 func needSupported(t testing.TB) {
 	t.Helper()
-	if !(runtime.GOOS == "linux" && (runtime.GOARCH == "amd64" || runtime.GOARCH == "arm64")) {
+	if !isSupported() {
 		t.Skip("DLPack export and import need linux/amd64 or linux/arm64")
 	}
 }
