@@ -213,6 +213,8 @@ func TestExportDeleterOnce(t *testing.T) {
 	assert.Equal(t, 1, b.Holds(), "the export's hold is gone, the test's is not")
 	assert.Zero(t, v.Deleter, "a released tensor is zeroed")
 	assert.Zero(t, v.Tensor.Data)
+	_, err = dlpack.Import(addr(v))
+	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "a released tensor imports as garbage, harmlessly")
 	l.DeleteRaw(fn, addr(v)) // a second call, after the deleter field was cleared
 	assert.Equal(t, 1, b.Holds(), "a second call releases nothing")
 	var garbage [16]uintptr

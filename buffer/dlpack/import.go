@@ -386,7 +386,7 @@ func checkMemory(op string, p uintptr, d Device, ptr uintptr, size uint64) error
 	for _, a := range []uintptr{ptr, last} {
 		info, err := cuda.QueryPointer(cuda.DevicePtr(a))
 		if err != nil {
-			return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x claims %v memory at %#x (%d bytes), which the driver does not know: %v", p, d, ptr, size, err)
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x claims %v memory at %#x (%d bytes), which the driver does not know: %w", p, d, ptr, size, err)
 		}
 		if d.Type == CUDA && info.Type == cuda.MemoryTypeDevice && info.Device != int(d.ID) {
 			return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x claims memory of device %d at %#x, which the driver says belongs to device %d", p, d.ID, a, info.Device)
