@@ -72,6 +72,13 @@ type state struct {
 	track  *tracked // the safety net's record, for owned buffers
 	bad    bool     // no use is valid: a null address, or a range past 2^64
 
+	// holds counts the live Holds (the low bits) and has heldFree set
+	// once a Close found holds and left the free to the last Release;
+	// freeStream is then the stream that Close would have freed on. See
+	// hold.go.
+	holds      atomic.Uint64
+	freeStream *cuda.Stream
+
 	// The driver's description of the allocation (cuPointerGetAttribute),
 	// asked when needed and kept once answered: for borrowed buffers' accessors, and to tell
 	// pinned from managed memory in host copies. Allocated lazily, so the
@@ -172,6 +179,11 @@ func badRange(ptr cuda.DevicePtr, size uint64) bool {
 //
 // Close waits for the calls in progress on the buffer and its views, so it
 // must not be called from inside [Buffer.Use] on the same buffer.
+//
+// If the memory is held ([Buffer.Hold]: exported to a C library through
+// package dlpack, say), Close closes the buffer and returns nil without
+// freeing: the last Hold's Release frees the memory, on the stream Close
+// would have used.
 func (b *Buffer) Close() error { return b.CloseOn(nil) }
 
 // ErrPartlyFreed is wrapped by a MemoryResource's Deallocate error when the
@@ -204,6 +216,12 @@ func (b *Buffer) CloseOn(s *cuda.Stream) error {
 	if st.mr != nil && st.ptr != 0 {
 		if s == nil {
 			s = st.stream
+		}
+		if st.deferFree(s) {
+			// Held (exported): the last Release frees, on s.
+			st.closed.Store(true)
+			st.track.stop()
+			return nil
 		}
 		if err := st.mr.Deallocate(st.ptr, st.size, s); err != nil {
 			err = fmt.Errorf("buffer close (%#x, %d bytes): %w", uint64(st.ptr), st.size, err)

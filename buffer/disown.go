@@ -6,10 +6,11 @@ import "github.com/cudamem/cudamem/cuda"
 // closed (later use returns cuda.ErrClosed) without freeing anything, and
 // the garbage-collection safety net is stopped. Resources use it to move
 // memory into a new Buffer, as when a virtual-memory allocation grows.
-// Views and borrowed buffers cannot be disowned. If a host view
-// ([Buffer.Bytes]) of the memory was handed out, the next buffer Owned at
-// the same address inherits that, so its safety net will not free under
-// the view either.
+// Views and borrowed buffers cannot be disowned, nor can a buffer with
+// live Holds ([Buffer.Hold]): their holders rely on the memory staying
+// put. If a host view ([Buffer.Bytes]) of the memory was handed out, the
+// next buffer Owned at the same address inherits that, so its safety net
+// will not free under the view either.
 func (b *Buffer) Disown() (ptr cuda.DevicePtr, size uint64, err error) {
 	if b == nil {
 		return 0, 0, cuda.Errorf("Buffer.Disown", cuda.ErrInvalidArgument, "nil buffer")
@@ -25,6 +26,11 @@ func (b *Buffer) Disown() (ptr cuda.DevicePtr, size uint64, err error) {
 	defer st.mu.Unlock()
 	if st.closed.Load() {
 		return 0, 0, &cuda.OpError{Op: "Buffer.Disown", Err: cuda.ErrClosed}
+	}
+	if n := st.holds.Load() & holdCount; n > 0 {
+		// The memory must stay where the holders saw it: moving it on
+		// (a virtual allocation's remap) would pull it from under them.
+		return 0, 0, cuda.Errorf("Buffer.Disown", cuda.ErrInvalidArgument, "buffer %#x (%d bytes) is held by %d Hold(s) (an export, such as DLPack's): release them first", uint64(st.ptr), st.size, n)
 	}
 	st.closed.Store(true)
 	st.track.disown(st.ptr)

@@ -65,6 +65,11 @@
 //     one stream, or synchronize those streams before Close. cudamem cannot
 //     see work it did not submit, and nothing else ties a buffer's life to
 //     it.
+//   - For memory the foreign code keeps after the call returns (a DLPack
+//     consumer, which gives it back through a deleter when it likes), take
+//     a [Buffer.Hold]: Close then closes the Buffer for Go but leaves the
+//     free to the Hold's Release, so the memory outlives whichever of the
+//     two comes last. Package dlpack does this for its exports.
 //
 // # Copies
 //

@@ -26,3 +26,13 @@ func (d *Driver) Bind(p Proc) Proc {
 // driver's own entry points and for those returned by Driver.Bind (false
 // for a nil Proc).
 func (p *Proc) Bound() bool { return p != nil && p.setCtx != 0 }
+
+// ProcAt returns a Proc for the C function at addr: a function pointer
+// that foreign code handed over rather than one found by name (a DLPack
+// tensor's deleter, an entry of a callback table). name is for errors and
+// logs only. The loader cannot check addr: the caller vouches that it is
+// a function with the C calling convention taking integer or pointer
+// arguments, and that it stays loaded while the Proc is used. A zero addr
+// gives an unresolved Proc, whose Call returns NotFound. The Proc is
+// unbound (its CallCtx returns NotFound; see Driver.Bind).
+func ProcAt(addr uintptr, name string) Proc { return Proc{addr: addr, name: name} }

@@ -349,3 +349,17 @@ func TestCallSurvivesStackGrowth(t *testing.T) {
 		<-done
 	}
 }
+
+// TestProcAt calls a function through a Proc made from its bare address,
+// as for a function pointer foreign code hands over.
+func TestProcAt(t *testing.T) {
+	strlen := lookup(t, libc(t), "strlen")
+	p := ProcAt(strlen.Addr(), "strlen via its address")
+	assert.Equal(t, "strlen via its address", p.Name())
+	assert.False(t, p.Bound(), "a Proc from an address has no driver to set contexts with")
+	s := []byte("dlpack\x00")
+	assert.Equal(t, uintptr(6), p.Call(uintptr(unsafe.Pointer(&s[0]))))
+	assert.Equal(t, NotFound, p.CallCtx(0, uintptr(unsafe.Pointer(&s[0]))), "unbound")
+	zero := ProcAt(0, "nothing")
+	assert.Equal(t, NotFound, zero.Call(), "a zero address is unresolved")
+}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/buffer/dlpack"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/ipc"
 	"github.com/cudamem/cudamem/loader"
@@ -60,7 +61,12 @@ func init() {
 		cuda.CaptureMode(0), cuda.CaptureStatus(0), cuda.Graph{}, cuda.GraphExec{},
 		cuda.GraphInstantiateFlags(0), cuda.GraphMemAttribute(0), cuda.GraphMemAttributes{},
 	)
-	register("buffer", buffer.Buffer{})
+	register("buffer", buffer.Buffer{}, buffer.Hold{})
+	register("buffer/dlpack",
+		dlpack.Version{}, dlpack.DeviceType(0), dlpack.Device{}, dlpack.DataTypeCode(0), dlpack.DataType{},
+		dlpack.Tensor{}, dlpack.ManagedTensor{}, dlpack.ManagedTensorVersioned{}, dlpack.ExportOption(nil),
+		dlpack.ImportOption(nil),
+	)
 	register("resource",
 		resource.DevicePoolOptions{}, resource.TrimError{}, resource.DevicePool{}, resource.LegacyPinned{}, resource.Limiting{},
 		resource.ManagedOptions{}, resource.Managed{}, resource.PinnedPoolOptions{}, resource.PinnedPool{},
@@ -102,6 +108,13 @@ var funcs = map[string]any{
 	"buffer.FromPointer":        buffer.FromPointer,
 	"buffer.CopyFromHost[byte]": buffer.CopyFromHost[byte],
 	"buffer.CopyToHost[byte]":   buffer.CopyToHost[byte],
+	"dlpack.Export":             dlpack.Export,
+	"dlpack.ExportUnversioned":  dlpack.ExportUnversioned,
+	"dlpack.Import":             dlpack.Import,
+	"dlpack.ImportUnversioned":  dlpack.ImportUnversioned,
+	"dlpack.Delete":             dlpack.Delete,
+	"dlpack.DeleteUnversioned":  dlpack.DeleteUnversioned,
+	"dlpack.DeviceOf":           dlpack.DeviceOf,
 	"resource.Default":          resource.Default,
 	"resource.SetDefault":       resource.SetDefault,
 	"resource.NewDevicePool":    resource.NewDevicePool,
@@ -309,7 +322,7 @@ func TestNilAndZeroValues(t *testing.T) {
 // TestEveryTypeListed keeps the sweep complete: every exported type of the
 // public packages (interfaces aside) must be in types.
 func TestEveryTypeListed(t *testing.T) {
-	for _, pkg := range []string{"cuda", "buffer", "resource", "resource/metrics", "resource/timeline", "ipc", "virtual", "loader"} {
+	for _, pkg := range []string{"cuda", "buffer", "buffer/dlpack", "resource", "resource/metrics", "resource/timeline", "ipc", "virtual", "loader"} {
 		for _, name := range exportedTypes(t, filepath.Join("..", "..", pkg)) {
 			if _, ok := types[pkg+"."+name]; !ok {
 				t.Errorf("exported type %s.%s is not in the soundness sweep (add it to types)", pkg, name)

@@ -1,0 +1,448 @@
+package dlpack
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/bits"
+	"runtime"
+	"sort"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/loader"
+)
+
+// MaxDims is the most dimensions Import accepts (NumPy's limit): a bound
+// on what it reads through the tensor's shape and strides pointers.
+const MaxDims = 64
+
+// ImportOption sets what Import accepts.
+type ImportOption func(*importConfig)
+
+type importConfig struct {
+	expect   *Device
+	readOnly bool
+}
+
+// ExpectDevice makes Import refuse a tensor on any other device (type and
+// index) with an error matching cuda.ErrInvalidArgument.
+func ExpectDevice(d Device) ImportOption { return func(c *importConfig) { c.expect = &d } }
+
+// AllowReadOnly accepts tensors flagged read-only (FlagReadOnly). A Buffer
+// cannot refuse writes: the caller promises not to write through it.
+// Without this option such tensors are refused with an error matching
+// cuda.ErrNotSupported.
+func AllowReadOnly() ImportOption { return func(c *importConfig) { c.readOnly = true } }
+
+// Import takes a DLManagedTensorVersioned from a C library (p is its
+// address) and returns a Buffer over the tensor's bytes: from Data plus
+// ByteOffset, as many bytes as its shape and data type span. Close of the
+// Buffer (or, if it is lost, the garbage-collection safety net) calls the
+// producer's deleter, exactly once; CloseOn(s) first waits for s, so that
+// work the caller queued on the memory is over before the producer gets
+// it back. Close with no stream waits for nothing: synchronize first.
+//
+// The Buffer is owned in package buffer's sense (Close gives the memory
+// back), through a resource of this package that cannot allocate; its
+// accessibility follows the tensor's device type: CPU memory is host-only,
+// CUDA memory device-only (of device ID), CUDAHost and CUDAManaged memory
+// both.
+//
+// Import accepts dense tensors only: no strides (compact row-major), or
+// strides that tile the elements without gaps in some order of the
+// dimensions (row-major, column-major, any permutation); dimensions of
+// size 1 may have any stride. It refuses, with an error matching
+// cuda.ErrInvalidArgument: a null or misaligned p, negative dimensions,
+// more than MaxDims of them, sizes that overflow, a null Data with a
+// non-zero size, a zero Bits or Lanes, a range that wraps, an unknown
+// device type, a negative CUDA device index, a device other than the one
+// ExpectDevice names, CUDA memory the driver does not know (or knows on
+// another device), host memory (and pointers: shape, strides, the
+// deleter) that is not mapped; and, matching cuda.ErrNotSupported: a major
+// version other than MajorVersion, a device type other than CPU, CUDA,
+// CUDAHost and CUDAManaged, negative or gapped strides, and a read-only
+// tensor without AllowReadOnly. Memory the tensor points at is read
+// through the kernel, never by Go directly, so a tensor of garbage gives
+// an error, not a crash; only its deleter, called at Close, must be
+// trusted to be a function.
+//
+// If Import fails, the tensor is still the caller's: its deleter has not
+// been called. Call it (Delete does) or hand the tensor on. The DLPack
+// header asks consumers to call the deleter of a tensor whose major
+// version they cannot read, and Delete can, but Import never calls the
+// deleter of a tensor it refused: a tensor refused for garbage fields may
+// have a garbage deleter too, and the caller knows better where it came
+// from. A tensor of zero bytes with a null Data has no memory to cover:
+// Import calls its deleter at once and returns an empty Buffer.
+//
+// Import works where Export does (linux/amd64, linux/arm64), and returns
+// an error matching cuda.ErrNotSupported elsewhere.
+func Import(p uintptr, opts ...ImportOption) (*buffer.Buffer, error) {
+	return importTensor("dlpack.Import", p, true, opts)
+}
+
+// ImportUnversioned is Import for an unversioned DLManagedTensor (DLPack
+// before 1.0): no version to check, and no flags.
+func ImportUnversioned(p uintptr, opts ...ImportOption) (*buffer.Buffer, error) {
+	return importTensor("dlpack.ImportUnversioned", p, false, opts)
+}
+
+// Delete calls the deleter of the DLManagedTensorVersioned at p (nothing
+// if it has none): for a tensor Import refused, or one the caller does not
+// want. Only the version, manager_ctx and deleter are read, which keep
+// their places in every DLPack major version. A null p, or one whose
+// header or deleter is not mapped memory, is an error matching
+// cuda.ErrInvalidArgument.
+func Delete(p uintptr) error {
+	const op = "dlpack.Delete"
+	var hdr struct {
+		Version    Version
+		ManagerCtx uintptr
+		Deleter    uintptr
+	}
+	if err := readHeader(op, p, unsafe.Pointer(&hdr), unsafe.Sizeof(hdr)); err != nil {
+		return err
+	}
+	return callDeleter(op, p, hdr.Deleter)
+}
+
+// DeleteUnversioned is Delete for an unversioned DLManagedTensor.
+func DeleteUnversioned(p uintptr) error {
+	const op = "dlpack.DeleteUnversioned"
+	var m ManagedTensor
+	if err := readHeader(op, p, unsafe.Pointer(&m), unsafe.Sizeof(m)); err != nil {
+		return err
+	}
+	return callDeleter(op, p, m.Deleter)
+}
+
+func callDeleter(op string, p, deleter uintptr) error {
+	if deleter == 0 {
+		return nil
+	}
+	if err := mapped(op, "deleter", deleter, 1); err != nil {
+		return err
+	}
+	d := loader.ProcAt(deleter, "DLPack deleter")
+	d.Call(p)
+	return nil
+}
+
+// readHeader copies n bytes of the struct at p into dst, through the
+// kernel.
+func readHeader(op string, p uintptr, dst unsafe.Pointer, n uintptr) error {
+	if !supported {
+		return cuda.Errorf(op, cuda.ErrNotSupported, "DLPack needs C callbacks without cgo and calls through the loader: linux/amd64 and linux/arm64 only, not %s/%s", runtime.GOOS, runtime.GOARCH)
+	}
+	switch {
+	case p == 0:
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "null tensor")
+	case p%unsafe.Alignof(uintptr(0)) != 0:
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor address %#x is not aligned to %d bytes", p, unsafe.Alignof(uintptr(0)))
+	}
+	if err := readMem(unsafe.Slice((*byte)(dst), n), p); err != nil {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x: %d bytes cannot be read (%v)", p, n, err)
+	}
+	return nil
+}
+
+// mapped checks that n bytes at addr are readable memory.
+func mapped(op, what string, addr, n uintptr) error {
+	b := make([]byte, n)
+	if err := readMem(b, addr); err != nil {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%s at %#x is not mapped memory (%v)", what, addr, err)
+	}
+	return nil
+}
+
+func importTensor(op string, p uintptr, versioned bool, opts []ImportOption) (*buffer.Buffer, error) {
+	var cfg importConfig
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	var t Tensor
+	var deleter, flags uint64
+	if versioned {
+		var v Version
+		if err := readHeader(op, p, unsafe.Pointer(&v), unsafe.Sizeof(v)); err != nil {
+			return nil, err
+		}
+		if v.Major != MajorVersion {
+			return nil, cuda.Errorf(op, cuda.ErrNotSupported, "tensor at %#x has DLPack version %d.%d; this package reads major version %d (the tensor is still yours: Delete calls its deleter)", p, v.Major, v.Minor, MajorVersion)
+		}
+		var m ManagedTensorVersioned
+		if err := readHeader(op, p, unsafe.Pointer(&m), unsafe.Sizeof(m)); err != nil {
+			return nil, err
+		}
+		t, deleter, flags = m.Tensor, uint64(m.Deleter), m.Flags
+		if flags&FlagReadOnly != 0 && !cfg.readOnly {
+			return nil, cuda.Errorf(op, cuda.ErrNotSupported, "tensor at %#x is read-only, and a Buffer cannot refuse writes (import it with AllowReadOnly if you will not write it)", p)
+		}
+	} else {
+		var m ManagedTensor
+		if err := readHeader(op, p, unsafe.Pointer(&m), unsafe.Sizeof(m)); err != nil {
+			return nil, err
+		}
+		t, deleter = m.Tensor, uint64(m.Deleter)
+	}
+	r := &tensorResource{tensor: p, device: t.Device}
+	var err error
+	if r.ptr, r.size, err = extent(op, p, &t, flags); err != nil {
+		return nil, err
+	}
+	if err := checkDevice(op, p, t.Device, cfg.expect); err != nil {
+		return nil, err
+	}
+	if err := checkMemory(op, p, t.Device, r.ptr, r.size); err != nil {
+		return nil, err
+	}
+	if deleter != 0 {
+		if err := mapped(op, "deleter", uintptr(deleter), 1); err != nil {
+			return nil, fmt.Errorf("%w (tensor at %#x)", err, p)
+		}
+		r.deleter = loader.ProcAt(uintptr(deleter), "DLPack deleter")
+	}
+	if r.ptr == 0 {
+		// Empty, with no address: no memory for a Buffer to cover, and
+		// buffer.Owned would never call Deallocate for address 0.
+		r.release()
+		return buffer.FromPointer(0, 0), nil
+	}
+	return buffer.Owned(cuda.DevicePtr(r.ptr), r.size, r, nil), nil
+}
+
+// extent works out the tensor's byte range: [Data+ByteOffset, +size).
+func extent(op string, p uintptr, t *Tensor, flags uint64) (ptr uintptr, size uint64, err error) {
+	bad := func(format string, args ...any) error {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x: "+format, append([]any{p}, args...)...)
+	}
+	if t.NDim < 0 || t.NDim > MaxDims {
+		return 0, 0, bad("%d dimensions (0 to %d accepted)", t.NDim, MaxDims)
+	}
+	if t.DType.Bits == 0 || t.DType.Lanes == 0 {
+		return 0, 0, bad("data type with %d bits and %d lanes", t.DType.Bits, t.DType.Lanes)
+	}
+	n := int(t.NDim)
+	shape, err := readInt64s(t.Shape, n)
+	if err != nil {
+		return 0, 0, bad("shape at %#x: %v", t.Shape, err)
+	}
+	var strides []int64
+	if t.Strides != 0 {
+		if strides, err = readInt64s(t.Strides, n); err != nil {
+			return 0, 0, bad("strides at %#x: %v", t.Strides, err)
+		}
+	}
+	numel, empty := uint64(1), false
+	for i, d := range shape {
+		if d < 0 {
+			return 0, 0, bad("dimension %d is %d", i, d)
+		}
+		empty = empty || d == 0
+	}
+	if !empty {
+		for _, d := range shape {
+			hi, lo := bits.Mul64(numel, uint64(d))
+			if hi != 0 {
+				return 0, 0, bad("shape %v overflows", shape)
+			}
+			numel = lo
+		}
+	} else {
+		numel = 0
+	}
+	if strides != nil && numel > 1 {
+		if err := dense(shape, strides); err != nil {
+			return 0, 0, cuda.Errorf(op, cuda.ErrNotSupported, "tensor at %#x: shape %v, strides %v: %v (only dense tensors can be one Buffer)", p, shape, strides, err)
+		}
+	}
+	elemBits := uint64(t.DType.Bits) * uint64(t.DType.Lanes)
+	switch {
+	case elemBits%8 == 0:
+		hi, lo := bits.Mul64(numel, elemBits/8)
+		if hi != 0 {
+			return 0, 0, bad("%d elements of %d bytes overflow", numel, elemBits/8)
+		}
+		size = lo
+	case flags&FlagIsSubbytePadded != 0:
+		hi, lo := bits.Mul64(numel, (elemBits+7)/8)
+		if hi != 0 {
+			return 0, 0, bad("%d padded elements overflow", numel)
+		}
+		size = lo
+	default: // packed sub-byte elements
+		hi, lo := bits.Mul64(numel, elemBits)
+		if hi != 0 {
+			return 0, 0, bad("%d elements of %d bits overflow", numel, elemBits)
+		}
+		size = lo/8 + min(lo%8, 1)
+	}
+	if t.Data == 0 {
+		if size > 0 {
+			return 0, 0, bad("null data with %d bytes", size)
+		}
+		return 0, 0, nil
+	}
+	start := uint64(t.Data) + t.ByteOffset
+	if start < uint64(t.Data) || uint64(uintptr(start)) != start || start+size < start || uint64(uintptr(start+size)) != start+size {
+		return 0, 0, bad("data %#x + byte offset %d + %d bytes wraps around the address space", t.Data, t.ByteOffset, size)
+	}
+	return uintptr(start), size, nil
+}
+
+// readInt64s reads n int64 values at addr through the kernel.
+func readInt64s(addr uintptr, n int) ([]int64, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	if addr == 0 {
+		return nil, fmt.Errorf("null pointer for %d values", n)
+	}
+	if addr%unsafe.Alignof(int64(0)) != 0 {
+		return nil, fmt.Errorf("not aligned")
+	}
+	raw := make([]byte, 8*n)
+	if err := readMem(raw, addr); err != nil {
+		return nil, fmt.Errorf("cannot be read (%v)", err)
+	}
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = int64(binary.NativeEndian.Uint64(raw[8*i:]))
+	}
+	return out, nil
+}
+
+// dense reports why strides (in elements) do not tile shape without
+// gaps or overlaps, or nil if they do. Dimensions of size 1 take no part;
+// the rest, sorted by stride, must each step by the product of the sizes
+// of those before.
+func dense(shape, strides []int64) error {
+	type dim struct{ size, stride int64 }
+	var ds []dim
+	for i := range shape {
+		if shape[i] == 1 {
+			continue
+		}
+		if strides[i] < 0 {
+			return fmt.Errorf("negative stride %d", strides[i])
+		}
+		ds = append(ds, dim{shape[i], strides[i]})
+	}
+	sort.Slice(ds, func(i, j int) bool { return ds[i].stride < ds[j].stride })
+	want := int64(1)
+	for _, d := range ds {
+		if d.stride != want {
+			return fmt.Errorf("not contiguous (stride %d where %d would be dense)", d.stride, want)
+		}
+		want *= d.size // no overflow: the element count fit in 64 bits
+	}
+	return nil
+}
+
+// checkDevice checks the device type and index, and what ExpectDevice
+// asked for.
+func checkDevice(op string, p uintptr, d Device, expect *Device) error {
+	switch d.Type {
+	case CPU, CUDA, CUDAHost, CUDAManaged:
+	default:
+		if d.Type.known() {
+			return cuda.Errorf(op, cuda.ErrNotSupported, "tensor at %#x is on %v: only kDLCPU, kDLCUDA, kDLCUDAHost and kDLCUDAManaged memory can be a Buffer", p, d)
+		}
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x has device type %d, which DLPack does not define", p, int32(d.Type))
+	}
+	if d.ID < 0 {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x is on %v: a negative device index", p, d)
+	}
+	if expect != nil && *expect != d {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x is on %v, not on %v as expected", p, d, *expect)
+	}
+	return nil
+}
+
+// checkMemory checks, as far as can be done safely, that the tensor's
+// bytes are memory of its device: CUDA memory must be known to the
+// driver at both ends of the range (on device ID, for kDLCUDA); host
+// memory must be mapped at both ends.
+func checkMemory(op string, p uintptr, d Device, ptr uintptr, size uint64) error {
+	if size == 0 {
+		return nil
+	}
+	last := ptr + uintptr(size-1)
+	if d.Type == CPU {
+		if err := mapped(op, "first byte of the tensor's data", ptr, 1); err != nil {
+			return err
+		}
+		return mapped(op, "last byte of the tensor's data", last, 1)
+	}
+	if d.Type == CUDA {
+		if _, err := cuda.GetDevice(int(d.ID)); err != nil {
+			return fmt.Errorf("%s: tensor at %#x is on %v: %w", op, p, d, err)
+		}
+	}
+	for _, a := range []uintptr{ptr, last} {
+		info, err := cuda.QueryPointer(cuda.DevicePtr(a))
+		if err != nil {
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x claims %v memory at %#x (%d bytes), which the driver does not know: %w", p, d, ptr, size, err)
+		}
+		if d.Type == CUDA && info.Type == cuda.MemoryTypeDevice && info.Device != int(d.ID) {
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x claims memory of device %d at %#x, which the driver says belongs to device %d", p, d.ID, a, info.Device)
+		}
+	}
+	return nil
+}
+
+// tensorResource is the resource of an imported tensor's Buffer: its
+// Deallocate calls the producer's deleter, once.
+type tensorResource struct {
+	tensor  uintptr // the DLManagedTensor(Versioned) the deleter gets
+	deleter loader.Proc
+	device  Device
+	ptr     uintptr
+	size    uint64
+	done    atomic.Bool
+}
+
+func (r *tensorResource) release() {
+	if r.done.CompareAndSwap(false, true) {
+		r.deleter.Call(r.tensor)
+	}
+}
+
+// Allocate is not supported: the resource only gives one tensor back.
+func (r *tensorResource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	return nil, cuda.Errorf("dlpack tensor resource Allocate", cuda.ErrNotSupported, "an imported DLPack tensor's resource cannot allocate")
+}
+
+// Deallocate waits for s (if not nil), then calls the deleter; a second
+// call does nothing.
+func (r *tensorResource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
+	const op = "dlpack tensor resource Deallocate"
+	if uintptr(ptr) != r.ptr || size != r.size {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%#x (%d bytes) is not the tensor at %#x (%#x, %d bytes)", uint64(ptr), size, r.tensor, r.ptr, r.size)
+	}
+	if s != nil {
+		if err := s.Sync(); err != nil {
+			return fmt.Errorf("%s: waiting for the stream before the deleter of the tensor at %#x: %w", op, r.tensor, err)
+		}
+	}
+	r.release()
+	return nil
+}
+
+// DeviceAccessible: CUDA, pinned and managed memory.
+func (r *tensorResource) DeviceAccessible() bool { return r.device.Type != CPU }
+
+// HostAccessible: CPU, pinned and managed memory.
+func (r *tensorResource) HostAccessible() bool { return r.device.Type != CUDA }
+
+// DeviceID: the device of CUDA and managed memory, -1 for host memory.
+func (r *tensorResource) DeviceID() int {
+	if r.device.Type == CUDA || r.device.Type == CUDAManaged {
+		return int(r.device.ID)
+	}
+	return -1
+}

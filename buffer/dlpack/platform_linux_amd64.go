@@ -1,0 +1,3 @@
+package dlpack
+
+const sysProcessVMReadv = 310

@@ -1,0 +1,148 @@
+package buffer
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// Holds keep an allocation's memory from being freed while code outside
+// Go's view uses it: a DLPack consumer, which gives the memory back by
+// calling a deleter whenever it likes, possibly long after the Buffer's
+// owner closed it. Close must not free memory under such a user, and must
+// not fail either (Close is called from defers, and a consumer may never
+// give the memory back on the caller's schedule), so Close of a held
+// buffer closes the Buffer at once, for Go, and leaves the free to the
+// last Release.
+//
+// The counter and the flag share one word, state.holds, so that the last
+// Release and a Close racing it agree on who frees without a lock: Hold
+// adds only under the read lock (acquire), so never during a Close; Close
+// (under the write lock) sets heldFree only while the count is non-zero,
+// by compare-and-swap, so it fails over to freeing itself if the count
+// just dropped to zero; and Release frees only when its decrement leaves
+// exactly heldFree (count zero, flag set). Releases never take the lock:
+// one that did would make calls in progress on the buffer fail with
+// cuda.ErrClosed while it waited (acquire's TryRLock fails behind a
+// waiting writer), and would deadlock against a Use whose function
+// triggers the release.
+const (
+	heldFree  = uint64(1) << 63
+	holdCount = heldFree - 1
+)
+
+// Hold keeps a buffer's memory allocated until Release, even if the
+// buffer (or its owner, for a view) is closed meanwhile. See
+// [Buffer.Hold].
+type Hold struct {
+	st   *state
+	ptr  cuda.DevicePtr
+	size uint64
+	done atomic.Bool
+}
+
+// Hold keeps the memory of b allocated until the returned Hold is
+// released, for code that uses it outside Go's view (an export to a C
+// library, as package dlpack does). op names the operation in errors.
+//
+// While a Hold is live, Close (and CloseOn, CloseAfter) of the buffer, or
+// of its owner if b is a view, closes the Buffer for Go at once and
+// returns nil, but does not free the memory: the last Release does, on
+// the stream Close was given (or the allocation stream), and returns that
+// free's error. A held buffer cannot be disowned. Holds of a borrowed
+// buffer ([FromPointer]) keep nothing: its memory was never the Buffer's
+// to free.
+//
+// Hold fails as other methods do: on a nil, zero, or closed buffer, one
+// whose Close is under way, or one whose range no memory can have. The
+// Hold keeps the Buffer reachable, so the garbage-collection safety net
+// does not free held memory either.
+func (b *Buffer) Hold(op string) (*Hold, error) {
+	ptr, err := b.acquire(op)
+	if err != nil {
+		return nil, err
+	}
+	defer b.release()
+	// Under the read lock: no Close is running, so heldFree is not being
+	// decided (see the comment on heldFree).
+	b.st.holds.Add(1)
+	return &Hold{st: b.st, ptr: ptr, size: b.size}, nil
+}
+
+// Holds returns how many Holds of the buffer's memory are live (those of
+// its owner and of every view share one count); 0 for nil and zero
+// Buffers.
+func (b *Buffer) Holds() int {
+	if b == nil || b.st == nil {
+		return 0
+	}
+	return int(b.st.holds.Load() & holdCount)
+}
+
+// Ptr is the address of the held range (that of the buffer Hold was
+// called on), valid until Release; 0 for a nil Hold.
+func (h *Hold) Ptr() cuda.DevicePtr {
+	if h == nil {
+		return 0
+	}
+	return h.ptr
+}
+
+// Size is the size of the held range in bytes.
+func (h *Hold) Size() uint64 {
+	if h == nil {
+		return 0
+	}
+	return h.size
+}
+
+// Release ends the hold. If the buffer was closed while held and this was
+// the last hold, Release frees the memory through the resource, on the
+// stream Close was given or, that failing (the stream may be destroyed
+// by now), on the resource's default stream, and returns the error when
+// both fail (the memory then stays allocated). Release is idempotent, and
+// does nothing on a nil Hold. It never waits for a lock, so it may be
+// called from anywhere, including from inside [Buffer.Use] on the same
+// buffer.
+func (h *Hold) Release() error {
+	if h == nil || h.st == nil || !h.done.CompareAndSwap(false, true) {
+		return nil
+	}
+	st := h.st
+	if st.holds.Add(^uint64(0)) != heldFree {
+		return nil // others still hold, or the buffer is open: Close frees
+	}
+	// Count zero and heldFree set: Close left the free to us, and no hold
+	// can come again (the buffer is closed).
+	s := st.freeStream
+	err := st.mr.Deallocate(st.ptr, st.size, s)
+	if err != nil && s != nil && !errors.Is(err, ErrPartlyFreed) {
+		if st.mr.Deallocate(st.ptr, st.size, nil) == nil {
+			return nil
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("buffer close (%#x, %d bytes), left to the last Hold's Release: %w", uint64(st.ptr), st.size, err)
+	}
+	return nil
+}
+
+// deferFree is Close's half: called under the write lock of an open
+// owned buffer, it leaves the free to the last Release if any hold is
+// live, recording s as the stream to free on, and reports whether it did.
+func (st *state) deferFree(s *cuda.Stream) bool {
+	for {
+		v := st.holds.Load()
+		if v&holdCount == 0 {
+			return false
+		}
+		// Written before the swap publishes heldFree; Release reads it
+		// only after seeing the flag.
+		st.freeStream = s
+		if st.holds.CompareAndSwap(v, v|heldFree) {
+			return true
+		}
+	}
+}
