@@ -98,6 +98,20 @@ func (d *Device) CreateMemPool(props *MemPoolProps) (MemPool, error) {
 	if err != nil {
 		return MemPool{}, err
 	}
+	if props.HandleTypes&MemHandleTypeFabric != 0 && props.Location.Type == MemLocationTypeDevice {
+		// Probed first: on an H200 with driver 580 and no IMEX, the driver
+		// creates a pool with fabric handles, refuses its export
+		// (CUDA_ERROR_NOT_PERMITTED), and then crashes the process in
+		// cuMemPoolDestroy (SIGSEGV, or glibc's "free(): invalid pointer").
+		// A pool that cannot be exported is not made at all. (A device
+		// without fabric support has cuMemPoolCreate refuse, below.)
+		if sup, _ := d.FabricHandlesSupported(); sup {
+			if err := d.CheckFabric(); err != nil {
+				return MemPool{}, &OpError{Op: "cuMemPoolCreate", Err: fmt.Errorf("location %v/%d, handle types %#x: %w",
+					props.Location.Type, props.Location.ID, props.HandleTypes, err)}
+			}
+		}
+	}
 	var h uintptr
 	r := d.drv.MemPoolCreate.CallCtx(ctx, uintptr(unsafe.Pointer(&h)), uintptr(unsafe.Pointer(props)))
 	if !ok(r) {
