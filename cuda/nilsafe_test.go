@@ -35,7 +35,7 @@ func init() {
 		cuda.MemPoolProps{}, cuda.MemPoolPtrExportData{}, cuda.MemRangeAttribute(0),
 		cuda.MemRangeHandleType(0), cuda.MemoryType(0), cuda.Module{}, cuda.OpError{},
 		cuda.PointerAttribute(0), cuda.PointerInfo{}, cuda.ProcAddressQueryResult(0), cuda.Result(0),
-		cuda.Stream{}, cuda.StreamFlags(0), cuda.UUID{}, cuda.ForeignFunc{},
+		cuda.Stream{}, cuda.StreamFlags(0), cuda.UUID{}, cuda.ForeignFunc{}, cuda.Context{}, cuda.ContextFlags(0),
 	} {
 		t := reflect.TypeOf(v)
 		exportedTypes[t.Name()] = t

@@ -220,7 +220,7 @@ func (s *Stream) Close() error {
 	if s.closed.Load() {
 		return nil
 	}
-	if s.borrowed {
+	if s.borrowed || s.dev.contextGone() { // nothing of ours to destroy
 		s.closed.Store(true)
 		return nil
 	}

@@ -213,6 +213,12 @@ type Driver struct {
 	ModuleLoadData, ModuleUnload, ModuleGetFunction, LaunchKernel Proc
 
 	// Contexts made elsewhere (cuCtxCreate, green contexts).
+	//
+	// CtxCreate is cuCtxCreate_v2 (pctx, flags, dev); CtxCreateV4 the CUDA
+	// 13 default cuCtxCreate_v4 (pctx, params, flags, dev), found only on
+	// drivers of 13.0 or later. StreamGetCtxV2 also reports green contexts.
+	CtxCreate, CtxCreateV4, CtxDestroy, CtxPopCurrent, StreamGetCtx,
+	StreamGetCtxV2 Proc
 
 	// Stream capture and graphs.
 
@@ -348,6 +354,17 @@ func (d *Driver) symbols() []symbol {
 		{p: &d.LaunchKernel, name: "cuLaunchKernel"},
 
 		// Contexts made elsewhere (cuCtxCreate, green contexts).
+		// "cuCtxCreate" at our ABI (12.0) is cuCtxCreate_v2; CUDA 13.0 made
+		// cuCtxCreate_v4 the default, asked for at 13.0 only (its arrival
+		// version is not pinned down in the headers we read, and a wrong
+		// guess would hand us a function of another signature).
+		{p: &d.CtxCreate, name: "cuCtxCreate", dlsym: "cuCtxCreate_v2"},
+		{p: &d.CtxCreateV4, name: "cuCtxCreate", ver: 13000, since: 13000, dlsym: "cuCtxCreate_v4"},
+		{p: &d.CtxDestroy, name: "cuCtxDestroy", dlsym: "cuCtxDestroy_v2"},
+		{p: &d.CtxPopCurrent, name: "cuCtxPopCurrent", dlsym: "cuCtxPopCurrent_v2"},
+		{p: &d.StreamGetCtx, name: "cuStreamGetCtx"},
+		// A separately named entry point (CUDA 12.5), not an ABI version.
+		{p: &d.StreamGetCtxV2, name: "cuStreamGetCtx_v2", ver: 12050, since: 12050},
 
 		// Stream capture and graphs.
 

@@ -79,12 +79,13 @@ const (
 	CtxRetains               // primary context retains
 	calls                    // unused
 	DeviceBytes1             // device memory in use on device 1
+	Contexts                 // live contexts made with cuCtxCreate
 	numStats
 )
 
 var statNames = [...]string{"device bytes", "pinned bytes", "managed bytes", "allocations", "streams", "events",
 	"pools", "VMM handles", "reservations", "mappings", "host registrations", "context retains", "calls",
-	"device 1 bytes"}
+	"device 1 bytes", "contexts"}
 
 func (s Stat) String() string {
 	if s >= 0 && s < numStats {

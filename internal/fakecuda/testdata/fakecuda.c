@@ -87,6 +87,7 @@ enum {
 	ST_CTX_RETAINS,    /* primary context retain count, all devices */
 	ST_CALLS,          /* entry-point calls made */
 	ST_DEVICE_BYTES_1, /* device memory in use on device 1 */
+	ST_CONTEXTS,       /* live contexts made with cuCtxCreate (primary ones excluded) */
 	ST_N
 };
 static long long stats[ST_N];
@@ -97,15 +98,28 @@ typedef struct ctx {
 	int dev;
 	int retains;
 	int peer[MAXDEV];
+	int made; /* from cuCtxCreate (not a primary context) */
+	int dead; /* destroyed: its handle is never valid again */
 } ctx_t;
 #define CTX_MAGIC 0x43545821
 static ctx_t ctxs[MAXDEV] = {{CTX_MAGIC, 0, 0, {0}}, {CTX_MAGIC, 1, 0, {0}}};
 static __thread ctx_t *current;
 
+/* Contexts made with cuCtxCreate: slots are never reused, so a destroyed
+   context's handle stays invalid (and a thread that still has it current
+   points at memory that stays allocated). */
+#define MAXC 1024
+static ctx_t made_ctxs[MAXC];
+static int nmade;
+static ctx_t *as_made(void *p) {
+	for (int i = 0; i < nmade; i++)
+		if (p == (void *)&made_ctxs[i] && !made_ctxs[i].dead) return &made_ctxs[i];
+	return 0;
+}
 static ctx_t *as_ctx(void *p) {
 	for (int i = 0; i < ndev; i++)
 		if (p == (void *)&ctxs[i]) return &ctxs[i];
-	return 0;
+	return as_made(p);
 }
 
 /* ---- pools ---- */
@@ -321,10 +335,10 @@ static CUresult any_range(u64 p, u64 n, int write) {
 
 /* ---- streams and events ---- */
 #define MAXS 8192
-typedef struct { int dev; int flags; } stream_t;
+typedef struct { int dev; int flags; ctx_t *ctx; } stream_t;
 static stream_t *streams[MAXS];
 static int nstreams;
-typedef struct { int dev; int recorded; } event_t;
+typedef struct { int dev; int recorded; ctx_t *ctx; } event_t;
 static event_t *events[MAXS];
 static int nevents;
 
@@ -341,7 +355,7 @@ static event_t *as_event(void *e) {
 }
 
 #define NEED_CTX() do { if (!initialized) { UNLOCK(); return E_NOT_INITIALIZED; } \
-	if (!current) { UNLOCK(); return E_INVALID_CONTEXT; } } while (0)
+	if (!current || current->dead) { UNLOCK(); return E_INVALID_CONTEXT; } } while (0)
 #define NEED_STREAM(s) do { if (!valid_stream(s)) { UNLOCK(); return E_INVALID_HANDLE; } } while (0)
 #define RET(r) do { CUresult r_ = (r); UNLOCK(); return r_; } while (0)
 
@@ -502,7 +516,7 @@ static CUresult fCtxGetCurrent(void **c) {
 }
 static CUresult fCtxGetDevice(int *d) {
 	if (!d) return E_INVALID_VALUE;
-	if (!current) return E_INVALID_CONTEXT;
+	if (!current || current->dead) return E_INVALID_CONTEXT;
 	*d = current->dev;
 	return OK;
 }
@@ -542,6 +556,7 @@ static CUresult fStreamCreateWithPriority(void **s, unsigned flags, int prio) {
 	if (!st) RET(E_OUT_OF_MEMORY);
 	st->dev = current->dev;
 	st->flags = (int)flags;
+	st->ctx = current;
 	streams[nstreams++] = st;
 	stats[ST_STREAMS]++;
 	*s = st;
@@ -581,6 +596,7 @@ static CUresult fEventCreate(void **e, unsigned flags) {
 	event_t *ev = calloc(1, sizeof *ev);
 	if (!ev) RET(E_OUT_OF_MEMORY);
 	ev->dev = current->dev;
+	ev->ctx = current;
 	events[nevents++] = ev;
 	stats[ST_EVENTS]++;
 	*e = ev;
@@ -1287,6 +1303,99 @@ static CUresult fGetErrorName(int r, const char **s) {
 
 /* ---- cuGetProcAddress ---- */
 /* Contexts made elsewhere (cuCtxCreate, green contexts). */
+/* cuCtxCreate pushes the new context on the calling thread's stack; the
+   thread's current context is the top (cuCtxSetCurrent replaces it). */
+#define CTX_STACK 16
+static __thread ctx_t *ctx_stack[CTX_STACK];
+static __thread int ctx_depth;
+
+static void ctx_pop(void) { current = ctx_depth ? ctx_stack[--ctx_depth] : 0; }
+
+static CUresult ctx_create(void **pctx, unsigned flags, int d) {
+	if (!initialized) return E_NOT_INITIALIZED;
+	if (!pctx) return E_INVALID_VALUE;
+	if (bad_dev(d)) return E_INVALID_DEVICE;
+	unsigned sched = flags & 7;
+	if ((flags & ~0xFFu) || (sched & (sched - 1))) return E_INVALID_VALUE;
+	LOCK();
+	if (nmade == MAXC) RET(E_OUT_OF_MEMORY);
+	if (ctx_depth == CTX_STACK) RET(E_INVALID_VALUE);
+	ctx_t *c = &made_ctxs[nmade];
+	*c = (ctx_t){.magic = CTX_MAGIC, .dev = d, .retains = 1, .made = 1};
+	nmade++;
+	stats[ST_CONTEXTS]++;
+	ctx_stack[ctx_depth++] = current;
+	current = c;
+	*pctx = c;
+	RET(OK);
+}
+static CUresult fCtxCreate_v2(void **pctx, unsigned flags, int d) { return ctx_create(pctx, flags, d); }
+/* v4: only NULL params (no execution affinity, no CIG) are emulated. */
+static CUresult fCtxCreate_v4(void **pctx, void *params, unsigned flags, int d) {
+	if (params) return E_NOT_SUPPORTED;
+	return ctx_create(pctx, flags, d);
+}
+/* cuCtxDestroy: like CUDA, the context's streams and events die with it;
+   it is popped if current on the calling thread. Primary contexts cannot
+   be destroyed. */
+static CUresult fCtxDestroy(void *p) {
+	if (!initialized) return E_NOT_INITIALIZED;
+	LOCK();
+	ctx_t *c = as_made(p);
+	if (!c) RET(E_INVALID_CONTEXT);
+	c->dead = 1;
+	c->retains = 0;
+	stats[ST_CONTEXTS]--;
+	for (int i = 0; i < nstreams;)
+		if (streams[i]->ctx == c) {
+			free(streams[i]);
+			streams[i] = streams[--nstreams];
+			stats[ST_STREAMS]--;
+		} else i++;
+	for (int i = 0; i < nevents;)
+		if (events[i]->ctx == c) {
+			free(events[i]);
+			events[i] = events[--nevents];
+			stats[ST_EVENTS]--;
+		} else i++;
+	if (current == c) ctx_pop();
+	RET(OK);
+}
+static CUresult fCtxPopCurrent(void **pctx) {
+	if (!initialized) return E_NOT_INITIALIZED;
+	if (!current) return E_INVALID_CONTEXT;
+	if (pctx) *pctx = current;
+	ctx_pop();
+	return OK;
+}
+static CUresult stream_ctx(void *s, void **pctx) {
+	if (!initialized) return E_NOT_INITIALIZED;
+	if (!pctx) return E_INVALID_VALUE;
+	LOCK();
+	if (s == 0 || s == (void *)1 || s == (void *)2) {
+		if (!current || current->dead) RET(E_INVALID_CONTEXT);
+		*pctx = current;
+		RET(OK);
+	}
+	for (int i = 0; i < nstreams; i++)
+		if (streams[i] == s) {
+			*pctx = streams[i]->ctx;
+			RET(OK);
+		}
+	RET(E_INVALID_HANDLE);
+}
+static CUresult fStreamGetCtx(void *s, void **pctx) { return stream_ctx(s, pctx); }
+static CUresult fStreamGetCtx_v2(void *s, void **pctx, void **pgreen) {
+	if (!pgreen) return E_INVALID_VALUE;
+	*pgreen = 0;
+	return stream_ctx(s, pctx);
+}
+/* ctx_proc resolves the entry points whose ABI depends on the version
+   asked for: cuCtxCreate is _v2 before CUDA 12.5 and _v4 from there. */
+static void *ctx_proc(const char *sym, int ver) {
+	if (!strcmp(sym, "cuCtxCreate")) return ver >= 12050 ? (void *)fCtxCreate_v4 : (void *)fCtxCreate_v2;
+	return 0;
+}
 
 /* Stream capture and graphs. */
 
@@ -1387,6 +1496,10 @@ static const struct { const char *name; void *fn; } table[] = {
 	{"cuIpcOpenMemHandle", (void *)fIpcOpenMemHandle},
 	{"cuIpcCloseMemHandle", (void *)fIpcCloseMemHandle},
 	/* Contexts made elsewhere. */
+	{"cuCtxDestroy", (void *)fCtxDestroy},
+	{"cuCtxPopCurrent", (void *)fCtxPopCurrent},
+	{"cuStreamGetCtx", (void *)fStreamGetCtx},
+	{"cuStreamGetCtx_v2", (void *)fStreamGetCtx_v2},
 	/* Stream capture and graphs. */
 	/* Batched copies. */
 	/* Fabric handles. */
@@ -1405,7 +1518,8 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, u64 flags, in
 		if (status) *status = 1;
 		return OK;
 	}
-	for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+	*pfn = ctx_proc(sym, ver);
+	for (size_t i = 0; !*pfn && i < sizeof table / sizeof table[0]; i++)
 		if (!strcmp(sym, table[i].name)) { *pfn = table[i].fn; break; }
 	if (status) *status = *pfn ? 0 : 1;
 	return OK;
