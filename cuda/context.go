@@ -58,7 +58,19 @@ import (
 type binding struct {
 	primary *Device // the GPU's primary view (GetDevice)
 	owned   bool    // made by NewContext: destroyed by Context.Close
+	id      uint64  // cuCtxGetId, 0 if the driver cannot say
 	closed  atomic.Bool
+}
+
+// contextID asks the driver for context h's unique ID (cuCtxGetId, CUDA
+// 12.0+): handles are addresses the driver may reuse after a context is
+// destroyed, IDs are never reused. 0 when the driver cannot say.
+func contextID(p *Device, h uintptr) uint64 {
+	var id uint64
+	if r := p.drv.CtxGetId.Call(h, uintptr(unsafe.Pointer(&id))); !ok(r) {
+		return 0
+	}
+	return id
 }
 
 // ContextFlags are cuCtxCreate flags (CU_CTX_*).
@@ -170,12 +182,15 @@ func WrapContext(h uintptr) (*Device, error) {
 	views.mu.Lock()
 	defer views.mu.Unlock()
 	// A handle seen before is the same view, unless the context it named
-	// was destroyed and the driver reused the address for a context of
-	// another GPU (the ordinal just read says).
-	if v := views.m[h]; v != nil && v.bind.primary == p && !v.bind.closed.Load() {
+	// was destroyed and the driver reused the address for another context
+	// (of another GPU, or with another ID): objects cached for the old
+	// view (modules, events) are dead, so the new context gets a new view.
+	id := contextID(p, h)
+	if v := views.m[h]; v != nil && v.bind.primary == p && v.bind.id == id && !v.bind.closed.Load() {
 		return v, nil
 	}
 	v := newView(p, h, false)
+	v.bind.id = id
 	if views.m == nil {
 		views.m = make(map[uintptr]*Device)
 	}
@@ -264,6 +279,7 @@ func (d *Device) NewContext(flags ContextFlags) (*Context, error) {
 		return nil, &OpError{Op: op, Err: err}
 	}
 	v := newView(p, c, true)
+	v.bind.id = contextID(p, c)
 	views.mu.Lock()
 	if views.m == nil {
 		views.m = make(map[uintptr]*Device)

@@ -386,3 +386,27 @@ func TestContextsConcurrent(t *testing.T) {
 	assert.Zero(t, fk.contexts())
 	assert.Zero(t, fk.streams())
 }
+
+// A handle the driver reused for a new context (another cuCtxGetId) is a
+// new view: objects cached for the old one died with its context.
+func TestWrapContextReusedHandle(t *testing.T) {
+	fk := newCtxFake(t, "13000")
+	restore := useDevices(t, fk.devs)
+	defer restore()
+	c, err := fk.devs[0].NewContext(0)
+	require.NoError(t, err)
+	defer c.Close()
+	v := c.Device()
+	require.NotZero(t, v.bind.id)
+	w, err := WrapContext(c.Handle())
+	require.NoError(t, err)
+	require.Same(t, v, w)
+	v.bind.id++ // as if the handle had named another context before
+	w, err = WrapContext(c.Handle())
+	require.NoError(t, err)
+	assert.NotSame(t, v, w)
+	assert.Equal(t, c.Handle(), w.ctx)
+	w2, err := WrapContext(c.Handle())
+	require.NoError(t, err)
+	assert.Same(t, w, w2)
+}

@@ -217,7 +217,7 @@ type Driver struct {
 	// CtxCreate is cuCtxCreate_v2 (pctx, flags, dev); CtxCreateV4 the CUDA
 	// 13 default cuCtxCreate_v4 (pctx, params, flags, dev), found only on
 	// drivers of 13.0 or later. StreamGetCtxV2 also reports green contexts.
-	CtxCreate, CtxCreateV4, CtxDestroy, CtxPopCurrent, StreamGetCtx,
+	CtxCreate, CtxCreateV4, CtxDestroy, CtxPopCurrent, CtxGetId, StreamGetCtx,
 	StreamGetCtxV2 Proc
 
 	// Stream capture and graphs.
@@ -362,6 +362,7 @@ func (d *Driver) symbols() []symbol {
 		{p: &d.CtxCreateV4, name: "cuCtxCreate", ver: 13000, since: 13000, dlsym: "cuCtxCreate_v4"},
 		{p: &d.CtxDestroy, name: "cuCtxDestroy", dlsym: "cuCtxDestroy_v2"},
 		{p: &d.CtxPopCurrent, name: "cuCtxPopCurrent", dlsym: "cuCtxPopCurrent_v2"},
+		{p: &d.CtxGetId, name: "cuCtxGetId", since: 12000},
 		{p: &d.StreamGetCtx, name: "cuStreamGetCtx"},
 		// A separately named entry point (CUDA 12.5), not an ABI version.
 		{p: &d.StreamGetCtxV2, name: "cuStreamGetCtx_v2", ver: 12050, since: 12050},

@@ -1385,6 +1385,16 @@ static CUresult stream_ctx(void *s, void **pctx) {
 	RET(E_INVALID_HANDLE);
 }
 static CUresult fStreamGetCtx(void *s, void **pctx) { return stream_ctx(s, pctx); }
+/* cuCtxGetId: unique for the life of the process, never reused. */
+static CUresult fCtxGetId(void *p, u64 *id) {
+	if (!initialized) return E_NOT_INITIALIZED;
+	if (!id) return E_INVALID_VALUE;
+	LOCK();
+	ctx_t *c = p ? as_ctx(p) : current;
+	if (!c || c->dead) RET(E_INVALID_CONTEXT);
+	*id = c->made ? 1000 + (u64)(c - made_ctxs) : 1 + (u64)c->dev;
+	RET(OK);
+}
 static CUresult fStreamGetCtx_v2(void *s, void **pctx, void **pgreen) {
 	if (!pgreen) return E_INVALID_VALUE;
 	*pgreen = 0;
@@ -1498,6 +1508,7 @@ static const struct { const char *name; void *fn; } table[] = {
 	/* Contexts made elsewhere. */
 	{"cuCtxDestroy", (void *)fCtxDestroy},
 	{"cuCtxPopCurrent", (void *)fCtxPopCurrent},
+	{"cuCtxGetId", (void *)fCtxGetId},
 	{"cuStreamGetCtx", (void *)fStreamGetCtx},
 	{"cuStreamGetCtx_v2", (void *)fStreamGetCtx_v2},
 	/* Stream capture and graphs. */
