@@ -9,51 +9,6 @@ import (
 	"unsafe"
 )
 
-// Contexts other than the primary one.
-//
-// A *Device is a view of one GPU through one CUDA context. GetDevice and
-// Devices return the primary views (the GPU's primary context, retained by
-// cudamem). WrapContext returns a view of a context made elsewhere (by
-// another library, a framework, cuCtxCreate); Device.NewContext creates a
-// context that cudamem owns and returns it as a *Context, whose Device
-// method is its view. Every constructor that takes a *Device (streams,
-// events, modules, resource.NewDevicePool, resource.NewSyncDevice,
-// virtual.New, ...) takes any view, and every driver call made through
-// what it returns runs with the view's context current, exactly as the
-// primary views do with the primary context.
-//
-// The rules for two views of one GPU:
-//
-//   - Views are distinct values, compared by pointer, one per context:
-//     WrapContext returns the same *Device each time for a context (and the
-//     primary view for a primary context), so == on views means "same
-//     context". Ordinal, UUID, attributes and Features are the GPU's and
-//     shared by all its views.
-//   - Objects that belong to a context in CUDA belong to one view: streams,
-//     events, modules and their kernels, memory from cuMemAlloc. A stream of
-//     one view used where another view is expected (a kernel of a module
-//     loaded in another context, Device.WrapStream with a stream of another
-//     context) is an error naming both, never undefined behaviour.
-//   - Memory pools and virtual memory belong to the GPU, not to a context:
-//     a device pool made from any view allocates on streams of any view of
-//     the same GPU (the driver call runs in the stream's context).
-//   - Stream.WaitEvent accepts events of any context, as CUDA does.
-//
-// Nothing here destroys or releases a context it did not create: a view
-// from WrapContext never destroys its context, and the context must
-// outlive every use of the view and of what was made from it (cudamem
-// cannot check that). A Context from NewContext destroys its context on
-// Close; afterwards every call through its view, and through anything made
-// from it, returns an error matching ErrClosed. Close objects made in a
-// context (streams, buffers, resources, modules) before the context:
-// destroying a context destroys its streams, events, modules and
-// cuMemAlloc memory in the driver (their Close then only marks them
-// closed), while pool allocations outlive it but can no longer be freed
-// through the closed view.
-//
-// No call leaves a context pushed on a thread: NewContext pops what
-// cuCtxCreate pushed, so the thread's context stack is as it was.
-
 // binding ties a Device view to a context other than its GPU's primary one.
 type binding struct {
 	primary *Device // the GPU's primary view (GetDevice)
@@ -185,9 +140,17 @@ func WrapContext(h uintptr) (*Device, error) {
 	// was destroyed and the driver reused the address for another context
 	// (of another GPU, or with another ID): objects cached for the old
 	// view (modules, events) are dead, so the new context gets a new view.
+	// An ID the driver could not give (0, a transient failure) is no
+	// evidence of another context: only two known, different IDs are.
 	id := contextID(p, h)
-	if v := views.m[h]; v != nil && v.bind.primary == p && v.bind.id == id && !v.bind.closed.Load() {
-		return v, nil
+	if v := views.m[h]; v != nil && v.bind.primary == p && !v.bind.closed.Load() {
+		switch {
+		case v.bind.id == 0:
+			v.bind.id = id // views.mu held
+			return v, nil
+		case id == 0 || id == v.bind.id:
+			return v, nil
+		}
 	}
 	v := newView(p, h, false)
 	v.bind.id = id
@@ -211,6 +174,49 @@ func newView(p *Device, h uintptr, owned bool) *Device {
 // taking a *Device accepts. Methods are safe for concurrent use; closing
 // the context while other goroutines still use its view is a program
 // error (as in CUDA). A nil or zero Context refuses every call.
+//
+// A *Device is a view of one GPU through one CUDA context. GetDevice and
+// Devices return the primary views (the GPU's primary context, retained by
+// cudamem). WrapContext returns a view of a context made elsewhere (by
+// another library, a framework, cuCtxCreate); Device.NewContext creates a
+// context that cudamem owns and returns it as a *Context, whose Device
+// method is its view. Every constructor that takes a *Device (streams,
+// events, modules, resource.NewDevicePool, resource.NewSyncDevice,
+// virtual.New, ...) takes any view, and every driver call made through
+// what it returns runs with the view's context current, exactly as the
+// primary views do with the primary context.
+//
+// The rules for two views of one GPU:
+//
+//   - Views are distinct values, compared by pointer, one per context:
+//     WrapContext returns the same *Device each time for a context (and the
+//     primary view for a primary context), so == on views means "same
+//     context". Ordinal, UUID, attributes and Features are the GPU's and
+//     shared by all its views.
+//   - Objects that belong to a context in CUDA belong to one view: streams,
+//     events, modules and their kernels, memory from cuMemAlloc. A stream of
+//     one view used where another view is expected (a kernel of a module
+//     loaded in another context, Device.WrapStream with a stream of another
+//     context) is an error naming both, never undefined behaviour.
+//   - Memory pools and virtual memory belong to the GPU, not to a context:
+//     a device pool made from any view allocates on streams of any view of
+//     the same GPU (the driver call runs in the stream's context).
+//   - Stream.WaitEvent accepts events of any context, as CUDA does.
+//
+// Nothing here destroys or releases a context it did not create: a view
+// from WrapContext never destroys its context, and the context must
+// outlive every use of the view and of what was made from it (cudamem
+// cannot check that). A Context from NewContext destroys its context on
+// Close; afterwards every call through its view, and through anything made
+// from it, returns an error matching ErrClosed. Close objects made in a
+// context (streams, buffers, resources, modules) before the context:
+// destroying a context destroys its streams, events, modules and
+// cuMemAlloc memory in the driver (their Close then only marks them
+// closed), while pool allocations outlive it but can no longer be freed
+// through the closed view.
+//
+// No call leaves a context pushed on a thread: NewContext pops what
+// cuCtxCreate pushed, so the thread's context stack is as it was.
 type Context struct {
 	dev *Device // the view; nil for a zero Context
 	mu  sync.Mutex

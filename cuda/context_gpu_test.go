@@ -17,6 +17,7 @@ import (
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/cudatest"
 	"github.com/cudamem/cudamem/resource"
+	"github.com/cudamem/cudamem/virtual"
 )
 
 // ctxRoundTrip allocates from mr on s, copies a host slice into the first
@@ -155,6 +156,9 @@ func TestGPUNewContextResources(t *testing.T) {
 	ctxRoundTrip(t, "owned pool in a new context", owned, s, k)
 	ctxRoundTrip(t, "cuMemAlloc in a new context", syncRes, s, k)
 	ctxRoundTrip(t, "current pool in a new context", current, s, k)
+	vm, err := virtual.New(v, nil)
+	require.NoError(t, err)
+	ctxRoundTrip(t, "virtual memory in a new context", vm, s, k)
 
 	// Pools belong to the GPU: the primary view's pool serves the view's
 	// stream.

@@ -11,6 +11,7 @@ import (
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/fakecuda"
 	"github.com/cudamem/cudamem/resource"
+	"github.com/cudamem/cudamem/virtual"
 )
 
 // Resources, copies and fills through a view of a context made with
@@ -45,8 +46,12 @@ func TestContextViewResources(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Default(view): %v", err)
 	}
+	vm, err := virtual.New(v, nil)
+	if err != nil {
+		t.Fatalf("virtual.New(view): %v", err)
+	}
 	src := bytes.Repeat([]byte("context view "), 100)
-	for name, mr := range map[string]buffer.MemoryResource{"current": current, "owned": owned, "sync": sync, "default": def} {
+	for name, mr := range map[string]buffer.MemoryResource{"current": current, "owned": owned, "sync": sync, "default": def, "virtual": vm} {
 		b, err := mr.Allocate(uint64(len(src)+3), s)
 		if err != nil {
 			t.Fatalf("%s: Allocate: %v", name, err)
@@ -96,6 +101,7 @@ func TestContextViewResources(t *testing.T) {
 	if err := owned.Close(); err != nil {
 		t.Errorf("close %v: %v", owned, err)
 	}
+
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}

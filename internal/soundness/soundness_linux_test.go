@@ -56,7 +56,7 @@ func init() {
 		cuda.MemPoolProps{}, cuda.MemPoolPtrExportData{}, cuda.MemRangeAttribute(0),
 		cuda.MemRangeHandleType(0), cuda.MemoryType(0), cuda.Module{}, cuda.OpError{},
 		cuda.PointerAttribute(0), cuda.PointerInfo{}, cuda.ProcAddressQueryResult(0), cuda.Result(0),
-		cuda.Stream{}, cuda.StreamFlags(0), cuda.UUID{}, cuda.ForeignFunc{},
+		cuda.Stream{}, cuda.StreamFlags(0), cuda.UUID{}, cuda.ForeignFunc{}, cuda.Context{}, cuda.ContextFlags(0),
 	)
 	register("buffer", buffer.Buffer{})
 	register("resource",
@@ -135,6 +135,7 @@ var funcs = map[string]any{
 	"virtual.New":               virtual.New,
 	"virtual.CloseChunks":       virtual.CloseChunks,
 	"cuda.Elapsed":              cuda.Elapsed,
+	"cuda.WrapContext":          cuda.WrapContext,
 }
 
 // skipped lists methods not called, and why. None of the handle types
