@@ -15,6 +15,12 @@ type binding struct {
 	owned   bool    // made by NewContext: destroyed by Context.Close
 	id      uint64  // cuCtxGetId, 0 if the driver cannot say
 	closed  atomic.Bool
+
+	// green is the CUgreenCtx this context was converted from (0 if not
+	// green); sms its SM count when NewGreenContext made it. Written
+	// before the view is shared, or (WrapGreenContext) under views.mu.
+	green uintptr
+	sms   int
 }
 
 // contextID asks the driver for context h's unique ID (cuCtxGetId, CUDA
@@ -90,7 +96,16 @@ func (d *Device) contextClosed(op string) error {
 // contextGone reports whether d is a view whose owned context was
 // destroyed: the driver destroyed every stream, event and module made in
 // it, so their Close has nothing left to do.
-func (d *Device) contextGone() bool { return d != nil && d.bind != nil && d.bind.closed.Load() }
+// contextClosedDone reports whether d is a view whose owned context
+// Context.Close destroyed, green or not: Close waited for its work, so
+// nothing in it is still running.
+func (d *Device) contextClosedDone() bool { return d != nil && d.bind != nil && d.bind.closed.Load() }
+
+// A green context's objects are not destroyed with it (CUDA leaks them),
+// so for one this is false: their Close reports the error.
+func (d *Device) contextGone() bool {
+	return d != nil && d.bind != nil && d.bind.closed.Load() && d.green() == 0
+}
 
 // WrapContext returns the Device view of h, a CUcontext made elsewhere (by
 // another library, a framework, or cuCtxCreate), so that every cudamem
@@ -358,9 +373,13 @@ func (c *Context) Close() error {
 	// New calls through the view fail from here on; undone if the destroy
 	// fails.
 	v.bind.closed.Store(true)
-	if r := drv.CtxDestroy.Call(v.ctx); !ok(r) {
+	destroy, h := &drv.CtxDestroy, v.ctx
+	if g := v.green(); g != 0 {
+		destroy, h = &drv.GreenCtxDestroy, g
+	}
+	if r := destroy.Call(h); !ok(r) {
 		v.bind.closed.Store(false)
-		return &OpError{Op: op, Err: errors.Join(fmt.Errorf("context %#x of %v: %w", v.ctx, v.bind.primary, fail(&drv.CtxDestroy, r)), serr)}
+		return &OpError{Op: op, Err: errors.Join(fmt.Errorf("context %#x of %v: %w", h, v.bind.primary, fail(destroy, r)), serr)}
 	}
 	views.mu.Lock()
 	if views.m[v.ctx] == v {

@@ -255,3 +255,51 @@ func TestGPUWrapRawContext(t *testing.T) {
 	require.NoError(t, s.Close())
 	require.NoError(t, v.Sync())
 }
+
+// GPU: a green context of at least 16 SMs made with NewGreenContext: its
+// view carries an owned pool, cuMemAlloc memory, host copies, fills and
+// kernels on its own (cuGreenCtxStreamCreate) stream, which WrapStream
+// recognizes; the primary view refuses it. Skips where green contexts are
+// not supported.
+func TestGPUGreenContext(t *testing.T) {
+	d := cudatest.Device(t)
+	c, err := d.NewGreenContext(16)
+	cudatest.SkipIfNotSupported(t, err)
+	require.NoError(t, err)
+	closed := false
+	defer func() {
+		if !closed {
+			c.Close()
+		}
+	}()
+	t.Logf("green context %v with %d SMs", c, c.SMCount())
+	assert.GreaterOrEqual(t, c.SMCount(), 16)
+	v := c.Device()
+	require.NotZero(t, v.GreenContext())
+	same, err := cuda.WrapGreenContext(v.GreenContext())
+	require.NoError(t, err)
+	assert.Same(t, v, same)
+
+	k := cudatest.LoadKernels(t, v)
+	s, err := v.NewStream()
+	require.NoError(t, err)
+	w, err := v.WrapStream(s.Handle())
+	require.NoError(t, err, "the green context's own stream")
+	require.NoError(t, w.Close())
+	_, err = d.WrapStream(s.Handle())
+	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
+
+	owned, err := resource.NewDevicePool(v, nil)
+	require.NoError(t, err)
+	syncRes, err := resource.NewSyncDevice(v)
+	require.NoError(t, err)
+	ctxRoundTrip(t, "owned pool in a green context", owned, s, k)
+	ctxRoundTrip(t, "cuMemAlloc in a green context", syncRes, s, k)
+
+	require.NoError(t, owned.Close())
+	require.NoError(t, s.Close(), "streams before the green context")
+	require.NoError(t, c.Close())
+	closed = true
+	_, err = v.NewStream()
+	assert.ErrorIs(t, err, cuda.ErrClosed)
+}

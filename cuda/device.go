@@ -179,6 +179,8 @@ func (d *Device) String() string {
 	switch {
 	case !d.valid():
 		return "GPU <nil>"
+	case d.bind != nil && d.green() != 0:
+		return fmt.Sprintf("GPU %d (green context %#x)", d.ordinal, d.green())
 	case d.bind != nil:
 		return fmt.Sprintf("GPU %d (context %#x)", d.ordinal, d.ctx)
 	}

@@ -46,7 +46,8 @@
 // memory) belong to one view, while pools and virtual memory belong to the
 // GPU ([Device.SameGPU]). cudamem never destroys a context it did not
 // create, and never leaves one pushed on a thread. See [Context] for the
-// rules and lifetimes.
+// rules and lifetimes. Green contexts (a partition of the GPU's SMs) are
+// made with [Device.NewGreenContext] and adopted with [WrapGreenContext].
 //
 // # Streams
 //

@@ -102,7 +102,7 @@ func (e *Event) Sync() error {
 		return err
 	}
 	defer e.end()
-	if e.dev.contextGone() {
+	if e.dev.contextClosedDone() {
 		return nil
 	}
 	ctx, err := e.dev.contextFor("Event.Sync")
@@ -120,7 +120,7 @@ func (e *Event) Done() (bool, error) {
 		return false, err
 	}
 	defer e.end()
-	if e.dev.contextGone() {
+	if e.dev.contextClosedDone() {
 		return true, nil
 	}
 	ctx, err := e.dev.contextFor("Event.Done")

@@ -246,9 +246,14 @@ func (d *Device) streamInContext(op string, h uintptr) error {
 	if !ok(r) {
 		return &OpError{Op: op, Err: fmt.Errorf("stream %#x: %w", h, fail(p, r))}
 	}
+	mine := d.green()
 	switch {
+	case mine != 0 && green == mine:
+		return nil // a green context's stream reports the primary context in c
 	case green != 0:
 		return Errorf(op, ErrInvalidArgument, "stream %#x belongs to green context %#x, not to %v (context %#x)", h, green, d, ctx)
+	case mine != 0:
+		return Errorf(op, ErrInvalidArgument, "stream %#x belongs to context %#x%s, not to %v (green context %#x)", h, c, describeContext(c), d, mine)
 	case c != ctx:
 		return Errorf(op, ErrInvalidArgument, "stream %#x belongs to context %#x%s, not to %v (context %#x): wrap it with that context's Device (cuda.WrapContext)", h, c, describeContext(c), d, ctx)
 	}

@@ -220,6 +220,10 @@ type Driver struct {
 	CtxCreate, CtxCreateV4, CtxDestroy, CtxPopCurrent, CtxGetId, StreamGetCtx,
 	StreamGetCtxV2 Proc
 
+	// Green contexts (CUDA 12.4+).
+	DeviceGetDevResource, DevSmResourceSplitByCount, DevResourceGenerateDesc,
+	GreenCtxCreate, GreenCtxDestroy, CtxFromGreenCtx, GreenCtxStreamCreate Proc
+
 	// Stream capture and graphs.
 
 	// Batched copies.
@@ -366,6 +370,14 @@ func (d *Driver) symbols() []symbol {
 		{p: &d.StreamGetCtx, name: "cuStreamGetCtx"},
 		// A separately named entry point (CUDA 12.5), not an ABI version.
 		{p: &d.StreamGetCtxV2, name: "cuStreamGetCtx_v2", ver: 12050, since: 12050},
+		// Green contexts: CUDA 12.4 (cuGreenCtxStreamCreate 12.5).
+		{p: &d.DeviceGetDevResource, name: "cuDeviceGetDevResource", ver: 12040, since: 12040},
+		{p: &d.DevSmResourceSplitByCount, name: "cuDevSmResourceSplitByCount", ver: 12040, since: 12040},
+		{p: &d.DevResourceGenerateDesc, name: "cuDevResourceGenerateDesc", ver: 12040, since: 12040},
+		{p: &d.GreenCtxCreate, name: "cuGreenCtxCreate", ver: 12040, since: 12040},
+		{p: &d.GreenCtxDestroy, name: "cuGreenCtxDestroy", ver: 12040, since: 12040},
+		{p: &d.CtxFromGreenCtx, name: "cuCtxFromGreenCtx", ver: 12040, since: 12040},
+		{p: &d.GreenCtxStreamCreate, name: "cuGreenCtxStreamCreate", ver: 12050, since: 12050},
 
 		// Stream capture and graphs.
 

@@ -45,8 +45,36 @@ func TestFaultSweepContexts(t *testing.T) {
 				cleanup: closeMade,
 			}, nil
 		}},
+		{name: "Device.NewGreenContext", absorbed: idAbsorbed, setup: func() (*fixture, error) {
+			return &fixture{
+				op: func() (err error) { made, err = dev0().NewGreenContext(8); return err },
+				verify: func() error {
+					if made == nil {
+						return nil
+					}
+					return usable(made.Device())
+				},
+				cleanup: closeMade,
+			}, nil
+		}},
 		{name: "Context.Close", setup: func() (*fixture, error) {
 			c, err := dev0().NewContext(0)
+			if err != nil {
+				return nil, err
+			}
+			return &fixture{
+				op: c.Close,
+				verify: func() error {
+					if c.IsClosed() {
+						return nil
+					}
+					return usable(c.Device())
+				},
+				cleanup: c.Close,
+			}, nil
+		}},
+		{name: "Context.Close green", setup: func() (*fixture, error) {
+			c, err := dev0().NewGreenContext(8)
 			if err != nil {
 				return nil, err
 			}

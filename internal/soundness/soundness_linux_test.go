@@ -136,6 +136,7 @@ var funcs = map[string]any{
 	"virtual.CloseChunks":       virtual.CloseChunks,
 	"cuda.Elapsed":              cuda.Elapsed,
 	"cuda.WrapContext":          cuda.WrapContext,
+	"cuda.WrapGreenContext":     cuda.WrapGreenContext,
 }
 
 // skipped lists methods not called, and why. None of the handle types

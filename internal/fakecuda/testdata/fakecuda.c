@@ -100,6 +100,7 @@ typedef struct ctx {
 	int peer[MAXDEV];
 	int made; /* from cuCtxCreate (not a primary context) */
 	int dead; /* destroyed: its handle is never valid again */
+	void *green; /* the green context this one was converted from, if any */
 } ctx_t;
 #define CTX_MAGIC 0x43545821
 static ctx_t ctxs[MAXDEV] = {{CTX_MAGIC, 0, 0, {0}}, {CTX_MAGIC, 1, 0, {0}}};
@@ -335,7 +336,7 @@ static CUresult any_range(u64 p, u64 n, int write) {
 
 /* ---- streams and events ---- */
 #define MAXS 8192
-typedef struct { int dev; int flags; ctx_t *ctx; } stream_t;
+typedef struct { int dev; int flags; ctx_t *ctx; void *green; } stream_t;
 static stream_t *streams[MAXS];
 static int nstreams;
 typedef struct { int dev; int recorded; ctx_t *ctx; } event_t;
@@ -345,7 +346,7 @@ static int nevents;
 static int valid_stream(void *s) {
 	if (s == 0 || s == (void *)1 || s == (void *)2) return 1; /* legacy / per-thread */
 	for (int i = 0; i < nstreams; i++)
-		if (streams[i] == s) return 1;
+		if (streams[i] == s) return !streams[i]->ctx || !streams[i]->ctx->dead; /* a destroyed green context's streams are dead */
 	return 0;
 }
 static event_t *as_event(void *e) {
@@ -557,6 +558,7 @@ static CUresult fStreamCreateWithPriority(void **s, unsigned flags, int prio) {
 	st->dev = current->dev;
 	st->flags = (int)flags;
 	st->ctx = current;
+	st->green = current->green;
 	streams[nstreams++] = st;
 	stats[ST_STREAMS]++;
 	*s = st;
@@ -568,6 +570,7 @@ static CUresult fStreamDestroy(void *s) {
 	NEED_CTX();
 	for (int i = 0; i < nstreams; i++)
 		if (streams[i] == s) {
+			if (streams[i]->ctx && streams[i]->ctx->dead) RET(E_INVALID_CONTEXT); /* leaked, as CUDA does */
 			free(s);
 			streams[i] = streams[--nstreams];
 			stats[ST_STREAMS]--;
@@ -1379,10 +1382,21 @@ static CUresult stream_ctx(void *s, void **pctx) {
 	}
 	for (int i = 0; i < nstreams; i++)
 		if (streams[i] == s) {
-			*pctx = streams[i]->ctx;
+			if (streams[i]->ctx->dead) RET(E_INVALID_CONTEXT);
+			/* A green context's stream reports the device's primary
+			   context (and, through _v2, the green context). */
+			*pctx = streams[i]->green ? (void *)&ctxs[streams[i]->dev] : (void *)streams[i]->ctx;
 			RET(OK);
 		}
 	RET(E_INVALID_HANDLE);
+}
+static void *stream_green(void *s) {
+	LOCK();
+	void *g = s == 0 || s == (void *)1 || s == (void *)2 ? (current ? current->green : 0) : 0;
+	for (int i = 0; i < nstreams; i++)
+		if (streams[i] == s) g = streams[i]->green;
+	UNLOCK();
+	return g;
 }
 static CUresult fStreamGetCtx(void *s, void **pctx) { return stream_ctx(s, pctx); }
 /* cuCtxGetId: unique for the life of the process, never reused. */
@@ -1398,7 +1412,129 @@ static CUresult fCtxGetId(void *p, u64 *id) {
 static CUresult fStreamGetCtx_v2(void *s, void **pctx, void **pgreen) {
 	if (!pgreen) return E_INVALID_VALUE;
 	*pgreen = 0;
-	return stream_ctx(s, pctx);
+	CUresult r = stream_ctx(s, pctx);
+	if (r == OK) *pgreen = stream_green(s);
+	return r;
+}
+
+/* Green contexts. CUdevResource: type, 92 bytes the driver keeps (the
+   fake puts a mark and the device there), the SM union member. */
+typedef struct {
+	unsigned type;
+	unsigned char pad[92];
+	unsigned sm_count, min_part, align;
+	unsigned char rest[36];
+} devres_t;
+#define RES_MARK 0x52534b46u
+static int res_ok(const devres_t *r) {
+	unsigned mark;
+	memcpy(&mark, r->pad, 4);
+	return r->type == 1 && mark == RES_MARK && !bad_dev(r->pad[4]);
+}
+static void res_fill(devres_t *r, int dev, unsigned n) {
+	memset(r, 0, sizeof *r);
+	r->type = 1;
+	unsigned mark = RES_MARK;
+	memcpy(r->pad, &mark, 4);
+	r->pad[4] = (unsigned char)dev;
+	r->sm_count = n, r->min_part = 8, r->align = 2;
+}
+static CUresult fDeviceGetDevResource(int d, devres_t *r, int type) {
+	if (bad_dev(d)) return E_INVALID_DEVICE;
+	if (!r || type != 1) return E_INVALID_VALUE;
+	res_fill(r, d, 132);
+	return OK;
+}
+static CUresult fDevSmResourceSplitByCount(devres_t *result, unsigned *nb, const devres_t *in, devres_t *rem, unsigned flags, unsigned min) {
+	if (!nb || !in || !res_ok(in) || flags > 3 || min > in->sm_count) return E_INVALID_VALUE;
+	unsigned g = min < 8 ? 8 : min;
+	g = (g + 1) / 2 * 2;
+	unsigned groups = g > in->sm_count ? 0 : in->sm_count / g;
+	if (!result) { *nb = groups; return OK; }
+	unsigned n = *nb < groups ? *nb : groups;
+	for (unsigned i = 0; i < n; i++) res_fill(&result[i], in->pad[4], g);
+	if (rem) res_fill(rem, in->pad[4], in->sm_count - n * g);
+	*nb = n;
+	return OK;
+}
+#define MAXDESC 1024
+typedef struct { int magic; int dev; unsigned sms; } desc_t;
+static desc_t descs[MAXDESC];
+static int ndescs;
+static CUresult fDevResourceGenerateDesc(void **pd, devres_t *res, unsigned nb) {
+	if (!pd || !res || nb == 0) return E_INVALID_VALUE;
+	unsigned sms = 0;
+	for (unsigned i = 0; i < nb; i++) {
+		if (!res_ok(&res[i]) || res[i].pad[4] != res[0].pad[4]) return E_INVALID_VALUE;
+		sms += res[i].sm_count;
+	}
+	LOCK();
+	if (ndescs == MAXDESC) RET(E_OUT_OF_MEMORY);
+	descs[ndescs] = (desc_t){CTX_MAGIC, res[0].pad[4], sms};
+	*pd = &descs[ndescs++];
+	RET(OK);
+}
+typedef struct { int magic; ctx_t *ctx; int dead; } green_t;
+static green_t greens[MAXC];
+static int ngreens;
+static green_t *as_green(void *p) {
+	for (int i = 0; i < ngreens; i++)
+		if (p == (void *)&greens[i] && !greens[i].dead) return &greens[i];
+	return 0;
+}
+static CUresult fGreenCtxCreate(void **pg, void *desc, int d, unsigned flags) {
+	if (!initialized) return E_NOT_INITIALIZED;
+	if (!pg || flags != 1) return E_INVALID_VALUE;
+	if (bad_dev(d)) return E_INVALID_DEVICE;
+	LOCK();
+	desc_t *ds = 0;
+	for (int i = 0; i < ndescs; i++)
+		if (desc == (void *)&descs[i]) ds = &descs[i];
+	if (!ds) RET(E_INVALID_VALUE);
+	if (ds->dev != d) RET(E_INVALID_DEVICE);
+	if (nmade == MAXC || ngreens == MAXC) RET(E_OUT_OF_MEMORY);
+	ctx_t *c = &made_ctxs[nmade++];
+	green_t *g = &greens[ngreens++];
+	*c = (ctx_t){.magic = CTX_MAGIC, .dev = d, .retains = 1, .made = 1, .green = g};
+	*g = (green_t){CTX_MAGIC, c, 0};
+	stats[ST_CONTEXTS]++;
+	*pg = g;
+	RET(OK);
+}
+static CUresult fCtxFromGreenCtx(void **pc, void *pg) {
+	if (!pc) return E_INVALID_VALUE;
+	LOCK();
+	green_t *g = as_green(pg);
+	if (!g) RET(E_INVALID_HANDLE);
+	*pc = g->ctx;
+	RET(OK);
+}
+/* cuGreenCtxDestroy: unlike cuCtxDestroy, its streams are not destroyed:
+   they go dead and stay counted (CUDA leaks them). */
+static CUresult fGreenCtxDestroy(void *pg) {
+	LOCK();
+	green_t *g = as_green(pg);
+	if (!g) RET(E_INVALID_HANDLE);
+	g->dead = 1;
+	g->ctx->dead = 1;
+	g->ctx->retains = 0;
+	stats[ST_CONTEXTS]--;
+	if (current == g->ctx) current = 0;
+	RET(OK);
+}
+static CUresult fGreenCtxStreamCreate(void **ps, void *pg, unsigned flags, int prio) {
+	if (!ps || flags != 1) return E_INVALID_VALUE;
+	LOCK();
+	green_t *g = as_green(pg);
+	if (!g) RET(E_INVALID_HANDLE);
+	if (nstreams == MAXS) RET(E_INVALID_VALUE);
+	stream_t *st = malloc(sizeof *st);
+	if (!st) RET(E_OUT_OF_MEMORY);
+	*st = (stream_t){g->ctx->dev, (int)flags, g->ctx, g};
+	streams[nstreams++] = st;
+	stats[ST_STREAMS]++;
+	*ps = st;
+	RET(OK);
 }
 /* ctx_proc resolves the entry points whose ABI depends on the version
    asked for: cuCtxCreate is _v2 before CUDA 12.5 and _v4 from there. */
@@ -1511,6 +1647,13 @@ static const struct { const char *name; void *fn; } table[] = {
 	{"cuCtxGetId", (void *)fCtxGetId},
 	{"cuStreamGetCtx", (void *)fStreamGetCtx},
 	{"cuStreamGetCtx_v2", (void *)fStreamGetCtx_v2},
+	{"cuDeviceGetDevResource", (void *)fDeviceGetDevResource},
+	{"cuDevSmResourceSplitByCount", (void *)fDevSmResourceSplitByCount},
+	{"cuDevResourceGenerateDesc", (void *)fDevResourceGenerateDesc},
+	{"cuGreenCtxCreate", (void *)fGreenCtxCreate},
+	{"cuCtxFromGreenCtx", (void *)fCtxFromGreenCtx},
+	{"cuGreenCtxDestroy", (void *)fGreenCtxDestroy},
+	{"cuGreenCtxStreamCreate", (void *)fGreenCtxStreamCreate},
 	/* Stream capture and graphs. */
 	/* Batched copies. */
 	/* Fabric handles. */
