@@ -358,12 +358,14 @@ func (d *Driver) symbols() []symbol {
 		{p: &d.LaunchKernel, name: "cuLaunchKernel"},
 
 		// Contexts made elsewhere (cuCtxCreate, green contexts).
-		// "cuCtxCreate" at our ABI (12.0) is cuCtxCreate_v2; CUDA 13.0 made
-		// cuCtxCreate_v4 the default, asked for at 13.0 only (its arrival
-		// version is not pinned down in the headers we read, and a wrong
-		// guess would hand us a function of another signature).
+		// "cuCtxCreate" at our ABI (12.0) is cuCtxCreate_v2. cuCtxCreate_v4
+		// (CUDA 12.5, the default name since 13.0) is asked for by its own
+		// name, which drivers either resolve or do not know, in which case
+		// dlsym finds the exported cuCtxCreate_v4: never the base name at a
+		// newer version, which could hand back v2 or v3 (other signatures)
+		// if the driver does not map the base name to v4.
 		{p: &d.CtxCreate, name: "cuCtxCreate", dlsym: "cuCtxCreate_v2"},
-		{p: &d.CtxCreateV4, name: "cuCtxCreate", ver: 13000, since: 13000, dlsym: "cuCtxCreate_v4"},
+		{p: &d.CtxCreateV4, name: "cuCtxCreate_v4", ver: 12050, since: 12050, dlsym: "cuCtxCreate_v4"},
 		{p: &d.CtxDestroy, name: "cuCtxDestroy", dlsym: "cuCtxDestroy_v2"},
 		{p: &d.CtxPopCurrent, name: "cuCtxPopCurrent", dlsym: "cuCtxPopCurrent_v2"},
 		{p: &d.CtxGetId, name: "cuCtxGetId", since: 12000},

@@ -1537,9 +1537,11 @@ static CUresult fGreenCtxStreamCreate(void **ps, void *pg, unsigned flags, int p
 	RET(OK);
 }
 /* ctx_proc resolves the entry points whose ABI depends on the version
-   asked for: cuCtxCreate is _v2 before CUDA 12.5 and _v4 from there. */
+   asked for: "cuCtxCreate" is _v2 before CUDA 13.0 and _v4 from there (the
+   13.0 header's mapping); "cuCtxCreate_v4" is _v4 from 12.5. */
 static void *ctx_proc(const char *sym, int ver) {
-	if (!strcmp(sym, "cuCtxCreate")) return ver >= 12050 ? (void *)fCtxCreate_v4 : (void *)fCtxCreate_v2;
+	if (!strcmp(sym, "cuCtxCreate")) return ver >= 13000 ? (void *)fCtxCreate_v4 : (void *)fCtxCreate_v2;
+	if (!strcmp(sym, "cuCtxCreate_v4") && ver >= 12050) return (void *)fCtxCreate_v4;
 	return 0;
 }
 
