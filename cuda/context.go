@@ -93,16 +93,16 @@ func (d *Device) contextClosed(op string) error {
 	return &OpError{Op: op, Err: fmt.Errorf("%w: context %#x of %v was destroyed (Context.Close)", ErrClosed, d.ctx, d.bind.primary)}
 }
 
-// contextGone reports whether d is a view whose owned context was
-// destroyed: the driver destroyed every stream, event and module made in
-// it, so their Close has nothing left to do.
 // contextClosedDone reports whether d is a view whose owned context
 // Context.Close destroyed, green or not: Close waited for its work, so
 // nothing in it is still running.
 func (d *Device) contextClosedDone() bool { return d != nil && d.bind != nil && d.bind.closed.Load() }
 
-// A green context's objects are not destroyed with it (CUDA leaks them),
-// so for one this is false: their Close reports the error.
+// contextGone reports whether d is a view whose owned context was
+// destroyed with cuCtxDestroy: the driver destroyed every stream, event
+// and module made in it, so their Close has nothing left to do. A green
+// context's objects are not destroyed with it (CUDA leaks them), so for
+// one this is false: their Close reports the error.
 func (d *Device) contextGone() bool {
 	return d != nil && d.bind != nil && d.bind.closed.Load() && d.green() == 0
 }
@@ -228,7 +228,11 @@ func newView(p *Device, h uintptr, owned bool) *Device {
 // destroying a context destroys its streams, events, modules and
 // cuMemAlloc memory in the driver (their Close then only marks them
 // closed), while pool allocations outlive it but can no longer be freed
-// through the closed view.
+// through the closed view. (A green context is different: see
+// Device.NewGreenContext.)
+//
+// Views from WrapContext are kept for the life of the process (so the
+// same handle gives the same view); each costs a few hundred bytes.
 //
 // No call leaves a context pushed on a thread: NewContext pops what
 // cuCtxCreate pushed, so the thread's context stack is as it was.

@@ -19,6 +19,13 @@
 // pinned bytes, managed bytes and live object counts, so tests can assert
 // that every operation returns to its baseline.
 //
+// Contexts: primary contexts, contexts made with cuCtxCreate (_v2 and _v4,
+// pushed on a per-thread stack that cuCtxPopCurrent pops) and green
+// contexts. cuCtxDestroy destroys the context's streams and events, as
+// CUDA does; cuGreenCtxDestroy leaves its streams dead and counted (CUDA
+// leaks them). cuStreamGetCtx(_v2) reports a stream's context. Memory is
+// not tied to contexts.
+//
 // Not emulated: kernels and modules, asynchrony (every call completes before
 // it returns), cross-process sharing (pool and legacy IPC work inside one
 // process only), CUDA 13 host/managed default pools (cuMemGetDefaultMemPool
