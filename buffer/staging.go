@@ -245,10 +245,15 @@ func (p *stagePool) grow(dev *cuda.Device, want int) error {
 }
 
 // allocChunk allocates a chunk of pinned memory usable from every
-// device's context.
+// device's context. It is allocated through the GPU's primary context
+// whatever view dev is: the pool outlives any context made with
+// cuda.Device.NewContext, whose destruction would free its memory.
 func allocChunk(dev *cuda.Device, size int) (*chunk, error) {
 	if dev == nil {
 		return nil, cuda.Errorf("buffer staging", cuda.ErrInvalidArgument, "no device to allocate pinned memory through")
+	}
+	if p := dev.Primary(); p != nil {
+		dev = p
 	}
 	h, err := dev.MemHostAlloc(uint64(size), cuda.MemHostAllocPortable)
 	if err != nil {

@@ -10,17 +10,26 @@ import (
 	"github.com/cudamem/cudamem/loader"
 )
 
-// Device is one CUDA device, identified by its ordinal. Devices are
-// singletons: GetDevice returns the same *Device for an ordinal every time,
-// and it is safe for concurrent use.
+// Device is one CUDA device, identified by its ordinal, seen through one
+// CUDA context. GetDevice's values are singletons, one per GPU, using the
+// GPU's primary context: GetDevice returns the same *Device for an ordinal
+// every time, and it is safe for concurrent use.
 //
-// Every call that needs a CUDA context uses the device's primary context,
-// retained on first use and kept for the life of the process, and makes it
-// current on the OS thread that runs the driver call, inside that call.
+// Every call that needs a CUDA context uses the Device's context (for
+// GetDevice's values the primary context, retained on first use and kept
+// for the life of the process) and makes it current on the OS thread that
+// runs the driver call, inside that call. WrapContext and
+// Device.NewContext give views of the same GPU through other contexts (see
+// Context for the rules).
 type Device struct {
 	ordinal int
 	handle  int32 // CUdevice
 	drv     *loader.Driver
+
+	// bind is set for a view of a context other than the primary one
+	// (WrapContext, NewContext): ctx is then that context, set at
+	// creation, and never the primary context.
+	bind *binding
 
 	// The primary context, once retained. A failed retain is not kept: the
 	// next call tries again (a transient failure on first use must not
@@ -171,10 +180,16 @@ func (d *Device) Ordinal() int {
 	return d.ordinal
 }
 
-// String returns "GPU <ordinal>" ("GPU <nil>" for a nil or zero Device).
+// String returns "GPU <ordinal>" ("GPU <nil>" for a nil or zero Device);
+// a view of a non-primary context adds it: "GPU 0 (context 0x5612...)".
 func (d *Device) String() string {
-	if !d.valid() {
+	switch {
+	case !d.valid():
 		return "GPU <nil>"
+	case d.bind != nil && d.green() != 0:
+		return fmt.Sprintf("GPU %d (green context %#x)", d.ordinal, d.green())
+	case d.bind != nil:
+		return fmt.Sprintf("GPU %d (context %#x)", d.ordinal, d.ctx)
 	}
 	return fmt.Sprintf("GPU %d", d.ordinal)
 }
@@ -201,12 +216,18 @@ func (d *Device) contextFor(op string) (uintptr, error) {
 	if err := d.check(op); err != nil {
 		return 0, err
 	}
+	if err := d.contextClosed(op); err != nil {
+		return 0, err
+	}
 	return d.context()
 }
 
 // context returns the retained primary context.
 func (d *Device) context() (uintptr, error) {
 	if err := d.check("Device.Context"); err != nil {
+		return 0, err
+	}
+	if err := d.contextClosed("Device.Context"); err != nil {
 		return 0, err
 	}
 	if d.ctxOK.Load() {
@@ -232,9 +253,11 @@ func (d *Device) setContext(c uintptr) {
 	d.ctxOK.Store(true)
 }
 
-// Context returns the device's primary CUcontext handle, retaining it on
-// first use. It is for interoperating with other CUDA code; cudamem makes
-// it current by itself where needed.
+// Context returns the device's CUcontext handle: for GetDevice's values
+// the primary context, retained on first use; for a view from WrapContext
+// or NewContext its own context (an error matching ErrClosed once a
+// NewContext context was closed). It is for interoperating with other CUDA
+// code; cudamem makes it current by itself where needed.
 func (d *Device) Context() (uintptr, error) { return d.context() }
 
 // Name returns the device's product name.
@@ -325,8 +348,8 @@ func (d *Device) CanAccessPeer(peer *Device) (bool, error) {
 	if peer.drv != d.drv {
 		return false, Errorf("Device.CanAccessPeer", ErrInvalidArgument, "%v and peer %v belong to different driver instances", d, peer)
 	}
-	if peer == d {
-		return false, nil
+	if peer.handle == d.handle {
+		return false, nil // the same GPU, through whatever contexts
 	}
 	var v int32
 	if r := d.drv.DeviceCanAccessPeer.Call(uintptr(unsafe.Pointer(&v)), uintptr(d.handle), uintptr(peer.handle)); !ok(r) {
@@ -353,6 +376,9 @@ type Features struct {
 // the first answer in which every attribute was read is kept (attributes do
 // not change), and later calls return it without a driver call.
 func (d *Device) Features() (Features, error) {
+	if d.valid() && d.bind != nil {
+		return d.bind.primary.Features() // the GPU's, shared by its views
+	}
 	if d != nil {
 		if f := d.features.Load(); f != nil {
 			return *f, nil
@@ -413,7 +439,8 @@ func (d *Device) MemInfo() (free, total uint64, err error) {
 	return free, total, nil
 }
 
-// Sync waits for all work on the device (in its primary context) to finish.
+// Sync waits for all work in the device's context (the primary context for
+// GetDevice's values) to finish.
 func (d *Device) Sync() error {
 	ctx, err := d.contextFor("Device.Sync")
 	if err != nil {
@@ -429,7 +456,7 @@ func (d *Device) EnablePeerAccess(peer *Device) error {
 	if err := d.check("Device.EnablePeerAccess"); err != nil {
 		return err
 	}
-	if !peer.valid() || peer == d {
+	if !peer.valid() || peer.handle == d.handle {
 		return Errorf("Device.EnablePeerAccess", ErrInvalidArgument, "peer %v is nil, zero or the device itself", peer)
 	}
 	ctx, err := d.contextFor("Device.EnablePeerAccess")
@@ -448,7 +475,7 @@ func (d *Device) EnablePeerAccess(peer *Device) error {
 }
 
 // DefaultStream returns the device's legacy default stream (handle 0 in the
-// primary context). It synchronizes with every blocking stream of the
+// device's context: each view has its own). It synchronizes with every blocking stream of the
 // context; it cannot be closed.
 // A nil Device has none: it returns nil, which every Stream method refuses.
 func (d *Device) DefaultStream() *Stream {

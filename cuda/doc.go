@@ -35,7 +35,23 @@
 // function of another library (opened with loader.OpenCUDALibrary) so that
 // each [ForeignFunc.Call] makes the context current inside its own
 // crossing into C, as cudamem's driver calls do. [Device.WrapStream] turns
-// a stream another library created into a borrowed Stream.
+// a stream another library created into a borrowed Stream, after checking
+// that it belongs to the Device's context.
+//
+// # Other contexts
+//
+// A *Device is a view of one GPU through one context. [WrapContext] adopts
+// a CUcontext made elsewhere (another library, a framework, cuCtxCreate)
+// and [Device.NewContext] creates one cudamem owns ([Context], destroyed
+// by Close); both give a *Device that every constructor accepts, so
+// streams, events, modules, resources and buffers made from it run with
+// that context current. Views compare by pointer, one per context; objects
+// that CUDA ties to a context (streams, events, modules, cuMemAlloc
+// memory) belong to one view, while pools and virtual memory belong to the
+// GPU ([Device.SameGPU]). cudamem never destroys a context it did not
+// create, and never leaves one pushed on a thread. See [Context] for the
+// rules and lifetimes. Green contexts (a partition of the GPU's SMs) are
+// made with [Device.NewGreenContext] and adopted with [WrapGreenContext].
 //
 // # Streams
 //

@@ -94,12 +94,17 @@ func (e *Event) Record(s *Stream) error {
 }
 
 // Sync waits until the work before the event's last record has finished.
+// An event of a context destroyed by Context.Close (not closed itself) has
+// nothing left to wait for: Close waited for the context's work.
 func (e *Event) Sync() error {
 	h, err := e.get("Event.Sync")
 	if err != nil {
 		return err
 	}
 	defer e.end()
+	if e.dev.contextClosedDone() {
+		return nil
+	}
 	ctx, err := e.dev.contextFor("Event.Sync")
 	if err != nil {
 		return err
@@ -107,13 +112,17 @@ func (e *Event) Sync() error {
 	return result(&e.dev.drv.EventSynchronize, e.dev.drv.EventSynchronize.CallCtx(ctx, h))
 }
 
-// Done reports whether the work before the event has finished.
+// Done reports whether the work before the event has finished (true for
+// an event of a context destroyed by Context.Close, as for Sync).
 func (e *Event) Done() (bool, error) {
 	h, err := e.get("Event.Done")
 	if err != nil {
 		return false, err
 	}
 	defer e.end()
+	if e.dev.contextClosedDone() {
+		return true, nil
+	}
 	ctx, err := e.dev.contextFor("Event.Done")
 	if err != nil {
 		return false, err
@@ -161,6 +170,10 @@ func (e *Event) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed.Load() {
+		return nil
+	}
+	if e.dev.contextGone() { // destroyed with its context
+		e.closed.Store(true)
 		return nil
 	}
 	ctx, err := e.dev.contextFor("Event.Close")

@@ -182,19 +182,99 @@ func (f *ForeignFunc) String() string {
 	return fmt.Sprintf("ForeignFunc(%s on %v)", f.p.Name(), f.dev)
 }
 
-// WrapStream returns a borrowed Stream for h, a CUstream of d's primary
-// context that another library created (PyTorch's
+// Special stream handles (CU_STREAM_LEGACY, CU_STREAM_PER_THREAD).
+const (
+	streamLegacy    = 0x1
+	streamPerThread = 0x2
+)
+
+// WrapStream returns a borrowed Stream for h, a CUstream of d's context
+// that another library created (PyTorch's
 // torch.cuda.current_stream().cuda_stream, a stream cuBLAS was given):
 // cudamem can order its work on it (copies, frees, CloseOn, WaitStream),
 // and Close only ends its use here. The stream must outlive every use of
-// the returned Stream; cudamem cannot check that. Handle 0 gives d's
-// legacy default stream.
+// the returned Stream; cudamem cannot check that. Handle 0 (and
+// CU_STREAM_LEGACY) gives d's legacy default stream; CU_STREAM_PER_THREAD
+// is refused, since goroutines are not threads.
+//
+// The stream's context is checked (cuStreamGetCtx_v2, or cuStreamGetCtx
+// on drivers before CUDA 12.5): a stream of another context than d's, a
+// green context's included, is an error matching ErrInvalidArgument that
+// names both contexts; wrap it with the view of its own context
+// (WrapContext). A handle the driver rejects is the driver's error. On a
+// driver with neither entry point the check is skipped. As for any CUDA
+// call, a handle that is not a stream at all may crash the driver.
 func (d *Device) WrapStream(h uintptr) (*Stream, error) {
-	if err := d.check("Device.WrapStream"); err != nil {
+	const op = "Device.WrapStream"
+	if err := d.check(op); err != nil {
 		return nil, err
 	}
-	if h == 0 {
+	if err := d.contextClosed(op); err != nil {
+		return nil, err
+	}
+	switch h {
+	case 0, streamLegacy:
 		return d.DefaultStream(), nil
+	case streamPerThread:
+		return nil, Errorf(op, ErrInvalidArgument, "CU_STREAM_PER_THREAD (%#x) names a different stream on every OS thread, and goroutines move between threads: wrap a created stream", h)
+	}
+	if err := d.streamInContext(op, h); err != nil {
+		return nil, err
 	}
 	return &Stream{dev: d, handle: h, borrowed: true}, nil
+}
+
+// streamInContext checks that stream h belongs to d's context.
+func (d *Device) streamInContext(op string, h uintptr) error {
+	drv := d.drv
+	if !drv.StreamGetCtxV2.Found() && !drv.StreamGetCtx.Found() {
+		return nil // nothing to ask (a driver older than CUDA 9.2)
+	}
+	ctx, err := d.contextFor(op)
+	if err != nil {
+		return err
+	}
+	var c, green uintptr
+	p := &drv.StreamGetCtxV2
+	var r uintptr
+	if p.Found() {
+		r = p.CallCtx(ctx, h, uintptr(unsafe.Pointer(&c)), uintptr(unsafe.Pointer(&green)))
+	} else {
+		p = &drv.StreamGetCtx
+		r = p.CallCtx(ctx, h, uintptr(unsafe.Pointer(&c)))
+	}
+	if !ok(r) {
+		return &OpError{Op: op, Err: fmt.Errorf("stream %#x: %w", h, fail(p, r))}
+	}
+	mine := d.green()
+	switch {
+	case mine != 0 && green == mine:
+		return nil // a green context's stream reports the primary context in c
+	case green != 0:
+		return Errorf(op, ErrInvalidArgument, "stream %#x belongs to green context %#x, not to %v (context %#x)", h, green, d, ctx)
+	case mine != 0:
+		return Errorf(op, ErrInvalidArgument, "stream %#x belongs to context %#x%s, not to %v (green context %#x)", h, c, describeContext(c), d, mine)
+	case c != ctx:
+		return Errorf(op, ErrInvalidArgument, "stream %#x belongs to context %#x%s, not to %v (context %#x): wrap it with that context's Device (cuda.WrapContext)", h, c, describeContext(c), d, ctx)
+	}
+	return nil
+}
+
+// describeContext names the view of context c if cudamem knows one
+// (" (GPU 1)", " (GPU 0 (context 0x...))"), else "".
+func describeContext(c uintptr) string {
+	if ds := devTable.list.Load(); ds != nil {
+		for _, d := range *ds {
+			if d.ctxOK.Load() && d.ctx == c {
+				return fmt.Sprintf(" (%v's primary context)", d)
+			}
+		}
+	}
+	views.mu.Lock()
+	v := views.m[c]
+	views.mu.Unlock()
+	if v != nil {
+		return fmt.Sprintf(" (%v)", v)
+	}
+	return ""
 }

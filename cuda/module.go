@@ -76,6 +76,10 @@ func (m *Module) Close() error {
 	if m.closed {
 		return nil
 	}
+	if m.dev.contextGone() { // unloaded with its context
+		m.closed = true
+		return nil
+	}
 	ctx, err := m.dev.contextFor("Module.Close")
 	if err != nil {
 		return err

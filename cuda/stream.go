@@ -56,6 +56,18 @@ func (d *Device) NewStreamWith(flags StreamFlags, priority int) (*Stream, error)
 		return nil, err
 	}
 	s := &Stream{dev: d, owned: true, blocking: flags&StreamNonBlocking == 0}
+	if g := d.green(); g != 0 {
+		// A green context's streams come from cuGreenCtxStreamCreate,
+		// which takes non-blocking streams only.
+		if flags&StreamNonBlocking == 0 {
+			return nil, Errorf("Device.NewStreamWith", ErrInvalidArgument, "streams of green context %#x must be StreamNonBlocking (flags %#x)", g, uint32(flags))
+		}
+		p := &d.drv.GreenCtxStreamCreate
+		if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&s.handle)), g, uintptr(flags), uintptr(int64(priority))); !ok(r) {
+			return nil, fail(p, r)
+		}
+		return s, nil
+	}
 	r := d.drv.StreamCreateWithPriority.CallCtx(ctx, uintptr(unsafe.Pointer(&s.handle)), uintptr(flags), uintptr(int64(priority)))
 	if !ok(r) {
 		return nil, fail(&d.drv.StreamCreateWithPriority, r)
@@ -238,7 +250,7 @@ func (s *Stream) Close() error {
 	if s.closed.Load() {
 		return nil
 	}
-	if s.borrowed {
+	if s.borrowed || s.dev.contextGone() { // nothing of ours to destroy
 		s.closed.Store(true)
 		return nil
 	}

@@ -439,7 +439,7 @@ func (p *ImportedPool) checkStream(op string, s *cuda.Stream) error {
 	switch {
 	case d == nil:
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "zero stream (use Device.NewStream, or nil for the default stream)")
-	case p.dev != nil && d != p.dev:
+	case p.dev != nil && !d.SameGPU(p.dev): // pools belong to the GPU, not a context
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "stream of %v given to pool %v imported on %v (import on a stream of the pool's device)", d, p.uuid, p.dev)
 	}
 	if _, err := s.Done(); err != nil {

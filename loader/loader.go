@@ -213,6 +213,16 @@ type Driver struct {
 	ModuleLoadData, ModuleUnload, ModuleGetFunction, LaunchKernel Proc
 
 	// Contexts made elsewhere (cuCtxCreate, green contexts).
+	//
+	// CtxCreate is cuCtxCreate_v2 (pctx, flags, dev); CtxCreateV4 the CUDA
+	// 13 default cuCtxCreate_v4 (pctx, params, flags, dev), found only on
+	// drivers of 13.0 or later. StreamGetCtxV2 also reports green contexts.
+	CtxCreate, CtxCreateV4, CtxDestroy, CtxPopCurrent, CtxGetId, StreamGetCtx,
+	StreamGetCtxV2 Proc
+
+	// Green contexts (CUDA 12.4+).
+	DeviceGetDevResource, DevSmResourceSplitByCount, DevResourceGenerateDesc,
+	GreenCtxCreate, GreenCtxDestroy, CtxFromGreenCtx, GreenCtxStreamCreate Proc
 
 	// Stream capture and graphs.
 	StreamBeginCapture, StreamEndCapture, StreamIsCapturing,
@@ -359,6 +369,28 @@ func (d *Driver) symbols() []symbol {
 		{p: &d.LaunchKernel, name: "cuLaunchKernel"},
 
 		// Contexts made elsewhere (cuCtxCreate, green contexts).
+		// "cuCtxCreate" at our ABI (12.0) is cuCtxCreate_v2. cuCtxCreate_v4
+		// (CUDA 12.5, the default name since 13.0) is asked for by its own
+		// name, which drivers either resolve or do not know, in which case
+		// dlsym finds the exported cuCtxCreate_v4: never the base name at a
+		// newer version, which could hand back v2 or v3 (other signatures)
+		// if the driver does not map the base name to v4.
+		{p: &d.CtxCreate, name: "cuCtxCreate", dlsym: "cuCtxCreate_v2"},
+		{p: &d.CtxCreateV4, name: "cuCtxCreate_v4", ver: 12050, since: 12050, dlsym: "cuCtxCreate_v4"},
+		{p: &d.CtxDestroy, name: "cuCtxDestroy", dlsym: "cuCtxDestroy_v2"},
+		{p: &d.CtxPopCurrent, name: "cuCtxPopCurrent", dlsym: "cuCtxPopCurrent_v2"},
+		{p: &d.CtxGetId, name: "cuCtxGetId", since: 12000},
+		{p: &d.StreamGetCtx, name: "cuStreamGetCtx"},
+		// A separately named entry point (CUDA 12.5), not an ABI version.
+		{p: &d.StreamGetCtxV2, name: "cuStreamGetCtx_v2", ver: 12050, since: 12050},
+		// Green contexts: CUDA 12.4 (cuGreenCtxStreamCreate 12.5).
+		{p: &d.DeviceGetDevResource, name: "cuDeviceGetDevResource", ver: 12040, since: 12040},
+		{p: &d.DevSmResourceSplitByCount, name: "cuDevSmResourceSplitByCount", ver: 12040, since: 12040},
+		{p: &d.DevResourceGenerateDesc, name: "cuDevResourceGenerateDesc", ver: 12040, since: 12040},
+		{p: &d.GreenCtxCreate, name: "cuGreenCtxCreate", ver: 12040, since: 12040},
+		{p: &d.GreenCtxDestroy, name: "cuGreenCtxDestroy", ver: 12040, since: 12040},
+		{p: &d.CtxFromGreenCtx, name: "cuCtxFromGreenCtx", ver: 12040, since: 12040},
+		{p: &d.GreenCtxStreamCreate, name: "cuGreenCtxStreamCreate", ver: 12050, since: 12050},
 
 		// Stream capture and graphs.
 		// cuStreamBeginCapture's base name gives the _v2 ABI (with a

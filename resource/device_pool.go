@@ -362,7 +362,7 @@ func (p *DevicePool) peers() ([]*cuda.Device, error) {
 	}
 	var out []*cuda.Device
 	for _, d := range all {
-		if d == p.core.dev {
+		if d.SameGPU(p.core.dev) { // the pool's own GPU, whatever view made it
 			continue
 		}
 		f, err := p.core.pool.Access(deviceLoc(d))
@@ -424,10 +424,16 @@ func (p *DevicePool) SetPeerAccess(peers ...*cuda.Device) error {
 		switch {
 		case d == nil:
 			return cuda.Errorf("DevicePool."+op, cuda.ErrInvalidArgument, "peer %d is nil", i)
-		case d == own:
+		case d.SameGPU(own):
 			return cuda.Errorf("DevicePool."+op, cuda.ErrInvalidArgument,
 				"%v is the pool's own device: its access is always read-write and cannot be changed", d)
-		case want[d]:
+		}
+		// Access is per GPU: views of one GPU through other contexts are
+		// one peer.
+		if pd := d.Primary(); pd != nil {
+			d = pd
+		}
+		if want[d] {
 			continue
 		}
 		want[d] = true

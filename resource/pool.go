@@ -99,7 +99,9 @@ func (c *poolCore) initialized() bool { return c.dev != nil && !c.pool.IsZero() 
 
 // checkDevice rejects a nil device and one not made by package cuda (a
 // zero cuda.Device, whose methods would reach a driver table it lacks):
-// dev must be the value cuda.GetDevice returns for its ordinal.
+// dev must be the value cuda.GetDevice returns for its ordinal, or a view
+// of that GPU through another context (cuda.WrapContext,
+// Device.NewContext), whose primary view is that value.
 func checkDevice(op string, dev *cuda.Device) error {
 	if dev == nil {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device")
@@ -108,7 +110,7 @@ func checkDevice(op string, dev *cuda.Device) error {
 	if err != nil {
 		return &cuda.OpError{Op: op, Err: err}
 	}
-	if real != dev {
+	if real != dev.Primary() {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "device %v is not one cuda.GetDevice returned (a zero or copied cuda.Device)", dev)
 	}
 	return nil
@@ -165,8 +167,9 @@ func checkSize(op, name string, size uint64) error {
 
 // stream resolves a stream argument of method op: nil means the device's
 // legacy default stream; a zero Stream (not made by a device) is an error,
-// and so, when sameDevice is set, is a stream of another device than the
-// pool's.
+// and so, when sameDevice is set, is a stream of another GPU than the
+// pool's. A stream of another context of the pool's GPU is accepted: pools
+// belong to the GPU, and the driver call runs in the stream's context.
 func (c *poolCore) stream(op string, s *cuda.Stream, sameDevice bool) (*cuda.Stream, error) {
 	if s == nil {
 		return c.dev.DefaultStream(), nil
@@ -175,7 +178,7 @@ func (c *poolCore) stream(op string, s *cuda.Stream, sameDevice bool) (*cuda.Str
 	if d == nil {
 		return nil, cuda.Errorf(c.kind+"."+op, cuda.ErrInvalidArgument, "zero stream (use Device.NewStream, or nil for the default stream)")
 	}
-	if sameDevice && d != c.dev {
+	if sameDevice && !d.SameGPU(c.dev) {
 		return nil, cuda.Errorf(c.kind+"."+op, cuda.ErrInvalidArgument, "stream of %v given to the pool of %v (allocate on a stream of the pool's device)", d, c.dev)
 	}
 	return s, nil

@@ -32,7 +32,8 @@ func syncFree(kind string, dev *cuda.Device, ptr cuda.DevicePtr, size uint64, s 
 
 // syncStream resolves the stream argument of op on a synchronous
 // resource: nil means dev's legacy default stream; a zero or closed Stream
-// is an error, and so, when sameDevice is set, is another device's stream.
+// is an error, and so, when sameDevice is set, is another GPU's stream (a
+// stream of another context of dev's GPU only orders the free).
 func syncStream(op string, dev *cuda.Device, s *cuda.Stream, sameDevice bool) (*cuda.Stream, error) {
 	if s == nil {
 		return dev.DefaultStream(), nil
@@ -41,7 +42,7 @@ func syncStream(op string, dev *cuda.Device, s *cuda.Stream, sameDevice bool) (*
 	if d == nil {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "zero stream (use Device.NewStream, or nil for the default stream)")
 	}
-	if sameDevice && d != dev {
+	if sameDevice && !d.SameGPU(dev) {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "stream of %v given to a resource of %v", d, dev)
 	}
 	// A synchronous allocation is not stream-ordered: captured, it would

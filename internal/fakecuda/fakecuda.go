@@ -84,12 +84,13 @@ const (
 	GraphExecs                // live executable graphs
 	GraphUsed                 // graph memory allocated by launches and not yet freed (bytes)
 	GraphReserved             // graph memory reserved (bytes; cuDeviceGraphMemTrim gives it back)
+	Contexts                  // live contexts made with cuCtxCreate
 	numStats
 )
 
 var statNames = [...]string{"device bytes", "pinned bytes", "managed bytes", "allocations", "streams", "events",
 	"pools", "VMM handles", "reservations", "mappings", "host registrations", "context retains", "calls",
-	"device 1 bytes", "graphs", "graph execs", "graph used bytes", "graph reserved bytes"}
+	"device 1 bytes", "graphs", "graph execs", "graph used bytes", "graph reserved bytes", "contexts"}
 
 func (s Stat) String() string {
 	if s >= 0 && s < numStats {

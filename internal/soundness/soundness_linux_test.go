@@ -60,6 +60,7 @@ func init() {
 		cuda.Stream{}, cuda.StreamFlags(0), cuda.UUID{}, cuda.ForeignFunc{},
 		cuda.CaptureMode(0), cuda.CaptureStatus(0), cuda.Graph{}, cuda.GraphExec{},
 		cuda.GraphInstantiateFlags(0), cuda.GraphMemAttribute(0), cuda.GraphMemAttributes{},
+		cuda.Context{}, cuda.ContextFlags(0),
 	)
 	register("buffer", buffer.Buffer{}, buffer.Hold{})
 	register("buffer/dlpack",
@@ -156,6 +157,8 @@ var funcs = map[string]any{
 	"virtual.NCCLOptions":       virtual.NCCLOptions,
 	"cuda.FabricError":          cuda.FabricError,
 	"cuda.Elapsed":              cuda.Elapsed,
+	"cuda.WrapContext":          cuda.WrapContext,
+	"cuda.WrapGreenContext":     cuda.WrapGreenContext,
 }
 
 // skipped lists methods not called, and why. None of the handle types

@@ -19,6 +19,13 @@
 // pinned bytes, managed bytes and live object counts, so tests can assert
 // that every operation returns to its baseline.
 //
+// Contexts: primary contexts, contexts made with cuCtxCreate (_v2 and _v4,
+// pushed on a per-thread stack that cuCtxPopCurrent pops) and green
+// contexts. cuCtxDestroy destroys the context's streams and events, as
+// CUDA does; cuGreenCtxDestroy leaves its streams dead and counted (CUDA
+// leaks them). cuStreamGetCtx(_v2) reports a stream's context. Memory is
+// not tied to contexts.
+//
 // Not emulated: kernels and modules, asynchrony (every call completes before
 // it returns), cross-process sharing (pool and legacy IPC work inside one
 // process only), CUDA 13 host/managed default pools (cuMemGetDefaultMemPool
@@ -106,6 +113,7 @@ enum {
 	ST_GRAPH_EXECS,    /* live executable graphs */
 	ST_GRAPH_USED,     /* graph memory allocated by launches, not yet freed (bytes, all devices) */
 	ST_GRAPH_RESERVED, /* graph memory reserved (bytes, all devices; cuDeviceGraphMemTrim gives it back) */
+	ST_CONTEXTS,       /* live contexts made with cuCtxCreate (primary ones excluded) */
 	ST_N
 };
 static long long stats[ST_N];
@@ -116,15 +124,29 @@ typedef struct ctx {
 	int dev;
 	int retains;
 	int peer[MAXDEV];
+	int made; /* from cuCtxCreate (not a primary context) */
+	int dead; /* destroyed: its handle is never valid again */
+	void *green; /* the green context this one was converted from, if any */
 } ctx_t;
 #define CTX_MAGIC 0x43545821
 static ctx_t ctxs[MAXDEV] = {{CTX_MAGIC, 0, 0, {0}}, {CTX_MAGIC, 1, 0, {0}}};
 static __thread ctx_t *current;
 
+/* Contexts made with cuCtxCreate: slots are never reused, so a destroyed
+   context's handle stays invalid (and a thread that still has it current
+   points at memory that stays allocated). */
+#define MAXC 1024
+static ctx_t made_ctxs[MAXC];
+static int nmade;
+static ctx_t *as_made(void *p) {
+	for (int i = 0; i < nmade; i++)
+		if (p == (void *)&made_ctxs[i] && !made_ctxs[i].dead) return &made_ctxs[i];
+	return 0;
+}
 static ctx_t *as_ctx(void *p) {
 	for (int i = 0; i < ndev; i++)
 		if (p == (void *)&ctxs[i]) return &ctxs[i];
-	return 0;
+	return as_made(p);
 }
 
 /* ---- pools ---- */
@@ -342,6 +364,7 @@ static CUresult any_range(u64 p, u64 n, int write) {
 #define MAXS 8192
 typedef struct {
 	int dev; int flags;
+	ctx_t *ctx; void *green; /* the context (and green context) it belongs to */
 	int cap, mode;      /* capture status (0 none, 1 active, 2 invalidated) and mode */
 	void *cg;           /* the graph being captured */
 	u64 capid;
@@ -358,14 +381,14 @@ static int global_captures;
 static void invalidate_global(void);
 static stream_t *streams[MAXS];
 static int nstreams;
-typedef struct { int dev; int recorded; } event_t;
+typedef struct { int dev; int recorded; ctx_t *ctx; } event_t;
 static event_t *events[MAXS];
 static int nevents;
 
 static int valid_stream(void *s) {
 	if (s == 0 || s == (void *)1 || s == (void *)2) return 1; /* legacy / per-thread */
 	for (int i = 0; i < nstreams; i++)
-		if (streams[i] == s) return 1;
+		if (streams[i] == s) return !streams[i]->ctx || !streams[i]->ctx->dead; /* a destroyed green context's streams are dead */
 	return 0;
 }
 static event_t *as_event(void *e) {
@@ -375,7 +398,7 @@ static event_t *as_event(void *e) {
 }
 
 #define NEED_CTX() do { if (!initialized) { UNLOCK(); return E_NOT_INITIALIZED; } \
-	if (!current) { UNLOCK(); return E_INVALID_CONTEXT; } } while (0)
+	if (!current || current->dead) { UNLOCK(); return E_INVALID_CONTEXT; } } while (0)
 #define NEED_STREAM(s) do { if (!valid_stream(s)) { UNLOCK(); return E_INVALID_HANDLE; } } while (0)
 #define RET(r) do { CUresult r_ = (r); UNLOCK(); return r_; } while (0)
 
@@ -537,7 +560,7 @@ static CUresult fCtxGetCurrent(void **c) {
 }
 static CUresult fCtxGetDevice(int *d) {
 	if (!d) return E_INVALID_VALUE;
-	if (!current) return E_INVALID_CONTEXT;
+	if (!current || current->dead) return E_INVALID_CONTEXT;
 	*d = current->dev;
 	return OK;
 }
@@ -578,6 +601,8 @@ static CUresult fStreamCreateWithPriority(void **s, unsigned flags, int prio) {
 	memset(st, 0, sizeof *st);
 	st->dev = current->dev;
 	st->flags = (int)flags;
+	st->ctx = current;
+	st->green = current->green;
 	streams[nstreams++] = st;
 	stats[ST_STREAMS]++;
 	*s = st;
@@ -589,6 +614,7 @@ static CUresult fStreamDestroy(void *s) {
 	NEED_CTX();
 	for (int i = 0; i < nstreams; i++)
 		if (streams[i] == s) {
+			if (streams[i]->ctx && streams[i]->ctx->dead) RET(E_INVALID_CONTEXT); /* leaked, as CUDA does */
 			if (streams[i]->cap) RET(E_ILLEGAL_STATE); /* end the capture first */
 			free(s);
 			streams[i] = streams[--nstreams];
@@ -618,6 +644,7 @@ static CUresult fEventCreate(void **e, unsigned flags) {
 	event_t *ev = calloc(1, sizeof *ev);
 	if (!ev) RET(E_OUT_OF_MEMORY);
 	ev->dev = current->dev;
+	ev->ctx = current;
 	events[nevents++] = ev;
 	stats[ST_EVENTS]++;
 	*e = ev;
@@ -1348,6 +1375,244 @@ static CUresult fGetErrorName(int r, const char **s) {
 
 /* ---- cuGetProcAddress ---- */
 /* Contexts made elsewhere (cuCtxCreate, green contexts). */
+/* cuCtxCreate pushes the new context on the calling thread's stack; the
+   thread's current context is the top (cuCtxSetCurrent replaces it). */
+#define CTX_STACK 16
+static __thread ctx_t *ctx_stack[CTX_STACK];
+static __thread int ctx_depth;
+
+static void ctx_pop(void) { current = ctx_depth ? ctx_stack[--ctx_depth] : 0; }
+
+static CUresult ctx_create(void **pctx, unsigned flags, int d) {
+	if (!initialized) return E_NOT_INITIALIZED;
+	if (!pctx) return E_INVALID_VALUE;
+	if (bad_dev(d)) return E_INVALID_DEVICE;
+	unsigned sched = flags & 7;
+	if ((flags & ~0xFFu) || (sched & (sched - 1))) return E_INVALID_VALUE;
+	LOCK();
+	if (nmade == MAXC) RET(E_OUT_OF_MEMORY);
+	if (ctx_depth == CTX_STACK) RET(E_INVALID_VALUE);
+	ctx_t *c = &made_ctxs[nmade];
+	*c = (ctx_t){.magic = CTX_MAGIC, .dev = d, .retains = 1, .made = 1};
+	nmade++;
+	stats[ST_CONTEXTS]++;
+	ctx_stack[ctx_depth++] = current;
+	current = c;
+	*pctx = c;
+	RET(OK);
+}
+static CUresult fCtxCreate_v2(void **pctx, unsigned flags, int d) { return ctx_create(pctx, flags, d); }
+/* v4: only NULL params (no execution affinity, no CIG) are emulated. */
+static CUresult fCtxCreate_v4(void **pctx, void *params, unsigned flags, int d) {
+	if (params) return E_NOT_SUPPORTED;
+	return ctx_create(pctx, flags, d);
+}
+/* cuCtxDestroy: like CUDA, the context's streams and events die with it;
+   it is popped if current on the calling thread. Primary contexts cannot
+   be destroyed. */
+static CUresult fCtxDestroy(void *p) {
+	if (!initialized) return E_NOT_INITIALIZED;
+	LOCK();
+	ctx_t *c = as_made(p);
+	if (!c) RET(E_INVALID_CONTEXT);
+	c->dead = 1;
+	c->retains = 0;
+	stats[ST_CONTEXTS]--;
+	for (int i = 0; i < nstreams;)
+		if (streams[i]->ctx == c) {
+			free(streams[i]);
+			streams[i] = streams[--nstreams];
+			stats[ST_STREAMS]--;
+		} else i++;
+	for (int i = 0; i < nevents;)
+		if (events[i]->ctx == c) {
+			free(events[i]);
+			events[i] = events[--nevents];
+			stats[ST_EVENTS]--;
+		} else i++;
+	if (current == c) ctx_pop();
+	RET(OK);
+}
+static CUresult fCtxPopCurrent(void **pctx) {
+	if (!initialized) return E_NOT_INITIALIZED;
+	if (!current) return E_INVALID_CONTEXT;
+	if (pctx) *pctx = current;
+	ctx_pop();
+	return OK;
+}
+static CUresult stream_ctx(void *s, void **pctx) {
+	if (!initialized) return E_NOT_INITIALIZED;
+	if (!pctx) return E_INVALID_VALUE;
+	LOCK();
+	if (s == 0 || s == (void *)1 || s == (void *)2) {
+		if (!current || current->dead) RET(E_INVALID_CONTEXT);
+		*pctx = current;
+		RET(OK);
+	}
+	for (int i = 0; i < nstreams; i++)
+		if (streams[i] == s) {
+			if (streams[i]->ctx->dead) RET(E_INVALID_CONTEXT);
+			/* A green context's stream reports the device's primary
+			   context (and, through _v2, the green context). */
+			*pctx = streams[i]->green ? (void *)&ctxs[streams[i]->dev] : (void *)streams[i]->ctx;
+			RET(OK);
+		}
+	RET(E_INVALID_HANDLE);
+}
+static void *stream_green(void *s) {
+	LOCK();
+	void *g = s == 0 || s == (void *)1 || s == (void *)2 ? (current ? current->green : 0) : 0;
+	for (int i = 0; i < nstreams; i++)
+		if (streams[i] == s) g = streams[i]->green;
+	UNLOCK();
+	return g;
+}
+static CUresult fStreamGetCtx(void *s, void **pctx) { return stream_ctx(s, pctx); }
+/* cuCtxGetId: unique for the life of the process, never reused. */
+static CUresult fCtxGetId(void *p, u64 *id) {
+	if (!initialized) return E_NOT_INITIALIZED;
+	if (!id) return E_INVALID_VALUE;
+	LOCK();
+	ctx_t *c = p ? as_ctx(p) : current;
+	if (!c || c->dead) RET(E_INVALID_CONTEXT);
+	*id = c->made ? 1000 + (u64)(c - made_ctxs) : 1 + (u64)c->dev;
+	RET(OK);
+}
+static CUresult fStreamGetCtx_v2(void *s, void **pctx, void **pgreen) {
+	if (!pgreen) return E_INVALID_VALUE;
+	*pgreen = 0;
+	CUresult r = stream_ctx(s, pctx);
+	if (r == OK) *pgreen = stream_green(s);
+	return r;
+}
+
+/* Green contexts. CUdevResource: type, 92 bytes the driver keeps (the
+   fake puts a mark and the device there), the SM union member. */
+typedef struct {
+	unsigned type;
+	unsigned char pad[92];
+	unsigned sm_count, min_part, align;
+	unsigned char rest[36];
+} devres_t;
+#define RES_MARK 0x52534b46u
+static int res_ok(const devres_t *r) {
+	unsigned mark;
+	memcpy(&mark, r->pad, 4);
+	return r->type == 1 && mark == RES_MARK && !bad_dev(r->pad[4]);
+}
+static void res_fill(devres_t *r, int dev, unsigned n) {
+	memset(r, 0, sizeof *r);
+	r->type = 1;
+	unsigned mark = RES_MARK;
+	memcpy(r->pad, &mark, 4);
+	r->pad[4] = (unsigned char)dev;
+	r->sm_count = n, r->min_part = 8, r->align = 2;
+}
+static CUresult fDeviceGetDevResource(int d, devres_t *r, int type) {
+	if (bad_dev(d)) return E_INVALID_DEVICE;
+	if (!r || type != 1) return E_INVALID_VALUE;
+	res_fill(r, d, 132);
+	return OK;
+}
+static CUresult fDevSmResourceSplitByCount(devres_t *result, unsigned *nb, const devres_t *in, devres_t *rem, unsigned flags, unsigned min) {
+	if (!nb || !in || !res_ok(in) || flags > 3 || min > in->sm_count) return E_INVALID_VALUE;
+	unsigned g = min < 8 ? 8 : min;
+	g = (g + 1) / 2 * 2;
+	unsigned groups = g > in->sm_count ? 0 : in->sm_count / g;
+	if (!result) { *nb = groups; return OK; }
+	unsigned n = *nb < groups ? *nb : groups;
+	for (unsigned i = 0; i < n; i++) res_fill(&result[i], in->pad[4], g);
+	if (rem) res_fill(rem, in->pad[4], in->sm_count - n * g);
+	*nb = n;
+	return OK;
+}
+#define MAXDESC 1024
+typedef struct { int magic; int dev; unsigned sms; } desc_t;
+static desc_t descs[MAXDESC];
+static int ndescs;
+static CUresult fDevResourceGenerateDesc(void **pd, devres_t *res, unsigned nb) {
+	if (!pd || !res || nb == 0) return E_INVALID_VALUE;
+	unsigned sms = 0;
+	for (unsigned i = 0; i < nb; i++) {
+		if (!res_ok(&res[i]) || res[i].pad[4] != res[0].pad[4]) return E_INVALID_VALUE;
+		sms += res[i].sm_count;
+	}
+	LOCK();
+	if (ndescs == MAXDESC) RET(E_OUT_OF_MEMORY);
+	descs[ndescs] = (desc_t){CTX_MAGIC, res[0].pad[4], sms};
+	*pd = &descs[ndescs++];
+	RET(OK);
+}
+typedef struct { int magic; ctx_t *ctx; int dead; } green_t;
+static green_t greens[MAXC];
+static int ngreens;
+static green_t *as_green(void *p) {
+	for (int i = 0; i < ngreens; i++)
+		if (p == (void *)&greens[i] && !greens[i].dead) return &greens[i];
+	return 0;
+}
+static CUresult fGreenCtxCreate(void **pg, void *desc, int d, unsigned flags) {
+	if (!initialized) return E_NOT_INITIALIZED;
+	if (!pg || flags != 1) return E_INVALID_VALUE;
+	if (bad_dev(d)) return E_INVALID_DEVICE;
+	LOCK();
+	desc_t *ds = 0;
+	for (int i = 0; i < ndescs; i++)
+		if (desc == (void *)&descs[i]) ds = &descs[i];
+	if (!ds) RET(E_INVALID_VALUE);
+	if (ds->dev != d) RET(E_INVALID_DEVICE);
+	if (nmade == MAXC || ngreens == MAXC) RET(E_OUT_OF_MEMORY);
+	ctx_t *c = &made_ctxs[nmade++];
+	green_t *g = &greens[ngreens++];
+	*c = (ctx_t){.magic = CTX_MAGIC, .dev = d, .retains = 1, .made = 1, .green = g};
+	*g = (green_t){CTX_MAGIC, c, 0};
+	stats[ST_CONTEXTS]++;
+	*pg = g;
+	RET(OK);
+}
+static CUresult fCtxFromGreenCtx(void **pc, void *pg) {
+	if (!pc) return E_INVALID_VALUE;
+	LOCK();
+	green_t *g = as_green(pg);
+	if (!g) RET(E_INVALID_HANDLE);
+	*pc = g->ctx;
+	RET(OK);
+}
+/* cuGreenCtxDestroy: unlike cuCtxDestroy, its streams are not destroyed:
+   they go dead and stay counted (CUDA leaks them). */
+static CUresult fGreenCtxDestroy(void *pg) {
+	LOCK();
+	green_t *g = as_green(pg);
+	if (!g) RET(E_INVALID_HANDLE);
+	g->dead = 1;
+	g->ctx->dead = 1;
+	g->ctx->retains = 0;
+	stats[ST_CONTEXTS]--;
+	if (current == g->ctx) current = 0;
+	RET(OK);
+}
+static CUresult fGreenCtxStreamCreate(void **ps, void *pg, unsigned flags, int prio) {
+	if (!ps || flags != 1) return E_INVALID_VALUE;
+	LOCK();
+	green_t *g = as_green(pg);
+	if (!g) RET(E_INVALID_HANDLE);
+	if (nstreams == MAXS) RET(E_INVALID_VALUE);
+	stream_t *st = malloc(sizeof *st);
+	if (!st) RET(E_OUT_OF_MEMORY);
+	*st = (stream_t){g->ctx->dev, (int)flags, g->ctx, g};
+	streams[nstreams++] = st;
+	stats[ST_STREAMS]++;
+	*ps = st;
+	RET(OK);
+}
+/* ctx_proc resolves the entry points whose ABI depends on the version
+   asked for: "cuCtxCreate" is _v2 before CUDA 13.0 and _v4 from there (the
+   13.0 header's mapping); "cuCtxCreate_v4" is _v4 from 12.5. */
+static void *ctx_proc(const char *sym, int ver) {
+	if (!strcmp(sym, "cuCtxCreate")) return ver >= 13000 ? (void *)fCtxCreate_v4 : (void *)fCtxCreate_v2;
+	if (!strcmp(sym, "cuCtxCreate_v4") && ver >= 12050) return (void *)fCtxCreate_v4;
+	return 0;
+}
 
 /* Stream capture and graphs.
 
@@ -1980,6 +2245,18 @@ static const struct { const char *name; void *fn; } table[] = {
 	{"cuIpcOpenMemHandle", (void *)fIpcOpenMemHandle},
 	{"cuIpcCloseMemHandle", (void *)fIpcCloseMemHandle},
 	/* Contexts made elsewhere. */
+	{"cuCtxDestroy", (void *)fCtxDestroy},
+	{"cuCtxPopCurrent", (void *)fCtxPopCurrent},
+	{"cuCtxGetId", (void *)fCtxGetId},
+	{"cuStreamGetCtx", (void *)fStreamGetCtx},
+	{"cuStreamGetCtx_v2", (void *)fStreamGetCtx_v2},
+	{"cuDeviceGetDevResource", (void *)fDeviceGetDevResource},
+	{"cuDevSmResourceSplitByCount", (void *)fDevSmResourceSplitByCount},
+	{"cuDevResourceGenerateDesc", (void *)fDevResourceGenerateDesc},
+	{"cuGreenCtxCreate", (void *)fGreenCtxCreate},
+	{"cuCtxFromGreenCtx", (void *)fCtxFromGreenCtx},
+	{"cuGreenCtxDestroy", (void *)fGreenCtxDestroy},
+	{"cuGreenCtxStreamCreate", (void *)fGreenCtxStreamCreate},
 	/* Stream capture and graphs. */
 	{"cuStreamBeginCapture", (void *)fStreamBeginCapture},
 	{"cuStreamEndCapture", (void *)fStreamEndCapture},
@@ -2011,7 +2288,8 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, u64 flags, in
 	}
 	/* Batched copies: the ABI depends on the version asked for. */
 	if (!strcmp(sym, "cuMemcpyBatchAsync")) *pfn = batch_proc(ver);
-	for (size_t i = 0; i < sizeof table / sizeof table[0] && !*pfn; i++)
+	if (!*pfn) *pfn = ctx_proc(sym, ver);
+	for (size_t i = 0; !*pfn && i < sizeof table / sizeof table[0]; i++)
 		if (!strcmp(sym, table[i].name)) { *pfn = table[i].fn; break; }
 	if (status) *status = *pfn ? 0 : 1;
 	return OK;
