@@ -1,6 +1,7 @@
 package buffer_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -37,7 +38,7 @@ const (
 
 func BenchmarkCopyBatch(b *testing.B) {
 	for _, dir := range []string{"htod", "dtod"} {
-		for _, mode := range []string{"batched", "loop", "raw-batched", "raw-hinted", "copyto"} {
+		for _, mode := range []string{"batched", "loop", "raw-batched", "raw-hinted", "raw-captured", "copyto"} {
 			b.Run(dir+"/"+mode, func(b *testing.B) { benchCopyBatch(b, dir, mode) })
 		}
 	}
@@ -80,6 +81,14 @@ func benchCopyBatch(b *testing.B, dir, mode string) {
 		attrs := []cuda.MemcpyAttributes{{SrcAccessOrder: cuda.MemcpySrcAccessOrderStream, SrcLocHint: src,
 			DstLocHint: cuda.MemLocation{Type: cuda.MemLocationTypeDevice, ID: int32(d.Ordinal())}}}
 		op = func() error { return s.MemcpyBatchAsync(dsts, srcs, sizes, attrs, []uint64{0}) }
+	case "raw-captured": // the arrays CopyBatch builds, submitted raw
+		cd, cs, cz, ca, ci, err := buffer.BatchArrays(s, copies)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("CopyBatch's arrays equal the raw ones: dsts %v, srcs %v, sizes %v; attrs %+v at %v",
+			slices.Equal(cd, dsts), slices.Equal(cs, srcs), slices.Equal(cz, sizes), ca, ci)
+		op = func() error { return s.MemcpyBatchAsync(cd, cs, cz, ca, ci) }
 	case "copyto":
 		dv := make([]*buffer.Buffer, batchCopies)
 		sv := make([]*buffer.Buffer, batchCopies)

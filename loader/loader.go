@@ -369,20 +369,19 @@ func (d *Driver) symbols() []symbol {
 		{p: &d.LaunchKernel, name: "cuLaunchKernel"},
 
 		// Contexts made elsewhere (cuCtxCreate, green contexts).
-		// "cuCtxCreate" at our ABI (12.0) is cuCtxCreate_v2. cuCtxCreate_v4
-		// (CUDA 12.5, the default name since 13.0) is asked for by its own
-		// name, which drivers either resolve or do not know, in which case
-		// dlsym finds the exported cuCtxCreate_v4: never the base name at a
-		// newer version, which could hand back v2 or v3 (other signatures)
-		// if the driver does not map the base name to v4.
+		// cuGetProcAddress takes base names, the version choosing the ABI
+		// (a name with a _vN suffix resolves to nothing on driver 580):
+		// "cuCtxCreate" at our ABI (12.0) is cuCtxCreate_v2, at 13.0 (whose
+		// header maps cuCtxCreate to it) cuCtxCreate_v4.
 		{p: &d.CtxCreate, name: "cuCtxCreate", dlsym: "cuCtxCreate_v2"},
-		{p: &d.CtxCreateV4, name: "cuCtxCreate_v4", ver: 12050, since: 12050, dlsym: "cuCtxCreate_v4"},
+		{p: &d.CtxCreateV4, name: "cuCtxCreate", ver: 13000, since: 13000, dlsym: "cuCtxCreate_v4"},
 		{p: &d.CtxDestroy, name: "cuCtxDestroy", dlsym: "cuCtxDestroy_v2"},
 		{p: &d.CtxPopCurrent, name: "cuCtxPopCurrent", dlsym: "cuCtxPopCurrent_v2"},
 		{p: &d.CtxGetId, name: "cuCtxGetId", since: 12000},
 		{p: &d.StreamGetCtx, name: "cuStreamGetCtx"},
-		// A separately named entry point (CUDA 12.5), not an ABI version.
-		{p: &d.StreamGetCtxV2, name: "cuStreamGetCtx_v2", ver: 12050, since: 12050},
+		// "cuStreamGetCtx" at 12.5 is cuStreamGetCtx_v2 (it also reports a
+		// green context).
+		{p: &d.StreamGetCtxV2, name: "cuStreamGetCtx", ver: 12050, since: 12050, dlsym: "cuStreamGetCtx_v2"},
 		// Green contexts: CUDA 12.4 (cuGreenCtxStreamCreate 12.5).
 		{p: &d.DeviceGetDevResource, name: "cuDeviceGetDevResource", ver: 12040, since: 12040},
 		{p: &d.DevSmResourceSplitByCount, name: "cuDevSmResourceSplitByCount", ver: 12040, since: 12040},

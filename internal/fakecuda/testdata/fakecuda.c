@@ -1607,10 +1607,11 @@ static CUresult fGreenCtxStreamCreate(void **ps, void *pg, unsigned flags, int p
 }
 /* ctx_proc resolves the entry points whose ABI depends on the version
    asked for: "cuCtxCreate" is _v2 before CUDA 13.0 and _v4 from there (the
-   13.0 header's mapping); "cuCtxCreate_v4" is _v4 from 12.5. */
+   13.0 header's mapping); "cuStreamGetCtx" is _v2 from 12.5. As the real
+   driver, names with a _vN suffix resolve to nothing. */
 static void *ctx_proc(const char *sym, int ver) {
 	if (!strcmp(sym, "cuCtxCreate")) return ver >= 13000 ? (void *)fCtxCreate_v4 : (void *)fCtxCreate_v2;
-	if (!strcmp(sym, "cuCtxCreate_v4") && ver >= 12050) return (void *)fCtxCreate_v4;
+	if (!strcmp(sym, "cuStreamGetCtx") && ver >= 12050) return (void *)fStreamGetCtx_v2;
 	return 0;
 }
 
@@ -2249,7 +2250,6 @@ static const struct { const char *name; void *fn; } table[] = {
 	{"cuCtxPopCurrent", (void *)fCtxPopCurrent},
 	{"cuCtxGetId", (void *)fCtxGetId},
 	{"cuStreamGetCtx", (void *)fStreamGetCtx},
-	{"cuStreamGetCtx_v2", (void *)fStreamGetCtx_v2},
 	{"cuDeviceGetDevResource", (void *)fDeviceGetDevResource},
 	{"cuDevSmResourceSplitByCount", (void *)fDevSmResourceSplitByCount},
 	{"cuDevResourceGenerateDesc", (void *)fDevResourceGenerateDesc},
