@@ -100,9 +100,10 @@ func (h *Hold) Size() uint64 {
 
 // Release ends the hold. If the buffer was closed while held and this was
 // the last hold, Release frees the memory through the resource, on the
-// stream Close was given or, that failing (the stream may be destroyed
-// by now), on the resource's default stream, and returns the error when
-// both fail (the memory then stays allocated). Release is idempotent, and
+// stream Close was given or, if that stream is closed by now, on the
+// resource's default stream, and returns the error when the free fails
+// (the memory then stays allocated; a stream capturing at that moment
+// refuses it with cuda.ErrCapturing). Release is idempotent, and
 // does nothing on a nil Hold. It never waits for a lock, so it may be
 // called from anywhere, including from inside [Buffer.Use] on the same
 // buffer.
@@ -118,7 +119,10 @@ func (h *Hold) Release() error {
 	// can come again (the buffer is closed).
 	s := st.freeStream
 	err := st.mr.Deallocate(st.ptr, st.size, s)
-	if err != nil && s != nil && !errors.Is(err, ErrPartlyFreed) {
+	// Only a stream destroyed since is worth the fallback: a refusal for
+	// any other reason (a capture now running on s, say) must not turn
+	// into a free on the legacy stream, unordered after the work on s.
+	if err != nil && s != nil && errors.Is(err, cuda.ErrClosed) && !errors.Is(err, ErrPartlyFreed) {
 		if st.mr.Deallocate(st.ptr, st.size, nil) == nil {
 			return nil
 		}

@@ -1,6 +1,7 @@
 package buffer
 
 import (
+	"errors"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -162,13 +163,16 @@ func collectSlab(l *ledger) {
 	}
 }
 
-// freeLeaked frees a leaked allocation on its allocation stream, or, that
-// failing (the stream may be destroyed by now), on the resource's default
-// stream. A cleanup has no caller to report to: an allocation that cannot
+// freeLeaked frees a leaked allocation on its allocation stream, or, if
+// that stream is closed by now, on the resource's default stream. A cleanup has no caller to report to: an allocation that cannot
 // be freed either way is counted by LeaksKept instead.
 func freeLeaked(t *tracked) bool {
-	if err := t.mr.Deallocate(t.ptr, t.size, t.stream); err == nil {
+	err := t.mr.Deallocate(t.ptr, t.size, t.stream)
+	if err == nil {
 		return true
 	}
-	return t.stream != nil && t.mr.Deallocate(t.ptr, t.size, nil) == nil
+	// Only for a stream destroyed since: a free refused for another reason
+	// (the stream capturing now) must not run unordered on the legacy
+	// stream.
+	return t.stream != nil && errors.Is(err, cuda.ErrClosed) && t.mr.Deallocate(t.ptr, t.size, nil) == nil
 }

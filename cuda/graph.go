@@ -160,6 +160,11 @@ func (g *Graph) Close() error {
 	if g.closed.Load() {
 		return nil
 	}
+	if g.dev.contextGone() { // destroyed with its context
+		g.cleanup.Stop()
+		g.closed.Store(true)
+		return nil
+	}
 	ctx, err := g.dev.contextFor("Graph.Close")
 	if err != nil {
 		return err
@@ -235,6 +240,11 @@ func (e *GraphExec) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed.Load() {
+		return nil
+	}
+	if e.dev.contextGone() { // destroyed with its context
+		e.cleanup.Stop()
+		e.closed.Store(true)
 		return nil
 	}
 	ctx, err := e.dev.contextFor("GraphExec.Close")

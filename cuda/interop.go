@@ -221,7 +221,19 @@ func (d *Device) WrapStream(h uintptr) (*Stream, error) {
 	if err := d.streamInContext(op, h); err != nil {
 		return nil, err
 	}
-	return &Stream{dev: d, handle: h, borrowed: true}, nil
+	// A blocking stream's capture also captures the legacy default
+	// stream: recorded, so that resources refuse the legacy stream while
+	// the wrapped stream captures (a driver without cuStreamGetFlags leaves
+	// the stream treated as non-blocking).
+	var flags uint32
+	blocking := false
+	if ctx, err := d.contextFor(op); err == nil && d.drv.StreamGetFlags.Found() {
+		if r := d.drv.StreamGetFlags.CallCtx(ctx, h, uintptr(unsafe.Pointer(&flags))); !ok(r) {
+			return nil, &OpError{Op: op, Err: fmt.Errorf("stream %#x: %w", h, fail(&d.drv.StreamGetFlags, r))}
+		}
+		blocking = StreamFlags(flags)&StreamNonBlocking == 0
+	}
+	return &Stream{dev: d, handle: h, borrowed: true, blocking: blocking}, nil
 }
 
 // streamInContext checks that stream h belongs to d's context.

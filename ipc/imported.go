@@ -140,7 +140,7 @@ func registered(op string, dev *cuda.Device, u UUID, k poolKey) (*ImportedPool, 
 	case p.life.IsClosed():
 		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: pool %v was closed here but is not destroyed yet (%d of its Buffers open, or its destruction failed and awaits another Close); import it again after that",
 			cuda.ErrClosed, u, p.life.Live())}
-	case p.dev != dev:
+	case p.dev != dev && !p.dev.SameGPU(dev): // pools belong to the GPU, whatever the view
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v is already imported on %v, not %v", u, p.dev, dev)
 	case !p.key.equal(k):
 		// Every Handle of one pool carries its one key (or none, for all

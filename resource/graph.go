@@ -72,7 +72,10 @@ func NewGraphMemory(dev *cuda.Device) (*GraphMemory, error) {
 	if g, ok := graphMems.Load(dev.Ordinal()); ok {
 		return g.(*GraphMemory), nil
 	}
-	g, _ := graphMems.LoadOrStore(dev.Ordinal(), &GraphMemory{dev: dev})
+	// Graph memory belongs to the GPU: the value keeps the primary view,
+	// so a view of another context (whose context may close) neither
+	// shapes nor breaks it, and takes streams of any view of the GPU.
+	g, _ := graphMems.LoadOrStore(dev.Ordinal(), &GraphMemory{dev: dev.Primary()})
 	return g.(*GraphMemory), nil
 }
 
@@ -91,7 +94,7 @@ func (g *GraphMemory) capturing(op string, s *cuda.Stream) error {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "GraphMemory cannot perform memory operations on a non-capturing stream (nil: the legacy default stream, which cannot capture)")
 	case d == nil:
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "zero stream (use Device.NewStream)")
-	case d != g.dev:
+	case !d.SameGPU(g.dev):
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "stream of %v given to the graph memory of %v", d, g.dev)
 	case s.IsClosed():
 		return &cuda.OpError{Op: op, Err: fmt.Errorf("%w: stream of %v", cuda.ErrClosed, d)}
@@ -155,7 +158,7 @@ func (g *GraphMemory) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream
 	switch d := s.Device(); {
 	case d == nil:
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "zero stream (use Device.NewStream, or nil for the default stream)")
-	case d != g.dev:
+	case !d.SameGPU(g.dev):
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "stream of %v given to the graph memory of %v", d, g.dev)
 	}
 	if err := s.MemFreeAsync(ptr); err != nil {

@@ -526,6 +526,17 @@ func (r *Resource) take(op string, b *buffer.Buffer) (*allocation, *cuda.Stream,
 	return a, b.Stream(), nil
 }
 
+// refuseHeld refuses to move or unmap b's memory while a Hold (a DLPack
+// export, say) lends it out: checked before any driver call, since the
+// Buffer could not be rewrapped afterwards and the holder would be left
+// with memory unmapped under it.
+func refuseHeld(op string, b *buffer.Buffer) error {
+	if n := b.Holds(); n > 0 {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer %v is held by %d Hold(s) (a DLPack export, say): release them before it is moved or unmapped", b, n)
+	}
+	return nil
+}
+
 // live reports, under r.mu, whether a is still filed under ptr and usable.
 func (r *Resource) live(op string, ptr cuda.DevicePtr, a *allocation) error {
 	if r.allocs[ptr] != a {
@@ -555,6 +566,9 @@ func (r *Resource) live(op string, ptr cuda.DevicePtr, a *allocation) error {
 func (r *Resource) Grow(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error) {
 	const op = "Resource.Grow"
 	a, s, err := r.take(op, b)
+	if err == nil {
+		err = refuseHeld(op, b)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -742,6 +756,9 @@ func (r *Resource) remap(a *allocation, need uint64, s *cuda.Stream) (cleanup, e
 func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error) {
 	const op = "Resource.Shrink"
 	a, s, err := r.take(op, b)
+	if err == nil {
+		err = refuseHeld(op, b)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -363,36 +363,56 @@ func checkDevice(op string, p uintptr, d Device, expect *Device) error {
 	return nil
 }
 
-// checkMemory checks, as far as can be done safely, that the tensor's
-// bytes are memory of its device: CUDA memory must be known to the
-// driver at both ends of the range (on device ID, for kDLCUDA); host
-// memory must be mapped at both ends.
+// maxRanges bounds the driver allocations one imported tensor may span
+// (contiguous chunks of a virtual-memory mapping, each its own range).
+const maxRanges = 1 << 16
+
+// checkMemory checks, as far as can be done safely, that every byte of
+// the tensor is memory of its device: host memory must be mapped on every
+// page (mincore), and CUDA memory must be covered by driver allocations
+// without a gap, walked range by range from the first byte (each on
+// device ID, for kDLCUDA). Checking only the two ends would let a tensor
+// span unmapped memory between two allocations.
 func checkMemory(op string, p uintptr, d Device, ptr uintptr, size uint64) error {
 	if size == 0 {
 		return nil
 	}
 	last := ptr + uintptr(size-1)
 	if d.Type == CPU {
-		if err := mapped(op, "first byte of the tensor's data", ptr, 1); err != nil {
-			return err
+		if err := mappedRange(ptr, uintptr(size)); err != nil {
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x: its %d bytes at %#x are not all mapped memory (%v)", p, size, ptr, err)
 		}
-		return mapped(op, "last byte of the tensor's data", last, 1)
+		return nil
 	}
 	if d.Type == CUDA {
 		if _, err := cuda.GetDevice(int(d.ID)); err != nil {
 			return fmt.Errorf("%s: tensor at %#x is on %v: %w", op, p, d, err)
 		}
 	}
-	for _, a := range []uintptr{ptr, last} {
+	a := ptr
+	for range maxRanges {
 		info, err := cuda.QueryPointer(cuda.DevicePtr(a))
 		if err != nil {
-			return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x claims %v memory at %#x (%d bytes), which the driver does not know: %w", p, d, ptr, size, err)
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x claims %v memory at %#x (%d bytes), which the driver does not know at %#x: %w", p, d, ptr, size, a, err)
 		}
 		if d.Type == CUDA && info.Type == cuda.MemoryTypeDevice && info.Device != int(d.ID) {
 			return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x claims memory of device %d at %#x, which the driver says belongs to device %d", p, d.ID, a, info.Device)
 		}
+		end := uintptr(info.RangeBase) + uintptr(info.RangeSize)
+		if info.RangeSize == 0 || uintptr(info.RangeBase) > a || end <= a {
+			// The driver gave no usable range: fall back to the ends.
+			if a == last {
+				return nil
+			}
+			a = last
+			continue
+		}
+		if end > last {
+			return nil
+		}
+		a = end // the next byte must start another allocation
 	}
-	return nil
+	return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x: %d bytes at %#x span more than %d driver allocations", p, size, ptr, maxRanges)
 }
 
 // tensorResource is the resource of an imported tensor's Buffer: its

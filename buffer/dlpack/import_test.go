@@ -4,6 +4,7 @@ package dlpack_test
 
 import (
 	"runtime"
+	"sync"
 	"syscall"
 	"testing"
 	"unsafe"
@@ -225,8 +226,18 @@ type hostile struct {
 	bytes [64]byte
 }
 
+// hostiles keeps every hostile on the heap: Import reads one through its
+// address alone, which a copied goroutine stack would leave behind.
+var hostiles struct {
+	sync.Mutex
+	all []*hostile
+}
+
 func newHostile() *hostile {
 	h := &hostile{}
+	hostiles.Lock()
+	hostiles.all = append(hostiles.all, h)
+	hostiles.Unlock()
 	h.shape[0] = 16
 	h.m.Version = dlpack.Version{Major: 1, Minor: 1}
 	h.m.Tensor = dlpack.Tensor{Data: uintptr(unsafe.Pointer(&h.bytes[0])), Device: dlpack.Device{Type: dlpack.CPU},

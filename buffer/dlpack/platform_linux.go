@@ -93,3 +93,28 @@ func pipeRead(dst []byte, addr uintptr) error {
 	}
 	return nil
 }
+
+// mappedRange reports whether every page of [addr, addr+n) is mapped,
+// without touching the memory: mincore fails with ENOMEM at a page that is
+// not. It asks for at most 4096 pages a call, so a hostile size costs a
+// bounded buffer and stops at the first unmapped page.
+func mappedRange(addr, n uintptr) error {
+	if n == 0 {
+		return nil
+	}
+	end := addr + n
+	if end < addr {
+		return syscall.EINVAL
+	}
+	page := uintptr(syscall.Getpagesize())
+	const chunk = 4096 // pages a call
+	var vec [chunk]byte
+	for a := addr &^ (page - 1); a < end; {
+		l := min(end-a, chunk*page)
+		if _, _, e := syscall.Syscall(syscall.SYS_MINCORE, a, l, uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+			return e
+		}
+		a += l
+	}
+	return nil
+}

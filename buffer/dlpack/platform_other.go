@@ -15,3 +15,5 @@ func deleterAddr() uintptr { return 0 }
 var errUnsupported = errors.New("not supported on this system")
 
 func readMem(dst []byte, addr uintptr) error { return errUnsupported }
+
+func mappedRange(addr, n uintptr) error { return errUnsupported }

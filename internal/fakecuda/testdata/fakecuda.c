@@ -630,6 +630,14 @@ static CUresult fStreamSynchronize(void *s) {
 	RET(capture_sync(s));
 }
 static CUresult fStreamQuery(void *s) { return fStreamSynchronize(s); }
+static CUresult fStreamGetFlags(void *s, unsigned *flags) {
+	LOCK();
+	if (!flags) RET(E_INVALID_VALUE);
+	for (int i = 0; i < nstreams; i++)
+		if (streams[i] == s) { *flags = (unsigned)streams[i]->flags; RET(OK); }
+	if (!s || s == (void *)1) { *flags = 0; RET(OK); } /* the legacy stream blocks */
+	RET(E_INVALID_HANDLE);
+}
 static CUresult fStreamWaitEvent(void *s, void *e, unsigned flags) {
 	LOCK();
 	NEED_CTX();
@@ -2180,6 +2188,7 @@ static const struct { const char *name; void *fn; } table[] = {
 	{"cuStreamDestroy", (void *)fStreamDestroy},
 	{"cuStreamSynchronize", (void *)fStreamSynchronize},
 	{"cuStreamQuery", (void *)fStreamQuery},
+	{"cuStreamGetFlags", (void *)fStreamGetFlags},
 	{"cuStreamWaitEvent", (void *)fStreamWaitEvent},
 	{"cuEventCreate", (void *)fEventCreate},
 	{"cuEventDestroy", (void *)fEventDestroy},
