@@ -99,25 +99,35 @@ func (r *Resource) Export(b *buffer.Buffer) ([]Chunk, error) {
 // sizes that add up without passing 2^64, and a buffer size of 1 to their
 // total bytes. It returns the total.
 func checkChunks(chunks []Chunk, size, gran uint64) (uint64, error) {
-	const op = "virtual.Import"
+	return checkChunkList("virtual.Import", len(chunks), size, gran, "a valid fd",
+		func(i int) (uint64, bool) { return chunks[i].Size, chunks[i].FD >= 0 },
+		func(i int) string { return fmt.Sprintf("fd %d", chunks[i].FD) })
+}
+
+// checkChunkList is the check of checkChunks and checkFabricChunks, for n
+// chunks received from another process: chunk(i) gives chunk i's size
+// and whether its handle is valid, name(i) names it in an error (valid
+// says what a good handle is). It returns the total.
+func checkChunkList(op string, n int, size, gran uint64, valid string, chunk func(i int) (uint64, bool), name func(i int) string) (uint64, error) {
 	if gran == 0 {
 		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "granularity 0")
 	}
-	if len(chunks) == 0 {
+	if n == 0 {
 		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "no chunks (size %d)", size)
 	}
 	var total uint64
-	for i, c := range chunks {
-		if c.FD < 0 || c.Size == 0 || c.Size%gran != 0 {
-			return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "chunk %d: fd %d, size %d (must be a positive multiple of %d)", i, c.FD, c.Size, gran)
+	for i := range n {
+		sz, ok := chunk(i)
+		if !ok || sz == 0 || sz%gran != 0 {
+			return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "chunk %d: %s, size %d (want %s and a positive multiple of %d)", i, name(i), sz, valid, gran)
 		}
-		if c.Size > math.MaxUint64-total {
-			return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "chunk %d: size %d brings the total past 2^64 (%d bytes before it)", i, c.Size, total)
+		if sz > math.MaxUint64-total {
+			return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "chunk %d: size %d brings the total past 2^64 (%d bytes before it)", i, sz, total)
 		}
-		total += c.Size
+		total += sz
 	}
 	if size == 0 || size > total {
-		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "size %d with %d chunks of %d bytes in all (want 1 to %d)", size, len(chunks), total, total)
+		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "size %d with %d chunks of %d bytes in all (want 1 to %d)", size, n, total, total)
 	}
 	return total, nil
 }

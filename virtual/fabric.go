@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
-	"math"
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
@@ -124,27 +123,9 @@ func (r *Resource) ExportFabric(b *buffer.Buffer) ([]FabricChunk, error) {
 // handle and a positive multiple of gran, a total below 2^64, and a buffer
 // size of 1 to the total. It returns the total.
 func checkFabricChunks(chunks []FabricChunk, size, gran uint64) (uint64, error) {
-	const op = "virtual.ImportFabric"
-	if gran == 0 {
-		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "granularity 0")
-	}
-	if len(chunks) == 0 {
-		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "no chunks (size %d)", size)
-	}
-	var total uint64
-	for i, c := range chunks {
-		if c.Handle.IsZero() || c.Size == 0 || c.Size%gran != 0 {
-			return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "chunk %d: %v, size %d (want a non-zero handle and a positive multiple of %d)", i, c.Handle, c.Size, gran)
-		}
-		if c.Size > math.MaxUint64-total {
-			return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "chunk %d: size %d brings the total past 2^64 (%d bytes before it)", i, c.Size, total)
-		}
-		total += c.Size
-	}
-	if size == 0 || size > total {
-		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "size %d with %d chunks of %d bytes in all (want 1 to %d)", size, len(chunks), total, total)
-	}
-	return total, nil
+	return checkChunkList("virtual.ImportFabric", len(chunks), size, gran, "a non-zero handle",
+		func(i int) (uint64, bool) { return chunks[i].Size, !chunks[i].Handle.IsZero() },
+		func(i int) string { return chunks[i].Handle.String() })
 }
 
 // ImportFabric maps chunks another process exported with ExportFabric (in
