@@ -60,11 +60,11 @@ type Copy struct {
 //
 // The copies read their sources in stream order
 // ([cuda.MemcpySrcAccessOrderStream]): a source may still be written by
-// work submitted earlier to s. Each copy tells the driver where its
-// operands live (the device, or the host for pinned memory; managed
-// memory is described by its resource's device), which the driver uses
-// for managed memory and ignores for the rest; consecutive copies that
-// agree share one attribute entry.
+// work submitted earlier to s. A copy whose operand is managed memory
+// tells the driver where that memory is meant to live (its resource's
+// device); other operands get no location hint, which the driver only
+// uses for managed memory (and a hint cost a large H→D batch 1.7x on
+// driver 580); consecutive copies that agree share one attribute entry.
 func CopyBatch(s *cuda.Stream, copies []Copy) error {
 	const op = "CopyBatch"
 	if err := checkStream(op, s); err != nil {
@@ -173,7 +173,8 @@ func (c *Copy) checkRange(op string, i, n int) error {
 }
 
 // batchLoc checks that the stream's device (ordinal dev) can reach b's
-// memory and returns the location to tell the driver.
+// memory and returns the location hint to give the driver: managed
+// memory's device, none (the zero MemLocation) for the rest.
 func batchLoc(op string, b *Buffer, dev, i, n int, what string) (cuda.MemLocation, error) {
 	p := b.props()
 	switch {
@@ -181,8 +182,11 @@ func batchLoc(op string, b *Buffer, dev, i, n int, what string) (cuda.MemLocatio
 		return cuda.MemLocation{}, batchErrorf(op, i, n, cuda.ErrInvalidArgument, "the %s %v is memory no device can reach", what, b)
 	case p.device >= 0 && p.device != dev:
 		return cuda.MemLocation{}, batchErrorf(op, i, n, cuda.ErrInvalidArgument, "the %s %v is on GPU %d, the stream on GPU %d (copy between devices with Buffer.CopyTo)", what, b, p.device, dev)
-	case p.device < 0:
-		return cuda.MemLocation{Type: cuda.MemLocationTypeHost}, nil
+	case !(p.hostAcc && p.device >= 0):
+		// Not managed memory: the driver has no use for a hint, and one
+		// cost the 10,000-copy H→D batch 1.7x on driver 580
+		// (BENCHMARKS.md).
+		return cuda.MemLocation{}, nil
 	}
 	return cuda.MemLocation{Type: cuda.MemLocationTypeDevice, ID: int32(p.device)}, nil
 }

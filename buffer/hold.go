@@ -101,9 +101,10 @@ func (h *Hold) Size() uint64 {
 // Release ends the hold. If the buffer was closed while held and this was
 // the last hold, Release frees the memory through the resource, on the
 // stream Close was given or, if that stream is closed by now, on the
-// resource's default stream, and returns the error when the free fails
-// (the memory then stays allocated; a stream capturing at that moment
-// refuses it with cuda.ErrCapturing). Release is idempotent, and
+// resource's default stream, and returns the error when the free fails:
+// the memory then stays allocated and the hold stays live, so Release may
+// be called again (a stream capturing at that moment refuses the free
+// with cuda.ErrCapturing). Release is idempotent, and
 // does nothing on a nil Hold. It never waits for a lock, so it may be
 // called from anywhere, including from inside [Buffer.Use] on the same
 // buffer.
@@ -117,17 +118,14 @@ func (h *Hold) Release() error {
 	}
 	// Count zero and heldFree set: Close left the free to us, and no hold
 	// can come again (the buffer is closed).
-	s := st.freeStream
-	err := st.mr.Deallocate(st.ptr, st.size, s)
-	// Only a stream destroyed since is worth the fallback: a refusal for
-	// any other reason (a capture now running on s, say) must not turn
-	// into a free on the legacy stream, unordered after the work on s.
-	if err != nil && s != nil && errors.Is(err, cuda.ErrClosed) && !errors.Is(err, ErrPartlyFreed) {
-		if st.mr.Deallocate(st.ptr, st.size, nil) == nil {
-			return nil
-		}
-	}
+	err := freeOrFallback(st.mr, st.ptr, st.size, st.freeStream)
 	if err != nil {
+		if !errors.Is(err, ErrPartlyFreed) {
+			// Nothing was freed: the hold is this caller's again, so a
+			// later Release (once the capture is over, say) tries again.
+			st.holds.Add(1)
+			h.done.Store(false)
+		}
 		return fmt.Errorf("buffer close (%#x, %d bytes), left to the last Hold's Release: %w", uint64(st.ptr), st.size, err)
 	}
 	return nil

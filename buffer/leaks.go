@@ -164,15 +164,22 @@ func collectSlab(l *ledger) {
 }
 
 // freeLeaked frees a leaked allocation on its allocation stream, or, if
-// that stream is closed by now, on the resource's default stream. A cleanup has no caller to report to: an allocation that cannot
-// be freed either way is counted by LeaksKept instead.
+// that stream is closed by now, on the resource's default stream.
 func freeLeaked(t *tracked) bool {
-	err := t.mr.Deallocate(t.ptr, t.size, t.stream)
-	if err == nil {
-		return true
+	return freeOrFallback(t.mr, t.ptr, t.size, t.stream) == nil
+}
+
+// freeOrFallback frees on s, or, only if s is closed by now, on the
+// resource's default stream (nil). A free refused for any other reason (s
+// capturing now, say) must not turn into a free on the legacy stream,
+// unordered after the work on s; nor one that freed part of the memory
+// (ErrPartlyFreed) into a second free.
+func freeOrFallback(mr MemoryResource, p cuda.DevicePtr, n uint64, s *cuda.Stream) error {
+	err := mr.Deallocate(p, n, s)
+	if err != nil && s != nil && errors.Is(err, cuda.ErrClosed) && !errors.Is(err, ErrPartlyFreed) {
+		if mr.Deallocate(p, n, nil) == nil {
+			return nil
+		}
 	}
-	// Only for a stream destroyed since: a free refused for another reason
-	// (the stream capturing now) must not run unordered on the legacy
-	// stream.
-	return t.stream != nil && errors.Is(err, cuda.ErrClosed) && t.mr.Deallocate(t.ptr, t.size, nil) == nil
+	return err
 }

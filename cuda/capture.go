@@ -124,7 +124,7 @@ func (s *Stream) BeginCaptureMode(mode CaptureMode) error {
 	p := &s.dev.drv.StreamBeginCapture
 	if r := p.CallCtx(ctx, h, uintptr(mode)); !ok(r) {
 		s.captureEnded()
-		return fmt.Errorf("stream %#x of %v, %v mode: %w", h, s.dev, mode, fail(p, r))
+		return &OpError{Op: op, Err: fmt.Errorf("stream %#x of %v, %v mode: %w", h, s.dev, mode, fail(p, r))}
 	}
 	s.capState.Store(capActive)
 	return nil

@@ -146,7 +146,12 @@ func WrapContext(h uintptr) (*Device, error) {
 	if p == nil {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("%w: context %#x is on CUdevice %d, which the device list lacks", ErrorInvalidDevice, h, cu)}
 	}
-	if pc, err := p.context(); err == nil && pc == h {
+	// The primary view, if h is its context. Only a context already
+	// retained is compared: retaining it here would create the GPU's
+	// primary context (and its memory) for a program that never asked
+	// for it. (An unretained primary context passed in gets a view of
+	// its own, which works the same.)
+	if p.ctxOK.Load() && p.ctx == h {
 		return p, nil
 	}
 	views.mu.Lock()
@@ -294,7 +299,7 @@ func (d *Device) NewContext(flags ContextFlags) (*Context, error) {
 	var popped uintptr
 	if r := drv.CtxPopCurrent.Call(uintptr(unsafe.Pointer(&popped))); !ok(r) || popped != c {
 		// cuCtxDestroy also pops the context if it is still current here.
-		err := fmt.Errorf("popping the new context %#x (popped %#x): %w", c, popped, result(&drv.CtxPopCurrent, r))
+		err := fmt.Errorf("%w: popping the new context %#x popped %#x instead", ErrorUnknown, c, popped)
 		if !ok(r) {
 			err = fmt.Errorf("popping the new context %#x: %w", c, fail(&drv.CtxPopCurrent, r))
 		}

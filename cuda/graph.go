@@ -73,15 +73,20 @@ func GraphLeaks() int64 { return graphLeaks.Load() }
 
 func newGraph(d *Device, ctx, h uintptr) *Graph {
 	g := &Graph{dev: d, handle: h}
-	g.cleanup = runtime.AddCleanup(g, destroyLeaked(&d.drv.GraphDestroy), [2]uintptr{ctx, h})
+	g.cleanup = runtime.AddCleanup(g, destroyLeaked(d, &d.drv.GraphDestroy), [2]uintptr{ctx, h})
 	return g
 }
 
 // destroyLeaked is the safety net's destructor: it captures raw values
-// only (context, handle), never the Graph.
-func destroyLeaked(p *loader.Proc) func([2]uintptr) {
+// (context, handle) and the view, never the Graph. A graph of a context
+// destroyed since died with it, as Close knows: its context must not be
+// made current again (the driver may have reused the address).
+func destroyLeaked(d *Device, p *loader.Proc) func([2]uintptr) {
 	return func(v [2]uintptr) {
 		graphLeaks.Add(1)
+		if d.contextGone() {
+			return
+		}
 		p.CallCtx(v[0], v[1])
 	}
 }
@@ -145,7 +150,7 @@ func (g *Graph) Instantiate(flags GraphInstantiateFlags) (*GraphExec, error) {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("graph %#x of %v, flags %#x (a graph with memory nodes may have one instantiation at a time): %w", h, g.dev, uint64(flags), fail(p, r))}
 	}
 	e := &GraphExec{dev: g.dev, handle: eh, flags: flags}
-	e.cleanup = runtime.AddCleanup(e, destroyLeaked(&g.dev.drv.GraphExecDestroy), [2]uintptr{ctx, eh})
+	e.cleanup = runtime.AddCleanup(e, destroyLeaked(g.dev, &g.dev.drv.GraphExecDestroy), [2]uintptr{ctx, eh})
 	return e, nil
 }
 

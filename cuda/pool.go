@@ -105,7 +105,12 @@ func (d *Device) CreateMemPool(props *MemPoolProps) (MemPool, error) {
 		// cuMemPoolDestroy (SIGSEGV, or glibc's "free(): invalid pointer").
 		// A pool that cannot be exported is not made at all. (A device
 		// without fabric support has cuMemPoolCreate refuse, below.)
-		if sup, _ := d.FabricHandlesSupported(); sup {
+		sup, err := d.FabricHandlesSupported()
+		if err != nil {
+			return MemPool{}, &OpError{Op: "cuMemPoolCreate", Err: fmt.Errorf("location %v/%d, handle types %#x: asking for fabric support: %w",
+				props.Location.Type, props.Location.ID, props.HandleTypes, err)}
+		}
+		if sup {
 			if err := d.CheckFabric(); err != nil {
 				return MemPool{}, &OpError{Op: "cuMemPoolCreate", Err: fmt.Errorf("location %v/%d, handle types %#x: %w",
 					props.Location.Type, props.Location.ID, props.HandleTypes, err)}

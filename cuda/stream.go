@@ -64,7 +64,7 @@ func (d *Device) NewStreamWith(flags StreamFlags, priority int) (*Stream, error)
 		}
 		p := &d.drv.GreenCtxStreamCreate
 		if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&s.handle)), g, uintptr(flags), uintptr(int64(priority))); !ok(r) {
-			return nil, fail(p, r)
+			return nil, &OpError{Op: "Device.NewStreamWith", Err: fmt.Errorf("green context %#x, flags %#x, priority %d: %w", g, uint32(flags), priority, fail(p, r))}
 		}
 		return s, nil
 	}
@@ -251,6 +251,12 @@ func (s *Stream) Close() error {
 		return nil
 	}
 	if s.borrowed || s.dev.contextGone() { // nothing of ours to destroy
+		// A capture begun through this value stops counting here (the
+		// count of blocking captures would otherwise refuse the legacy
+		// stream for good); the stream itself is its owner's.
+		if s.capState.Load() != capNone {
+			s.captureEnded()
+		}
 		s.closed.Store(true)
 		return nil
 	}

@@ -238,8 +238,6 @@ type Driver struct {
 	// cuda picks one, or its loop of cuMemcpyAsync, once per driver.
 	MemcpyBatchAsync, // the CUDA 13.0 ABI: no failIdx
 	MemcpyBatchAsyncV1 Proc // the CUDA 12.8 ABI: with failIdx
-
-	// Fabric handles.
 }
 
 // symbol describes how to resolve one entry point.
@@ -411,8 +409,6 @@ func (d *Driver) symbols() []symbol {
 		// Batched copies.
 		{p: &d.MemcpyBatchAsync, name: "cuMemcpyBatchAsync", ver: 13000, since: 13000, dlsym: "cuMemcpyBatchAsync_v2"},
 		{p: &d.MemcpyBatchAsyncV1, name: "cuMemcpyBatchAsync", ver: 12080, since: 12080, dlsym: "cuMemcpyBatchAsync"},
-
-		// Fabric handles.
 	}
 }
 

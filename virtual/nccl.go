@@ -115,9 +115,9 @@ func probeFabric(drv driver, dev *cuda.Device, rdma bool) error {
 }
 
 // AllocationProperties reads back from the driver the properties b's
-// first physical chunk was created with (cuMemRetainAllocationHandle, then
-// cuMemGetAllocationPropertiesFromHandle, then the retained handle's
-// release): handle types, location, allocation flags. Tests and tools use
+// first physical chunk was created with, as the driver reports them
+// (cuMemGetAllocationPropertiesFromHandle): handle types, location,
+// allocation flags. Tests and tools use
 // it to check what the driver actually made, for example that NCCLOptions
 // gave NCCL's properties.
 func (r *Resource) AllocationProperties(b *buffer.Buffer) (cuda.MemAllocationProp, error) {
@@ -132,14 +132,10 @@ func (r *Resource) AllocationProperties(b *buffer.Buffer) (cuda.MemAllocationPro
 	if err := r.live(op, b.Ptr(), a); err != nil {
 		return prop, err
 	}
-	h, err := r.drv.MemRetainAllocationHandle(a.base)
-	if err != nil {
-		return prop, &cuda.OpError{Op: op, Err: fmt.Errorf("%#x: %w", uint64(a.base), err)}
-	}
-	prop, err = r.drv.MemAllocationProperties(h)
-	if rerr := r.drv.MemRelease(h); rerr != nil {
-		err = errors.Join(err, fmt.Errorf("releasing the retained handle: %w", rerr))
-	}
+	// The allocation's own handle: retaining another by address
+	// (cuMemRetainAllocationHandle) would need a release that can fail
+	// and leave the memory allocated after Close.
+	prop, err = r.drv.MemAllocationProperties(a.chunks[0].h)
 	if err != nil {
 		return cuda.MemAllocationProp{}, &cuda.OpError{Op: op, Err: fmt.Errorf("%#x: %w", uint64(a.base), err)}
 	}

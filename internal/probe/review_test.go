@@ -89,6 +89,12 @@ func TestHoldReleaseRefusedDuringCapture(t *testing.T) {
 	if g, err := s.EndCapture(); err == nil {
 		g.Close()
 	}
+	// The refused free stays the hold's: once the capture is over, a
+	// second Release frees (found in the second review).
+	require.NoError(t, h.Release())
+	require.NoError(t, s.Sync())
+	assert.Equal(t, before-1, fake.Stat(fakecuda.Allocs), "freed by the second Release")
+	require.NoError(t, h.Release(), "idempotent after the free")
 }
 
 // Found in review: a wrapped blocking stream that captures must make the legacy stream refused.

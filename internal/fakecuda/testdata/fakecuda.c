@@ -2279,7 +2279,6 @@ static const struct { const char *name; void *fn; } table[] = {
 	{"cuDeviceGetGraphMemAttribute", (void *)fDeviceGetGraphMemAttribute},
 	{"cuDeviceSetGraphMemAttribute", (void *)fDeviceSetGraphMemAttribute},
 	/* Batched copies. */
-	/* Fabric handles. */
 };
 
 CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, u64 flags, int *status) {
