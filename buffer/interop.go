@@ -82,7 +82,9 @@ func Use(op string, f func(ptrs []cuda.DevicePtr) error, bufs ...*Buffer) error 
 //
 // A nil stream among streams stands for the allocation stream and adds
 // nothing. If a wait cannot be ordered the buffer stays open and the
-// error says why; a zero cuda.Stream is an error matching
+// error says why; while any of the streams, or the allocation stream,
+// captures a graph that the other is not in, nothing is submitted and the
+// error matches cuda.ErrCapturing (see cuda.RefuseOrder); a zero cuda.Stream is an error matching
 // cuda.ErrInvalidArgument. Views and borrowed buffers free nothing:
 // CloseAfter only closes them. Like Close, it is idempotent and does
 // nothing on a nil or zero Buffer; it must not be called from inside Use
@@ -111,6 +113,14 @@ func (b *Buffer) CloseAfter(streams ...*cuda.Stream) error {
 	target, err := b.streamFor(op, nil)
 	if err != nil {
 		return err
+	}
+	// Decide every wait before making any: a wait that would pull a
+	// stream into a capture (or make a capture wait on outside work) is
+	// refused up front, with nothing submitted and the buffer open.
+	for _, s := range after {
+		if err := cuda.RefuseOrder(op, target, s); err != nil {
+			return fmt.Errorf("%w (the buffer stays open)", err)
+		}
 	}
 	for _, s := range after {
 		if s == target {

@@ -157,8 +157,10 @@ func legacyStream(h uintptr) bool { return h == 0 || h == 1 }
 // stream must still be valid).
 //
 // The batch is one driver call where the driver has one (see
-// [Device.MemcpyBatchPath]); otherwise, and on the legacy default stream
-// (which cuMemcpyBatchAsync does not accept), it is a loop of
+// [Device.MemcpyBatchPath]); otherwise, on the legacy default stream
+// (which cuMemcpyBatchAsync does not accept), and on a capturing stream
+// (the batched call cannot be captured; the loop's copies become nodes of
+// the graph), it is a loop of
 // cuMemcpyAsync, one call per copy, that stops at the first failure. A
 // failure the driver ties to one copy (the CUDA 12.8 ABI's failIdx, or the
 // loop's failing call) is a *BatchCopyError naming it. A failed batch may
@@ -198,6 +200,17 @@ func (s *Stream) MemcpyBatchAsync(dsts, srcs []DevicePtr, sizes []uint64, attrs 
 	path := s.dev.batch
 	if legacyStream(h) || batchhook.ForceLoop.Load() {
 		path = MemcpyBatchLoop
+	}
+	if path != MemcpyBatchLoop {
+		// cuMemcpyBatchAsync cannot be captured (the driver refuses it
+		// and loses the capture); the loop's copies become memcpy nodes.
+		c, err := s.captureOfLocked(op, ctx, h)
+		if err != nil {
+			return err
+		}
+		if c.capturing {
+			path = MemcpyBatchLoop
+		}
 	}
 	if path == MemcpyBatchLoop {
 		return s.memcpyLoop(ctx, h, dsts, srcs, sizes)

@@ -105,7 +105,7 @@ func (s *Stream) BeginCaptureMode(mode CaptureMode) error {
 	if mode < CaptureModeGlobal || mode > CaptureModeRelaxed {
 		return Errorf(op, ErrInvalidArgument, "unknown capture mode %d (want CaptureModeGlobal, CaptureModeThreadLocal or CaptureModeRelaxed)", int32(mode))
 	}
-	ctx, h, err := s.begin(op)
+	ctx, h, err := s.beginQuery(op)
 	if err != nil {
 		return err
 	}
@@ -118,6 +118,8 @@ func (s *Stream) BeginCaptureMode(mode CaptureMode) error {
 	if !s.capState.CompareAndSwap(capNone, capBeginning) {
 		return Errorf(op, ErrCapturing, "stream %#x of %v is already capturing (end it with EndCapture first)", h, s.dev)
 	}
+	s.seq.Store(&captureSeq{origin: s})
+	s.dev.captureBegun()
 	if s.blocking {
 		s.dev.blockingCaptures.Add(1)
 	}
@@ -138,11 +140,30 @@ const (
 )
 
 // captureEnded lowers the capture flag (and the device's count of
-// capturing blocking streams) once the capture is over.
+// capturing blocking streams) once the capture is over. For the stream
+// that began the capture it also ends the sequence: the streams that
+// joined it stop capturing, and the context's count of captures drops
+// (running what waited for it to reach zero).
 func (s *Stream) captureEnded() {
-	if s.capState.Swap(capNone) != capNone && s.blocking {
+	if s.capState.Swap(capNone) == capNone {
+		return
+	}
+	if s.blocking {
 		s.dev.blockingCaptures.Add(-1)
 	}
+	if c := s.seq.Swap(nil); c != nil && c.origin == s {
+		c.finish()
+		s.dev.captureOver()
+	}
+}
+
+// joinedTo returns the stream whose capture s joined (nil if s began its
+// capture, or is not capturing).
+func (s *Stream) joinedTo() *Stream {
+	if c := s.seq.Load(); c != nil && c.origin != s {
+		return c.origin
+	}
+	return nil
 }
 
 // EndCapture ends the capture begun with BeginCapture and returns the
@@ -155,13 +176,16 @@ func (s *Stream) captureEnded() {
 // driver is asked.
 func (s *Stream) EndCapture() (*Graph, error) {
 	const op = "Stream.EndCapture"
-	ctx, h, err := s.begin(op)
+	ctx, h, err := s.beginQuery(op)
 	if err != nil {
 		return nil, err
 	}
 	defer s.end()
 	if s.capState.Load() == capNone && !s.borrowed {
 		return nil, Errorf(op, ErrInvalidArgument, "stream %#x of %v is not capturing (begin with BeginCapture)", h, s.dev)
+	}
+	if o := s.joinedTo(); o != nil {
+		return nil, Errorf(op, ErrInvalidArgument, "stream %#x of %v joined the capture that %v began (by waiting on its work): end the capture there, after making that stream wait for this one", h, s.dev, o.describe())
 	}
 	g, err := s.endCapture(ctx, h)
 	if err != nil {
@@ -237,7 +261,7 @@ func (s *Stream) status(ctx, h uintptr) (CaptureStatus, error) {
 // (ErrorStreamCaptureImplicit), without harming the capture.
 func (s *Stream) CaptureStatus() (CaptureStatus, error) {
 	const op = "Stream.CaptureStatus"
-	ctx, h, err := s.begin(op)
+	ctx, h, err := s.beginQuery(op)
 	if err != nil {
 		return 0, err
 	}
@@ -254,7 +278,7 @@ func (s *Stream) CaptureStatus() (CaptureStatus, error) {
 // not capturing). It needs a CUDA 12.3 or later driver.
 func (s *Stream) CaptureID() (CaptureStatus, uint64, error) {
 	const op = "Stream.CaptureID"
-	ctx, h, err := s.begin(op)
+	ctx, h, err := s.beginQuery(op)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -305,7 +329,7 @@ func (s *Stream) RefuseCapture(op string) error {
 	if err, ask := s.refuseFast(op); !ask {
 		return err
 	}
-	ctx, h, err := s.begin(op)
+	ctx, h, err := s.beginQuery(op)
 	if err != nil {
 		return nil // closed meanwhile: the operation reports it
 	}

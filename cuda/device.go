@@ -46,6 +46,14 @@ type Device struct {
 	// legacy default stream must not be used (capture.go).
 	blockingCaptures atomic.Int32
 
+	// captures counts the captures of this context that cudamem saw
+	// begin; while one is in flight the context must not be waited for
+	// as a whole (capturerule.go), and afterCapture holds what waits for
+	// none to be left (DeferWhileCapturing). capMu orders the two.
+	captures     atomic.Int32
+	capMu        sync.Mutex
+	afterCapture []func()
+
 	waiter waiter // shares cuCtxSynchronize among SyncContext callers
 
 	// features is what Features read, once every attribute it asks for was
@@ -441,9 +449,16 @@ func (d *Device) MemInfo() (free, total uint64, err error) {
 
 // Sync waits for all work in the device's context (the primary context for
 // GetDevice's values) to finish.
+//
+// While a stream of the context captures (Stream.BeginCapture), it is
+// refused with an error matching ErrCapturing: the driver would
+// invalidate the capture.
 func (d *Device) Sync() error {
 	ctx, err := d.contextFor("Device.Sync")
 	if err != nil {
+		return err
+	}
+	if err := d.RefuseDeviceWait("Device.Sync"); err != nil {
 		return err
 	}
 	return result(&d.drv.CtxSynchronize, d.drv.CtxSynchronize.CallCtx(ctx))

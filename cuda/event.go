@@ -19,6 +19,10 @@ type Event struct {
 	closed atomic.Bool // written under mu; read anywhere
 
 	waiter waiter // the blocking wait SyncContext callers share
+
+	// rec is the capture the last Record went into (nil: it was recorded
+	// outside any capture); see capturerule.go.
+	rec atomic.Pointer[eventCapture]
 }
 
 // NewEvent creates an event on the device. EventDefault records timing.
@@ -78,24 +82,52 @@ func (e *Event) HandleErr() (uintptr, error) {
 // IsClosed reports whether Close was called (true for a nil Event).
 func (e *Event) IsClosed() bool { return e == nil || e.closed.Load() }
 
-// Record marks the event at the current end of stream s.
+// Record marks the event at the current end of stream s. The event and
+// the stream must belong to the same context (an error matching
+// ErrInvalidArgument names both otherwise). On a capturing stream the
+// record is a node of the capture: until EndCapture the event can be
+// waited on by other streams (which joins them to the capture; see
+// Stream.WaitEvent), but not synchronized or queried (see Sync).
 func (e *Event) Record(s *Stream) error {
-	h, err := e.get("Event.Record")
+	const op = "Event.Record"
+	h, err := e.get(op)
 	if err != nil {
 		return err
 	}
 	defer e.end()
-	ctx, sh, err := s.begin("Event.Record")
+	ctx, sh, err := s.begin(op)
 	if err != nil {
 		return err
 	}
 	defer s.end()
-	return result(&e.dev.drv.EventRecord, e.dev.drv.EventRecord.CallCtx(ctx, h, sh))
+	if ectx, err := e.dev.contextFor(op); err != nil {
+		return err
+	} else if ectx != ctx {
+		return Errorf(op, ErrInvalidArgument, "event of %v (context %s) recorded on %v (context %s): an event and the stream it is recorded on must belong to the same context", e.dev, describeContext(ectx), s.describe(), describeContext(ctx))
+	}
+	c, err := s.captureOfLocked(op, ctx, sh)
+	if err != nil {
+		return err
+	}
+	if c.legacy {
+		return Errorf(op, ErrCapturing, "recording on the legacy default stream of %v would join the capture of a blocking stream (made without StreamNonBlocking) and invalidate it; use another stream until EndCapture", s.dev)
+	}
+	if err := result(&e.dev.drv.EventRecord, e.dev.drv.EventRecord.CallCtx(ctx, h, sh)); err != nil {
+		return err
+	}
+	if c.capturing {
+		e.rec.Store(&eventCapture{seq: c.seq, stream: s, id: c.id})
+	} else {
+		e.rec.Store(nil)
+	}
+	return nil
 }
 
 // Sync waits until the work before the event's last record has finished.
 // An event of a context destroyed by Context.Close (not closed itself) has
-// nothing left to wait for: Close waited for the context's work.
+// nothing left to wait for: Close waited for the context's work. An event
+// last recorded into a capture still in progress is refused with an error
+// matching ErrCapturing (the driver forbids waiting for it).
 func (e *Event) Sync() error {
 	h, err := e.get("Event.Sync")
 	if err != nil {
@@ -105,6 +137,9 @@ func (e *Event) Sync() error {
 	if e.dev.contextClosedDone() {
 		return nil
 	}
+	if err := e.refuseCaptured("Event.Sync"); err != nil {
+		return err
+	}
 	ctx, err := e.dev.contextFor("Event.Sync")
 	if err != nil {
 		return err
@@ -113,7 +148,8 @@ func (e *Event) Sync() error {
 }
 
 // Done reports whether the work before the event has finished (true for
-// an event of a context destroyed by Context.Close, as for Sync).
+// an event of a context destroyed by Context.Close, as for Sync; refused
+// during the capture it was recorded into, as for Sync).
 func (e *Event) Done() (bool, error) {
 	h, err := e.get("Event.Done")
 	if err != nil {
@@ -122,6 +158,9 @@ func (e *Event) Done() (bool, error) {
 	defer e.end()
 	if e.dev.contextClosedDone() {
 		return true, nil
+	}
+	if err := e.refuseCaptured("Event.Done"); err != nil {
+		return false, err
 	}
 	ctx, err := e.dev.contextFor("Event.Done")
 	if err != nil {
@@ -150,6 +189,12 @@ func Elapsed(start, end *Event) (time.Duration, error) {
 		return 0, err
 	}
 	defer end.end()
+	if err := start.refuseCaptured("Elapsed"); err != nil {
+		return 0, err
+	}
+	if err := end.refuseCaptured("Elapsed"); err != nil {
+		return 0, err
+	}
 	ctx, err := start.dev.contextFor("Elapsed")
 	if err != nil {
 		return 0, err

@@ -42,6 +42,10 @@ type Stream struct {
 	// legacy stream would join the capture and invalidate it.
 	capState atomic.Int32
 	blocking bool
+	// seq is the capture the stream is in while capState is not capNone:
+	// one it began, or one it joined by waiting on its work (nil for a
+	// capture cudamem did not see begin).
+	seq atomic.Pointer[captureSeq]
 }
 
 // NewStream creates a non-blocking stream (it does not synchronize with
@@ -136,7 +140,20 @@ func (s *Stream) IsClosed() bool { return s == nil || s.closed.Load() }
 
 // begin returns the context and handle for a call on s, holding a read
 // lock that end releases, so Close cannot destroy the stream mid-call.
+// On the legacy default stream while a blocking stream of its context
+// captures, it refuses with ErrCapturing: any work there would join that
+// capture and invalidate it (the capture rule, capturerule.go).
 func (s *Stream) begin(op string) (ctx, handle uintptr, err error) {
+	if s != nil && s.dev != nil && s.IsDefault() && s.dev.blockingCaptures.Load() > 0 {
+		return 0, 0, Errorf(op, ErrCapturing, "the legacy default stream of %v would join the capture of a blocking stream (made without StreamNonBlocking) and invalidate it; use another stream until EndCapture", s.dev)
+	}
+	return s.beginQuery(op)
+}
+
+// beginQuery is begin without the legacy stream's capture check, for the
+// calls that only ask about captures (which the driver answers without
+// harming one).
+func (s *Stream) beginQuery(op string) (ctx, handle uintptr, err error) {
 	if s == nil || s.dev == nil {
 		return 0, 0, Errorf(op, ErrInvalidArgument, "nil or zero stream (use Device.NewStream, or Device.DefaultStream for the legacy default stream)")
 	}
@@ -192,18 +209,51 @@ func (s *Stream) Done() (bool, error) {
 }
 
 // WaitEvent makes future work on s wait until e has completed.
+//
+// Under capture it follows the driver's rules (see RefuseOrder): waiting
+// on an event recorded into a capture pulls s into that capture (how a
+// capture forks into several streams; s must then be joined back into
+// the capturing stream, through an event recorded on s and waited on
+// there, before EndCapture), and s stops capturing when the capture
+// ends. A capturing s waiting on an event recorded outside its capture,
+// or into another capture, is refused with an error matching
+// ErrCapturing, as is any wait involving the legacy default stream while
+// a blocking stream captures; the captures stay valid.
 func (s *Stream) WaitEvent(e *Event) error {
-	ctx, h, err := s.begin("Stream.WaitEvent")
+	const op = "Stream.WaitEvent"
+	ctx, h, err := s.begin(op)
 	if err != nil {
 		return err
 	}
 	defer s.end()
-	eh, err := e.get("Stream.WaitEvent")
+	eh, err := e.get(op)
 	if err != nil {
 		return err
 	}
 	defer e.end()
-	return result(&s.dev.drv.StreamWaitEvent, s.dev.drv.StreamWaitEvent.CallCtx(ctx, h, eh, 0))
+	w, err := s.captureOfLocked(op, ctx, h)
+	if err != nil {
+		return err
+	}
+	rec := e.rec.Load()
+	if !rec.active(op) {
+		rec = nil
+	}
+	what := "an event recorded outside any capture"
+	if rec != nil {
+		what = fmt.Sprintf("an event recorded into the capture on %v", rec.stream.describe())
+	}
+	join, err := decideOrder(op, s, w, what, rec.capID(), true)
+	if err != nil {
+		return err
+	}
+	if err := result(&s.dev.drv.StreamWaitEvent, s.dev.drv.StreamWaitEvent.CallCtx(ctx, h, eh, 0)); err != nil {
+		return err
+	}
+	if join {
+		s.joinCapture(rec)
+	}
+	return nil
 }
 
 // WaitStream makes future work on s wait for all work submitted to other
@@ -249,6 +299,11 @@ func (s *Stream) Close() error {
 	defer s.mu.Unlock()
 	if s.closed.Load() {
 		return nil
+	}
+	if o := s.joinedTo(); o != nil && !s.dev.contextGone() {
+		// The driver cannot destroy a stream in the middle of a capture,
+		// and only the stream that began it can end it.
+		return Errorf("Stream.Close", ErrCapturing, "%v joined the capture that %v began: end that capture first", s.describe(), o.describe())
 	}
 	if s.borrowed || s.dev.contextGone() { // nothing of ours to destroy
 		// A capture begun through this value stops counting here (the

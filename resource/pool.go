@@ -69,11 +69,25 @@ type poolCore struct {
 }
 
 // own makes c own its pool: once closed and unused, the pool's pending
-// work on the quiesce devices is waited for, then destroy runs.
+// work on the quiesce devices is waited for, then destroy runs. While a
+// stream of one of those devices captures, waiting for the device would
+// invalidate the capture: the destruction is put off until no capture is
+// in flight (Close still returns at once, and the pool is closed).
 func (c *poolCore) own(quiesce []*cuda.Device, destroy func() error) {
+	retry := func() { _ = c.life.Retry() }
 	c.life.SetDestroy(func() error {
+	quiesce:
+		for _, d := range quiesce {
+			if d.DeferWhileCapturing(retry) {
+				return poolcore.ErrDeferred
+			}
+		}
 		for _, d := range quiesce {
 			if err := d.Sync(); err != nil {
+				if errors.Is(err, cuda.ErrCapturing) {
+					// A capture began since the check: defer after all.
+					goto quiesce
+				}
 				return fmt.Errorf("wait for %v before destroying the pool: %w", d, err)
 			}
 		}

@@ -48,7 +48,7 @@ func (a *SubAllocator) slowLocked(l *subList, n uint64, s *cuda.Stream) (int32, 
 	}
 	for pass := 0; ; pass++ {
 		for _, t := range a.streams {
-			if t == l || t.n == 0 || a.find(t, n) == 0 {
+			if t == l || t.n == 0 || a.find(t, n) == 0 || !a.order.mayOrder(l.key, t.key) {
 				continue
 			}
 			if err := a.takeLocked(l, t); err != nil {
@@ -71,7 +71,7 @@ func (a *SubAllocator) slowLocked(l *subList, n uint64, s *cuda.Stream) (int32, 
 	}
 	took := false
 	for _, t := range a.streams {
-		if t == l || t.n == 0 {
+		if t == l || t.n == 0 || !a.order.mayOrder(l.key, t.key) {
 			continue
 		}
 		if terr := a.takeLocked(l, t); terr != nil {
@@ -134,6 +134,14 @@ type subOrderer interface {
 	// close drops everything; what fails to drop stays, for the next
 	// close to retry.
 	close() error
+	// refuseCapture is cuda's RefuseCapture for s, nil resolved to the
+	// default stream (which is refused while a blocking stream captures).
+	refuseCapture(op string, s *cuda.Stream) error
+	// mayOrder reports whether dst may be ordered after src without
+	// harming a capture (cuda.RefuseOrder): a stream's free ranges are
+	// taken for another only then, so no stream is pulled into, or made
+	// to wait out of, a capture.
+	mayOrder(dst, src *cuda.Stream) bool
 }
 
 // eventOrder is the production subOrderer: one event per source stream,
@@ -171,6 +179,31 @@ func (o *eventOrder) stream(s *cuda.Stream) (*cuda.Stream, error) {
 		return nil, err
 	}
 	return d.DefaultStream(), nil
+}
+
+func (o *eventOrder) refuseCapture(op string, s *cuda.Stream) error {
+	if s == nil {
+		d, err := o.device()
+		if err != nil {
+			return nil // the operation's own resolution reports it
+		}
+		s = d.DefaultStream()
+	}
+	return s.RefuseCapture(op)
+}
+
+func (o *eventOrder) mayOrder(dst, src *cuda.Stream) bool {
+	// A stream that cannot be resolved is not a capture question:
+	// waitFor reports it.
+	ds, err := o.stream(dst)
+	if err != nil {
+		return true
+	}
+	ss, err := o.stream(src)
+	if err != nil {
+		return true
+	}
+	return cuda.RefuseOrder("SubAllocator.Allocate", ds, ss) == nil
 }
 
 func (o *eventOrder) waitFor(dst, src *cuda.Stream) error {

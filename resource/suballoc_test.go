@@ -118,6 +118,18 @@ type saOrder struct {
 	// recorded too.
 	forgetErrs []error
 	closeErrs  []error
+	// noOrder lists source streams mayOrder refuses.
+	noOrder map[*cuda.Stream]bool
+}
+
+func (o *saOrder) refuseCapture(op string, s *cuda.Stream) error { return s.RefuseCapture(op) }
+
+// mayOrder refuses the pairs listed in noOrder (src streams whose ranges
+// must not be taken), as a capturing stream's would be.
+func (o *saOrder) mayOrder(dst, src *cuda.Stream) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return !o.noOrder[src]
 }
 
 func (o *saOrder) waitFor(dst, src *cuda.Stream) error {

@@ -42,9 +42,16 @@
 package poolcore
 
 import (
+	"errors"
 	"sync"
 	"sync/atomic"
 )
+
+// ErrDeferred, returned (or wrapped) by a destroy function, means the
+// destruction cannot run now and the function has arranged for Retry to
+// be called once it can. It is not a failure: Close returns nil, and the
+// pool counts as closed but not yet destroyed.
+var ErrDeferred = errors.New("poolcore: destruction deferred")
 
 // closedBit marks state once Close has begun; the bits below it count the
 // calls in progress (between Acquire and Release).
@@ -178,10 +185,26 @@ func (c *Core) finishLocked() error {
 		return nil
 	}
 	if err := c.destroy(); err != nil {
+		if errors.Is(err, ErrDeferred) {
+			return nil
+		}
 		return err
 	}
 	c.destroyed = true
 	return nil
+}
+
+// Retry runs a destruction that was deferred (see ErrDeferred), if the
+// pool is closed, nothing is live and it is not destroyed yet. Its error
+// is kept for the next Close, as a deferred destruction's is.
+func (c *Core) Retry() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closing {
+		return nil
+	}
+	c.deferred = c.finishLocked()
+	return c.deferred
 }
 
 // IsClosed reports whether Close has begun.

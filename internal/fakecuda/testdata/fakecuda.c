@@ -69,7 +69,11 @@ enum {
 	E_ILLEGAL_STATE = 401,
 	E_CAPTURE_UNSUPPORTED = 900,
 	E_CAPTURE_INVALIDATED = 901,
+	E_CAPTURE_UNMATCHED = 903,
+	E_CAPTURE_UNJOINED = 904,
+	E_CAPTURE_ISOLATION = 905,
 	E_CAPTURE_IMPLICIT = 906,
+	E_CAPTURED_EVENT = 907,
 };
 
 #define MAXDEV 2
@@ -368,6 +372,8 @@ typedef struct {
 	int cap, mode;      /* capture status (0 none, 1 active, 2 invalidated) and mode */
 	void *cg;           /* the graph being captured */
 	u64 capid;
+	void *origin;       /* the stream that began the capture (itself, or the one it joined) */
+	int rejoined;       /* a joined stream whose work the capture waited for */
 } stream_t;
 /* Stream capture hooks (defined in the "Stream capture and graphs"
    section): capture_op says whether async work on s is to be recorded
@@ -381,7 +387,10 @@ static int global_captures;
 static void invalidate_global(void);
 static stream_t *streams[MAXS];
 static int nstreams;
-typedef struct { int dev; int recorded; ctx_t *ctx; } event_t;
+typedef struct {
+	int dev; int recorded; ctx_t *ctx;
+	void *cg; void *src; /* the capture (graph) and stream a captured record went into */
+} event_t;
 static event_t *events[MAXS];
 static int nevents;
 
@@ -564,7 +573,16 @@ static CUresult fCtxGetDevice(int *d) {
 	*d = current->dev;
 	return OK;
 }
-static CUresult fCtxSynchronize(void) { return current ? OK : E_INVALID_CONTEXT; }
+static void invalidate_ctx(ctx_t *c);
+/* Waiting for the whole context while one of its streams captures
+   invalidates that capture, as on a real driver. */
+static CUresult fCtxSynchronize(void) {
+	LOCK();
+	NEED_CTX();
+	for (int i = 0; i < nstreams; i++)
+		if (streams[i]->cap == 1 && streams[i]->ctx == current) { invalidate_ctx(current); RET(E_CAPTURE_UNSUPPORTED); }
+	RET(OK);
+}
 static CUresult fCtxEnablePeerAccess(void *peer, unsigned flags) {
 	LOCK();
 	NEED_CTX();
@@ -638,12 +656,49 @@ static CUresult fStreamGetFlags(void *s, unsigned *flags) {
 	if (!s || s == (void *)1) { *flags = 0; RET(OK); } /* the legacy stream blocks */
 	RET(E_INVALID_HANDLE);
 }
+static stream_t *as_stream(void *s);
+static void invalidate(stream_t *st);
+static int capture_live(void *cg);
+static CUresult legacy_guard(void *s);
+static void graph_node(void *g);
+/* Waits under capture follow the driver's rules: waiting on an event
+   recorded into a capture joins the waiting stream to it; a capturing
+   stream waiting on an event recorded outside its capture (without the
+   external flag) or into another capture is an isolation error that
+   invalidates the capture. */
 static CUresult fStreamWaitEvent(void *s, void *e, unsigned flags) {
 	LOCK();
 	NEED_CTX();
 	NEED_STREAM(s);
-	if (!as_event(e)) RET(E_INVALID_HANDLE);
-	RET(OK);
+	event_t *ev = as_event(e);
+	if (!ev) RET(E_INVALID_HANDLE);
+	stream_t *st = as_stream(s);
+	void *ecg = ev->cg && capture_live(ev->cg) ? ev->cg : 0;
+	if (st && st->cap == 2) RET(E_CAPTURE_INVALIDATED);
+	int capturing = st && st->cap == 1;
+	if (!ecg && !capturing) RET(legacy_guard(s));
+	if (ecg && capturing && st->cg == ecg) {
+		/* A wait inside the capture: joins back a forked stream. */
+		stream_t *src = as_stream(ev->src);
+		if (src && src->cg == ecg && src != st->origin) src->rejoined = 1;
+		graph_node(ecg);
+		RET(OK);
+	}
+	if (ecg && !capturing) {
+		if (!st) { /* the legacy stream cannot join a capture */
+			stream_t *o = as_stream(ev->src);
+			if (o) invalidate(o);
+			RET(E_CAPTURE_IMPLICIT);
+		}
+		stream_t *o = as_stream(ev->src);
+		st->cap = 1, st->cg = ecg, st->mode = o ? o->mode : 2, st->capid = o ? o->capid : 0;
+		st->origin = o ? o->origin : 0, st->rejoined = 0;
+		RET(OK);
+	}
+	/* A capture waiting on work outside it, or on another capture. */
+	invalidate(st);
+	if (ecg) { stream_t *o = as_stream(ev->src); if (o) invalidate(o); }
+	RET(E_CAPTURE_ISOLATION);
 }
 static CUresult fEventCreate(void **e, unsigned flags) {
 	LOCK();
@@ -676,13 +731,26 @@ static CUresult fEventRecord(void *e, void *s) {
 	NEED_STREAM(s);
 	event_t *ev = as_event(e);
 	if (!ev) RET(E_INVALID_HANDLE);
+	/* An event and the stream it is recorded on share a context. */
+	stream_t *st = as_stream(s);
+	if (ev->ctx != (st ? st->ctx : current)) RET(E_INVALID_HANDLE);
+	int captured = 0;
+	CUresult cr = capture_op(s, &captured);
+	if (cr) RET(cr);
 	ev->recorded = 1;
+	ev->cg = captured ? st->cg : 0;
+	ev->src = captured ? st : 0;
 	RET(OK);
 }
+/* Waiting for or querying an event last recorded into a capture still in
+   progress is illegal. */
 static CUresult fEventSynchronize(void *e) {
 	LOCK();
 	NEED_CTX();
-	RET(as_event(e) ? OK : E_INVALID_HANDLE);
+	event_t *ev = as_event(e);
+	if (!ev) RET(E_INVALID_HANDLE);
+	if (ev->cg && capture_live(ev->cg)) RET(E_CAPTURED_EVENT);
+	RET(OK);
 }
 static CUresult fEventQuery(void *e) { return fEventSynchronize(e); }
 static CUresult fEventElapsedTime(float *ms, void *a, void *b) {
@@ -1716,15 +1784,35 @@ static void graph_free(graph_t *g) {
 	free(g);
 	stats[ST_GRAPHS]--;
 }
+/* invalidate marks the whole capture st is in invalidated: the stream
+   that began it and every stream that joined it. */
 static void invalidate(stream_t *st) {
-	if (st->cap != 1) return;
-	st->cap = 2;
-	if (st->mode == 0) global_captures--;
+	if (!st || st->cap != 1) return;
+	void *g = st->cg;
+	for (int i = 0; i < nstreams; i++) {
+		stream_t *x = streams[i];
+		if (x->cap != 1 || x->cg != g) continue;
+		x->cap = 2;
+		if (x->mode == 0 && x->origin == x) global_captures--;
+	}
+}
+static void invalidate_ctx(ctx_t *c) {
+	for (int i = 0; i < nstreams; i++)
+		if (streams[i]->cap == 1 && streams[i]->ctx == c) invalidate(streams[i]);
+}
+static void graph_node(void *g) { ((graph_t *)g)->nodes++; }
+/* capture_live reports whether graph g is still being captured. */
+static int capture_live(void *g) {
+	for (int i = 0; i < nstreams; i++)
+		if (streams[i]->cap && streams[i]->cg == g) return 1;
+	return 0;
 }
 static void invalidate_global(void) {
 	for (int i = 0; i < nstreams; i++)
 		if (streams[i]->cap == 1 && streams[i]->mode == 0) invalidate(streams[i]);
 }
+/* The legacy stream waiting (on anything) while a blocking stream of its
+   device captures joins, and so invalidates, that capture. */
 /* The legacy stream used while a blocking stream of its device captures
    joins (and so invalidates) that capture. */
 static CUresult legacy_guard(void *s) {
@@ -1808,6 +1896,7 @@ static CUresult fStreamBeginCapture(void *s, int mode) {
 	graphs[ngraphs++] = g;
 	stats[ST_GRAPHS]++;
 	st->cap = 1, st->mode = mode, st->cg = g, st->capid = next_capid++;
+	st->origin = st, st->rejoined = 0;
 	if (mode == 0) global_captures++;
 	RET(OK);
 }
@@ -1820,9 +1909,17 @@ static CUresult fStreamEndCapture(void *s, void **out) {
 	*out = 0;
 	if (!st || !st->cap) RET(E_ILLEGAL_STATE);
 	graph_t *g = st->cg;
+	if (st->origin != st) { invalidate(st); RET(E_CAPTURE_UNMATCHED); } /* end where it began */
+	/* Every stream that joined must have been joined back. */
+	int unjoined = 0;
+	for (int i = 0; i < nstreams; i++)
+		if (streams[i] != st && streams[i]->cg == g && streams[i]->cap == 1 && !streams[i]->rejoined) unjoined = 1;
+	if (unjoined) invalidate(st);
 	int was = st->cap;
 	if (was == 1 && st->mode == 0) global_captures--;
-	st->cap = 0, st->cg = 0;
+	for (int i = 0; i < nstreams; i++)
+		if (streams[i]->cg == g) streams[i]->cap = 0, streams[i]->cg = 0, streams[i]->origin = 0;
+	if (unjoined) { graph_free(g); RET(E_CAPTURE_UNJOINED); }
 	if (was == 2) { graph_free(g); RET(E_CAPTURE_INVALIDATED); }
 	*out = g;
 	RET(OK);
@@ -2006,6 +2103,9 @@ static CUresult batch_copy(u64 *dsts, u64 *srcs, size_t *sizes, size_t count, co
 	NEED_CTX();
 	if (s == 0 || s == (void *)1) RET(E_INVALID_VALUE); /* "must not be legacy NULL stream" */
 	NEED_STREAM(s);
+	/* Not capturable: refused, and the capture is lost (as on a driver). */
+	stream_t *cst = as_stream(s);
+	if (cst && cst->cap == 1) { invalidate(cst); RET(E_CAPTURE_UNSUPPORTED); }
 	if (!dsts || !srcs || !sizes || !count || !attrs || !idxs || !na || na > count) RET(E_INVALID_VALUE);
 	for (size_t k = 0; k < na; k++) {
 		if ((k == 0 && idxs[0] != 0) || (k > 0 && idxs[k] <= idxs[k - 1]) || idxs[k] >= count) RET(E_INVALID_VALUE);
