@@ -7,13 +7,13 @@
 // It needs cgo to build (CGO_ENABLED=1; a build without cgo fails with
 // "build constraints exclude all Go files") but no CUDA headers or
 // libraries: it declares the few C types it uses itself and dlopens
-// libcuda.so.1 at run time. For the GPU machine, build it from the project
-// root with
+// libcuda.so.1 at run time. Build it from the repository's root with
 //
-//	../shared/tools/gpu-pack --cgo-bench testdata/cgobench
+//	CGO_ENABLED=1 go build -o cgo-baseline ./testdata/cgobench
 //
-// which runs `CGO_ENABLED=1 go build -o .gpu/bin/cgo-baseline ./testdata/cgobench`,
-// then run `.gpu/bin/cgo-baseline` there (carry [".gpu"]).
+// and put it beside the cudamem binary (or pass cudamem bench -cgo PATH);
+// scripts/gpu-pack --cgo-bench testdata/cgobench builds it as
+// .gpu/bin/cgo-baseline, beside .gpu/bin/cudamem, for a GPU machine.
 //
 // Usage:
 //
