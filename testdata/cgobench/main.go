@@ -80,10 +80,10 @@
 //     per step of the first 16 and of the last 16 steps.
 //   - poolpair/mt/c/{1,4,16,64}/{own,shared}: the 256 B pool pair from
 //     that many pthreads (20,000, 20,000, 8,000 and 2,000 pairs each), each
-//     on a stream of its own or all on one, on the default pool, as
-//     ../shared/anchors/mt_anchor.c; the threads start together at a
-//     barrier and ns_per_op is the wall time until the last is joined,
-//     per pair of all threads (1e9/ns_per_op is pairs per second).
+//     on a stream of its own or all on one, on the default pool; the
+//     threads start together at a barrier and ns_per_op is the wall time
+//     until the last is joined, per pair of all threads (1e9/ns_per_op is
+//     pairs per second).
 //   - batch/{htod,dtod}/{c_batched,c_loop}: 10,000 copies of 4 KiB per
 //     iteration, block i of a pinned (htod) or device (dtod) source to
 //     block i*7919 mod 10,000 of a device destination, on the stream:
@@ -635,7 +635,7 @@ static CUresult cb_vmm_growstep(size_t total, size_t step, int window, double *f
 	return r;
 }
 
-// ---- the driver pool pair from many threads (../shared/anchors/mt_anchor.c) ----
+// ---- the driver pool pair from many threads ----
 
 enum { CB_MT_MAX = 64 };
 static CUstream cb_mt_streams[CB_MT_MAX];
