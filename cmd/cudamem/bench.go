@@ -5,13 +5,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 	"unsafe"
@@ -27,6 +27,9 @@ type result struct {
 	GBps    float64 `json:"gbps,omitempty"`
 	Iters   int     `json:"iters"`
 	Rep     int     `json:"rep,omitempty"` // 1-based repetition (-count)
+	// Error, when set, says why the measurement failed; it has no
+	// figures then. Other measurements still run and are reported.
+	Error string `json:"error,omitempty"`
 }
 
 // measurement is one benchmark of ours and the baseline it is compared to.
@@ -154,8 +157,7 @@ func parseSize(s string) (uint64, error) {
 // parseBenchFlags parses bench's arguments (CPU-testable).
 func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	f := &benchFlags{growTo: 8 << 30}
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("bench", stderr)
 	fs.IntVar(&f.device, "device", 0, "device `ordinal`")
 	fs.StringVar(&f.only, "only", "", "run only measurements whose name starts with `PREFIX`")
 	fs.Float64Var(&f.scale, "iters", 1, "multiply iteration counts by `X`")
@@ -166,14 +168,17 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs.IntVar(&f.count, "count", 1, "run each measurement (ours and the baseline's) `N` times; the table shows medians and min–max")
 	fs.StringVar(&f.svg, "svg", "", "also write an SVG bar chart of the ratios to `FILE`")
 	fs.Var(sizeFlag{&f.growTo}, "grow-to", "`SIZE` vmm/growstep grows one allocation to, in 2 MiB steps (e.g. 8GiB, 1GiB)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("%w: bench takes no arguments, got %q", errUsage, fs.Args())
+		return nil, fmt.Errorf("%w: takes no arguments, got %q", errUsage, fs.Args())
 	}
 	if !(f.scale > 0) || f.scale > 1e6 {
 		return nil, fmt.Errorf("%w: bad -iters %v (want a factor above 0)", errUsage, f.scale)
+	}
+	if f.device < 0 {
+		return nil, fmt.Errorf("%w: bad -device %d (want a device ordinal, 0 or more)", errUsage, f.device)
 	}
 	if f.count < 1 {
 		return nil, fmt.Errorf("%w: bad -count %d (want 1 or more)", errUsage, f.count)
@@ -209,6 +214,15 @@ func runBench(args []string, stdout, stderr io.Writer) (err error) {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
 	}
+	// The chart's file is opened before the measurements run, so a name
+	// that cannot be written fails at once.
+	var svg *outFile
+	if f.svg != "" {
+		if svg, err = openOut(f.svg, stdout); err != nil {
+			return err
+		}
+		defer svg.discard()
+	}
 	dev, err := cuda.GetDevice(f.device)
 	if err != nil {
 		return describeLoadError(err)
@@ -234,46 +248,73 @@ func runBench(args []string, stdout, stderr io.Writer) (err error) {
 	if len(ms) == 0 {
 		return fmt.Errorf("%w: no measurement name starts with %q", errUsage, f.only)
 	}
-	ours, err := runOurs(ms, f.scale, f.count, stderr)
-	if err != nil {
-		return err
-	}
+	ours, _ := runOurs(ms, f.scale, f.count, stderr) // failures are in ours, marked
 	var base []result
 	var baseErr error
 	if names := baselineNames(ms); len(names) > 0 {
 		base, baseErr = runBaseline(f, names, stderr)
 	}
-	switch f.format {
+	return report(f.format, svg, ms, ours, base, baseErr, stdout, stderr)
+}
+
+// report prints what bench measured in format (and the chart to svg,
+// when not nil): every figure there is, failed measurements marked as
+// such. It returns an error naming the measurements that failed.
+func report(format string, svg *outFile, ms []measurement, ours, base []result, baseErr error, stdout, stderr io.Writer) error {
+	switch format {
 	case "json":
 		enc := json.NewEncoder(stdout)
-		for _, r := range append(ours, base...) {
+		for _, r := range append(slices.Clip(ours), base...) {
 			if err := enc.Encode(r); err != nil {
 				return err
 			}
 		}
 	case "benchstat":
-		if err := printBenchstat(stdout, append(ours, base...)); err != nil {
+		if err := printBenchstat(stdout, append(slices.Clip(ours), base...)); err != nil {
 			return err
 		}
 	default:
 		printBench(stdout, ms, ours, base)
 	}
-	if f.svg != "" {
-		if err := writeSVGFile(f.svg, ratioRows(ms, ours, base)); err != nil {
+	if svg != nil {
+		if err := svg.write(func(w io.Writer) error { return writeSVG(w, ratioRows(ms, ours, base)) }); err != nil {
 			return err
 		}
-		fmt.Fprintf(stderr, "bench: wrote %s\n", f.svg)
+		if svg.name != "-" {
+			fmt.Fprintf(stderr, "bench: wrote %s\n", svg.name)
+		}
 	}
-	if baseErr != nil {
+	switch {
+	case baseErr != nil && len(base) == 0:
 		fmt.Fprintf(stderr, "cudamem bench: no C baseline: %v\n", baseErr)
+	case baseErr != nil:
+		fmt.Fprintf(stderr, "cudamem bench: the C baseline stopped early (its figures so far are shown): %v\n", baseErr)
 	}
-	return nil
+	return failures(ms, ours)
+}
+
+// failures returns an error listing the measurements that failed, or nil.
+func failures(ms []measurement, ours []result) error {
+	var failed []string
+	for _, r := range ours {
+		if r.Error != "" {
+			failed = append(failed, r.Name+": "+r.Error)
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d of %d measurements failed (marked FAILED; the others' results are shown):\n  %s",
+		len(failed), len(ms), strings.Join(failed, "\n  "))
 }
 
 // runOurs runs each measurement count times after a warm-up, reporting
-// progress on stderr.
+// progress on stderr. A measurement that fails is reported there, marked
+// in the results (one result with Error set) and in the returned error,
+// and the next one runs: one failure does not lose the others' figures.
 func runOurs(ms []measurement, scale float64, count int, stderr io.Writer) ([]result, error) {
 	var ours []result
+	var errs []error
 	for i, m := range ms {
 		n := max(1, int(float64(m.iters)*scale))
 		fmt.Fprintf(stderr, "bench: [%d/%d] %s (%d × %d iterations)\n", i+1, len(ms), m.name, count, n)
@@ -284,11 +325,14 @@ func runOurs(ms []measurement, scale float64, count int, stderr io.Writer) ([]re
 			fmt.Fprintf(stderr, "bench: skipped %s: %s\n", m.name, skip.reason)
 			continue
 		case err != nil:
-			return nil, fmt.Errorf("%s: %w", m.name, err)
+			fmt.Fprintf(stderr, "bench: FAILED %s: %v\n", m.name, err)
+			ours = append(ours, result{Name: m.name, Error: err.Error()})
+			errs = append(errs, fmt.Errorf("%s: %w", m.name, err))
+			continue
 		}
 		ours = append(ours, rs...)
 	}
-	return ours, nil
+	return ours, errors.Join(errs...)
 }
 
 func runOne(m *measurement, n, count int) ([]result, error) {
@@ -352,7 +396,9 @@ func runBaseline(f *benchFlags, names []string, stderr io.Writer) ([]result, err
 		}
 		path = filepath.Join(filepath.Dir(exe), "cgo-baseline")
 		if _, err := os.Stat(path); err != nil {
-			return nil, fmt.Errorf("%s not found (build it with ../shared/tools/gpu-pack --cgo-bench testdata/cgobench, or pass -cgo)", path)
+			return nil, fmt.Errorf("%s not found: build it in a clone of the repository with "+
+				"'CGO_ENABLED=1 go build -o cgo-baseline ./testdata/cgobench' (needs a C compiler, no CUDA toolkit) "+
+				"and put it beside this binary, or pass -cgo PATH", path)
 		}
 	}
 	var tail tailBuffer
@@ -360,10 +406,12 @@ func runBaseline(f *benchFlags, names []string, stderr io.Writer) ([]result, err
 	cmd.Stderr = io.MultiWriter(stderr, &tail)
 	out, err := cmd.Output()
 	if err != nil {
+		// Keep what it measured before it failed.
+		res, _ := parseResults(path, out)
 		if msg := strings.TrimSpace(tail.String()); msg != "" {
-			return nil, fmt.Errorf("%s: %w: %s", path, err, msg)
+			return res, fmt.Errorf("%s: %w: %s", path, err, msg)
 		}
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return res, fmt.Errorf("%s: %w", path, err)
 	}
 	return parseResults(path, out)
 }
@@ -379,13 +427,15 @@ func baselineArgs(f *benchFlags, names []string) []string {
 	}
 }
 
+// parseResults reads the baseline's JSON lines. On a line that is not a
+// result it returns the results before it with the error.
 func parseResults(path string, out []byte) ([]result, error) {
 	var res []result
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
 		var r result
 		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
-			return nil, fmt.Errorf("%s printed %q: %w", path, sc.Text(), err)
+			return res, fmt.Errorf("%s printed %q: %w", path, sc.Text(), err)
 		}
 		res = append(res, r)
 	}

@@ -281,7 +281,8 @@ func TestParseChildReport(t *testing.T) {
 }
 
 // runOurs reports progress on stderr, never on stdout; skips are reported
-// and leave the measurement out; other errors stop the run.
+// and leave the measurement out; other errors are returned (and marked in
+// the results: see TestBenchKeepsResultsWhenOneFails).
 func TestRunOurs(t *testing.T) {
 	calls := 0
 	sd := &side{name: "s", baseline: "s/c"}
@@ -356,4 +357,113 @@ func TestTailBuffer(t *testing.T) {
 	_, _ = tb.Write([]byte("end"))
 	assert.Len(t, tb.String(), 4096)
 	assert.True(t, strings.HasSuffix(tb.String(), "xend"))
+}
+
+// One measurement failing does not lose the others: runOurs goes on, the
+// table, JSON, benchstat and chart show every figure there is, the failed
+// measurement is marked FAILED, and bench fails naming it.
+func TestBenchKeepsResultsWhenOneFails(t *testing.T) {
+	ok := func(ns int) func(int) (time.Duration, error) {
+		return func(n int) (time.Duration, error) { return time.Duration(n*ns) * time.Nanosecond, nil }
+	}
+	ms := []measurement{
+		{name: "poolpair/go/1MiB", baseline: "poolpair/cgo/1MiB", iters: 10, run: ok(800)},
+		{name: "copy/dtod/go", baseline: "copy/dtod", iters: 10, bytes: 1 << 20, run: func(n int) (time.Duration, error) {
+			return 0, errors.New("cuMemcpyAsync: CUDA_ERROR_ILLEGAL_ADDRESS")
+		}},
+		{name: "trivial/go", baseline: "trivial/cgo", iters: 10, run: ok(90)},
+	}
+	var stderr bytes.Buffer
+	ours, err := runOurs(ms, 1, 2, &stderr)
+	require.ErrorContains(t, err, "copy/dtod/go: cuMemcpyAsync: CUDA_ERROR_ILLEGAL_ADDRESS")
+	require.Len(t, ours, 5, "two repetitions each of the two that ran, one failure")
+	assert.Equal(t, result{Name: "copy/dtod/go", Error: "cuMemcpyAsync: CUDA_ERROR_ILLEGAL_ADDRESS"}, ours[2])
+	assert.Contains(t, stderr.String(), "bench: FAILED copy/dtod/go: cuMemcpyAsync")
+	assert.Contains(t, stderr.String(), "bench: [3/3] trivial/go", "the next measurement ran")
+	base := []result{
+		{Name: "poolpair/cgo/1MiB", NsPerOp: 700, Rep: 1}, {Name: "copy/dtod", NsPerOp: 1e5, GBps: 2000, Rep: 1},
+		{Name: "trivial/cgo", NsPerOp: 80, Rep: 1},
+	}
+
+	// The table.
+	var stdout bytes.Buffer
+	stderr.Reset()
+	err = report("table", nil, ms, ours, base, nil, &stdout, &stderr)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "1 of 3 measurements failed")
+	assert.Contains(t, err.Error(), "\n  copy/dtod/go: cuMemcpyAsync: CUDA_ERROR_ILLEGAL_ADDRESS")
+	out := stdout.String()
+	assert.Regexp(t, `poolpair/go/1MiB\s+800\.0 ns/op\s+800\.0 ns–800\.0 ns\s+poolpair/cgo/1MiB\s+700\.0 ns/op\s+-\s+1\.14x`, out)
+	assert.Regexp(t, `copy/dtod/go\s+FAILED\s+-\s+copy/dtod\s+2000\.0 GB/s\s+-\s+-\n`, out)
+	assert.Regexp(t, `trivial/go\s+90\.0 ns/op`, out)
+
+	// JSON: every result, the failure with its error.
+	stdout.Reset()
+	require.Error(t, report("json", nil, ms, ours, base, nil, &stdout, io.Discard))
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
+	require.Len(t, lines, 8)
+	assert.JSONEq(t, `{"name":"copy/dtod/go","ns_per_op":0,"iters":0,"error":"cuMemcpyAsync: CUDA_ERROR_ILLEGAL_ADDRESS"}`, lines[2])
+
+	// benchstat: the lines that have figures, all well-formed.
+	stdout.Reset()
+	require.Error(t, report("benchstat", nil, ms, ours, base, nil, &stdout, io.Discard))
+	bl := strings.Split(strings.TrimSpace(stdout.String()), "\n")[3:]
+	assert.Len(t, bl, 7)
+	for _, l := range bl {
+		assert.Regexp(t, benchLine, l)
+		assert.NotContains(t, l, "Copy/dtod/go")
+	}
+
+	// The chart: a bar for each measurement that has both figures.
+	dir := t.TempDir()
+	svg, err := openOut(filepath.Join(dir, "r.svg"), nil)
+	require.NoError(t, err)
+	stderr.Reset()
+	require.Error(t, report("table", svg, ms, ours, base, nil, io.Discard, &stderr))
+	data, err := os.ReadFile(filepath.Join(dir, "r.svg"))
+	require.NoError(t, err)
+	bars, _ := checkSVG(t, data)
+	assert.Equal(t, 2, bars)
+	assert.Contains(t, stderr.String(), "bench: wrote ")
+
+	// Nothing failed: no error. A baseline that stopped early is said so.
+	stderr.Reset()
+	good := []result{ours[0], ours[1], ours[3], ours[4]}
+	require.NoError(t, report("table", nil, ms, good, base[:1], errors.New("cgo-baseline: exit status 1"), io.Discard, &stderr))
+	assert.Contains(t, stderr.String(), "the C baseline stopped early")
+	stderr.Reset()
+	require.NoError(t, report("table", nil, ms, good, nil, errors.New("not found"), io.Discard, &stderr))
+	assert.Contains(t, stderr.String(), "no C baseline: not found")
+}
+
+// A baseline program that fails partway keeps the figures it printed.
+func TestRunBaselineKeepsPartialResults(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("uses a shell script")
+	}
+	script := filepath.Join(t.TempDir(), "cgo-baseline")
+	require.NoError(t, os.WriteFile(script, []byte(`#!/bin/sh
+echo '{"name":"a/c","ns_per_op":2.5,"iters":10,"rep":1}'
+echo 'cgo-baseline: b/c: cuMemAlloc failed' >&2
+exit 1
+`), 0o755))
+	f := &benchFlags{baseline: script, scale: 1, count: 1, growTo: 1 << 30}
+	rs, err := runBaseline(f, []string{"a/c", "b/c"}, io.Discard)
+	assert.ErrorContains(t, err, "b/c: cuMemAlloc failed")
+	assert.Equal(t, []result{{Name: "a/c", NsPerOp: 2.5, Iters: 10, Rep: 1}}, rs)
+}
+
+// Without a baseline beside the binary, the message says how to build one
+// from a clone of the repository (no path outside it).
+func TestBaselineNotFoundMessage(t *testing.T) {
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	if _, err := os.Stat(filepath.Join(filepath.Dir(exe), "cgo-baseline")); err == nil {
+		t.Skip("a cgo-baseline lies beside the test binary")
+	}
+	_, err = runBaseline(&benchFlags{scale: 1, count: 1, growTo: 1 << 30}, []string{"a/c"}, io.Discard)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "CGO_ENABLED=1 go build -o cgo-baseline ./testdata/cgobench")
+	assert.Contains(t, err.Error(), "-cgo PATH")
+	assert.NotContains(t, err.Error(), "../")
 }

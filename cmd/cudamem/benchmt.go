@@ -17,7 +17,7 @@ import (
 // the aggregate: wall time from the start signal until the last goroutine
 // is done, per pair. The baseline is the driver pool pair
 // (cuMemAllocFromPoolAsync + cuMemFreeAsync on the device's default pool)
-// from as many pthreads, as ../shared/anchors/mt_anchor.c does.
+// from as many pthreads, measured by the C baseline (testdata/cgobench).
 const (
 	mtPrefix = "suballoc/mt/"
 	mtSize   = 256

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -47,14 +46,13 @@ type DeviceInfo struct {
 }
 
 func runInfo(args []string, w, stderr io.Writer) error {
-	fs := flag.NewFlagSet("info", flag.ContinueOnError)
+	fs := newFlagSet("info", stderr)
 	asJSON := fs.Bool("json", false, "print JSON (on failure, a JSON object with an \"error\" field)")
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: info takes no arguments, got %q", errUsage, fs.Args())
+		return fmt.Errorf("%w: takes no arguments, got %q", errUsage, fs.Args())
 	}
 	info, err := collectInfo(source)
 	if err != nil {

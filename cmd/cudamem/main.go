@@ -5,16 +5,17 @@
 //	cudamem bench [flags]     driver-call and memory benchmarks, with ratios to C
 //	cudamem selftest          check every device's memory paths end to end
 //	cudamem timeline [flags]  a memory timeline (SVG) of a demo run or a JSON trace
-//	cudamem -version          cudamem's module version and the driver's
+//	cudamem version           cudamem's module version and the driver's (also -version)
+//	cudamem help [command]    this list, or a command's usage and flags
 //
 // It needs no CUDA toolkit: the driver library is loaded at run time.
-// Without a driver, info says what it tried and exits with status 1.
-// Every command prints its usage with -h (exit status 0); a bad flag or
-// argument exits with status 2.
+// Without a driver, the commands that need one say which paths they
+// tried and exit with status 1. Every command prints its usage with -h
+// (exit status 0); a bad flag or argument prints the error and the
+// command's usage line, and exits with status 2.
 package main
 
 import (
-	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -32,18 +33,33 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-// command is one subcommand. Its flag set writes the flag package's
-// messages (errors, -h) to stderr.
+// command is one subcommand.
 type command struct {
 	name, args, summary string
 	run                 func(args []string, stdout, stderr io.Writer) error
 }
 
-var commands = []command{
-	{"info", "[-json]", "show the CUDA driver, devices and their memory features (-json for JSON)", runInfo},
-	{"bench", "[flags]", "measure driver calls, pool allocation and copies beside a C baseline", runBench},
-	{"selftest", "", "allocate, copy and check memory on every device (pools, pinned, managed, VMM, peers)", runSelftest},
-	{"timeline", "[flags]", "draw a memory timeline (SVG) of a demo workload, or of a JSON trace with -in", runTimeline},
+// commands is set in init: the commands' flag parsing looks their usage
+// lines up here, which a package-level initializer would make a cycle.
+var commands []command
+
+func init() {
+	commands = []command{
+		{"info", "[-json]", "show the CUDA driver, devices and their memory features (-json for JSON)", runInfo},
+		{"bench", "[flags]", "measure driver calls, pool allocation and copies beside a C baseline", runBench},
+		{"selftest", "", "allocate, copy and check memory on every device (pools, pinned, managed, VMM, peers)", runSelftest},
+		{"timeline", "[flags]", "draw a memory timeline (SVG) of a demo workload, or of a JSON trace with -in", runTimeline},
+		{"version", "", "print cudamem's version and the driver's (also -version)", runVersion},
+	}
+}
+
+func findCommand(name string) *command {
+	for i := range commands {
+		if commands[i].name == name {
+			return &commands[i]
+		}
+	}
+	return nil
 }
 
 func usage() string {
@@ -52,12 +68,22 @@ func usage() string {
 	for _, c := range commands {
 		fmt.Fprintf(&b, "  %-9s %s\n", c.name, c.summary)
 	}
-	b.WriteString("  version   print cudamem's version and the driver's (also -version)\n")
-	b.WriteString("  help      show this help\n\nRun 'cudamem <command> -h' for a command's flags.\n")
+	b.WriteString("  help      show this help, or a command's (cudamem help <command>)\n\n")
+	b.WriteString("Run 'cudamem <command> -h' for a command's flags.\n")
 	return b.String()
 }
 
-// errUsage marks errors that should print the usage text.
+// usageLine is a command's one-line synopsis.
+func usageLine(name string) string {
+	line := "usage: cudamem " + name
+	if c := findCommand(name); c != nil && c.args != "" {
+		line += " " + c.args
+	}
+	return line
+}
+
+// errUsage marks errors that should print the command's usage line and
+// exit with status 2.
 var errUsage = errors.New("usage")
 
 func run(args []string, stdout, stderr io.Writer) int {
@@ -67,22 +93,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "help", "-h", "-help", "--help":
-		fmt.Fprint(stdout, usage())
-		return 0
-	case "version", "-version", "--version":
-		if len(args) > 1 {
-			fmt.Fprintf(stderr, "cudamem: version takes no arguments, got %q\n", args[1:])
-			return 2
-		}
-		printVersion(stdout)
-		return 0
+		return runHelp(args[1:], stdout, stderr)
+	case "-version", "--version":
+		args = append([]string{"version"}, args[1:]...)
 	}
-	var cmd *command
-	for i := range commands {
-		if commands[i].name == args[0] {
-			cmd = &commands[i]
-		}
-	}
+	cmd := findCommand(args[0])
 	if cmd == nil {
 		fmt.Fprintf(stderr, "cudamem: unknown command %q\n\n%s", args[0], usage())
 		return 2
@@ -91,23 +106,42 @@ func run(args []string, stdout, stderr io.Writer) int {
 		printCommandHelp(stdout, cmd)
 		return 0
 	}
-	rec := &firstWrite{w: stderr}
-	err := cmd.run(args[1:], stdout, rec)
+	err := cmd.run(args[1:], stdout, stderr)
 	switch {
 	case err == nil:
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		return 0
-	case rec.startsWith(err.Error() + "\n"):
-		// A bad flag: the flag package printed the error and the flags.
-		return 2
 	case errors.Is(err, errUsage):
 		msg := strings.TrimPrefix(err.Error(), errUsage.Error()+": ")
-		fmt.Fprintf(stderr, "cudamem %s: %s\nRun 'cudamem %s -h' for usage.\n", cmd.name, msg, cmd.name)
+		fmt.Fprintf(stderr, "cudamem %s: %s\n%s\nRun 'cudamem %s -h' for details.\n", cmd.name, msg, usageLine(cmd.name), cmd.name)
 		return 2
 	}
 	fmt.Fprintf(stderr, "cudamem %s: %v\n", cmd.name, err)
 	return 1
+}
+
+// runHelp is `cudamem help [command]`.
+func runHelp(args []string, stdout, stderr io.Writer) int {
+	switch {
+	case len(args) == 0 || wantsHelp(args) || (len(args) == 1 && args[0] == "help"):
+		fmt.Fprint(stdout, usage())
+		return 0
+	case len(args) > 1:
+		fmt.Fprintf(stderr, "cudamem help: takes one command name, got %q\nusage: cudamem help [command]\n", args)
+		return 2
+	}
+	name := strings.TrimLeft(args[0], "-")
+	if name == "version" || args[0] == "-version" || args[0] == "--version" {
+		name = "version"
+	}
+	cmd := findCommand(name)
+	if cmd == nil {
+		fmt.Fprintf(stderr, "cudamem help: unknown command %q\n\n%s", args[0], usage())
+		return 2
+	}
+	printCommandHelp(stdout, cmd)
+	return 0
 }
 
 // wantsHelp reports whether the flags before the first argument (or "--")
@@ -124,40 +158,58 @@ func wantsHelp(args []string) bool {
 	return false
 }
 
+// newFlagSet makes a command's flag set. The flag package prints nothing
+// itself: parseFlags reports errors as usage errors (run prints them with
+// the command's usage line) and prints the flags for -h.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {}
+	return fs
+}
+
+// parseFlags parses args with fs. A bad flag or value is an error
+// matching errUsage; -h prints the flags to fs's output and returns
+// flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	out := fs.Output()
+	fs.SetOutput(io.Discard) // the error comes back in err; run prints it
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.PrintDefaults()
+		return err
+	case err != nil:
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return nil
+}
+
 // printCommandHelp prints cmd's usage line, summary and flags, the flags as
 // its flag set describes them.
 func printCommandHelp(w io.Writer, cmd *command) {
-	var flags bytes.Buffer
+	var flags strings.Builder
 	cmd.run([]string{"-h"}, io.Discard, &flags) // only parses: -h stops it
 	text := flags.String()
-	if i := strings.IndexByte(text, '\n'); i >= 0 && strings.HasPrefix(text, "Usage of ") {
-		text = text[i+1:]
-	}
-	line := "usage: cudamem " + cmd.name
-	if cmd.args != "" {
-		line += " " + cmd.args
-	}
-	fmt.Fprintf(w, "%s\n\n%s%s.\n", line, strings.ToUpper(cmd.summary[:1]), cmd.summary[1:])
+	fmt.Fprintf(w, "%s\n\n%s%s.\n", usageLine(cmd.name), strings.ToUpper(cmd.summary[:1]), cmd.summary[1:])
 	if strings.TrimSpace(text) != "" {
 		fmt.Fprintf(w, "\nflags:\n%s", text)
 	}
 }
 
-// firstWrite passes writes through and keeps the start of what was
-// written, so run can tell an error the flag package already printed.
-type firstWrite struct {
-	w    io.Writer
-	head []byte
-}
-
-func (f *firstWrite) Write(p []byte) (int, error) {
-	if n := 4096 - len(f.head); n > 0 {
-		f.head = append(f.head, p[:min(n, len(p))]...)
+// runVersion is `cudamem version` (and -version).
+func runVersion(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("version", stderr)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
-	return f.w.Write(p)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: takes no arguments, got %q", errUsage, fs.Args())
+	}
+	printVersion(stdout)
+	return nil
 }
-
-func (f *firstWrite) startsWith(s string) bool { return bytes.HasPrefix(f.head, []byte(s)) }
 
 // moduleVersion is cudamem's module version from the build information:
 // a tag such as v1.2.0 when built with `go install ...@version`, "(devel)"

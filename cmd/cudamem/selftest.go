@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
@@ -101,13 +100,12 @@ type step struct {
 }
 
 func runSelftest(args []string, w, stderr io.Writer) (err error) {
-	fs := flag.NewFlagSet("selftest", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	if err := fs.Parse(args); err != nil {
+	fs := newFlagSet("selftest", stderr)
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: selftest takes no arguments, got %q", errUsage, fs.Args())
+		return fmt.Errorf("%w: takes no arguments, got %q", errUsage, fs.Args())
 	}
 	devs, err := cuda.Devices()
 	if err != nil {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"math"
@@ -22,6 +23,7 @@ type summary struct {
 	Median, Min, Max float64
 	GBps             float64 // median bandwidth; 0 for latency measurements
 	GBpsMin, GBpsMax float64
+	Err              string // why the measurement failed; N is 0 then
 }
 
 // median returns the median of xs (the mean of the middle two for an even
@@ -39,7 +41,8 @@ func median(xs []float64) float64 {
 	return (s[m-1] + s[m]) / 2
 }
 
-// summarize groups results by name, in order of first appearance.
+// summarize groups results by name, in order of first appearance. A
+// failed measurement's summary has its error and no figures.
 func summarize(rs []result) []summary {
 	var order []string
 	by := map[string][]result{}
@@ -51,16 +54,23 @@ func summarize(rs []result) []summary {
 	}
 	out := make([]summary, 0, len(order))
 	for _, name := range order {
-		group := by[name]
-		ns := make([]float64, len(group))
-		var gb []float64
-		for i, r := range group {
-			ns[i] = r.NsPerOp
+		var ns, gb []float64
+		failed := ""
+		for _, r := range by[name] {
+			if r.Error != "" {
+				failed = cmp.Or(failed, r.Error)
+				continue
+			}
+			ns = append(ns, r.NsPerOp)
 			if r.GBps > 0 {
 				gb = append(gb, r.GBps)
 			}
 		}
-		s := summary{Name: name, N: len(group), Median: median(ns), Min: slices.Min(ns), Max: slices.Max(ns)}
+		if failed != "" || len(ns) == 0 {
+			out = append(out, summary{Name: name, Err: cmp.Or(failed, "no results")})
+			continue
+		}
+		s := summary{Name: name, N: len(ns), Median: median(ns), Min: slices.Min(ns), Max: slices.Max(ns)}
 		if len(gb) > 0 {
 			s.GBps, s.GBpsMin, s.GBpsMax = median(gb), slices.Min(gb), slices.Max(gb)
 		}
@@ -88,6 +98,9 @@ type ratioRow struct {
 
 // HasBase reports whether the baseline has a figure.
 func (r ratioRow) HasBase() bool { return r.Base.N > 0 }
+
+// Failed reports whether our measurement failed (Ours.Err says why).
+func (r ratioRow) Failed() bool { return r.Ours.Err != "" }
 
 // Ratio is ours ÷ baseline, median time per operation (lower is better).
 func (r ratioRow) Ratio() float64 { return r.Ours.Median / r.Base.Median }
@@ -172,10 +185,15 @@ func printBench(w io.Writer, ms []measurement, ours, base []result) {
 	}
 	for _, r := range rows {
 		fig, sp := cell(r.Ours, r.Rate)
+		if r.Failed() {
+			fig, sp = "FAILED", "-"
+		}
 		bfig, bsp, ratio := "-", "-", "-"
 		if r.HasBase() {
 			bfig, bsp = cell(r.Base, r.Rate)
-			ratio = fmt.Sprintf("%.2fx", r.Ratio())
+			if !r.Failed() {
+				ratio = fmt.Sprintf("%.2fx", r.Ratio())
+			}
 		}
 		if spread {
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, fig, sp, r.Baseline, bfig, bsp, ratio)
@@ -235,11 +253,17 @@ func printScaling(w io.Writer, rows []ratioRow) {
 			return fmt.Sprintf("%.2fx", first.Median/s.Median)
 		}
 		base, thr := "-", "-"
+		ours := fmtRate(r.Ours.Median)
+		if r.Failed() {
+			ours = "FAILED"
+		}
 		if r.HasBase() {
 			base = fmtRate(r.Base.Median)
-			thr = fmt.Sprintf("%.2fx", r.Base.Median/r.Ours.Median)
+			if !r.Failed() {
+				thr = fmt.Sprintf("%.2fx", r.Base.Median/r.Ours.Median)
+			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, fmtRate(r.Ours.Median), vs(r.Ours, one[mode].Ours),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, ours, vs(r.Ours, one[mode].Ours),
 			base, vs(r.Base, one[mode].Base), thr)
 	}
 	tw.Flush()
@@ -261,11 +285,15 @@ func benchName(name string) string {
 
 // printBenchstat prints the results in the Go benchmark format, one line
 // per repetition, for benchstat: ns/op always, MB/s for copies and fills.
+// Failed measurements have no line (their errors go to stderr).
 func printBenchstat(w io.Writer, rs []result) error {
 	if _, err := fmt.Fprintf(w, "goos: %s\ngoarch: %s\npkg: github.com/cudamem/cudamem/cmd/cudamem\n", runtime.GOOS, runtime.GOARCH); err != nil {
 		return err
 	}
 	for _, r := range rs {
+		if r.Error != "" {
+			continue
+		}
 		line := fmt.Sprintf("%s \t %d \t %.2f ns/op", benchName(r.Name), max(1, r.Iters), r.NsPerOp)
 		if r.GBps > 0 {
 			line += fmt.Sprintf(" \t %.2f MB/s", r.GBps*1e3)

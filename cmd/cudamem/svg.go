@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 )
 
 // SVG chart geometry, in pixels.
@@ -27,7 +26,7 @@ const (
 func writeSVG(w io.Writer, rows []ratioRow) error {
 	var bars []ratioRow
 	for _, r := range rows {
-		if r.HasBase() && r.Ratio() > 0 && !math.IsInf(r.Ratio(), 0) && !math.IsNaN(r.Ratio()) {
+		if r.Ours.Err == "" && r.HasBase() && r.Ratio() > 0 && !math.IsInf(r.Ratio(), 0) && !math.IsNaN(r.Ratio()) {
 			bars = append(bars, r)
 		}
 	}
@@ -99,16 +98,4 @@ func tickStep(top float64) float64 {
 		return 1
 	}
 	return math.Ceil(top / 10)
-}
-
-func writeSVGFile(path string, rows []ratioRow) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if err := writeSVG(f, rows); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -19,13 +18,12 @@ import (
 // demo workload run on a GPU, or of a JSON trace read with -in (which
 // needs no GPU).
 func runTimeline(args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("timeline", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("timeline", stderr)
 	in := fs.String("in", "", "draw the JSON trace in `file` (from Trace.WriteJSON or -json) instead of running the demo; needs no GPU")
 	out := fs.String("o", "timeline.svg", "write the SVG to `file` (- for standard output)")
 	jsonOut := fs.String("json", "", "also write the trace as JSON to `file`")
-	dev := fs.Int("device", 0, "GPU of the demo workload")
-	steps := fs.Int("steps", 12, "iterations of the demo workload")
+	dev := fs.Int("device", 0, "GPU `ordinal` of the demo workload")
+	steps := fs.Int("steps", 12, "iterations of the demo workload (0 or more)")
 	capacity := fs.Int("capacity", 0, "events the demo's log keeps (0: the default, 65536)")
 	seed := fs.Uint64("seed", 1, "seed of the demo's random sizes")
 	stacks := fs.Bool("stacks", false, "capture call stacks in the demo (shown in the SVG's tooltips)")
@@ -36,18 +34,43 @@ func runTimeline(args []string, stdout, stderr io.Writer) error {
 	// the device's pool, with recorders above and below it, and large
 	// buffers straight from the pool. (-h prints the flags the way every
 	// command does.)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: timeline takes no arguments, got %q", errUsage, fs.Args())
-	}
-	if *out == "" {
+	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("%w: takes no arguments, got %q", errUsage, fs.Args())
+	case *out == "":
 		return fmt.Errorf("%w: -o needs a file name (or - for standard output)", errUsage)
+	case *out == *jsonOut:
+		return fmt.Errorf("%w: -o and -json name the same output %q", errUsage, *out)
+	case *dev < 0:
+		return fmt.Errorf("%w: bad -device %d (want a device ordinal, 0 or more)", errUsage, *dev)
+	case *steps < 0:
+		return fmt.Errorf("%w: bad -steps %d (want 0 or more)", errUsage, *steps)
+	case *capacity < 0:
+		return fmt.Errorf("%w: bad -capacity %d (want 0 for the default, or more)", errUsage, *capacity)
+	case *maxBands < 0:
+		return fmt.Errorf("%w: bad -max-bands %d (want 0 for the default, or more)", errUsage, *maxBands)
+	}
+
+	// Open the outputs first: a name that cannot be written fails before
+	// the demo runs. A file made here is removed again if nothing is
+	// written to it.
+	svgOut, err := openOut(*out, stdout)
+	if err != nil {
+		return err
+	}
+	defer svgOut.discard()
+	var jsonFile *outFile
+	if *jsonOut != "" {
+		if jsonFile, err = openOut(*jsonOut, stdout); err != nil {
+			return err
+		}
+		defer jsonFile.discard()
 	}
 
 	var tr *timeline.Trace
-	var err error
 	if *in != "" {
 		tr, err = readTrace(*in)
 	} else {
@@ -56,8 +79,8 @@ func runTimeline(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if *jsonOut != "" {
-		if err := writeFile(*jsonOut, stdout, tr.WriteJSON); err != nil {
+	if jsonFile != nil {
+		if err := jsonFile.write(tr.WriteJSON); err != nil {
 			return err
 		}
 	}
@@ -65,7 +88,7 @@ func runTimeline(args []string, stdout, stderr io.Writer) error {
 	if *in != "" {
 		opts.Title = "cudamem memory timeline: " + *in
 	}
-	if err := writeFile(*out, stdout, func(w io.Writer) error { return tr.WriteSVG(w, opts) }); err != nil {
+	if err := svgOut.write(func(w io.Writer) error { return tr.WriteSVG(w, opts) }); err != nil {
 		return err
 	}
 	if *out != "-" {
@@ -85,21 +108,6 @@ func readTrace(name string) (*timeline.Trace, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return tr, nil
-}
-
-// writeFile writes through write to the file name, or to stdout for "-".
-func writeFile(name string, stdout io.Writer, write func(io.Writer) error) error {
-	if name == "-" {
-		return write(stdout)
-	}
-	f, err := os.Create(name)
-	if err != nil {
-		return err
-	}
-	if err := write(f); err != nil {
-		return errors.Join(fmt.Errorf("%s: %w", name, err), f.Close())
-	}
-	return f.Close()
 }
 
 // traceSummary describes a trace in a line: events and each resource's
@@ -129,7 +137,7 @@ func traceSummary(tr *timeline.Trace) string {
 func timelineDemo(ordinal, steps, capacity int, seed uint64, stacks bool) (tr *timeline.Trace, err error) {
 	dev, err := cuda.GetDevice(ordinal)
 	if err != nil {
-		return nil, err
+		return nil, describeLoadError(err) // lists the paths tried
 	}
 	pool, err := resource.CurrentDevicePool(dev) // the current pool, not owned
 	if err != nil {

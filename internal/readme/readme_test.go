@@ -102,7 +102,9 @@ func TestReadmeProgramsBuild(t *testing.T) {
 	}
 	write(t, filepath.Join(dir, "go.sum"), string(sum))
 
-	cmd := exec.Command(gotool, "build", "./...")
+	// -o into a directory: with one program, go build would otherwise
+	// write its binary beside the sources.
+	cmd := exec.Command(gotool, "build", "-o", t.TempDir()+string(filepath.Separator), "./...")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-mod=mod", "GOPROXY=off", "GOWORK=off", "GOSUMDB=off", "GOTOOLCHAIN=local")
 	if out, err := cmd.CombinedOutput(); err != nil {

@@ -29,10 +29,10 @@
 // Every sample has the label resource="NAME" (the name given to Add) and
 // device="N" (the source's DeviceID; -1 for host memory).
 //
-//	cudamem_allocated_bytes              gauge    Statistics CurrentBytes
-//	cudamem_allocated_bytes_peak         gauge    Statistics PeakBytes
-//	cudamem_allocations                  gauge    Statistics CurrentCount
-//	cudamem_allocations_peak             gauge    Statistics PeakCount
+//	cudamem_live_bytes                   gauge    Statistics CurrentBytes
+//	cudamem_live_bytes_peak              gauge    Statistics PeakBytes
+//	cudamem_live_allocations             gauge    Statistics CurrentCount
+//	cudamem_live_allocations_peak        gauge    Statistics PeakCount
 //	cudamem_allocated_bytes_total        counter  Statistics TotalBytes
 //	cudamem_allocations_total            counter  Statistics TotalCount
 //	cudamem_allocation_failures_total    counter  Statistics Failures
@@ -48,6 +48,12 @@
 //	cudamem_suballocator_allocations     gauge    Allocations
 //	cudamem_suballocator_free_ranges     gauge    FreeRanges
 //	cudamem_source_up                    gauge    1, or 0 when the source could not be read
+//
+// Every family name is unique under the classic text format and under
+// OpenMetrics, where a counter's family is its name without _total: the
+// gauges of what is live are cudamem_live_*, the counters of everything
+// ever allocated cudamem_allocated_bytes_total and
+// cudamem_allocations_total.
 //
 // A pool that cannot be read (closed, or the driver failed) reports
 // cudamem_source_up 0 and no other samples; the expvar JSON says why

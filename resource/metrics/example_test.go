@@ -53,17 +53,17 @@ func ExampleRegistry() {
 	defer resp.Body.Close()
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
-		if line := sc.Text(); strings.Contains(line, "allocated_bytes") {
+		if line := sc.Text(); strings.Contains(line, "_bytes") {
 			fmt.Println(line)
 		}
 	}
 	// Output:
-	// # HELP cudamem_allocated_bytes Bytes allocated through the resource and not yet freed.
-	// # TYPE cudamem_allocated_bytes gauge
-	// cudamem_allocated_bytes{resource="model",device="0"} 1048576
-	// # HELP cudamem_allocated_bytes_peak Highest cudamem_allocated_bytes since the resource was made or its peak reset.
-	// # TYPE cudamem_allocated_bytes_peak gauge
-	// cudamem_allocated_bytes_peak{resource="model",device="0"} 4194304
+	// # HELP cudamem_live_bytes Bytes allocated through the resource and not yet freed.
+	// # TYPE cudamem_live_bytes gauge
+	// cudamem_live_bytes{resource="model",device="0"} 1048576
+	// # HELP cudamem_live_bytes_peak Highest cudamem_live_bytes since the resource was made or its peak reset.
+	// # TYPE cudamem_live_bytes_peak gauge
+	// cudamem_live_bytes_peak{resource="model",device="0"} 4194304
 	// # HELP cudamem_allocated_bytes_total Bytes of every successful allocation through the resource.
 	// # TYPE cudamem_allocated_bytes_total counter
 	// cudamem_allocated_bytes_total{resource="model",device="0"} 4194304

@@ -272,10 +272,10 @@ type family struct {
 }
 
 var families = []family{
-	{"cudamem_allocated_bytes", "Bytes allocated through the resource and not yet freed.", "gauge", kindStatistics, func(rd *reading) uint64 { return rd.stats.CurrentBytes }},
-	{"cudamem_allocated_bytes_peak", "Highest cudamem_allocated_bytes since the resource was made or its peak reset.", "gauge", kindStatistics, func(rd *reading) uint64 { return rd.stats.PeakBytes }},
-	{"cudamem_allocations", "Allocations live through the resource.", "gauge", kindStatistics, func(rd *reading) uint64 { return rd.stats.CurrentCount }},
-	{"cudamem_allocations_peak", "Highest cudamem_allocations since the resource was made or its peak reset.", "gauge", kindStatistics, func(rd *reading) uint64 { return rd.stats.PeakCount }},
+	{"cudamem_live_bytes", "Bytes allocated through the resource and not yet freed.", "gauge", kindStatistics, func(rd *reading) uint64 { return rd.stats.CurrentBytes }},
+	{"cudamem_live_bytes_peak", "Highest cudamem_live_bytes since the resource was made or its peak reset.", "gauge", kindStatistics, func(rd *reading) uint64 { return rd.stats.PeakBytes }},
+	{"cudamem_live_allocations", "Allocations live through the resource.", "gauge", kindStatistics, func(rd *reading) uint64 { return rd.stats.CurrentCount }},
+	{"cudamem_live_allocations_peak", "Highest cudamem_live_allocations since the resource was made or its peak reset.", "gauge", kindStatistics, func(rd *reading) uint64 { return rd.stats.PeakCount }},
 	{"cudamem_allocated_bytes_total", "Bytes of every successful allocation through the resource.", "counter", kindStatistics, func(rd *reading) uint64 { return rd.stats.TotalBytes }},
 	{"cudamem_allocations_total", "Successful allocations through the resource.", "counter", kindStatistics, func(rd *reading) uint64 { return rd.stats.TotalCount }},
 	{"cudamem_allocation_failures_total", "Allocations the upstream refused.", "counter", kindStatistics, func(rd *reading) uint64 { return rd.stats.Failures }},

@@ -246,10 +246,10 @@ func TestPrometheusStatistics(t *testing.T) {
 	st := stats.Stats()
 	e := scrape(t, reg)
 	want := map[string]uint64{
-		"cudamem_allocated_bytes":           st.CurrentBytes,
-		"cudamem_allocated_bytes_peak":      st.PeakBytes,
-		"cudamem_allocations":               st.CurrentCount,
-		"cudamem_allocations_peak":          st.PeakCount,
+		"cudamem_live_bytes":                st.CurrentBytes,
+		"cudamem_live_bytes_peak":           st.PeakBytes,
+		"cudamem_live_allocations":          st.CurrentCount,
+		"cudamem_live_allocations_peak":     st.PeakCount,
 		"cudamem_allocated_bytes_total":     st.TotalBytes,
 		"cudamem_allocations_total":         st.TotalCount,
 		"cudamem_allocation_failures_total": st.Failures,
@@ -266,7 +266,7 @@ func TestPrometheusStatistics(t *testing.T) {
 		assert.Equal(t, "3", s.labels["device"], s.name)
 	}
 	assert.Equal(t, "counter", e.typ["cudamem_allocations_total"])
-	assert.Equal(t, "gauge", e.typ["cudamem_allocated_bytes"])
+	assert.Equal(t, "gauge", e.typ["cudamem_live_bytes"])
 	assert.Equal(t, uint64(1), st.Failures)
 	assert.NotZero(t, st.CurrentBytes)
 	assert.Greater(t, st.PeakBytes, st.CurrentBytes)
@@ -400,7 +400,7 @@ func TestHTTPHandler(t *testing.T) {
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	assert.Equal(t, metrics.ContentType, resp.Header.Get("Content-Type"))
 	e := parseExposition(t, string(body))
-	v, ok := e.get("cudamem_allocated_bytes", "s")
+	v, ok := e.get("cudamem_live_bytes", "s")
 	require.True(t, ok)
 	assert.Equal(t, float64(stats.Stats().CurrentBytes), v)
 

@@ -7,13 +7,13 @@
 // It needs cgo to build (CGO_ENABLED=1; a build without cgo fails with
 // "build constraints exclude all Go files") but no CUDA headers or
 // libraries: it declares the few C types it uses itself and dlopens
-// libcuda.so.1 at run time. For the GPU machine, build it from the project
-// root with
+// libcuda.so.1 at run time. Build it from the repository's root with
 //
-//	../shared/tools/gpu-pack --cgo-bench testdata/cgobench
+//	CGO_ENABLED=1 go build -o cgo-baseline ./testdata/cgobench
 //
-// which runs `CGO_ENABLED=1 go build -o .gpu/bin/cgo-baseline ./testdata/cgobench`,
-// then run `.gpu/bin/cgo-baseline` there (carry [".gpu"]).
+// and put it beside the cudamem binary (or pass cudamem bench -cgo PATH);
+// scripts/gpu-pack --cgo-bench testdata/cgobench builds it as
+// .gpu/bin/cgo-baseline, beside .gpu/bin/cudamem, for a GPU machine.
 //
 // Usage:
 //
@@ -80,10 +80,10 @@
 //     per step of the first 16 and of the last 16 steps.
 //   - poolpair/mt/c/{1,4,16,64}/{own,shared}: the 256 B pool pair from
 //     that many pthreads (20,000, 20,000, 8,000 and 2,000 pairs each), each
-//     on a stream of its own or all on one, on the default pool, as
-//     ../shared/anchors/mt_anchor.c; the threads start together at a
-//     barrier and ns_per_op is the wall time until the last is joined,
-//     per pair of all threads (1e9/ns_per_op is pairs per second).
+//     on a stream of its own or all on one, on the default pool; the
+//     threads start together at a barrier and ns_per_op is the wall time
+//     until the last is joined, per pair of all threads (1e9/ns_per_op is
+//     pairs per second).
 //   - batch/{htod,dtod}/{c_batched,c_loop}: 10,000 copies of 4 KiB per
 //     iteration, block i of a pinned (htod) or device (dtod) source to
 //     block i*7919 mod 10,000 of a device destination, on the stream:
@@ -635,7 +635,7 @@ static CUresult cb_vmm_growstep(size_t total, size_t step, int window, double *f
 	return r;
 }
 
-// ---- the driver pool pair from many threads (../shared/anchors/mt_anchor.c) ----
+// ---- the driver pool pair from many threads ----
 
 enum { CB_MT_MAX = 64 };
 static CUstream cb_mt_streams[CB_MT_MAX];
