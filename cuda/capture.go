@@ -157,6 +157,37 @@ func (s *Stream) captureEnded() {
 	}
 }
 
+// captureEndedIf is captureEnded for a caller that saw the capture end
+// without ending it (the driver said none): it clears the flags only if
+// they still describe the capture it saw (seen), so a capture that
+// another goroutine ended and began again meanwhile keeps its flags.
+func (s *Stream) captureEndedIf(seen *captureSeq) {
+	if seen == nil {
+		// A capture cudamem did not see begin (a borrowed stream's, or
+		// one it joined through such a stream): only the flag to clear.
+		if s.capState.CompareAndSwap(capActive, capNone) {
+			if s.seq.Load() != nil { // a capture began meanwhile: restore
+				s.capState.CompareAndSwap(capNone, capActive)
+				return
+			}
+			if s.blocking {
+				s.dev.blockingCaptures.Add(-1)
+			}
+		}
+		return
+	}
+	if !s.seq.CompareAndSwap(seen, nil) {
+		return
+	}
+	if s.capState.Swap(capNone) != capNone && s.blocking {
+		s.dev.blockingCaptures.Add(-1)
+	}
+	if seen.origin == s {
+		seen.finish()
+		s.dev.captureOver()
+	}
+}
+
 // joinedTo returns the stream whose capture s joined (nil if s began its
 // capture, or is not capturing).
 func (s *Stream) joinedTo() *Stream {
@@ -234,14 +265,28 @@ func (s *Stream) endCapture(ctx, h uintptr) (*Graph, error) {
 // discarding its graph. Called by Close under the write lock.
 func (s *Stream) abandonCapture(ctx uintptr) error {
 	g, err := s.endCapture(ctx, s.handle)
-	if g != nil {
-		err = errors.Join(err, g.Close())
-	}
 	if err != nil && s.capState.Load() != capNone {
 		return &OpError{Op: "Stream.Close", Err: fmt.Errorf("ending the open capture: %w", err)}
 	}
 	// The capture is over (an invalidated capture ends with an error):
-	// the stream can be destroyed.
+	// the stream can be destroyed once its graph is.
+	if g != nil {
+		s.abandoned = g
+	}
+	return s.closeAbandoned()
+}
+
+// closeAbandoned destroys the graph of a capture Close ended; one that
+// fails to go is kept for the next Close to retry (the stream stays open
+// meanwhile, so the failure is reported, not leaked).
+func (s *Stream) closeAbandoned() error {
+	if s.abandoned == nil {
+		return nil
+	}
+	if err := s.abandoned.Close(); err != nil {
+		return &OpError{Op: "Stream.Close", Err: fmt.Errorf("destroying the graph of the capture it ended: %w", err)}
+	}
+	s.abandoned = nil
 	return nil
 }
 
@@ -376,9 +421,10 @@ func (s *Stream) errCapturing(op string) error {
 // capturing: still capturing (or the query failed) refuses; ended
 // elsewhere clears the flag.
 func (s *Stream) confirmCapture(op string, ctx, h uintptr) error {
+	seen := s.seq.Load()
 	st, err := s.status(ctx, h)
 	if err == nil && st == CaptureStatusNone {
-		s.captureEnded()
+		s.captureEndedIf(seen)
 		return nil
 	}
 	return s.errCapturing(op)

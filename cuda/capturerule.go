@@ -71,10 +71,13 @@ func (s *Stream) leave(c *captureSeq) {
 
 // join records that s joined capture c (a wait on c's work succeeded).
 func (s *Stream) join(c *captureSeq) {
-	if c == nil || c.over.Load() || !s.capState.CompareAndSwap(capNone, capActive) {
+	if c == nil || c.over.Load() || !s.seq.CompareAndSwap(nil, c) {
 		return
 	}
-	s.seq.Store(c)
+	if !s.capState.CompareAndSwap(capNone, capActive) {
+		s.seq.CompareAndSwap(c, nil)
+		return
+	}
 	if s.blocking {
 		s.dev.blockingCaptures.Add(1)
 	}
@@ -174,6 +177,7 @@ func (s *Stream) captureFast() (c capID, ask bool) {
 // captureAsk asks the driver which capture s is in (its id where the
 // driver can say).
 func (s *Stream) captureAsk(op string, ctx, h uintptr) (capID, error) {
+	seen := s.seq.Load()
 	var status int32
 	var id uint64
 	p := &s.dev.drv.StreamGetCaptureInfo
@@ -190,7 +194,7 @@ func (s *Stream) captureAsk(op string, ctx, h uintptr) (capID, error) {
 	}
 	if CaptureStatus(status) == CaptureStatusNone {
 		if s.capState.Load() == capActive {
-			s.captureEnded() // ended through another value of the handle
+			s.captureEndedIf(seen) // ended through another value of the handle
 		}
 		return capID{}, nil
 	}

@@ -46,6 +46,9 @@ type Stream struct {
 	// one it began, or one it joined by waiting on its work (nil for a
 	// capture cudamem did not see begin).
 	seq atomic.Pointer[captureSeq]
+	// abandoned is the graph of a capture Close ended but could not
+	// destroy; the next Close retries (written under mu's write lock).
+	abandoned *Graph
 }
 
 // NewStream creates a non-blocking stream (it does not synchronize with
@@ -325,6 +328,8 @@ func (s *Stream) Close() error {
 		if err := s.abandonCapture(ctx); err != nil {
 			return err
 		}
+	} else if err := s.closeAbandoned(); err != nil {
+		return err
 	}
 	if r := s.dev.drv.StreamDestroy.CallCtx(ctx, s.handle); !ok(r) {
 		return fail(&s.dev.drv.StreamDestroy, r)

@@ -84,3 +84,44 @@ func TestFaultSweepGraph(t *testing.T) {
 		},
 	}})
 }
+
+// TestFaultSweepCloseCapturing: Stream.Close of a stream that is capturing
+// (it ends the capture, discards the graph, then destroys the stream),
+// with each driver call failing in turn. Whatever fails, the error names
+// it and the stream is either closed with nothing left, or still open and
+// still capturing so that a second Close finishes the job.
+func TestFaultSweepCloseCapturing(t *testing.T) {
+	sweepAll(t, []sweepCase{{
+		name: "close a capturing stream",
+		absorbed: map[string]string{
+			"cuStreamIsCapturing": "a failed query after the capture ended is taken as still capturing, and the retry ends it",
+		},
+		setup: func() (*fixture, error) {
+			d, err := cuda.GetDevice(0)
+			if err != nil {
+				return nil, err
+			}
+			run := func() (err error) {
+				s, err := d.NewStream()
+				if err != nil {
+					return err
+				}
+				defer func() {
+					// A failed Close leaves the stream open: a second Close
+					// (no failure injected now) must finish it.
+					if !s.IsClosed() {
+						err = errors.Join(err, s.Close())
+					}
+				}()
+				if err := s.BeginCapture(); err != nil {
+					return err
+				}
+				if err := s.MemsetD8Async(0, 0, 0); err != nil {
+					return err
+				}
+				return s.Close()
+			}
+			return &fixture{op: run, verify: run, cleanup: func() error { return nil }}, nil
+		},
+	}})
+}
