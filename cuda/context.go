@@ -115,15 +115,28 @@ func (d *Device) contextGone() bool {
 // gives the GPU's primary view (GetDevice's value); the same h gives the
 // same view each time.
 //
-// Handle 0 is an error matching ErrInvalidArgument; a handle the driver
-// does not know (a destroyed context, garbage) is the driver's error
-// (CUDA_ERROR_INVALID_CONTEXT) naming the handle. The driver validates
-// handles, but a pointer to arbitrary memory can still crash it: pass only
-// real contexts.
+// Handle 0 is an error matching ErrInvalidArgument. A context cudamem
+// destroyed (Context.Close of a NewContext or NewGreenContext context) is
+// refused before any driver call, with an error naming the handle that
+// matches both ErrInvalidArgument and CUDA_ERROR_INVALID_CONTEXT: the
+// driver does not validate a destroyed context's handle and may crash on
+// it. That record cannot cover a context destroyed elsewhere (by the
+// library that made it): such a handle, like garbage, goes to the driver,
+// which may answer CUDA_ERROR_INVALID_CONTEXT (reported naming the
+// handle) or crash the process, so pass only live contexts. The driver
+// reuses a destroyed context's address: once cudamem creates a context
+// there, the address is live again, but a context another library
+// creates there is refused as destroyed (nothing safe can tell the two
+// apart) until cudamem creates one at that address.
 func WrapContext(h uintptr) (*Device, error) {
 	const op = "WrapContext"
 	if h == 0 {
 		return nil, Errorf(op, ErrInvalidArgument, "context handle 0 (no context)")
+	}
+	// Before any driver call: cuCtxGetDevice and cuCtxGetId on a
+	// destroyed context read freed memory.
+	if err := refuseDestroyed(op, kindContext, h); err != nil {
+		return nil, err
 	}
 	ds, err := devices()
 	if err != nil {
@@ -308,6 +321,7 @@ func (d *Device) NewContext(flags ContextFlags) (*Context, error) {
 		}
 		return nil, &OpError{Op: op, Err: err}
 	}
+	noteLive(kindContext, c) // the address of a destroyed context, reused
 	v := newView(p, c, true)
 	v.bind.id = contextID(p, c)
 	views.mu.Lock()
@@ -395,6 +409,13 @@ func (c *Context) Close() error {
 		delete(views.m, v.ctx)
 	}
 	views.mu.Unlock()
+	// Recorded so that WrapContext, WrapGreenContext and WrapStream refuse
+	// the dead handles instead of handing them to the driver.
+	green := uintptr(0)
+	if destroy == &drv.GreenCtxDestroy {
+		green = h
+	}
+	contextDestroyed(v, green, op)
 	if serr != nil {
 		return &OpError{Op: op, Err: fmt.Errorf("context %#x destroyed; its work had failed: %w", v.ctx, serr)}
 	}

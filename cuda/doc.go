@@ -95,7 +95,11 @@
 // CUDA_ERROR_NOT_SUPPORTED; [FabricError] turns that into an error that
 // matches [ErrNotSupported], still matches the driver's Result, and says
 // what is needed ([FabricRequirements]). [Device.CheckFabric] probes it up
-// front, as NCCL does.
+// front, as NCCL does, and [Device.CheckFabricAt] for memory at another
+// location (host, host NUMA node). [Device.CreateMemPool] runs that probe
+// at the pool's location before it makes a pool with fabric handles:
+// without IMEX the driver can make such a pool, refuse its export, and
+// crash the process when it is destroyed.
 //
 // # Lifetimes
 //
@@ -111,6 +115,19 @@
 // (the legacy default stream's handle is 0). A value handed out is valid
 // only while its object stays open: closing it while foreign code still
 // uses the value is a program error cudamem cannot see.
+//
+// The driver does not validate a destroyed object's handle: handing one
+// back to it can crash the process. cudamem keeps a record of the
+// contexts, green contexts and streams it destroyed itself, and the calls
+// that take a raw handle ([WrapContext], [WrapGreenContext],
+// [Device.WrapStream]) refuse those without a driver call, with an error
+// matching [ErrInvalidArgument] and the driver's Result for a stale
+// handle. A handle destroyed by other code cannot be recognised and
+// reaches the driver; a context or stream another library creates at the
+// address of one cudamem destroyed (the driver reuses addresses) is
+// refused as destroyed. Objects made through a view whose context
+// [Context.Close] destroyed (streams, modules, kernels, foreign
+// functions) refuse every call with [ErrClosed] before the driver.
 //
 // # Nil and zero values
 //

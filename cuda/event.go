@@ -100,6 +100,11 @@ func (e *Event) Record(s *Stream) error {
 		return err
 	}
 	defer s.end()
+	// An event whose context Context.Close destroyed is gone with it:
+	// never hand its handle to the driver.
+	if err := e.dev.contextClosed(op); err != nil {
+		return err
+	}
 	if ectx, err := e.dev.contextFor(op); err != nil {
 		return err
 	} else if ectx != ctx {
@@ -189,6 +194,12 @@ func Elapsed(start, end *Event) (time.Duration, error) {
 		return 0, err
 	}
 	defer end.end()
+	if err := start.dev.contextClosed("Elapsed"); err != nil {
+		return 0, err
+	}
+	if err := end.dev.contextClosed("Elapsed"); err != nil {
+		return 0, err
+	}
 	if err := start.refuseCaptured("Elapsed"); err != nil {
 		return 0, err
 	}

@@ -109,48 +109,140 @@ func (d *Device) FabricHandlesSupported() (bool, error) {
 
 // CheckFabric reports whether fabric handles work on this device now: nil
 // when the device supports them and one granule of fabric-shareable memory
-// could be created and exported (then released), else an error matching
-// ErrNotSupported that names IMEX (FabricRequirements), with the driver's
-// Result in the chain. Other failures (out of memory, no driver) are
-// returned as they are. It is what NCCL does before it asks for fabric
-// handles, and costs one small allocation.
+// on the device could be created and exported (then released), else an
+// error matching ErrNotSupported that names IMEX (FabricRequirements),
+// with the driver's Result in the chain (CUDA_ERROR_NOT_SUPPORTED where
+// the device attribute says no). Other failures (out of memory, no
+// driver) are returned as they are. It is what NCCL does before it asks
+// for fabric handles, and costs one small allocation. CheckFabricAt
+// probes another location.
 func (d *Device) CheckFabric() error {
 	const op = "Device.CheckFabric"
-	ok, err := d.FabricHandlesSupported()
-	if err != nil {
-		return &OpError{Op: op, Err: err}
-	}
-	if !ok {
-		return Errorf(op, ErrNotSupported, "%v reports no fabric handle support (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED is 0); %s", d, FabricRequirements)
+	if err := d.check(op); err != nil {
+		return err
 	}
 	if d.Ordinal() > 1<<31-1 {
 		return Errorf(op, ErrInvalidArgument, "device ordinal %d does not fit a memory location", d.Ordinal())
 	}
-	prop := MemAllocationProp{
-		Type:                 MemAllocationTypePinned,
-		RequestedHandleTypes: MemHandleTypeFabric,
-		Location:             MemLocation{Type: MemLocationTypeDevice, ID: int32(d.Ordinal())},
+	return checkFabric(op, d, MemAllocationProp{Location: MemLocation{Type: MemLocationTypeDevice, ID: int32(d.Ordinal())}})
+}
+
+// CheckFabricAt is CheckFabric for memory at loc (a device, the host, a
+// host NUMA node, or the calling thread's NUMA node): the probe granule
+// is created there. Whether the driver shares memory through fabric
+// handles depends on where the memory lives, so a probe on the device
+// says nothing about host memory. CreateMemPool runs it with the pool's
+// location before it makes a pool with fabric handles.
+//
+// Where the driver takes no fabric-shareable memory at all (it refuses
+// the host and host-NUMA-current location types with
+// CUDA_ERROR_INVALID_VALUE when handle types are requested), the error
+// also matches ErrNotSupported, with that Result in the chain.
+func (d *Device) CheckFabricAt(loc MemLocation) error {
+	const op = "Device.CheckFabricAt"
+	if err := d.check(op); err != nil {
+		return err
 	}
-	g, err := d.AllocationGranularity(&prop, MemAllocationGranularityMinimum)
+	return checkFabric(op, d, MemAllocationProp{Location: loc})
+}
+
+// FabricCalls are the driver calls the fabric probe makes; *Device has
+// them all. CheckFabricWith takes them as an interface so that a package
+// reaching the driver through a seam of its own (package virtual, whose
+// CPU tests put a fake driver behind it) runs this one probe rather than
+// a copy that could drift from it.
+type FabricCalls interface {
+	FabricHandlesSupported() (bool, error)
+	AllocationGranularity(prop *MemAllocationProp, kind MemAllocationGranularity) (uint64, error)
+	MemCreate(size uint64, prop *MemAllocationProp) (MemHandle, error)
+	MemExportFabric(h MemHandle) (MemFabricHandle, error)
+	MemRelease(h MemHandle) error
+}
+
+// CheckFabricWith runs the probe of CheckFabricAt through c, for a
+// granule with prop's location and allocation flags (GPUDirect RDMA, for
+// one); prop's type and handle types are set here (pinned, fabric). A nil
+// c is an error matching ErrInvalidArgument.
+func CheckFabricWith(c FabricCalls, prop MemAllocationProp) error {
+	const op = "CheckFabricWith"
+	if c == nil {
+		return Errorf(op, ErrInvalidArgument, "nil FabricCalls")
+	}
+	return checkFabric(op, c, prop)
+}
+
+// checkFabric is the fabric probe: the device's answer, then a granule of
+// fabric-shareable memory at prop.Location created, exported and
+// released.
+func checkFabric(op string, c FabricCalls, prop MemAllocationProp) error {
+	ok, err := c.FabricHandlesSupported()
 	if err != nil {
-		return &OpError{Op: op, Err: FabricError("cuMemGetAllocationGranularity", err)}
+		return &OpError{Op: op, Err: err}
 	}
-	h, err := d.MemCreate(g, &prop)
+	if !ok {
+		// The attribute is the driver's answer: reported as its Result,
+		// so callers match it as they match a refused call.
+		return &OpError{Op: op, Err: &fabricError{err: fmt.Errorf("%s reports no fabric handle support (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED is 0): %w",
+			callsName(c), ErrorNotSupported)}}
+	}
+	prop.Type = MemAllocationTypePinned
+	prop.RequestedHandleTypes = MemHandleTypeFabric
+	loc := prop.Location
+	g, err := c.AllocationGranularity(&prop, MemAllocationGranularityMinimum)
 	if err != nil {
-		return &OpError{Op: op, Err: err} // MemCreate explains a fabric refusal
+		return &OpError{Op: op, Err: fabricRefused("cuMemGetAllocationGranularity", loc, err)}
 	}
-	_, xerr := d.MemExportFabric(h)
+	h, err := c.MemCreate(g, &prop)
+	if err != nil {
+		return &OpError{Op: op, Err: fabricRefused("cuMemCreate", loc, err)}
+	}
+	_, xerr := c.MemExportFabric(h)
 	// Released again once if the first release fails: nothing else holds
 	// the probe granule, so giving up would leak it for good.
-	if rerr := d.MemRelease(h); rerr != nil {
-		if rerr2 := d.MemRelease(h); rerr2 != nil {
-			return &OpError{Op: op, Err: errors.Join(xerr, fmt.Errorf("releasing the probe allocation: %w", rerr), rerr2)}
+	if rerr := c.MemRelease(h); rerr != nil {
+		if rerr2 := c.MemRelease(h); rerr2 != nil {
+			return &OpError{Op: op, Err: errors.Join(xerr, fmt.Errorf("releasing the probe allocation at %s: %w", locationName(loc), rerr), rerr2)}
 		}
 	}
 	if xerr != nil {
-		return &OpError{Op: op, Err: xerr}
+		return &OpError{Op: op, Err: fabricRefused("cuMemExportToShareableHandle", loc, xerr)}
 	}
 	return nil
+}
+
+// fabricRefused explains err, a failed probe step named op at loc: a
+// refusal of fabric handles (FabricError), including the invalid-value
+// answer for location types that take no shareable memory at all. Other
+// errors only gain the location.
+func fabricRefused(op string, loc MemLocation, err error) error {
+	err = fmt.Errorf("a fabric-shareable granule at %s: %w", locationName(loc), err)
+	if errors.Is(err, ErrorInvalidValue) && (loc.Type == MemLocationTypeHost || loc.Type == MemLocationTypeHostNUMACurrent) && !errors.Is(err, errFabric) {
+		return &OpError{Op: op, Err: &fabricError{err: err}}
+	}
+	return FabricError(op, err)
+}
+
+// callsName names the device behind c for messages.
+func callsName(c FabricCalls) string {
+	if s, ok := c.(fmt.Stringer); ok {
+		return s.String()
+	}
+	return "the device"
+}
+
+// locationName describes loc in words for messages.
+func locationName(loc MemLocation) string {
+	switch loc.Type {
+	case MemLocationTypeDevice:
+		return fmt.Sprintf("device %d", loc.ID)
+	case MemLocationTypeHost:
+		return "the host"
+	case MemLocationTypeHostNUMA:
+		return fmt.Sprintf("host NUMA node %d", loc.ID)
+	case MemLocationTypeHostNUMACurrent:
+		return "the calling thread's host NUMA node"
+	}
+	return fmt.Sprintf("location type %d, id %d", loc.Type, loc.ID)
 }
 
 // MemExportFabric exports a physical allocation as a fabric handle

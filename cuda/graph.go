@@ -272,9 +272,12 @@ type GraphMemAttribute int32
 
 // Graph memory attributes, with the values of CUgraphMem_attribute.
 const (
-	// GraphMemUsedCurrent: bytes currently allocated by graphs.
+	// GraphMemUsedCurrent: bytes of physical memory currently mapped
+	// into graphs' allocations (what the driver calls "associated with
+	// graphs"); part of GraphMemReservedCurrent.
 	GraphMemUsedCurrent GraphMemAttribute = 0
-	// GraphMemUsedHigh: high watermark of GraphMemUsedCurrent.
+	// GraphMemUsedHigh: high watermark of the memory mapped into graphs
+	// (GraphMemUsedCurrent).
 	GraphMemUsedHigh GraphMemAttribute = 1
 	// GraphMemReservedCurrent: bytes reserved for graphs (what
 	// Device.GraphMemTrim can give back).

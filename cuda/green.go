@@ -126,6 +126,8 @@ func (d *Device) NewGreenContext(minSMs int) (*Context, error) {
 		}
 		return nil, &OpError{Op: op, Err: err}
 	}
+	noteLive(kindGreen, g) // addresses of destroyed ones, reused
+	noteLive(kindContext, c)
 	v := newView(p, c, true)
 	v.bind.green = g
 	v.bind.sms = int(group.SM.SMCount)
@@ -143,11 +145,22 @@ func (d *Device) NewGreenContext(minSMs int) (*Context, error) {
 // elsewhere (cuGreenCtxCreate), converted with cuCtxFromGreenCtx: every
 // cudamem object made from it runs in the green context. cudamem never
 // destroys h; it must outlive every use of the view. The same h gives the
-// same view each time. Handle 0 is an error matching ErrInvalidArgument.
+// same view each time (and NewGreenContext's handle its Context's view).
+//
+// Handle 0 is an error matching ErrInvalidArgument. A green context
+// cudamem destroyed (Context.Close of a NewGreenContext) is refused before
+// any driver call, with an error naming the handle that matches both
+// ErrInvalidArgument and CUDA_ERROR_INVALID_HANDLE. One destroyed
+// elsewhere cannot be told from a live one and goes to the driver, which
+// may refuse it or crash the process: see WrapContext for what the record
+// of destroyed handles covers.
 func WrapGreenContext(h uintptr) (*Device, error) {
 	const op = "WrapGreenContext"
 	if h == 0 {
 		return nil, Errorf(op, ErrInvalidArgument, "green context handle 0")
+	}
+	if err := refuseDestroyed(op, kindGreen, h); err != nil {
+		return nil, err
 	}
 	ds, err := devices()
 	if err != nil {
@@ -164,6 +177,9 @@ func WrapGreenContext(h uintptr) (*Device, error) {
 	if r := drv.CtxFromGreenCtx.Call(uintptr(unsafe.Pointer(&c)), h); !ok(r) {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("green context %#x: %w", h, fail(&drv.CtxFromGreenCtx, r))}
 	}
+	// The driver vouches for c, the live green context's own context,
+	// even at an address where cudamem destroyed another.
+	noteLive(kindContext, c)
 	v, err := WrapContext(c)
 	if err != nil {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("green context %#x: %w", h, err)}

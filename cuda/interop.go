@@ -79,7 +79,9 @@ type ForeignFunc struct {
 // Foreign binds p, a function found in another library with
 // loader.Library.Lookup, to d (see ForeignFunc). An unresolved p is an
 // error matching ErrInvalidArgument; a driver without cuCtxSetCurrent one
-// matching ErrNotSupported.
+// matching ErrNotSupported; a view whose context Context.Close destroyed
+// one matching ErrClosed. p itself is not checked: cudamem cannot tell a
+// C function from any other address, and calls whatever p points at.
 func (d *Device) Foreign(p loader.Proc) (*ForeignFunc, error) {
 	const op = "Device.Foreign"
 	if !p.Found() {
@@ -122,9 +124,12 @@ func (f *ForeignFunc) Device() *Device {
 // upper half undefined.
 //
 // err is non-nil only when the function was not called: a nil or zero
-// ForeignFunc, too many arguments, or the device's context could not be
-// made current (an *OpError naming the function, wrapping the
-// cuCtxSetCurrent Result). A non-zero result alone cannot say which
+// ForeignFunc, too many arguments, a view whose context Context.Close
+// destroyed since Foreign (an error matching ErrClosed, returned before
+// the driver sees the dead context, on which cuCtxSetCurrent may crash),
+// or the device's context could not be made current (an *OpError naming
+// the function, wrapping the cuCtxSetCurrent Result). A context destroyed
+// elsewhere (a WrapContext view's) cannot be seen and reaches the driver. A non-zero result alone cannot say which
 // happened, so on one Call asks the driver again whether the context can
 // be made current (it succeeds for a retained primary context unless the
 // driver is shutting down): only if not is the result taken for
@@ -145,6 +150,9 @@ func (f *ForeignFunc) Call(args ...uintptr) (uintptr, error) {
 	if len(args) > loader.MaxArgs {
 		return loader.NotFound, f.tooMany(len(args))
 	}
+	if b := f.dev.bind; b != nil && b.closed.Load() {
+		return loader.NotFound, f.closedErr()
+	}
 	r := f.p.CallCtx(f.ctx, args...)
 	// A failed cuCtxSetCurrent leaves a CUresult, 32 bits: a zero low half
 	// is never one, whatever the upper half holds (undefined in the C ABI
@@ -158,6 +166,8 @@ func (f *ForeignFunc) Call(args ...uintptr) (uintptr, error) {
 func foreignInvalid() error {
 	return Errorf("ForeignFunc.Call", ErrInvalidArgument, "nil or zero ForeignFunc (use Device.Foreign)")
 }
+
+func (f *ForeignFunc) closedErr() error { return f.dev.contextClosed(f.p.Name()) }
 
 func (f *ForeignFunc) tooMany(n int) error {
 	return Errorf(f.p.Name(), ErrInvalidArgument, "%d arguments, at most %d can be passed", n, loader.MaxArgs)
@@ -202,8 +212,17 @@ const (
 // green context's included, is an error matching ErrInvalidArgument that
 // names both contexts; wrap it with the view of its own context
 // (WrapContext). A handle the driver rejects is the driver's error. On a
-// driver with neither entry point the check is skipped. As for any CUDA
-// call, a handle that is not a stream at all may crash the driver.
+// driver with neither entry point the check is skipped.
+//
+// A stream cudamem destroyed (Stream.Close of a NewStream stream, or
+// Context.Close of the context it was made in) is refused before any
+// driver call, with an error naming the handle that matches both
+// ErrInvalidArgument and CUDA_ERROR_INVALID_HANDLE: the driver does not
+// validate a destroyed stream's handle and may crash on it. A stream
+// destroyed elsewhere, or a handle that is not a stream at all, cannot be
+// told from a live one and goes to the driver, which may refuse it or
+// crash the process; see WrapContext for what the record of destroyed
+// handles covers.
 func (d *Device) WrapStream(h uintptr) (*Stream, error) {
 	const op = "Device.WrapStream"
 	if err := d.check(op); err != nil {
@@ -217,6 +236,9 @@ func (d *Device) WrapStream(h uintptr) (*Stream, error) {
 		return d.DefaultStream(), nil
 	case streamPerThread:
 		return nil, Errorf(op, ErrInvalidArgument, "CU_STREAM_PER_THREAD (%#x) names a different stream on every OS thread, and goroutines move between threads: wrap a created stream", h)
+	}
+	if err := refuseDestroyed(op, kindStream, h); err != nil {
+		return nil, err
 	}
 	if err := d.streamInContext(op, h); err != nil {
 		return nil, err

@@ -123,7 +123,10 @@ type Dim3 struct{ X, Y, Z uint32 }
 // in the kernel's parameter order.
 //
 // A nil or zero Function is refused (ErrInvalidArgument), and so is one
-// whose module was closed (ErrClosed).
+// whose module was closed, or whose module's context Context.Close
+// destroyed (ErrClosed), before the driver sees the dead kernel handle.
+// A context destroyed elsewhere (a WrapContext view's) cannot be seen:
+// its kernels reach the driver, which may crash on them.
 func (f *Function) Launch(s *Stream, grid, block Dim3, sharedMem uint32, params ...any) error {
 	if f == nil || f.mod == nil || f.handle == 0 {
 		return Errorf("cuLaunchKernel", ErrInvalidArgument, "nil or zero kernel function (use Module.Function)")

@@ -80,9 +80,14 @@ func sourceTypes(t *testing.T, dir string) []string {
 	return names
 }
 
+// exportedInterfaces are the package's exported interface types: they
+// have no zero value to call methods on, so the sweep skips them (their
+// implementations are swept as the types they are).
+var exportedInterfaces = map[string]bool{"FabricCalls": true}
+
 func TestNilSafeCoversEveryExportedType(t *testing.T) {
 	for _, name := range sourceTypes(t, ".") {
-		if _, ok := exportedTypes[name]; !ok {
+		if _, ok := exportedTypes[name]; !ok && !exportedInterfaces[name] {
 			t.Errorf("exported type cuda.%s is missing from exportedTypes in nilsafe_test.go", name)
 		}
 	}

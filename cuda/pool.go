@@ -87,6 +87,12 @@ func (d *Device) DefaultHostMemPool(loc MemLocation) (MemPool, error) {
 // CreateMemPool creates a pool with the given properties (cuMemPoolCreate).
 // The device's context serves later calls on the pool; the pool's memory
 // lives where props.Location says.
+//
+// A pool with fabric handles (MemHandleTypeFabric) is made only where
+// fabric handles work at its location (CheckFabricAt, which costs one
+// small allocation): otherwise the error matches ErrNotSupported and names
+// IMEX, and no pool is made, since the driver can make one it then cannot
+// export, and crash the process when it is destroyed.
 func (d *Device) CreateMemPool(props *MemPoolProps) (MemPool, error) {
 	if err := d.check("cuMemPoolCreate"); err != nil {
 		return MemPool{}, err
@@ -98,23 +104,18 @@ func (d *Device) CreateMemPool(props *MemPoolProps) (MemPool, error) {
 	if err != nil {
 		return MemPool{}, err
 	}
-	if props.HandleTypes&MemHandleTypeFabric != 0 && props.Location.Type == MemLocationTypeDevice {
-		// Probed first: on an H200 with driver 580 and no IMEX, the driver
-		// creates a pool with fabric handles, refuses its export
-		// (CUDA_ERROR_NOT_PERMITTED), and then crashes the process in
-		// cuMemPoolDestroy (SIGSEGV, or glibc's "free(): invalid pointer").
-		// A pool that cannot be exported is not made at all. (A device
-		// without fabric support has cuMemPoolCreate refuse, below.)
-		sup, err := d.FabricHandlesSupported()
-		if err != nil {
-			return MemPool{}, &OpError{Op: "cuMemPoolCreate", Err: fmt.Errorf("location %v/%d, handle types %#x: asking for fabric support: %w",
-				props.Location.Type, props.Location.ID, props.HandleTypes, err)}
-		}
-		if sup {
-			if err := d.CheckFabric(); err != nil {
-				return MemPool{}, &OpError{Op: "cuMemPoolCreate", Err: fmt.Errorf("location %v/%d, handle types %#x: %w",
-					props.Location.Type, props.Location.ID, props.HandleTypes, err)}
-			}
+	if props.HandleTypes&MemHandleTypeFabric != 0 {
+		// Probed first, at the pool's own location: without IMEX the
+		// driver can create a pool with fabric handles, refuse its export
+		// (CUDA_ERROR_NOT_PERMITTED), and then crash the process in
+		// cuMemPoolDestroy. That happens for host and host NUMA pools as
+		// for device pools, and a probe on the device says nothing about
+		// host memory, so every location type is probed as itself. A pool
+		// that cannot be exported is not made at all; neither is one on a
+		// device that reports no fabric support.
+		if err := d.CheckFabricAt(props.Location); err != nil {
+			return MemPool{}, &OpError{Op: "cuMemPoolCreate", Err: fmt.Errorf("location %s, handle types %#x: %w",
+				locationName(props.Location), props.HandleTypes, err)}
 		}
 	}
 	var h uintptr

@@ -73,12 +73,14 @@ func (d *Device) NewStreamWith(flags StreamFlags, priority int) (*Stream, error)
 		if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&s.handle)), g, uintptr(flags), uintptr(int64(priority))); !ok(r) {
 			return nil, &OpError{Op: "Device.NewStreamWith", Err: fmt.Errorf("green context %#x, flags %#x, priority %d: %w", g, uint32(flags), priority, fail(p, r))}
 		}
+		streamCreated(s)
 		return s, nil
 	}
 	r := d.drv.StreamCreateWithPriority.CallCtx(ctx, uintptr(unsafe.Pointer(&s.handle)), uintptr(flags), uintptr(int64(priority)))
 	if !ok(r) {
 		return nil, fail(&d.drv.StreamCreateWithPriority, r)
 	}
+	streamCreated(s)
 	return s, nil
 }
 
@@ -234,6 +236,9 @@ func (s *Stream) WaitEvent(e *Event) error {
 		return err
 	}
 	defer e.end()
+	if err := e.dev.contextClosed(op); err != nil { // the event went with its context
+		return err
+	}
 	w, err := s.captureOfLocked(op, ctx, h)
 	if err != nil {
 		return err
@@ -334,6 +339,7 @@ func (s *Stream) Close() error {
 	if r := s.dev.drv.StreamDestroy.CallCtx(ctx, s.handle); !ok(r) {
 		return fail(&s.dev.drv.StreamDestroy, r)
 	}
+	streamDestroyed(s)
 	s.closed.Store(true)
 	return nil
 }

@@ -75,43 +75,17 @@ func ncclOptions(drv driver, dev *cuda.Device, goos string, peers []*cuda.Device
 	return o, nil
 }
 
-// probeFabric is cuda.Device.CheckFabric through the driver seam: nil when
-// a granule of fabric-shareable memory with these flags can be created and
-// exported, an error matching cuda.ErrNotSupported (naming IMEX) when the
-// device or the driver says no.
+// probeFabric is cuda's fabric probe (cuda.CheckFabricWith) run through
+// the driver seam: nil when a granule of fabric-shareable memory with
+// these flags can be created and exported, an error matching
+// cuda.ErrNotSupported (naming IMEX) when the device or the driver says
+// no.
 func probeFabric(drv driver, dev *cuda.Device, rdma bool) error {
-	ok, err := drv.FabricHandlesSupported()
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return cuda.Errorf("virtual.NCCLOptions", cuda.ErrNotSupported, "%v reports no fabric handle support; %s", dev, cuda.FabricRequirements)
-	}
-	prop := cuda.MemAllocationProp{
-		Type:                 cuda.MemAllocationTypePinned,
-		Location:             devLoc(dev),
-		RequestedHandleTypes: cuda.MemHandleTypeFabric,
-	}
+	prop := cuda.MemAllocationProp{Location: devLoc(dev)}
 	if rdma {
 		prop.AllocFlags.GPUDirectRDMACapable = 1
 	}
-	g, err := drv.AllocationGranularity(&prop, cuda.MemAllocationGranularityMinimum)
-	if err != nil {
-		return cuda.FabricError("cuMemGetAllocationGranularity", err)
-	}
-	h, err := drv.MemCreate(g, &prop)
-	if err != nil {
-		return cuda.FabricError("cuMemCreate", err)
-	}
-	_, xerr := drv.MemExportFabric(h)
-	// Released again once if the first release fails: nothing else holds
-	// the probe granule, so giving up would leak it for good.
-	if rerr := drv.MemRelease(h); rerr != nil {
-		if rerr2 := drv.MemRelease(h); rerr2 != nil {
-			return errors.Join(xerr, fmt.Errorf("releasing the fabric probe allocation: %w", rerr), rerr2)
-		}
-	}
-	return cuda.FabricError("cuMemExportToShareableHandle", xerr)
+	return cuda.CheckFabricWith(drv, prop)
 }
 
 // AllocationProperties reads back from the driver the properties b's

@@ -85,12 +85,18 @@ const (
 	GraphUsed                 // graph memory allocated by launches and not yet freed (bytes)
 	GraphReserved             // graph memory reserved (bytes; cuDeviceGraphMemTrim gives it back)
 	Contexts                  // live contexts made with cuCtxCreate
+	// Crashes counts calls on which a real driver may crash the process
+	// instead of returning an error: a destroyed context or green context
+	// handed back to it, a stream that died with its context, or the
+	// destruction of a fabric pool made without IMEX. The fake returns an
+	// error instead; cudamem must never get there (tests assert zero).
+	Crashes
 	numStats
 )
 
 var statNames = [...]string{"device bytes", "pinned bytes", "managed bytes", "allocations", "streams", "events",
 	"pools", "VMM handles", "reservations", "mappings", "host registrations", "context retains", "calls",
-	"device 1 bytes", "graphs", "graph execs", "graph used bytes", "graph reserved bytes", "contexts"}
+	"device 1 bytes", "graphs", "graph execs", "graph used bytes", "graph reserved bytes", "contexts", "driver crashes"}
 
 func (s Stat) String() string {
 	if s >= 0 && s < numStats {
@@ -103,6 +109,7 @@ func (s Stat) String() string {
 type Driver struct {
 	stat   loader.Proc
 	fabric loader.Proc
+	reuse  loader.Proc
 }
 
 // FabricMode is how the fake treats fabric handles (CU_MEM_HANDLE_TYPE_FABRIC).
@@ -113,7 +120,9 @@ const (
 	// FabricNoIMEX: the device reports fabric support, but creating,
 	// exporting or importing fabric-shareable memory fails with
 	// CUDA_ERROR_NOT_PERMITTED, as on a machine without the IMEX service
-	// (the default).
+	// (the default). As the real driver there, cuMemPoolCreate still makes
+	// a pool with fabric handles (at any location type); its export is
+	// refused, and destroying it counts as a crash (Crashes) and fails.
 	FabricNoIMEX FabricMode = iota
 	// FabricWorks: fabric handles round-trip inside the process.
 	FabricWorks
@@ -126,6 +135,18 @@ const (
 // Exports already made stay importable in FabricWorks.
 func (d *Driver) SetFabric(m FabricMode) FabricMode {
 	return FabricMode(int32(d.fabric.Call(uintptr(m))))
+}
+
+// SetContextReuse makes new contexts (cuCtxCreate, green contexts) take
+// the first slot of a destroyed one, so its handle names a live context
+// again, as a real driver may reuse a freed context's address; off (the
+// default), handles are never reused. It returns the previous setting.
+func (d *Driver) SetContextReuse(on bool) bool {
+	v := uintptr(0)
+	if on {
+		v = 1
+	}
+	return int32(d.reuse.Call(v)) != 0
 }
 
 // Open opens the fake driver at path (the same library the loader uses:
@@ -143,7 +164,11 @@ func Open(path string) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s is not the fake driver: %w", path, err)
 	}
-	return &Driver{stat: p, fabric: f}, nil
+	r, err := l.Lookup("fakecuda_set_ctx_reuse")
+	if err != nil {
+		return nil, fmt.Errorf("%s is not the fake driver: %w", path, err)
+	}
+	return &Driver{stat: p, fabric: f, reuse: r}, nil
 }
 
 // Stat reads one counter.

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/fakecuda"
 	"github.com/cudamem/cudamem/ipc"
 	"github.com/cudamem/cudamem/resource"
@@ -68,6 +69,29 @@ func TestFaultSweepFabric(t *testing.T) {
 			return &fixture{
 				op:      func() error { _, err := virtual.NCCLOptions(dev0()); return err },
 				cleanup: func() error { return nil },
+			}, nil
+		}},
+		{name: "cuda CreateMemPool fabric host NUMA", absorbed: map[string]string{"cuMemRelease": "the fabric probe releases its granule again when the first release fails"}, setup: func() (*fixture, error) {
+			// The pool's location is probed as itself before the pool is
+			// made; a failure anywhere leaves no pool and no probe granule.
+			loc := cuda.MemLocation{Type: cuda.MemLocationTypeHostNUMA}
+			if err := dev0().CheckFabricAt(loc); err != nil {
+				return nil, err
+			}
+			var pool cuda.MemPool
+			return &fixture{
+				op: func() (err error) {
+					pool, err = dev0().CreateMemPool(&cuda.MemPoolProps{AllocType: cuda.MemAllocationTypePinned, HandleTypes: cuda.MemHandleTypeFabric, Location: loc})
+					return err
+				},
+				cleanup: func() error {
+					if pool.IsZero() {
+						return nil
+					}
+					err := pool.Destroy()
+					pool = cuda.MemPool{}
+					return err
+				},
 			}, nil
 		}},
 		{name: "ipc ImportPoolFabric", setup: func() (*fixture, error) {

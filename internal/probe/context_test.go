@@ -5,6 +5,8 @@ package probe
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/cudamem/cudamem/buffer"
@@ -149,4 +151,42 @@ func TestContextHostileInput(t *testing.T) {
 		}
 		wantErr(t, "zero Context Sync", zero.Sync(), "Context.Sync")
 	})
+}
+
+// Handles cudamem destroyed, handed back: WrapContext and WrapGreenContext
+// refuse them before the driver (which may crash on a destroyed handle:
+// the fake counts such calls), with errors naming the operation and the
+// handle. Nothing is left behind and no crash-prone call is made.
+func TestDestroyedHandlesRefused(t *testing.T) {
+	defer baseline(t)()
+	d1 := dev(t, 1)
+	c, err := d1.NewContext(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := c.Handle()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = cuda.WrapContext(h)
+	wantErr(t, "WrapContext of a closed context", err, "WrapContext")
+	if !errors.Is(err, cuda.ErrInvalidArgument) || !errors.Is(err, cuda.ErrorInvalidContext) || !strings.Contains(err.Error(), fmt.Sprintf("%#x", h)) {
+		t.Errorf("WrapContext of a closed context: %v; want ErrInvalidArgument and CUDA_ERROR_INVALID_CONTEXT naming %#x", err, h)
+	}
+	g, err := d1.NewGreenContext(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gh := g.Device().GreenContext()
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = cuda.WrapGreenContext(gh)
+	wantErr(t, "WrapGreenContext of a closed green context", err, "WrapGreenContext")
+	if !errors.Is(err, cuda.ErrInvalidArgument) || !errors.Is(err, cuda.ErrorInvalidHandle) {
+		t.Errorf("WrapGreenContext of a closed green context: %v", err)
+	}
+	if n := fake.Stat(fakecuda.Crashes); n != 0 {
+		t.Errorf("%d calls on destroyed handles reached the driver", n)
+	}
 }

@@ -211,9 +211,14 @@ func TestFabricNoIMEX(t *testing.T) {
 		wantIMEX(t, "MemImportFabric", err, tc.res)
 		_, err = d.ImportMemPoolFabric(&fh)
 		wantIMEX(t, "ImportMemPoolFabric", err, tc.res)
-		_, err = d.CreateMemPool(&cuda.MemPoolProps{AllocType: cuda.MemAllocationTypePinned, HandleTypes: cuda.MemHandleTypeFabric,
-			Location: cuda.MemLocation{Type: cuda.MemLocationTypeDevice}})
-		wantIMEX(t, "CreateMemPool", err, tc.res)
+		// Every location type: without IMEX the driver makes such a pool
+		// and crashes when it is destroyed, host pools as device ones.
+		for _, loc := range []cuda.MemLocation{{Type: cuda.MemLocationTypeDevice}, {Type: cuda.MemLocationTypeHost},
+			{Type: cuda.MemLocationTypeHostNUMA}, {Type: cuda.MemLocationTypeHostNUMACurrent}} {
+			_, err = d.CreateMemPool(&cuda.MemPoolProps{AllocType: cuda.MemAllocationTypePinned, HandleTypes: cuda.MemHandleTypeFabric,
+				Location: loc})
+			wantIMEX(t, "CreateMemPool", err, tc.res)
+		}
 		o, err := virtual.NCCLOptions(d)
 		if err != nil {
 			t.Fatal(err)

@@ -10,7 +10,8 @@
 //
 // It is strict where a real driver is strict and a library bug could hide:
 // every handle is looked up in a table before use (a stale or made-up handle
-// is an error, never a crash), calls that need a context fail with
+// is an error, never a crash; where a real driver may crash instead, on a
+// destroyed context for one, the call is also counted: see crash), calls that need a context fail with
 // CUDA_ERROR_INVALID_CONTEXT when none is current on the calling thread, and
 // a copy or fill touching device memory that is not allocated (or a VMM
 // range that is not mapped with access) fails instead of touching it.
@@ -24,7 +25,8 @@
 // contexts. cuCtxDestroy destroys the context's streams and events, as
 // CUDA does; cuGreenCtxDestroy leaves its streams dead and counted (CUDA
 // leaks them). cuStreamGetCtx(_v2) reports a stream's context. Memory is
-// not tied to contexts.
+// not tied to contexts. fakecuda_set_ctx_reuse makes new contexts take the
+// addresses of destroyed ones, as a real driver may.
 //
 // Not emulated: kernels and modules, asynchrony (every call completes before
 // it returns), cross-process sharing (pool and legacy IPC work inside one
@@ -74,6 +76,7 @@ enum {
 	E_CAPTURE_ISOLATION = 905,
 	E_CAPTURE_IMPLICIT = 906,
 	E_CAPTURED_EVENT = 907,
+	E_UNKNOWN = 999,
 };
 
 #define MAXDEV 2
@@ -118,9 +121,19 @@ enum {
 	ST_GRAPH_USED,     /* graph memory allocated by launches, not yet freed (bytes, all devices) */
 	ST_GRAPH_RESERVED, /* graph memory reserved (bytes, all devices; cuDeviceGraphMemTrim gives it back) */
 	ST_CONTEXTS,       /* live contexts made with cuCtxCreate (primary ones excluded) */
+	ST_CRASHES,        /* calls a real driver may crash the process on (see crash) */
 	ST_N
 };
 static long long stats[ST_N];
+
+/* crash records a call on which a real driver may crash the process
+   instead of returning an error: a destroyed context or green context
+   handed back to it (the handle points at freed memory), a stream that
+   died with its context, or cuMemPoolDestroy of a fabric pool made
+   without IMEX (see fMemPoolDestroy). The fake returns an error and
+   counts it, so tests can assert that cudamem never gets there. Atomic:
+   some callers do not hold the lock. */
+static void crash(void) { __atomic_fetch_add(&stats[ST_CRASHES], 1, __ATOMIC_SEQ_CST); }
 
 /* ---- contexts ---- */
 typedef struct ctx {
@@ -136,16 +149,41 @@ typedef struct ctx {
 static ctx_t ctxs[MAXDEV] = {{CTX_MAGIC, 0, 0, {0}}, {CTX_MAGIC, 1, 0, {0}}};
 static __thread ctx_t *current;
 
-/* Contexts made with cuCtxCreate: slots are never reused, so a destroyed
-   context's handle stays invalid (and a thread that still has it current
-   points at memory that stays allocated). */
+/* Contexts made with cuCtxCreate: slots are not reused unless
+   fakecuda_set_ctx_reuse asks for it, so a destroyed context's handle
+   stays invalid (and a thread that still has it current points at memory
+   that stays allocated). A real driver frees a destroyed context and may
+   give its address to the next one: reuse mode models that, a new context
+   taking the first dead slot. */
 #define MAXC 1024
 static ctx_t made_ctxs[MAXC];
 static int nmade;
+static int reuse_ctx;
 static ctx_t *as_made(void *p) {
 	for (int i = 0; i < nmade; i++)
 		if (p == (void *)&made_ctxs[i] && !made_ctxs[i].dead) return &made_ctxs[i];
 	return 0;
+}
+/* dead_made reports whether p is a destroyed context's handle. */
+static int dead_made(void *p) {
+	for (int i = 0; i < nmade; i++)
+		if (p == (void *)&made_ctxs[i]) return made_ctxs[i].dead;
+	return 0;
+}
+/* new_made returns a free context slot: a dead one in reuse mode, else
+   the next unused one (0 when none is left). Called with the lock held. */
+static ctx_t *new_made(void) {
+	if (reuse_ctx)
+		for (int i = 0; i < nmade; i++)
+			if (made_ctxs[i].dead) return &made_ctxs[i];
+	return nmade == MAXC ? 0 : &made_ctxs[nmade++];
+}
+int fakecuda_set_ctx_reuse(int on) {
+	LOCK();
+	int old = reuse_ctx;
+	reuse_ctx = on != 0;
+	UNLOCK();
+	return old;
 }
 static ctx_t *as_ctx(void *p) {
 	for (int i = 0; i < ndev; i++)
@@ -163,6 +201,7 @@ typedef struct pool {
 	long long id;          /* identity for export; the origin's id for an import */
 	int access[MAXDEV];    /* CUmemAccess_flags per device */
 	int live;
+	int doomed;            /* fabric handles made without IMEX: destroying it is a crash */
 } pool_t;
 #define MAXPOOLS 4096
 static pool_t *pools[MAXPOOLS];
@@ -558,6 +597,7 @@ static CUresult fCtxSetCurrent(void *c) {
 	if (!initialized) return E_NOT_INITIALIZED;
 	if (c == 0) { current = 0; return OK; }
 	ctx_t *x = as_ctx(c);
+	if (!x && dead_made(c)) crash();
 	if (!x || x->retains == 0) return E_INVALID_CONTEXT;
 	current = x;
 	return OK;
@@ -962,15 +1002,22 @@ static CUresult fMemPoolCreate(void **out, const pool_props_t *pr) {
 	LOCK();
 	NEED_CTX();
 	if (!out || !pr || pr->alloc_type != 1 || (pr->handle_types & ~9) || npools == MAXPOOLS) RET(E_INVALID_VALUE);
-	if (pr->handle_types & 8) { CUresult g = fabric_gate(); if (g) RET(g); }
+	/* Without IMEX (fabric mode 0) a pool with fabric handles is made, at
+	   any location type, as the real driver makes it; its export is
+	   refused and destroying it is where the real driver crashes. */
+	int doomed = 0;
+	if (pr->handle_types & 8) {
+		if (fabric_mode() == 2) RET(E_NOT_SUPPORTED);
+		doomed = fabric_mode() == 0;
+	}
 	if (pr->loc_type == 1 && bad_dev(pr->loc_id)) RET(E_INVALID_VALUE);
-	if (pr->loc_type != 1 && pr->loc_type != 2 && pr->loc_type != 3) RET(E_INVALID_VALUE);
+	if (pr->loc_type != 1 && pr->loc_type != 2 && pr->loc_type != 3 && !(pr->loc_type == 4 && doomed)) RET(E_INVALID_VALUE);
 	if (pr->loc_type == 3 && pr->loc_id != 0) RET(E_INVALID_VALUE); /* one NUMA node */
 	pool_t *p = calloc(1, sizeof *p);
 	if (!p) RET(E_OUT_OF_MEMORY);
 	*p = (pool_t){.alloc_type = 1, .handle_types = pr->handle_types, .loc_type = pr->loc_type,
 		.loc_id = pr->loc_type == 1 ? pr->loc_id : 0, .max_size = pr->max_size, .reuse = {1, 1, 1},
-		.live = 1, .id = next_pool_id++};
+		.live = 1, .id = next_pool_id++, .doomed = doomed};
 	if (p->loc_type == 1) p->access[p->loc_id] = 3;
 	pools[npools++] = p;
 	stats[ST_POOLS]++;
@@ -982,6 +1029,12 @@ static CUresult fMemPoolDestroy(void *h) {
 	NEED_CTX();
 	pool_t *p = as_pool(h);
 	if (!p || p->is_default) RET(E_INVALID_VALUE);
+	if (p->doomed) {
+		/* The real driver crashes the process here (SIGSEGV, or glibc's
+		   "free(): invalid pointer"). The pool stays live and counted. */
+		crash();
+		RET(E_UNKNOWN);
+	}
 	for (int d = 0; d < ndev; d++)
 		if (current_pool[d] == p) current_pool[d] = &default_pool[d];
 	/* Memory still allocated from it stays valid until freed (the driver
@@ -1466,11 +1519,10 @@ static CUresult ctx_create(void **pctx, unsigned flags, int d) {
 	unsigned sched = flags & 7;
 	if ((flags & ~0xFFu) || (sched & (sched - 1))) return E_INVALID_VALUE;
 	LOCK();
-	if (nmade == MAXC) RET(E_OUT_OF_MEMORY);
 	if (ctx_depth == CTX_STACK) RET(E_INVALID_VALUE);
-	ctx_t *c = &made_ctxs[nmade];
+	ctx_t *c = new_made();
+	if (!c) RET(E_OUT_OF_MEMORY);
 	*c = (ctx_t){.magic = CTX_MAGIC, .dev = d, .retains = 1, .made = 1};
-	nmade++;
 	stats[ST_CONTEXTS]++;
 	ctx_stack[ctx_depth++] = current;
 	current = c;
@@ -1486,16 +1538,29 @@ static CUresult fCtxCreate_v4(void **pctx, void *params, unsigned flags, int d) 
 /* cuCtxDestroy: like CUDA, the context's streams and events die with it;
    it is popped if current on the calling thread. Primary contexts cannot
    be destroyed. */
+/* Streams freed with their context (cuCtxDestroy), the latest MAXDEADS:
+   a real driver may crash on one handed back to it (see crash). */
+#define MAXDEADS 1024
+static void *dead_streams[MAXDEADS];
+static int ndead_streams;
+static int dead_stream(void *s) {
+	int n = ndead_streams < MAXDEADS ? ndead_streams : MAXDEADS;
+	for (int i = 0; i < n; i++)
+		if (dead_streams[i] == s) return 1;
+	return 0;
+}
 static CUresult fCtxDestroy(void *p) {
 	if (!initialized) return E_NOT_INITIALIZED;
 	LOCK();
 	ctx_t *c = as_made(p);
+	if (!c && dead_made(p)) crash();
 	if (!c) RET(E_INVALID_CONTEXT);
 	c->dead = 1;
 	c->retains = 0;
 	stats[ST_CONTEXTS]--;
 	for (int i = 0; i < nstreams;)
 		if (streams[i]->ctx == c) {
+			dead_streams[ndead_streams++ % MAXDEADS] = streams[i];
 			free(streams[i]);
 			streams[i] = streams[--nstreams];
 			stats[ST_STREAMS]--;
@@ -1533,6 +1598,7 @@ static CUresult stream_ctx(void *s, void **pctx) {
 			*pctx = streams[i]->green ? (void *)&ctxs[streams[i]->dev] : (void *)streams[i]->ctx;
 			RET(OK);
 		}
+	if (dead_stream(s)) crash();
 	RET(E_INVALID_HANDLE);
 }
 static void *stream_green(void *s) {
@@ -1550,6 +1616,7 @@ static CUresult fCtxGetId(void *p, u64 *id) {
 	if (!id) return E_INVALID_VALUE;
 	LOCK();
 	ctx_t *c = p ? as_ctx(p) : current;
+	if (p && !c && dead_made(p)) crash();
 	if (!c || c->dead) RET(E_INVALID_CONTEXT);
 	*id = c->made ? 1000 + (u64)(c - made_ctxs) : 1 + (u64)c->dev;
 	RET(OK);
@@ -1627,6 +1694,14 @@ static green_t *as_green(void *p) {
 		if (p == (void *)&greens[i] && !greens[i].dead) return &greens[i];
 	return 0;
 }
+/* live_green is as_green, counting a destroyed green context's handle as
+   a crash (see crash). */
+static green_t *live_green(void *p) {
+	green_t *g = as_green(p);
+	for (int i = 0; !g && i < ngreens; i++)
+		if (p == (void *)&greens[i]) crash();
+	return g;
+}
 static CUresult fGreenCtxCreate(void **pg, void *desc, int d, unsigned flags) {
 	if (!initialized) return E_NOT_INITIALIZED;
 	if (!pg || flags != 1) return E_INVALID_VALUE;
@@ -1637,9 +1712,13 @@ static CUresult fGreenCtxCreate(void **pg, void *desc, int d, unsigned flags) {
 		if (desc == (void *)&descs[i]) ds = &descs[i];
 	if (!ds) RET(E_INVALID_VALUE);
 	if (ds->dev != d) RET(E_INVALID_DEVICE);
-	if (nmade == MAXC || ngreens == MAXC) RET(E_OUT_OF_MEMORY);
-	ctx_t *c = &made_ctxs[nmade++];
-	green_t *g = &greens[ngreens++];
+	green_t *g = 0;
+	for (int i = 0; reuse_ctx && !g && i < ngreens; i++)
+		if (greens[i].dead) g = &greens[i];
+	if (!g && ngreens == MAXC) RET(E_OUT_OF_MEMORY);
+	ctx_t *c = new_made();
+	if (!c) RET(E_OUT_OF_MEMORY);
+	if (!g) g = &greens[ngreens++];
 	*c = (ctx_t){.magic = CTX_MAGIC, .dev = d, .retains = 1, .made = 1, .green = g};
 	*g = (green_t){CTX_MAGIC, c, 0};
 	stats[ST_CONTEXTS]++;
@@ -1649,7 +1728,7 @@ static CUresult fGreenCtxCreate(void **pg, void *desc, int d, unsigned flags) {
 static CUresult fCtxFromGreenCtx(void **pc, void *pg) {
 	if (!pc) return E_INVALID_VALUE;
 	LOCK();
-	green_t *g = as_green(pg);
+	green_t *g = live_green(pg);
 	if (!g) RET(E_INVALID_HANDLE);
 	*pc = g->ctx;
 	RET(OK);
@@ -1658,7 +1737,7 @@ static CUresult fCtxFromGreenCtx(void **pc, void *pg) {
    they go dead and stay counted (CUDA leaks them). */
 static CUresult fGreenCtxDestroy(void *pg) {
 	LOCK();
-	green_t *g = as_green(pg);
+	green_t *g = live_green(pg);
 	if (!g) RET(E_INVALID_HANDLE);
 	g->dead = 1;
 	g->ctx->dead = 1;
@@ -1670,7 +1749,7 @@ static CUresult fGreenCtxDestroy(void *pg) {
 static CUresult fGreenCtxStreamCreate(void **ps, void *pg, unsigned flags, int prio) {
 	if (!ps || flags != 1) return E_INVALID_VALUE;
 	LOCK();
-	green_t *g = as_green(pg);
+	green_t *g = live_green(pg);
 	if (!g) RET(E_INVALID_HANDLE);
 	if (nstreams == MAXS) RET(E_INVALID_VALUE);
 	stream_t *st = malloc(sizeof *st);
@@ -2145,8 +2224,11 @@ static void *batch_proc(int ver) {
 /* Fabric handles work inside one process, as pool IPC does. fabric_mode()
    says how a system without a multi-node NVLink domain looks:
      0: the device reports fabric support (attribute 128 = 1) but IMEX is
-        absent: fabric memory, pools and exports fail NOT_PERMITTED (the
-        default, as on a single-node Hopper machine);
+        absent: fabric memory, exports and imports fail NOT_PERMITTED (the
+        default, as on a single-node Hopper machine); a pool with fabric
+        handles is made all the same, at any location type, and
+        destroying it is a crash (see fMemPoolDestroy), as with the real
+        driver;
      1: IMEX works: export/import round trips;
      2: the device has no fabric support (attribute 0): NOT_SUPPORTED.
    FAKECUDA_FABRIC sets it at first use ("1", "none", else 0);
