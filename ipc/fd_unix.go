@@ -314,9 +314,9 @@ func encodeHandle(u UUID, k poolKey) []byte {
 	b := make([]byte, handleMsgSize)
 	copy(b, handleMagic[:])
 	binary.LittleEndian.PutUint16(b[8:], handleVersion)
-	if k.ok {
+	if k.has() {
 		binary.LittleEndian.PutUint16(b[handleFlagsOffset:], handleFlagKeyed)
-		copy(b[handleKeyOffset:], k.k[:])
+		copy(b[handleKeyOffset:], *k.k)
 	}
 	copy(b[handleUUIDOffset:], u[:])
 	return b
@@ -342,8 +342,7 @@ func decodeHandle(b []byte) (UUID, poolKey, error) {
 	}
 	var k poolKey
 	if flags&handleFlagKeyed != 0 {
-		copy(k.k[:], b[handleKeyOffset:])
-		k.ok = true
+		k = keyFrom(b[handleKeyOffset:])
 	} else if [KeySize]byte(b[handleKeyOffset:]) != ([KeySize]byte{}) {
 		// One message, one meaning: key bytes without the flag are
 		// refused, not ignored.

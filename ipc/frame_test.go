@@ -332,6 +332,6 @@ func FuzzHandleMessage(f *testing.F) {
 			return
 		}
 		assert.Equal(t, b, encodeHandle(gu, k))
-		assert.Equal(t, b[handleFlagsOffset]&handleFlagKeyed != 0, k.ok)
+		assert.Equal(t, b[handleFlagsOffset]&handleFlagKeyed != 0, k.has())
 	})
 }

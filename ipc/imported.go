@@ -91,7 +91,7 @@ type ImportedPool struct {
 	file *osfd.File // a duplicate of the imported fd, kept for re-export (nil for a fabric import)
 	// fabric is the fabric handle the pool was imported from
 	// (ImportPoolFabric), kept for re-export; zero for an fd import.
-	fabric cuda.MemFabricHandle
+	fabric fabricBytes
 
 	// life is the lifecycle DevicePool and PinnedPool share: Import and
 	// Export run between Acquire and Release, so Close waits for them and
@@ -319,7 +319,7 @@ func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, err
 	// The driver parses export data without validating it (driver 580
 	// crashed in cuMemPoolImportPointer on mutated data): only what the
 	// pool's key vouches for may reach it.
-	if !p.key.ok {
+	if !p.key.has() {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "imported pool %v has no pool key (its Handle came from NewHandle), so no descriptor can be authenticated; for an exporter that is not cudamem, ImportUnauthenticated takes descriptors unchecked", p.uuid)
 	}
 	if !p.key.verify(d) {
@@ -345,7 +345,7 @@ func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, err
 // belongs to. One naming another pool is refused.
 func (p *ImportedPool) ImportUnauthenticated(d Descriptor, s *cuda.Stream) (*buffer.Buffer, error) {
 	const op = "ImportedPool.ImportUnauthenticated"
-	if !p.zero() && p.key.ok {
+	if !p.zero() && p.key.has() {
 		// A pool with a key comes from a cudamem exporter, every one of
 		// whose descriptors is sealed: one that is not is forged. (Taken
 		// in, its export data would also be sealed with the pool's key on
