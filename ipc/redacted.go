@@ -21,6 +21,7 @@ const keyRedacted = "<redacted>"
 // formatRedacted writes s (gos for %#v) for any verb.
 func formatRedacted(f fmt.State, verb rune, s, gos string) {
 	switch {
+	case f == nil: // a direct call with no state to write to
 	case verb == 'v' && f.Flag('#'):
 		_, _ = fmt.Fprint(f, gos)
 	case verb == 'q':
