@@ -31,11 +31,14 @@
 // unmaps.
 //
 // An ImportedPool has the lifecycle of resource.DevicePool and PinnedPool
-// (one shared core, internal/poolcore): Import and Export hold the pool
-// open, so a concurrent Close waits for those in progress, and those that
-// start after it fail at once with cuda.ErrClosed. A closed pool lives on
-// until its last Buffer is closed, which destroys it; a destruction that
-// fails is reported, and retried, by the next Close.
+// (one shared core, internal/poolcore): its imports and exports (Import,
+// ImportUnauthenticated, ImportForeign, Export, ExportFabric, and
+// ExportBuffer of its Buffers) hold the pool open, so a concurrent Close
+// waits for those in progress, and those that start after it fail at once
+// with cuda.ErrClosed, whatever their arguments, as they do for a closed
+// Handle or Buffer. A closed pool lives on until its last Buffer is
+// closed, which destroys it; a destruction that fails is reported, and
+// retried, by the next Close.
 //
 // # Threat model
 //
@@ -55,7 +58,9 @@
 //     driver call, every descriptor the key does not authenticate:
 //     corrupted ones, altered ones (size, pool, export data), and forged
 //     ones from a process that has descriptors or the wire format but not
-//     the key. Those refusals wrap ErrBadDescriptor.
+//     the key. Those refusals wrap ErrBadDescriptor, as does every other
+//     refusal of a descriptor (another pool's UUID, size 0, a size past
+//     the mapping).
 //   - A process that holds the key (the exporter, and every process the
 //     Handle or its Token went to, re-exporters included) is trusted as
 //     the exporter is: what it seals reaches the driver. Its descriptors'

@@ -301,29 +301,30 @@ func (p *ImportedPool) Export() (*Handle, error) {
 // legacy default stream). Closing the buffer unmaps it here; the owner's
 // memory lives until the owner frees it.
 //
-// A descriptor is hostile input. Its MAC is checked against the pool's
-// key before the driver sees it: one the key does not authenticate
-// (forged, altered in any field, or from another pool) is refused with an
-// error wrapping ErrBadDescriptor, and so is every descriptor when the
-// pool was imported without a key (see ImportUnauthenticated). Then its
-// size is checked against the mapping the driver made, and one claiming
-// more is refused. Importing memory this process already imported returns
-// another Buffer on the same mapping. The pool is held open during the
-// import: a concurrent Close waits for it, and an Import that starts after
-// Close began fails with cuda.ErrClosed.
+// A descriptor is hostile input, and every refusal of one wraps
+// ErrBadDescriptor (which matches cuda.ErrInvalidArgument too), whichever
+// field is wrong: one naming another pool or of size 0, one the pool's key
+// does not authenticate (forged, altered in any field, or sealed for
+// another pool), every descriptor when the pool was imported without a
+// key (see ImportUnauthenticated), and one claiming more than the mapping
+// the driver made. The checks that need no driver come first: only a
+// descriptor the key vouches for reaches it. Importing memory this process
+// already imported returns another Buffer on the same mapping. The pool is
+// held open during the import: a concurrent Close waits for it, and an
+// Import that starts after Close began fails with cuda.ErrClosed.
 func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, error) {
 	const op = "ImportedPool.Import"
 	if err := p.checkDescriptor(op, d); err != nil {
 		return nil, err
 	}
-	// The driver parses export data without validating it (driver 580
-	// crashed in cuMemPoolImportPointer on mutated data): only what the
-	// pool's key vouches for may reach it.
+	// The driver parses export data without validating it (it crashed in
+	// cuMemPoolImportPointer on mutated data): only what the pool's key
+	// vouches for may reach it.
 	if !p.key.has() {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "imported pool %v has no pool key (its Handle came from NewHandle), so no descriptor can be authenticated; for an exporter that is not cudamem, ImportUnauthenticated takes descriptors unchecked", p.uuid)
+		return nil, cuda.Errorf(op, ErrBadDescriptor, "imported pool %v has no pool key (its Handle came from NewHandle), so no descriptor can be authenticated; for an exporter that is not cudamem, ImportUnauthenticated takes descriptors unchecked", p.uuid)
 	}
 	if !p.key.verify(d) {
-		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: descriptor of %d bytes is not authenticated by the key of pool %v (forged, altered, or sealed by another exporter): refused before the driver saw it", ErrBadDescriptor, d.Size, p.uuid)}
+		return nil, cuda.Errorf(op, ErrBadDescriptor, "descriptor of %d bytes is not authenticated by the key of pool %v (forged, altered, or sealed by another exporter): refused before the driver saw it", d.Size, p.uuid)
 	}
 	return p.importChecked(op, d, s)
 }
@@ -345,14 +346,17 @@ func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, err
 // belongs to. One naming another pool is refused.
 func (p *ImportedPool) ImportUnauthenticated(d Descriptor, s *cuda.Stream) (*buffer.Buffer, error) {
 	const op = "ImportedPool.ImportUnauthenticated"
-	if !p.zero() && p.key.has() {
+	if err := p.checkOpen(op); err != nil {
+		return nil, err
+	}
+	if p.key.has() {
 		// A pool with a key comes from a cudamem exporter, every one of
 		// whose descriptors is sealed: one that is not is forged. (Taken
 		// in, its export data would also be sealed with the pool's key on
 		// re-export, passing a forgery on as authenticated.)
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v has a key: its descriptors are imported with Import, which checks their MAC", p.uuid)
 	}
-	if d.Pool == (UUID{}) && !p.zero() {
+	if d.Pool == (UUID{}) {
 		d.Pool = p.uuid
 	}
 	if err := p.checkDescriptor(op, d); err != nil {
@@ -362,16 +366,32 @@ func (p *ImportedPool) ImportUnauthenticated(d Descriptor, s *cuda.Stream) (*buf
 }
 
 // checkDescriptor makes the checks that need neither the key nor the
-// driver.
+// driver. A wrong field is the descriptor's fault (ErrBadDescriptor), as
+// a wrong MAC is: a peer that alters the pool UUID must get the same
+// answer as one that alters the size.
 func (p *ImportedPool) checkDescriptor(op string, d Descriptor) error {
+	if err := p.checkOpen(op); err != nil {
+		return err
+	}
+	if d.Pool != p.uuid {
+		return cuda.Errorf(op, ErrBadDescriptor, "descriptor of pool %v (%d bytes) given to imported pool %v", d.Pool, d.Size, p.uuid)
+	}
+	if d.Size == 0 {
+		return cuda.Errorf(op, ErrBadDescriptor, "descriptor of 0 bytes (pool %v)", d.Pool)
+	}
+	return nil
+}
+
+// checkOpen refuses a nil or zero pool, and a closed one before anything
+// else is looked at: a closed pool answers cuda.ErrClosed to every import
+// and export, whatever the arguments. (The calls still hold the pool open
+// with Acquire, which a Close racing this check makes fail.)
+func (p *ImportedPool) checkOpen(op string) error {
 	if p.zero() {
 		return errZeroPool(op)
 	}
-	if d.Size == 0 {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "descriptor of 0 bytes (pool %v)", d.Pool)
-	}
-	if d.Pool != p.uuid {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "descriptor of pool %v given to imported pool %v", d.Pool, p.uuid)
+	if p.life.IsClosed() {
+		return &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
 	}
 	return nil
 }
@@ -402,7 +422,7 @@ func (p *ImportedPool) importChecked(op string, d Descriptor, s *cuda.Stream) (*
 		// The driver handed out a mapping that Buffers here already use:
 		// refusing this descriptor must not unmap it under them.
 		if d.Size > m.limit {
-			return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "descriptor claims %d bytes, the imported allocation holds %d at %#x", d.Size, m.limit, uint64(ptr))
+			return nil, cuda.Errorf(op, ErrBadDescriptor, "descriptor claims %d bytes, the imported allocation holds %d at %#x", d.Size, m.limit, uint64(ptr))
 		}
 		m.refs++
 		// Counted before Release, so a Close waiting for this call sees
@@ -418,7 +438,7 @@ func (p *ImportedPool) importChecked(op string, d Descriptor, s *cuda.Stream) (*
 		if err != nil {
 			err = &cuda.OpError{Op: op, Err: fmt.Errorf("asking the driver for the mapping at %#x: %w", uint64(ptr), err)}
 		} else {
-			err = cuda.Errorf(op, cuda.ErrInvalidArgument, "descriptor claims %d bytes, the imported allocation holds %d at %#x (allocation %#x+%d)", d.Size, limit, uint64(ptr), uint64(base), size)
+			err = cuda.Errorf(op, ErrBadDescriptor, "descriptor claims %d bytes, the imported allocation holds %d at %#x (allocation %#x+%d)", d.Size, limit, uint64(ptr), uint64(base), size)
 		}
 		// This import made the mapping, and nothing else uses it.
 		if ferr := p.drv.free(ptr, s); ferr != nil {
@@ -453,6 +473,14 @@ func (p *ImportedPool) descriptor(b *buffer.Buffer) (Descriptor, error) {
 	if p.zero() {
 		return Descriptor{}, errZeroPool(op)
 	}
+	// A closed pool exports nothing more, as a closed DevicePool does
+	// (the shared pool lifecycle): its Buffers live on until closed, but
+	// a descriptor handed out now would name a pool that is going away.
+	// Held open, so a concurrent Close waits for the export.
+	if !p.life.Acquire() {
+		return Descriptor{}, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: %v is a buffer of imported pool %v, which was closed", cuda.ErrClosed, b, p.uuid)}
+	}
+	defer p.life.Release()
 	var d Descriptor
 	err := b.Use(op, func(ptr cuda.DevicePtr) error {
 		p.mapMu.Lock()
