@@ -237,23 +237,19 @@ func ImportPoolFabric(dev *cuda.Device, h *FabricHandle) (*ImportedPool, error) 
 	if dev == nil || h.zero() {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device, or nil or zero *FabricHandle")
 	}
-	registry.Lock()
-	defer registry.Unlock()
-	if p, err := registered(op, dev, h.uuid, h.key); p != nil || err != nil {
-		return p, err
-	}
-	fh := h.h.get()
-	pool, err := dev.ImportMemPoolFabric(&fh)
-	if err != nil {
-		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("pool %v: %w", h.uuid, err)}
-	}
-	p := newImportedPool(dev, pool, cudaImport{dev: dev, pool: pool}, h.uuid, h.key, nil)
-	p.fabric = h.h
-	if registry.pools == nil {
-		registry.pools = map[UUID]*ImportedPool{}
-	}
-	registry.pools[p.uuid] = p
-	return p, nil
+	// As ImportPool: the driver's import runs outside the registry's
+	// lock, and a second import of the UUID waits for the first.
+	u, k, fb := h.uuid, h.key, h.h
+	return importOnce(op, dev, u, k, func() (*ImportedPool, error) {
+		fh := fb.get()
+		pool, err := dev.ImportMemPoolFabric(&fh)
+		if err != nil {
+			return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("pool %v: %w", u, err)}
+		}
+		p := newImportedPool(dev, pool, cudaImport{dev: dev, pool: pool}, u, k, nil)
+		p.fabric = fb
+		return p, nil
+	})
 }
 
 // ExportFabric hands out the FabricHandle this pool was imported from

@@ -368,7 +368,11 @@ func SendHandle(conn *net.UnixConn, h *Handle) error {
 
 // ReceiveHandle receives a Handle sent with SendHandle, key included; the
 // caller owns it. A message with other than one fd and a handle payload of
-// this version is refused, and whatever descriptors it carried are closed.
+// this version is refused, and whatever descriptors it carried are closed;
+// so is one whose fd is of a kind no pool export is (a pipe, FIFO, socket,
+// regular file, directory, symbolic link or block device; see ImportPool).
+// At most two descriptors are ever installed for one call, however many
+// the peer attaches (see ReceiveFDs).
 func ReceiveHandle(conn *net.UnixConn) (*Handle, error) {
 	const op = "ipc.ReceiveHandle"
 	payload, fds, err := ReceiveFDs(conn, handleMsgSize)
@@ -384,6 +388,15 @@ func ReceiveHandle(conn *net.UnixConn) (*Handle, error) {
 			err = cuda.Errorf(op, cuda.ErrInvalidArgument, "got %d fds, want 1", len(fds))
 		}
 		if cerr := osfd.CloseAll(fds); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		return nil, err
+	}
+	// The peer chose the descriptor: one that cannot be a pool (a pipe it
+	// holds the other end of, a socket, a file) is closed here, and never
+	// becomes a Handle.
+	if err := checkPoolFD(op, fds[0]); err != nil {
+		if cerr := osfd.Close(fds[0]); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
 		return nil, err

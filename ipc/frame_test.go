@@ -222,10 +222,7 @@ func TestReceiveHandleRefusesMalformed(t *testing.T) {
 func TestSendReceiveHandleKey(t *testing.T) {
 	for _, keyed := range []bool{true, false} {
 		a, b := socketPair(t)
-		fd := pipeFDs(t, 1)[0]
-		dfd, err := dup(fd)
-		require.NoError(t, err)
-		h, err := NewHandle(dfd, NewUUID())
+		h, err := NewHandle(poolLikeFD(t), NewUUID())
 		require.NoError(t, err)
 		if keyed {
 			h.key = newPoolKey()

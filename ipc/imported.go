@@ -121,11 +121,18 @@ var _ buffer.MemoryResource = (*ImportedPool)(nil)
 // use (it maps an allocation once per process), and closing either side
 // would unmap memory the other still uses. ImportPool refuses that case.
 //
+// The driver's import runs outside the lock (a slow or stuck import of one
+// pool must not stall imports of others): pending holds the UUIDs being
+// imported, and a second import of one of them waits for the first to
+// finish, then looks again, so a UUID is still mapped once.
+//
 // Lock order: a pool's core (held while it is destroyed) before registry;
-// under registry only a pool's atomics are read.
+// under registry only a pool's atomics are read, and no driver call or
+// wait is made.
 var registry struct {
 	sync.Mutex
-	pools map[UUID]*ImportedPool
+	pools   map[UUID]*ImportedPool
+	pending map[UUID]chan struct{} // closed when the import in progress ends
 }
 
 // registered returns the pool registered for u that ImportPool may return
@@ -172,6 +179,64 @@ func newImportedPool(dev *cuda.Device, pool cuda.MemPool, drv importDriver, u UU
 	return p
 }
 
+// importPoolFD imports the pool behind fd on dev
+// (cuMemPoolImportFromShareableHandle) and returns the driver seam of the
+// imported pool; fd stays the caller's. Tests substitute it to hold an
+// import inside the driver.
+var importPoolFD = func(dev *cuda.Device, fd int) (cuda.MemPool, importDriver, error) {
+	pool, err := dev.ImportMemPoolFD(fd)
+	if err != nil {
+		return cuda.MemPool{}, nil, err
+	}
+	return pool, cudaImport{dev: dev, pool: pool}, nil
+}
+
+// importOnce returns the pool registered for u, or registers the one
+// doImport makes, which runs with no lock held. While one import of u is
+// in progress, others of u wait for it and then look again: if it
+// succeeded they find its pool (or the refusal registered gives), if it
+// failed one of them imports in turn.
+func importOnce(op string, dev *cuda.Device, u UUID, k poolKey, doImport func() (*ImportedPool, error)) (*ImportedPool, error) {
+	for {
+		registry.Lock()
+		if p, err := registered(op, dev, u, k); p != nil || err != nil {
+			registry.Unlock()
+			return p, err
+		}
+		if wait := registry.pending[u]; wait != nil {
+			registry.Unlock()
+			<-wait
+			continue
+		}
+		done := make(chan struct{})
+		if registry.pending == nil {
+			registry.pending = map[UUID]chan struct{}{}
+		}
+		registry.pending[u] = done
+		registry.Unlock()
+		return importPending(u, done, doImport)
+	}
+}
+
+// importPending runs doImport for u, whose pending entry is done, and
+// registers its pool. The entry is removed and the waiters woken however
+// doImport ends, a panic included, so none of them waits forever.
+func importPending(u UUID, done chan struct{}, doImport func() (*ImportedPool, error)) (p *ImportedPool, err error) {
+	defer func() {
+		registry.Lock()
+		delete(registry.pending, u)
+		if p != nil && err == nil {
+			if registry.pools == nil {
+				registry.pools = map[UUID]*ImportedPool{}
+			}
+			registry.pools[u] = p
+		}
+		registry.Unlock()
+		close(done)
+	}()
+	return doImport()
+}
+
 // ImportPool maps the pool h describes on dev. The handle stays the
 // caller's to close. A pool already imported (same UUID) is returned as
 // is; a Handle with the same UUID but another key (or a key where the
@@ -180,44 +245,59 @@ func newImportedPool(dev *cuda.Device, pool cuda.MemPool, drv importDriver, u UU
 // last Buffer's Close); before that ImportPool fails with an error matching
 // cuda.ErrClosed, since the driver could hand the new pool's imports the
 // very mappings the old pool's Buffers still use.
+//
+// h's fd is hostile input: one of a kind the driver's export never is (a
+// pipe, FIFO, socket, regular file, directory, symbolic link or block
+// device) is refused with an error matching cuda.ErrInvalidArgument
+// before the driver sees it. The driver's import runs outside every lock
+// that other imports take: one that is slow or never returns holds up
+// only other imports of the same UUID, which wait for it (so a pool is
+// still mapped once). A closed h gives an error matching cuda.ErrClosed.
 func ImportPool(dev *cuda.Device, h *Handle) (*ImportedPool, error) {
 	const op = "ipc.ImportPool"
 	if dev == nil || h == nil || h.f == nil {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device, or nil or zero handle")
 	}
-	if h.UUID() == (UUID{}) {
+	u, k := h.UUID(), h.key
+	if u == (UUID{}) {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "handle with the zero UUID (imports are deduplicated by UUID)")
 	}
-	registry.Lock()
-	defer registry.Unlock()
-	if p, err := registered(op, dev, h.UUID(), h.key); p != nil || err != nil {
-		return p, err
-	}
-	var p *ImportedPool
-	err := h.use(op, func(fd int) error {
-		pool, err := dev.ImportMemPoolFD(fd)
-		if err != nil {
-			return &cuda.OpError{Op: op, Err: fmt.Errorf("pool %v: %w", h.UUID(), err)}
-		}
-		keep, err := osfd.DupInt(fd)
-		if err != nil {
-			err = &cuda.OpError{Op: op, Err: err}
-			if derr := pool.Destroy(); derr != nil {
-				err = errors.Join(err, fmt.Errorf("destroying the imported pool again: %w", derr))
-			}
-			return err
-		}
-		p = newImportedPool(dev, pool, cudaImport{dev: dev, pool: pool}, h.UUID(), h.key, keep)
-		return nil
-	})
-	if err != nil {
+	// Checked first, even when u is imported already: a closed Handle or
+	// one holding something other than a pool is refused, not answered.
+	if err := h.use(op, func(fd int) error { return checkPoolFD(op, fd) }); err != nil {
 		return nil, err
 	}
-	if registry.pools == nil {
-		registry.pools = map[UUID]*ImportedPool{}
-	}
-	registry.pools[p.uuid] = p
-	return p, nil
+	return importOnce(op, dev, u, k, func() (*ImportedPool, error) {
+		// The pool keeps a duplicate of h's fd (for re-export), and the
+		// driver reads that one: h may be closed meanwhile.
+		var keep *osfd.File
+		err := h.use(op, func(fd int) error {
+			var err error
+			if keep, err = osfd.DupInt(fd); err != nil {
+				return &cuda.OpError{Op: op, Err: fmt.Errorf("pool %v: %w", u, err)}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		var pool cuda.MemPool
+		var drv importDriver
+		err = keep.Use(func(fd int) error {
+			var err error
+			pool, drv, err = importPoolFD(dev, fd)
+			return err
+		})
+		if err != nil {
+			// Nothing was imported: only the duplicate to undo.
+			err = &cuda.OpError{Op: op, Err: fmt.Errorf("pool %v: %w", u, err)}
+			if cerr := keep.Close(); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
+			return nil, err
+		}
+		return newImportedPool(dev, pool, drv, u, k, keep), nil
+	})
 }
 
 // Lookup returns the open imported pool with the given UUID, if any (a
