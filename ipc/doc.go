@@ -89,7 +89,12 @@
 // refusal never unmaps memory another Buffer of this process uses.
 // Messages on Unix sockets are framed (SendFDs, ReceiveFDs), so stream,
 // seqpacket and datagram sockets all keep message boundaries; a malformed
-// message is refused and every descriptor that came with it closed.
+// message is refused and every descriptor that came with it closed. A peer
+// cannot fill this process with descriptors: they are taken only with a
+// frame's first bytes and up to the count it announces (MaxFDs; one for
+// ReceiveHandle), anything more is refused at once, and a Handle's fd of
+// a kind no pool export is (a pipe, socket, file) is refused on arrival
+// and by ImportPool.
 //
 // Legacy IPC (cuIpcGetMemHandle / cuIpcOpenMemHandle), as CuPy and PyTorch
 // use for memory from cuMemAlloc, is in legacy.go.

@@ -192,7 +192,7 @@ func TestReceiveHandleRefusesMalformed(t *testing.T) {
 		nfds    int
 		want    string
 	}{
-		"two fds":                {good, 2, "got 2 fds"},
+		"two fds":                {good, 2, "at most 1 expected"},
 		"no fd":                  {good, 0, "got 0 fds"},
 		"version 1 (UUID only)":  {u[:], 1, "handle message of 16 bytes"},
 		"magic":                  {edit(func(b []byte) { b[0] = 'X' }), 1, "not a handle message"},
