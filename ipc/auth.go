@@ -101,17 +101,22 @@ func (k poolKey) seal(d Descriptor) Descriptor {
 }
 
 // Token forms. A token is the text form of a Handle's identity for
-// out-of-band transport (an environment variable or argument to a child
-// started with exec.Cmd.ExtraFiles): the pool's UUID, then, for a Handle
-// with a key, a '.' and the key in hex.
+// out-of-band transport (a pipe to a child started with
+// exec.Cmd.ExtraFiles): the pool's UUID, then, for a Handle with a key, a
+// '.' and the key in hex.
 const tokenKeySep = "."
 
 // Token returns h's UUID and pool key as text, for a process that gets
 // h's fd without SendHandle (a child started with ExtraFile): pass it to
 // NewHandleFromToken there. The token holds the pool's secret key: whoever
 // has it can make descriptors the importer trusts, so hand it only to the
-// process that receives the fd (an environment variable or pipe, not a
-// log line). A Handle without a key gives its UUID alone; a nil or zero
+// process that receives the fd, over a pipe or socket (the child's stdin,
+// or a pipe among its ExtraFiles). Never put it in the child's environment
+// or arguments: the environment is inherited by every process the child
+// starts, and its children, and both are readable in /proc/PID/environ and
+// /proc/PID/cmdline by other processes of the user (and by root). Nor in
+// a log line: fmt never prints a Handle's key, but a token is a plain
+// string. A Handle without a key gives its UUID alone; a nil or zero
 // Handle gives "".
 func (h *Handle) Token() string {
 	if h == nil || h.f == nil {
@@ -154,8 +159,11 @@ func parseToken(op, s string) (UUID, poolKey, error) {
 
 // NewHandleFromToken takes ownership of fd (a pool's fd passed to this
 // process, e.g. through exec.Cmd.ExtraFiles) under the UUID and key of
-// token, which the exporter's Handle.Token made. A malformed token is
-// refused before anything is taken: fd stays the caller's to close then.
+// token, which the exporter's Handle.Token made (read it from the pipe the
+// parent wrote it to: see Token). As NewHandle does, it sets close-on-exec
+// on fd, so neither the pool's fd nor, through it, the pool passes on to
+// this process's own children. A malformed token is refused before
+// anything is taken: fd stays the caller's to close then.
 func NewHandleFromToken(fd int, token string) (*Handle, error) {
 	const op = "ipc.NewHandleFromToken"
 	if fd < 0 {

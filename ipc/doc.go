@@ -9,8 +9,12 @@
 //  2. The Handle travels to another process: over a Unix socket
 //     (SendHandle / ReceiveHandle: the fd by SCM_RIGHTS, UUID and key in
 //     the message), or to a child process (Handle.ExtraFile with
-//     exec.Cmd.ExtraFiles, plus Handle.Token in the child's environment,
-//     which the child turns back into a Handle with NewHandleFromToken).
+//     exec.Cmd.ExtraFiles, plus Handle.Token written to a pipe the child
+//     reads, its stdin say, which the child turns back into a Handle with
+//     NewHandleFromToken). The token holds the pool key: never pass it in
+//     the environment, which every grandchild inherits and
+//     /proc/PID/environ shows. A Handle's fd is close-on-exec, so it
+//     reaches only the children it is handed to.
 //  3. The other process imports it: ImportPool maps the pool once per UUID
 //     (a registry keyed by UUID dedupes repeated imports; see Lookup).
 //  4. Buffers travel as Descriptors: plain, versioned, checksummed bytes

@@ -240,7 +240,7 @@ func TestHostilePeerStallsMidFrame(t *testing.T) {
 
 					timeout := time.Minute
 					if unblock == nil {
-						timeout = time.Second
+						timeout = 500 * time.Millisecond
 					}
 					ctx, cancel := context.WithTimeout(context.Background(), timeout)
 					defer cancel()
