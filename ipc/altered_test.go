@@ -182,7 +182,7 @@ func TestClosedEntryPoints(t *testing.T) {
 	}
 	if closedHandle != nil {
 		entries["ImportPool(closed handle)"] = func() error { _, err := ImportPool(&cuda.Device{}, closedHandle); return err }
-		entries["SendHandle(closed handle)"] = func() error { a, _ := socketPair(t); return SendHandle(a, closedHandle) }
+		entries["SendHandle(closed handle)"] = func() error { return SendHandle(nil, closedHandle) } // the Handle is looked at first
 		entries["Handle.ExtraFile(closed)"] = func() error { _, err := closedHandle.ExtraFile(); return err }
 		entries["Handle.FD(closed)"] = func() error { _, err := closedHandle.FD(); return err }
 	} else {

@@ -60,11 +60,3 @@ func FDIdentity(fd int) (UUID, error) {
 	}
 	return identityUUID(uint64(st.Dev), uint64(st.Ino)), nil
 }
-
-// anonInode reports whether fd's file lives on the anonymous-inode file
-// system (an eventfd, a driver's object fd), whatever mode its inode
-// reports.
-func anonInode(fd int) bool {
-	var fs syscall.Statfs_t
-	return syscall.Fstatfs(fd, &fs) == nil && fs.Type == anonInodeFSMagic
-}

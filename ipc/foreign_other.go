@@ -8,6 +8,3 @@ import "github.com/cudamem/cudamem/cuda"
 func FDIdentity(fd int) (UUID, error) {
 	return UUID{}, cuda.Errorf("ipc.FDIdentity", cuda.ErrNotSupported, "pool fds identify pools only on Linux")
 }
-
-// anonInode reports false: anonymous inodes are told apart on Linux only.
-func anonInode(int) bool { return false }
