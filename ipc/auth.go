@@ -28,26 +28,42 @@ const MACSize = 16
 
 // poolKey is a pool's secret key; the zero poolKey is "no key" (a Handle
 // made from a raw fd, as from a non-cudamem exporter).
+//
+// The bytes are a string behind a pointer, and never change once made.
+// fmt prints a pointer to a string as an address wherever it meets one (it
+// shows the target only of pointers to arrays, slices, structs and maps,
+// and even those in its %!verb(...) text for a verb that does not fit),
+// and it cannot call the methods of unexported fields: so printing any
+// value that holds a poolKey through reflection (%v or %#v of a struct
+// with a Handle field, say) shows no key byte. The types that hold one
+// also format themselves redacted (see redacted.go).
 type poolKey struct {
-	k  [KeySize]byte
-	ok bool
+	k *string // nil: no key; else KeySize bytes
 }
+
+// has reports whether k is a key (not "no key").
+func (k poolKey) has() bool { return k.k != nil }
 
 // newPoolKey returns a fresh random key. crypto/rand.Read does not fail
 // on the systems Go supports (since Go 1.24 it aborts the program
 // rather than return a short read), so there is no error to handle.
 func newPoolKey() poolKey {
-	var k poolKey
-	_, _ = rand.Read(k.k[:])
-	k.ok = true
-	return k
+	var b [KeySize]byte
+	_, _ = rand.Read(b[:])
+	return keyFrom(b[:])
+}
+
+// keyFrom returns the key whose bytes are b (KeySize of them), copied.
+func keyFrom(b []byte) poolKey {
+	s := string(b[:KeySize])
+	return poolKey{k: &s}
 }
 
 // mac computes d's MAC under k: HMAC-SHA256 over d's encoding up to its
 // MAC (magic, version, reserved bytes, size, pool UUID, export data), so
 // that every field the importer acts on is covered.
 func (k poolKey) mac(d Descriptor) [MACSize]byte {
-	h := hmac.New(sha256.New, k.k[:])
+	h := hmac.New(sha256.New, []byte(*k.k))
 	body := d.body()
 	h.Write(body[:])
 	var out [MACSize]byte
@@ -58,7 +74,7 @@ func (k poolKey) mac(d Descriptor) [MACSize]byte {
 // verify reports whether d carries a valid MAC under k (in constant time:
 // a peer must not learn the MAC byte by byte from timings).
 func (k poolKey) verify(d Descriptor) bool {
-	if !k.ok {
+	if !k.has() {
 		return false
 	}
 	want := k.mac(d)
@@ -68,12 +84,15 @@ func (k poolKey) verify(d Descriptor) bool {
 // equal reports whether k and o are the same key, or both none (in
 // constant time: ImportPool compares a peer's key with the one in use).
 func (k poolKey) equal(o poolKey) bool {
-	return k.ok == o.ok && subtle.ConstantTimeCompare(k.k[:], o.k[:]) == 1
+	if k.has() != o.has() {
+		return false
+	}
+	return !k.has() || subtle.ConstantTimeCompare([]byte(*k.k), []byte(*o.k)) == 1
 }
 
 // seal returns d with its MAC set under k (no MAC without a key).
 func (k poolKey) seal(d Descriptor) Descriptor {
-	if k.ok {
+	if k.has() {
 		d.MAC = k.mac(d)
 	} else {
 		d.MAC = [MACSize]byte{}
@@ -82,32 +101,37 @@ func (k poolKey) seal(d Descriptor) Descriptor {
 }
 
 // Token forms. A token is the text form of a Handle's identity for
-// out-of-band transport (an environment variable or argument to a child
-// started with exec.Cmd.ExtraFiles): the pool's UUID, then, for a Handle
-// with a key, a '.' and the key in hex.
+// out-of-band transport (a pipe to a child started with
+// exec.Cmd.ExtraFiles): the pool's UUID, then, for a Handle with a key, a
+// '.' and the key in hex.
 const tokenKeySep = "."
 
 // Token returns h's UUID and pool key as text, for a process that gets
 // h's fd without SendHandle (a child started with ExtraFile): pass it to
 // NewHandleFromToken there. The token holds the pool's secret key: whoever
 // has it can make descriptors the importer trusts, so hand it only to the
-// process that receives the fd (an environment variable or pipe, not a
-// log line). A Handle without a key gives its UUID alone; a nil or zero
+// process that receives the fd, over a pipe or socket (the child's stdin,
+// or a pipe among its ExtraFiles). Never put it in the child's environment
+// or arguments: the environment is inherited by every process the child
+// starts, and its children, and both are readable in /proc/PID/environ and
+// /proc/PID/cmdline by other processes of the user (and by root). Nor in
+// a log line: fmt never prints a Handle's key, but a token is a plain
+// string. A Handle without a key gives its UUID alone; a nil or zero
 // Handle gives "".
 func (h *Handle) Token() string {
 	if h == nil || h.f == nil {
 		return ""
 	}
-	if !h.key.ok {
+	if !h.key.has() {
 		return h.uuid.String()
 	}
-	return h.uuid.String() + tokenKeySep + hex.EncodeToString(h.key.k[:])
+	return h.uuid.String() + tokenKeySep + hex.EncodeToString([]byte(*h.key.k))
 }
 
 // HasKey reports whether h carries its pool's key (Handles from
 // ExportPool, ImportedPool.Export, ReceiveHandle of such a Handle, and
 // NewHandleFromToken of its Token do; NewHandle's do not).
-func (h *Handle) HasKey() bool { return h != nil && h.f != nil && h.key.ok }
+func (h *Handle) HasKey() bool { return h != nil && h.f != nil && h.key.has() }
 
 // parseToken parses what Token returns.
 func parseToken(op, s string) (UUID, poolKey, error) {
@@ -122,22 +146,24 @@ func parseToken(op, s string) (UUID, poolKey, error) {
 	if !keyed {
 		return u, poolKey{}, nil
 	}
-	var k poolKey
 	if len(ks) != 2*KeySize {
 		return UUID{}, poolKey{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "malformed token: key of %d hex digits, want %d", len(ks), 2*KeySize)
 	}
-	if _, err := hex.Decode(k.k[:], []byte(ks)); err != nil {
+	var kb [KeySize]byte
+	if _, err := hex.Decode(kb[:], []byte(ks)); err != nil {
 		// The key is secret: name the failure, not the digits.
 		return UUID{}, poolKey{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "malformed token: the key is not hex")
 	}
-	k.ok = true
-	return u, k, nil
+	return u, keyFrom(kb[:]), nil
 }
 
 // NewHandleFromToken takes ownership of fd (a pool's fd passed to this
 // process, e.g. through exec.Cmd.ExtraFiles) under the UUID and key of
-// token, which the exporter's Handle.Token made. A malformed token is
-// refused before anything is taken: fd stays the caller's to close then.
+// token, which the exporter's Handle.Token made (read it from the pipe the
+// parent wrote it to: see Token). As NewHandle does, it sets close-on-exec
+// on fd, so neither the pool's fd nor, through it, the pool passes on to
+// this process's own children. A malformed token is refused before
+// anything is taken: fd stays the caller's to close then.
 func NewHandleFromToken(fd int, token string) (*Handle, error) {
 	const op = "ipc.NewHandleFromToken"
 	if fd < 0 {

@@ -19,12 +19,11 @@ import (
 // fixedKey is a pool key with known bytes, so that fuzz corpus entries can
 // carry a valid MAC.
 func fixedKey() poolKey {
-	var k poolKey
-	for i := range k.k {
-		k.k[i] = byte(0xc0 + i)
+	var b [KeySize]byte
+	for i := range b {
+		b[i] = byte(0xc0 + i)
 	}
-	k.ok = true
-	return k
+	return keyFrom(b[:])
 }
 
 // reseal re-encodes d with a valid checksum over whatever it holds, as a

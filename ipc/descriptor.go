@@ -39,9 +39,10 @@ const (
 	descriptorCRC  = descriptorBody + MACSize // offset of the CRC
 )
 
-// ErrBadDescriptor is wrapped by every decoding failure, and by
-// ImportedPool.Import's refusal of a descriptor its pool's key did not
-// authenticate. It matches cuda.ErrInvalidArgument too.
+// ErrBadDescriptor is wrapped by every decoding failure, and by every
+// refusal of a descriptor by ImportedPool.Import (whichever field is
+// wrong: pool, size, export data or MAC), ImportUnauthenticated and
+// ImportForeign. It matches cuda.ErrInvalidArgument too.
 var ErrBadDescriptor = fmt.Errorf("ipc: bad buffer descriptor (%w)", cuda.ErrInvalidArgument)
 
 // body encodes what the MAC covers.

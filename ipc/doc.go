@@ -9,8 +9,12 @@
 //  2. The Handle travels to another process: over a Unix socket
 //     (SendHandle / ReceiveHandle: the fd by SCM_RIGHTS, UUID and key in
 //     the message), or to a child process (Handle.ExtraFile with
-//     exec.Cmd.ExtraFiles, plus Handle.Token in the child's environment,
-//     which the child turns back into a Handle with NewHandleFromToken).
+//     exec.Cmd.ExtraFiles, plus Handle.Token written to a pipe the child
+//     reads, its stdin say, which the child turns back into a Handle with
+//     NewHandleFromToken). The token holds the pool key: never pass it in
+//     the environment, which every grandchild inherits and
+//     /proc/PID/environ shows. A Handle's fd is close-on-exec, so it
+//     reaches only the children it is handed to.
 //  3. The other process imports it: ImportPool maps the pool once per UUID
 //     (a registry keyed by UUID dedupes repeated imports; see Lookup).
 //  4. Buffers travel as Descriptors: plain, versioned, checksummed bytes
@@ -31,11 +35,14 @@
 // unmaps.
 //
 // An ImportedPool has the lifecycle of resource.DevicePool and PinnedPool
-// (one shared core, internal/poolcore): Import and Export hold the pool
-// open, so a concurrent Close waits for those in progress, and those that
-// start after it fail at once with cuda.ErrClosed. A closed pool lives on
-// until its last Buffer is closed, which destroys it; a destruction that
-// fails is reported, and retried, by the next Close.
+// (one shared core, internal/poolcore): its imports and exports (Import,
+// ImportUnauthenticated, ImportForeign, Export, ExportFabric, and
+// ExportBuffer of its Buffers) hold the pool open, so a concurrent Close
+// waits for those in progress, and those that start after it fail at once
+// with cuda.ErrClosed, whatever their arguments, as they do for a closed
+// Handle or Buffer. A closed pool lives on until its last Buffer is
+// closed, which destroys it; a destruction that fails is reported, and
+// retried, by the next Close.
 //
 // # Threat model
 //
@@ -55,7 +62,9 @@
 //     driver call, every descriptor the key does not authenticate:
 //     corrupted ones, altered ones (size, pool, export data), and forged
 //     ones from a process that has descriptors or the wire format but not
-//     the key. Those refusals wrap ErrBadDescriptor.
+//     the key. Those refusals wrap ErrBadDescriptor, as does every other
+//     refusal of a descriptor (another pool's UUID, size 0, a size past
+//     the mapping).
 //   - A process that holds the key (the exporter, and every process the
 //     Handle or its Token went to, re-exporters included) is trusted as
 //     the exporter is: what it seals reaches the driver. Its descriptors'
@@ -84,7 +93,12 @@
 // refusal never unmaps memory another Buffer of this process uses.
 // Messages on Unix sockets are framed (SendFDs, ReceiveFDs), so stream,
 // seqpacket and datagram sockets all keep message boundaries; a malformed
-// message is refused and every descriptor that came with it closed.
+// message is refused and every descriptor that came with it closed. A peer
+// cannot fill this process with descriptors: they are taken only with a
+// frame's first bytes and up to the count it announces (MaxFDs; one for
+// ReceiveHandle), anything more is refused at once, and a Handle's fd of
+// a kind no pool export is (a pipe, socket, file) is refused on arrival
+// and by ImportPool.
 //
 // Legacy IPC (cuIpcGetMemHandle / cuIpcOpenMemHandle), as CuPy and PyTorch
 // use for memory from cuMemAlloc, is in legacy.go.

@@ -1,6 +1,7 @@
 package ipc_test
 
 import (
+	"bufio"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strings"
 
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/ipc"
@@ -15,9 +17,12 @@ import (
 )
 
 // Share a pool with a child process: the pool's fd goes through
-// exec.Cmd.ExtraFiles (the child's fd 3), its UUID and key in the child's
-// environment as a Token, and one buffer as a descriptor. The child's side
-// is ExampleNewHandleFromToken; examples/ipc-two-process is the whole
+// exec.Cmd.ExtraFiles (the child's fd 3), its UUID and key as a Token
+// over the child's stdin, and one buffer as a descriptor (on the line
+// after it). The token holds the pool's key, so it goes through a pipe and
+// never through the environment, which the child's own children inherit
+// and /proc/PID/environ shows. The child's side is
+// ExampleNewHandleFromToken; examples/ipc-two-process is the whole
 // program.
 func Example() {
 	dev, err := cuda.GetDevice(0)
@@ -66,7 +71,8 @@ func Example() {
 	}
 	child := exec.Command(os.Args[0], "child")
 	child.ExtraFiles = []*os.File{f} // fd 3 in the child
-	child.Env = append(os.Environ(), "POOL_TOKEN="+h.Token(), "BUFFER="+hex.EncodeToString(enc))
+	// The token and the descriptor on the child's stdin, a line each.
+	child.Stdin = strings.NewReader(h.Token() + "\n" + hex.EncodeToString(enc) + "\n")
 	child.Stdout, child.Stderr = os.Stdout, os.Stderr
 	err = child.Start()
 	f.Close() // the child has its own copy now
@@ -78,14 +84,19 @@ func Example() {
 	}
 }
 
-// The child's side of Example: take the pool's fd and token, import the
-// pool, then the buffer, and read it.
+// The child's side of Example: take the pool's fd and read its token
+// from stdin, import the pool, then the buffer, and read it.
 func ExampleNewHandleFromToken() {
 	dev, err := cuda.GetDevice(0)
 	if err != nil {
 		log.Fatal(err)
 	}
-	h, err := ipc.NewHandleFromToken(3, os.Getenv("POOL_TOKEN"))
+	in := bufio.NewReader(os.Stdin)
+	token, err := in.ReadString('\n')
+	if err != nil {
+		log.Fatal(err)
+	}
+	h, err := ipc.NewHandleFromToken(3, strings.TrimSpace(token))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -96,7 +107,11 @@ func ExampleNewHandleFromToken() {
 	}
 	defer pool.Close()
 
-	enc, err := hex.DecodeString(os.Getenv("BUFFER"))
+	line, err := in.ReadString('\n')
+	if err != nil {
+		log.Fatal(err)
+	}
+	enc, err := hex.DecodeString(strings.TrimSpace(line))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -24,8 +24,35 @@ import (
 type FabricHandle struct {
 	uuid UUID
 	key  poolKey
-	h    cuda.MemFabricHandle
+	h    fabricBytes
 }
+
+// fabricBytes holds a driver fabric handle, which lets a process of the
+// NVLink domain import the pool, as a string behind a pointer: as with
+// poolKey, fmt printing a value that holds one (a struct with an
+// unexported FabricHandle field, say) shows an address, not the bytes.
+// The zero fabricBytes is the zero handle.
+type fabricBytes struct {
+	s *string
+}
+
+func sealFabric(h cuda.MemFabricHandle) fabricBytes {
+	if h.IsZero() {
+		return fabricBytes{}
+	}
+	s := string(h.Data[:])
+	return fabricBytes{s: &s}
+}
+
+func (f fabricBytes) get() cuda.MemFabricHandle {
+	var h cuda.MemFabricHandle
+	if f.s != nil {
+		copy(h.Data[:], *f.s)
+	}
+	return h
+}
+
+func (f fabricBytes) IsZero() bool { return f.s == nil }
 
 // fabricMagic starts every encoded FabricHandle.
 var fabricMagic = [8]byte{'c', 'u', 'd', 'a', 'm', 'e', 'm', 'P'}
@@ -55,7 +82,7 @@ func (h *FabricHandle) UUID() UUID {
 
 // HasKey reports whether the handle carries the pool's key (it does when
 // ExportPoolFabric made it), so its pool's descriptors are authenticated.
-func (h *FabricHandle) HasKey() bool { return h != nil && h.key.ok }
+func (h *FabricHandle) HasKey() bool { return h != nil && h.key.has() }
 
 // Fabric returns the driver's fabric handle, as cuda.core or a C program
 // importing the pool would take it (cuMemPoolImportFromShareableHandle with
@@ -64,7 +91,7 @@ func (h *FabricHandle) Fabric() cuda.MemFabricHandle {
 	if h == nil {
 		return cuda.MemFabricHandle{}
 	}
-	return h.h
+	return h.h.get()
 }
 
 func (h *FabricHandle) zero() bool { return h == nil || h.h.IsZero() || h.uuid == (UUID{}) }
@@ -75,7 +102,7 @@ func (h *FabricHandle) String() string {
 	if h.zero() {
 		return "FabricHandle(zero)"
 	}
-	return fmt.Sprintf("FabricHandle(pool %v, %v, key %v)", h.uuid, h.h, h.key.ok)
+	return fmt.Sprintf("FabricHandle(pool %v, %v, key %v)", h.uuid, h.h.get(), h.key.has())
 }
 
 // MarshalBinary encodes h in a fixed, versioned, checksummed layout of
@@ -87,12 +114,13 @@ func (h *FabricHandle) MarshalBinary() ([]byte, error) {
 	b := make([]byte, FabricHandleSize)
 	copy(b, fabricMagic[:])
 	binary.LittleEndian.PutUint16(b[8:], fabricVersion)
-	if h.key.ok {
+	if h.key.has() {
 		binary.LittleEndian.PutUint16(b[10:], fabricHasKey)
-		copy(b[28:28+KeySize], h.key.k[:])
+		copy(b[28:28+KeySize], *h.key.k)
 	}
 	copy(b[12:28], h.uuid[:])
-	copy(b[28+KeySize:fabricCRC], h.h.Data[:])
+	fh := h.h.get()
+	copy(b[28+KeySize:fabricCRC], fh.Data[:])
 	binary.LittleEndian.PutUint32(b[fabricCRC:], checksum(b[:fabricCRC]))
 	return b, nil
 }
@@ -120,12 +148,14 @@ func (h *FabricHandle) UnmarshalBinary(b []byte) error {
 	flags := binary.LittleEndian.Uint16(b[10:])
 	var out FabricHandle
 	copy(out.uuid[:], b[12:28])
-	copy(out.key.k[:], b[28:28+KeySize])
-	copy(out.h.Data[:], b[28+KeySize:fabricCRC])
+	var fh cuda.MemFabricHandle
+	copy(fh.Data[:], b[28+KeySize:fabricCRC])
+	out.h = sealFabric(fh)
+	keyBytes := b[28 : 28+KeySize]
 	switch {
 	case flags&^fabricHasKey != 0:
 		return fmt.Errorf("%w: unknown flags %#x", ErrBadFabricHandle, flags)
-	case flags == 0 && out.key.k != [KeySize]byte{}:
+	case flags == 0 && [KeySize]byte(keyBytes) != [KeySize]byte{}:
 		// One meaning per accepted encoding: key bytes without the flag
 		// would be silently dropped.
 		return fmt.Errorf("%w: key bytes present but the key flag is not set", ErrBadFabricHandle)
@@ -134,7 +164,9 @@ func (h *FabricHandle) UnmarshalBinary(b []byte) error {
 	case out.h.IsZero():
 		return fmt.Errorf("%w: all-zero driver handle", ErrBadFabricHandle)
 	}
-	out.key.ok = flags&fabricHasKey != 0
+	if flags&fabricHasKey != 0 {
+		out.key = keyFrom(keyBytes)
+	}
 	*h = out
 	return nil
 }
@@ -183,7 +215,7 @@ func ExportPoolFabric(p ExportablePool) (*FabricHandle, error) {
 			return &cuda.OpError{Op: op, Err: err}
 		}
 		st.markExported()
-		out = &FabricHandle{uuid: st.uuid, key: st.key, h: fh}
+		out = &FabricHandle{uuid: st.uuid, key: st.key, h: sealFabric(fh)}
 		return nil
 	})
 	if err != nil {
@@ -205,23 +237,19 @@ func ImportPoolFabric(dev *cuda.Device, h *FabricHandle) (*ImportedPool, error) 
 	if dev == nil || h.zero() {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device, or nil or zero *FabricHandle")
 	}
-	registry.Lock()
-	defer registry.Unlock()
-	if p, err := registered(op, dev, h.uuid, h.key); p != nil || err != nil {
-		return p, err
-	}
-	fh := h.h
-	pool, err := dev.ImportMemPoolFabric(&fh)
-	if err != nil {
-		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("pool %v: %w", h.uuid, err)}
-	}
-	p := newImportedPool(dev, pool, cudaImport{dev: dev, pool: pool}, h.uuid, h.key, nil)
-	p.fabric = fh
-	if registry.pools == nil {
-		registry.pools = map[UUID]*ImportedPool{}
-	}
-	registry.pools[p.uuid] = p
-	return p, nil
+	// As ImportPool: the driver's import runs outside the registry's
+	// lock, and a second import of the UUID waits for the first.
+	u, k, fb := h.uuid, h.key, h.h
+	return importOnce(op, dev, u, k, func() (*ImportedPool, error) {
+		fh := fb.get()
+		pool, err := dev.ImportMemPoolFabric(&fh)
+		if err != nil {
+			return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("pool %v: %w", u, err)}
+		}
+		p := newImportedPool(dev, pool, cudaImport{dev: dev, pool: pool}, u, k, nil)
+		p.fabric = fb
+		return p, nil
+	})
 }
 
 // ExportFabric hands out the FabricHandle this pool was imported from

@@ -37,6 +37,19 @@ func dup(fd int) (int, error) {
 	return f.Release()
 }
 
+// poolLikeFD returns a descriptor of a kind a pool export may be (a
+// character device: /dev/null), which the caller owns: ReceiveHandle and
+// ImportPool refuse pipes, sockets and files.
+func poolLikeFD(t *testing.T) int {
+	t.Helper()
+	f, err := os.Open(os.DevNull)
+	require.NoError(t, err)
+	fd, err := dup(int(f.Fd()))
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	return fd
+}
+
 func socketPair(t *testing.T) (*net.UnixConn, *net.UnixConn) {
 	return socketPairOf(t, syscall.SOCK_STREAM)
 }
@@ -131,12 +144,7 @@ func TestHandleLifecycle(t *testing.T) {
 
 func TestSendReceiveHandle(t *testing.T) {
 	a, b := socketPair(t)
-	r, w, err := os.Pipe()
-	require.NoError(t, err)
-	defer r.Close()
-	fd, err := dup(int(w.Fd()))
-	require.NoError(t, err)
-	w.Close()
+	fd := poolLikeFD(t)
 	h, err := NewHandle(fd, NewUUID())
 	require.NoError(t, err)
 	defer h.Close()

@@ -150,8 +150,22 @@ func rights(oob []byte, fds []int) ([]int, error) {
 // MaxFDs descriptors), or a count of descriptors that differs from the
 // frame's. After an error on a stream socket the connection's position in
 // the byte stream is unknown: close it.
+//
+// The peer is not trusted to behave. On a stream socket SendFDs attaches
+// a frame's descriptors to its first bytes, so they arrive with the first
+// read of the frame: descriptors in any later read, or more than the
+// frame announced, are refused at once (and closed), not counted up
+// until the payload is complete. So one call never holds more than
+// MaxFDs descriptors, even while a peer that stopped mid-frame keeps it
+// waiting (a deadline or ReceiveFDsContext ends the wait, closing them).
 func ReceiveFDs(conn *net.UnixConn, maxPayload int) (payload []byte, fds []int, err error) {
-	const op = "ipc.ReceiveFDs"
+	return receiveFDs("ipc.ReceiveFDs", conn, maxPayload, MaxFDs)
+}
+
+// receiveFDs is ReceiveFDs for messages of at most maxFDs descriptors:
+// control space is made for that many only, so a peer that attaches more
+// gets them dropped by the kernel (MSG_CTRUNC) rather than installed here.
+func receiveFDs(op string, conn *net.UnixConn, maxPayload, maxFDs int) (payload []byte, fds []int, err error) {
 	if conn == nil {
 		return nil, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil connection")
 	}
@@ -163,9 +177,9 @@ func ReceiveFDs(conn *net.UnixConn, maxPayload int) (payload []byte, fds []int, 
 		return nil, nil, &cuda.OpError{Op: op, Err: fmt.Errorf("socket type: %w", err)}
 	}
 	if typ == syscall.SOCK_STREAM {
-		payload, fds, err = receiveStream(conn, maxPayload)
+		payload, fds, err = receiveStream(conn, maxPayload, maxFDs)
 	} else {
-		payload, fds, err = receivePacket(conn, maxPayload)
+		payload, fds, err = receivePacket(conn, maxPayload, maxFDs)
 	}
 	if err != nil {
 		if cerr := osfd.CloseAll(fds); cerr != nil {
@@ -185,7 +199,7 @@ func ReceiveFDs(conn *net.UnixConn, maxPayload int) (payload []byte, fds []int, 
 // errBadFrame marks messages that are not what SendFDs sends.
 var errBadFrame = fmt.Errorf("malformed message (%w)", cuda.ErrInvalidArgument)
 
-func checkHeader(h []byte, maxPayload int) (n, nfds int, err error) {
+func checkHeader(h []byte, maxPayload, maxFDs int) (n, nfds int, err error) {
 	if [4]byte(h[:4]) != frameMagic {
 		return 0, 0, fmt.Errorf("%w: no ipc.SendFDs frame header (% x)", errBadFrame, h[:4])
 	}
@@ -193,27 +207,32 @@ func checkHeader(h []byte, maxPayload int) (n, nfds int, err error) {
 	if uint64(n64) > uint64(maxPayload) {
 		return 0, 0, fmt.Errorf("%w: payload of %d bytes, at most %d expected", errBadFrame, n64, maxPayload)
 	}
-	if nf > MaxFDs {
-		return 0, 0, fmt.Errorf("%w: %d file descriptors announced, at most %d", errBadFrame, nf, MaxFDs)
+	if uint64(nf) > uint64(maxFDs) {
+		return 0, 0, fmt.Errorf("%w: %d file descriptors announced, at most %d expected", errBadFrame, nf, maxFDs)
 	}
 	return int(n64), int(nf), nil
 }
 
-func checkTrunc(flags int) error {
+func checkTrunc(flags, maxFDs int) error {
 	if flags&syscall.MSG_CTRUNC != 0 {
-		return fmt.Errorf("%w: control data truncated (more than %d file descriptors)", errBadFrame, MaxFDs)
+		return fmt.Errorf("%w: control data truncated (more than %d file descriptors; the kernel closed the rest)", errBadFrame, maxFDs)
 	}
 	return nil
 }
 
 // receiveStream reads exactly one frame from a stream socket, never a byte
-// of the next one.
-func receiveStream(conn *net.UnixConn, maxPayload int) ([]byte, []int, error) {
-	oob := make([]byte, syscall.CmsgSpace(MaxFDs*4))
+// of the next one. Descriptors are taken from the frame's first read only
+// (where SendFDs puts them), and checked against the header as soon as it
+// is complete: a peer cannot make this call hold more than maxFDs of them,
+// however it splits the frame or however long it stalls.
+func receiveStream(conn *net.UnixConn, maxPayload, maxFDs int) ([]byte, []int, error) {
+	oob := make([]byte, syscall.CmsgSpace(maxFDs*4))
 	var fds []int
+	reads := 0 // reads of this frame that returned bytes
 	read := func(buf []byte) error {
 		for got := 0; got < len(buf); {
 			n, oobn, flags, err := recvmsg(conn, buf[got:], oob)
+			had := len(fds)
 			var rerr error
 			fds, rerr = rights(oob[:oobn], fds)
 			if err != nil {
@@ -222,15 +241,24 @@ func receiveStream(conn *net.UnixConn, maxPayload int) ([]byte, []int, error) {
 			if rerr != nil {
 				return rerr
 			}
-			if err := checkTrunc(flags); err != nil {
+			if err := checkTrunc(flags, maxFDs); err != nil {
 				return err
 			}
+			if len(fds) > had && reads > 0 {
+				return fmt.Errorf("%w: %d file descriptors arrived after the first %d bytes of the frame (a sender attaches them to its first bytes)", errBadFrame, len(fds)-had, reads)
+			}
+			if len(fds) > maxFDs {
+				// Cannot happen with control space for maxFDs, unless
+				// the kernel rounds it up: the bound holds regardless.
+				return fmt.Errorf("%w: %d file descriptors in one read, at most %d expected", errBadFrame, len(fds), maxFDs)
+			}
 			if n == 0 {
-				if got == 0 && len(fds) == 0 {
+				if got == 0 && reads == 0 && len(fds) == 0 {
 					return io.EOF
 				}
 				return io.ErrUnexpectedEOF
 			}
+			reads++
 			got += n
 		}
 		return nil
@@ -239,9 +267,15 @@ func receiveStream(conn *net.UnixConn, maxPayload int) ([]byte, []int, error) {
 	if err := read(h[:]); err != nil {
 		return nil, fds, err
 	}
-	n, nfds, err := checkHeader(h[:], maxPayload)
+	n, nfds, err := checkHeader(h[:], maxPayload, maxFDs)
 	if err != nil {
 		return nil, fds, err
+	}
+	// Every descriptor of the frame has arrived by now: compare before
+	// waiting for the payload, so a peer that withholds it holds nothing
+	// more than the frame announced here.
+	if len(fds) != nfds {
+		return nil, fds, fmt.Errorf("%w: %d file descriptors received, the frame announced %d", errBadFrame, len(fds), nfds)
 	}
 	payload := make([]byte, n)
 	if err := read(payload); err != nil {
@@ -250,16 +284,13 @@ func receiveStream(conn *net.UnixConn, maxPayload int) ([]byte, []int, error) {
 		}
 		return nil, fds, err
 	}
-	if len(fds) != nfds {
-		return nil, fds, fmt.Errorf("%w: %d file descriptors received, the frame announced %d", errBadFrame, len(fds), nfds)
-	}
 	return payload, fds, nil
 }
 
 // receivePacket reads one datagram (SOCK_SEQPACKET or SOCK_DGRAM) holding
 // one frame.
-func receivePacket(conn *net.UnixConn, maxPayload int) ([]byte, []int, error) {
-	oob := make([]byte, syscall.CmsgSpace(MaxFDs*4))
+func receivePacket(conn *net.UnixConn, maxPayload, maxFDs int) ([]byte, []int, error) {
+	oob := make([]byte, syscall.CmsgSpace(maxFDs*4))
 	buf := make([]byte, frameHeader+maxPayload)
 	n, oobn, flags, err := recvmsg(conn, buf, oob)
 	fds, rerr := rights(oob[:oobn], nil)
@@ -269,7 +300,7 @@ func receivePacket(conn *net.UnixConn, maxPayload int) ([]byte, []int, error) {
 	case rerr != nil:
 		return nil, fds, rerr
 	}
-	if err := checkTrunc(flags); err != nil {
+	if err := checkTrunc(flags, maxFDs); err != nil {
 		return nil, fds, err
 	}
 	if flags&syscall.MSG_TRUNC != 0 {
@@ -281,7 +312,7 @@ func receivePacket(conn *net.UnixConn, maxPayload int) ([]byte, []int, error) {
 	if n < frameHeader {
 		return nil, fds, fmt.Errorf("%w: %d bytes, shorter than a frame header", errBadFrame, n)
 	}
-	size, nfds, err := checkHeader(buf[:frameHeader], maxPayload)
+	size, nfds, err := checkHeader(buf[:frameHeader], maxPayload, maxFDs)
 	if err != nil {
 		return nil, fds, err
 	}
@@ -314,9 +345,9 @@ func encodeHandle(u UUID, k poolKey) []byte {
 	b := make([]byte, handleMsgSize)
 	copy(b, handleMagic[:])
 	binary.LittleEndian.PutUint16(b[8:], handleVersion)
-	if k.ok {
+	if k.has() {
 		binary.LittleEndian.PutUint16(b[handleFlagsOffset:], handleFlagKeyed)
-		copy(b[handleKeyOffset:], k.k[:])
+		copy(b[handleKeyOffset:], *k.k)
 	}
 	copy(b[handleUUIDOffset:], u[:])
 	return b
@@ -342,8 +373,7 @@ func decodeHandle(b []byte) (UUID, poolKey, error) {
 	}
 	var k poolKey
 	if flags&handleFlagKeyed != 0 {
-		copy(k.k[:], b[handleKeyOffset:])
-		k.ok = true
+		k = keyFrom(b[handleKeyOffset:])
 	} else if [KeySize]byte(b[handleKeyOffset:]) != ([KeySize]byte{}) {
 		// One message, one meaning: key bytes without the flag are
 		// refused, not ignored.
@@ -369,10 +399,16 @@ func SendHandle(conn *net.UnixConn, h *Handle) error {
 
 // ReceiveHandle receives a Handle sent with SendHandle, key included; the
 // caller owns it. A message with other than one fd and a handle payload of
-// this version is refused, and whatever descriptors it carried are closed.
+// this version is refused, and whatever descriptors it carried are closed;
+// so is one whose fd is of a kind no pool export is (a pipe, FIFO, socket,
+// regular file, directory, symbolic link or block device; see ImportPool).
+// However many descriptors the peer attaches, one call installs at most
+// two (the kernel closes the rest) and closes those on refusal.
 func ReceiveHandle(conn *net.UnixConn) (*Handle, error) {
 	const op = "ipc.ReceiveHandle"
-	payload, fds, err := ReceiveFDs(conn, handleMsgSize)
+	// One descriptor expected: control space for one, so a peer attaching
+	// more has the rest closed by the kernel, never installed here.
+	payload, fds, err := receiveFDs(op, conn, handleMsgSize, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -385,6 +421,15 @@ func ReceiveHandle(conn *net.UnixConn) (*Handle, error) {
 			err = cuda.Errorf(op, cuda.ErrInvalidArgument, "got %d fds, want 1", len(fds))
 		}
 		if cerr := osfd.CloseAll(fds); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		return nil, err
+	}
+	// The peer chose the descriptor: one that cannot be a pool (a pipe it
+	// holds the other end of, a socket, a file) is closed here, and never
+	// becomes a Handle.
+	if err := checkPoolFD(op, fds[0]); err != nil {
+		if cerr := osfd.Close(fds[0]); cerr != nil {
 			err = errors.Join(err, cerr)
 		}
 		return nil, err

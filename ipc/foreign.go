@@ -69,8 +69,8 @@ func (d Descriptor) IsSealed() bool { return d.MAC != [MACSize]byte{} }
 // driver does not validate it: take it only from an exporter this process
 // trusts as it trusts itself.
 func (p *ImportedPool) ImportForeign(exportData []byte, size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	if p.zero() {
-		return nil, errZeroPool("ImportedPool.ImportForeign")
+	if err := p.checkOpen("ImportedPool.ImportForeign"); err != nil {
+		return nil, err
 	}
 	d, err := NewRawDescriptor(p.uuid, exportData, size)
 	if err != nil {

@@ -12,10 +12,13 @@ import (
 // pool's UUID and, for pools exported by this package, the pool's secret
 // key, which authenticates the pool's buffer descriptors (see Token and
 // ImportedPool.Import). Send it to another process (SendHandle, or
-// ExtraFile plus Token to a child) and import it there with ImportPool. A
-// Handle owns its fd: Close closes it, once. The zero Handle owns nothing
-// (its Close does nothing, and never closes fd 0); make Handles with
-// ExportPool, ReceiveHandle, NewHandleFromToken or NewHandle.
+// ExtraFile plus Token over a pipe to a child) and import it there with
+// ImportPool. A Handle owns its fd: Close closes it, once. The fd is
+// always close-on-exec: it reaches a child only when handed over on
+// purpose (ExtraFile). The zero Handle owns nothing (its Close does
+// nothing, and never closes fd 0); make Handles with ExportPool,
+// ReceiveHandle, NewHandleFromToken or NewHandle. Formatting a Handle
+// (any fmt verb) never shows its key.
 type Handle struct {
 	uuid UUID
 	key  poolKey    // the zero poolKey: none (NewHandle)
@@ -23,7 +26,10 @@ type Handle struct {
 }
 
 // NewHandle takes ownership of fd (a pool exported by the driver, or one
-// received from another process) under the given UUID. The Handle has no
+// received from another process) under the given UUID, and sets
+// close-on-exec on it: an fd this process inherited arrives without the
+// flag, and would otherwise pass on to every child it starts. The Handle
+// has no
 // pool key: a pool imported from it refuses every descriptor in Import
 // (ImportUnauthenticated is the explicit way around that, for exporters
 // that are not cudamem). Use NewHandleFromToken for a cudamem exporter's
@@ -90,9 +96,12 @@ func (h *Handle) use(op string, fn func(fd int) error) error {
 
 // ExtraFile returns a close-on-exec duplicate of the fd as an *os.File for
 // exec.Cmd.ExtraFiles (the child sees it as fd 3+i); close it after Start.
-// The fd does not carry the pool's key: pass h.Token() to the child too
-// (e.g. in its environment), which makes its Handle with
-// NewHandleFromToken(3+i, token).
+// The fd does not carry the pool's key: send h.Token() to the child too,
+// over a pipe (its stdin, or a pipe among its ExtraFiles), and the child
+// makes its Handle with NewHandleFromToken(3+i, token). Not in the
+// child's environment: the token holds the key, and the environment is
+// inherited by the child's own children and readable in /proc/PID/environ
+// (see Token).
 func (h *Handle) ExtraFile() (*os.File, error) {
 	f, err := h.file("Handle.ExtraFile")
 	if err != nil {

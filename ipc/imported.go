@@ -91,7 +91,7 @@ type ImportedPool struct {
 	file *osfd.File // a duplicate of the imported fd, kept for re-export (nil for a fabric import)
 	// fabric is the fabric handle the pool was imported from
 	// (ImportPoolFabric), kept for re-export; zero for an fd import.
-	fabric cuda.MemFabricHandle
+	fabric fabricBytes
 
 	// life is the lifecycle DevicePool and PinnedPool share: Import and
 	// Export run between Acquire and Release, so Close waits for them and
@@ -121,11 +121,18 @@ var _ buffer.MemoryResource = (*ImportedPool)(nil)
 // use (it maps an allocation once per process), and closing either side
 // would unmap memory the other still uses. ImportPool refuses that case.
 //
+// The driver's import runs outside the lock (a slow or stuck import of one
+// pool must not stall imports of others): pending holds the UUIDs being
+// imported, and a second import of one of them waits for the first to
+// finish, then looks again, so a UUID is still mapped once.
+//
 // Lock order: a pool's core (held while it is destroyed) before registry;
-// under registry only a pool's atomics are read.
+// under registry only a pool's atomics are read, and no driver call or
+// wait is made.
 var registry struct {
 	sync.Mutex
-	pools map[UUID]*ImportedPool
+	pools   map[UUID]*ImportedPool
+	pending map[UUID]chan struct{} // closed when the import in progress ends
 }
 
 // registered returns the pool registered for u that ImportPool may return
@@ -172,6 +179,64 @@ func newImportedPool(dev *cuda.Device, pool cuda.MemPool, drv importDriver, u UU
 	return p
 }
 
+// importPoolFD imports the pool behind fd on dev
+// (cuMemPoolImportFromShareableHandle) and returns the driver seam of the
+// imported pool; fd stays the caller's. Tests substitute it to hold an
+// import inside the driver.
+var importPoolFD = func(dev *cuda.Device, fd int) (cuda.MemPool, importDriver, error) {
+	pool, err := dev.ImportMemPoolFD(fd)
+	if err != nil {
+		return cuda.MemPool{}, nil, err
+	}
+	return pool, cudaImport{dev: dev, pool: pool}, nil
+}
+
+// importOnce returns the pool registered for u, or registers the one
+// doImport makes, which runs with no lock held. While one import of u is
+// in progress, others of u wait for it and then look again: if it
+// succeeded they find its pool (or the refusal registered gives), if it
+// failed one of them imports in turn.
+func importOnce(op string, dev *cuda.Device, u UUID, k poolKey, doImport func() (*ImportedPool, error)) (*ImportedPool, error) {
+	for {
+		registry.Lock()
+		if p, err := registered(op, dev, u, k); p != nil || err != nil {
+			registry.Unlock()
+			return p, err
+		}
+		if wait := registry.pending[u]; wait != nil {
+			registry.Unlock()
+			<-wait
+			continue
+		}
+		done := make(chan struct{})
+		if registry.pending == nil {
+			registry.pending = map[UUID]chan struct{}{}
+		}
+		registry.pending[u] = done
+		registry.Unlock()
+		return importPending(u, done, doImport)
+	}
+}
+
+// importPending runs doImport for u, whose pending entry is done, and
+// registers its pool. The entry is removed and the waiters woken however
+// doImport ends, a panic included, so none of them waits forever.
+func importPending(u UUID, done chan struct{}, doImport func() (*ImportedPool, error)) (p *ImportedPool, err error) {
+	defer func() {
+		registry.Lock()
+		delete(registry.pending, u)
+		if p != nil && err == nil {
+			if registry.pools == nil {
+				registry.pools = map[UUID]*ImportedPool{}
+			}
+			registry.pools[u] = p
+		}
+		registry.Unlock()
+		close(done)
+	}()
+	return doImport()
+}
+
 // ImportPool maps the pool h describes on dev. The handle stays the
 // caller's to close. A pool already imported (same UUID) is returned as
 // is; a Handle with the same UUID but another key (or a key where the
@@ -180,44 +245,59 @@ func newImportedPool(dev *cuda.Device, pool cuda.MemPool, drv importDriver, u UU
 // last Buffer's Close); before that ImportPool fails with an error matching
 // cuda.ErrClosed, since the driver could hand the new pool's imports the
 // very mappings the old pool's Buffers still use.
+//
+// h's fd is hostile input: one of a kind the driver's export never is (a
+// pipe, FIFO, socket, regular file, directory, symbolic link or block
+// device) is refused with an error matching cuda.ErrInvalidArgument
+// before the driver sees it. The driver's import runs outside every lock
+// that other imports take: one that is slow or never returns holds up
+// only other imports of the same UUID, which wait for it (so a pool is
+// still mapped once). A closed h gives an error matching cuda.ErrClosed.
 func ImportPool(dev *cuda.Device, h *Handle) (*ImportedPool, error) {
 	const op = "ipc.ImportPool"
 	if dev == nil || h == nil || h.f == nil {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device, or nil or zero handle")
 	}
-	if h.UUID() == (UUID{}) {
+	u, k := h.UUID(), h.key
+	if u == (UUID{}) {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "handle with the zero UUID (imports are deduplicated by UUID)")
 	}
-	registry.Lock()
-	defer registry.Unlock()
-	if p, err := registered(op, dev, h.UUID(), h.key); p != nil || err != nil {
-		return p, err
-	}
-	var p *ImportedPool
-	err := h.use(op, func(fd int) error {
-		pool, err := dev.ImportMemPoolFD(fd)
-		if err != nil {
-			return &cuda.OpError{Op: op, Err: fmt.Errorf("pool %v: %w", h.UUID(), err)}
-		}
-		keep, err := osfd.DupInt(fd)
-		if err != nil {
-			err = &cuda.OpError{Op: op, Err: err}
-			if derr := pool.Destroy(); derr != nil {
-				err = errors.Join(err, fmt.Errorf("destroying the imported pool again: %w", derr))
-			}
-			return err
-		}
-		p = newImportedPool(dev, pool, cudaImport{dev: dev, pool: pool}, h.UUID(), h.key, keep)
-		return nil
-	})
-	if err != nil {
+	// Checked first, even when u is imported already: a closed Handle or
+	// one holding something other than a pool is refused, not answered.
+	if err := h.use(op, func(fd int) error { return checkPoolFD(op, fd) }); err != nil {
 		return nil, err
 	}
-	if registry.pools == nil {
-		registry.pools = map[UUID]*ImportedPool{}
-	}
-	registry.pools[p.uuid] = p
-	return p, nil
+	return importOnce(op, dev, u, k, func() (*ImportedPool, error) {
+		// The pool keeps a duplicate of h's fd (for re-export), and the
+		// driver reads that one: h may be closed meanwhile.
+		var keep *osfd.File
+		err := h.use(op, func(fd int) error {
+			var err error
+			if keep, err = osfd.DupInt(fd); err != nil {
+				return &cuda.OpError{Op: op, Err: fmt.Errorf("pool %v: %w", u, err)}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		var pool cuda.MemPool
+		var drv importDriver
+		err = keep.Use(func(fd int) error {
+			var err error
+			pool, drv, err = importPoolFD(dev, fd)
+			return err
+		})
+		if err != nil {
+			// Nothing was imported: only the duplicate to undo.
+			err = &cuda.OpError{Op: op, Err: fmt.Errorf("pool %v: %w", u, err)}
+			if cerr := keep.Close(); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
+			return nil, err
+		}
+		return newImportedPool(dev, pool, drv, u, k, keep), nil
+	})
 }
 
 // Lookup returns the open imported pool with the given UUID, if any (a
@@ -301,29 +381,30 @@ func (p *ImportedPool) Export() (*Handle, error) {
 // legacy default stream). Closing the buffer unmaps it here; the owner's
 // memory lives until the owner frees it.
 //
-// A descriptor is hostile input. Its MAC is checked against the pool's
-// key before the driver sees it: one the key does not authenticate
-// (forged, altered in any field, or from another pool) is refused with an
-// error wrapping ErrBadDescriptor, and so is every descriptor when the
-// pool was imported without a key (see ImportUnauthenticated). Then its
-// size is checked against the mapping the driver made, and one claiming
-// more is refused. Importing memory this process already imported returns
-// another Buffer on the same mapping. The pool is held open during the
-// import: a concurrent Close waits for it, and an Import that starts after
-// Close began fails with cuda.ErrClosed.
+// A descriptor is hostile input, and every refusal of one wraps
+// ErrBadDescriptor (which matches cuda.ErrInvalidArgument too), whichever
+// field is wrong: one naming another pool or of size 0, one the pool's key
+// does not authenticate (forged, altered in any field, or sealed for
+// another pool), every descriptor when the pool was imported without a
+// key (see ImportUnauthenticated), and one claiming more than the mapping
+// the driver made. The checks that need no driver come first: only a
+// descriptor the key vouches for reaches it. Importing memory this process
+// already imported returns another Buffer on the same mapping. The pool is
+// held open during the import: a concurrent Close waits for it, and an
+// Import that starts after Close began fails with cuda.ErrClosed.
 func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, error) {
 	const op = "ImportedPool.Import"
 	if err := p.checkDescriptor(op, d); err != nil {
 		return nil, err
 	}
-	// The driver parses export data without validating it (driver 580
-	// crashed in cuMemPoolImportPointer on mutated data): only what the
-	// pool's key vouches for may reach it.
-	if !p.key.ok {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "imported pool %v has no pool key (its Handle came from NewHandle), so no descriptor can be authenticated; for an exporter that is not cudamem, ImportUnauthenticated takes descriptors unchecked", p.uuid)
+	// The driver parses export data without validating it (it crashed in
+	// cuMemPoolImportPointer on mutated data): only what the pool's key
+	// vouches for may reach it.
+	if !p.key.has() {
+		return nil, cuda.Errorf(op, ErrBadDescriptor, "imported pool %v has no pool key (its Handle came from NewHandle), so no descriptor can be authenticated; for an exporter that is not cudamem, ImportUnauthenticated takes descriptors unchecked", p.uuid)
 	}
 	if !p.key.verify(d) {
-		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: descriptor of %d bytes is not authenticated by the key of pool %v (forged, altered, or sealed by another exporter): refused before the driver saw it", ErrBadDescriptor, d.Size, p.uuid)}
+		return nil, cuda.Errorf(op, ErrBadDescriptor, "descriptor of %d bytes is not authenticated by the key of pool %v (forged, altered, or sealed by another exporter): refused before the driver saw it", d.Size, p.uuid)
 	}
 	return p.importChecked(op, d, s)
 }
@@ -345,14 +426,17 @@ func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, err
 // belongs to. One naming another pool is refused.
 func (p *ImportedPool) ImportUnauthenticated(d Descriptor, s *cuda.Stream) (*buffer.Buffer, error) {
 	const op = "ImportedPool.ImportUnauthenticated"
-	if !p.zero() && p.key.ok {
+	if err := p.checkOpen(op); err != nil {
+		return nil, err
+	}
+	if p.key.has() {
 		// A pool with a key comes from a cudamem exporter, every one of
 		// whose descriptors is sealed: one that is not is forged. (Taken
 		// in, its export data would also be sealed with the pool's key on
 		// re-export, passing a forgery on as authenticated.)
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v has a key: its descriptors are imported with Import, which checks their MAC", p.uuid)
 	}
-	if d.Pool == (UUID{}) && !p.zero() {
+	if d.Pool == (UUID{}) {
 		d.Pool = p.uuid
 	}
 	if err := p.checkDescriptor(op, d); err != nil {
@@ -362,16 +446,32 @@ func (p *ImportedPool) ImportUnauthenticated(d Descriptor, s *cuda.Stream) (*buf
 }
 
 // checkDescriptor makes the checks that need neither the key nor the
-// driver.
+// driver. A wrong field is the descriptor's fault (ErrBadDescriptor), as
+// a wrong MAC is: a peer that alters the pool UUID must get the same
+// answer as one that alters the size.
 func (p *ImportedPool) checkDescriptor(op string, d Descriptor) error {
+	if err := p.checkOpen(op); err != nil {
+		return err
+	}
+	if d.Pool != p.uuid {
+		return cuda.Errorf(op, ErrBadDescriptor, "descriptor of pool %v (%d bytes) given to imported pool %v", d.Pool, d.Size, p.uuid)
+	}
+	if d.Size == 0 {
+		return cuda.Errorf(op, ErrBadDescriptor, "descriptor of 0 bytes (pool %v)", d.Pool)
+	}
+	return nil
+}
+
+// checkOpen refuses a nil or zero pool, and a closed one before anything
+// else is looked at: a closed pool answers cuda.ErrClosed to every import
+// and export, whatever the arguments. (The calls still hold the pool open
+// with Acquire, which a Close racing this check makes fail.)
+func (p *ImportedPool) checkOpen(op string) error {
 	if p.zero() {
 		return errZeroPool(op)
 	}
-	if d.Size == 0 {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "descriptor of 0 bytes (pool %v)", d.Pool)
-	}
-	if d.Pool != p.uuid {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "descriptor of pool %v given to imported pool %v", d.Pool, p.uuid)
+	if p.life.IsClosed() {
+		return &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
 	}
 	return nil
 }
@@ -402,7 +502,7 @@ func (p *ImportedPool) importChecked(op string, d Descriptor, s *cuda.Stream) (*
 		// The driver handed out a mapping that Buffers here already use:
 		// refusing this descriptor must not unmap it under them.
 		if d.Size > m.limit {
-			return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "descriptor claims %d bytes, the imported allocation holds %d at %#x", d.Size, m.limit, uint64(ptr))
+			return nil, cuda.Errorf(op, ErrBadDescriptor, "descriptor claims %d bytes, the imported allocation holds %d at %#x", d.Size, m.limit, uint64(ptr))
 		}
 		m.refs++
 		// Counted before Release, so a Close waiting for this call sees
@@ -418,7 +518,7 @@ func (p *ImportedPool) importChecked(op string, d Descriptor, s *cuda.Stream) (*
 		if err != nil {
 			err = &cuda.OpError{Op: op, Err: fmt.Errorf("asking the driver for the mapping at %#x: %w", uint64(ptr), err)}
 		} else {
-			err = cuda.Errorf(op, cuda.ErrInvalidArgument, "descriptor claims %d bytes, the imported allocation holds %d at %#x (allocation %#x+%d)", d.Size, limit, uint64(ptr), uint64(base), size)
+			err = cuda.Errorf(op, ErrBadDescriptor, "descriptor claims %d bytes, the imported allocation holds %d at %#x (allocation %#x+%d)", d.Size, limit, uint64(ptr), uint64(base), size)
 		}
 		// This import made the mapping, and nothing else uses it.
 		if ferr := p.drv.free(ptr, s); ferr != nil {
@@ -453,6 +553,14 @@ func (p *ImportedPool) descriptor(b *buffer.Buffer) (Descriptor, error) {
 	if p.zero() {
 		return Descriptor{}, errZeroPool(op)
 	}
+	// A closed pool exports nothing more, as a closed DevicePool does
+	// (the shared pool lifecycle): its Buffers live on until closed, but
+	// a descriptor handed out now would name a pool that is going away.
+	// Held open, so a concurrent Close waits for the export.
+	if !p.life.Acquire() {
+		return Descriptor{}, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: %v is a buffer of imported pool %v, which was closed", cuda.ErrClosed, b, p.uuid)}
+	}
+	defer p.life.Release()
 	var d Descriptor
 	err := b.Use(op, func(ptr cuda.DevicePtr) error {
 		p.mapMu.Lock()

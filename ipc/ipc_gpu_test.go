@@ -3,11 +3,14 @@
 package ipc_test
 
 import (
+	"bufio"
 	"encoding/hex"
 	"net"
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,11 +26,38 @@ import (
 )
 
 const (
-	envRole  = "CUDAMEM_IPC_ROLE"
-	envToken = "CUDAMEM_IPC_TOKEN" // the pool Handle's Token: UUID and key
+	envRole = "CUDAMEM_IPC_ROLE"
+	// envToken marks the pool Handle's Token (UUID and key) in a child's
+	// env list: child and startChild take it out and send it over the
+	// child's stdin, as the package says tokens travel (an environment is
+	// inherited by grandchildren and readable in /proc/PID/environ);
+	// childToken reads it there.
+	envToken = "CUDAMEM_IPC_TOKEN"
 	envDescs = "CUDAMEM_IPC_DESCS" // hex descriptors, comma-free: concatenated
 	envSeed  = "CUDAMEM_IPC_SEED"
 )
+
+// childCmd makes the command that runs this test binary's TestChild with
+// the given role and env entries, the token among them going to its
+// stdin instead of its environment.
+func childCmd(role string, env []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], append([]string{"-test.run", "^TestChild$", "-test.v"}, args...)...)
+	cmd.Env = append(os.Environ(), envRole+"="+role)
+	for _, e := range env {
+		if tok, ok := strings.CutPrefix(e, envToken+"="); ok {
+			cmd.Stdin = strings.NewReader(tok + "\n")
+			continue
+		}
+		cmd.Env = append(cmd.Env, e)
+	}
+	return cmd
+}
+
+// childToken reads the token the parent sent on stdin (see childCmd).
+var childToken = sync.OnceValues(func() (string, error) {
+	line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	return strings.TrimSpace(line), err
+})
 
 const bufSize = 1 << 20
 
@@ -102,8 +132,7 @@ func ipcPool(t *testing.T, d *cuda.Device) *resource.DevicePool {
 // child runs this test binary's TestChild with the given role.
 func child(t *testing.T, role string, env []string, files ...*os.File) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run", "^TestChild$", "-test.v")
-	cmd.Env = append(append(os.Environ(), envRole+"="+role), env...)
+	cmd := childCmd(role, env)
 	cmd.ExtraFiles = files
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "child %s:\n%s", role, out)
@@ -297,7 +326,9 @@ func TestChild(t *testing.T) {
 	require.NoError(t, err)
 	switch role {
 	case "import":
-		h, err := ipc.NewHandleFromToken(3, os.Getenv(envToken))
+		tok, err := childToken()
+		require.NoError(t, err)
+		h, err := ipc.NewHandleFromToken(3, tok)
 		require.NoError(t, err)
 		require.True(t, h.HasKey())
 		defer h.Close()

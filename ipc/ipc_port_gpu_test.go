@@ -74,8 +74,7 @@ type childProc struct {
 func startChild(t *testing.T, role string, env []string, files ...*os.File) *childProc {
 	t.Helper()
 	c := &childProc{role: role}
-	c.cmd = exec.Command(os.Args[0], "-test.run", "^TestChild$", "-test.v", "-test.timeout", "5m")
-	c.cmd.Env = append(append(os.Environ(), envRole+"="+role), env...)
+	c.cmd = childCmd(role, env, "-test.timeout", "5m")
 	c.cmd.ExtraFiles = files
 	c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
 	require.NoError(t, c.cmd.Start())
@@ -90,10 +89,12 @@ func (c *childProc) wait(t *testing.T) {
 }
 
 // importFromEnv imports the pool on fd 3 under the token (UUID and pool
-// key) in the environment.
+// key) the parent sent on stdin.
 func importFromEnv(t *testing.T, d *cuda.Device) (*ipc.ImportedPool, *ipc.Handle) {
 	t.Helper()
-	h, err := ipc.NewHandleFromToken(3, os.Getenv(envToken))
+	tok, err := childToken()
+	require.NoError(t, err)
+	h, err := ipc.NewHandleFromToken(3, tok)
 	require.NoError(t, err)
 	require.True(t, h.HasKey(), "the token carries the pool key")
 	p, err := ipc.ImportPool(d, h)

@@ -231,7 +231,10 @@ func ExportPool(p ExportablePool) (*Handle, error) {
 // once, and that handle closed, before its first buffer). It first waits
 // for b's allocation stream: the driver exports only allocations that
 // exist, and a stream-ordered allocation exists once its stream reaches it
-// (exporting earlier fails with CUDA_ERROR_INVALID_VALUE).
+// (exporting earlier fails with CUDA_ERROR_INVALID_VALUE). A closed b, or a
+// b whose pool (imported or not) is closed, gives an error matching
+// cuda.ErrClosed: a closed pool's Buffers live on until closed, but the
+// pool exports nothing more.
 func ExportBuffer(b *buffer.Buffer) (Descriptor, error) {
 	const op = "ipc.ExportBuffer"
 	if b == nil || b.IsClosed() {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
@@ -28,7 +29,6 @@ import (
 // current took before it).
 const (
 	ipcChildArg  = "-ipc-child" // bench's hidden first argument in the child
-	ipcEnvToken  = "CUDAMEM_BENCH_IPC_TOKEN"
 	ipcEnvDesc   = "CUDAMEM_BENCH_IPC_DESC"
 	ipcEnvDevice = "CUDAMEM_BENCH_IPC_DEVICE"
 	ipcBufSize   = 1 << 20
@@ -163,9 +163,12 @@ func (c *ipcChild) once() (*ipcChildReport, error) {
 	defer f.Close()
 	cmd := exec.Command(c.exe, "bench", ipcChildArg)
 	cmd.Env = append(os.Environ(),
-		ipcEnvToken+"="+c.h.Token(),
 		ipcEnvDesc+"="+c.desc,
 		ipcEnvDevice+"="+strconv.Itoa(c.e.dev.Ordinal()))
+	// The token holds the pool's key: over the child's stdin, never in
+	// its environment (inherited by whatever it starts, and readable in
+	// /proc/PID/environ).
+	cmd.Stdin = strings.NewReader(c.h.Token() + "\n")
 	cmd.ExtraFiles = []*os.File{f}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -196,11 +199,16 @@ func parseChildReport(out []byte) (*ipcChildReport, error) {
 	return &rep, nil
 }
 
-// runIPCChild is the child of ipc/child_import: it loads the driver and
-// makes the context current (init), then imports the pool from fd 3 and
-// the buffer from its descriptor (import), reads the first bytes back,
-// closes everything and prints an ipcChildReport.
+// runIPCChild is the child of ipc/child_import: it reads the pool's token
+// from stdin, loads the driver and makes the context current (init), then
+// imports the pool from fd 3 and the buffer from its descriptor (import),
+// reads the first bytes back, closes everything and prints an
+// ipcChildReport.
 func runIPCChild(stdout io.Writer) (err error) {
+	token, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("reading the pool's token from stdin: %w", err)
+	}
 	t0 := time.Now()
 	ord, err := strconv.Atoi(os.Getenv(ipcEnvDevice))
 	if err != nil {
@@ -214,7 +222,7 @@ func runIPCChild(stdout io.Writer) (err error) {
 		return err
 	}
 	t1 := time.Now()
-	h, err := ipc.NewHandleFromToken(3, os.Getenv(ipcEnvToken))
+	h, err := ipc.NewHandleFromToken(3, strings.TrimSpace(token))
 	if err != nil {
 		return err
 	}

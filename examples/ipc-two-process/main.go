@@ -3,10 +3,16 @@
 // The parent makes an IPC-enabled device pool, writes a known pattern into
 // one of its buffers and starts itself again as a child. The pool's file
 // descriptor goes to the child through exec.Cmd.ExtraFiles (its fd 3), the
-// pool's UUID and key as a token in its environment, and the buffer as a
-// descriptor (plain bytes, hex-encoded here). The child imports the pool
-// and the buffer, checks the pattern and writes its own, which the parent
-// then checks. It prints OK when both sides saw the other's data.
+// pool's UUID and key as a token over a pipe (the child's stdin), and the
+// buffer as a descriptor (plain bytes, hex-encoded here, on the next line).
+// The child imports the pool and the buffer, checks the pattern and writes
+// its own, which the parent then checks. It prints OK when both sides saw
+// the other's data.
+//
+// The token holds the pool's secret key, which lets whoever has it make
+// descriptors the importer trusts: it goes through a pipe that only the
+// child reads, never through the environment, which every process the
+// child starts (and theirs) inherits and which /proc/PID/environ shows.
 //
 // It needs Linux and a device that can export pools as POSIX file
 // descriptors; without a driver it says what was tried and exits 1.
@@ -15,11 +21,13 @@
 package main
 
 import (
+	"bufio"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
@@ -28,10 +36,8 @@ import (
 )
 
 const (
-	words     = 1 << 20 // 4 MiB of uint32
-	envRole   = "IPC_EXAMPLE_ROLE"
-	envToken  = "IPC_EXAMPLE_TOKEN"
-	envBuffer = "IPC_EXAMPLE_BUFFER"
+	words   = 1 << 20            // 4 MiB of uint32
+	envRole = "IPC_EXAMPLE_ROLE" // not a secret: says which side to run
 )
 
 func main() {
@@ -125,7 +131,9 @@ func parent() (err error) {
 	}
 	cmd := exec.Command(self)
 	cmd.ExtraFiles = []*os.File{f} // fd 3 in the child
-	cmd.Env = append(os.Environ(), envRole+"=child", envToken+"="+h.Token(), envBuffer+"="+hex.EncodeToString(enc))
+	cmd.Env = append(os.Environ(), envRole+"=child")
+	// The token and the descriptor, a line each, on the child's stdin.
+	cmd.Stdin = strings.NewReader(h.Token() + "\n" + hex.EncodeToString(enc) + "\n")
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	err = cmd.Start()
 	if cerr := f.Close(); err == nil { // the child holds its own copy
@@ -155,7 +163,12 @@ func child() (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, s.Close()) }()
-	h, err := ipc.NewHandleFromToken(3, os.Getenv(envToken))
+	in := bufio.NewReader(os.Stdin)
+	token, err := in.ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("reading the pool's token from stdin: %w", err)
+	}
+	h, err := ipc.NewHandleFromToken(3, strings.TrimSpace(token))
 	if err != nil {
 		return err
 	}
@@ -166,7 +179,11 @@ func child() (err error) {
 	}
 	defer func() { err = errors.Join(err, pool.Close()) }()
 
-	enc, err := hex.DecodeString(os.Getenv(envBuffer))
+	line, err := in.ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("reading the buffer's descriptor from stdin: %w", err)
+	}
+	enc, err := hex.DecodeString(strings.TrimSpace(line))
 	if err != nil {
 		return err
 	}

@@ -3,9 +3,11 @@
 // package virtual its exported chunks, instead of bare ints that are easy to
 // close twice or never.
 //
-// A File closes its descriptor exactly once (Close is idempotent), duplicates
-// it with close-on-exec set (a duplicate never leaks into a child that was
-// not handed it on purpose), holds it open while a caller uses it (Use), and
+// A File closes its descriptor exactly once (Close is idempotent), keeps it
+// close-on-exec (New sets the flag on a descriptor it takes, and duplicates
+// are made with it), so that it never leaks into a child that was not
+// handed it on purpose (OSFile, for exec.Cmd.ExtraFiles), holds it open
+// while a caller uses it (Use), and
 // carries a garbage-collector safety net: a File lost without Close has its
 // descriptor closed by a cleanup, counted by Leaks so tests can assert zero.
 //
@@ -48,7 +50,14 @@ func leaked(fd int) {
 	_ = closeFD(fd) // nothing to report to: the owner is gone
 }
 
-// New takes ownership of fd, which must be open and not owned elsewhere.
+// New takes ownership of fd, which must be open and not owned elsewhere,
+// and sets close-on-exec on it: a descriptor this process was given (an
+// inherited one, say) would otherwise pass on to every child it starts,
+// and their children, pool keys and all. A fork between the descriptor's
+// arrival and New can still inherit it; receive descriptors with the flag
+// already set where the system allows (MSG_CMSG_CLOEXEC) to close that
+// window. If the flag cannot be set, ownership is not taken: fd stays the
+// caller's to close.
 func New(fd int) (*File, error) {
 	if fd < 0 {
 		return nil, cuda.Errorf("osfd.New", cuda.ErrInvalidArgument, "negative file descriptor %d", fd)
@@ -58,6 +67,9 @@ func New(fd int) (*File, error) {
 	}
 	if err := checkOpen(fd); err != nil {
 		return nil, cuda.Errorf("osfd.New", cuda.ErrInvalidArgument, "file descriptor %d is not open: %v", fd, err)
+	}
+	if err := setCloexec(fd); err != nil {
+		return nil, &cuda.OpError{Op: "osfd.New", Err: fmt.Errorf("setting close-on-exec on file descriptor %d: %w", fd, err)}
 	}
 	f := &File{fd: fd, open: true, made: true}
 	f.cleanup = runtime.AddCleanup(f, leaked, fd)

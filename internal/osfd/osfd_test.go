@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/cudamem/cudamem/cuda"
 )
@@ -56,14 +57,34 @@ func pipeFD(t *testing.T) int {
 }
 
 func isOpen(fd int) bool {
-	_, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0)
-	return e == 0
+	_, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+	return err == nil
 }
 
 func cloexec(t *testing.T, fd int) bool {
-	r, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0)
-	require.Zero(t, e)
-	return r&syscall.FD_CLOEXEC != 0
+	r, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0)
+	require.NoError(t, err)
+	return r&unix.FD_CLOEXEC != 0
+}
+
+// TestNewSetsCloseOnExec: a descriptor New takes (an inherited one, say,
+// which arrives without the flag) becomes close-on-exec, so it does not
+// pass on to this process's children; a failure to take it leaves the
+// flag alone.
+func TestNewSetsCloseOnExec(t *testing.T) {
+	before := openFDs(t)
+	fd := pipeFD(t)
+	_, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0)
+	require.NoError(t, err)
+	require.False(t, cloexec(t, fd), "the test's descriptor starts without the flag")
+	f, err := New(fd)
+	require.NoError(t, err)
+	assert.True(t, cloexec(t, fd), "New set close-on-exec")
+	require.NoError(t, f.Close())
+	assertNoNewFDs(t, before)
+
+	_, err = New(1 << 20) // not open: refused, nothing set
+	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 }
 
 func TestFileLifecycle(t *testing.T) {

@@ -2,19 +2,19 @@
 
 package osfd
 
-import "syscall"
+import "golang.org/x/sys/unix"
 
 // dupCloexec duplicates fd with close-on-exec set in one step
 // (F_DUPFD_CLOEXEC), so no concurrent fork can inherit the duplicate.
 func dupCloexec(fd int) (int, error) {
 	for {
-		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)
-		if e == syscall.EINTR {
+		nfd, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+		if err == unix.EINTR {
 			continue
 		}
-		if e != 0 {
-			return -1, e
+		if err != nil {
+			return -1, err
 		}
-		return int(r), nil
+		return nfd, nil
 	}
 }

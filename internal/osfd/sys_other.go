@@ -19,3 +19,5 @@ func dupCloexec(int) (int, error) { return -1, supported("osfd.Dup") }
 func joinErrs(errs []error) error { return errors.Join(errs...) }
 
 func checkOpen(int) error { return supported("osfd.New") }
+
+func setCloexec(int) error { return supported("osfd.New") }

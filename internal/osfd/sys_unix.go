@@ -5,6 +5,8 @@ package osfd
 import (
 	"errors"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 func supported(string) error { return nil }
@@ -25,6 +27,28 @@ func checkOpen(fd int) error {
 		err := syscall.Fstat(fd, &st)
 		if err != syscall.EINTR {
 			return err
+		}
+	}
+}
+
+// setCloexec sets FD_CLOEXEC on fd, keeping its other descriptor flags.
+func setCloexec(fd int) error {
+	flags, err := fcntl(fd, unix.F_GETFD, 0)
+	if err != nil {
+		return err
+	}
+	if flags&unix.FD_CLOEXEC != 0 {
+		return nil
+	}
+	_, err = fcntl(fd, unix.F_SETFD, flags|unix.FD_CLOEXEC)
+	return err
+}
+
+func fcntl(fd, cmd, arg int) (int, error) {
+	for {
+		r, err := unix.FcntlInt(uintptr(fd), cmd, arg)
+		if err != unix.EINTR {
+			return r, err
 		}
 	}
 }

@@ -46,6 +46,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -1155,21 +1156,32 @@ static CUresult fMemFreeAsync(u64 ptr, void *s) {
 	RET(OK);
 }
 
-/* Pool IPC (in one process): the exported fd is a memfd holding the pool's
-   id; an imported pool refers to the exporting pool by that id; an imported
-   pointer is a second mapping of the same shared pages. */
+/* Pool IPC (in one process): the exported fd is an eventfd whose counter
+   is the pool's id (an anonymous inode, as the real driver's export is not
+   a regular file, pipe or socket); an imported pool refers to the
+   exporting pool by that id; an imported pointer is a second mapping of
+   the same shared pages. */
 static CUresult fMemPoolExportToShareableHandle(void *out, void *h, int type, u64 flags) {
 	LOCK();
 	NEED_CTX();
 	if (type == 8) RET(fabric_pool_export(out, h, flags));
 	pool_t *p = as_pool(h);
-	if (!out || !p || type != 1 || flags || !(p->handle_types & 1)) RET(E_INVALID_VALUE);
-	int fd = memfd_create("fakecuda-pool", MFD_CLOEXEC);
+	if (!out || !p || type != 1 || flags || !(p->handle_types & 1) || p->id <= 0) RET(E_INVALID_VALUE);
+	int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (fd < 0) RET(E_OUT_OF_MEMORY);
-	long long id = p->id;
-	if (pwrite(fd, &id, sizeof id, 0) != sizeof id) { close(fd); RET(E_OUT_OF_MEMORY); }
+	uint64_t id = (uint64_t)p->id;
+	if (write(fd, &id, sizeof id) != sizeof id) { close(fd); RET(E_OUT_OF_MEMORY); }
 	*(int *)out = fd;
 	RET(OK);
+}
+/* pool_fd_id reads the pool id an exported fd carries: reading an eventfd
+   takes its counter, which is written back at once (under the lock, so no
+   other import sees it empty). 0 for anything else. */
+static long long pool_fd_id(int fd) {
+	uint64_t id = 0;
+	if (read(fd, &id, sizeof id) != sizeof id || id == 0) return 0;
+	if (write(fd, &id, sizeof id) != sizeof id) return 0;
+	return (long long)id;
 }
 static CUresult fMemPoolImportFromShareableHandle(void **out, void *osh, int type, u64 flags) {
 	LOCK();
@@ -1178,7 +1190,7 @@ static CUresult fMemPoolImportFromShareableHandle(void **out, void *osh, int typ
 	int fd = (int)(intptr_t)osh;
 	long long id = 0;
 	if (!out || type != 1 || flags || npools == MAXPOOLS) RET(E_INVALID_VALUE);
-	if (pread(fd, &id, sizeof id, 0) != sizeof id || id <= 0) RET(E_INVALID_VALUE);
+	if ((id = pool_fd_id(fd)) <= 0) RET(E_INVALID_VALUE);
 	pool_t *origin = 0;
 	for (int i = 0; i < npools; i++)
 		if (pools[i]->id == id && !pools[i]->imported) origin = pools[i];
