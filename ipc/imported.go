@@ -166,7 +166,15 @@ func newImportedPool(dev *cuda.Device, pool cuda.MemPool, drv importDriver, u UU
 	// device's pending frees first. Once it is gone, the UUID may be
 	// imported afresh.
 	p.life.SetDestroy(func() error {
+		// Waiting for the device during a capture of its context would
+		// invalidate the capture: the destruction waits for it to end.
+		if dev.DeferWhileCapturing(func() { _ = p.life.Retry() }) {
+			return poolcore.ErrDeferred
+		}
 		if err := drv.destroy(); err != nil {
+			if errors.Is(err, cuda.ErrCapturing) && dev.DeferWhileCapturing(func() { _ = p.life.Retry() }) {
+				return poolcore.ErrDeferred // a capture began since the check
+			}
 			return err
 		}
 		registry.Lock()
@@ -600,7 +608,11 @@ func (p *ImportedPool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 		return errZeroPool(op)
 	}
 	// An imported pointer is not graph memory: a free captured into a
-	// graph would not be a free now (and could not be replayed).
+	// graph would not be a free now (and could not be replayed). nil is
+	// the legacy stream, refused while a blocking stream captures.
+	if s == nil {
+		s = p.drv.defaultStream()
+	}
 	if err := s.RefuseCapture(op); err != nil {
 		return fmt.Errorf("%w (%#x, %d bytes, stays mapped)", err, uint64(ptr), size)
 	}
