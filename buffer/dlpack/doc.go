@@ -35,8 +35,12 @@
 // device. Everything Import reads through the tensor's pointers is read
 // through the kernel (process_vm_readv, or a pipe where that is refused),
 // never by a Go load, so a tensor with garbage fields is an error, not a
-// crash. CUDA memory is checked with the driver (cuPointerGetAttribute,
-// at both ends of the range).
+// crash. Host memory (kDLCPU) is checked page by page for what the Buffer
+// will do with it: every page readable, and writable unless the caller
+// imports with [AllowReadOnly] (PROT_NONE guard pages, holes and read-only
+// mappings are refused); the cost grows with the tensor's size (see
+// Import). CUDA memory is checked with the driver (cuPointerGetAttribute,
+// range by range).
 //
 // When Import fails, the tensor stays the caller's: its deleter has not
 // been called ([Delete] calls it). DLPack leaves a consumer that cannot
