@@ -40,7 +40,8 @@
 // imports with [AllowReadOnly] (PROT_NONE guard pages, holes and read-only
 // mappings are refused); the cost grows with the tensor's size (see
 // Import). CUDA memory is checked with the driver (cuPointerGetAttribute,
-// range by range).
+// range by range), and memory labelled kDLCUDAHost or kDLCUDAManaged must
+// be memory the host can reach.
 //
 // When Import fails, the tensor stays the caller's: its deleter has not
 // been called ([Delete] calls it). DLPack leaves a consumer that cannot

@@ -64,7 +64,8 @@ func AllowReadOnly() ImportOption { return func(c *importConfig) { c.readOnly = 
 // non-zero size, a zero Bits or Lanes, a range that wraps, an unknown
 // device type, a negative CUDA device index, a device other than the one
 // ExpectDevice names; CUDA memory the driver does not know (or knows on
-// another device); kDLCPU memory that a load
+// another device, or, for kDLCUDAHost and kDLCUDAManaged, knows as
+// device-only memory the host cannot reach); kDLCPU memory that a load
 // would fault on anywhere (unmapped holes, PROT_NONE guard pages, file
 // pages past the end of their file) or, without AllowReadOnly, that is
 // not writable; struct, shape and strides that cannot be read; and a
@@ -408,9 +409,10 @@ const maxRanges = 1 << 16
 // the tensor is memory of its device, usable as the Buffer will use it.
 // Host memory (kDLCPU) is checked page by page (see checkHost). CUDA
 // memory must be covered by driver allocations without a gap, walked range
-// by range from the first byte (each on device ID, for kDLCUDA). Checking
-// only the two ends would let a tensor span unmapped memory between two
-// allocations.
+// by range from the first byte: of device ID, for kDLCUDA; memory the host
+// can reach (pinned or managed), for kDLCUDAHost and kDLCUDAManaged, whose
+// Buffer is host-accessible. Checking only the two ends would let a tensor
+// span unmapped memory between two allocations.
 func checkMemory(op string, p uintptr, d Device, ptr uintptr, size uint64, readOnly bool) error {
 	if size == 0 {
 		return nil
@@ -432,6 +434,11 @@ func checkMemory(op string, p uintptr, d Device, ptr uintptr, size uint64, readO
 		}
 		if d.Type == CUDA && info.Type == cuda.MemoryTypeDevice && info.Device != int(d.ID) {
 			return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x claims memory of device %d at %#x, which the driver says belongs to device %d", p, d.ID, a, info.Device)
+		}
+		if d.Type != CUDA && info.Type != cuda.MemoryTypeHost && !info.Managed {
+			// A host-accessible Buffer over device-only memory would
+			// crash the first host read of it.
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x claims %v memory at %#x, which the driver says is device memory of device %d, not reachable from the host (a kDLCUDA tensor?)", p, d, a, info.Device)
 		}
 		end := uintptr(info.RangeBase) + uintptr(info.RangeSize)
 		if info.RangeSize == 0 || uintptr(info.RangeBase) > a || end <= a {
