@@ -55,9 +55,10 @@ func runtime_cgocall(fn uintptr, arg unsafe.Pointer) int32
 //
 // Call is nosplit so that uintptr(unsafe.Pointer(&x)) arguments computed
 // by the caller stay valid: the goroutine stack cannot move before the C
-// call begins, and it never moves during one. It is also norace: the race
-// detector's instrumentation would otherwise insert calls that can grow
-// (and so move) the stack, losing the driver's writes (seen in -race
+// call begins, nor during it unless the C function calls back into Go
+// (see frame, and the package doc on callbacks). It is also norace: the
+// race detector's instrumentation would otherwise insert calls that can
+// grow (and so move) the stack, losing the driver's writes (seen in -race
 // builds, and caught by TestCallSurvivesStackGrowth).
 //
 //go:nosplit
