@@ -8,15 +8,38 @@ import "unsafe"
 const MaxArgs = 16
 
 // frame is the record the trampoline reads: it lives on the caller's stack
-// for the duration of one call. Its field offsets reach the assembly
-// through go_asm.h.
+// for the duration of one call (no heap allocation per call). Its field
+// offsets reach the assembly through go_asm.h.
+//
+// The stack can move while C runs: a C function that calls back into Go
+// (a purego callback, such as a DLPack deleter) runs that Go code on this
+// goroutine's stack, which may grow, or be shrunk by the garbage collector
+// while the callback blocks; either copies the stack elsewhere and frees
+// the old one. So the trampoline keeps the record's depth below the top
+// of the stack (g.stack.hi), not its address, and finds it again after
+// the C call from the goroutine's stack top then, as cgo's generated code
+// does with _cgo_topofstack and runtime.asmcgocall with its own saved
+// stack pointer. Writing the result through the address taken before the
+// call lost the result and wrote it into freed stack memory, which the
+// runtime may already have handed to another goroutine.
 type frame struct {
 	fn    uintptr
 	ctxfn uintptr // cuCtxSetCurrent, called first with ctx when non-zero
 	ctx   uintptr
+	g     uintptr // the calling goroutine's runtime g; see gStackHi
 	args  [MaxArgs]uintptr
 	ret   uintptr
 }
+
+// gStackHi is the offset of stack.hi in the runtime's g: its first field
+// is the stack's bounds [lo, hi), an offset the runtime documents as
+// known to runtime/cgo (whose C code reads it), so it does not change
+// between Go releases. g itself is never moved or freed.
+const gStackHi = unsafe.Sizeof(uintptr(0))
+
+// getg returns the current goroutine's runtime g (assembly: it reads the
+// g register or thread-local slot; it never moves the stack).
+func getg() uintptr
 
 // trampolineABI0 is the address of the assembly trampoline, which expects
 // the C calling convention with a *frame as its one argument.
@@ -32,9 +55,10 @@ func runtime_cgocall(fn uintptr, arg unsafe.Pointer) int32
 //
 // Call is nosplit so that uintptr(unsafe.Pointer(&x)) arguments computed
 // by the caller stay valid: the goroutine stack cannot move before the C
-// call begins, and it never moves during one. It is also norace: the race
-// detector's instrumentation would otherwise insert calls that can grow
-// (and so move) the stack, losing the driver's writes (seen in -race
+// call begins, nor during it unless the C function calls back into Go
+// (see frame, and the package doc on callbacks). It is also norace: the
+// race detector's instrumentation would otherwise insert calls that can
+// grow (and so move) the stack, losing the driver's writes (seen in -race
 // builds, and caught by TestCallSurvivesStackGrowth).
 //
 //go:nosplit
@@ -75,7 +99,7 @@ func call(fn, ctxfn, ctx uintptr, args []uintptr) uintptr {
 			return r
 		}
 	}
-	f := frame{fn: fn, ctxfn: ctxfn, ctx: ctx}
+	f := frame{fn: fn, ctxfn: ctxfn, ctx: ctx, g: getg()}
 	// A loop, not copy: under -race copy becomes runtime.slicecopy, an
 	// ordinary function whose prologue may move the stack.
 	//lint:ignore S1001 copy must not be used here (see above)

@@ -45,6 +45,14 @@
 // the conversion and the C call. Keep heap objects alive across the call
 // with runtime.KeepAlive.
 //
+// C functions may call back into Go (purego.NewCallback) on the calling
+// thread, as cgo allows. The callback runs on the calling goroutine's
+// stack, which may then grow or be shrunk, and so move; Call finds its
+// own record again afterwards (as cgo's generated code does), so the
+// result arrives intact. The caller's pointers do not follow: a function
+// that may call back into Go must be given heap (or C) memory, never the
+// address of a variable on the goroutine stack.
+//
 // # Fault injection
 //
 // Built with -tags cudamemfault, the loader can make the k-th driver call

@@ -3,7 +3,11 @@
 package dlpack_test
 
 import (
+	"fmt"
+	"runtime"
+	"syscall"
 	"testing"
+	"unsafe"
 
 	"github.com/cudamem/cudamem/buffer/dlpack"
 	"github.com/cudamem/cudamem/internal/dlpacktest"
@@ -59,5 +63,38 @@ func BenchmarkImportClose(b *testing.B) {
 		if err := in.Close(); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkImportHost is Import and Close of a host tensor over resident
+// memory of each size: the cost of the host checks (the maps file, one
+// byte probed per page), which grows with the tensor.
+func BenchmarkImportHost(b *testing.B) {
+	needSupported(b)
+	for _, size := range []int{4 << 10, 1 << 20, 64 << 20, 256 << 20} {
+		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) {
+			mem, err := syscall.Mmap(-1, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer syscall.Munmap(mem)
+			for i := 0; i < size; i += 4096 {
+				mem[i] = 1 // resident
+			}
+			h := newHostile()
+			h.m.Tensor.Data = uintptr(unsafe.Pointer(&mem[0]))
+			h.shape[0] = int64(size)
+			b.SetBytes(int64(size))
+			for b.Loop() {
+				in, err := dlpack.Import(addr(&h.m))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := in.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			runtime.KeepAlive(h)
+		})
 	}
 }

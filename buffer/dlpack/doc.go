@@ -35,8 +35,13 @@
 // device. Everything Import reads through the tensor's pointers is read
 // through the kernel (process_vm_readv, or a pipe where that is refused),
 // never by a Go load, so a tensor with garbage fields is an error, not a
-// crash. CUDA memory is checked with the driver (cuPointerGetAttribute,
-// at both ends of the range).
+// crash. Host memory (kDLCPU) is checked page by page for what the Buffer
+// will do with it: every page readable, and writable unless the caller
+// imports with [AllowReadOnly] (PROT_NONE guard pages, holes and read-only
+// mappings are refused); the cost grows with the tensor's size (see
+// Import). CUDA memory is checked with the driver (cuPointerGetAttribute,
+// range by range), and memory labelled kDLCUDAHost or kDLCUDAManaged must
+// be memory the host can reach.
 //
 // When Import fails, the tensor stays the caller's: its deleter has not
 // been called ([Delete] calls it). DLPack leaves a consumer that cannot
@@ -64,10 +69,8 @@
 // before it calls the deleter; for imports, CloseOn(stream) waits for the
 // stream before calling the producer's deleter.
 //
-// Race detector: in a -race build, deleters called back on the thread of
-// a Go call into C (Go -> C -> deleter) from many goroutines at once
-// corrupted the Go heap in our tests on 16 CPUs; deleters called from C
-// threads did not, nor did any build without -race (500 runs of the same
-// test at GOMAXPROCS=16, with and without cgo). Under -race, have
-// consumers release tensors from their own threads.
+// The deleter may be called from inside a C function that Go called
+// (Go -> C -> deleter, on the calling goroutine's thread and stack), from
+// many goroutines at once, with or without cgo, with or without the race
+// detector.
 package dlpack

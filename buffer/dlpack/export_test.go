@@ -1,6 +1,7 @@
 package dlpack_test
 
 import (
+	"runtime"
 	"sync"
 	"testing"
 
@@ -292,15 +293,37 @@ func TestExportCloseAfterDeleter(t *testing.T) {
 
 // TestExportRace exports, closes and deletes from many goroutines: every
 // buffer is freed exactly once, after its Close and all its deleters.
+// Most deleters are called back on the goroutine's own thread from inside
+// a C call (Go -> C -> deleter), the rest from C threads. Meanwhile a loop
+// of garbage collections shrinks the goroutines' stacks (each first grows
+// its stack, and the deleter waits for its release), so the stack under a
+// C call moves while the callback runs: the C call's result must still
+// come back (it did not before the loader's trampoline found its moved
+// record, and under -race the stray write corrupted the heap).
 func TestExportRace(t *testing.T) {
 	l := needC(t)
 	h := newHeap()
+	stop := make(chan struct{})
+	var gc sync.WaitGroup
+	gc.Add(1)
+	go func() {
+		defer gc.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				runtime.GC()
+			}
+		}
+	}()
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range 50 {
+				_ = growStack(32) // leave a large stack for the collector to shrink
 				b, _ := h.Allocate(32, nil)
 				var ps []uintptr
 				for range 3 {
@@ -314,26 +337,41 @@ func TestExportRace(t *testing.T) {
 				if (g+i)%2 == 0 {
 					_ = b.Close()
 				}
-				for _, p := range ps {
-					if raceBuild {
-						// Under the race detector, deleters called back on
-						// the calling thread (Go -> C -> Go) from many
-						// goroutines at once corrupted the heap on 16 CPUs
-						// (not reproduced without -race, in 500 runs); from
-						// C threads they do not. See doc.go.
-						_ = l.DeleteOnThread(p, true)
+				for j, p := range ps {
+					if (g+i+j)%3 == 2 {
+						if err := l.DeleteOnThread(p, true); err != nil {
+							t.Errorf("DeleteOnThread: %v", err)
+						}
 						continue
 					}
-					l.Delete(p, true)
+					tag := uint64(1)<<63 | uint64(g)<<32 | uint64(i)<<8 | uint64(j)
+					if got := l.DeleteTagged(p, true, tag); got != tag {
+						t.Errorf("goroutine %d, round %d: a C call that ran the deleter returned %#x, want %#x", g, i, got, tag)
+					}
 				}
 				_ = b.Close()
 			}
 		}()
 	}
 	wg.Wait()
+	close(stop)
+	gc.Wait()
 	assert.Equal(t, 8*50, h.freed())
 	assert.Zero(t, h.live())
 	assert.Zero(t, dlpack.Live())
+}
+
+// growStack uses about n KiB of goroutine stack (and returns a byte of it, so
+// that the frames are not optimized away).
+//
+//go:noinline
+func growStack(n int) byte {
+	var pad [1024]byte
+	pad[n%1024] = byte(n)
+	if n > 0 {
+		return growStack(n-1) + pad[(n*7)%1024]
+	}
+	return pad[0]
 }
 
 // TestNotSupportedElsewhere: where DLPack cannot work, every call says

@@ -182,3 +182,73 @@ func TestGPUDeviceTypes(t *testing.T) {
 		})
 	}
 }
+
+// TestGPUImportHostLabels imports real driver memory under each label a
+// producer may give it. Host memory the driver made (legacy pinned,
+// pinned pools, managed) passes the host checks as kDLCPU, and the Buffer
+// reads and writes it; device-only memory is refused as kDLCPU (the
+// driver named in the error), kDLCUDAHost and kDLCUDAManaged, since a
+// host-accessible Buffer over it would crash the first host read.
+func TestGPUImportHostLabels(t *testing.T) {
+	d := cudatest.Device(t)
+	f, err := d.Features()
+	require.NoError(t, err)
+	sd, err := resource.NewSyncDevice(d)
+	require.NoError(t, err)
+	dev, err := sd.Allocate(mib, nil)
+	require.NoError(t, err)
+	defer dev.Close()
+	label := func(data uintptr, n int, typ dlpack.DeviceType) *hostile {
+		h := newHostile()
+		h.m.Tensor.Data, h.shape[0], h.m.Tensor.Device = data, int64(n), dlpack.Device{Type: typ}
+		return h
+	}
+	for _, typ := range []dlpack.DeviceType{dlpack.CPU, dlpack.CUDAHost, dlpack.CUDAManaged} {
+		h := label(uintptr(dev.Ptr()), mib, typ)
+		_, err := dlpack.Import(addr(&h.m))
+		require.ErrorIs(t, err, cuda.ErrInvalidArgument, "device memory as %v", typ)
+		if typ == dlpack.CPU {
+			assert.ErrorContains(t, err, "device memory", "the driver's word is in the error")
+		} else {
+			assert.ErrorContains(t, err, "not reachable from the host")
+		}
+	}
+
+	host := map[string]buffer.MemoryResource{}
+	if pinned, err := resource.NewLegacyPinned(); assert.NoError(t, err) {
+		host["legacy pinned"] = pinned
+	}
+	if pool, err := resource.NewPinnedPool(nil); err == nil {
+		t.Cleanup(func() { assert.NoError(t, pool.Close()) })
+		host["pinned pool"] = pool
+	} else {
+		cudatest.SkipIfNotSupported(t, err)
+		t.Logf("no pinned pool: %v", err)
+	}
+	if f.ManagedMemory {
+		managed, err := resource.NewManaged(d, nil)
+		require.NoError(t, err)
+		host["managed"] = managed
+	}
+	for name, mr := range host {
+		t.Run(name, func(t *testing.T) {
+			b, err := mr.Allocate(mib, nil)
+			require.NoError(t, err)
+			defer b.Close()
+			require.NoError(t, d.Sync())
+			for _, typ := range []dlpack.DeviceType{dlpack.CPU, dlpack.CUDAHost, dlpack.CUDAManaged} {
+				h := label(uintptr(b.Ptr()), mib, typ)
+				in, err := dlpack.Import(addr(&h.m))
+				require.NoError(t, err, "%s memory as %v", name, typ)
+				assert.True(t, in.HostAccessible())
+				_, err = in.WriteAt(bytes.Repeat([]byte{byte(typ)}, mib), 0)
+				require.NoError(t, err)
+				got := make([]byte, mib)
+				_, err = in.ReadAt(got, 0)
+				require.NoError(t, err)
+				assert.Equal(t, byte(typ), got[mib-1])
+				require.NoError(t, in.Close())
+			}
+		})
+	}
+}

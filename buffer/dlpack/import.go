@@ -2,6 +2,7 @@ package dlpack
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/bits"
 	"runtime"
@@ -30,10 +31,14 @@ type importConfig struct {
 // index) with an error matching cuda.ErrInvalidArgument.
 func ExpectDevice(d Device) ImportOption { return func(c *importConfig) { c.expect = &d } }
 
-// AllowReadOnly accepts tensors flagged read-only (FlagReadOnly). A Buffer
-// cannot refuse writes: the caller promises not to write through it.
-// Without this option such tensors are refused with an error matching
-// cuda.ErrNotSupported.
+// AllowReadOnly accepts tensors flagged read-only (FlagReadOnly), and host
+// tensors in read-only memory whatever their flags. A Buffer cannot
+// refuse writes: the caller promises not to write through it. Without
+// this option a tensor flagged read-only is refused with an error matching
+// cuda.ErrNotSupported, and a kDLCPU tensor whose memory is not writable
+// with one matching cuda.ErrInvalidArgument (its producer failed to flag
+// it). With it, Import also skips reading the process's mappings, which
+// only writability needs (see Import).
 func AllowReadOnly() ImportOption { return func(c *importConfig) { c.readOnly = true } }
 
 // Import takes a DLManagedTensorVersioned from a C library (p is its
@@ -58,15 +63,31 @@ func AllowReadOnly() ImportOption { return func(c *importConfig) { c.readOnly = 
 // more than MaxDims of them, sizes that overflow, a null Data with a
 // non-zero size, a zero Bits or Lanes, a range that wraps, an unknown
 // device type, a negative CUDA device index, a device other than the one
-// ExpectDevice names, CUDA memory the driver does not know (or knows on
-// another device), host memory (and pointers: shape, strides, the
-// deleter) that is not mapped; and, matching cuda.ErrNotSupported: a major
-// version other than MajorVersion, a device type other than CPU, CUDA,
-// CUDAHost and CUDAManaged, negative or gapped strides, and a read-only
-// tensor without AllowReadOnly. Memory the tensor points at is read
-// through the kernel, never by Go directly, so a tensor of garbage gives
-// an error, not a crash; only its deleter, called at Close, must be
-// trusted to be a function.
+// ExpectDevice names; CUDA memory the driver does not know (or knows on
+// another device, or, for kDLCUDAHost and kDLCUDAManaged, knows as
+// device-only memory the host cannot reach); kDLCPU memory that a load
+// would fault on anywhere (unmapped holes, PROT_NONE guard pages, file
+// pages past the end of their file) or, without AllowReadOnly, that is
+// not writable; struct, shape and strides that cannot be read; and a
+// deleter outside executable memory. Matching cuda.ErrNotSupported: a
+// major version other than MajorVersion, a device type other than CPU,
+// CUDA, CUDAHost and CUDAManaged, negative or gapped strides, a read-only
+// tensor without AllowReadOnly, and a kDLCPU tensor whose writability
+// cannot be learned (no /proc/self/maps) without AllowReadOnly.
+//
+// Nothing Import checks is read by a Go load: the tensor's struct, shape
+// and strides are read through the kernel (process_vm_readv, or a pipe),
+// which reports a bad address as an error instead of crashing. For
+// kDLCPU memory the process's mappings (/proc/self/maps) must allow reads
+// and, without AllowReadOnly, writes on every byte, and one byte of every
+// page is then read through a pipe, as a load would read it: that costs
+// tens of microseconds for the maps file, and for large tensors about two
+// system calls per 1024 pages, faulting in pages that were not resident
+// (for a file mapping, reading them from the file). The deleter is only
+// checked to lie in executable memory (readable memory, where the
+// mappings cannot be read): that it is a function taking the tensor stays
+// the producer's word. None of this stops a producer from unmapping the
+// memory after Import.
 //
 // If Import fails, the tensor is still the caller's: its deleter has not
 // been called. Call it (Delete does) or hand the tensor on. The DLPack
@@ -92,9 +113,9 @@ func ImportUnversioned(p uintptr, opts ...ImportOption) (*buffer.Buffer, error) 
 // Delete calls the deleter of the DLManagedTensorVersioned at p (nothing
 // if it has none): for a tensor Import refused, or one the caller does not
 // want. Only the version, manager_ctx and deleter are read, which keep
-// their places in every DLPack major version. A null p, or one whose
-// header or deleter is not mapped memory, is an error matching
-// cuda.ErrInvalidArgument.
+// their places in every DLPack major version. A null p, a header that
+// cannot be read, or a deleter outside executable memory (see Import) is
+// an error matching cuda.ErrInvalidArgument, and nothing is called.
 func Delete(p uintptr) error {
 	const op = "dlpack.Delete"
 	var hdr struct {
@@ -122,12 +143,29 @@ func callDeleter(op string, p, deleter uintptr) error {
 	if deleter == 0 {
 		return nil
 	}
-	if err := mapped(op, "deleter", deleter, 1); err != nil {
-		return err
+	if err := checkDeleter(op, deleter); err != nil {
+		return fmt.Errorf("%w (tensor at %#x)", err, p)
 	}
 	d := loader.ProcAt(deleter, "DLPack deleter")
 	d.Call(p)
 	return nil
+}
+
+// checkDeleter checks what can be checked of a deleter before it is
+// called: that it lies in executable memory (from the process's
+// mappings), or, where they cannot be read, at least in readable memory.
+// Calling an address without execute permission would crash the process.
+// Whether it is really a function taking the tensor stays the producer's
+// word.
+func checkDeleter(op string, deleter uintptr) error {
+	switch err := mappingsAllow(deleter, 1, permExec); {
+	case err == nil:
+		return nil
+	case errors.Is(err, errNoMaps):
+		return mapped(op, "deleter", deleter, 1)
+	default:
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "deleter at %#x is not code: %v", deleter, err)
+	}
 }
 
 // readHeader copies n bytes of the struct at p into dst, through the
@@ -197,11 +235,11 @@ func importTensor(op string, p uintptr, versioned bool, opts []ImportOption) (*b
 	if err := checkDevice(op, p, t.Device, cfg.expect); err != nil {
 		return nil, err
 	}
-	if err := checkMemory(op, p, t.Device, r.ptr, r.size); err != nil {
+	if err := checkMemory(op, p, t.Device, r.ptr, r.size, cfg.readOnly); err != nil {
 		return nil, err
 	}
 	if deleter != 0 {
-		if err := mapped(op, "deleter", uintptr(deleter), 1); err != nil {
+		if err := checkDeleter(op, uintptr(deleter)); err != nil {
 			return nil, fmt.Errorf("%w (tensor at %#x)", err, p)
 		}
 		r.deleter = loader.ProcAt(uintptr(deleter), "DLPack deleter")
@@ -368,21 +406,20 @@ func checkDevice(op string, p uintptr, d Device, expect *Device) error {
 const maxRanges = 1 << 16
 
 // checkMemory checks, as far as can be done safely, that every byte of
-// the tensor is memory of its device: host memory must be mapped on every
-// page (mincore), and CUDA memory must be covered by driver allocations
-// without a gap, walked range by range from the first byte (each on
-// device ID, for kDLCUDA). Checking only the two ends would let a tensor
+// the tensor is memory of its device, usable as the Buffer will use it.
+// Host memory (kDLCPU) is checked page by page (see checkHost). CUDA
+// memory must be covered by driver allocations without a gap, walked range
+// by range from the first byte: of device ID, for kDLCUDA; memory the host
+// can reach (pinned or managed), for kDLCUDAHost and kDLCUDAManaged, whose
+// Buffer is host-accessible. Checking only the two ends would let a tensor
 // span unmapped memory between two allocations.
-func checkMemory(op string, p uintptr, d Device, ptr uintptr, size uint64) error {
+func checkMemory(op string, p uintptr, d Device, ptr uintptr, size uint64, readOnly bool) error {
 	if size == 0 {
 		return nil
 	}
 	last := ptr + uintptr(size-1)
 	if d.Type == CPU {
-		if err := mappedRange(ptr, uintptr(size)); err != nil {
-			return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x: its %d bytes at %#x are not all mapped memory (%v)", p, size, ptr, err)
-		}
-		return nil
+		return checkHost(op, p, ptr, size, readOnly)
 	}
 	if d.Type == CUDA {
 		if _, err := cuda.GetDevice(int(d.ID)); err != nil {
@@ -397,6 +434,11 @@ func checkMemory(op string, p uintptr, d Device, ptr uintptr, size uint64) error
 		}
 		if d.Type == CUDA && info.Type == cuda.MemoryTypeDevice && info.Device != int(d.ID) {
 			return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x claims memory of device %d at %#x, which the driver says belongs to device %d", p, d.ID, a, info.Device)
+		}
+		if d.Type != CUDA && info.Type != cuda.MemoryTypeHost && !info.Managed {
+			// A host-accessible Buffer over device-only memory would
+			// crash the first host read of it.
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x claims %v memory at %#x, which the driver says is device memory of device %d, not reachable from the host (a kDLCUDA tensor?)", p, d, a, info.Device)
 		}
 		end := uintptr(info.RangeBase) + uintptr(info.RangeSize)
 		if info.RangeSize == 0 || uintptr(info.RangeBase) > a || end <= a {
@@ -413,6 +455,75 @@ func checkMemory(op string, p uintptr, d Device, ptr uintptr, size uint64) error
 		a = end // the next byte must start another allocation
 	}
 	return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x: %d bytes at %#x span more than %d driver allocations", p, size, ptr, maxRanges)
+}
+
+// checkHost checks that a Go load from every byte of a host tensor
+// [ptr, ptr+size) succeeds, and, unless readOnly (AllowReadOnly), that a
+// store does: a Buffer's reads and writes (Bytes, ReadAt, WriteAt, copies)
+// are plain loads and stores, and one that faults kills the process.
+//
+// Writability can only be learned from the process's mappings
+// (/proc/self/maps, read without touching the range): unless readOnly,
+// they must cover the range without a gap, readable and writable, which
+// also finds unmapped holes and PROT_NONE guard pages. Where the mappings
+// cannot be read, writability is unknown, and the tensor is refused
+// (matching cuda.ErrNotSupported) unless readOnly. Then, in every case,
+// one byte of every page is read through the kernel (readablePages),
+// which fails where a load would fault, file pages past the end of their
+// file included, which the mappings do not show.
+//
+// Cost: the maps file, unless readOnly (tens of microseconds: the kernel
+// formats one line per mapping up to the range), and the page probe, about
+// two system calls per 1024 pages, which faults in every page that is not
+// resident (see readablePages). Nothing stops the producer from unmapping
+// the memory later: the check holds for the tensor as it is handed over.
+func checkHost(op string, p, ptr uintptr, size uint64, readOnly bool) error {
+	n := uintptr(size)
+	unreadable := func(err error) error {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x: its %d bytes at %#x are not all readable host memory: %v%s", p, size, ptr, err, driverSays(ptr))
+	}
+	if !readOnly {
+		switch err := mappingsAllow(ptr, n, permRead|permWrite); {
+		case err == nil:
+		case errors.Is(err, errNoMaps):
+			return cuda.Errorf(op, cuda.ErrNotSupported, "tensor at %#x: cannot tell whether its %d bytes at %#x are writable: %v (import it with AllowReadOnly if you will not write it)", p, size, ptr, err)
+		default:
+			var me *mapError
+			if errors.As(err, &me) && me.missing == permWrite {
+				return cuda.Errorf(op, cuda.ErrInvalidArgument, "tensor at %#x is not flagged read-only, but %v, and a Buffer cannot refuse writes (import it with AllowReadOnly if you will not write it)", p, err)
+			}
+			return unreadable(err)
+		}
+	}
+	if err := readablePages(ptr, n); err != nil {
+		if readOnly {
+			// The mappings name a hole or a guard page better than
+			// EFAULT does, where they can be read.
+			if merr := mappingsAllow(ptr, n, permRead); merr != nil && !errors.Is(merr, errNoMaps) {
+				return unreadable(merr)
+			}
+		}
+		return unreadable(err)
+	}
+	return nil
+}
+
+// driverSays is what the driver knows of host memory that failed the host
+// checks, for the error: device memory under a kDLCPU label is a common
+// producer mistake. Empty when the driver knows nothing (or is absent).
+func driverSays(ptr uintptr) string {
+	info, err := cuda.QueryPointer(cuda.DevicePtr(ptr))
+	switch {
+	case err != nil:
+		return ""
+	case info.Managed:
+		return fmt.Sprintf(" (the driver knows %#x as managed memory)", ptr)
+	case info.Type == cuda.MemoryTypeDevice:
+		return fmt.Sprintf(" (the driver knows %#x as device memory of device %d: a kDLCUDA tensor?)", ptr, info.Device)
+	case info.Type == cuda.MemoryTypeHost:
+		return fmt.Sprintf(" (the driver knows %#x as pinned host memory)", ptr)
+	}
+	return fmt.Sprintf(" (the driver knows %#x as memory of type %d)", ptr, info.Type)
 }
 
 // tensorResource is the resource of an imported tensor's Buffer: its

@@ -3,11 +3,15 @@
 package dlpack
 
 import (
+	"bufio"
+	"fmt"
+	"os"
 	"sync"
 	"syscall"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+	"golang.org/x/sys/unix"
 )
 
 // supported: purego.NewCallback makes C-callable functions here without
@@ -23,10 +27,10 @@ var deleterAddr = sync.OnceValue(func() uintptr {
 	return purego.NewCallback(func(self uintptr) { deleted(self) })
 })
 
-type iovec struct {
-	base uintptr
-	len  uintptr
-}
+// Foreign addresses are kept as uintptr throughout: a Go pointer (or a
+// []byte) made from an address a producer gave could point into the Go
+// heap's range, where the garbage collector would take it for one of its
+// own objects.
 
 // readMem copies len(dst) bytes at addr, memory a foreign producer claims
 // is there, into dst without touching it from Go: through the kernel,
@@ -44,24 +48,28 @@ func readMem(dst []byte, addr uintptr) error {
 	if forcePipe {
 		return pipeRead(dst, addr)
 	}
-	local := iovec{base: uintptr(unsafe.Pointer(&dst[0])), len: uintptr(len(dst))}
-	remote := iovec{base: addr, len: uintptr(len(dst))}
-	n, _, errno := syscall.Syscall6(sysProcessVMReadv, uintptr(syscall.Getpid()),
-		uintptr(unsafe.Pointer(&local)), 1, uintptr(unsafe.Pointer(&remote)), 1, 0)
+	local := []unix.Iovec{{Base: &dst[0]}}
+	local[0].SetLen(len(dst))
+	remote := []unix.RemoteIovec{{Base: addr, Len: len(dst)}}
+	n, err := unix.ProcessVMReadv(os.Getpid(), local, remote, 0)
 	switch {
-	case errno == 0 && int(n) == len(dst):
+	case err == nil && n == len(dst):
 		return nil
-	case errno == 0:
+	case err == nil:
 		return syscall.EFAULT // a short read: the range ends in unmapped memory
-	case errno == syscall.ENOSYS || errno == syscall.EPERM:
+	case err == unix.ENOSYS || err == unix.EPERM:
 		return pipeRead(dst, addr)
 	}
-	return errno
+	return err
 }
 
 // forcePipe makes readMem's tests take the pipe path.
 var forcePipe = false
 
+// probe is a pipe kept for the life of the process: the kernel copies
+// bytes written into it from the writer's memory as a load from user
+// space would, and fails the write with EFAULT where such a load would
+// fault. mu serializes its users, each of which drains what it wrote.
 var probe struct {
 	once sync.Once
 	mu   sync.Mutex
@@ -69,21 +77,25 @@ var probe struct {
 	err  error
 }
 
-// pipeRead is readMem through a pipe kept for the life of the process.
+func probePipe() error {
+	probe.once.Do(func() { probe.err = unix.Pipe2(probe.fds[:], unix.O_CLOEXEC|unix.O_NONBLOCK) })
+	return probe.err
+}
+
+// pipeRead is readMem through the probe pipe.
 func pipeRead(dst []byte, addr uintptr) error {
-	probe.once.Do(func() { probe.err = syscall.Pipe2(probe.fds[:], syscall.O_CLOEXEC|syscall.O_NONBLOCK) })
-	if probe.err != nil {
-		return probe.err
+	if err := probePipe(); err != nil {
+		return err
 	}
 	probe.mu.Lock()
 	defer probe.mu.Unlock()
 	for len(dst) > 0 {
 		chunk := min(len(dst), 4096) // a pipe holds at least a page
-		n, _, errno := syscall.Syscall(syscall.SYS_WRITE, uintptr(probe.fds[1]), addr, uintptr(chunk))
+		n, _, errno := unix.Syscall(unix.SYS_WRITE, uintptr(probe.fds[1]), addr, uintptr(chunk))
 		if errno != 0 {
 			return errno
 		}
-		if m, err := syscall.Read(probe.fds[0], dst[:n]); err != nil || m != int(n) {
+		if m, err := unix.Read(probe.fds[0], dst[:n]); err != nil || m != int(n) {
 			return syscall.EIO
 		}
 		if int(n) < chunk {
@@ -94,27 +106,106 @@ func pipeRead(dst []byte, addr uintptr) error {
 	return nil
 }
 
-// mappedRange reports whether every page of [addr, addr+n) is mapped,
-// without touching the memory: mincore fails with ENOMEM at a page that is
-// not. It asks for at most 4096 pages a call, so a hostile size costs a
-// bounded buffer and stops at the first unmapped page.
-func mappedRange(addr, n uintptr) error {
+// iovec is struct iovec with the base as an integer (see above).
+type iovec struct {
+	base uintptr
+	len  uintptr
+}
+
+// probeBatch is how many pages one writev probes: 1024 is IOV_MAX, and
+// 1024 bytes fit the smallest pipe buffer (one page).
+const probeBatch = 1024
+
+// readablePages reports whether a load from every page of [addr, addr+n)
+// succeeds, without making one from Go: it writes one byte of each page
+// into the probe pipe, probeBatch pages a writev, and reads them back. The
+// kernel copies them as a user-space load would (copy_from_user), so it
+// fails with EFAULT exactly where a load would fault (a batch fails as a
+// whole; its pages are then probed one by one to name the first): unmapped pages,
+// pages without read permission (PROT_NONE guard pages), and file pages
+// past the end of their file, where a load raises SIGBUS. (It is not
+// process_vm_readv: that pins the pages, and refuses mappings of device
+// memory that loads read, such as some drivers' mappings of pinned host
+// memory.)
+//
+// Cost: one byte per page, so about n/4096/probeBatch pairs of system
+// calls, and every page of the range faulted in if it was not resident:
+// for a file mapping, read from the file, as the first use of the tensor
+// would. It returns at the first page that fails.
+func readablePages(addr, n uintptr) error {
 	if n == 0 {
 		return nil
 	}
 	end := addr + n
 	if end < addr {
-		return syscall.EINVAL
+		return &pageError{addr: addr, err: syscall.EFAULT}
 	}
-	page := uintptr(syscall.Getpagesize())
-	const chunk = 4096 // pages a call
-	var vec [chunk]byte
-	for a := addr &^ (page - 1); a < end; {
-		l := min(end-a, chunk*page)
-		if _, _, e := syscall.Syscall(syscall.SYS_MINCORE, a, l, uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
-			return e
+	if err := probePipe(); err != nil {
+		return err
+	}
+	page := uintptr(os.Getpagesize())
+	var iov [probeBatch]iovec
+	var sink [probeBatch]byte
+	probe.mu.Lock()
+	defer probe.mu.Unlock()
+	for a := addr; a < end; {
+		k := 0
+		for k < probeBatch && a < end {
+			iov[k] = iovec{base: a, len: 1}
+			k++
+			next := a&^(page-1) + page
+			if next <= a { // a is in the last page of the address space
+				a = end
+				break
+			}
+			a = next
 		}
-		a += l
+		w, _, errno := unix.Syscall(unix.SYS_WRITEV, uintptr(probe.fds[1]), uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
+		if errno == 0 && w > 0 {
+			if m, err := unix.Read(probe.fds[0], sink[:w]); err != nil || m != int(w) {
+				return fmt.Errorf("draining the probe pipe: %d of %d bytes (%v)", m, w, err)
+			}
+		}
+		if errno == 0 && int(w) == k {
+			continue
+		}
+		// A pipe takes a write a pipe page at a time: one fault fails
+		// the whole batch. Find the page, one write each.
+		for _, v := range iov[:k] {
+			w, _, errno := unix.Syscall(unix.SYS_WRITE, uintptr(probe.fds[1]), v.base, 1)
+			if errno == 0 && w == 1 {
+				if m, err := unix.Read(probe.fds[0], sink[:1]); err != nil || m != 1 {
+					return fmt.Errorf("draining the probe pipe: %d of 1 byte (%v)", m, err)
+				}
+				continue
+			}
+			if errno == 0 {
+				errno = syscall.EFAULT
+			}
+			return &pageError{addr: v.base, err: errno}
+		}
+		if errno == 0 {
+			errno = syscall.EFAULT
+		}
+		return &pageError{addr: iov[0].base, err: errno} // failed as a batch, not page by page
 	}
 	return nil
+}
+
+// mapsPath is the file mappingsAllow reads; tests point it elsewhere.
+var mapsPath = "/proc/self/maps"
+
+// mappingsAllow reports whether every byte of [addr, addr+n) lies in a
+// mapping of this process that has the permissions need, from
+// /proc/self/maps: the one way to learn a page's protection without
+// touching it. It stops at the first mapping past the range. An error
+// matching errNoMaps says the file could not be read or parsed, so
+// nothing is known.
+func mappingsAllow(addr, n uintptr, need perm) error {
+	f, err := os.Open(mapsPath)
+	if err != nil {
+		return fmt.Errorf("%w (%v)", errNoMaps, err)
+	}
+	defer f.Close()
+	return coverRange(bufio.NewReaderSize(f, 4096), addr, n, need)
 }

@@ -16,4 +16,6 @@ var errUnsupported = errors.New("not supported on this system")
 
 func readMem(dst []byte, addr uintptr) error { return errUnsupported }
 
-func mappedRange(addr, n uintptr) error { return errUnsupported }
+func readablePages(addr, n uintptr) error { return errUnsupported }
+
+func mappingsAllow(addr, n uintptr, need perm) error { return errNoMaps }

@@ -29,9 +29,9 @@ func Required() bool { return fakecuda.Required() }
 
 // Lib is the loaded library.
 type Lib struct {
-	lib                                                  *loader.Library
-	describe, fill, sum, del, delRaw, delThread, delMany loader.Proc
-	deleted, make, alloc, free, layout                   loader.Proc
+	lib                                                          *loader.Library
+	describe, fill, sum, del, delRet, delRaw, delThread, delMany loader.Proc
+	deleted, make, alloc, free, layout                           loader.Proc
 }
 
 // Build compiles the library into dir with $CC (default cc) and loads it.
@@ -61,7 +61,7 @@ func Build(dir string) (*Lib, error) {
 		name string
 	}{
 		{&lib.describe, "dlt_describe"}, {&lib.fill, "dlt_fill"}, {&lib.sum, "dlt_sum"},
-		{&lib.del, "dlt_delete"}, {&lib.delRaw, "dlt_delete_raw"}, {&lib.delThread, "dlt_delete_thread"},
+		{&lib.del, "dlt_delete"}, {&lib.delRet, "dlt_delete_ret"}, {&lib.delRaw, "dlt_delete_raw"}, {&lib.delThread, "dlt_delete_thread"},
 		{&lib.delMany, "dlt_delete_threads"}, {&lib.deleted, "dlt_deleted"}, {&lib.make, "dlt_make"},
 		{&lib.alloc, "dlt_alloc"}, {&lib.free, "dlt_free"}, {&lib.layout, "dlt_layout"},
 	} {
@@ -99,6 +99,13 @@ func (l *Lib) Sum(p uintptr, versioned bool) uint64 { return uint64(l.sum.Call(p
 
 // Delete calls the tensor's deleter from C, on the calling thread.
 func (l *Lib) Delete(p uintptr, versioned bool) { l.del.Call(p, b2i(versioned)) }
+
+// DeleteTagged calls the tensor's deleter from C on the calling thread,
+// as Delete does, and returns what the C function returned: tag, unless
+// the call's result was lost on the way back to Go.
+func (l *Lib) DeleteTagged(p uintptr, versioned bool, tag uint64) uint64 {
+	return uint64(l.delRet.Call(p, b2i(versioned), uintptr(tag)))
+}
 
 // DeleteRaw calls the C function fn with argument arg (any value).
 func (l *Lib) DeleteRaw(fn, arg uintptr) { l.delRaw.Call(fn, arg) }

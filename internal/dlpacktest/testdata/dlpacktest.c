@@ -110,6 +110,14 @@ static void call_deleter(void *p, int v) {
 /* dlt_delete calls the tensor's deleter on this thread. */
 void dlt_delete(void *p, int v) { call_deleter(p, v); }
 
+/* dlt_delete_ret calls the tensor's deleter on this thread and returns
+   tag: the Go caller checks that the result of a call whose callback ran
+   Go code (and may have moved the calling goroutine's stack) arrives. */
+uint64_t dlt_delete_ret(void *p, int v, uint64_t tag) {
+	call_deleter(p, v);
+	return tag;
+}
+
 /* dlt_delete_raw calls deleter fn with argument p, whatever p is. */
 void dlt_delete_raw(void (*fn)(void *), void *p) { fn(p); }
 
