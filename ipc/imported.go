@@ -587,10 +587,15 @@ func (p *ImportedPool) descriptor(b *buffer.Buffer) (Descriptor, error) {
 
 // Allocate always fails: memory comes from the exporting process.
 func (p *ImportedPool) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	return buffer.Allocate(p, size, s)
+}
+
+// AllocatePtr always fails, as Allocate does ([buffer.MemoryResource]).
+func (p *ImportedPool) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if p.zero() {
-		return nil, errZeroPool("ImportedPool.Allocate")
+		return 0, nil, errZeroPool("ImportedPool.Allocate")
 	}
-	return nil, cuda.Errorf("ImportedPool.Allocate", cuda.ErrInvalidArgument, "cannot allocate from an imported (mapped) IPC memory pool %v", p.uuid)
+	return 0, nil, cuda.Errorf("ImportedPool.Allocate", cuda.ErrInvalidArgument, "cannot allocate from an imported (mapped) IPC memory pool %v", p.uuid)
 }
 
 // Deallocate ends one imported Buffer (buffers call it from Close). The

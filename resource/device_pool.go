@@ -198,20 +198,15 @@ func newDevicePool(op string, dev *cuda.Device, opts *DevicePoolOptions) (*Devic
 // frees it on s unless CloseOn names another stream. Size 0 returns an
 // empty buffer without calling the driver.
 func (p *DevicePool) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	if p == nil {
-		return nil, errNil("DevicePool", "Allocate")
-	}
-	return p.core.allocate("DevicePool", p, size, s)
+	return buffer.Allocate(p, size, s)
 }
 
-// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]):
+// AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]):
 // the address (0 for size 0) and the stream it is ordered on (nil
-// resolved to the default stream). The caller frees it with Deallocate;
-// adaptors and the SubAllocator use it to build one Buffer per
-// allocation.
+// resolved to the default stream). The caller frees it with Deallocate.
 func (p *DevicePool) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if p == nil {
-		return 0, nil, errNil("DevicePool", "AllocatePtr")
+		return 0, nil, errNil("DevicePool", "Allocate")
 	}
 	return p.core.allocatePtr("DevicePool", size, s)
 }

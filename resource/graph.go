@@ -110,14 +110,10 @@ func (g *GraphMemory) capturing(op string, s *cuda.Stream) error {
 // the memory is freed (see the type's documentation). Size 0 returns an
 // empty buffer, still only on a capturing stream.
 func (g *GraphMemory) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	ptr, s, err := g.AllocatePtr(size, s)
-	if err != nil {
-		return nil, err
-	}
-	return buffer.Owned(ptr, size, g, s), nil
+	return buffer.Allocate(g, size, s)
 }
 
-// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]).
+// AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]).
 func (g *GraphMemory) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	const op = "Allocate"
 	if err := g.check(op); err != nil {

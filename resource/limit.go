@@ -50,11 +50,10 @@ func NewLimiting(upstream buffer.MemoryResource, limit uint64) *Limiting {
 // cuda.ErrorOutOfMemory that names the request, the limit and the bytes
 // in use; upstream errors are returned unchanged. Size 0 always fits.
 func (r *Limiting) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	ptr, s, err := r.AllocatePtr(size, s)
-	return ownedBuffer(r, size, ptr, s, err)
+	return buffer.Allocate(r, size, s)
 }
 
-// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]): the
+// AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]): the
 // address (0 for size 0) and the stream the upstream ordered it on. Free
 // it with Deallocate, which gives the bytes back to the budget.
 func (r *Limiting) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
@@ -73,7 +72,7 @@ func (r *Limiting) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cu
 			}
 		}
 	}
-	ptr, us, err := allocateFrom("Limiting.Allocate", r.up, size, s)
+	ptr, us, err := r.up.AllocatePtr(size, s)
 	if err == nil && ptr == 0 && size > 0 {
 		// No memory to free later (a Buffer at address 0 is never
 		// deallocated): the reservation would be lost for good.

@@ -55,10 +55,7 @@ type Logging struct {
 	name   string
 }
 
-var (
-	_ buffer.MemoryResource = (*Logging)(nil)
-	_ buffer.RawResource    = (*Logging)(nil)
-)
+var _ buffer.MemoryResource = (*Logging)(nil)
 
 // NewLogging returns a resource that allocates from upstream and logs each
 // allocation and free to logger (nil means slog.Default(), looked up at
@@ -101,11 +98,10 @@ func (r *Logging) enabled() (*slog.Logger, bool) {
 // Allocate allocates from the upstream and logs the allocation, or the
 // failure. Upstream errors are returned unchanged.
 func (r *Logging) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	ptr, s, err := r.AllocatePtr(size, s)
-	return ownedBuffer(r, size, ptr, s, err)
+	return buffer.Allocate(r, size, s)
 }
 
-// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]): the
+// AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]): the
 // address (0 for size 0) and the stream the upstream ordered it on,
 // logged. Free it with Deallocate.
 func (r *Logging) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
@@ -114,10 +110,10 @@ func (r *Logging) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cud
 	}
 	l, on := r.enabled()
 	if !on {
-		return allocateFrom("Logging.Allocate", r.up, size, s)
+		return r.up.AllocatePtr(size, s)
 	}
 	start := time.Now()
-	ptr, us, err := allocateFrom("Logging.Allocate", r.up, size, s)
+	ptr, us, err := r.up.AllocatePtr(size, s)
 	d := time.Since(start)
 	if err == nil {
 		s = us // the stream the upstream chose for nil

@@ -182,20 +182,15 @@ func NewPinnedPool(opts *PinnedPoolOptions) (*PinnedPool, error) {
 // Synchronize with s before touching it from the CPU. Size 0 returns an
 // empty buffer without calling the driver.
 func (p *PinnedPool) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	if p == nil {
-		return nil, errNil("PinnedPool", "Allocate")
-	}
-	return p.core.allocate("PinnedPool", p, size, s)
+	return buffer.Allocate(p, size, s)
 }
 
-// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]):
+// AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]):
 // the address (0 for size 0) and the stream it is ordered on (nil
-// resolved to the default stream). The caller frees it with Deallocate;
-// adaptors and the SubAllocator use it to build one Buffer per
-// allocation.
+// resolved to the default stream). The caller frees it with Deallocate.
 func (p *PinnedPool) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if p == nil {
-		return 0, nil, errNil("PinnedPool", "AllocatePtr")
+		return 0, nil, errNil("PinnedPool", "Allocate")
 	}
 	return p.core.allocatePtr("PinnedPool", size, s)
 }

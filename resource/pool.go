@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/bits"
 
-	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/poolcore"
 )
@@ -198,18 +197,9 @@ func (c *poolCore) stream(op string, s *cuda.Stream, sameDevice bool) (*cuda.Str
 	return s, nil
 }
 
-// allocate is the shared Allocate: stream-ordered from the pool, mr owning
-// the returned buffer. A DevicePool takes streams of its own device only.
-func (c *poolCore) allocate(kind string, mr buffer.MemoryResource, size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	ptr, s, err := c.allocatePtr(kind, size, s)
-	if err != nil {
-		return nil, err
-	}
-	return buffer.Owned(ptr, size, mr, s), nil
-}
-
-// allocatePtr is allocate without the Buffer (AllocatePtr): the address
-// (0 for size 0) and the stream it is ordered on, nil resolved.
+// allocatePtr is the shared AllocatePtr: stream-ordered from the pool, the
+// address (0 for size 0) and the stream it is ordered on, nil resolved. A
+// DevicePool takes streams of its own device only.
 func (c *poolCore) allocatePtr(kind string, size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if err := c.acquire(kind, "Allocate"); err != nil {
 		return 0, nil, err

@@ -67,18 +67,17 @@ func NewStatistics(upstream buffer.MemoryResource) *Statistics {
 // Allocate allocates from the upstream and counts the allocation, or the
 // failure. Upstream errors are returned unchanged.
 func (r *Statistics) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	ptr, s, err := r.AllocatePtr(size, s)
-	return ownedBuffer(r, size, ptr, s, err)
+	return buffer.Allocate(r, size, s)
 }
 
-// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]): the
+// AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]): the
 // address (0 for size 0) and the stream the upstream ordered it on,
 // counted. Free it with Deallocate.
 func (r *Statistics) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if r == nil || r.up == nil {
 		return 0, nil, errNoUpstream("Statistics", "Allocate")
 	}
-	ptr, us, err := allocateFrom("Statistics.Allocate", r.up, size, s)
+	ptr, us, err := r.up.AllocatePtr(size, s)
 	if err != nil {
 		r.failures.Add(1)
 		return 0, nil, err

@@ -105,30 +105,23 @@ func NewTracking(upstream buffer.MemoryResource, opts *TrackingOptions) *Trackin
 // Allocate allocates from the upstream and records the allocation.
 // Upstream errors are returned unchanged.
 func (r *Tracking) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	ptr, s, err := r.allocatePtr(size, s)
-	return ownedBuffer(r, size, ptr, s, err)
+	return buffer.Allocate(r, size, s)
 }
 
-// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]): the
-// address (0 for size 0) and the stream the upstream ordered it on,
+// AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]):
+// the address (0 for size 0) and the stream the upstream ordered it on,
 // recorded as live. Free it with Deallocate.
 func (r *Tracking) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
-	return r.allocatePtr(size, s)
-}
-
-// allocatePtr is AllocatePtr at a fixed depth below the caller's frame,
-// so that captured stacks start at the same place for both entries.
-func (r *Tracking) allocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if r == nil || r.up == nil || r.live == nil {
 		return 0, nil, errNoUpstream("Tracking", "Allocate")
 	}
 	var callers []uintptr
 	if r.stacks {
 		var pcs [trackStackDepth]uintptr
-		n := runtime.Callers(3, pcs[:]) // skip runtime.Callers, this method and Allocate or AllocatePtr
-		callers = slices.Clone(pcs[:n])
+		n := runtime.Callers(2, pcs[:]) // skip runtime.Callers and this method
+		callers = slices.Clone(pcs[allocFrames(pcs[:n]):n])
 	}
-	ptr, us, err := allocateFrom("Tracking.Allocate", r.up, size, s)
+	ptr, us, err := r.up.AllocatePtr(size, s)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -370,4 +363,24 @@ func (r *Tracking) String() string {
 	}
 	n, b := r.LiveCount(), r.LiveBytes()
 	return adaptorString("Tracking", r.up, fmt.Sprintf("%d live allocations, %d bytes", n, b))
+}
+
+// allocFrames counts the frames at the start of pcs that are the way in
+// through Allocate (Tracking.Allocate and buffer.Allocate), so that a
+// captured stack starts at the caller's frame through either entry.
+func allocFrames(pcs []uintptr) int {
+	frames := runtime.CallersFrames(pcs)
+	skip := 0
+	for {
+		f, more := frames.Next()
+		switch f.Function {
+		case "github.com/cudamem/cudamem/buffer.Allocate", "github.com/cudamem/cudamem/resource.(*Tracking).Allocate":
+			skip++
+		default:
+			return skip
+		}
+		if !more {
+			return skip
+		}
+	}
 }

@@ -319,46 +319,52 @@ func (r *Resource) Reclaim() error {
 // is synchronous. Size 0 returns an empty buffer. On error nothing is left
 // allocated.
 func (r *Resource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	return buffer.Allocate(r, size, s)
+}
+
+// AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]):
+// the base address (0 for size 0) and s, the stream Close frees on.
+func (r *Resource) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	const op = "Resource.Allocate"
 	if err := r.check(op); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	// Mapping is synchronous, not stream-ordered: captured, it would be
 	// done once now rather than at each launch of the graph.
 	if err := s.RefuseCapture(op); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	if size == 0 {
-		return buffer.Owned(0, 0, r, s), nil
+		return 0, s, nil
 	}
 	aligned, ok := r.roundUp(size)
 	if !ok {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "size %d rounded up to the granularity %d overflows", size, r.gran)
+		return 0, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "size %d rounded up to the granularity %d overflows", size, r.gran)
 	}
 	reserve := max(aligned, r.reserve)
 	if hint := uint64(r.opts.AddrHint); hint != 0 && hint+reserve < hint {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "address hint %#x plus %d bytes overflows", hint, reserve)
+		return 0, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "address hint %#x plus %d bytes overflows", hint, reserve)
 	}
 	r.retryLeftovers()
 	var t txn
 	t.start()
 	ptr, err := r.reserveRange(&t, reserve, r.opts.AddrHint)
 	if err != nil {
-		return nil, fmt.Errorf("%s %d bytes: %w", op, size, err)
+		return 0, nil, fmt.Errorf("%s %d bytes: %w", op, size, err)
 	}
 	// Chunks share the resource's access list; setDesc copies before it
 	// changes one allocation's.
 	descs := r.descs
 	h, err := r.newChunk(&t, ptr, aligned, descs)
 	if err != nil {
-		return nil, fmt.Errorf("%s %d bytes: %w", op, size, r.rollback(&t, err))
+		return 0, nil, fmt.Errorf("%s %d bytes: %w", op, size, r.rollback(&t, err))
 	}
 	a := &allocation{base: ptr, size: size, mapped: aligned, reservations: []span{{ptr, reserve}}, resv: reserve,
 		chunks: []chunk{{off: 0, size: aligned, h: h}}, descs: descs}
 	r.mu.Lock()
 	r.allocs[ptr] = a
 	r.mu.Unlock()
-	return buffer.Owned(ptr, size, r, s), nil
+	return ptr, s, nil
 }
 
 // Deallocate waits for s (nil: the legacy default stream), then unmaps the
