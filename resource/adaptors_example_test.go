@@ -34,11 +34,7 @@ func (r *arena) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.
 }
 
 func (r *arena) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	p, s, err := r.AllocatePtr(size, s)
-	if err != nil {
-		return nil, err
-	}
-	return buffer.Owned(p, size, r, s), nil
+	return buffer.Allocate(r, size, s)
 }
 
 func (r *arena) Deallocate(p cuda.DevicePtr, size uint64, _ *cuda.Stream) error {

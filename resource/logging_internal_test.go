@@ -22,7 +22,7 @@ import (
 type pairUpstream struct{ _ int }
 
 func (u *pairUpstream) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	return buffer.Owned(0x10000, size, u, s), nil
+	return buffer.Allocate(u, size, s)
 }
 
 func (*pairUpstream) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
@@ -41,7 +41,7 @@ func offLogger() *slog.Logger {
 }
 
 func pair(tb testing.TB, mr buffer.MemoryResource) {
-	b, err := mr.Allocate(256, nil)
+	b, err := buffer.Allocate(mr, 256, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}

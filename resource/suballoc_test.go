@@ -53,14 +53,14 @@ func newSAUpstream() *saUpstream {
 	return &saUpstream{next: 1 << 32, live: map[cuda.DevicePtr]uint64{}}
 }
 
-func (f *saUpstream) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+func (f *saUpstream) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if size == 0 {
-		return buffer.Owned(0, 0, f, s), nil
+		return 0, s, nil
 	}
 	if f.limit != 0 && f.held+size > f.limit {
-		return nil, &cuda.OpError{Op: "fake.Allocate", Err: fmt.Errorf("%d bytes: %w", size, cuda.ErrorOutOfMemory)}
+		return 0, nil, &cuda.OpError{Op: "fake.Allocate", Err: fmt.Errorf("%d bytes: %w", size, cuda.ErrorOutOfMemory)}
 	}
 	ptr := cuda.DevicePtr(f.next + f.offset)
 	f.next += (size + f.offset + 4095) &^ 4095
@@ -68,7 +68,7 @@ func (f *saUpstream) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, erro
 	f.held += size
 	f.live[ptr] = size
 	f.allocs = append(f.allocs, saCall{ptr, size, s})
-	return buffer.Owned(ptr, size, f, s), nil
+	return ptr, s, nil
 }
 
 func (f *saUpstream) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {

@@ -161,7 +161,7 @@ func TestGPUDeviceTypes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			b, err := c.mr.Allocate(mib, nil)
+			b, err := buffer.Allocate(c.mr, mib, nil)
 			require.NoError(t, err)
 			got, err := dlpack.DeviceOf(b)
 			require.NoError(t, err)
