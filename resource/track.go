@@ -119,7 +119,7 @@ func (r *Tracking) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cu
 	if r.stacks {
 		var pcs [trackStackDepth]uintptr
 		n := runtime.Callers(2, pcs[:]) // skip runtime.Callers and this method
-		callers = slices.Clone(pcs[allocFrames(pcs[:n]):n])
+		callers = slices.Clone(pcs[:n])
 	}
 	ptr, us, err := r.up.AllocatePtr(size, s)
 	if err != nil {
@@ -303,11 +303,12 @@ func stackKey(pcs []uintptr) string {
 	return string(b)
 }
 
-// resourceFrame reports whether fn belongs to this package. Its frames sit
-// on top of every stack captured under a stack of adaptors (or a
-// sub-allocator) and say nothing about the allocation site.
+// resourceFrame reports whether fn belongs to this package or is
+// buffer.Allocate. Their frames sit on top of every stack captured under a
+// stack of adaptors (or a sub-allocator) and say nothing about the
+// allocation site.
 func resourceFrame(fn string) bool {
-	return strings.HasPrefix(fn, "github.com/cudamem/cudamem/resource.")
+	return strings.HasPrefix(fn, "github.com/cudamem/cudamem/resource.") || fn == "github.com/cudamem/cudamem/buffer.Allocate"
 }
 
 // writeStack writes the frames of pcs, skipping this package's frames at
@@ -363,24 +364,4 @@ func (r *Tracking) String() string {
 	}
 	n, b := r.LiveCount(), r.LiveBytes()
 	return adaptorString("Tracking", r.up, fmt.Sprintf("%d live allocations, %d bytes", n, b))
-}
-
-// allocFrames counts the frames at the start of pcs that are the way in
-// through Allocate (Tracking.Allocate and buffer.Allocate), so that a
-// captured stack starts at the caller's frame through either entry.
-func allocFrames(pcs []uintptr) int {
-	frames := runtime.CallersFrames(pcs)
-	skip := 0
-	for {
-		f, more := frames.Next()
-		switch f.Function {
-		case "github.com/cudamem/cudamem/buffer.Allocate", "github.com/cudamem/cudamem/resource.(*Tracking).Allocate":
-			skip++
-		default:
-			return skip
-		}
-		if !more {
-			return skip
-		}
-	}
 }
