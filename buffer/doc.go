@@ -26,12 +26,14 @@
 // none, for code that must not pass a silent 0 on (the same convention as
 // cuda.Stream.HandleErr and the pools' PoolErr).
 //
-// Resources that pass memory through to another one (adaptors,
-// sub-allocators) need no Buffer of their own for it: a resource that
-// also implements [RawResource] hands out bare addresses (AllocatePtr),
-// and the layer above wraps the address once, in a Buffer it owns, with
-// [Owned]. So a stack of layers builds one Buffer per allocation, as
-// RMM's adaptors forward a pointer.
+// Resources hand out memory; one place builds Buffers. A
+// [MemoryResource] deals in addresses (AllocatePtr, Deallocate), and
+// [Allocate] asks it for one and wraps it in a Buffer it owns; each
+// concrete resource's Allocate method is a call of it. Layers that pass
+// memory through to another resource (adaptors, sub-allocators) forward
+// addresses only, so a stack of layers builds one Buffer per allocation,
+// at the top, as RMM's adaptors forward a pointer. [Owned] wraps memory a
+// resource mapped rather than allocated (imports).
 //
 // # Streams
 //

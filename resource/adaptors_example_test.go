@@ -12,9 +12,10 @@ import (
 
 // arena is a resource of one's own: it hands out ranges of an address
 // range it manages. Here the range is made up and never touched, so the
-// example runs without a GPU; a real one would carve device memory. It
-// offers AllocatePtr (buffer.RawResource), so the adaptors above it pass
-// addresses up and only the top one builds a Buffer.
+// example runs without a GPU; a real one would carve device memory. Like
+// every buffer.MemoryResource it hands out addresses (AllocatePtr), so
+// the adaptors above it pass addresses up and only the top one builds a
+// Buffer.
 type arena struct {
 	mu   sync.Mutex
 	next cuda.DevicePtr

@@ -46,15 +46,12 @@
 // and pool attributes to monitoring (expvar, Prometheus text);
 // package resource/timeline records allocation events and draws them.
 //
-// A stack builds one Buffer per allocation, however deep: every resource
-// here is a [buffer.RawResource], whose AllocatePtr hands out a bare
-// address; a layer over one takes the address, adds its books and passes
-// it up, and only the top layer's Allocate wraps it in a Buffer that it
-// owns (so that Close goes down through every layer). Over a resource
-// that is not a RawResource (one from another package), the first layer
-// takes that resource's Buffer apart (Buffer.Disown) instead. Implement
-// AllocatePtr on a resource of your own to give adaptors over it the same
-// path.
+// A stack builds one Buffer per allocation, however deep: a
+// [buffer.MemoryResource] hands out addresses (AllocatePtr); a layer over
+// one takes the address, adds its books and passes it up, and only the
+// top layer's Allocate wraps it in a Buffer that it owns
+// ([buffer.Allocate]), so that Close goes down through every layer. A
+// resource of your own implements the same five methods.
 //
 // # Streams
 //

@@ -13,8 +13,7 @@ import (
 )
 
 // pairUpstream is the cheapest possible upstream: one made-up address,
-// no books. It implements buffer.RawResource, as the pools do, so that an
-// adaptor over it builds one Buffer per allocation, not two: the
+// no books. An adaptor over it builds one Buffer per allocation: the
 // comparison below then measures the adaptor and nothing else. It is a
 // pointer, as real resources are, so that its Buffers hold a heap
 // pointer to their resource as the adaptor's do (a zero-size value type
