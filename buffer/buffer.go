@@ -297,14 +297,14 @@ func zeroErr(op string) error {
 	return cuda.Errorf(op, cuda.ErrInvalidArgument, "zero Buffer (buffers come from a MemoryResource, Owned or FromPointer)")
 }
 
-// checkStream rejects a zero cuda.Stream (new(cuda.Stream), or a
-// cuda.Stream{} literal): it belongs to no device. A nil stream is fine
-// (it means the buffer's own).
+// checkStream rejects a zero or closed cuda.Stream (cuda.ResolveStream);
+// a nil stream is fine (it means the buffer's own).
 func checkStream(op string, s *cuda.Stream) error {
-	if s != nil && s.Device() == nil {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "zero cuda.Stream (use Device.NewStream or Device.DefaultStream, or nil for the buffer's stream)")
+	if s == nil {
+		return nil
 	}
-	return nil
+	_, err := s.Device().ResolveStream(op, s, false)
+	return err
 }
 
 // viewClosed reports whether b, or a view it was sliced from, was closed.

@@ -539,21 +539,12 @@ func (p *ImportedPool) importChecked(op string, d Descriptor, s *cuda.Stream) (*
 	return buffer.Owned(ptr, d.Size, p, s), nil
 }
 
-// checkStream refuses a stream Import cannot use: a zero Stream, one of
-// another device than the pool's (as DevicePool.Allocate does), or a
-// closed one.
+// checkStream refuses a stream Import cannot use (cuda.ResolveStream): a
+// zero or closed Stream, or one of another device than the pool's (as
+// DevicePool.Allocate does).
 func (p *ImportedPool) checkStream(op string, s *cuda.Stream) error {
-	d := s.Device()
-	switch {
-	case d == nil:
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "zero stream (use Device.NewStream, or nil for the default stream)")
-	case p.dev != nil && !d.SameGPU(p.dev): // pools belong to the GPU, not a context
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "stream of %v given to pool %v imported on %v (import on a stream of the pool's device)", d, p.uuid, p.dev)
-	}
-	if _, err := s.Done(); err != nil {
-		return &cuda.OpError{Op: op, Err: fmt.Errorf("stream of pool %v: %w", p.uuid, err)}
-	}
-	return nil
+	_, err := p.dev.ResolveStream(op, s, true)
+	return err
 }
 
 func (p *ImportedPool) descriptor(b *buffer.Buffer) (Descriptor, error) {

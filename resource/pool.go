@@ -178,23 +178,10 @@ func checkSize(op, name string, size uint64) error {
 	return nil
 }
 
-// stream resolves a stream argument of method op: nil means the device's
-// legacy default stream; a zero Stream (not made by a device) is an error,
-// and so, when sameDevice is set, is a stream of another GPU than the
-// pool's. A stream of another context of the pool's GPU is accepted: pools
-// belong to the GPU, and the driver call runs in the stream's context.
+// stream resolves a stream argument of method op (cuda.ResolveStream on
+// the pool's device); with sameDevice, a stream of another GPU is refused.
 func (c *poolCore) stream(op string, s *cuda.Stream, sameDevice bool) (*cuda.Stream, error) {
-	if s == nil {
-		return c.dev.DefaultStream(), nil
-	}
-	d := s.Device()
-	if d == nil {
-		return nil, cuda.Errorf(c.kind+"."+op, cuda.ErrInvalidArgument, "zero stream (use Device.NewStream, or nil for the default stream)")
-	}
-	if sameDevice && !d.SameGPU(c.dev) {
-		return nil, cuda.Errorf(c.kind+"."+op, cuda.ErrInvalidArgument, "stream of %v given to the pool of %v (allocate on a stream of the pool's device)", d, c.dev)
-	}
-	return s, nil
+	return c.dev.ResolveStream(c.kind+"."+op, s, sameDevice)
 }
 
 // allocatePtr is the shared AllocatePtr: stream-ordered from the pool, the

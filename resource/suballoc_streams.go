@@ -165,20 +165,17 @@ func newEventOrder(devID int) *eventOrder {
 	}
 }
 
-// stream resolves nil to the upstream device's legacy default stream.
-// A zero Stream (not from a device) is an error, not a panic later.
+// stream resolves a stream argument (cuda.ResolveStream): nil is the
+// upstream device's legacy default stream.
 func (o *eventOrder) stream(s *cuda.Stream) (*cuda.Stream, error) {
-	if s != nil {
-		if s.Device() == nil {
-			return nil, cuda.Errorf("SubAllocator", cuda.ErrInvalidArgument, "zero stream (use Device.NewStream, or nil for the default stream)")
+	var d *cuda.Device
+	if s == nil {
+		var err error
+		if d, err = o.device(); err != nil {
+			return nil, err
 		}
-		return s, nil
 	}
-	d, err := o.device()
-	if err != nil {
-		return nil, err
-	}
-	return d.DefaultStream(), nil
+	return d.ResolveStream("SubAllocator", s, false)
 }
 
 func (o *eventOrder) refuseCapture(op string, s *cuda.Stream) error {

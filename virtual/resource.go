@@ -407,7 +407,7 @@ func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 	if a == nil {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%#x (%d bytes) is not an allocation of this resource", uint64(ptr), size)
 	}
-	err := r.wait(s)
+	err := r.wait(op, s)
 	freed := false
 	if err == nil {
 		freed, err = r.free(a)
@@ -430,7 +430,11 @@ func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 // before memory it may use is unmapped. It waits for that stream only,
 // never for the whole device: work on other streams is the caller's to
 // order, as for any free.
-func (r *Resource) wait(s *cuda.Stream) error {
+func (r *Resource) wait(op string, s *cuda.Stream) error {
+	s, err := r.dev.ResolveStream(op, s, false)
+	if err != nil {
+		return err
+	}
 	return r.drv.syncStream(s)
 }
 
@@ -726,7 +730,7 @@ func (r *Resource) remap(a *allocation, need uint64, s *cuda.Stream) (cleanup, e
 	}
 	// The new range is complete. Work already submitted may still use the
 	// old addresses: let it finish before they go.
-	if err := r.wait(s); err != nil {
+	if err := r.wait("Resource.Grow", s); err != nil {
 		return nil, r.rollback(&t, err)
 	}
 	oldBase, oldMapped, oldResv := a.base, a.mapped, a.reservations
@@ -793,7 +797,7 @@ func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, err
 			break // holding r.mu
 		}
 		r.mu.Unlock()
-		if err := r.wait(s); err != nil {
+		if err := r.wait(op, s); err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
 	}
