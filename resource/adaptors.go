@@ -38,6 +38,40 @@ import (
 // not counted: Buffer.Close never calls Deallocate for it, so counting it
 // would leave it live forever.
 
+// adaptor is the base the adaptors of this package embed: the upstream
+// and the methods that forward to it. Its methods are safe on a nil
+// *adaptor, and each adaptor forwards to them through its base method,
+// which is nil for a nil adaptor: a method promoted from an embedded
+// field would not be safe on a nil pointer (Go dereferences it to reach
+// the field).
+type adaptor struct{ up buffer.MemoryResource }
+
+// Upstream is the resource allocations come from (nil if none).
+func (a *adaptor) Upstream() buffer.MemoryResource {
+	if a == nil {
+		return nil
+	}
+	return a.up
+}
+
+// DeviceAccessible reports the upstream's answer (false without one).
+func (a *adaptor) DeviceAccessible() bool {
+	return a != nil && a.up != nil && a.up.DeviceAccessible()
+}
+
+// HostAccessible reports the upstream's answer (false without one).
+func (a *adaptor) HostAccessible() bool {
+	return a != nil && a.up != nil && a.up.HostAccessible()
+}
+
+// DeviceID is the upstream's device (-1 without an upstream).
+func (a *adaptor) DeviceID() int {
+	if a == nil || a.up == nil {
+		return -1
+	}
+	return a.up.DeviceID()
+}
+
 // adaptorUpstream is what constructors store: a nil pointer of any type
 // counts as no upstream, so that calls report it instead of panicking.
 func adaptorUpstream(up buffer.MemoryResource) buffer.MemoryResource {

@@ -29,7 +29,7 @@ import (
 // gives the bytes back. Limiting is safe for concurrent use; it adds two
 // atomic operations to a pair.
 type Limiting struct {
-	up    buffer.MemoryResource
+	adaptor
 	limit uint64
 	used  atomic.Uint64
 }
@@ -42,7 +42,7 @@ var _ buffer.MemoryResource = (*Limiting)(nil)
 // error matching cuda.ErrInvalidArgument (the constructor returns no
 // error, so adaptors can be nested in one expression).
 func NewLimiting(upstream buffer.MemoryResource, limit uint64) *Limiting {
-	return &Limiting{up: adaptorUpstream(upstream), limit: limit}
+	return &Limiting{adaptor: adaptor{adaptorUpstream(upstream)}, limit: limit}
 }
 
 // Allocate reserves size bytes against the limit and allocates them from
@@ -126,31 +126,24 @@ func (r *Limiting) Limit() uint64 {
 	return r.limit
 }
 
-// Upstream is the resource allocations come from (nil if none).
-func (r *Limiting) Upstream() buffer.MemoryResource {
+func (r *Limiting) base() *adaptor {
 	if r == nil {
 		return nil
 	}
-	return r.up
+	return &r.adaptor
 }
+
+// Upstream is the resource allocations come from (nil if none).
+func (r *Limiting) Upstream() buffer.MemoryResource { return r.base().Upstream() }
 
 // DeviceAccessible reports the upstream's answer (false without one).
-func (r *Limiting) DeviceAccessible() bool {
-	return r != nil && r.up != nil && r.up.DeviceAccessible()
-}
+func (r *Limiting) DeviceAccessible() bool { return r.base().DeviceAccessible() }
 
 // HostAccessible reports the upstream's answer (false without one).
-func (r *Limiting) HostAccessible() bool {
-	return r != nil && r.up != nil && r.up.HostAccessible()
-}
+func (r *Limiting) HostAccessible() bool { return r.base().HostAccessible() }
 
 // DeviceID is the upstream's device (-1 without an upstream).
-func (r *Limiting) DeviceID() int {
-	if r == nil || r.up == nil {
-		return -1
-	}
-	return r.up.DeviceID()
-}
+func (r *Limiting) DeviceID() int { return r.base().DeviceID() }
 
 // String describes the resource for logs.
 func (r *Limiting) String() string {

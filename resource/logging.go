@@ -48,7 +48,7 @@ type LoggingOptions struct {
 // Buffers from Allocate are owned by the Logging, so that their Close is
 // logged. Logging is safe for concurrent use (slog handlers are).
 type Logging struct {
-	up     buffer.MemoryResource
+	adaptor
 	logger *slog.Logger // nil: slog.Default() at each call
 	lvar   slog.Leveler // a level that may change (a *slog.LevelVar); nil: lvl
 	lvl    slog.Level
@@ -63,7 +63,7 @@ var _ buffer.MemoryResource = (*Logging)(nil)
 // nil upstream makes every Allocate fail with an error matching
 // cuda.ErrInvalidArgument.
 func NewLogging(upstream buffer.MemoryResource, logger *slog.Logger, opts *LoggingOptions) *Logging {
-	r := &Logging{up: adaptorUpstream(upstream), logger: logger, lvl: slog.LevelDebug}
+	r := &Logging{adaptor: adaptor{adaptorUpstream(upstream)}, logger: logger, lvl: slog.LevelDebug}
 	if opts != nil {
 		r.name = opts.Name
 		switch l := opts.Level.(type) {
@@ -168,31 +168,24 @@ func (r *Logging) log(l *slog.Logger, msg string, size uint64, ptr cuda.DevicePt
 
 func hex(v uint64) string { return "0x" + strconv.FormatUint(v, 16) }
 
-// Upstream is the resource allocations come from (nil if none).
-func (r *Logging) Upstream() buffer.MemoryResource {
+func (r *Logging) base() *adaptor {
 	if r == nil {
 		return nil
 	}
-	return r.up
+	return &r.adaptor
 }
+
+// Upstream is the resource allocations come from (nil if none).
+func (r *Logging) Upstream() buffer.MemoryResource { return r.base().Upstream() }
 
 // DeviceAccessible reports the upstream's answer (false without one).
-func (r *Logging) DeviceAccessible() bool {
-	return r != nil && r.up != nil && r.up.DeviceAccessible()
-}
+func (r *Logging) DeviceAccessible() bool { return r.base().DeviceAccessible() }
 
 // HostAccessible reports the upstream's answer (false without one).
-func (r *Logging) HostAccessible() bool {
-	return r != nil && r.up != nil && r.up.HostAccessible()
-}
+func (r *Logging) HostAccessible() bool { return r.base().HostAccessible() }
 
 // DeviceID is the upstream's device (-1 without an upstream).
-func (r *Logging) DeviceID() int {
-	if r == nil || r.up == nil {
-		return -1
-	}
-	return r.up.DeviceID()
-}
+func (r *Logging) DeviceID() int { return r.base().DeviceID() }
 
 // String describes the resource for logs.
 func (r *Logging) String() string {

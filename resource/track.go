@@ -81,7 +81,7 @@ type trackRecord struct {
 // Buffers from Allocate are owned by the Tracking, so that their Close
 // ends the record. Tracking is safe for concurrent use.
 type Tracking struct {
-	up     buffer.MemoryResource
+	adaptor
 	stacks bool
 
 	mu    sync.Mutex
@@ -95,7 +95,7 @@ var _ buffer.MemoryResource = (*Tracking)(nil)
 // the live allocations. opts may be nil. A nil upstream makes every
 // Allocate fail with an error matching cuda.ErrInvalidArgument.
 func NewTracking(upstream buffer.MemoryResource, opts *TrackingOptions) *Tracking {
-	r := &Tracking{up: adaptorUpstream(upstream), live: make(map[cuda.DevicePtr]trackRecord)}
+	r := &Tracking{adaptor: adaptor{adaptorUpstream(upstream)}, live: make(map[cuda.DevicePtr]trackRecord)}
 	if opts != nil {
 		r.stacks = opts.CaptureStacks
 	}
@@ -331,31 +331,24 @@ func writeStack(sb *strings.Builder, pcs []uintptr, indent string) {
 	}
 }
 
-// Upstream is the resource allocations come from (nil if none).
-func (r *Tracking) Upstream() buffer.MemoryResource {
+func (r *Tracking) base() *adaptor {
 	if r == nil {
 		return nil
 	}
-	return r.up
+	return &r.adaptor
 }
+
+// Upstream is the resource allocations come from (nil if none).
+func (r *Tracking) Upstream() buffer.MemoryResource { return r.base().Upstream() }
 
 // DeviceAccessible reports the upstream's answer (false without one).
-func (r *Tracking) DeviceAccessible() bool {
-	return r != nil && r.up != nil && r.up.DeviceAccessible()
-}
+func (r *Tracking) DeviceAccessible() bool { return r.base().DeviceAccessible() }
 
 // HostAccessible reports the upstream's answer (false without one).
-func (r *Tracking) HostAccessible() bool {
-	return r != nil && r.up != nil && r.up.HostAccessible()
-}
+func (r *Tracking) HostAccessible() bool { return r.base().HostAccessible() }
 
 // DeviceID is the upstream's device (-1 without an upstream).
-func (r *Tracking) DeviceID() int {
-	if r == nil || r.up == nil {
-		return -1
-	}
-	return r.up.DeviceID()
-}
+func (r *Tracking) DeviceID() int { return r.base().DeviceID() }
 
 // String describes the resource for logs.
 func (r *Tracking) String() string {
