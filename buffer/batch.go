@@ -62,8 +62,8 @@ type Copy struct {
 // work submitted earlier to s. A copy whose operand is managed memory
 // tells the driver where that memory is meant to live (its resource's
 // device); other operands get no location hint, which the driver only
-// uses for managed memory (and a hint cost a large H→D batch 1.7x on
-// driver 580); consecutive copies that agree share one attribute entry.
+// uses for managed memory (and a hint made a large H→D batch slower);
+// consecutive copies that agree share one attribute entry.
 func CopyBatch(s *cuda.Stream, copies []Copy) error {
 	const op = "CopyBatch"
 	if err := checkStream(op, s); err != nil {
@@ -183,8 +183,7 @@ func batchLoc(op string, b *Buffer, dev, i, n int, what string) (cuda.MemLocatio
 		return cuda.MemLocation{}, cuda.BatchErrorf(op, i, n, cuda.ErrInvalidArgument, "the %s %v is on GPU %d, the stream on GPU %d (copy between devices with Buffer.CopyTo)", what, b, p.device, dev)
 	case !(p.hostAcc && p.device >= 0):
 		// Not managed memory: the driver has no use for a hint, and one
-		// cost the 10,000-copy H→D batch 1.7x on driver 580
-		// (BENCHMARKS.md).
+		// made large H→D batches slower (BENCHMARKS.md).
 		return cuda.MemLocation{}, nil
 	}
 	return cuda.MemLocation{Type: cuda.MemLocationTypeDevice, ID: int32(p.device)}, nil

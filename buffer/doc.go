@@ -99,7 +99,7 @@
 // are staged through a small pool of pinned host memory (32 MiB, allocated
 // on first use and kept for the life of the process): up to 8 goroutines
 // (no more than GOMAXPROCS) move the data between the slice and the pool
-// while the DMA engine moves the pieces before. On an H200 host a 256 MiB
+// while the DMA engine moves the pieces before. On a test host a 256 MiB
 // copy ran at about 40 GB/s that way, against 6 (to the device) and 14
 // (from it) through the driver's own staging, and 55 from pinned memory.
 // Smaller copies, and copies made while another one uses the pool, go

@@ -70,7 +70,7 @@ type imported struct {
 //
 // The driver maps an allocation once per process: importing the same
 // descriptor twice returns the same pointer, and one free unmaps it
-// (cuda.core works around the same behaviour, nvbug 5570902). The pool
+// (cuda.core works around the same behaviour). The pool
 // counts the Buffers it handed out per pointer, so every Buffer works
 // until its own Close, and the last Close frees.
 //
@@ -422,7 +422,7 @@ func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, err
 // NewHandle): it hands d's export data to the driver unchecked. The size
 // is still bounded by the mapping the driver made, but the driver itself
 // parses export data without validating it, and malformed data can crash
-// this process inside the driver (seen with driver 580): use it only with
+// this process inside the driver: use it only with
 // descriptors from an exporter this process trusts as it trusts itself,
 // never with bytes a peer could have chosen. A pool with a key refuses
 // it (an error matching cuda.ErrInvalidArgument): its exporter seals every

@@ -348,7 +348,7 @@ func deviceLoc(d *cuda.Device) cuda.MemLocation {
 
 // peers returns the devices other than the pool's own that currently have
 // any access to the pool, asking the driver (never a cache, so changes
-// made through another DevicePool on the same pool show; cuda.core #1720).
+// made through another DevicePool on the same pool show).
 // The caller holds the pool.
 func (p *DevicePool) peers() ([]*cuda.Device, error) {
 	all, err := cuda.Devices()
@@ -467,7 +467,7 @@ func (p *DevicePool) SetPeerAccess(peers ...*cuda.Device) error {
 }
 
 // revokePeers removes every peer's access; Close calls it before
-// destroying an owned pool (the step cuda.core #2807 lost).
+// destroying an owned pool.
 func (p *DevicePool) revokePeers() error {
 	have, err := p.peers()
 	if err != nil {
@@ -482,7 +482,7 @@ func (p *DevicePool) revokePeers() error {
 
 // Close ends the resource: every later call but Deallocate returns an
 // error matching cuda.ErrClosed. An owned pool is destroyed, with its peer
-// access revoked first (cuda.core #2807), once no buffer from it is live
+// access revoked first, once no buffer from it is live
 // and the device's work has finished: by Close when nothing is allocated,
 // else by the Deallocate (Buffer.Close) of the last live buffer. A borrowed
 // pool is left as it is. Close is idempotent; if destroying the pool

@@ -73,11 +73,10 @@
 // buffers may outlive their resource. An owned pool is destroyed only when
 // none of its buffers is live and its device's work has finished: by Close
 // when nothing is allocated, else by the last buffer's Close. (The driver
-// documents destroying a pool with live allocations as allowed, but on
-// driver 580 a later synchronization then crashed; cuda.core also keeps
+// documents destroying a pool with live allocations as allowed, but a
+// later synchronization was seen to crash after it; cuda.core also keeps
 // pools alive while their buffers are.) An owned DevicePool revokes its
-// peer access before it is destroyed (cuda.core #2807 meant to and did
-// not).
+// peer access before it is destroyed.
 //
 // Close waits for the calls in progress on the pool to return before it
 // destroys anything, so a call never finds its pool destroyed under it.

@@ -264,7 +264,7 @@ var adviceNames = map[cuda.MemAdvice]string{
 // (cuMemAdvise). loc is the preferred location for SetPreferredLocation
 // and the accessing device or host for *AccessedBy. The driver documents
 // loc as ignored for *ReadMostly and UnsetPreferredLocation, yet rejects
-// an invalid one (CUDA_ERROR_INVALID_VALUE on driver 580): pass the zero
+// an invalid one (CUDA_ERROR_INVALID_VALUE): pass the zero
 // MemLocation there and Advise sends the buffer's device in its place. A
 // buffer that is not managed memory is an error matching
 // cuda.ErrInvalidArgument.

@@ -17,7 +17,7 @@ type PinnedPoolOptions struct {
 	// NUMANode places the memory on a host NUMA node. nil means plain
 	// host memory, except with IPC (plain host pools cannot be exported),
 	// where it means the NUMA node nearest device 0 (or node 0 when the
-	// driver does not say), rather than always node 0 (cuda.core #1603).
+	// driver does not say), rather than always node 0 (as cuda.core does).
 	NUMANode *int
 	// IPC makes the pool exportable to other processes as a POSIX file
 	// descriptor. Linux only.
@@ -148,8 +148,8 @@ func NewPinnedPool(opts *PinnedPoolOptions) (*PinnedPool, error) {
 	pool, err := dev.CreateMemPool(&props)
 	if err != nil {
 		if errors.Is(err, cuda.ErrorInvalidValue) || errors.Is(err, cuda.ErrNotSupported) {
-			// Drivers that reject host-location pools say INVALID_VALUE
-			// (cuda.core #2795); report it as the missing feature it is.
+			// Drivers that reject host-location pools say INVALID_VALUE;
+			// report it as the missing feature it is.
 			return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: host memory pools rejected by the driver: %w", cuda.ErrNotSupported, err)}
 		}
 		return nil, &cuda.OpError{Op: op, Err: err}

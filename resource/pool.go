@@ -56,8 +56,7 @@ type PoolAttributes struct {
 // nothing is allocated, and otherwise the Deallocate of the last live
 // allocation does. Destroying a pool with allocations outstanding, or
 // freeing into a destroyed pool, is allowed by the driver's documentation,
-// but in this package's tests (driver 580, CUDA 13.0) it was followed by a
-// segmentation fault inside a later cuCtxSynchronize; cuda.core likewise
+// but in this package's tests it was followed by a segmentation fault inside a later cuCtxSynchronize; cuda.core likewise
 // keeps a pool alive while its buffers are.
 type poolCore struct {
 	kind string       // "DevicePool" or "PinnedPool", for error messages

@@ -159,7 +159,7 @@ func newEventOrder(devID int) *eventOrder {
 		// the other resources take it, is device 0's. Looked up at each
 		// use (cuda.GetDevice is a slice index once the devices are
 		// known), not cached with sync.OnceValues: a failure on first use
-		// must not fail every later call (issue 6).
+		// must not fail every later call.
 		device: func() (*cuda.Device, error) { return cuda.GetDevice(max(devID, 0)) },
 		events: make(map[*cuda.Stream]*cuda.Event),
 	}

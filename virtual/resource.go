@@ -269,10 +269,9 @@ func (r *Resource) newChunk(t *txn, ptr cuda.DevicePtr, size uint64, descs []cud
 //
 // It passes the granularity as the alignment (or AddrAlign, where that is
 // more), as the C baseline does: every mapping must start on a granule.
-// (Alignment 0, the driver's default, was tried after issue 12: on the
-// H200 the 1 GiB allocate+close cycle then cost 930 µs against C's 479 µs
-// with the granularity passed, and the issue-12 anchor's 0.91 ms with 0;
-// see BENCHMARKS.md.) A range the driver put off the alignment anyway is
+// (Alignment 0, the driver's default, made the 1 GiB allocate+close cycle
+// about twice as slow as C's with the granularity passed; see
+// BENCHMARKS.md.) A range the driver put off the alignment anyway is
 // given back (kept as a leftover if that fails) and the reservation fails.
 func (r *Resource) reserveRange(t *txn, size uint64, hint cuda.DevicePtr) (cuda.DevicePtr, error) {
 	p, err := r.drv.MemAddressReserve(size, r.reserveAlign, hint)
