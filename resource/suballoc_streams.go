@@ -166,8 +166,13 @@ func newEventOrder(devID int) *eventOrder {
 }
 
 // stream resolves a stream argument (cuda.ResolveStream): nil is the
-// upstream device's legacy default stream.
+// upstream device's legacy default stream. A stream destroyed since it
+// was used is passed through: its work still finishes, and the callers
+// wait for it through its device (see waitFor).
 func (o *eventOrder) stream(s *cuda.Stream) (*cuda.Stream, error) {
+	if s != nil && s.Device() != nil && s.IsClosed() {
+		return s, nil
+	}
 	var d *cuda.Device
 	if s == nil {
 		var err error
