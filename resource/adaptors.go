@@ -40,14 +40,14 @@ import (
 
 // adaptor is the base the adaptors of this package embed: the upstream
 // and the methods that forward to it. Its methods are safe on a nil
-// *adaptor, and each adaptor forwards to them through its base method,
-// which is nil for a nil adaptor: a method promoted from an embedded
-// field would not be safe on a nil pointer (Go dereferences it to reach
-// the field).
+// *adaptor, and each adaptor's exported method is a one-line call of one
+// through its base method, which is nil for a nil adaptor: a method
+// promoted from an embedded field would not be safe on a nil pointer (Go
+// dereferences it to reach the field).
 type adaptor struct{ up buffer.MemoryResource }
 
 // Upstream is the resource allocations come from (nil if none).
-func (a *adaptor) Upstream() buffer.MemoryResource {
+func (a *adaptor) upstream() buffer.MemoryResource {
 	if a == nil {
 		return nil
 	}
@@ -55,17 +55,17 @@ func (a *adaptor) Upstream() buffer.MemoryResource {
 }
 
 // DeviceAccessible reports the upstream's answer (false without one).
-func (a *adaptor) DeviceAccessible() bool {
+func (a *adaptor) deviceAccessible() bool {
 	return a != nil && a.up != nil && a.up.DeviceAccessible()
 }
 
 // HostAccessible reports the upstream's answer (false without one).
-func (a *adaptor) HostAccessible() bool {
+func (a *adaptor) hostAccessible() bool {
 	return a != nil && a.up != nil && a.up.HostAccessible()
 }
 
 // DeviceID is the upstream's device (-1 without an upstream).
-func (a *adaptor) DeviceID() int {
+func (a *adaptor) deviceID() int {
 	if a == nil || a.up == nil {
 		return -1
 	}

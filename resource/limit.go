@@ -134,16 +134,16 @@ func (r *Limiting) base() *adaptor {
 }
 
 // Upstream is the resource allocations come from (nil if none).
-func (r *Limiting) Upstream() buffer.MemoryResource { return r.base().Upstream() }
+func (r *Limiting) Upstream() buffer.MemoryResource { return r.base().upstream() }
 
 // DeviceAccessible reports the upstream's answer (false without one).
-func (r *Limiting) DeviceAccessible() bool { return r.base().DeviceAccessible() }
+func (r *Limiting) DeviceAccessible() bool { return r.base().deviceAccessible() }
 
 // HostAccessible reports the upstream's answer (false without one).
-func (r *Limiting) HostAccessible() bool { return r.base().HostAccessible() }
+func (r *Limiting) HostAccessible() bool { return r.base().hostAccessible() }
 
 // DeviceID is the upstream's device (-1 without an upstream).
-func (r *Limiting) DeviceID() int { return r.base().DeviceID() }
+func (r *Limiting) DeviceID() int { return r.base().deviceID() }
 
 // String describes the resource for logs.
 func (r *Limiting) String() string {

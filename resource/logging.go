@@ -176,16 +176,16 @@ func (r *Logging) base() *adaptor {
 }
 
 // Upstream is the resource allocations come from (nil if none).
-func (r *Logging) Upstream() buffer.MemoryResource { return r.base().Upstream() }
+func (r *Logging) Upstream() buffer.MemoryResource { return r.base().upstream() }
 
 // DeviceAccessible reports the upstream's answer (false without one).
-func (r *Logging) DeviceAccessible() bool { return r.base().DeviceAccessible() }
+func (r *Logging) DeviceAccessible() bool { return r.base().deviceAccessible() }
 
 // HostAccessible reports the upstream's answer (false without one).
-func (r *Logging) HostAccessible() bool { return r.base().HostAccessible() }
+func (r *Logging) HostAccessible() bool { return r.base().hostAccessible() }
 
 // DeviceID is the upstream's device (-1 without an upstream).
-func (r *Logging) DeviceID() int { return r.base().DeviceID() }
+func (r *Logging) DeviceID() int { return r.base().deviceID() }
 
 // String describes the resource for logs.
 func (r *Logging) String() string {

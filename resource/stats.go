@@ -154,16 +154,16 @@ func (r *Statistics) base() *adaptor {
 }
 
 // Upstream is the resource allocations come from (nil if none).
-func (r *Statistics) Upstream() buffer.MemoryResource { return r.base().Upstream() }
+func (r *Statistics) Upstream() buffer.MemoryResource { return r.base().upstream() }
 
 // DeviceAccessible reports the upstream's answer (false without one).
-func (r *Statistics) DeviceAccessible() bool { return r.base().DeviceAccessible() }
+func (r *Statistics) DeviceAccessible() bool { return r.base().deviceAccessible() }
 
 // HostAccessible reports the upstream's answer (false without one).
-func (r *Statistics) HostAccessible() bool { return r.base().HostAccessible() }
+func (r *Statistics) HostAccessible() bool { return r.base().hostAccessible() }
 
 // DeviceID is the upstream's device (-1 without an upstream).
-func (r *Statistics) DeviceID() int { return r.base().DeviceID() }
+func (r *Statistics) DeviceID() int { return r.base().deviceID() }
 
 // String describes the resource for logs.
 func (r *Statistics) String() string {

@@ -339,16 +339,16 @@ func (r *Tracking) base() *adaptor {
 }
 
 // Upstream is the resource allocations come from (nil if none).
-func (r *Tracking) Upstream() buffer.MemoryResource { return r.base().Upstream() }
+func (r *Tracking) Upstream() buffer.MemoryResource { return r.base().upstream() }
 
 // DeviceAccessible reports the upstream's answer (false without one).
-func (r *Tracking) DeviceAccessible() bool { return r.base().DeviceAccessible() }
+func (r *Tracking) DeviceAccessible() bool { return r.base().deviceAccessible() }
 
 // HostAccessible reports the upstream's answer (false without one).
-func (r *Tracking) HostAccessible() bool { return r.base().HostAccessible() }
+func (r *Tracking) HostAccessible() bool { return r.base().hostAccessible() }
 
 // DeviceID is the upstream's device (-1 without an upstream).
-func (r *Tracking) DeviceID() int { return r.base().DeviceID() }
+func (r *Tracking) DeviceID() int { return r.base().deviceID() }
 
 // String describes the resource for logs.
 func (r *Tracking) String() string {
