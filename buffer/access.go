@@ -91,21 +91,14 @@ func (b *Buffer) streamFor(op string, s *cuda.Stream) (*cuda.Stream, error) {
 	if s == nil {
 		s = b.st.stream
 	}
-	if s != nil {
-		if err := checkStream(op, s); err != nil {
+	var d *cuda.Device
+	if s == nil {
+		var err error
+		if d, err = cuda.GetDevice(max(b.props().device, 0)); err != nil {
 			return nil, err
 		}
-		return s, nil
 	}
-	id := b.props().device
-	if id < 0 {
-		id = 0
-	}
-	d, err := cuda.GetDevice(id)
-	if err != nil {
-		return nil, err
-	}
-	return d.DefaultStream(), nil
+	return d.ResolveStream(op, s, false)
 }
 
 // pinnedHost reports whether the memory is page-locked host memory that is

@@ -1,7 +1,6 @@
 package buffer
 
 import (
-	"fmt"
 	"sync"
 
 	"github.com/cudamem/cudamem/cuda"
@@ -63,8 +62,8 @@ type Copy struct {
 // work submitted earlier to s. A copy whose operand is managed memory
 // tells the driver where that memory is meant to live (its resource's
 // device); other operands get no location hint, which the driver only
-// uses for managed memory (and a hint cost a large H→D batch 1.7x on
-// driver 580); consecutive copies that agree share one attribute entry.
+// uses for managed memory (and a hint made a large H→D batch slower);
+// consecutive copies that agree share one attribute entry.
 func CopyBatch(s *cuda.Stream, copies []Copy) error {
 	const op = "CopyBatch"
 	if err := checkStream(op, s); err != nil {
@@ -78,9 +77,9 @@ func CopyBatch(s *cuda.Stream, copies []Copy) error {
 		c := &copies[i]
 		switch {
 		case c.Dst == nil || c.Src == nil:
-			return batchErrorf(op, i, n, cuda.ErrInvalidArgument, "nil buffer (dst %v, src %v)", c.Dst, c.Src)
+			return cuda.BatchErrorf(op, i, n, cuda.ErrInvalidArgument, "nil buffer (dst %v, src %v)", c.Dst, c.Src)
 		case c.Dst.st == nil || c.Src.st == nil:
-			return batchErrorf(op, i, n, cuda.ErrInvalidArgument, "zero Buffer (dst %v, src %v; buffers come from a MemoryResource, Owned or FromPointer)", c.Dst, c.Src)
+			return cuda.BatchErrorf(op, i, n, cuda.ErrInvalidArgument, "zero Buffer (dst %v, src %v; buffers come from a MemoryResource, Owned or FromPointer)", c.Dst, c.Src)
 		}
 	}
 
@@ -158,15 +157,15 @@ func (c *Copy) side(i int) *Buffer {
 // they do not overlap within one allocation.
 func (c *Copy) checkRange(op string, i, n int) error {
 	if c.DstOffset > c.Dst.size || c.Size > c.Dst.size-c.DstOffset {
-		return batchErrorf(op, i, n, cuda.ErrInvalidArgument, "destination range [%d, %d+%d) is past the end of the %d-byte buffer", c.DstOffset, c.DstOffset, c.Size, c.Dst.size)
+		return cuda.BatchErrorf(op, i, n, cuda.ErrInvalidArgument, "destination range [%d, %d+%d) is past the end of the %d-byte buffer", c.DstOffset, c.DstOffset, c.Size, c.Dst.size)
 	}
 	if c.SrcOffset > c.Src.size || c.Size > c.Src.size-c.SrcOffset {
-		return batchErrorf(op, i, n, cuda.ErrInvalidArgument, "source range [%d, %d+%d) is past the end of the %d-byte buffer", c.SrcOffset, c.SrcOffset, c.Size, c.Src.size)
+		return cuda.BatchErrorf(op, i, n, cuda.ErrInvalidArgument, "source range [%d, %d+%d) is past the end of the %d-byte buffer", c.SrcOffset, c.SrcOffset, c.Size, c.Src.size)
 	}
 	if c.Size > 0 && c.Src.st == c.Dst.st {
 		so, do := c.Src.off+c.SrcOffset, c.Dst.off+c.DstOffset
 		if so < do+c.Size && do < so+c.Size {
-			return batchErrorf(op, i, n, cuda.ErrInvalidArgument, "source and destination overlap (offsets %d and %d in one allocation, %d bytes)", so, do, c.Size)
+			return cuda.BatchErrorf(op, i, n, cuda.ErrInvalidArgument, "source and destination overlap (offsets %d and %d in one allocation, %d bytes)", so, do, c.Size)
 		}
 	}
 	return nil
@@ -179,23 +178,15 @@ func batchLoc(op string, b *Buffer, dev, i, n int, what string) (cuda.MemLocatio
 	p := b.props()
 	switch {
 	case !p.devAcc:
-		return cuda.MemLocation{}, batchErrorf(op, i, n, cuda.ErrInvalidArgument, "the %s %v is memory no device can reach", what, b)
+		return cuda.MemLocation{}, cuda.BatchErrorf(op, i, n, cuda.ErrInvalidArgument, "the %s %v is memory no device can reach", what, b)
 	case p.device >= 0 && p.device != dev:
-		return cuda.MemLocation{}, batchErrorf(op, i, n, cuda.ErrInvalidArgument, "the %s %v is on GPU %d, the stream on GPU %d (copy between devices with Buffer.CopyTo)", what, b, p.device, dev)
+		return cuda.MemLocation{}, cuda.BatchErrorf(op, i, n, cuda.ErrInvalidArgument, "the %s %v is on GPU %d, the stream on GPU %d (copy between devices with Buffer.CopyTo)", what, b, p.device, dev)
 	case !(p.hostAcc && p.device >= 0):
 		// Not managed memory: the driver has no use for a hint, and one
-		// cost the 10,000-copy H→D batch 1.7x on driver 580
-		// (BENCHMARKS.md).
+		// made large H→D batches slower (BENCHMARKS.md).
 		return cuda.MemLocation{}, nil
 	}
 	return cuda.MemLocation{Type: cuda.MemLocationTypeDevice, ID: int32(p.device)}, nil
-}
-
-// batchErrorf is the error for copy i of n of a batch: an *OpError for op
-// wrapping a *cuda.BatchCopyError whose cause wraps base with a formatted
-// explanation (as cuda.Errorf does).
-func batchErrorf(op string, i, n int, base error, format string, args ...any) error {
-	return &cuda.OpError{Op: op, Err: &cuda.BatchCopyError{Index: i, Count: n, Err: fmt.Errorf("%w: "+format, append([]any{base}, args...)...)}}
 }
 
 // batchWrap names copy i's side in an error from acquire.

@@ -18,7 +18,7 @@ const benchSize = 256 << 20
 
 func benchAlloc(b *testing.B, mr buffer.MemoryResource, size uint64, s *cuda.Stream) *buffer.Buffer {
 	b.Helper()
-	buf, err := mr.Allocate(size, s)
+	buf, err := buffer.Allocate(mr, size, s)
 	if err != nil {
 		b.Fatal(err)
 	}

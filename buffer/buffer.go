@@ -9,19 +9,27 @@ import (
 	"github.com/cudamem/cudamem/cuda"
 )
 
-// MemoryResource allocates and frees memory. Implementations live in
-// package resource (device pools, pinned, managed, synchronous, adaptors);
-// any type with these methods can back a Buffer.
+// MemoryResource hands out and takes back memory, as addresses: the
+// interface resources implement and compose through (package resource's
+// pools, adaptors and sub-allocator; any type with these methods). Buffers
+// are built in one place, [Allocate], which asks a resource for an address
+// and wraps it in a Buffer the resource owns; each concrete resource's
+// Allocate method is a call of it. Adaptors forward addresses only.
 //
-// Allocate and Deallocate are stream-ordered: the memory may be used on s
-// as soon as Allocate returns, and is reused only after work already
-// submitted to s when Deallocate is called has finished. A nil stream means
-// the resource's default (the legacy default stream of its device).
-// Implementations must be safe for concurrent use.
+// AllocatePtr and Deallocate are stream-ordered: the memory may be used on
+// the returned stream as soon as AllocatePtr returns, and is reused only
+// after work already submitted to s when Deallocate is called has
+// finished. A nil stream means the resource's default (the legacy default
+// stream of its device). Implementations must be safe for concurrent use,
+// and return errors, never panic, on nil and zero values.
 type MemoryResource interface {
-	// Allocate returns a new owned Buffer of exactly size bytes (size 0 is
-	// allowed and returns an empty buffer).
-	Allocate(size uint64, s *cuda.Stream) (*Buffer, error)
+	// AllocatePtr allocates size bytes ordered on s and returns the
+	// address (0 for size 0) and the stream the memory is ordered on: s,
+	// or the stream the resource takes a nil s for (what Buffer.Stream
+	// reports). The memory belongs to the caller, with no safety net: it
+	// must reach Deallocate of the same resource exactly once, directly
+	// or through a Buffer ([Allocate], [Owned]).
+	AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error)
 	// Deallocate frees memory this resource allocated. Buffers call it from
 	// Close; user code rarely needs to.
 	Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error
@@ -33,6 +41,21 @@ type MemoryResource interface {
 	// DeviceID is the ordinal of the device the memory belongs to, or -1 if
 	// it belongs to none (pinned host memory).
 	DeviceID() int
+}
+
+// Allocate returns a new Buffer of exactly size bytes from mr, owned by mr
+// (its Close calls mr.Deallocate): the one place Buffers are built from a
+// resource. Size 0 is allowed and returns an empty buffer. Errors from mr
+// are returned unchanged (they name the operation and the sizes).
+func Allocate(mr MemoryResource, size uint64, s *cuda.Stream) (*Buffer, error) {
+	if mr == nil {
+		return nil, cuda.Errorf("buffer.Allocate", cuda.ErrInvalidArgument, "nil MemoryResource")
+	}
+	ptr, s, err := mr.AllocatePtr(size, s)
+	if err != nil {
+		return nil, err
+	}
+	return Owned(ptr, size, mr, s), nil
 }
 
 // leaks counts buffers garbage collected without Close; leaksKept counts
@@ -134,9 +157,10 @@ type Buffer struct {
 	own     state
 }
 
-// Owned wraps memory that mr allocated: Close will call
+// Owned wraps memory that mr allocated or mapped: Close will call
 // mr.Deallocate(ptr, size, s), on s unless CloseOn names another stream.
-// Resources use it to build the Buffers they return. A range no memory
+// [Allocate] uses it; resources that map memory they did not allocate
+// (imports) use it directly. A range no memory
 // can have (address 0 with a nonzero size, or ptr+size past 2^64) makes a
 // buffer whose every use but Close fails with an error matching
 // cuda.ErrInvalidArgument.
@@ -273,14 +297,14 @@ func zeroErr(op string) error {
 	return cuda.Errorf(op, cuda.ErrInvalidArgument, "zero Buffer (buffers come from a MemoryResource, Owned or FromPointer)")
 }
 
-// checkStream rejects a zero cuda.Stream (new(cuda.Stream), or a
-// cuda.Stream{} literal): it belongs to no device. A nil stream is fine
-// (it means the buffer's own).
+// checkStream rejects a zero or closed cuda.Stream (cuda.ResolveStream);
+// a nil stream is fine (it means the buffer's own).
 func checkStream(op string, s *cuda.Stream) error {
-	if s != nil && s.Device() == nil {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "zero cuda.Stream (use Device.NewStream or Device.DefaultStream, or nil for the buffer's stream)")
+	if s == nil {
+		return nil
 	}
-	return nil
+	_, err := s.Device().ResolveStream(op, s, false)
+	return err
 }
 
 // viewClosed reports whether b, or a view it was sliced from, was closed.

@@ -41,16 +41,9 @@ func (b *Buffer) Clone(mr MemoryResource, s *cuda.Stream) (*Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	out, err := mr.Allocate(b.size, s)
+	out, err := Allocate(mr, b.size, s)
 	if err != nil {
 		return nil, err
-	}
-	if out == nil {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "the resource returned no buffer and no error for %d bytes", b.size)
-	}
-	if out.Size() != b.size {
-		err := cuda.Errorf(op, cuda.ErrInvalidArgument, "the resource returned %d bytes for a request of %d", out.Size(), b.size)
-		return nil, errors.Join(err, out.Close())
 	}
 	if err := out.CopyFrom(b, s); err != nil {
 		return nil, errors.Join(err, out.Close())

@@ -45,12 +45,12 @@ func TestFakeCloseOnStream(t *testing.T) {
 	alloc, other := new(cuda.Stream), new(cuda.Stream)
 	mr := newFake()
 
-	a, err := mr.Allocate(64, alloc)
+	a, err := buffer.Allocate(mr, 64, alloc)
 	require.NoError(t, err)
 	assert.Same(t, alloc, a.Stream())
 	require.NoError(t, a.Close())
 
-	b, err := mr.Allocate(64, alloc)
+	b, err := buffer.Allocate(mr, 64, alloc)
 	require.NoError(t, err)
 	require.NoError(t, b.CloseOn(other))
 	require.NoError(t, b.CloseOn(alloc), "idempotent, whatever the stream")
@@ -387,7 +387,7 @@ func TestFakePlainDataOnly(t *testing.T) {
 // cuda.core's host dummy resource: Go heap memory, viewable with Bytes.
 func TestFakeBytesHostMemory(t *testing.T) {
 	mr := newHeap()
-	b, err := mr.Allocate(64, nil)
+	b, err := buffer.Allocate(mr, 64, nil)
 	require.NoError(t, err)
 	defer b.Close()
 	p, err := b.Bytes()
@@ -406,7 +406,7 @@ func TestFakeBytesHostMemory(t *testing.T) {
 	require.ErrorIs(t, err, cuda.ErrInvalidArgument, "host memory belongs to no device")
 	assert.Contains(t, err.Error(), "belongs to no device")
 
-	e, err := mr.Allocate(0, nil)
+	e, err := buffer.Allocate(mr, 0, nil)
 	require.NoError(t, err)
 	p, err = e.Bytes()
 	require.NoError(t, err)
@@ -444,7 +444,7 @@ func TestFakeNilBuffer(t *testing.T) {
 //
 //go:noinline
 func dropOwned(mr buffer.MemoryResource, size uint64) cuda.DevicePtr {
-	b, err := mr.Allocate(size, nil)
+	b, err := buffer.Allocate(mr, size, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -455,7 +455,7 @@ func dropOwned(mr buffer.MemoryResource, size uint64) cuda.DevicePtr {
 //
 //go:noinline
 func dropOwnerKeepView(mr buffer.MemoryResource) *buffer.Buffer {
-	b, err := mr.Allocate(256, nil)
+	b, err := buffer.Allocate(mr, 256, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -516,7 +516,7 @@ func TestLeaksViewKeepsOwnerAlive(t *testing.T) {
 func TestFakeConcurrentUseAndClose(t *testing.T) {
 	mr := newHeap()
 	for range 20 {
-		b, err := mr.Allocate(4096, nil)
+		b, err := buffer.Allocate(mr, 4096, nil)
 		require.NoError(t, err)
 		var wg sync.WaitGroup
 		errs := make(chan error, 64)

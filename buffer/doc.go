@@ -26,12 +26,14 @@
 // none, for code that must not pass a silent 0 on (the same convention as
 // cuda.Stream.HandleErr and the pools' PoolErr).
 //
-// Resources that pass memory through to another one (adaptors,
-// sub-allocators) need no Buffer of their own for it: a resource that
-// also implements [RawResource] hands out bare addresses (AllocatePtr),
-// and the layer above wraps the address once, in a Buffer it owns, with
-// [Owned]. So a stack of layers builds one Buffer per allocation, as
-// RMM's adaptors forward a pointer.
+// Resources hand out memory; one place builds Buffers. A
+// [MemoryResource] deals in addresses (AllocatePtr, Deallocate), and
+// [Allocate] asks it for one and wraps it in a Buffer it owns; each
+// concrete resource's Allocate method is a call of it. Layers that pass
+// memory through to another resource (adaptors, sub-allocators) forward
+// addresses only, so a stack of layers builds one Buffer per allocation,
+// at the top, as RMM's adaptors forward a pointer. [Owned] wraps memory a
+// resource mapped rather than allocated (imports).
 //
 // # Streams
 //
@@ -97,7 +99,7 @@
 // are staged through a small pool of pinned host memory (32 MiB, allocated
 // on first use and kept for the life of the process): up to 8 goroutines
 // (no more than GOMAXPROCS) move the data between the slice and the pool
-// while the DMA engine moves the pieces before. On an H200 host a 256 MiB
+// while the DMA engine moves the pieces before. On a test host a 256 MiB
 // copy ran at about 40 GB/s that way, against 6 (to the device) and 14
 // (from it) through the driver's own staging, and 55 from pinned memory.
 // Smaller copies, and copies made while another one uses the pool, go

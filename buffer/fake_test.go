@@ -40,13 +40,13 @@ func newFake() *fakeResource {
 	return &fakeResource{devAcc: true, device: noDevice, next: 0xfa4e_0000_0000, live: map[cuda.DevicePtr]uint64{}}
 }
 
-func (m *fakeResource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+func (m *fakeResource) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	p := m.next
 	m.next += cuda.DevicePtr((size+255)&^255 + 256)
 	m.live[p] = size
-	return buffer.Owned(p, size, m, s), nil
+	return p, s, nil
 }
 
 func (m *fakeResource) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream) error {
@@ -74,7 +74,7 @@ func (m *fakeResource) HostAccessible() bool   { return m.hostAcc }
 func (m *fakeResource) DeviceID() int          { return m.device }
 
 func (m *fakeResource) alloc(size uint64) *buffer.Buffer {
-	b, _ := m.Allocate(size, nil)
+	b, _ := buffer.Allocate(m, size, nil)
 	return b
 }
 
@@ -107,13 +107,13 @@ type heapResource struct {
 
 func newHeap() *heapResource { return &heapResource{mem: map[cuda.DevicePtr][]byte{}} }
 
-func (m *heapResource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+func (m *heapResource) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	b := make([]byte, size+1) // +1: a distinct, non-nil address even for size 0
 	p := cuda.DevicePtr(uintptr(unsafe.Pointer(&b[0])))
 	m.mu.Lock()
 	m.mem[p] = b
 	m.mu.Unlock()
-	return buffer.Owned(p, size, m, s), nil
+	return p, s, nil
 }
 
 func (m *heapResource) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream) error {

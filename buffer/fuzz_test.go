@@ -41,7 +41,7 @@ func FuzzBufferOps(f *testing.F) {
 	f.Add(uint16(8), cat(op(4, 0, 0, 0), op(1, 0, 0, 1), op(0, 0, 0, 1)))
 	f.Fuzz(func(t *testing.T, size uint16, ops []byte) {
 		mr := newHeap()
-		owner, err := mr.Allocate(uint64(size), nil)
+		owner, err := buffer.Allocate(mr, uint64(size), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math/rand"
 	"runtime"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,9 +29,9 @@ func TestGPUNoDeadlockCrosswiseCopies(t *testing.T) {
 	deadline := time.Now().Add(5 * time.Second)
 	rounds, calls := 0, 0
 	for ; rounds < 5000 && time.Now().Before(deadline); rounds++ {
-		a, err := mr.Allocate(n, s)
+		a, err := buffer.Allocate(mr, n, s)
 		require.NoError(t, err)
-		b, err := mr.Allocate(n, s)
+		b, err := buffer.Allocate(mr, n, s)
 		require.NoError(t, err)
 		type result struct {
 			calls int
@@ -120,7 +119,7 @@ func TestGPUStagingSurvivesFailedCopy(t *testing.T) {
 //
 //go:noinline
 func dropPinnedKeepBytes(mr buffer.MemoryResource) []byte {
-	b, err := mr.Allocate(1<<20, nil)
+	b, err := buffer.Allocate(mr, 1<<20, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -150,74 +149,4 @@ func TestGPUBytesOutliveLostBuffer(t *testing.T) {
 		}
 	}
 	runtime.KeepAlive(p)
-}
-
-// shortResource breaks the MemoryResource contract: its buffers are half
-// the size asked for, and its first Deallocate fails.
-type shortResource struct {
-	deviceResource
-	failed atomic.Bool // the net's Deallocate runs on another goroutine
-}
-
-func (m *shortResource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	b, err := m.deviceResource.Allocate(size/2, s)
-	if err != nil {
-		return nil, err
-	}
-	ptr, n, err := b.Disown() // rewrapped so that frees come back here
-	if err != nil {
-		return nil, err
-	}
-	return buffer.Owned(ptr, n, m, s), nil
-}
-
-func (m *shortResource) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream) error {
-	if m.failed.CompareAndSwap(false, true) {
-		return errors.New("short: deallocate failed")
-	}
-	return m.deviceResource.Deallocate(p, size, s)
-}
-
-// nilResource breaks it the other way: no buffer and no error.
-type nilResource struct{ deviceResource }
-
-func (*nilResource) Allocate(uint64, *cuda.Stream) (*buffer.Buffer, error) { return nil, nil }
-
-// Clone's rollback: when the clone must be given back and that fails too,
-// both errors are returned (the second was dropped). The clone it could
-// not free is then lost, and the safety net frees it.
-func TestGPUCloneRollbackErrorsJoined(t *testing.T) {
-	d, s, _ := gpu(t)
-	leaks := buffer.Leaks()
-	err := cloneShort(d, s)
-	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
-	assert.Contains(t, err.Error(), "returned 32 bytes for a request of 64")
-	assert.ErrorContains(t, err, "short: deallocate failed", "the failed rollback is reported")
-	// The clone the resource would not free is lost; the safety net counts
-	// it once nothing else of its slab is reachable (src was closed and
-	// dropped inside cloneShort for that reason).
-	expectedLeaks.Add(1)
-	collectUntil(t, "the clone was not collected", func() bool { return buffer.Leaks() == leaks+1 })
-
-	src := alloc(t, &deviceResource{dev: d}, 64, s)
-	_, err = src.Clone(&nilResource{deviceResource{dev: d}}, s)
-	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
-	assert.Contains(t, err.Error(), "no buffer and no error")
-}
-
-// cloneShort clones a 64-byte buffer into a resource that hands back 32
-// bytes and refuses to free them, closes the source, and returns Clone's
-// error: nothing it made stays reachable.
-//
-//go:noinline
-func cloneShort(d *cuda.Device, s *cuda.Stream) error {
-	src, err := (&deviceResource{dev: d}).Allocate(64, s)
-	if err != nil {
-		return err
-	}
-	_, cerr := src.Clone(&shortResource{deviceResource: deviceResource{dev: d}}, s)
-	if err := src.Close(); err != nil {
-		return err
-	}
-	return cerr
 }

@@ -53,7 +53,7 @@ func requireBytes(t *testing.T, want, got []byte) {
 func TestBufferInitialization(t *testing.T) {
 	t.Run("host", func(t *testing.T) {
 		mr := newHeap()
-		b, err := mr.Allocate(1024, nil)
+		b, err := buffer.Allocate(mr, 1024, nil)
 		require.NoError(t, err)
 		assert.NotZero(t, b.Ptr())
 		assert.Equal(t, uint64(1024), b.Size())
@@ -73,7 +73,7 @@ func TestBufferInitialization(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			d, s, k := gpu(t)
 			mr := newResource(t, kind, d)
-			b, err := mr.Allocate(1024, s)
+			b, err := buffer.Allocate(mr, 1024, s)
 			require.NoError(t, err)
 			assert.NotZero(t, b.Ptr())
 			assert.Equal(t, uint64(1024), b.Size())
@@ -163,7 +163,7 @@ func TestBufferClose(t *testing.T) {
 	}
 	t.Run("host", func(t *testing.T) {
 		mr := newHeap()
-		b, err := mr.Allocate(1024, nil)
+		b, err := buffer.Allocate(mr, 1024, nil)
 		require.NoError(t, err)
 		check(t, b)
 		assert.Equal(t, 1, mr.free)
@@ -172,7 +172,7 @@ func TestBufferClose(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			d, s, _ := gpu(t)
 			mr := newResource(t, kind, d)
-			b, err := mr.Allocate(1024, s)
+			b, err := buffer.Allocate(mr, 1024, s)
 			require.NoError(t, err)
 			check(t, b)
 			assert.ErrorIs(t, b.Fill8(0, s), cuda.ErrClosed)
@@ -184,7 +184,7 @@ func TestBufferCloseOn(t *testing.T) {
 	d, s, k := gpu(t)
 	other := cudatest.Stream(t, d)
 	mr := &deviceResource{dev: d}
-	b, err := mr.Allocate(1<<20, s)
+	b, err := buffer.Allocate(mr, 1<<20, s)
 	require.NoError(t, err)
 	require.NoError(t, k.Write(other, b.Ptr(), 1<<20, 3))
 	require.NoError(t, b.CloseOn(other), "freed after the kernel on the other stream")
@@ -193,7 +193,7 @@ func TestBufferCloseOn(t *testing.T) {
 	require.Len(t, mr.frees, 1)
 	assert.Same(t, other, mr.frees[0])
 
-	c, err := mr.Allocate(64, s)
+	c, err := buffer.Allocate(mr, 64, s)
 	require.NoError(t, err)
 	require.NoError(t, c.Close())
 	assert.Same(t, s, mr.frees[1], "Close frees on the allocation stream")

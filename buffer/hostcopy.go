@@ -39,7 +39,7 @@ func CopyFromHost[T any](dst *Buffer, src []T, s *cuda.Stream) error {
 	if uint64(len(p)) != dst.size {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer sizes mismatch between src and dst (sizes are: src=%d, dst=%d)", len(p), dst.size)
 	}
-	err = dst.fromHost(op, ptr, p, s, false)
+	err = dst.hostCopy(op, ptr, p, s, toBuffer, false)
 	runtime.KeepAlive(src)
 	return err
 }
@@ -62,7 +62,7 @@ func CopyToHost[T any](dst []T, src *Buffer, s *cuda.Stream) error {
 	if uint64(len(p)) != src.size {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer sizes mismatch between src and dst (sizes are: src=%d, dst=%d)", src.size, len(p))
 	}
-	err = src.toHost(op, p, ptr, s)
+	err = src.hostCopy(op, ptr, p, s, fromBuffer, true)
 	runtime.KeepAlive(dst)
 	return err
 }
@@ -88,7 +88,7 @@ func (b *Buffer) ReadAt(p []byte, off int64) (int, error) {
 	if rest := b.size - uint64(off); n > rest {
 		n = rest
 	}
-	if err := b.toHost(op, p[:n], ptr+cuda.DevicePtr(off), nil); err != nil {
+	if err := b.hostCopy(op, ptr+cuda.DevicePtr(off), p[:n], nil, fromBuffer, true); err != nil {
 		return 0, err
 	}
 	if n < uint64(len(p)) {
@@ -115,126 +115,91 @@ func (b *Buffer) WriteAt(p []byte, off int64) (int, error) {
 	if n := uint64(len(p)); uint64(off) > b.size || n > b.size-uint64(off) {
 		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "writing %d bytes at offset %d overruns a %d-byte buffer", n, off, b.size)
 	}
-	if err := b.fromHost(op, ptr+cuda.DevicePtr(off), p, nil, true); err != nil {
+	if err := b.hostCopy(op, ptr+cuda.DevicePtr(off), p, nil, toBuffer, true); err != nil {
 		return 0, err
 	}
 	return len(p), nil
 }
 
-// fromHost copies host bytes p to ptr (inside b, acquired) on s. With wait
-// it returns once the data is in the buffer.
-func (b *Buffer) fromHost(op string, ptr cuda.DevicePtr, p []byte, s *cuda.Stream, wait bool) error {
+// Directions of hostCopy.
+const (
+	toBuffer   = true
+	fromBuffer = false
+)
+
+// hostCopy copies between the host bytes p and the len(p) bytes at ptr
+// (inside b, acquired) on s: into the buffer (toBuffer) or out of it
+// (fromBuffer). It checks the stream once and synchronizes at most once.
+// A copy out of the buffer returns once the data is in p; one into it
+// returns once p may be reused, and with wait once the data is in the
+// buffer.
+func (b *Buffer) hostCopy(op string, ptr cuda.DevicePtr, p []byte, s *cuda.Stream, into, wait bool) error {
 	if len(p) == 0 {
 		return nil
 	}
-	if b.props().hostOnly() {
-		return hostMove(op, s, func() error {
-			dst, err := hostSlice(op, ptr, uint64(len(p)))
-			if err == nil {
-				parallelCopy(dst, p)
-			}
-			return err
-		})
+	n := uint64(len(p))
+	// Memory no device can reach (its resource says so) needs no stream:
+	// no device work can touch it; a stream given explicitly is still
+	// drained first, so the copy is ordered after the work submitted to it
+	// as documented.
+	hostOnly := b.props().hostOnly()
+	var err error
+	if hostOnly {
+		err = checkStream(op, s)
+	} else {
+		s, err = b.streamFor(op, s)
 	}
-	s, err := b.streamFor(op, s)
 	if err != nil {
 		return err
 	}
 	if err := refuseCapture(op, s); err != nil {
 		return err
 	}
-	if b.pinnedHost() {
+	if hostOnly || b.pinnedHost() {
 		// Host to host: drain the stream, then move the bytes on the CPU.
-		if err := s.Sync(); err != nil {
-			return err
+		if s != nil {
+			if err := s.Sync(); err != nil {
+				return err
+			}
 		}
-		dst, err := hostSlice(op, ptr, uint64(len(p)))
+		h, err := hostSlice(op, ptr, n)
 		if err != nil {
 			return err
 		}
-		parallelCopy(dst, p)
+		if into {
+			parallelCopy(h, p)
+		} else {
+			parallelCopy(p, h)
+		}
 		return nil
 	}
-	if len(p) >= stageMinBytes && stagingOn() {
-		if done, err := stagedHtoD(&stage, streamQueue{s}, s.Device(), ptr, p); done {
-			if err == nil && wait {
+	if n >= stageMinBytes && stagingOn() {
+		var done bool
+		if into {
+			done, err = stagedHtoD(&stage, streamQueue{s}, s.Device(), ptr, p)
+		} else {
+			done, err = stagedDtoH(&stage, streamQueue{s}, s.Device(), p, ptr)
+		}
+		if done {
+			if err == nil && into && wait {
 				err = s.Sync()
 			}
 			return err
 		}
 	}
-	err = s.MemcpyHtoDAsync(ptr, unsafe.Pointer(unsafe.SliceData(p)), uint64(len(p)))
+	if into {
+		err = s.MemcpyHtoDAsync(ptr, unsafe.Pointer(unsafe.SliceData(p)), n)
+	} else {
+		// Pageable p: the copy finishes before the call returns.
+		// Page-locked p: it may not have, so it is waited for below.
+		err = s.MemcpyDtoHAsync(unsafe.Pointer(unsafe.SliceData(p)), ptr, n)
+		wait = true
+	}
 	runtime.KeepAlive(p)
 	if err == nil && wait {
 		err = s.Sync()
 	}
 	return err
-}
-
-// toHost copies len(p) bytes at ptr (inside b, acquired) into p on s, and
-// returns once they are there.
-func (b *Buffer) toHost(op string, p []byte, ptr cuda.DevicePtr, s *cuda.Stream) error {
-	if len(p) == 0 {
-		return nil
-	}
-	if b.props().hostOnly() {
-		return hostMove(op, s, func() error {
-			src, err := hostSlice(op, ptr, uint64(len(p)))
-			if err == nil {
-				parallelCopy(p, src)
-			}
-			return err
-		})
-	}
-	s, err := b.streamFor(op, s)
-	if err != nil {
-		return err
-	}
-	if err := refuseCapture(op, s); err != nil {
-		return err
-	}
-	if b.pinnedHost() {
-		if err := s.Sync(); err != nil {
-			return err
-		}
-		src, err := hostSlice(op, ptr, uint64(len(p)))
-		if err != nil {
-			return err
-		}
-		parallelCopy(p, src)
-		return nil
-	}
-	if len(p) >= stageMinBytes && stagingOn() {
-		if done, err := stagedDtoH(&stage, streamQueue{s}, s.Device(), p, ptr); done {
-			return err
-		}
-	}
-	err = s.MemcpyDtoHAsync(unsafe.Pointer(unsafe.SliceData(p)), ptr, uint64(len(p)))
-	runtime.KeepAlive(p)
-	if err != nil {
-		return err
-	}
-	// Pageable p: the copy has finished. Page-locked p: it may not have.
-	return s.Sync()
-}
-
-// hostMove runs move, a CPU copy to or from memory no device can reach
-// (its resource says so): no stream is needed, since no device work can
-// touch that memory; a stream given explicitly is still drained first, so
-// the copy is ordered after the work submitted to it as documented.
-func hostMove(op string, s *cuda.Stream, move func() error) error {
-	if err := checkStream(op, s); err != nil {
-		return err
-	}
-	if err := refuseCapture(op, s); err != nil {
-		return err
-	}
-	if s != nil {
-		if err := s.Sync(); err != nil {
-			return err
-		}
-	}
-	return move()
 }
 
 // refuseCapture refuses a copy between Go memory and a buffer on a

@@ -23,7 +23,7 @@ func TestInteropCloseAfterForeignStream(t *testing.T) {
 
 	mr := &deviceResource{dev: d}
 	const n = 64 << 20
-	b, err := mr.Allocate(n, s)
+	b, err := buffer.Allocate(mr, n, s)
 	require.NoError(t, err)
 	// "Foreign" work on the memory, on the other stream, several passes.
 	err = buffer.Use("test", func(ptrs []cuda.DevicePtr) error {
@@ -57,9 +57,9 @@ func TestInteropUseSeveralOnDevice(t *testing.T) {
 	d, s, k := gpu(t)
 	mr := &deviceResource{dev: d}
 	const n = 1 << 20
-	a, err := mr.Allocate(n, s)
+	a, err := buffer.Allocate(mr, n, s)
 	require.NoError(t, err)
-	b, err := mr.Allocate(n, s)
+	b, err := buffer.Allocate(mr, n, s)
 	require.NoError(t, err)
 	defer a.Close()
 	defer b.Close()

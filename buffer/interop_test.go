@@ -15,7 +15,7 @@ import (
 
 func TestPtrErr(t *testing.T) {
 	mr := newFake()
-	b, err := mr.Allocate(256, nil)
+	b, err := buffer.Allocate(mr, 256, nil)
 	require.NoError(t, err)
 	p, err := b.PtrErr()
 	require.NoError(t, err)
@@ -47,8 +47,8 @@ func TestPtrErr(t *testing.T) {
 
 func TestUseSeveral(t *testing.T) {
 	mr := newFake()
-	a, _ := mr.Allocate(64, nil)
-	b, _ := mr.Allocate(64, nil)
+	a, _ := buffer.Allocate(mr, 64, nil)
+	b, _ := buffer.Allocate(mr, 64, nil)
 	var got []cuda.DevicePtr
 	require.NoError(t, buffer.Use("test", func(ptrs []cuda.DevicePtr) error {
 		got = append(got, ptrs...)
@@ -88,8 +88,8 @@ func TestUseSeveral(t *testing.T) {
 // is not kept waiting.
 func TestUseSeveralDuringClose(t *testing.T) {
 	mr := newFake()
-	a, _ := mr.Allocate(64, nil)
-	b, _ := mr.Allocate(64, nil)
+	a, _ := buffer.Allocate(mr, 64, nil)
+	b, _ := buffer.Allocate(mr, 64, nil)
 	inside, release := make(chan struct{}), make(chan struct{})
 	go func() {
 		_ = b.Use("hold", func(cuda.DevicePtr) error { close(inside); <-release; return nil })
@@ -123,7 +123,7 @@ func TestUseSeveralConcurrentCloseNoDeadlock(t *testing.T) {
 		mr := newFake()
 		bufs := make([]*buffer.Buffer, 4)
 		for i := range bufs {
-			bufs[i], _ = mr.Allocate(64, nil)
+			bufs[i], _ = buffer.Allocate(mr, 64, nil)
 		}
 		var wg sync.WaitGroup
 		for g := range 8 {
@@ -174,15 +174,15 @@ func TestUseSeveralConcurrentCloseNoDeadlock(t *testing.T) {
 
 func TestCloseAfterWithoutStreamsIsClose(t *testing.T) {
 	mr := newFake()
-	b, _ := mr.Allocate(64, nil)
+	b, _ := buffer.Allocate(mr, 64, nil)
 	require.NoError(t, b.CloseAfter())
 	assert.True(t, b.IsClosed())
 	require.NoError(t, b.CloseAfter(), "idempotent")
-	c, _ := mr.Allocate(64, nil)
+	c, _ := buffer.Allocate(mr, 64, nil)
 	require.NoError(t, c.CloseAfter(nil, nil), "nil streams stand for the buffer's own")
 	assert.True(t, c.IsClosed())
 
-	d, _ := mr.Allocate(64, nil)
+	d, _ := buffer.Allocate(mr, 64, nil)
 	err := d.CloseAfter(nil, &cuda.Stream{})
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 	assert.Contains(t, err.Error(), "stream 1 of 2")

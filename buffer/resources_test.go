@@ -23,15 +23,15 @@ type deviceResource struct {
 	frees []*cuda.Stream // the stream of each completed Deallocate
 }
 
-func (m *deviceResource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+func (m *deviceResource) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if size == 0 {
-		return buffer.Owned(0, 0, m, s), nil
+		return 0, s, nil
 	}
 	p, err := m.dev.MemAlloc(size)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
-	return buffer.Owned(p, size, m, s), nil
+	return p, s, nil
 }
 
 func (m *deviceResource) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream) error {
@@ -54,15 +54,15 @@ func (m *deviceResource) DeviceID() int          { return m.dev.Ordinal() }
 // pinnedResource allocates page-locked host memory with cuMemHostAlloc.
 type pinnedResource struct{ dev *cuda.Device }
 
-func (m *pinnedResource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+func (m *pinnedResource) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if size == 0 {
-		return buffer.Owned(0, 0, m, s), nil
+		return 0, s, nil
 	}
 	p, err := m.dev.MemHostAlloc(size, cuda.MemHostAllocPortable)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
-	return buffer.Owned(cuda.DevicePtr(uintptr(p)), size, m, s), nil
+	return cuda.DevicePtr(uintptr(p)), s, nil
 }
 
 func (m *pinnedResource) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream) error {
@@ -79,15 +79,15 @@ func (m *pinnedResource) DeviceID() int          { return -1 }
 // managedResource allocates unified memory with cuMemAllocManaged.
 type managedResource struct{ dev *cuda.Device }
 
-func (m *managedResource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+func (m *managedResource) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if size == 0 {
-		return buffer.Owned(0, 0, m, s), nil
+		return 0, s, nil
 	}
 	p, err := m.dev.MemAllocManaged(size, cuda.MemAttachGlobal)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
-	return buffer.Owned(p, size, m, s), nil
+	return p, s, nil
 }
 
 func (m *managedResource) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream) error {
@@ -140,7 +140,7 @@ func newResource(t testing.TB, kind string, d *cuda.Device) buffer.MemoryResourc
 // alloc allocates from mr on s and closes the buffer when the test ends.
 func alloc(t testing.TB, mr buffer.MemoryResource, size uint64, s *cuda.Stream) *buffer.Buffer {
 	t.Helper()
-	b, err := mr.Allocate(size, s)
+	b, err := buffer.Allocate(mr, size, s)
 	require.NoError(t, err)
 	require.Equal(t, size, b.Size())
 	t.Cleanup(func() { assert.NoError(t, b.Close()) })

@@ -145,17 +145,8 @@ func newHostMem() *hostMem {
 	return &hostMem{heapResource: heapResource{mem: map[cuda.DevicePtr][]byte{}}, freed: map[uintptr]bool{}}
 }
 
-func (m *hostMem) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	b, err := m.heapResource.Allocate(size, s)
-	if err != nil {
-		return nil, err
-	}
-	// Rewrap so that Close and the safety net come back to m.
-	ptr, n, err := b.Disown()
-	if err != nil {
-		return nil, err
-	}
-	return buffer.Owned(ptr, n, m, s), nil
+func (m *hostMem) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+	return m.heapResource.AllocatePtr(size, s) // frees come back to m's Deallocate
 }
 
 func (m *hostMem) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream) error {
@@ -192,7 +183,7 @@ func (m *hostMem) under(views [][]byte) int {
 //
 //go:noinline
 func dropWithView(mr buffer.MemoryResource, viaSlice bool) []byte {
-	b, err := mr.Allocate(256, nil)
+	b, err := buffer.Allocate(mr, 256, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -242,7 +233,7 @@ func TestLeaksViewSurvivesDisown(t *testing.T) {
 	mr := newHostMem()
 	kept := buffer.LeaksKept()
 	view := func() []byte {
-		b, err := mr.Allocate(64, nil)
+		b, err := buffer.Allocate(mr, 64, nil)
 		require.NoError(t, err)
 		p, err := b.Bytes()
 		require.NoError(t, err)
@@ -325,7 +316,7 @@ func TestNilAndZeroValuesNeverPanic(t *testing.T) {
 		"empty owned":         func() *buffer.Buffer { return buffer.Owned(0, 0, mr, nil) },
 		"empty borrowed":      func() *buffer.Buffer { return buffer.FromPointer(0, 0) },
 		"open device":         func() *buffer.Buffer { return mr.alloc(64) },
-		"open device, stream": func() *buffer.Buffer { b, _ := mr.Allocate(64, &cuda.Stream{}); return b },
+		"open device, stream": func() *buffer.Buffer { b, _ := buffer.Allocate(mr, 64, &cuda.Stream{}); return b },
 		"open host":           func() *buffer.Buffer { return host.alloc(64) },
 	}
 	strict := map[string]bool{"nil": true, "zero": true, "closed": true, "wrapping borrowed": true, "null borrowed": true, "null owned": true}
@@ -387,7 +378,7 @@ func TestNilAndZeroValuesNeverPanic(t *testing.T) {
 		"Clone":        func() error { _, err := b.Clone(nil, zs); return err }(),
 	} {
 		require.ErrorIs(t, err, cuda.ErrInvalidArgument, what)
-		assert.Contains(t, err.Error(), "zero cuda.Stream", what)
+		assert.Contains(t, err.Error(), "zero stream", what)
 	}
 }
 
@@ -401,7 +392,7 @@ func TestZeroStreamLargeHostCopy(t *testing.T) {
 	b := mr.alloc(n)
 	defer b.Close()
 	zs := &cuda.Stream{}
-	on, err := mr.Allocate(n, zs)
+	on, err := buffer.Allocate(mr, n, zs)
 	require.NoError(t, err)
 	defer on.Close()
 	p := make([]byte, n)
@@ -415,7 +406,7 @@ func TestZeroStreamLargeHostCopy(t *testing.T) {
 		"Fill8(alloc)":        on.Fill8(1, nil),
 	} {
 		require.ErrorIs(t, err, cuda.ErrInvalidArgument, what)
-		assert.Contains(t, err.Error(), "zero cuda.Stream", what)
+		assert.Contains(t, err.Error(), "zero stream", what)
 	}
 }
 
@@ -424,7 +415,7 @@ func TestZeroStreamLargeHostCopy(t *testing.T) {
 // errors naming the values, never wrapped into a valid-looking range.
 func TestArithmeticOnHostileInput(t *testing.T) {
 	mr := newHeap()
-	b, err := mr.Allocate(64, nil)
+	b, err := buffer.Allocate(mr, 64, nil)
 	require.NoError(t, err)
 	defer b.Close()
 

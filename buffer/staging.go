@@ -24,7 +24,7 @@ import (
 // own path rather than wait. A failed copy does not change how later ones
 // run (see stagePool).
 
-// Measured on an H200 host (32 cores, go test -bench, 20 iterations):
+// Measured on a test host (32 cores, go test -bench, 20 iterations):
 //
 //	                      driver (direct)   staged (8 MiB x 4, 8 workers)
 //	256 MiB host->device    6.1 GB/s          40.7 GB/s

@@ -184,9 +184,9 @@ func (s *Stream) MemcpyBatchAsync(dsts, srcs []DevicePtr, sizes []uint64, attrs 
 		d, s, z := uint64(dsts[i]), uint64(srcs[i]), sizes[i]
 		switch {
 		case d == 0 || s == 0:
-			return batchErrorf(op, i, n, ErrInvalidArgument, "null address (dst %#x, src %#x, %d bytes)", d, s, z)
+			return BatchErrorf(op, i, n, ErrInvalidArgument, "null address (dst %#x, src %#x, %d bytes)", d, s, z)
 		case d+z < d || s+z < s:
-			return batchErrorf(op, i, n, ErrInvalidArgument, "range wraps past 2^64 (dst %#x, src %#x, %d bytes)", d, s, z)
+			return BatchErrorf(op, i, n, ErrInvalidArgument, "range wraps past 2^64 (dst %#x, src %#x, %d bytes)", d, s, z)
 		}
 	}
 	ctx, h, err := s.begin(op)
@@ -329,10 +329,10 @@ func (s *Stream) memcpyBatch(ctx, h uintptr, path MemcpyBatchPath, b *batch, n i
 	return &OpError{Op: p.Name(), Err: fmt.Errorf("%w (a batch of %d copies, %d of them non-empty, on stream %#x)", fail(p, r).(*OpError).Err, n, count, h)}
 }
 
-// batchErrorf returns an *OpError for op wrapping a *BatchCopyError for
+// BatchErrorf returns an *OpError for op wrapping a *BatchCopyError for
 // copy i of n, whose cause wraps base with a formatted explanation (as
 // Errorf does).
-func batchErrorf(op string, i, n int, base error, format string, args ...any) error {
+func BatchErrorf(op string, i, n int, base error, format string, args ...any) error {
 	return &OpError{Op: op, Err: &BatchCopyError{Index: i, Count: n, Err: fmt.Errorf("%w: "+format, append([]any{base}, args...)...)}}
 }
 

@@ -30,7 +30,7 @@ func ctxRoundTrip(t *testing.T, name string, mr buffer.MemoryResource, s *cuda.S
 	for i := range src {
 		src[i] = uint32(i) * 2654435761
 	}
-	b, err := mr.Allocate(words*4, s)
+	b, err := buffer.Allocate(mr, words*4, s)
 	require.NoError(t, err, "%s: Allocate", name)
 	head, err := b.Slice(0, words*2)
 	require.NoError(t, err)

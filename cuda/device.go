@@ -334,8 +334,8 @@ func (d *Device) Attribute(a DeviceAttribute) (int, error) {
 	return int(v), nil
 }
 
-// ComputeCapability returns the device's compute capability (9, 0 for an
-// H100 or H200).
+// ComputeCapability returns the device's compute capability (9, 0 for a
+// Hopper GPU).
 func (d *Device) ComputeCapability() (major, minor int, err error) {
 	if major, err = d.Attribute(DeviceAttrComputeCapabilityMajor); err != nil {
 		return 0, 0, err

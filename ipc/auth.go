@@ -12,8 +12,8 @@ import (
 )
 
 // The driver parses a descriptor's export data without validating it
-// (driver 580 crashed the importing process in cuMemPoolImportPointer on
-// mutated export data), so a checksum is not enough: a descriptor must
+// (a driver was seen to crash the importing process in
+// cuMemPoolImportPointer on mutated export data), so a checksum is not enough: a descriptor must
 // prove it was made by a holder of its pool's key before the driver sees
 // it. Each exported pool gets a random key, which travels with the pool's
 // Handle (SendHandle, Token) but never with descriptors; descriptors carry

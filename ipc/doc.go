@@ -50,8 +50,7 @@
 // cannot be made to treat it so: it parses a descriptor's export data
 // without validating it, and malformed export data can crash the
 // importing process inside the driver (seen: SIGSEGV in
-// cuMemPoolImportPointer with driver 580, on export data with a few bits
-// flipped). No check in the importer can tell good export data from bad,
+// cuMemPoolImportPointer, on export data with a few bits flipped). No check in the importer can tell good export data from bad,
 // so this package decides by who made it:
 //
 //   - Each exported pool has a random 32-byte key, made on its first

@@ -132,6 +132,6 @@ func TestTorchHandle(t *testing.T) {
 	var m *torchMapping
 	assert.ErrorIs(t, m.Deallocate(1, 1, nil), cuda.ErrInvalidArgument)
 	assert.Equal(t, -1, m.DeviceID())
-	_, err = m.Allocate(1, nil)
+	_, _, err = m.AllocatePtr(1, nil)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 }

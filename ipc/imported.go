@@ -70,7 +70,7 @@ type imported struct {
 //
 // The driver maps an allocation once per process: importing the same
 // descriptor twice returns the same pointer, and one free unmaps it
-// (cuda.core works around the same behaviour, nvbug 5570902). The pool
+// (cuda.core works around the same behaviour). The pool
 // counts the Buffers it handed out per pointer, so every Buffer works
 // until its own Close, and the last Close frees.
 //
@@ -422,7 +422,7 @@ func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, err
 // NewHandle): it hands d's export data to the driver unchecked. The size
 // is still bounded by the mapping the driver made, but the driver itself
 // parses export data without validating it, and malformed data can crash
-// this process inside the driver (seen with driver 580): use it only with
+// this process inside the driver: use it only with
 // descriptors from an exporter this process trusts as it trusts itself,
 // never with bytes a peer could have chosen. A pool with a key refuses
 // it (an error matching cuda.ErrInvalidArgument): its exporter seals every
@@ -539,21 +539,12 @@ func (p *ImportedPool) importChecked(op string, d Descriptor, s *cuda.Stream) (*
 	return buffer.Owned(ptr, d.Size, p, s), nil
 }
 
-// checkStream refuses a stream Import cannot use: a zero Stream, one of
-// another device than the pool's (as DevicePool.Allocate does), or a
-// closed one.
+// checkStream refuses a stream Import cannot use (cuda.ResolveStream): a
+// zero or closed Stream, or one of another device than the pool's (as
+// DevicePool.Allocate does).
 func (p *ImportedPool) checkStream(op string, s *cuda.Stream) error {
-	d := s.Device()
-	switch {
-	case d == nil:
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "zero stream (use Device.NewStream, or nil for the default stream)")
-	case p.dev != nil && !d.SameGPU(p.dev): // pools belong to the GPU, not a context
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "stream of %v given to pool %v imported on %v (import on a stream of the pool's device)", d, p.uuid, p.dev)
-	}
-	if _, err := s.Done(); err != nil {
-		return &cuda.OpError{Op: op, Err: fmt.Errorf("stream of pool %v: %w", p.uuid, err)}
-	}
-	return nil
+	_, err := p.dev.ResolveStream(op, s, true)
+	return err
 }
 
 func (p *ImportedPool) descriptor(b *buffer.Buffer) (Descriptor, error) {
@@ -587,10 +578,15 @@ func (p *ImportedPool) descriptor(b *buffer.Buffer) (Descriptor, error) {
 
 // Allocate always fails: memory comes from the exporting process.
 func (p *ImportedPool) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	return buffer.Allocate(p, size, s)
+}
+
+// AllocatePtr always fails, as Allocate does ([buffer.MemoryResource]).
+func (p *ImportedPool) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if p.zero() {
-		return nil, errZeroPool("ImportedPool.Allocate")
+		return 0, nil, errZeroPool("ImportedPool.Allocate")
 	}
-	return nil, cuda.Errorf("ImportedPool.Allocate", cuda.ErrInvalidArgument, "cannot allocate from an imported (mapped) IPC memory pool %v", p.uuid)
+	return 0, nil, cuda.Errorf("ImportedPool.Allocate", cuda.ErrInvalidArgument, "cannot allocate from an imported (mapped) IPC memory pool %v", p.uuid)
 }
 
 // Deallocate ends one imported Buffer (buffers call it from Close). The

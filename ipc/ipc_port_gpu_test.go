@@ -113,7 +113,7 @@ func writeBuffers(t *testing.T, p ipc.ExportablePool, s *cuda.Stream, k *cudates
 	var bufs []*buffer.Buffer
 	var descs []ipc.Descriptor
 	for i := range n {
-		b, err := p.Allocate(size, s)
+		b, err := buffer.Allocate(p, size, s)
 		require.NoError(t, err)
 		require.NoError(t, k.Write(s, b.Ptr(), size, uint32(seed+i)))
 		bufs = append(bufs, b)

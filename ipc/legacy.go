@@ -152,8 +152,8 @@ func OpenLegacy(dev *cuda.Device, h LegacyHandle) (*buffer.Buffer, error) {
 // unmaps.
 type legacyMapping struct{ dev *cuda.Device }
 
-func (m *legacyMapping) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	return nil, cuda.Errorf("ipc.legacyMapping.Allocate", cuda.ErrInvalidArgument, "cannot allocate from memory opened with OpenLegacy")
+func (m *legacyMapping) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+	return 0, nil, cuda.Errorf("ipc.legacyMapping.Allocate", cuda.ErrInvalidArgument, "cannot allocate from memory opened with OpenLegacy")
 }
 
 // Deallocate waits for s (nil: the legacy default stream) and unmaps:

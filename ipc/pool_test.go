@@ -6,7 +6,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 )
 
@@ -18,7 +17,9 @@ type heldPool struct {
 	inUse  bool
 }
 
-func (p *heldPool) Allocate(uint64, *cuda.Stream) (*buffer.Buffer, error) { return nil, nil }
+func (p *heldPool) AllocatePtr(uint64, *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+	return 0, nil, nil
+}
 func (p *heldPool) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }
 func (p *heldPool) DeviceAccessible() bool                                { return true }
 func (p *heldPool) HostAccessible() bool                                  { return false }

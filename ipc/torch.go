@@ -113,8 +113,8 @@ type torchMapping struct {
 	closed bool
 }
 
-func (m *torchMapping) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	return nil, cuda.Errorf("ipc.torchMapping.Allocate", cuda.ErrInvalidArgument, "cannot allocate from memory opened with OpenTorch")
+func (m *torchMapping) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+	return 0, nil, cuda.Errorf("ipc.torchMapping.Allocate", cuda.ErrInvalidArgument, "cannot allocate from memory opened with OpenTorch")
 }
 
 // Deallocate waits for s (nil: the legacy default stream) and unmaps the

@@ -368,7 +368,7 @@ func (d *Driver) symbols() []symbol {
 
 		// Contexts made elsewhere (cuCtxCreate, green contexts).
 		// cuGetProcAddress takes base names, the version choosing the ABI
-		// (a name with a _vN suffix resolves to nothing on driver 580):
+		// (a name with a _vN suffix resolves to nothing on some drivers):
 		// "cuCtxCreate" at our ABI (12.0) is cuCtxCreate_v2, at 13.0 (whose
 		// header maps cuCtxCreate to it) cuCtxCreate_v4.
 		{p: &d.CtxCreate, name: "cuCtxCreate", dlsym: "cuCtxCreate_v2"},

@@ -1,7 +1,6 @@
 package resource
 
 import (
-	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -21,19 +20,14 @@ import (
 // Buffer an adaptor returns is therefore owned by the adaptor; its
 // Deallocate updates the books and forwards to the upstream.
 //
-// Only the top of a stack builds that Buffer. Every layer here (the
-// adaptors, the SubAllocator, the pools) is a [buffer.RawResource]: its
-// AllocatePtr hands out the memory as a bare address, and a layer over
-// one asks it for that, adds its books, and passes the address up; the
-// top layer's Allocate wraps it once (buffer.Owned). So a stack of any
-// depth costs one Buffer per allocation, and each adaptor adds only its
-// own bookkeeping (a few atomic operations; a map under a lock for
-// Tracking). An upstream that is not a RawResource (the synchronous
-// resources, a type from another package) is asked for a Buffer, which
-// is taken apart (Buffer.Disown) and its memory passed up the same way;
-// that costs one extra Buffer per allocation, nothing next to a
-// synchronous driver allocation. The stream the upstream chose (it
-// resolves nil to its default) is kept.
+// Adaptors move addresses only: each layer's AllocatePtr asks its
+// upstream's AllocatePtr for an address, adds its books, and passes the
+// address up; only the top layer's Allocate builds a Buffer
+// (buffer.Allocate), so a stack of any depth costs one Buffer per
+// allocation, and each adaptor adds only its own bookkeeping (a few atomic
+// operations; a map under a lock for Tracking), as RMM's adaptors forward
+// a pointer. The stream the upstream chose (it resolves nil to its
+// default) is kept.
 //
 // Adaptors do not own their upstream: they have no Close, and closing the
 // upstream is left to whoever made it. Errors from the upstream are
@@ -44,69 +38,38 @@ import (
 // not counted: Buffer.Close never calls Deallocate for it, so counting it
 // would leave it live forever.
 
-var (
-	_ buffer.RawResource = (*DevicePool)(nil)
-	_ buffer.RawResource = (*PinnedPool)(nil)
-	_ buffer.RawResource = (*Limiting)(nil)
-	_ buffer.RawResource = (*Statistics)(nil)
-	_ buffer.RawResource = (*Tracking)(nil)
-	_ buffer.RawResource = (*SubAllocator)(nil)
-)
+// adaptor is the base the adaptors of this package embed: the upstream
+// and the methods that forward to it. Its methods are safe on a nil
+// *adaptor, and each adaptor's exported method is a one-line call of one
+// through its base method, which is nil for a nil adaptor: a method
+// promoted from an embedded field would not be safe on a nil pointer (Go
+// dereferences it to reach the field).
+type adaptor struct{ up buffer.MemoryResource }
 
-// allocateFrom allocates size bytes from up as a bare address, and the
-// stream the memory is ordered on: through AllocatePtr when up offers it,
-// else by taking up's Buffer apart. Errors from up are returned unchanged.
-func allocateFrom(op string, up buffer.MemoryResource, size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
-	if ru, ok := up.(buffer.RawResource); ok {
-		return ru.AllocatePtr(size, s)
+// Upstream is the resource allocations come from (nil if none).
+func (a *adaptor) upstream() buffer.MemoryResource {
+	if a == nil {
+		return nil
 	}
-	ub, err := up.Allocate(size, s)
-	if err != nil {
-		return 0, nil, err
-	}
-	return adaptorTake(op, up, ub, size)
+	return a.up
 }
 
-// ownedBuffer wraps what an AllocatePtr returned in a Buffer owned by
-// owner: what each layer's Allocate does with its own AllocatePtr.
-func ownedBuffer(owner buffer.MemoryResource, size uint64, ptr cuda.DevicePtr, s *cuda.Stream, err error) (*buffer.Buffer, error) {
-	if err != nil {
-		return nil, err
-	}
-	return buffer.Owned(ptr, size, owner, s), nil
+// DeviceAccessible reports the upstream's answer (false without one).
+func (a *adaptor) deviceAccessible() bool {
+	return a != nil && a.up != nil && a.up.DeviceAccessible()
 }
 
-// adaptorTake moves the memory of ub, which up returned for a request of
-// size bytes, out of ub: the caller wraps it in a Buffer it owns. A nil,
-// borrowed or wrongly sized buffer breaks the MemoryResource contract;
-// the memory (if any) goes back to the upstream and the error matches
-// cuda.ErrInvalidArgument.
-func adaptorTake(op string, up buffer.MemoryResource, ub *buffer.Buffer, size uint64) (cuda.DevicePtr, *cuda.Stream, error) {
-	if ub == nil {
-		return 0, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "upstream %v returned no buffer and no error for %d bytes", up, size)
+// HostAccessible reports the upstream's answer (false without one).
+func (a *adaptor) hostAccessible() bool {
+	return a != nil && a.up != nil && a.up.HostAccessible()
+}
+
+// DeviceID is the upstream's device (-1 without an upstream).
+func (a *adaptor) deviceID() int {
+	if a == nil || a.up == nil {
+		return -1
 	}
-	s := ub.Stream()
-	ptr, got, err := ub.Disown()
-	if err != nil {
-		bad := cuda.Errorf(op, cuda.ErrInvalidArgument, "upstream %v returned a buffer it does not own for %d bytes: %v", up, size, err)
-		if cerr := ub.Close(); cerr != nil {
-			bad = errors.Join(bad, fmt.Errorf("close it: %w", cerr))
-		}
-		return 0, nil, bad
-	}
-	if got != size {
-		bad := cuda.Errorf(op, cuda.ErrInvalidArgument, "upstream %v returned %d bytes for a request of %d", up, got, size)
-		if ptr != 0 {
-			if derr := up.Deallocate(ptr, got, s); derr != nil {
-				// Still the upstream's memory: owned again, so that the
-				// safety net frees it if nothing else can.
-				buffer.Owned(ptr, got, up, s)
-				bad = errors.Join(bad, fmt.Errorf("give %#x (%d bytes) back: %w", uint64(ptr), got, derr))
-			}
-		}
-		return 0, nil, bad
-	}
-	return ptr, s, nil
+	return a.up.DeviceID()
 }
 
 // adaptorUpstream is what constructors store: a nil pointer of any type

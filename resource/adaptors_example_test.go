@@ -12,9 +12,10 @@ import (
 
 // arena is a resource of one's own: it hands out ranges of an address
 // range it manages. Here the range is made up and never touched, so the
-// example runs without a GPU; a real one would carve device memory. It
-// offers AllocatePtr (buffer.RawResource), so the adaptors above it pass
-// addresses up and only the top one builds a Buffer.
+// example runs without a GPU; a real one would carve device memory. Like
+// every buffer.MemoryResource it hands out addresses (AllocatePtr), so
+// the adaptors above it pass addresses up and only the top one builds a
+// Buffer.
 type arena struct {
 	mu   sync.Mutex
 	next cuda.DevicePtr
@@ -34,11 +35,7 @@ func (r *arena) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.
 }
 
 func (r *arena) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	p, s, err := r.AllocatePtr(size, s)
-	if err != nil {
-		return nil, err
-	}
-	return buffer.Owned(p, size, r, s), nil
+	return buffer.Allocate(r, size, s)
 }
 
 func (r *arena) Deallocate(p cuda.DevicePtr, size uint64, _ *cuda.Stream) error {

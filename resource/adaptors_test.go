@@ -46,23 +46,23 @@ func newRecording() *recordingResource {
 	return &recordingResource{next: 0x7f00_0000_0000, live: map[cuda.DevicePtr]uint64{}, devID: 7}
 }
 
-func (m *recordingResource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+func (m *recordingResource) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.failAllocs > 0 {
 		m.failAllocs--
-		return nil, &cuda.OpError{Op: "fake.Allocate", Err: fmt.Errorf("%d bytes: %w", size, cuda.ErrorOutOfMemory)}
+		return 0, nil, &cuda.OpError{Op: "fake.Allocate", Err: fmt.Errorf("%d bytes: %w", size, cuda.ErrorOutOfMemory)}
 	}
 	m.allocs++
 	if size == 0 {
-		return buffer.Owned(0, 0, m, s), nil
+		return 0, s, nil
 	}
 	p := m.next
 	m.next += cuda.DevicePtr((size+255)&^255 + 256)
 	m.live[p] = size
 	m.bytes += size
 	m.maxBytes = max(m.maxBytes, m.bytes)
-	return buffer.Owned(p, size, m, s), nil
+	return p, s, nil
 }
 
 func (m *recordingResource) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream) error {
@@ -113,7 +113,7 @@ func (m *recordingResource) requireEmpty(t *testing.T) {
 
 func allocOK(t testing.TB, mr buffer.MemoryResource, size uint64) *buffer.Buffer {
 	t.Helper()
-	b, err := mr.Allocate(size, nil)
+	b, err := buffer.Allocate(mr, size, nil)
 	require.NoError(t, err)
 	require.Equal(t, size, b.Size())
 	return b
@@ -193,7 +193,7 @@ func TestLimitingUpstreamErrors(t *testing.T) {
 
 	// Memory the Limiting never counted is forwarded, and the count does
 	// not wrap below zero.
-	direct, err := fake.Allocate(512, nil)
+	direct, err := buffer.Allocate(fake, 512, nil)
 	require.NoError(t, err)
 	p, n, err := direct.Disown()
 	require.NoError(t, err)
@@ -320,7 +320,7 @@ func TestStatistics(t *testing.T) {
 	assert.Equal(t, "current 0 bytes in 0 allocations, peak 450 bytes / 3 allocations, total 650 bytes in 4 allocations, 2 failures", want.String())
 
 	// Forwarded frees of memory it never counted do not wrap below zero.
-	direct, err := fake.Allocate(64, nil)
+	direct, err := buffer.Allocate(fake, 64, nil)
 	require.NoError(t, err)
 	p, n, err := direct.Disown()
 	require.NoError(t, err)
@@ -651,7 +651,7 @@ func TestAdaptorsNil(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, size := range []uint64{0, 1024} {
-				b, err := tc.mr.Allocate(size, nil)
+				b, err := buffer.Allocate(tc.mr, size, nil)
 				assert.Nil(t, b)
 				require.ErrorIs(t, err, cuda.ErrInvalidArgument)
 				assert.Contains(t, err.Error(), tc.kind+".Allocate")
@@ -700,63 +700,14 @@ func TestAdaptorsOverZeroPools(t *testing.T) {
 	}
 }
 
-// badUpstream breaks the MemoryResource contract in one of three ways.
-type badUpstream struct {
-	mode  string // "nil", "borrowed", "short"
-	freed atomic.Int64
-}
-
-func (m *badUpstream) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	switch m.mode {
-	case "nil":
-		return nil, nil
-	case "borrowed":
-		return buffer.FromPointer(0x1000, size), nil
-	default:
-		return buffer.Owned(0x2000, size-1, m, s), nil
-	}
-}
-
-func (m *badUpstream) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error {
-	m.freed.Add(1)
-	return nil
-}
-func (m *badUpstream) DeviceAccessible() bool { return true }
-func (m *badUpstream) HostAccessible() bool   { return false }
-func (m *badUpstream) DeviceID() int          { return 0 }
-
-func TestAdaptorsBadUpstream(t *testing.T) {
-	checkBufferLeaks(t)
-	for _, mode := range []string{"nil", "borrowed", "short"} {
-		up := &badUpstream{mode: mode}
-		st := resource.NewStatistics(up)
-		for _, mr := range []buffer.MemoryResource{resource.NewLimiting(up, 1<<20), st, resource.NewTracking(up, nil)} {
-			b, err := mr.Allocate(64, nil)
-			assert.Nil(t, b, mode)
-			require.ErrorIs(t, err, cuda.ErrInvalidArgument, mode)
-			assert.Contains(t, err.Error(), "upstream", mode)
-		}
-		assert.Equal(t, uint64(1), st.Stats().Failures)
-		assert.Zero(t, st.Stats().CurrentBytes)
-		if mode == "short" {
-			assert.Equal(t, int64(3), up.freed.Load(), "wrongly sized memory goes back to the upstream")
-		}
-	}
-}
-
 // --- Benchmarks ---
 
 // benchUpstream is the cheapest honest upstream: unique addresses from an
-// atomic counter, and a Deallocate that does nothing. It is a
-// buffer.RawResource, as the package's own resources are.
+// atomic counter, and a Deallocate that does nothing.
 type benchUpstream struct{ next atomic.Uint64 }
 
 func (m *benchUpstream) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	p, s, err := m.AllocatePtr(size, s)
-	if err != nil {
-		return nil, err
-	}
-	return buffer.Owned(p, size, m, s), nil
+	return buffer.Allocate(m, size, s)
 }
 
 func (m *benchUpstream) AllocatePtr(_ uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
@@ -766,19 +717,6 @@ func (m *benchUpstream) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error {
 func (m *benchUpstream) DeviceAccessible() bool                                { return true }
 func (m *benchUpstream) HostAccessible() bool                                  { return false }
 func (m *benchUpstream) DeviceID() int                                         { return 0 }
-
-// foreignUpstream is benchUpstream without AllocatePtr: a resource from
-// another package that only hands out Buffers.
-type foreignUpstream struct{ up benchUpstream }
-
-func (m *foreignUpstream) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	p, s, _ := m.up.AllocatePtr(size, s)
-	return buffer.Owned(p, size, m, s), nil
-}
-func (m *foreignUpstream) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }
-func (m *foreignUpstream) DeviceAccessible() bool                                { return true }
-func (m *foreignUpstream) HostAccessible() bool                                  { return false }
-func (m *foreignUpstream) DeviceID() int                                         { return 0 }
 
 func all3(up buffer.MemoryResource) buffer.MemoryResource {
 	return resource.NewTracking(resource.NewStatistics(resource.NewLimiting(up, 1<<40)), nil)
@@ -797,7 +735,7 @@ func subOver(tb testing.TB, up buffer.MemoryResource) buffer.MemoryResource {
 func pairBytes(t *testing.T, mr buffer.MemoryResource) float64 {
 	const pairs = 64 * 200
 	pair := func() {
-		b, err := mr.Allocate(256, nil)
+		b, err := buffer.Allocate(mr, 256, nil)
 		require.NoError(t, err)
 		require.NoError(t, b.Close())
 	}
@@ -815,10 +753,7 @@ func pairBytes(t *testing.T, mr buffer.MemoryResource) float64 {
 
 // TestAdaptorStackOneBuffer: a stack of adaptors (over a SubAllocator,
 // or a bare upstream) builds one Buffer per allocation, at the top: it
-// allocates no more per pair than the bare upstream's own pair. Over an
-// upstream that is not a RawResource, the stack builds two (the
-// upstream's, taken apart, and its own), which shows the measure can
-// tell.
+// allocates no more per pair than the bare upstream's own pair.
 func TestAdaptorStackOneBuffer(t *testing.T) {
 	checkBufferLeaks(t)
 	bare := pairBytes(t, &benchUpstream{})
@@ -837,16 +772,12 @@ func TestAdaptorStackOneBuffer(t *testing.T) {
 		got := pairBytes(t, c.mr)
 		assert.Less(t, got, 1.25*bare, "%s: %.0f bytes per pair, the bare upstream %.0f: more than one Buffer", c.name, got, bare)
 	}
-	foreign := pairBytes(t, all3(&foreignUpstream{}))
-	assert.Greater(t, foreign, 1.75*bare, "over a foreign upstream: %.0f bytes per pair (two Buffers), bare %.0f", foreign, bare)
 }
 
 // BenchmarkAdaptorPair measures an allocate+close pair through each
 // adaptor over benchUpstream, next to the bare upstream pair (its own
-// Allocate and Buffer.Close). benchUpstream is a buffer.RawResource, so
-// an adaptor's difference is its own books: one Buffer per pair however
-// deep the stack. The foreign/ cases are over an upstream that is not,
-// whose Buffer the adaptor takes apart and replaces (two per pair).
+// Allocate and Buffer.Close). An adaptor's difference is its own books:
+// one Buffer per pair however deep the stack.
 func BenchmarkAdaptorPair(b *testing.B) {
 	cases := []struct {
 		name string
@@ -869,9 +800,6 @@ func BenchmarkAdaptorPair(b *testing.B) {
 		{"x2/Tracking", func(*testing.B) buffer.MemoryResource {
 			return resource.NewTracking(resource.NewTracking(&benchUpstream{}, nil), nil)
 		}},
-		{"foreign/bare", func(*testing.B) buffer.MemoryResource { return &foreignUpstream{} }},
-		{"foreign/Limiting", func(*testing.B) buffer.MemoryResource { return resource.NewLimiting(&foreignUpstream{}, 1<<40) }},
-		{"foreign/all3", func(*testing.B) buffer.MemoryResource { return all3(&foreignUpstream{}) }},
 		// Over a SubAllocator: SubAllocator is its pair alone.
 		{"SubAllocator", func(b *testing.B) buffer.MemoryResource { return subOver(b, &benchUpstream{}) }},
 		{"SubAllocator/Limiting", func(b *testing.B) buffer.MemoryResource {
@@ -890,7 +818,7 @@ func BenchmarkAdaptorPair(b *testing.B) {
 			mr := c.mr(b)
 			b.ReportAllocs()
 			for b.Loop() {
-				buf, err := mr.Allocate(256, nil)
+				buf, err := buffer.Allocate(mr, 256, nil)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -906,7 +834,7 @@ func BenchmarkAdaptorPair(b *testing.B) {
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
-					buf, err := mr.Allocate(256, nil)
+					buf, err := buffer.Allocate(mr, 256, nil)
 					if err != nil {
 						b.Error(err)
 						return

@@ -141,7 +141,9 @@ func syncOrFail(b *testing.B, s *cuda.Stream) {
 // nopResource is a MemoryResource whose Deallocate does nothing.
 type nopResource struct{}
 
-func (nopResource) Allocate(uint64, *cuda.Stream) (*buffer.Buffer, error) { return nil, nil }
+func (nopResource) AllocatePtr(uint64, *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+	return 0, nil, nil
+}
 func (nopResource) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }
 func (nopResource) DeviceAccessible() bool                                { return true }
 func (nopResource) HostAccessible() bool                                  { return false }

@@ -43,7 +43,7 @@ type closeContextPool interface {
 // work is done.
 func checkPoolCloseContext(t *testing.T, d *cuda.Device, p closeContextPool, name string) {
 	s := cudatest.Stream(t, d)
-	b, err := p.Allocate(1<<20, s)
+	b, err := buffer.Allocate(p, 1<<20, s)
 	require.NoError(t, err)
 	queueLongWork(t, d, s, 400)
 	require.NoError(t, b.Close()) // freed in stream order, after the work
@@ -58,7 +58,7 @@ func checkPoolCloseContext(t *testing.T, d *cuda.Device, p closeContextPool, nam
 	require.NoError(t, err)
 	assert.False(t, done, "CloseContext gave up before the work finished")
 	assert.False(t, p.IsClosed(), "still open after the deadline")
-	b2, err := p.Allocate(4096, s)
+	b2, err := buffer.Allocate(p, 4096, s)
 	require.NoError(t, err, "the pool still allocates")
 	require.NoError(t, b2.Close())
 
@@ -67,7 +67,7 @@ func checkPoolCloseContext(t *testing.T, d *cuda.Device, p closeContextPool, nam
 	require.NoError(t, err)
 	assert.True(t, done, "CloseContext returned nil only after the work finished")
 	assert.True(t, p.IsClosed())
-	_, err = p.Allocate(1, s)
+	_, err = buffer.Allocate(p, 1, s)
 	assert.ErrorIs(t, err, cuda.ErrClosed)
 }
 

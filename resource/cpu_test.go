@@ -52,7 +52,7 @@ func TestNilAndZeroResources(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, size := range []uint64{0, 1024, 1 << 62} {
-				b, err := tc.mr.Allocate(size, nil)
+				b, err := buffer.Allocate(tc.mr, size, nil)
 				assert.Nil(t, b)
 				require.ErrorIs(t, err, cuda.ErrInvalidArgument)
 				assert.Contains(t, err.Error(), tc.kind+".Allocate")

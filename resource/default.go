@@ -25,7 +25,7 @@ var defaults struct {
 // resource and cuda.core's Device.memory_resource do. Unless SetDefault
 // chose another, it is made on first use: a DevicePool on the device's
 // current pool when the device supports memory pools, a SyncDevice
-// otherwise (the choice cuda.core #726 asks for). The automatic pool is
+// otherwise (the choice cuda.core asks for). The automatic pool is
 // not owned, so closing it destroys nothing; Default makes a new one if it
 // was closed. Default is safe for concurrent use.
 func Default(dev *cuda.Device) (buffer.MemoryResource, error) {

@@ -198,20 +198,15 @@ func newDevicePool(op string, dev *cuda.Device, opts *DevicePoolOptions) (*Devic
 // frees it on s unless CloseOn names another stream. Size 0 returns an
 // empty buffer without calling the driver.
 func (p *DevicePool) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	if p == nil {
-		return nil, errNil("DevicePool", "Allocate")
-	}
-	return p.core.allocate("DevicePool", p, size, s)
+	return buffer.Allocate(p, size, s)
 }
 
-// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]):
+// AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]):
 // the address (0 for size 0) and the stream it is ordered on (nil
-// resolved to the default stream). The caller frees it with Deallocate;
-// adaptors and the SubAllocator use it to build one Buffer per
-// allocation.
+// resolved to the default stream). The caller frees it with Deallocate.
 func (p *DevicePool) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if p == nil {
-		return 0, nil, errNil("DevicePool", "AllocatePtr")
+		return 0, nil, errNil("DevicePool", "Allocate")
 	}
 	return p.core.allocatePtr("DevicePool", size, s)
 }
@@ -353,7 +348,7 @@ func deviceLoc(d *cuda.Device) cuda.MemLocation {
 
 // peers returns the devices other than the pool's own that currently have
 // any access to the pool, asking the driver (never a cache, so changes
-// made through another DevicePool on the same pool show; cuda.core #1720).
+// made through another DevicePool on the same pool show).
 // The caller holds the pool.
 func (p *DevicePool) peers() ([]*cuda.Device, error) {
 	all, err := cuda.Devices()
@@ -472,7 +467,7 @@ func (p *DevicePool) SetPeerAccess(peers ...*cuda.Device) error {
 }
 
 // revokePeers removes every peer's access; Close calls it before
-// destroying an owned pool (the step cuda.core #2807 lost).
+// destroying an owned pool.
 func (p *DevicePool) revokePeers() error {
 	have, err := p.peers()
 	if err != nil {
@@ -487,7 +482,7 @@ func (p *DevicePool) revokePeers() error {
 
 // Close ends the resource: every later call but Deallocate returns an
 // error matching cuda.ErrClosed. An owned pool is destroyed, with its peer
-// access revoked first (cuda.core #2807), once no buffer from it is live
+// access revoked first, once no buffer from it is live
 // and the device's work has finished: by Close when nothing is allocated,
 // else by the Deallocate (Buffer.Close) of the last live buffer. A borrowed
 // pool is left as it is. Close is idempotent; if destroying the pool

@@ -62,7 +62,7 @@ func TestZeroSize(t *testing.T) {
 		mrs["PinnedPool"] = pp
 	}
 	for name, mr := range mrs {
-		b, err := mr.Allocate(0, nil)
+		b, err := buffer.Allocate(mr, 0, nil)
 		require.NoError(t, err, name)
 		assert.Zero(t, b.Ptr(), name)
 		assert.Zero(t, b.Size(), name)
@@ -93,13 +93,13 @@ func TestOutOfMemory(t *testing.T) {
 	sd, err := resource.NewSyncDevice(dev)
 	require.NoError(t, err)
 	for _, mr := range []buffer.MemoryResource{pool, sd} {
-		_, err = mr.Allocate(huge, s)
+		_, err = buffer.Allocate(mr, huge, s)
 		require.Error(t, err)
 		assert.ErrorIs(t, err, cuda.ErrorOutOfMemory)
 		assert.Contains(t, err.Error(), strconv.FormatUint(huge, 10))
 		assert.Contains(t, err.Error(), ".Allocate")
 
-		b, err := mr.Allocate(mib, s)
+		b, err := buffer.Allocate(mr, mib, s)
 		require.NoError(t, err, "the resource works after an out-of-memory error")
 		require.NoError(t, k.Write(s, b.Ptr(), mib, 4))
 		k.RequireCheck(t, s, b.Ptr(), mib, 4)
@@ -346,7 +346,7 @@ func TestDefault(t *testing.T) {
 	mr, err := resource.Default(dev)
 	require.NoError(t, err)
 	assert.Same(t, sd, mr)
-	b, err := mr.Allocate(1024, nil)
+	b, err := buffer.Allocate(mr, 1024, nil)
 	require.NoError(t, err)
 	closeBuf(t, b)
 

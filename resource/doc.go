@@ -46,15 +46,12 @@
 // and pool attributes to monitoring (expvar, Prometheus text);
 // package resource/timeline records allocation events and draws them.
 //
-// A stack builds one Buffer per allocation, however deep: every resource
-// here is a [buffer.RawResource], whose AllocatePtr hands out a bare
-// address; a layer over one takes the address, adds its books and passes
-// it up, and only the top layer's Allocate wraps it in a Buffer that it
-// owns (so that Close goes down through every layer). Over a resource
-// that is not a RawResource (one from another package), the first layer
-// takes that resource's Buffer apart (Buffer.Disown) instead. Implement
-// AllocatePtr on a resource of your own to give adaptors over it the same
-// path.
+// A stack builds one Buffer per allocation, however deep: a
+// [buffer.MemoryResource] hands out addresses (AllocatePtr); a layer over
+// one takes the address, adds its books and passes it up, and only the
+// top layer's Allocate wraps it in a Buffer that it owns
+// ([buffer.Allocate]), so that Close goes down through every layer. A
+// resource of your own implements the same five methods.
 //
 // # Streams
 //
@@ -76,11 +73,10 @@
 // buffers may outlive their resource. An owned pool is destroyed only when
 // none of its buffers is live and its device's work has finished: by Close
 // when nothing is allocated, else by the last buffer's Close. (The driver
-// documents destroying a pool with live allocations as allowed, but on
-// driver 580 a later synchronization then crashed; cuda.core also keeps
+// documents destroying a pool with live allocations as allowed, but a
+// later synchronization was seen to crash after it; cuda.core also keeps
 // pools alive while their buffers are.) An owned DevicePool revokes its
-// peer access before it is destroyed (cuda.core #2807 meant to and did
-// not).
+// peer access before it is destroyed.
 //
 // Close waits for the calls in progress on the pool to return before it
 // destroys anything, so a call never finds its pool destroyed under it.

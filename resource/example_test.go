@@ -2,6 +2,7 @@ package resource_test
 
 import (
 	"fmt"
+	"github.com/cudamem/cudamem/buffer"
 	"log"
 	"unsafe"
 
@@ -141,7 +142,7 @@ func ExampleDefault() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	buf, err := mr.Allocate(1024, nil)
+	buf, err := buffer.Allocate(mr, 1024, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

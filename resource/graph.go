@@ -89,17 +89,14 @@ func (g *GraphMemory) check(op string) error {
 // capturing checks that s is a capturing stream of g's device.
 func (g *GraphMemory) capturing(op string, s *cuda.Stream) error {
 	op = "GraphMemory." + op
-	switch d := s.Device(); {
-	case s == nil:
+	if s == nil {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "GraphMemory cannot perform memory operations on a non-capturing stream (nil: the legacy default stream, which cannot capture)")
-	case d == nil:
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "zero stream (use Device.NewStream)")
-	case !d.SameGPU(g.dev):
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "stream of %v given to the graph memory of %v", d, g.dev)
-	case s.IsClosed():
-		return &cuda.OpError{Op: op, Err: fmt.Errorf("%w: stream of %v", cuda.ErrClosed, d)}
-	case !s.IsCapturing():
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "GraphMemory cannot perform memory operations on a non-capturing stream (stream %#x of %v; begin a capture with Stream.BeginCapture)", s.Handle(), d)
+	}
+	if _, err := g.dev.ResolveStream(op, s, true); err != nil {
+		return err
+	}
+	if !s.IsCapturing() {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "GraphMemory cannot perform memory operations on a non-capturing stream (stream %#x of %v; begin a capture with Stream.BeginCapture)", s.Handle(), s.Device())
 	}
 	return nil
 }
@@ -110,14 +107,10 @@ func (g *GraphMemory) capturing(op string, s *cuda.Stream) error {
 // the memory is freed (see the type's documentation). Size 0 returns an
 // empty buffer, still only on a capturing stream.
 func (g *GraphMemory) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	ptr, s, err := g.AllocatePtr(size, s)
-	if err != nil {
-		return nil, err
-	}
-	return buffer.Owned(ptr, size, g, s), nil
+	return buffer.Allocate(g, size, s)
 }
 
-// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]).
+// AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]).
 func (g *GraphMemory) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	const op = "Allocate"
 	if err := g.check(op); err != nil {
@@ -152,14 +145,9 @@ func (g *GraphMemory) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream
 	if err := g.check("Deallocate"); err != nil {
 		return err
 	}
-	if s == nil {
-		s = g.dev.DefaultStream()
-	}
-	switch d := s.Device(); {
-	case d == nil:
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "zero stream (use Device.NewStream, or nil for the default stream)")
-	case !d.SameGPU(g.dev):
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "stream of %v given to the graph memory of %v", d, g.dev)
+	s, err := g.dev.ResolveStream(op, s, true)
+	if err != nil {
+		return err
 	}
 	if err := s.MemFreeAsync(ptr); err != nil {
 		where := "outside a capture: is it allocated (the graph launched, and not freed since)?"

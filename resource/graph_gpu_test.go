@@ -195,14 +195,14 @@ func TestOrdinaryResourcesRefuseCaptureGPU(t *testing.T) {
 		{"Statistics", "DevicePool", resource.NewStatistics(pool)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			b, err := c.mr.Allocate(64*kib, s)
+			b, err := buffer.Allocate(c.mr, 64*kib, s)
 			require.NoError(t, err)
 			dst, err := pool.Allocate(64*kib, s)
 			require.NoError(t, err)
 			require.NoError(t, s.Sync())
 
 			require.NoError(t, s.BeginCapture())
-			_, err = c.mr.Allocate(64*kib, s)
+			_, err = buffer.Allocate(c.mr, 64*kib, s)
 			require.ErrorIs(t, err, cuda.ErrCapturing)
 			assert.Contains(t, err.Error(), c.op+".Allocate")
 			err = b.Close()
@@ -243,7 +243,7 @@ func TestGraphAlloc(t *testing.T) {
 	gm, err := resource.NewGraphMemory(dev)
 	require.NoError(t, err)
 	apply := func(t *testing.T, mr buffer.MemoryResource, s *cuda.Stream, out *buffer.Buffer, action string) {
-		b, err := mr.Allocate(nbytes, s)
+		b, err := buffer.Allocate(mr, nbytes, s)
 		require.NoError(t, err)
 		switch action {
 		case "incr":

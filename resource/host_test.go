@@ -22,7 +22,7 @@ func checkHostMemory(t *testing.T, mr buffer.MemoryResource, devs []*cuda.Device
 	assert.Equal(t, -1, mr.DeviceID())
 	s0 := cudatest.Stream(t, devs[0])
 	const n = mib + 3
-	b, err := mr.Allocate(n, s0)
+	b, err := buffer.Allocate(mr, n, s0)
 	require.NoError(t, err)
 	defer closeBuf(t, b)
 	require.NoError(t, s0.Sync())
@@ -239,7 +239,7 @@ func TestSyncResourcesRefuseClosedStream(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, s.Close())
 		for _, size := range []uint64{0, 64} {
-			b, err := mr.Allocate(size, s)
+			b, err := buffer.Allocate(mr, size, s)
 			if !assert.Error(t, err, "%s.Allocate(%d, closed stream)", name, size) {
 				require.NoError(t, b.CloseOn(dev.DefaultStream()))
 				continue

@@ -46,24 +46,30 @@ func (r *LegacyPinned) check(op string) error {
 // recorded as the stream Close frees on. Size 0 returns an empty buffer
 // without calling the driver.
 func (r *LegacyPinned) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	return buffer.Allocate(r, size, s)
+}
+
+// AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]):
+// the address (0 for size 0) and the stream Close frees on (nil resolved).
+func (r *LegacyPinned) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if err := r.check("Allocate"); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	s, err := syncStream("LegacyPinned.Allocate", r.dev, s, false)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	if err := checkSize("LegacyPinned.Allocate", "size", size); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	if size == 0 {
-		return buffer.Owned(0, 0, r, s), nil
+		return 0, s, nil
 	}
 	p, err := r.dev.MemHostAlloc(size, cuda.MemHostAllocPortable|cuda.MemHostAllocDeviceMap)
 	if err != nil {
-		return nil, &cuda.OpError{Op: "LegacyPinned.Allocate", Err: fmt.Errorf("%d bytes: %w", size, err)}
+		return 0, nil, &cuda.OpError{Op: "LegacyPinned.Allocate", Err: fmt.Errorf("%d bytes: %w", size, err)}
 	}
-	return buffer.Owned(devicePtr(p), size, r, s), nil
+	return devicePtr(p), s, nil
 }
 
 // Deallocate waits for s (nil: device 0's legacy default stream), then

@@ -29,7 +29,7 @@ import (
 // gives the bytes back. Limiting is safe for concurrent use; it adds two
 // atomic operations to a pair.
 type Limiting struct {
-	up    buffer.MemoryResource
+	adaptor
 	limit uint64
 	used  atomic.Uint64
 }
@@ -42,7 +42,7 @@ var _ buffer.MemoryResource = (*Limiting)(nil)
 // error matching cuda.ErrInvalidArgument (the constructor returns no
 // error, so adaptors can be nested in one expression).
 func NewLimiting(upstream buffer.MemoryResource, limit uint64) *Limiting {
-	return &Limiting{up: adaptorUpstream(upstream), limit: limit}
+	return &Limiting{adaptor: adaptor{adaptorUpstream(upstream)}, limit: limit}
 }
 
 // Allocate reserves size bytes against the limit and allocates them from
@@ -50,11 +50,10 @@ func NewLimiting(upstream buffer.MemoryResource, limit uint64) *Limiting {
 // cuda.ErrorOutOfMemory that names the request, the limit and the bytes
 // in use; upstream errors are returned unchanged. Size 0 always fits.
 func (r *Limiting) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	ptr, s, err := r.AllocatePtr(size, s)
-	return ownedBuffer(r, size, ptr, s, err)
+	return buffer.Allocate(r, size, s)
 }
 
-// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]): the
+// AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]): the
 // address (0 for size 0) and the stream the upstream ordered it on. Free
 // it with Deallocate, which gives the bytes back to the budget.
 func (r *Limiting) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
@@ -73,7 +72,7 @@ func (r *Limiting) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cu
 			}
 		}
 	}
-	ptr, us, err := allocateFrom("Limiting.Allocate", r.up, size, s)
+	ptr, us, err := r.up.AllocatePtr(size, s)
 	if err == nil && ptr == 0 && size > 0 {
 		// No memory to free later (a Buffer at address 0 is never
 		// deallocated): the reservation would be lost for good.
@@ -127,31 +126,24 @@ func (r *Limiting) Limit() uint64 {
 	return r.limit
 }
 
-// Upstream is the resource allocations come from (nil if none).
-func (r *Limiting) Upstream() buffer.MemoryResource {
+func (r *Limiting) base() *adaptor {
 	if r == nil {
 		return nil
 	}
-	return r.up
+	return &r.adaptor
 }
+
+// Upstream is the resource allocations come from (nil if none).
+func (r *Limiting) Upstream() buffer.MemoryResource { return r.base().upstream() }
 
 // DeviceAccessible reports the upstream's answer (false without one).
-func (r *Limiting) DeviceAccessible() bool {
-	return r != nil && r.up != nil && r.up.DeviceAccessible()
-}
+func (r *Limiting) DeviceAccessible() bool { return r.base().deviceAccessible() }
 
 // HostAccessible reports the upstream's answer (false without one).
-func (r *Limiting) HostAccessible() bool {
-	return r != nil && r.up != nil && r.up.HostAccessible()
-}
+func (r *Limiting) HostAccessible() bool { return r.base().hostAccessible() }
 
 // DeviceID is the upstream's device (-1 without an upstream).
-func (r *Limiting) DeviceID() int {
-	if r == nil || r.up == nil {
-		return -1
-	}
-	return r.up.DeviceID()
-}
+func (r *Limiting) DeviceID() int { return r.base().deviceID() }
 
 // String describes the resource for logs.
 func (r *Limiting) String() string {

@@ -48,17 +48,14 @@ type LoggingOptions struct {
 // Buffers from Allocate are owned by the Logging, so that their Close is
 // logged. Logging is safe for concurrent use (slog handlers are).
 type Logging struct {
-	up     buffer.MemoryResource
+	adaptor
 	logger *slog.Logger // nil: slog.Default() at each call
 	lvar   slog.Leveler // a level that may change (a *slog.LevelVar); nil: lvl
 	lvl    slog.Level
 	name   string
 }
 
-var (
-	_ buffer.MemoryResource = (*Logging)(nil)
-	_ buffer.RawResource    = (*Logging)(nil)
-)
+var _ buffer.MemoryResource = (*Logging)(nil)
 
 // NewLogging returns a resource that allocates from upstream and logs each
 // allocation and free to logger (nil means slog.Default(), looked up at
@@ -66,7 +63,7 @@ var (
 // nil upstream makes every Allocate fail with an error matching
 // cuda.ErrInvalidArgument.
 func NewLogging(upstream buffer.MemoryResource, logger *slog.Logger, opts *LoggingOptions) *Logging {
-	r := &Logging{up: adaptorUpstream(upstream), logger: logger, lvl: slog.LevelDebug}
+	r := &Logging{adaptor: adaptor{adaptorUpstream(upstream)}, logger: logger, lvl: slog.LevelDebug}
 	if opts != nil {
 		r.name = opts.Name
 		switch l := opts.Level.(type) {
@@ -101,11 +98,10 @@ func (r *Logging) enabled() (*slog.Logger, bool) {
 // Allocate allocates from the upstream and logs the allocation, or the
 // failure. Upstream errors are returned unchanged.
 func (r *Logging) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	ptr, s, err := r.AllocatePtr(size, s)
-	return ownedBuffer(r, size, ptr, s, err)
+	return buffer.Allocate(r, size, s)
 }
 
-// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]): the
+// AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]): the
 // address (0 for size 0) and the stream the upstream ordered it on,
 // logged. Free it with Deallocate.
 func (r *Logging) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
@@ -114,10 +110,10 @@ func (r *Logging) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cud
 	}
 	l, on := r.enabled()
 	if !on {
-		return allocateFrom("Logging.Allocate", r.up, size, s)
+		return r.up.AllocatePtr(size, s)
 	}
 	start := time.Now()
-	ptr, us, err := allocateFrom("Logging.Allocate", r.up, size, s)
+	ptr, us, err := r.up.AllocatePtr(size, s)
 	d := time.Since(start)
 	if err == nil {
 		s = us // the stream the upstream chose for nil
@@ -172,31 +168,24 @@ func (r *Logging) log(l *slog.Logger, msg string, size uint64, ptr cuda.DevicePt
 
 func hex(v uint64) string { return "0x" + strconv.FormatUint(v, 16) }
 
-// Upstream is the resource allocations come from (nil if none).
-func (r *Logging) Upstream() buffer.MemoryResource {
+func (r *Logging) base() *adaptor {
 	if r == nil {
 		return nil
 	}
-	return r.up
+	return &r.adaptor
 }
+
+// Upstream is the resource allocations come from (nil if none).
+func (r *Logging) Upstream() buffer.MemoryResource { return r.base().upstream() }
 
 // DeviceAccessible reports the upstream's answer (false without one).
-func (r *Logging) DeviceAccessible() bool {
-	return r != nil && r.up != nil && r.up.DeviceAccessible()
-}
+func (r *Logging) DeviceAccessible() bool { return r.base().deviceAccessible() }
 
 // HostAccessible reports the upstream's answer (false without one).
-func (r *Logging) HostAccessible() bool {
-	return r != nil && r.up != nil && r.up.HostAccessible()
-}
+func (r *Logging) HostAccessible() bool { return r.base().hostAccessible() }
 
 // DeviceID is the upstream's device (-1 without an upstream).
-func (r *Logging) DeviceID() int {
-	if r == nil || r.up == nil {
-		return -1
-	}
-	return r.up.DeviceID()
-}
+func (r *Logging) DeviceID() int { return r.base().deviceID() }
 
 // String describes the resource for logs.
 func (r *Logging) String() string {

@@ -13,8 +13,7 @@ import (
 )
 
 // pairUpstream is the cheapest possible upstream: one made-up address,
-// no books. It implements buffer.RawResource, as the pools do, so that an
-// adaptor over it builds one Buffer per allocation, not two: the
+// no books. An adaptor over it builds one Buffer per allocation: the
 // comparison below then measures the adaptor and nothing else. It is a
 // pointer, as real resources are, so that its Buffers hold a heap
 // pointer to their resource as the adaptor's do (a zero-size value type
@@ -22,7 +21,7 @@ import (
 type pairUpstream struct{ _ int }
 
 func (u *pairUpstream) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	return buffer.Owned(0x10000, size, u, s), nil
+	return buffer.Allocate(u, size, s)
 }
 
 func (*pairUpstream) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
@@ -41,7 +40,7 @@ func offLogger() *slog.Logger {
 }
 
 func pair(tb testing.TB, mr buffer.MemoryResource) {
-	b, err := mr.Allocate(256, nil)
+	b, err := buffer.Allocate(mr, 256, nil)
 	if err != nil {
 		tb.Fatal(err)
 	}

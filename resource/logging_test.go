@@ -178,13 +178,13 @@ func TestLoggingStacks(t *testing.T) {
 // no memory behind them.
 type hostHeap struct{ next cuda.DevicePtr }
 
-func (h *hostHeap) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+func (h *hostHeap) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if h.next == 0 {
 		h.next = 0x7f0000000000
 	}
 	p := h.next
 	h.next += cuda.DevicePtr((size + 255) &^ 255)
-	return buffer.Owned(p, size, h, s), nil
+	return p, s, nil
 }
 func (h *hostHeap) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }
 func (h *hostHeap) DeviceAccessible() bool                                { return true }

@@ -71,23 +71,29 @@ func (r *Managed) check(op string) error {
 // is recorded as the stream Close frees on. Size 0 returns an empty buffer
 // without calling the driver.
 func (r *Managed) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	return buffer.Allocate(r, size, s)
+}
+
+// AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]):
+// the address (0 for size 0) and the stream Close frees on (nil resolved).
+func (r *Managed) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	const op = "Managed.Allocate"
 	if err := r.check("Allocate"); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	s, err := syncStream(op, r.dev, s, false)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	if err := checkSize(op, "size", size); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	if size == 0 {
-		return buffer.Owned(0, 0, r, s), nil
+		return 0, s, nil
 	}
 	p, err := r.dev.MemAllocManaged(size, cuda.MemAttachGlobal)
 	if err != nil {
-		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%d bytes: %w", size, err)}
+		return 0, nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%d bytes: %w", size, err)}
 	}
 	if r.preferred != nil {
 		if err := r.dev.MemAdvise(p, size, cuda.MemAdviseSetPreferredLocation, *r.preferred); err != nil {
@@ -96,10 +102,10 @@ func (r *Managed) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) 
 			if ferr := r.dev.MemFree(p); ferr != nil {
 				err = errors.Join(err, fmt.Errorf("free %#x (%d bytes) after the failure: %w (leaked)", uint64(p), size, ferr))
 			}
-			return nil, &cuda.OpError{Op: op, Err: err}
+			return 0, nil, &cuda.OpError{Op: op, Err: err}
 		}
 	}
-	return buffer.Owned(p, size, r, s), nil
+	return p, s, nil
 }
 
 // Deallocate waits for s (nil: the device's legacy default stream), then
@@ -258,7 +264,7 @@ var adviceNames = map[cuda.MemAdvice]string{
 // (cuMemAdvise). loc is the preferred location for SetPreferredLocation
 // and the accessing device or host for *AccessedBy. The driver documents
 // loc as ignored for *ReadMostly and UnsetPreferredLocation, yet rejects
-// an invalid one (CUDA_ERROR_INVALID_VALUE on driver 580): pass the zero
+// an invalid one (CUDA_ERROR_INVALID_VALUE): pass the zero
 // MemLocation there and Advise sends the buffer's device in its place. A
 // buffer that is not managed memory is an error matching
 // cuda.ErrInvalidArgument.

@@ -17,7 +17,7 @@ type PinnedPoolOptions struct {
 	// NUMANode places the memory on a host NUMA node. nil means plain
 	// host memory, except with IPC (plain host pools cannot be exported),
 	// where it means the NUMA node nearest device 0 (or node 0 when the
-	// driver does not say), rather than always node 0 (cuda.core #1603).
+	// driver does not say), rather than always node 0 (as cuda.core does).
 	NUMANode *int
 	// IPC makes the pool exportable to other processes as a POSIX file
 	// descriptor. Linux only.
@@ -148,8 +148,8 @@ func NewPinnedPool(opts *PinnedPoolOptions) (*PinnedPool, error) {
 	pool, err := dev.CreateMemPool(&props)
 	if err != nil {
 		if errors.Is(err, cuda.ErrorInvalidValue) || errors.Is(err, cuda.ErrNotSupported) {
-			// Drivers that reject host-location pools say INVALID_VALUE
-			// (cuda.core #2795); report it as the missing feature it is.
+			// Drivers that reject host-location pools say INVALID_VALUE;
+			// report it as the missing feature it is.
 			return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: host memory pools rejected by the driver: %w", cuda.ErrNotSupported, err)}
 		}
 		return nil, &cuda.OpError{Op: op, Err: err}
@@ -182,20 +182,15 @@ func NewPinnedPool(opts *PinnedPoolOptions) (*PinnedPool, error) {
 // Synchronize with s before touching it from the CPU. Size 0 returns an
 // empty buffer without calling the driver.
 func (p *PinnedPool) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	if p == nil {
-		return nil, errNil("PinnedPool", "Allocate")
-	}
-	return p.core.allocate("PinnedPool", p, size, s)
+	return buffer.Allocate(p, size, s)
 }
 
-// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]):
+// AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]):
 // the address (0 for size 0) and the stream it is ordered on (nil
-// resolved to the default stream). The caller frees it with Deallocate;
-// adaptors and the SubAllocator use it to build one Buffer per
-// allocation.
+// resolved to the default stream). The caller frees it with Deallocate.
 func (p *PinnedPool) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if p == nil {
-		return 0, nil, errNil("PinnedPool", "AllocatePtr")
+		return 0, nil, errNil("PinnedPool", "Allocate")
 	}
 	return p.core.allocatePtr("PinnedPool", size, s)
 }

@@ -73,7 +73,7 @@ type scratchArena struct {
 	next cuda.DevicePtr
 }
 
-func (a *scratchArena) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+func (a *scratchArena) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.next == 0 {
@@ -81,7 +81,7 @@ func (a *scratchArena) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, er
 	}
 	p := a.next
 	a.next += cuda.DevicePtr((size + 255) &^ 255)
-	return buffer.Owned(p, size, a, s), nil
+	return p, s, nil
 }
 func (a *scratchArena) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }
 func (a *scratchArena) DeviceAccessible() bool                                { return true }

@@ -6,7 +6,6 @@ import (
 	"math"
 	"math/bits"
 
-	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/poolcore"
 )
@@ -57,8 +56,7 @@ type PoolAttributes struct {
 // nothing is allocated, and otherwise the Deallocate of the last live
 // allocation does. Destroying a pool with allocations outstanding, or
 // freeing into a destroyed pool, is allowed by the driver's documentation,
-// but in this package's tests (driver 580, CUDA 13.0) it was followed by a
-// segmentation fault inside a later cuCtxSynchronize; cuda.core likewise
+// but in this package's tests it was followed by a segmentation fault inside a later cuCtxSynchronize; cuda.core likewise
 // keeps a pool alive while its buffers are.
 type poolCore struct {
 	kind string       // "DevicePool" or "PinnedPool", for error messages
@@ -179,37 +177,15 @@ func checkSize(op, name string, size uint64) error {
 	return nil
 }
 
-// stream resolves a stream argument of method op: nil means the device's
-// legacy default stream; a zero Stream (not made by a device) is an error,
-// and so, when sameDevice is set, is a stream of another GPU than the
-// pool's. A stream of another context of the pool's GPU is accepted: pools
-// belong to the GPU, and the driver call runs in the stream's context.
+// stream resolves a stream argument of method op (cuda.ResolveStream on
+// the pool's device); with sameDevice, a stream of another GPU is refused.
 func (c *poolCore) stream(op string, s *cuda.Stream, sameDevice bool) (*cuda.Stream, error) {
-	if s == nil {
-		return c.dev.DefaultStream(), nil
-	}
-	d := s.Device()
-	if d == nil {
-		return nil, cuda.Errorf(c.kind+"."+op, cuda.ErrInvalidArgument, "zero stream (use Device.NewStream, or nil for the default stream)")
-	}
-	if sameDevice && !d.SameGPU(c.dev) {
-		return nil, cuda.Errorf(c.kind+"."+op, cuda.ErrInvalidArgument, "stream of %v given to the pool of %v (allocate on a stream of the pool's device)", d, c.dev)
-	}
-	return s, nil
+	return c.dev.ResolveStream(c.kind+"."+op, s, sameDevice)
 }
 
-// allocate is the shared Allocate: stream-ordered from the pool, mr owning
-// the returned buffer. A DevicePool takes streams of its own device only.
-func (c *poolCore) allocate(kind string, mr buffer.MemoryResource, size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	ptr, s, err := c.allocatePtr(kind, size, s)
-	if err != nil {
-		return nil, err
-	}
-	return buffer.Owned(ptr, size, mr, s), nil
-}
-
-// allocatePtr is allocate without the Buffer (AllocatePtr): the address
-// (0 for size 0) and the stream it is ordered on, nil resolved.
+// allocatePtr is the shared AllocatePtr: stream-ordered from the pool, the
+// address (0 for size 0) and the stream it is ordered on, nil resolved. A
+// DevicePool takes streams of its own device only.
 func (c *poolCore) allocatePtr(kind string, size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if err := c.acquire(kind, "Allocate"); err != nil {
 		return 0, nil, err

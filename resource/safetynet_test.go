@@ -8,7 +8,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 )
 
@@ -43,8 +42,8 @@ func TestDroppedSubAllocatorBlockIsFreed(t *testing.T) {
 // zeroUp answers every allocation with address 0: a broken upstream.
 type zeroUp struct{}
 
-func (zeroUp) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	return buffer.Owned(0, size, zeroUp{}, s), nil
+func (zeroUp) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+	return 0, s, nil
 }
 func (zeroUp) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }
 func (zeroUp) DeviceAccessible() bool                                { return true }

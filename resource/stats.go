@@ -48,7 +48,7 @@ func (s Stats) String() string {
 // Buffers from Allocate are owned by the Statistics, so that their Close
 // is counted. Statistics is safe for concurrent use.
 type Statistics struct {
-	up buffer.MemoryResource
+	adaptor
 
 	curBytes, peakBytes, totalBytes atomic.Uint64
 	curCount, peakCount, totalCount atomic.Uint64
@@ -61,24 +61,23 @@ var _ buffer.MemoryResource = (*Statistics)(nil)
 // the allocations. A nil upstream makes every Allocate fail with an error
 // matching cuda.ErrInvalidArgument.
 func NewStatistics(upstream buffer.MemoryResource) *Statistics {
-	return &Statistics{up: adaptorUpstream(upstream)}
+	return &Statistics{adaptor: adaptor{adaptorUpstream(upstream)}}
 }
 
 // Allocate allocates from the upstream and counts the allocation, or the
 // failure. Upstream errors are returned unchanged.
 func (r *Statistics) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	ptr, s, err := r.AllocatePtr(size, s)
-	return ownedBuffer(r, size, ptr, s, err)
+	return buffer.Allocate(r, size, s)
 }
 
-// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]): the
+// AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]): the
 // address (0 for size 0) and the stream the upstream ordered it on,
 // counted. Free it with Deallocate.
 func (r *Statistics) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if r == nil || r.up == nil {
 		return 0, nil, errNoUpstream("Statistics", "Allocate")
 	}
-	ptr, us, err := allocateFrom("Statistics.Allocate", r.up, size, s)
+	ptr, us, err := r.up.AllocatePtr(size, s)
 	if err != nil {
 		r.failures.Add(1)
 		return 0, nil, err
@@ -147,31 +146,24 @@ func (r *Statistics) ResetPeak() {
 	r.peakCount.Store(r.curCount.Load())
 }
 
-// Upstream is the resource allocations come from (nil if none).
-func (r *Statistics) Upstream() buffer.MemoryResource {
+func (r *Statistics) base() *adaptor {
 	if r == nil {
 		return nil
 	}
-	return r.up
+	return &r.adaptor
 }
+
+// Upstream is the resource allocations come from (nil if none).
+func (r *Statistics) Upstream() buffer.MemoryResource { return r.base().upstream() }
 
 // DeviceAccessible reports the upstream's answer (false without one).
-func (r *Statistics) DeviceAccessible() bool {
-	return r != nil && r.up != nil && r.up.DeviceAccessible()
-}
+func (r *Statistics) DeviceAccessible() bool { return r.base().deviceAccessible() }
 
 // HostAccessible reports the upstream's answer (false without one).
-func (r *Statistics) HostAccessible() bool {
-	return r != nil && r.up != nil && r.up.HostAccessible()
-}
+func (r *Statistics) HostAccessible() bool { return r.base().hostAccessible() }
 
 // DeviceID is the upstream's device (-1 without an upstream).
-func (r *Statistics) DeviceID() int {
-	if r == nil || r.up == nil {
-		return -1
-	}
-	return r.up.DeviceID()
-}
+func (r *Statistics) DeviceID() int { return r.base().deviceID() }
 
 // String describes the resource for logs.
 func (r *Statistics) String() string {

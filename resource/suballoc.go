@@ -113,10 +113,10 @@ const (
 // free, and Stats is exact. Goroutines sharing one stream share its
 // cache's lock.
 //
-// Over a [buffer.RawResource] (the pools and adaptors of this package)
-// the sub-allocator's blocks are Buffers of the upstream's; its own
-// allocations are a [buffer.RawResource] too (AllocatePtr), so adaptors
-// stacked on a SubAllocator build one Buffer per allocation.
+// The sub-allocator's blocks are Buffers of the upstream's
+// (buffer.Allocate), so the safety net covers them; its own allocations
+// are addresses (AllocatePtr), so adaptors stacked on a SubAllocator build
+// one Buffer per allocation.
 type SubAllocator struct {
 	// Read by the fast path, written only by the constructor (and caches
 	// replaced under mu): kept apart from mu, which the slow paths write.
@@ -277,22 +277,14 @@ func (a *SubAllocator) check(op string) error {
 // size that overflows when aligned matches cuda.ErrInvalidArgument; after
 // Close the error matches cuda.ErrClosed.
 func (a *SubAllocator) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	if err := a.check("Allocate"); err != nil {
-		return nil, err
-	}
-	ptr, err := a.take(size, s)
-	if err != nil {
-		return nil, err
-	}
-	return buffer.Owned(ptr, size, a, s), nil
+	return buffer.Allocate(a, size, s)
 }
 
-// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]): the
-// address of a new range of size bytes usable on s (0 for size 0), and s.
-// Free it with Deallocate. Adaptors over a SubAllocator use it, so that
-// the stack builds one Buffer per allocation.
+// AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]):
+// the address of a new range of size bytes usable on s (0 for size 0),
+// and s. Free it with Deallocate.
 func (a *SubAllocator) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
-	if err := a.check("AllocatePtr"); err != nil {
+	if err := a.check("Allocate"); err != nil {
 		return 0, nil, err
 	}
 	ptr, err := a.take(size, s)

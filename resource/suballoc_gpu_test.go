@@ -171,7 +171,7 @@ func BenchmarkSubAllocatorPair(b *testing.B) {
 			b.Run(mr.name+"/"+sz.name, func(b *testing.B) {
 				b.ReportAllocs()
 				for b.Loop() {
-					buf, err := mr.mr.Allocate(sz.n, s)
+					buf, err := buffer.Allocate(mr.mr, sz.n, s)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -233,7 +233,7 @@ func parallelGPU(b *testing.B, dev *cuda.Device, mr buffer.MemoryResource) {
 					return s
 				}
 				resource.ParallelPairs(b, g, stream, func(s *cuda.Stream) error {
-					buf, err := mr.Allocate(256, s)
+					buf, err := buffer.Allocate(mr, 256, s)
 					if err != nil {
 						return err
 					}

@@ -34,7 +34,7 @@ func (a *SubAllocator) growLocked(op string, l *subList, n, want uint64, s *cuda
 	var err error
 	for _, size := range []uint64{want + extra, n + extra} {
 		var ub *buffer.Buffer
-		ub, err = a.up.Allocate(size, s)
+		ub, err = buffer.Allocate(a.up, size, s)
 		if err == nil {
 			return a.addBlockLocked(op, l, ub, size, n)
 		}

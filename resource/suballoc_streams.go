@@ -159,26 +159,28 @@ func newEventOrder(devID int) *eventOrder {
 		// the other resources take it, is device 0's. Looked up at each
 		// use (cuda.GetDevice is a slice index once the devices are
 		// known), not cached with sync.OnceValues: a failure on first use
-		// must not fail every later call (issue 6).
+		// must not fail every later call.
 		device: func() (*cuda.Device, error) { return cuda.GetDevice(max(devID, 0)) },
 		events: make(map[*cuda.Stream]*cuda.Event),
 	}
 }
 
-// stream resolves nil to the upstream device's legacy default stream.
-// A zero Stream (not from a device) is an error, not a panic later.
+// stream resolves a stream argument (cuda.ResolveStream): nil is the
+// upstream device's legacy default stream. A stream destroyed since it
+// was used is passed through: its work still finishes, and the callers
+// wait for it through its device (see waitFor).
 func (o *eventOrder) stream(s *cuda.Stream) (*cuda.Stream, error) {
-	if s != nil {
-		if s.Device() == nil {
-			return nil, cuda.Errorf("SubAllocator", cuda.ErrInvalidArgument, "zero stream (use Device.NewStream, or nil for the default stream)")
-		}
+	if s != nil && s.Device() != nil && s.IsClosed() {
 		return s, nil
 	}
-	d, err := o.device()
-	if err != nil {
-		return nil, err
+	var d *cuda.Device
+	if s == nil {
+		var err error
+		if d, err = o.device(); err != nil {
+			return nil, err
+		}
 	}
-	return d.DefaultStream(), nil
+	return d.ResolveStream("SubAllocator", s, false)
 }
 
 func (o *eventOrder) refuseCapture(op string, s *cuda.Stream) error {

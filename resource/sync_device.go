@@ -42,24 +42,30 @@ func (r *SyncDevice) check(op string) error {
 // is recorded as the stream Close frees on. Size 0 returns an empty buffer
 // without calling the driver.
 func (r *SyncDevice) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	return buffer.Allocate(r, size, s)
+}
+
+// AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]):
+// the address (0 for size 0) and the stream Close frees on (nil resolved).
+func (r *SyncDevice) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if err := r.check("Allocate"); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	s, err := syncStream("SyncDevice.Allocate", r.dev, s, true)
 	if err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	if err := checkSize("SyncDevice.Allocate", "size", size); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	if size == 0 {
-		return buffer.Owned(0, 0, r, s), nil
+		return 0, s, nil
 	}
 	p, err := r.dev.MemAlloc(size)
 	if err != nil {
-		return nil, &cuda.OpError{Op: "SyncDevice.Allocate", Err: fmt.Errorf("%d bytes on %v: %w", size, r.dev, err)}
+		return 0, nil, &cuda.OpError{Op: "SyncDevice.Allocate", Err: fmt.Errorf("%d bytes on %v: %w", size, r.dev, err)}
 	}
-	return buffer.Owned(p, size, r, s), nil
+	return p, s, nil
 }
 
 // Deallocate waits for s (nil: the device's legacy default stream), then

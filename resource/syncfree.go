@@ -30,31 +30,18 @@ func syncFree(kind string, dev *cuda.Device, ptr cuda.DevicePtr, size uint64, s 
 	return nil
 }
 
-// syncStream resolves the stream argument of op on a synchronous
-// resource: nil means dev's legacy default stream; a zero or closed Stream
-// is an error, and so, when sameDevice is set, is another GPU's stream (a
-// stream of another context of dev's GPU only orders the free).
+// syncStream resolves the stream argument of op on a synchronous resource
+// (cuda.ResolveStream on dev; with sameDevice, another GPU's stream is
+// refused) and refuses a capturing one: a synchronous allocation is not
+// stream-ordered, so captured it would be made once now rather than at
+// each launch of the graph.
 func syncStream(op string, dev *cuda.Device, s *cuda.Stream, sameDevice bool) (*cuda.Stream, error) {
-	if s == nil {
-		return dev.DefaultStream(), nil
-	}
-	d := s.Device()
-	if d == nil {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "zero stream (use Device.NewStream, or nil for the default stream)")
-	}
-	if sameDevice && !d.SameGPU(dev) {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "stream of %v given to a resource of %v", d, dev)
-	}
-	// A synchronous allocation is not stream-ordered: captured, it would
-	// be made once now rather than at each launch of the graph.
-	if err := refuseCapture(op, s); err != nil {
+	s, err := dev.ResolveStream(op, s, sameDevice)
+	if err != nil {
 		return nil, err
 	}
-	// The allocation itself ignores the stream, but the Buffer records it
-	// for its Close: a closed stream would make a buffer whose Close
-	// always fails.
-	if _, err := s.Done(); err != nil {
-		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("stream: %w", err)}
+	if err := refuseCapture(op, s); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

@@ -81,7 +81,7 @@ type trackRecord struct {
 // Buffers from Allocate are owned by the Tracking, so that their Close
 // ends the record. Tracking is safe for concurrent use.
 type Tracking struct {
-	up     buffer.MemoryResource
+	adaptor
 	stacks bool
 
 	mu    sync.Mutex
@@ -95,7 +95,7 @@ var _ buffer.MemoryResource = (*Tracking)(nil)
 // the live allocations. opts may be nil. A nil upstream makes every
 // Allocate fail with an error matching cuda.ErrInvalidArgument.
 func NewTracking(upstream buffer.MemoryResource, opts *TrackingOptions) *Tracking {
-	r := &Tracking{up: adaptorUpstream(upstream), live: make(map[cuda.DevicePtr]trackRecord)}
+	r := &Tracking{adaptor: adaptor{adaptorUpstream(upstream)}, live: make(map[cuda.DevicePtr]trackRecord)}
 	if opts != nil {
 		r.stacks = opts.CaptureStacks
 	}
@@ -105,30 +105,23 @@ func NewTracking(upstream buffer.MemoryResource, opts *TrackingOptions) *Trackin
 // Allocate allocates from the upstream and records the allocation.
 // Upstream errors are returned unchanged.
 func (r *Tracking) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	ptr, s, err := r.allocatePtr(size, s)
-	return ownedBuffer(r, size, ptr, s, err)
+	return buffer.Allocate(r, size, s)
 }
 
-// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]): the
-// address (0 for size 0) and the stream the upstream ordered it on,
+// AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]):
+// the address (0 for size 0) and the stream the upstream ordered it on,
 // recorded as live. Free it with Deallocate.
 func (r *Tracking) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
-	return r.allocatePtr(size, s)
-}
-
-// allocatePtr is AllocatePtr at a fixed depth below the caller's frame,
-// so that captured stacks start at the same place for both entries.
-func (r *Tracking) allocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if r == nil || r.up == nil || r.live == nil {
 		return 0, nil, errNoUpstream("Tracking", "Allocate")
 	}
 	var callers []uintptr
 	if r.stacks {
 		var pcs [trackStackDepth]uintptr
-		n := runtime.Callers(3, pcs[:]) // skip runtime.Callers, this method and Allocate or AllocatePtr
+		n := runtime.Callers(2, pcs[:]) // skip runtime.Callers and this method
 		callers = slices.Clone(pcs[:n])
 	}
-	ptr, us, err := allocateFrom("Tracking.Allocate", r.up, size, s)
+	ptr, us, err := r.up.AllocatePtr(size, s)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -310,11 +303,12 @@ func stackKey(pcs []uintptr) string {
 	return string(b)
 }
 
-// resourceFrame reports whether fn belongs to this package. Its frames sit
-// on top of every stack captured under a stack of adaptors (or a
-// sub-allocator) and say nothing about the allocation site.
+// resourceFrame reports whether fn belongs to this package or is
+// buffer.Allocate. Their frames sit on top of every stack captured under a
+// stack of adaptors (or a sub-allocator) and say nothing about the
+// allocation site.
 func resourceFrame(fn string) bool {
-	return strings.HasPrefix(fn, "github.com/cudamem/cudamem/resource.")
+	return strings.HasPrefix(fn, "github.com/cudamem/cudamem/resource.") || fn == "github.com/cudamem/cudamem/buffer.Allocate"
 }
 
 // writeStack writes the frames of pcs, skipping this package's frames at
@@ -337,31 +331,24 @@ func writeStack(sb *strings.Builder, pcs []uintptr, indent string) {
 	}
 }
 
-// Upstream is the resource allocations come from (nil if none).
-func (r *Tracking) Upstream() buffer.MemoryResource {
+func (r *Tracking) base() *adaptor {
 	if r == nil {
 		return nil
 	}
-	return r.up
+	return &r.adaptor
 }
+
+// Upstream is the resource allocations come from (nil if none).
+func (r *Tracking) Upstream() buffer.MemoryResource { return r.base().upstream() }
 
 // DeviceAccessible reports the upstream's answer (false without one).
-func (r *Tracking) DeviceAccessible() bool {
-	return r != nil && r.up != nil && r.up.DeviceAccessible()
-}
+func (r *Tracking) DeviceAccessible() bool { return r.base().deviceAccessible() }
 
 // HostAccessible reports the upstream's answer (false without one).
-func (r *Tracking) HostAccessible() bool {
-	return r != nil && r.up != nil && r.up.HostAccessible()
-}
+func (r *Tracking) HostAccessible() bool { return r.base().hostAccessible() }
 
 // DeviceID is the upstream's device (-1 without an upstream).
-func (r *Tracking) DeviceID() int {
-	if r == nil || r.up == nil {
-		return -1
-	}
-	return r.up.DeviceID()
-}
+func (r *Tracking) DeviceID() int { return r.base().deviceID() }
 
 // String describes the resource for logs.
 func (r *Tracking) String() string {

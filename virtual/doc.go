@@ -24,8 +24,8 @@
 // granularity, whatever its size: only grows add chunks. Data written
 // before a grow is intact after it. Every physical handle is released when
 // the allocation is freed or shrunk, and a failed grow leaves the original
-// allocation as it was (cuda.core leaks handles, #2344, and frees twice on
-// its slow path, #2877).
+// allocation as it was (cuda.core leaks handles, and frees twice on its
+// slow path).
 //
 // # Beyond one node: fabric handles
 //

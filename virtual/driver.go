@@ -35,7 +35,7 @@ type driver interface {
 	MemImportFabric(fh *cuda.MemFabricHandle) (cuda.MemHandle, error)
 	MemAllocationProperties(h cuda.MemHandle) (cuda.MemAllocationProp, error)
 	MemRetainAllocationHandle(addr cuda.DevicePtr) (cuda.MemHandle, error)
-	// syncStream waits for one stream (nil: the legacy default stream).
+	// syncStream waits for one stream (resolved: see Resource.wait).
 	// The package never waits for the whole device.
 	syncStream(s *cuda.Stream) error
 	// peerCanAccess reports whether peer can map the device's memory.
@@ -45,12 +45,7 @@ type driver interface {
 // device is the real driver: the cuda package's calls on one device.
 type device struct{ *cuda.Device }
 
-func (d device) syncStream(s *cuda.Stream) error {
-	if s == nil {
-		s = d.DefaultStream()
-	}
-	return s.Sync()
-}
+func (d device) syncStream(s *cuda.Stream) error { return s.Sync() }
 
 func (d device) peerCanAccess(peer *cuda.Device) (bool, error) { return peer.CanAccessPeer(d.Device) }
 

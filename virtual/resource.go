@@ -269,10 +269,9 @@ func (r *Resource) newChunk(t *txn, ptr cuda.DevicePtr, size uint64, descs []cud
 //
 // It passes the granularity as the alignment (or AddrAlign, where that is
 // more), as the C baseline does: every mapping must start on a granule.
-// (Alignment 0, the driver's default, was tried after issue 12: on the
-// H200 the 1 GiB allocate+close cycle then cost 930 µs against C's 479 µs
-// with the granularity passed, and the issue-12 anchor's 0.91 ms with 0;
-// see BENCHMARKS.md.) A range the driver put off the alignment anyway is
+// (Alignment 0, the driver's default, made the 1 GiB allocate+close cycle
+// about twice as slow as C's with the granularity passed; see
+// BENCHMARKS.md.) A range the driver put off the alignment anyway is
 // given back (kept as a leftover if that fails) and the reservation fails.
 func (r *Resource) reserveRange(t *txn, size uint64, hint cuda.DevicePtr) (cuda.DevicePtr, error) {
 	p, err := r.drv.MemAddressReserve(size, r.reserveAlign, hint)
@@ -319,46 +318,52 @@ func (r *Resource) Reclaim() error {
 // is synchronous. Size 0 returns an empty buffer. On error nothing is left
 // allocated.
 func (r *Resource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	return buffer.Allocate(r, size, s)
+}
+
+// AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]):
+// the base address (0 for size 0) and s, the stream Close frees on.
+func (r *Resource) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	const op = "Resource.Allocate"
 	if err := r.check(op); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	// Mapping is synchronous, not stream-ordered: captured, it would be
 	// done once now rather than at each launch of the graph.
 	if err := s.RefuseCapture(op); err != nil {
-		return nil, err
+		return 0, nil, err
 	}
 	if size == 0 {
-		return buffer.Owned(0, 0, r, s), nil
+		return 0, s, nil
 	}
 	aligned, ok := r.roundUp(size)
 	if !ok {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "size %d rounded up to the granularity %d overflows", size, r.gran)
+		return 0, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "size %d rounded up to the granularity %d overflows", size, r.gran)
 	}
 	reserve := max(aligned, r.reserve)
 	if hint := uint64(r.opts.AddrHint); hint != 0 && hint+reserve < hint {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "address hint %#x plus %d bytes overflows", hint, reserve)
+		return 0, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "address hint %#x plus %d bytes overflows", hint, reserve)
 	}
 	r.retryLeftovers()
 	var t txn
 	t.start()
 	ptr, err := r.reserveRange(&t, reserve, r.opts.AddrHint)
 	if err != nil {
-		return nil, fmt.Errorf("%s %d bytes: %w", op, size, err)
+		return 0, nil, fmt.Errorf("%s %d bytes: %w", op, size, err)
 	}
 	// Chunks share the resource's access list; setDesc copies before it
 	// changes one allocation's.
 	descs := r.descs
 	h, err := r.newChunk(&t, ptr, aligned, descs)
 	if err != nil {
-		return nil, fmt.Errorf("%s %d bytes: %w", op, size, r.rollback(&t, err))
+		return 0, nil, fmt.Errorf("%s %d bytes: %w", op, size, r.rollback(&t, err))
 	}
 	a := &allocation{base: ptr, size: size, mapped: aligned, reservations: []span{{ptr, reserve}}, resv: reserve,
 		chunks: []chunk{{off: 0, size: aligned, h: h}}, descs: descs}
 	r.mu.Lock()
 	r.allocs[ptr] = a
 	r.mu.Unlock()
-	return buffer.Owned(ptr, size, r, s), nil
+	return ptr, s, nil
 }
 
 // Deallocate waits for s (nil: the legacy default stream), then unmaps the
@@ -401,7 +406,7 @@ func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 	if a == nil {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%#x (%d bytes) is not an allocation of this resource", uint64(ptr), size)
 	}
-	err := r.wait(s)
+	err := r.wait(op, s)
 	freed := false
 	if err == nil {
 		freed, err = r.free(a)
@@ -424,7 +429,11 @@ func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 // before memory it may use is unmapped. It waits for that stream only,
 // never for the whole device: work on other streams is the caller's to
 // order, as for any free.
-func (r *Resource) wait(s *cuda.Stream) error {
+func (r *Resource) wait(op string, s *cuda.Stream) error {
+	s, err := r.dev.ResolveStream(op, s, false)
+	if err != nil {
+		return err
+	}
 	return r.drv.syncStream(s)
 }
 
@@ -720,7 +729,7 @@ func (r *Resource) remap(a *allocation, need uint64, s *cuda.Stream) (cleanup, e
 	}
 	// The new range is complete. Work already submitted may still use the
 	// old addresses: let it finish before they go.
-	if err := r.wait(s); err != nil {
+	if err := r.wait("Resource.Grow", s); err != nil {
 		return nil, r.rollback(&t, err)
 	}
 	oldBase, oldMapped, oldResv := a.base, a.mapped, a.reservations
@@ -787,7 +796,7 @@ func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, err
 			break // holding r.mu
 		}
 		r.mu.Unlock()
-		if err := r.wait(s); err != nil {
+		if err := r.wait(op, s); err != nil {
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
 	}

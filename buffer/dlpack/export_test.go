@@ -28,7 +28,7 @@ func TestBufferDunderDLPackDeviceSuccess(t *testing.T) {
 		{"host", &access{host: true, id: -1}, dlpack.Device{Type: dlpack.CPU}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			b, err := c.mr.Allocate(1024, nil)
+			b, err := buffer.Allocate(c.mr, 1024, nil)
 			require.NoError(t, err)
 			defer b.Close()
 			d, err := dlpack.DeviceOf(b)
@@ -43,7 +43,7 @@ func TestBufferDunderDLPackDeviceSuccess(t *testing.T) {
 // other buffers no device type fits.
 func TestBufferDunderDLPackDeviceFailure(t *testing.T) {
 	null := &access{id: -1}
-	b, err := null.Allocate(1024, nil)
+	b, err := buffer.Allocate(null, 1024, nil)
 	require.NoError(t, err)
 	defer b.Close()
 	_, err = dlpack.DeviceOf(b)
@@ -58,7 +58,7 @@ func TestBufferDunderDLPackDeviceFailure(t *testing.T) {
 	assert.Zero(t, b.Holds(), "a refused export holds nothing")
 
 	nodev := &access{dev: true, id: -1}
-	b2, err := nodev.Allocate(16, nil)
+	b2, err := buffer.Allocate(nodev, 16, nil)
 	require.NoError(t, err)
 	defer b2.Close()
 	_, err = dlpack.DeviceOf(b2)
@@ -324,7 +324,7 @@ func TestExportRace(t *testing.T) {
 			defer wg.Done()
 			for i := range 50 {
 				_ = growStack(32) // leave a large stack for the collector to shrink
-				b, _ := h.Allocate(32, nil)
+				b, _ := buffer.Allocate(h, 32, nil)
 				var ps []uintptr
 				for range 3 {
 					v, err := dlpack.Export(b)

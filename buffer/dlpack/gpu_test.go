@@ -161,7 +161,7 @@ func TestGPUDeviceTypes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			b, err := c.mr.Allocate(mib, nil)
+			b, err := buffer.Allocate(c.mr, mib, nil)
 			require.NoError(t, err)
 			got, err := dlpack.DeviceOf(b)
 			require.NoError(t, err)
@@ -232,7 +232,7 @@ func TestGPUImportHostLabels(t *testing.T) {
 	}
 	for name, mr := range host {
 		t.Run(name, func(t *testing.T) {
-			b, err := mr.Allocate(mib, nil)
+			b, err := buffer.Allocate(mr, mib, nil)
 			require.NoError(t, err)
 			defer b.Close()
 			require.NoError(t, d.Sync())

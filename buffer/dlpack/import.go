@@ -543,9 +543,9 @@ func (r *tensorResource) release() {
 	}
 }
 
-// Allocate is not supported: the resource only gives one tensor back.
-func (r *tensorResource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	return nil, cuda.Errorf("dlpack tensor resource Allocate", cuda.ErrNotSupported, "an imported DLPack tensor's resource cannot allocate")
+// AllocatePtr is not supported: the resource only gives one tensor back.
+func (r *tensorResource) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+	return 0, nil, cuda.Errorf("dlpack tensor resource Allocate", cuda.ErrNotSupported, "an imported DLPack tensor's resource cannot allocate")
 }
 
 // Deallocate waits for s (if not nil), then calls the deleter; a second

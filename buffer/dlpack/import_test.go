@@ -59,7 +59,7 @@ func TestImportRoundTrip(t *testing.T) {
 		d, err := dlpack.DeviceOf(in)
 		require.NoError(t, err)
 		assert.Equal(t, dlpack.Device{Type: dlpack.CPU}, d)
-		_, err = in.Resource().Allocate(8, nil)
+		_, err = buffer.Allocate(in.Resource(), 8, nil)
 		assert.ErrorIs(t, err, cuda.ErrNotSupported, "an import's resource cannot allocate")
 
 		require.NoError(t, b.Close(), "the original closes first: the import still holds it")

@@ -81,13 +81,13 @@ type heap struct {
 
 func newHeap() *heap { return &heap{mem: map[cuda.DevicePtr][]byte{}} }
 
-func (m *heap) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+func (m *heap) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	b := make([]byte, size+1)
 	p := cuda.DevicePtr(uintptr(unsafe.Pointer(&b[0])))
 	m.mu.Lock()
 	m.mem[p] = b
 	m.mu.Unlock()
-	return buffer.Owned(p, size, m, s), nil
+	return p, s, nil
 }
 
 func (m *heap) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream) error {
@@ -119,7 +119,7 @@ func (m *heap) DeviceID() int          { return -1 }
 
 func (m *heap) alloc(t testing.TB, size uint64) *buffer.Buffer {
 	t.Helper()
-	b, err := m.Allocate(size, nil)
+	b, err := buffer.Allocate(m, size, nil)
 	require.NoError(t, err)
 	return b
 }
@@ -133,9 +133,9 @@ type access struct {
 	next      cuda.DevicePtr
 }
 
-func (m *access) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+func (m *access) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	m.next += 0x1000
-	return buffer.Owned(0x7e57_0000_0000+m.next, size, m, s), nil
+	return 0x7e57_0000_0000 + m.next, s, nil
 }
 func (m *access) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }
 func (m *access) DeviceAccessible() bool                                { return m.dev }

@@ -90,7 +90,7 @@ func pinnedMeasurements(e *benchEnv) []measurement {
 		return func(n int) (time.Duration, error) {
 			r := mr()
 			return timed(n, e.stream, func() error {
-				b, err := r.Allocate(size, e.stream)
+				b, err := buffer.Allocate(r, size, e.stream)
 				if err != nil {
 					return err
 				}
@@ -141,7 +141,7 @@ func bufferMeasurements(e *benchEnv) []measurement {
 			dst **buffer.Buffer
 			mr  buffer.MemoryResource
 		}{{&host, pinnedMR}, {&a, devMR}, {&b, devMR}} {
-			buf, err := p.mr.Allocate(copyBytes, s)
+			buf, err := buffer.Allocate(p.mr, copyBytes, s)
 			if err != nil {
 				setupErr = err
 				return err

@@ -192,7 +192,7 @@ func deviceSteps(k *deviceKit) []step {
 			if err != nil {
 				return err
 			}
-			b, err := mr.Allocate(1<<20, k.s)
+			b, err := buffer.Allocate(mr, 1<<20, k.s)
 			if err != nil {
 				return err
 			}
@@ -214,7 +214,7 @@ func deviceSteps(k *deviceKit) []step {
 			if err != nil {
 				return err
 			}
-			b, err := mr.Allocate(1<<20, k.s)
+			b, err := buffer.Allocate(mr, 1<<20, k.s)
 			if err != nil {
 				return err
 			}
@@ -231,7 +231,7 @@ func deviceSteps(k *deviceKit) []step {
 			if err != nil {
 				return err
 			}
-			b, err := r.Allocate(r.Granularity(), k.s)
+			b, err := buffer.Allocate(r, r.Granularity(), k.s)
 			if err != nil {
 				return err
 			}
@@ -262,12 +262,12 @@ func peerStep(src, dst *deviceKit) step {
 		if err != nil {
 			return err
 		}
-		sb, err := a.Allocate(selfSize, src.s)
+		sb, err := buffer.Allocate(a, selfSize, src.s)
 		if err != nil {
 			return err
 		}
 		defer closeInto(&err, sb)
-		db, err := b.Allocate(selfSize, dst.s)
+		db, err := buffer.Allocate(b, selfSize, dst.s)
 		if err != nil {
 			return err
 		}

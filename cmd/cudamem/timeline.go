@@ -167,7 +167,7 @@ func timelineDemo(ordinal, steps, capacity int, seed uint64, stacks bool) (tr *t
 		err = errors.Join(err, s.Sync())
 	}()
 	get := func(mr buffer.MemoryResource, n uint64) (*buffer.Buffer, error) {
-		b, err := mr.Allocate(n, s)
+		b, err := buffer.Allocate(mr, n, s)
 		if err != nil {
 			return nil, err
 		}

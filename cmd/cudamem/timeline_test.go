@@ -23,13 +23,13 @@ import (
 // madeUp is an upstream of made-up addresses, for traces made on a CPU.
 type madeUp struct{ next cuda.DevicePtr }
 
-func (m *madeUp) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+func (m *madeUp) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if m.next == 0 {
 		m.next = 0x7f0000000000
 	}
 	p := m.next
 	m.next += cuda.DevicePtr((size + 255) &^ 255)
-	return buffer.Owned(p, size, m, s), nil
+	return p, s, nil
 }
 func (m *madeUp) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }
 func (m *madeUp) DeviceAccessible() bool                                { return true }

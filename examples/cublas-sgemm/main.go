@@ -179,7 +179,7 @@ func sgemmOn(dev *cuda.Device, c *cublas, fs *bound, m, n, k, reps int, a, b, wa
 		return err
 	}
 	defer func() { err = errors.Join(err, s.Close()) }()
-	alloc := func(elems int) (*buffer.Buffer, error) { return mr.Allocate(uint64(elems)*4, s) }
+	alloc := func(elems int) (*buffer.Buffer, error) { return buffer.Allocate(mr, uint64(elems)*4, s) }
 	var bufs [3]*buffer.Buffer
 	for i, elems := range []int{m * k, k * n, m * n} {
 		if bufs[i], err = alloc(elems); err != nil {

@@ -53,12 +53,12 @@ func input(batch int) []uint32 {
 // stage runs one batch on s: upload, device stage, download, check.
 func stage(mr buffer.MemoryResource, s *cuda.Stream, batch int, out []uint32) (err error) {
 	in := input(batch)
-	src, err := mr.Allocate(batchSize, s) // usable on s at once
+	src, err := buffer.Allocate(mr, batchSize, s) // usable on s at once
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, src.Close()) }() // freed in order on s
-	dst, err := mr.Allocate(batchSize, s)
+	dst, err := buffer.Allocate(mr, batchSize, s)
 	if err != nil {
 		return err
 	}

@@ -93,7 +93,7 @@ func syncStream(s *cuda.Stream) error {
 
 // usable allocates from mr, round-trips data and frees: the resource works.
 func usable(mr buffer.MemoryResource, size uint64, s *cuda.Stream) error {
-	b, err := mr.Allocate(size, s)
+	b, err := buffer.Allocate(mr, size, s)
 	if err != nil {
 		return fmt.Errorf("resource unusable: %w", err)
 	}

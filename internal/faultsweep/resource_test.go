@@ -153,7 +153,7 @@ func TestFaultSweepAllocate(t *testing.T) {
 			}
 			var b *buffer.Buffer
 			return &fixture{
-				op: func() (err error) { b, err = mr.Allocate(m.size, s); return err },
+				op: func() (err error) { b, err = buffer.Allocate(mr, m.size, s); return err },
 				verify: func() error {
 					if b != nil {
 						if err := roundTrip(b, s, 1); err != nil {
@@ -185,7 +185,7 @@ func TestFaultSweepDeallocate(t *testing.T) {
 			if err != nil {
 				return nil, joinSetup(err, cl)
 			}
-			b, err := mr.Allocate(m.size, s)
+			b, err := buffer.Allocate(mr, m.size, s)
 			if err != nil {
 				return nil, joinSetup(err, cl)
 			}

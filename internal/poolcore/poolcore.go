@@ -18,7 +18,7 @@
 //     from it is live: by Close when nothing is live, else by the Freed
 //     call of the last live allocation. Freeing into a destroyed pool, or
 //     destroying one with allocations outstanding, was followed by
-//     segmentation faults in the driver (580, CUDA 13.0), so neither
+//     segmentation faults in the driver, so neither
 //     happens.
 //   - A failed destruction leaves the pool closed but not destroyed; the
 //     error of a deferred destruction (one run by Freed) is kept, and the

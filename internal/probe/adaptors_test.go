@@ -27,16 +27,16 @@ func newPartly() *partlyRes {
 	return &partlyRes{next: 0x7000_0000_0000, live: map[cuda.DevicePtr]uint64{}}
 }
 
-func (m *partlyRes) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+func (m *partlyRes) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if size == 0 {
-		return buffer.Owned(0, 0, m, s), nil
+		return 0, s, nil
 	}
 	p := m.next
 	m.next += cuda.DevicePtr(size+4095) &^ 4095
 	m.live[p] = size
-	return buffer.Owned(p, size, m, s), nil
+	return p, s, nil
 }
 
 func (m *partlyRes) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream) error {
@@ -66,7 +66,7 @@ func TestAdaptorsPartlyFreed(t *testing.T) {
 	st := resource.NewStatistics(up)
 	tr := resource.NewTracking(up, nil)
 	for name, mr := range map[string]buffer.MemoryResource{"Limiting": lim, "Statistics": st, "Tracking": tr} {
-		b, err := mr.Allocate(600, nil)
+		b, err := buffer.Allocate(mr, 600, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -65,7 +65,7 @@ func TestAllocateHostileSizes(t *testing.T) {
 	for name, mr := range resources(t) {
 		for _, size := range []uint64{1 << 63, math.MaxUint64, math.MaxUint64 - 255, 1<<64 - 4096, 1 << 62} {
 			noPanic(t, name, func() {
-				b, err := mr.Allocate(size, nil)
+				b, err := buffer.Allocate(mr, size, nil)
 				if err == nil {
 					t.Errorf("%s.Allocate(%d): no error", name, size)
 					b.Close()
@@ -76,7 +76,7 @@ func TestAllocateHostileSizes(t *testing.T) {
 			})
 		}
 		for _, size := range []uint64{0, 1, 3} {
-			b, err := mr.Allocate(size, nil)
+			b, err := buffer.Allocate(mr, size, nil)
 			if err != nil {
 				t.Errorf("%s.Allocate(%d): %v", name, size, err)
 				continue
@@ -99,7 +99,7 @@ func TestAllocateClosedStream(t *testing.T) {
 	for name, mr := range resources(t) {
 		for _, st := range []*cuda.Stream{s, new(cuda.Stream)} {
 			noPanic(t, name, func() {
-				b, err := mr.Allocate(64, st)
+				b, err := buffer.Allocate(mr, 64, st)
 				if err == nil {
 					t.Errorf("%s.Allocate on closed/zero stream: no error", name)
 					b.Close()
@@ -115,7 +115,7 @@ func TestAllocateClosedStream(t *testing.T) {
 func TestDeallocateForeign(t *testing.T) {
 	for name, mr := range resources(t) {
 		noPanic(t, name, func() {
-			b, err := mr.Allocate(256, nil)
+			b, err := buffer.Allocate(mr, 256, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -138,7 +138,7 @@ func TestDeallocateForeign(t *testing.T) {
 func TestDoubleDeallocate(t *testing.T) {
 	for name, mr := range resources(t) {
 		noPanic(t, name, func() {
-			b, err := mr.Allocate(256, nil)
+			b, err := buffer.Allocate(mr, 256, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -162,7 +162,7 @@ func TestDoubleDeallocate(t *testing.T) {
 func TestViewsAndOffsets(t *testing.T) {
 	d0 := dev(t, 0)
 	mr, _ := resource.Default(d0)
-	b, err := mr.Allocate(4096, nil)
+	b, err := buffer.Allocate(mr, 4096, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestHostCopyTypes(t *testing.T) {
 		A uint8
 		B uint16
 	} // size 4 with padding
-	b, err := mr.Allocate(12, nil)
+	b, err := buffer.Allocate(mr, 12, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +267,7 @@ func TestHostCopyTypes(t *testing.T) {
 	if err := buffer.CopyFromHost(b, []struct{}{{}, {}}, nil); err == nil {
 		t.Errorf("[]struct{}: no error for 0 bytes into 12")
 	}
-	z, _ := mr.Allocate(0, nil)
+	z, _ := buffer.Allocate(mr, 0, nil)
 	defer z.Close()
 	if err := buffer.CopyFromHost(z, []struct{}{{}, {}, {}}, nil); err != nil {
 		t.Errorf("[]struct{} into empty: %v", err)
@@ -290,9 +290,9 @@ func TestHostCopyTypes(t *testing.T) {
 func TestClosedArguments(t *testing.T) {
 	d0 := dev(t, 0)
 	mr, _ := resource.Default(d0)
-	a, _ := mr.Allocate(64, nil)
+	a, _ := buffer.Allocate(mr, 64, nil)
 	defer a.Close()
-	c, _ := mr.Allocate(64, nil)
+	c, _ := buffer.Allocate(mr, 64, nil)
 	c.Close()
 	s, _ := d0.NewStream()
 	s.Close()
@@ -303,7 +303,7 @@ func TestClosedArguments(t *testing.T) {
 		{"CopyFrom(closed)", func() error { return a.CopyFrom(c, nil) }},
 		{"CopyTo(closed)", func() error { return a.CopyTo(c, nil) }},
 		{"Fill8(closed stream)", func() error { return a.Fill8(1, s) }},
-		{"CopyFrom(closed stream)", func() error { b2, _ := mr.Allocate(64, nil); defer b2.Close(); return a.CopyFrom(b2, s) }},
+		{"CopyFrom(closed stream)", func() error { b2, _ := buffer.Allocate(mr, 64, nil); defer b2.Close(); return a.CopyFrom(b2, s) }},
 		{"CopyFromHost(closed stream)", func() error { return buffer.CopyFromHost(a, make([]byte, 64), s) }},
 		{"CopyToHost(closed stream)", func() error { return buffer.CopyToHost(make([]byte, 64), a, s) }},
 		{"Clone(closed stream)", func() error {
@@ -314,7 +314,7 @@ func TestClosedArguments(t *testing.T) {
 			return err
 		}},
 		{"CloseOn(closed stream)", func() error {
-			b, _ := mr.Allocate(64, nil)
+			b, _ := buffer.Allocate(mr, 64, nil)
 			err := b.CloseOn(s)
 			if err != nil {
 				b.Close()
@@ -347,11 +347,11 @@ func TestCrossDevice(t *testing.T) {
 	d0, d1 := dev(t, 0), dev(t, 1)
 	mr0, _ := resource.Default(d0)
 	mr1, _ := resource.Default(d1)
-	a, err := mr0.Allocate(64, nil)
+	a, err := buffer.Allocate(mr0, 64, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := mr1.Allocate(64, nil)
+	b, err := buffer.Allocate(mr1, 64, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

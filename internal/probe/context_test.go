@@ -54,7 +54,7 @@ func TestContextViewResources(t *testing.T) {
 	}
 	src := bytes.Repeat([]byte("context view "), 100)
 	for name, mr := range map[string]buffer.MemoryResource{"current": current, "owned": owned, "sync": sync, "default": def, "virtual": vm} {
-		b, err := mr.Allocate(uint64(len(src)+3), s)
+		b, err := buffer.Allocate(mr, uint64(len(src)+3), s)
 		if err != nil {
 			t.Fatalf("%s: Allocate: %v", name, err)
 		}

@@ -70,7 +70,7 @@ func TestDLPackFakeDeviceTypes(t *testing.T) {
 		{"managed", managed, dlpack.Device{Type: dlpack.CUDAHost}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			b, err := c.mr.Allocate(4096, nil)
+			b, err := buffer.Allocate(c.mr, 4096, nil)
 			require.NoError(t, err)
 			got, err := dlpack.DeviceOf(b)
 			require.NoError(t, err)

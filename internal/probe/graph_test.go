@@ -333,10 +333,10 @@ func TestOrdinaryResourcesRefuseCapture(t *testing.T) {
 		{"Limiting(DevicePool)", limit, "DevicePool"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			b, err := c.mr.Allocate(4096, s)
+			b, err := buffer.Allocate(c.mr, 4096, s)
 			require.NoError(t, err)
 			require.NoError(t, s.BeginCapture())
-			_, err = c.mr.Allocate(4096, s)
+			_, err = buffer.Allocate(c.mr, 4096, s)
 			assert.ErrorIs(t, err, cuda.ErrCapturing)
 			if err != nil {
 				assert.Contains(t, err.Error(), c.op+".Allocate")

@@ -23,10 +23,10 @@ func TestRaceBufferCloseVsUse(t *testing.T) {
 	check := baseline(t)
 	d0 := dev(t, 0)
 	mr, _ := resource.Default(d0)
-	other, _ := mr.Allocate(256, nil)
+	other, _ := buffer.Allocate(mr, 256, nil)
 	defer other.Close()
 	for i := 0; i < 50; i++ {
-		b, err := mr.Allocate(256, nil)
+		b, err := buffer.Allocate(mr, 256, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -98,7 +98,7 @@ func TestRacePoolCloseVsAllocate(t *testing.T) {
 					if g%2 == 0 {
 						mr = sa
 					}
-					b, err := mr.Allocate(uint64(1+j*97), nil)
+					b, err := buffer.Allocate(mr, uint64(1+j*97), nil)
 					okOrClosed(t, "alloc", err)
 					if err != nil {
 						continue

@@ -87,7 +87,7 @@ func TestDLPackImportRefusesDeviceMemoryLabelledHost(t *testing.T) {
 	managed, err := resource.NewManaged(d, nil)
 	require.NoError(t, err)
 	for _, mr := range []buffer.MemoryResource{pinned, managed} {
-		hb, err := mr.Allocate(64, nil)
+		hb, err := buffer.Allocate(mr, 64, nil)
 		require.NoError(t, err)
 		for _, typ := range []int32{int32(dlpack.CUDAHost), int32(dlpack.CUDAManaged)} {
 			in, err := dlpack.Import(l.Make(true, uintptr(hb.Ptr()), spec(typ)))

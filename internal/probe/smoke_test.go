@@ -3,6 +3,7 @@
 package probe
 
 import (
+	"github.com/cudamem/cudamem/buffer"
 	"testing"
 
 	"github.com/cudamem/cudamem/cuda"
@@ -18,7 +19,7 @@ func TestSmoke(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := mr.Allocate(100, nil)
+	b, err := buffer.Allocate(mr, 100, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

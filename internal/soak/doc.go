@@ -1,5 +1,5 @@
-// Package soak holds no code: its test, TestSoak, is the GPU soak test of
-// issue 6. Hundreds of goroutines allocate from every kind of memory
+// Package soak holds no code: its test, TestSoak, is the GPU soak test.
+// Hundreds of goroutines allocate from every kind of memory
 // resource on every GPU (two when present), hand the buffers to other
 // goroutines that verify them on the device and on the host, copy them
 // (host to device, device to host, device to device, peer), fill and slice

@@ -140,7 +140,7 @@ func (s *soak) produce(rng *rand.Rand, sts map[*cuda.Device]*cuda.Stream) (*item
 	st := sts[dev]
 	n := size(rng)
 	as := sts[s.allocDev(k)]
-	b, err := k.mr.Allocate(n, as)
+	b, err := buffer.Allocate(k.mr, n, as)
 	if err != nil {
 		return nil, fmt.Errorf("%s: Allocate(%d): %w", k.name, n, err)
 	}
@@ -245,7 +245,7 @@ func (s *soak) consume(rng *rand.Rand, sts map[*cuda.Device]*cuda.Stream, it *it
 		dev2 = s.devs[rng.IntN(len(s.devs))]
 	}
 	as := sts[s.allocDev(k2)]
-	c, err := k2.mr.Allocate(n, as)
+	c, err := buffer.Allocate(k2.mr, n, as)
 	if err != nil {
 		return fmt.Errorf("%s: Allocate(%d) for a copy: %w", k2.name, n, err)
 	}

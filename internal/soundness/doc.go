@@ -1,5 +1,5 @@
 // Package soundness holds no code: its tests are the cross-package
-// soundness sweep of issue 6. They import every public package of cudamem
+// soundness sweep. They import every public package of cudamem
 // (cuda, buffer, resource, resource/metrics, resource/timeline, ipc,
 // virtual, loader) and call every exported method of every exported type
 // on a nil pointer and on a pointer to a zero value, with zero-value

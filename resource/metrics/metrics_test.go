@@ -30,22 +30,22 @@ type fakeUpstream struct {
 	dev  int
 }
 
-func (f *fakeUpstream) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+func (f *fakeUpstream) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fail > 0 {
 		f.fail--
-		return nil, &cuda.OpError{Op: "fake.Allocate", Err: cuda.ErrorOutOfMemory}
+		return 0, nil, &cuda.OpError{Op: "fake.Allocate", Err: cuda.ErrorOutOfMemory}
 	}
 	if f.next == 0 {
 		f.next = 0x7f0000000000
 	}
 	if size == 0 {
-		return buffer.Owned(0, 0, f, s), nil
+		return 0, s, nil
 	}
 	p := f.next
 	f.next += cuda.DevicePtr((size + 255) &^ 255)
-	return buffer.Owned(p, size, f, s), nil
+	return p, s, nil
 }
 func (f *fakeUpstream) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }
 func (f *fakeUpstream) DeviceAccessible() bool                                { return true }
@@ -212,7 +212,7 @@ func workload(t *testing.T, mr buffer.MemoryResource, up *fakeUpstream) []*buffe
 	t.Helper()
 	var live []*buffer.Buffer
 	for i := range 20 {
-		b, err := mr.Allocate(uint64(1000*(i+1)), nil)
+		b, err := buffer.Allocate(mr, uint64(1000*(i+1)), nil)
 		require.NoError(t, err)
 		if i%3 == 0 {
 			require.NoError(t, b.Close())
@@ -223,7 +223,7 @@ func workload(t *testing.T, mr buffer.MemoryResource, up *fakeUpstream) []*buffe
 	up.mu.Lock()
 	up.fail = 1
 	up.mu.Unlock()
-	_, err := mr.Allocate(4<<20, nil) // more than a sub-allocator holds free
+	_, err := buffer.Allocate(mr, 4<<20, nil) // more than a sub-allocator holds free
 	require.Error(t, err)
 	return live
 }

@@ -25,11 +25,11 @@ type heap struct {
 
 func newHeap() *heap { return &heap{live: map[cuda.DevicePtr]uint64{}} }
 
-func (h *heap) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+func (h *heap) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if size == 0 {
-		return buffer.Owned(0, 0, h, s), nil
+		return 0, s, nil
 	}
 	need := (size + 255) &^ 255
 	type r struct{ a, n uint64 }
@@ -46,7 +46,7 @@ func (h *heap) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
 		at = max(at, u.a+u.n)
 	}
 	h.live[cuda.DevicePtr(at)] = size
-	return buffer.Owned(cuda.DevicePtr(at), size, h, s), nil
+	return cuda.DevicePtr(at), s, nil
 }
 
 func (h *heap) Deallocate(p cuda.DevicePtr, size uint64, _ *cuda.Stream) error {
@@ -75,7 +75,7 @@ func run(t *testing.T, mr buffer.MemoryResource, n int, seed uint64, after func(
 			require.NoError(t, held[i].Close())
 			held = slices.Delete(held, i, i+1)
 		} else {
-			b, err := mr.Allocate(1+rng.Uint64N(1<<16), nil)
+			b, err := buffer.Allocate(mr, 1+rng.Uint64N(1<<16), nil)
 			require.NoError(t, err)
 			held = append(held, b)
 		}

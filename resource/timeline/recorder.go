@@ -92,63 +92,23 @@ func (r *Recorder) callers() []uintptr {
 // empty one, at address 0, is not recorded: it owns nothing and is never
 // freed). Upstream errors are returned unchanged.
 func (r *Recorder) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	ptr, s, err := r.AllocatePtr(size, s)
-	if err != nil {
-		return nil, err
-	}
-	return buffer.Owned(ptr, size, r, s), nil
+	return buffer.Allocate(r, size, s)
 }
 
-// AllocatePtr is Allocate without the Buffer ([buffer.RawResource]), so
-// that layers above the Recorder pass addresses and only the top one
-// builds a Buffer. Free it with Deallocate.
+// AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]):
+// layers above the Recorder pass addresses and only the top one builds a
+// Buffer. Free it with Deallocate.
 func (r *Recorder) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	if r == nil || r.up == nil || r.log == nil {
 		return 0, nil, errNoUpstream("Allocate")
 	}
 	callers := r.callers()
-	ptr, s, err := r.upAllocate(size, s)
+	ptr, s, err := r.up.AllocatePtr(size, s)
 	if err != nil {
 		return 0, nil, err
 	}
 	if ptr != 0 {
 		r.log.record(r.event(Alloc, ptr, size, s), callers)
-	}
-	return ptr, s, nil
-}
-
-// upAllocate is the Recorder's one call to allocate from the upstream:
-// it returns the memory and the stream the upstream chose (it resolves
-// nil to its default), out of the upstream's buffer.
-func (r *Recorder) upAllocate(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
-	const op = "Recorder.Allocate"
-	if ru, ok := r.up.(buffer.RawResource); ok {
-		return ru.AllocatePtr(size, s) // no Buffer to take apart
-	}
-	ub, err := r.up.Allocate(size, s)
-	if err != nil {
-		return 0, nil, err
-	}
-	if ub == nil {
-		return 0, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "upstream %v returned no buffer and no error for %d bytes", r.up, size)
-	}
-	s = ub.Stream()
-	ptr, got, err := ub.Disown()
-	if err != nil {
-		bad := cuda.Errorf(op, cuda.ErrInvalidArgument, "upstream %v returned a buffer it does not own for %d bytes: %v", r.up, size, err)
-		if cerr := ub.Close(); cerr != nil {
-			bad = errors.Join(bad, fmt.Errorf("close it: %w", cerr))
-		}
-		return 0, nil, bad
-	}
-	if got != size {
-		bad := cuda.Errorf(op, cuda.ErrInvalidArgument, "upstream %v returned %d bytes for a request of %d", r.up, got, size)
-		if ptr != 0 {
-			if derr := r.up.Deallocate(ptr, got, s); derr != nil {
-				bad = errors.Join(bad, fmt.Errorf("give %#x (%d bytes) back: %w", uint64(ptr), got, derr))
-			}
-		}
-		return 0, nil, bad
 	}
 	return ptr, s, nil
 }

@@ -32,20 +32,20 @@ type fake struct {
 
 func newFake() *fake { return &fake{next: 0x7f0000000000, live: map[cuda.DevicePtr]uint64{}} }
 
-func (f *fake) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+func (f *fake) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.failAllocs > 0 {
 		f.failAllocs--
-		return nil, &cuda.OpError{Op: "fake.Allocate", Err: cuda.ErrorOutOfMemory}
+		return 0, nil, &cuda.OpError{Op: "fake.Allocate", Err: cuda.ErrorOutOfMemory}
 	}
 	if size == 0 {
-		return buffer.Owned(0, 0, f, s), nil
+		return 0, s, nil
 	}
 	p := f.next
 	f.next += cuda.DevicePtr((size + 255) &^ 255)
 	f.live[p] = size
-	return buffer.Owned(p, size, f, s), nil
+	return p, s, nil
 }
 
 func (f *fake) Deallocate(p cuda.DevicePtr, size uint64, _ *cuda.Stream) error {
@@ -68,7 +68,7 @@ func (f *fake) String() string         { return "fake" }
 
 func alloc(t *testing.T, mr buffer.MemoryResource, n uint64) *buffer.Buffer {
 	t.Helper()
-	b, err := mr.Allocate(n, nil)
+	b, err := buffer.Allocate(mr, n, nil)
 	require.NoError(t, err)
 	return b
 }
@@ -485,8 +485,8 @@ func FuzzReadJSON(f *testing.F) {
 // nop is an upstream that does nothing but hand out one address.
 type nop struct{}
 
-func (nop) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	return buffer.Owned(0x10000, size, nop{}, s), nil
+func (nop) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+	return 0x10000, s, nil
 }
 func (nop) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }
 func (nop) DeviceAccessible() bool                                { return true }
@@ -499,7 +499,7 @@ func BenchmarkRecorderPair(b *testing.B) {
 	pair := func(b *testing.B, mr buffer.MemoryResource) {
 		b.ReportAllocs()
 		for b.Loop() {
-			buf, err := mr.Allocate(256, nil)
+			buf, err := buffer.Allocate(mr, 256, nil)
 			if err != nil {
 				b.Fatal(err)
 			}

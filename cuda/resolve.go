@@ -1,0 +1,31 @@
+package cuda
+
+import "fmt"
+
+// ResolveStream resolves the stream argument of operation op on memory of
+// device d: the one place every package checks a stream. nil means d's
+// legacy default stream; a zero Stream (not made by a device) and a closed
+// one are errors naming op (the closed one matches ErrClosed); with sameGPU
+// set, so is a stream of another GPU than d's (a stream of another context
+// of d's GPU is accepted: memory belongs to the GPU, and the driver call
+// runs in the stream's context). d may be nil for memory bound to no
+// device, when s is not nil; the GPU is then not checked. It calls no
+// driver function.
+func (d *Device) ResolveStream(op string, s *Stream, sameGPU bool) (*Stream, error) {
+	if s == nil {
+		if d == nil {
+			return nil, Errorf(op, ErrInvalidArgument, "nil stream, and no device whose legacy default stream it would mean")
+		}
+		return d.DefaultStream(), nil
+	}
+	sd := s.Device()
+	switch {
+	case sd == nil:
+		return nil, Errorf(op, ErrInvalidArgument, "zero stream (a cuda.Stream no device made: use Device.NewStream, or nil for the legacy default stream)")
+	case s.IsClosed():
+		return nil, &OpError{Op: op, Err: fmt.Errorf("%w: stream of %v", ErrClosed, sd)}
+	case sameGPU && d != nil && !sd.SameGPU(d):
+		return nil, Errorf(op, ErrInvalidArgument, "stream of %v given for memory of %v (use a stream of that device)", sd, d)
+	}
+	return s, nil
+}
