@@ -5,9 +5,9 @@ package cuda_test
 // TestGPUWrapRawContext.
 
 import (
-	"strings"
 	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 	"unsafe"
 
