@@ -34,7 +34,10 @@ type frame struct {
 // gStackHi is the offset of stack.hi in the runtime's g: its first field
 // is the stack's bounds [lo, hi), an offset the runtime documents as
 // known to runtime/cgo (whose C code reads it), so it does not change
-// between Go releases. g itself is never moved or freed.
+// between Go releases. g itself is never moved or freed. Only the
+// assembly reads it (through go_asm.h).
+//
+//lint:ignore U1000 used by call_linux_*.s
 const gStackHi = unsafe.Sizeof(uintptr(0))
 
 // getg returns the current goroutine's runtime g (assembly: it reads the

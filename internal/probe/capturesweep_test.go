@@ -44,7 +44,6 @@ type capEnv struct {
 	host   *buffer.Buffer // from pinned
 	ev     *cuda.Event    // recorded on the other stream before the capture
 	later  []func() error // run after the capture ended
-	stage  string
 }
 
 func (e *capEnv) keep(b *buffer.Buffer, err error) error {

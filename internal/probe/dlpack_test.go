@@ -26,6 +26,7 @@ var (
 	dlpOnce sync.Once
 	dlpLib  *dlpacktest.Lib
 	dlpErr  error
+	dlpDir  string // where dlpLib was built
 )
 
 func dlpackLib(t *testing.T) *dlpacktest.Lib {
@@ -36,6 +37,7 @@ func dlpackLib(t *testing.T) *dlpacktest.Lib {
 			dlpErr = err
 			return
 		}
+		dlpDir = dir // removed by TestMain once every test is done with the library
 		dlpLib, dlpErr = dlpacktest.Build(dir)
 	})
 	if errors.Is(dlpErr, dlpacktest.ErrNoCompiler) && !dlpacktest.Required() {

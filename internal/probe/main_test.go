@@ -36,5 +36,8 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	os.RemoveAll(dir)
+	if dlpDir != "" {
+		os.RemoveAll(dlpDir)
+	}
 	os.Exit(code)
 }

@@ -1,3 +1,0 @@
-package dlpack
-
-const sysProcessVMReadv = 270
