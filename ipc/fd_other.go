@@ -41,3 +41,11 @@ func ReceiveFDsContext(ctx context.Context, conn *net.UnixConn, maxPayload int) 
 func ReceiveHandleContext(ctx context.Context, conn *net.UnixConn) (*Handle, error) {
 	return nil, errNoFDs("ipc.ReceiveHandleContext")
 }
+
+// SendMsg is not supported without POSIX file descriptors.
+func SendMsg(conn *net.UnixConn, data []byte, fds ...int) error { return errNoFDs("ipc.SendMsg") }
+
+// ReceiveMsg is not supported without POSIX file descriptors.
+func ReceiveMsg(conn *net.UnixConn, maxData, maxFDs int) ([]byte, []int, error) {
+	return nil, nil, errNoFDs("ipc.ReceiveMsg")
+}

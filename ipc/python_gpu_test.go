@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -177,32 +178,30 @@ type pyPoolMsg struct {
 	Size uint64 `json:"size"`
 }
 
-// receivePool reads cudacore_export.py's message and the fd with it; ok
-// is false when Python closed the socket without sending (it failed or
-// asked for a skip: its exit status says which).
+// receivePool reads cudacore_export.py's message and the fd with it
+// (socket.send_fds on the Python side, ipc.ReceiveMsg here); ok is false
+// when Python closed the socket without sending (it failed or asked for
+// a skip: its exit status says which).
 func receivePool(t *testing.T, sock int) (msg pyPoolMsg, fd int, ok bool) {
 	t.Helper()
-	buf := make([]byte, 4096)
-	oob := make([]byte, syscall.CmsgSpace(4*4))
-	n, oobn, _, _, err := syscall.Recvmsg(sock, buf, oob, syscall.MSG_CMSG_CLOEXEC)
+	dup, err := syscall.Dup(sock) // sock stays the caller's, for the reply
 	require.NoError(t, err)
-	if n == 0 {
+	f := os.NewFile(uintptr(dup), "python-socket")
+	c, err := net.FileConn(f)
+	f.Close()
+	require.NoError(t, err)
+	defer c.Close()
+	conn := c.(*net.UnixConn)
+	line, fds, err := ipc.ReceiveMsg(conn, 4096, 4)
+	if errors.Is(err, io.EOF) {
 		return pyPoolMsg{}, -1, false
 	}
-	msgs, err := syscall.ParseSocketControlMessage(oob[:oobn])
 	require.NoError(t, err)
-	var fds []int
-	for _, m := range msgs {
-		got, err := syscall.ParseUnixRights(&m)
-		require.NoError(t, err)
-		fds = append(fds, got...)
-	}
 	require.Len(t, fds, 1, "one fd with the message")
-	line := buf[:n]
+	buf := make([]byte, 4096)
 	for !bytes.HasSuffix(line, []byte("\n")) { // the rest of a split message
-		m, err := syscall.Read(sock, buf)
+		m, err := conn.Read(buf)
 		require.NoError(t, err)
-		require.NotZero(t, m)
 		line = append(line, buf[:m]...)
 	}
 	require.NoError(t, json.Unmarshal(bytes.TrimSpace(line), &msg), "%s", line)

@@ -50,8 +50,12 @@ msg = {"data": data.hex(), "size": size}
 if not a.no_uuid and getattr(h, "uuid", None) is not None:
     msg["uuid"] = str(h.uuid)
 sock = socket.socket(fileno=a.sock)
-# sendmsg with SCM_RIGHTS (socket.send_fds needs Python 3.9).
-sock.sendmsg([json.dumps(msg).encode() + b"\n"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [int(h.handle)]))])
+# socket.send_fds (Python 3.9+); the same sendmsg by hand before that.
+line = json.dumps(msg).encode() + b"\n"
+if hasattr(socket, "send_fds"):
+    socket.send_fds(sock, [line], [int(h.handle)])
+else:
+    sock.sendmsg([line], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [int(h.handle)]))])
 
 reply = b""
 while not reply.endswith(b"\n"):

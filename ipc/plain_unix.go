@@ -1,0 +1,128 @@
+//go:build unix
+
+package ipc
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+
+	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/osfd"
+)
+
+// Plain messages: the wire format of every other language's descriptor
+// passing, with no cudamem framing. Python's socket.send_fds(sock,
+// [data], fds) and socket.recv_fds(sock, bufsize, maxfds), and
+// multiprocessing.reduction's sendfds and recvfds, send and read exactly
+// this: one sendmsg whose data and SCM_RIGHTS descriptors travel
+// together, one recvmsg on the other side. So a Go process and a Python
+// one (cuda.core, PyTorch) exchange a pool's fd and its UUID over an
+// ordinary Unix socket with SendMsg and ReceiveMsg on the Go side, and no
+// hand-written control messages on either.
+//
+// What the message means is the caller's (cuda.core sends the pool's
+// UUID as its data, for example; see ImportForeign and NewHandle for
+// turning the fd into a pool). SendFDs and ReceiveFDs remain the framed
+// form for Go peers: they keep a payload whole on stream sockets.
+
+// SendMsg sends data and the file descriptors fds in one sendmsg over a
+// Unix socket, as Python's socket.send_fds does. The receiver gets
+// duplicates; the caller still owns its fds. With descriptors, data must
+// not be empty (a stream socket carries descriptors with bytes). On a
+// stream socket a long data may go out in several writes; the
+// descriptors travel with the first.
+func SendMsg(conn *net.UnixConn, data []byte, fds ...int) error {
+	const op = "ipc.SendMsg"
+	switch {
+	case conn == nil:
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil connection")
+	case len(fds) > MaxFDs:
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%d file descriptors, at most %d per message", len(fds), MaxFDs)
+	case len(fds) > 0 && len(data) == 0:
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%d file descriptors with no data (descriptors travel with at least one byte)", len(fds))
+	}
+	for i, fd := range fds {
+		if fd < 0 {
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "file descriptor %d of %d is %d", i, len(fds), fd)
+		}
+	}
+	var oob []byte
+	if len(fds) > 0 {
+		oob = syscall.UnixRights(fds...)
+	}
+	n, _, err := conn.WriteMsgUnix(data, oob, nil)
+	for err == nil && n < len(data) {
+		var m int
+		m, err = conn.Write(data[n:])
+		n += m
+	}
+	if err != nil {
+		return &cuda.OpError{Op: op, Err: fmt.Errorf("%d bytes and %d file descriptors (%d bytes sent): %w", len(data), len(fds), n, err)}
+	}
+	return nil
+}
+
+// ReceiveMsg reads one message as Python's socket.recv_fds(sock,
+// maxData, maxFDs) does: one recvmsg of at most maxData bytes with at
+// most maxFDs descriptors, which the caller now owns (close-on-exec set).
+// On a datagram or seqpacket socket that is one whole message; on a
+// stream socket it is what has arrived, at least one byte (the
+// descriptors come with the first bytes of what the peer sent, and the
+// rest of a long message is read with conn.Read). End of stream with
+// nothing received is an error matching io.EOF.
+//
+// The peer is not trusted: more than maxFDs descriptors (the kernel
+// closes those it has no room for and reports truncated control data),
+// data longer than maxData on a datagram socket, or malformed control
+// data are refused with an error matching ErrInvalidArgument, and every
+// descriptor that arrived with the message is closed first. maxData must
+// be 1 to 1 GiB and maxFDs 0 to MaxFDs.
+func ReceiveMsg(conn *net.UnixConn, maxData, maxFDs int) (data []byte, fds []int, err error) {
+	const op = "ipc.ReceiveMsg"
+	switch {
+	case conn == nil:
+		return nil, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil connection")
+	case maxData < 1 || maxData > maxFramePayload:
+		return nil, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "maxData %d, want 1 to %d", maxData, maxFramePayload)
+	case maxFDs < 0 || maxFDs > MaxFDs:
+		return nil, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "maxFDs %d, want 0 to %d", maxFDs, MaxFDs)
+	}
+	buf := make([]byte, maxData)
+	// Room for maxFDs descriptors exactly: the kernel closes any beyond
+	// that and says so (MSG_CTRUNC), so a peer cannot make this call hold
+	// more.
+	var oob []byte
+	if maxFDs > 0 {
+		oob = make([]byte, syscall.CmsgSpace(maxFDs*4))
+	}
+	n, oobn, flags, err := recvmsg(conn, buf, oob)
+	fds, rerr := rights(oob[:oobn], nil)
+	switch {
+	case err != nil:
+	case rerr != nil:
+		err = rerr
+	case flags&syscall.MSG_CTRUNC != 0:
+		err = fmt.Errorf("%w: control data truncated (more than %d file descriptors; the kernel closed the rest)", cuda.ErrInvalidArgument, maxFDs)
+	case len(fds) > maxFDs:
+		err = fmt.Errorf("%w: %d file descriptors, at most %d expected", cuda.ErrInvalidArgument, len(fds), maxFDs)
+	case flags&syscall.MSG_TRUNC != 0:
+		err = fmt.Errorf("%w: a message longer than %d bytes", cuda.ErrInvalidArgument, maxData)
+	case n == 0 && len(fds) == 0:
+		err = fmt.Errorf("connection closed by the peer: %w", io.EOF)
+	case n == 0:
+		err = fmt.Errorf("%w: %d file descriptors with no data", cuda.ErrInvalidArgument, len(fds))
+	}
+	if err == nil {
+		err = setCloexec(fds)
+	}
+	if err != nil {
+		if cerr := osfd.CloseAll(fds); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("closing the %d received descriptors: %w", len(fds), cerr))
+		}
+		return nil, nil, &cuda.OpError{Op: op, Err: err}
+	}
+	return buf[:n], fds, nil
+}
