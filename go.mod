@@ -8,4 +8,9 @@ require (
 	golang.org/x/sys v0.41.0
 )
 
-require go.yaml.in/yaml/v3 v3.0.5 // indirect
+require (
+	github.com/chzyer/readline v1.5.1 // indirect
+	github.com/google/pprof v0.0.0-20260709232956-b9395ee17fa0 // indirect
+	github.com/ianlancetaylor/demangle v0.0.0-20250417193237-f615e6bd150b // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+)
