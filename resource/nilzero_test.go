@@ -43,6 +43,10 @@ var nilZeroTypes = []any{
 	(*resource.SubAllocatorStats)(nil),
 	(*resource.TrimError)(nil),
 	(*resource.Allocation)(nil),
+	(*resource.AllocationSite)(nil),
+	(*resource.Retrying)(nil),
+	(*resource.Fallback)(nil),
+	(*resource.RetryFunc)(nil),
 }
 
 // argSets builds arguments for a method: all zero; "plausible" values

@@ -206,6 +206,9 @@ func (c *poolCore) allocatePtr(kind string, size uint64, s *cuda.Stream) (cuda.D
 		return 0, s, nil
 	}
 	ptr, err := s.MemAllocFromPoolAsync(c.pool, size)
+	if err != nil && errors.Is(err, cuda.ErrorOutOfMemory) {
+		ptr, err = c.retryAfterTrim(s, size, err) // pool_oom.go
+	}
 	if err == nil {
 		c.life.Allocated()
 	}

@@ -137,6 +137,7 @@ type SubAllocator struct {
 	blocks  []*subBlock // sorted by base address
 	used    uint64      // bytes of live allocations (aligned sizes)
 	held    uint64      // bytes held from the upstream
+	oomTrim uint64      // allocations out of memory that trimmed and retried
 
 	deferred  error // failures of releases Deallocate ran after Close, for the next Close
 	orderDone bool  // order.close succeeded; until then every Close retries it
@@ -183,6 +184,9 @@ type SubAllocatorStats struct {
 	// free was on one stream and nothing is live; more means
 	// fragmentation.
 	FreeRanges int
+	// OutOfMemoryTrims counts the allocations that ran out of memory,
+	// gave back the entirely free blocks (Trim) and tried again.
+	OutOfMemoryTrims uint64
 }
 
 // NewSubAllocator returns a sub-allocator over upstream, which it uses
@@ -288,6 +292,9 @@ func (a *SubAllocator) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr,
 		return 0, nil, err
 	}
 	ptr, err := a.take(size, s)
+	if err != nil && errors.Is(err, cuda.ErrorOutOfMemory) {
+		ptr, err = a.retryAfterTrim(size, s, err)
+	}
 	if err != nil {
 		return 0, nil, err
 	}
@@ -441,11 +448,12 @@ func (a *SubAllocator) Stats() SubAllocatorStats {
 	defer a.mu.Unlock()
 	a.flushAllLocked() // the caches' free ranges, back in the books
 	st := SubAllocatorStats{
-		Reserved:    a.held,
-		Used:        a.used,
-		Free:        a.freeBytesLocked(),
-		Blocks:      len(a.blocks),
-		Allocations: a.live.n,
+		Reserved:         a.held,
+		Used:             a.used,
+		Free:             a.freeBytesLocked(),
+		Blocks:           len(a.blocks),
+		Allocations:      a.live.n,
+		OutOfMemoryTrims: a.oomTrim,
 	}
 	for _, l := range a.streams {
 		st.FreeRanges += l.n

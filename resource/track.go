@@ -25,6 +25,16 @@ type TrackingOptions struct {
 	// sessions, worth leaving off in hot production paths. Stacks are
 	// symbolized only when printed.
 	CaptureStacks bool
+
+	// OnOutOfMemory, if set, is called when the upstream fails an
+	// allocation with an error matching cuda.ErrorOutOfMemory, after the
+	// failure and outside the Tracking's lock, with the Tracking, the size
+	// asked for and the error (which Allocate then returns unchanged).
+	// Put the Tracking above any retrying or fallback adaptor, so that
+	// the hook sees only the failures nothing below could recover from;
+	// the live allocations at that moment are what filled the memory
+	// (gpuprof.WriteOnOutOfMemory writes them as a profile).
+	OnOutOfMemory func(t *Tracking, size uint64, err error)
 }
 
 // trackStackDepth is how many frames CaptureStacks keeps: enough to reach
@@ -83,10 +93,32 @@ type trackRecord struct {
 type Tracking struct {
 	adaptor
 	stacks bool
+	onOOM  func(*Tracking, uint64, error)
 
 	mu    sync.Mutex
 	live  map[cuda.DevicePtr]trackRecord
 	bytes uint64
+	// sites counts every allocation since the Tracking was made, by call
+	// stack (one site, the zero key, without CaptureStacks): what a heap
+	// profile's alloc_space and alloc_objects report. A site's callers
+	// slice is shared with the live records made there, so a repeated
+	// call site costs no allocation of its own.
+	sites map[trackSiteKey]*AllocationSite
+}
+
+// trackSiteKey is a call stack as a map key: the frames, zero-padded.
+type trackSiteKey [trackStackDepth]uintptr
+
+// AllocationSite is one allocation call stack's totals since the
+// Tracking was made, freed allocations included.
+type AllocationSite struct {
+	// Callers is the stack, innermost first, as Allocation.Callers; nil
+	// without CaptureStacks (then one site holds every allocation). It is
+	// shared with the record: do not modify it.
+	Callers []uintptr
+	// Count and Bytes are the allocations made at this site and their
+	// bytes (saturating at the largest uint64).
+	Count, Bytes uint64
 }
 
 var _ buffer.MemoryResource = (*Tracking)(nil)
@@ -95,9 +127,9 @@ var _ buffer.MemoryResource = (*Tracking)(nil)
 // the live allocations. opts may be nil. A nil upstream makes every
 // Allocate fail with an error matching cuda.ErrInvalidArgument.
 func NewTracking(upstream buffer.MemoryResource, opts *TrackingOptions) *Tracking {
-	r := &Tracking{adaptor: adaptor{adaptorUpstream(upstream)}, live: make(map[cuda.DevicePtr]trackRecord)}
+	r := &Tracking{adaptor: adaptor{adaptorUpstream(upstream)}, live: make(map[cuda.DevicePtr]trackRecord), sites: make(map[trackSiteKey]*AllocationSite)}
 	if opts != nil {
-		r.stacks = opts.CaptureStacks
+		r.stacks, r.onOOM = opts.CaptureStacks, opts.OnOutOfMemory
 	}
 	return r
 }
@@ -112,22 +144,35 @@ func (r *Tracking) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error)
 // the address (0 for size 0) and the stream the upstream ordered it on,
 // recorded as live. Free it with Deallocate.
 func (r *Tracking) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
-	if r == nil || r.up == nil || r.live == nil {
+	if r == nil || r.up == nil || r.live == nil || r.sites == nil {
 		return 0, nil, errNoUpstream("Tracking", "Allocate")
 	}
-	var callers []uintptr
+	var key trackSiteKey
+	n := 0
 	if r.stacks {
-		var pcs [trackStackDepth]uintptr
-		n := runtime.Callers(2, pcs[:]) // skip runtime.Callers and this method
-		callers = slices.Clone(pcs[:n])
+		n = runtime.Callers(2, key[:]) // skip runtime.Callers and this method
 	}
 	ptr, us, err := r.up.AllocatePtr(size, s)
 	if err != nil {
+		if r.onOOM != nil && errors.Is(err, cuda.ErrorOutOfMemory) {
+			r.onOOM(r, size, err)
+		}
 		return 0, nil, err
 	}
 	if ptr != 0 { // an empty allocation owns nothing and is never deallocated
-		rec := trackRecord{size: size, stream: us, time: time.Now(), callers: callers}
+		rec := trackRecord{size: size, stream: us, time: time.Now()}
 		r.mu.Lock()
+		site := r.sites[key]
+		if site == nil {
+			site = &AllocationSite{}
+			if n > 0 {
+				site.Callers = slices.Clone(key[:n])
+			}
+			r.sites[key] = site
+		}
+		site.Count++
+		site.Bytes = satAdd(site.Bytes, size)
+		rec.callers = site.Callers
 		if old, ok := r.live[ptr]; ok {
 			// The upstream handed out an address it already gave us: it
 			// was freed behind our back (through the upstream directly).
@@ -199,6 +244,29 @@ func (r *Tracking) Live() []Allocation {
 	}
 	r.mu.Unlock()
 	slices.SortFunc(out, func(a, b Allocation) int { return cmp.Compare(a.Ptr, b.Ptr) })
+	return out
+}
+
+// Sites returns the allocation totals per call stack since the Tracking
+// was made (freed allocations included), largest Bytes first; nil if
+// nothing was allocated. Without CaptureStacks there is one site, with
+// nil Callers. Live gives what is still allocated.
+func (r *Tracking) Sites() []AllocationSite {
+	if r == nil {
+		return nil
+	}
+	r.mu.Lock()
+	out := make([]AllocationSite, 0, len(r.sites))
+	for _, st := range r.sites {
+		out = append(out, *st)
+	}
+	r.mu.Unlock()
+	if len(out) == 0 {
+		return nil
+	}
+	slices.SortFunc(out, func(a, b AllocationSite) int {
+		return cmp.Or(cmp.Compare(b.Bytes, a.Bytes), cmp.Compare(b.Count, a.Count), slices.Compare(a.Callers, b.Callers))
+	})
 	return out
 }
 

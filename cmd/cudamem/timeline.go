@@ -8,9 +8,12 @@ import (
 	"os"
 	"slices"
 
+	"github.com/google/pprof/profile"
+
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/resource"
+	"github.com/cudamem/cudamem/resource/gpuprof"
 	"github.com/cudamem/cudamem/resource/timeline"
 )
 
@@ -22,6 +25,8 @@ func runTimeline(args []string, stdout, stderr io.Writer) error {
 	in := fs.String("in", "", "draw the JSON trace in `file` (from Trace.WriteJSON or -json) instead of running the demo; needs no GPU")
 	out := fs.String("o", "timeline.svg", "write the SVG to `file` (- for standard output)")
 	jsonOut := fs.String("json", "", "also write the trace as JSON to `file`")
+	chromeOut := fs.String("chrome", "", "also write the trace as Chrome trace-event JSON to `file` (for ui.perfetto.dev or chrome://tracing)")
+	pprofOut := fs.String("pprof", "", "also write a pprof profile of the demo's live GPU memory by allocating stack to `file` (open with go tool pprof -http=: file); needs the demo, not -in")
 	dev := fs.Int("device", 0, "GPU `ordinal` of the demo workload")
 	steps := fs.Int("steps", 12, "iterations of the demo workload (0 or more)")
 	capacity := fs.Int("capacity", 0, "events the demo's log keeps (0: the default, 65536)")
@@ -44,6 +49,12 @@ func runTimeline(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%w: -o needs a file name (or - for standard output)", errUsage)
 	case *out == *jsonOut:
 		return fmt.Errorf("%w: -o and -json name the same output %q", errUsage, *out)
+	case *chromeOut != "" && (*chromeOut == *out || *chromeOut == *jsonOut):
+		return fmt.Errorf("%w: -chrome names the same output %q as -o or -json", errUsage, *chromeOut)
+	case *pprofOut != "" && (*pprofOut == *out || *pprofOut == *jsonOut || *pprofOut == *chromeOut):
+		return fmt.Errorf("%w: -pprof names the same output %q as another flag", errUsage, *pprofOut)
+	case *pprofOut != "" && *in != "":
+		return fmt.Errorf("%w: -pprof profiles the demo run; a JSON trace read with -in has no live allocations to profile", errUsage)
 	case *dev < 0:
 		return fmt.Errorf("%w: bad -device %d (want a device ordinal, 0 or more)", errUsage, *dev)
 	case *steps < 0:
@@ -69,18 +80,42 @@ func runTimeline(args []string, stdout, stderr io.Writer) error {
 		}
 		defer jsonFile.discard()
 	}
+	var chromeFile, pprofFile *outFile
+	if *chromeOut != "" {
+		if chromeFile, err = openOut(*chromeOut, stdout); err != nil {
+			return err
+		}
+		defer chromeFile.discard()
+	}
+	if *pprofOut != "" {
+		if pprofFile, err = openOut(*pprofOut, stdout); err != nil {
+			return err
+		}
+		defer pprofFile.discard()
+	}
 
 	var tr *timeline.Trace
+	var prof *profile.Profile
 	if *in != "" {
 		tr, err = readTrace(*in)
 	} else {
-		tr, err = timelineDemo(*dev, *steps, *capacity, *seed, *stacks)
+		tr, prof, err = timelineDemo(*dev, *steps, *capacity, *seed, *stacks, pprofFile != nil)
 	}
 	if err != nil {
 		return err
 	}
 	if jsonFile != nil {
 		if err := jsonFile.write(tr.WriteJSON); err != nil {
+			return err
+		}
+	}
+	if chromeFile != nil {
+		if err := chromeFile.write(tr.WriteChromeTrace); err != nil {
+			return err
+		}
+	}
+	if pprofFile != nil {
+		if err := pprofFile.write(prof.Write); err != nil {
 			return err
 		}
 	}
@@ -133,19 +168,21 @@ func traceSummary(tr *timeline.Trace) string {
 // all through a sub-allocator over the device's pool; and large
 // buffers straight from the pool, a few of them kept. Every buffer is
 // written by a memset, so the addresses are real. Recorders above and
-// below the sub-allocator and on the direct path share one Log.
-func timelineDemo(ordinal, steps, capacity int, seed uint64, stacks bool) (tr *timeline.Trace, err error) {
+// below the sub-allocator and on the direct path share one Log. With
+// wantProf, a Tracking with stacks sits on top of each path, and the
+// profile of what is live at the end (both merged) is returned too.
+func timelineDemo(ordinal, steps, capacity int, seed uint64, stacks, wantProf bool) (tr *timeline.Trace, prof *profile.Profile, err error) {
 	dev, err := cuda.GetDevice(ordinal)
 	if err != nil {
-		return nil, describeLoadError(err) // lists the paths tried
+		return nil, nil, describeLoadError(err) // lists the paths tried
 	}
 	pool, err := resource.CurrentDevicePool(dev) // the current pool, not owned
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	s, err := dev.NewStream()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer func() { err = errors.Join(err, s.Close()) }()
 
@@ -153,11 +190,20 @@ func timelineDemo(ordinal, steps, capacity int, seed uint64, stacks bool) (tr *t
 	blocks := timeline.NewRecorder(pool, events, &timeline.RecorderOptions{Name: "pool blocks", CaptureStacks: stacks})
 	sub, err := resource.NewSubAllocator(blocks, &resource.SubAllocatorOptions{GrowSize: 32 << 20})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer func() { err = errors.Join(err, sub.Close()) }() // after the buffers' Close below
-	small := timeline.NewRecorder(sub, events, &timeline.RecorderOptions{Name: "suballocator", CaptureStacks: stacks})
-	large := timeline.NewRecorder(pool, events, &timeline.RecorderOptions{Name: "pool direct", CaptureStacks: stacks})
+	var small, large buffer.MemoryResource
+	small = timeline.NewRecorder(sub, events, &timeline.RecorderOptions{Name: "suballocator", CaptureStacks: stacks})
+	large = timeline.NewRecorder(pool, events, &timeline.RecorderOptions{Name: "pool direct", CaptureStacks: stacks})
+	var tracks []*resource.Tracking
+	if wantProf {
+		for _, mr := range []*buffer.MemoryResource{&small, &large} {
+			t := resource.NewTracking(*mr, &resource.TrackingOptions{CaptureStacks: true})
+			tracks = append(tracks, t)
+			*mr = t
+		}
+	}
 
 	var live []*buffer.Buffer
 	defer func() {
@@ -185,7 +231,7 @@ func timelineDemo(ordinal, steps, capacity int, seed uint64, stacks bool) (tr *t
 	for i := range 8 { // weights, kept to the end
 		b, err := get(small, uint64(1+i%3)<<20)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		live = append(live, b)
 	}
@@ -194,22 +240,22 @@ func timelineDemo(ordinal, steps, capacity int, seed uint64, stacks bool) (tr *t
 		for layer := range 10 { // forward: activations pile up
 			b, err := get(small, uint64(256+rng.IntN(1024))<<10)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 			live, acts = append(live, b), append(acts, b)
 			for range rng.IntN(4) { // temporaries, freed at once
 				tmp, err := get(small, uint64(1+rng.IntN(256))<<10)
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				if err := tmp.Close(); err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 			}
 			if layer == 5 && step%3 == 0 { // a large buffer now and then, from the pool directly
 				b, err := get(large, uint64(64+rng.IntN(64))<<20)
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				live = append(live, b)
 			}
@@ -219,15 +265,37 @@ func timelineDemo(ordinal, steps, capacity int, seed uint64, stacks bool) (tr *t
 				continue
 			}
 			if err := put(acts[i]); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		}
 	}
 	if err := s.Sync(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// Everything is still live here except what the steps freed; the
 	// trace is taken before the deferred frees so the blocks at the end
 	// are worth drawing. (The frees still happen, after it.)
-	return events.Trace(), nil
+	if wantProf {
+		if prof, err = demoProfile(tracks); err != nil {
+			return nil, nil, err
+		}
+	}
+	return events.Trace(), prof, nil
+}
+
+// demoProfile merges the profiles of the demo's Trackings into one.
+func demoProfile(tracks []*resource.Tracking) (*profile.Profile, error) {
+	var ps []*profile.Profile
+	for _, t := range tracks {
+		p, err := gpuprof.Profile(t)
+		if err != nil {
+			return nil, err
+		}
+		ps = append(ps, p)
+	}
+	p, err := profile.Merge(ps)
+	if err != nil {
+		return nil, fmt.Errorf("merging the demo's profiles: %w", err)
+	}
+	return p, nil
 }

@@ -1,0 +1,154 @@
+package timeline
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// chromeEvent is one entry of the Chrome trace-event format's
+// traceEvents array (the fields this writer uses).
+type chromeEvent struct {
+	Name string         `json:"name"`
+	Cat  string         `json:"cat,omitempty"`
+	Ph   string         `json:"ph"`
+	Ts   float64        `json:"ts"` // microseconds
+	Dur  *float64       `json:"dur,omitempty"`
+	Pid  int            `json:"pid"`
+	Tid  int            `json:"tid"`
+	Args map[string]any `json:"args,omitempty"`
+}
+
+// WriteChromeTrace writes the trace in the Chrome trace-event JSON format,
+// which Perfetto (ui.perfetto.dev) and chrome://tracing load:
+//
+//   - one process per device ("device N", or "host" for host memory),
+//   - a counter track per resource ("C" events, args bytes and
+//     allocations) with what is live after each of its events, the
+//     numbers Trace.Usage gives,
+//   - one thread per stream ("stream 0x..."), and on it one span ("X"
+//     event) per allocation, from its Alloc to its Free (to the end of
+//     the trace if it is still live; from the start for one made before
+//     the window), with its size, address, resource and stack as args.
+//
+// Times are microseconds since the Log's start. A nil Trace writes an
+// empty one.
+func (t *Trace) WriteChromeTrace(w io.Writer) error {
+	const op = "Trace.WriteChromeTrace"
+	if w == nil {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil writer")
+	}
+	evs := t.chromeEvents()
+	out := struct {
+		TraceEvents     []chromeEvent `json:"traceEvents"`
+		DisplayTimeUnit string        `json:"displayTimeUnit"`
+	}{evs, "ns"}
+	if err := json.NewEncoder(w).Encode(&out); err != nil {
+		return &cuda.OpError{Op: op, Err: err}
+	}
+	return nil
+}
+
+func micros(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+
+func (t *Trace) chromeEvents() []chromeEvent {
+	evs := []chromeEvent{}
+	if t == nil {
+		return evs
+	}
+	// pid: device+2, so that host memory (-1) is 1 and every pid is
+	// positive (some viewers treat 0 specially). tid: streams numbered
+	// from 1 in order of appearance, per device, since stream handles
+	// are addresses too large for a viewer's integer.
+	pids := map[int]bool{}
+	type streamKey struct {
+		dev    int
+		stream uint64
+	}
+	tids := map[streamKey]int{}
+	var meta []chromeEvent
+	pidOf := func(dev int) int {
+		pid := dev + 2
+		if !pids[pid] {
+			pids[pid] = true
+			name := fmt.Sprintf("device %d", dev)
+			if dev < 0 {
+				name = "host"
+			}
+			meta = append(meta, chromeEvent{Name: "process_name", Ph: "M", Pid: pid, Args: map[string]any{"name": name}})
+		}
+		return pid
+	}
+	tidOf := func(dev int, stream uint64) int {
+		k := streamKey{dev, stream}
+		tid, ok := tids[k]
+		if !ok {
+			tid = len(tids) + 1
+			tids[k] = tid
+			meta = append(meta, chromeEvent{Name: "thread_name", Ph: "M", Pid: pidOf(dev), Tid: tid, Args: map[string]any{"name": fmt.Sprintf("stream %#x", stream)}})
+		}
+		return tid
+	}
+
+	var end time.Duration
+	if n := len(t.Events); n > 0 {
+		end = t.Events[n-1].Time
+	}
+	for _, a := range t.Allocations() {
+		var start time.Duration
+		if a.Alloc >= 0 {
+			start = t.Events[a.Alloc].Time
+		}
+		stop := end
+		if a.Free >= 0 {
+			stop = t.Events[a.Free].Time
+		}
+		dur := micros(stop - start)
+		args := map[string]any{"size": a.Size, "addr": fmt.Sprintf("%#x", a.Addr), "resource": a.Resource, "live_at_end": a.Free < 0}
+		if len(a.Stack) > 0 {
+			args["stack"] = strings.Join(a.Stack, "\n")
+		}
+		evs = append(evs, chromeEvent{
+			Name: fmt.Sprintf("%s %d B", a.Resource, a.Size), Cat: "allocation", Ph: "X",
+			Ts: micros(start), Dur: &dur, Pid: pidOf(a.Device), Tid: tidOf(a.Device, a.Stream), Args: args,
+		})
+	}
+	// A resource's counter lives in the process of its device (the device
+	// of its first event).
+	devOf := map[string]int{}
+	for _, evs := range [][]Event{t.Before, t.Events} {
+		for _, e := range evs {
+			if _, ok := devOf[e.Resource]; !ok {
+				devOf[e.Resource] = e.Device
+			}
+		}
+	}
+	for _, r := range t.Resources() {
+		pid := pidOf(devOf[r])
+		for _, u := range t.Usage(r) {
+			var ts time.Duration
+			if u.Index >= 0 {
+				ts = u.Time
+			}
+			evs = append(evs, chromeEvent{Name: r, Cat: "memory", Ph: "C", Ts: micros(ts), Pid: pid, Args: map[string]any{"bytes": u.Bytes, "allocations": u.Count}})
+		}
+	}
+	// Viewers sort by time themselves, but a file in time order is easier
+	// to read and to diff; the sort is stable, so that a counter's events
+	// at one time keep their order.
+	slices.SortStableFunc(evs, func(a, b chromeEvent) int {
+		switch {
+		case a.Ts < b.Ts:
+			return -1
+		case a.Ts > b.Ts:
+			return 1
+		}
+		return 0
+	})
+	return append(append([]chromeEvent{}, meta...), evs...) // [] rather than null when empty
+}
