@@ -36,7 +36,7 @@ func TestReceiveHandleContextCancelled(t *testing.T) {
 
 			// Nothing was read: the connection still works, and the
 			// cancellation's deadline was cleared.
-			sent, err := NewHandle(poolLikeFD(t), NewUUID())
+			sent, err := NewHandle(poolLikeFD(t), cuda.NewUUID())
 			require.NoError(t, err)
 			defer sent.Close()
 			go func() {

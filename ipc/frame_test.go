@@ -184,7 +184,7 @@ func TestReceiveEOFAndArguments(t *testing.T) {
 // UUID-only payload of version 1 included: it has no key), is refused and
 // every descriptor it carried is closed.
 func TestReceiveHandleRefusesMalformed(t *testing.T) {
-	u := NewUUID()
+	u := cuda.NewUUID()
 	good := encodeHandle(u, newPoolKey())
 	edit := func(f func(b []byte)) []byte { b := bytes.Clone(good); f(b); return b }
 	cases := map[string]struct {
@@ -222,7 +222,7 @@ func TestReceiveHandleRefusesMalformed(t *testing.T) {
 func TestSendReceiveHandleKey(t *testing.T) {
 	for _, keyed := range []bool{true, false} {
 		a, b := socketPair(t)
-		h, err := NewHandle(poolLikeFD(t), NewUUID())
+		h, err := NewHandle(poolLikeFD(t), cuda.NewUUID())
 		require.NoError(t, err)
 		if keyed {
 			h.key = newPoolKey()

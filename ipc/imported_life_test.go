@@ -242,7 +242,7 @@ func TestCloseWaitsForExport(t *testing.T) {
 	}
 	before := openFDSet()
 	file := keptFile(t)
-	p := newImportedPool(nil, cuda.MemPool{}, newFake(), NewUUID(), newPoolKey(), file)
+	p := newImportedPool(nil, cuda.MemPool{}, newFake(), cuda.NewUUID(), newPoolKey(), file)
 
 	// A call in progress, as Export is between Acquire and Release.
 	require.True(t, p.life.Acquire())
@@ -260,7 +260,7 @@ func TestCloseWaitsForExport(t *testing.T) {
 	require.NoError(t, p.Close(), "idempotent")
 
 	// Exports racing Close.
-	p = newImportedPool(nil, cuda.MemPool{}, newFake(), NewUUID(), newPoolKey(), keptFile(t))
+	p = newImportedPool(nil, cuda.MemPool{}, newFake(), cuda.NewUUID(), newPoolKey(), keptFile(t))
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Add(1)

@@ -112,10 +112,10 @@ func TestImportPoolOutsideTheLock(t *testing.T) {
 	require.NotEqual(t, held, free)
 	f.hold = func(r uint64) bool { return r == held }
 
-	hA, err := NewHandle(nullFD, NewUUID())
+	hA, err := NewHandle(nullFD, cuda.NewUUID())
 	require.NoError(t, err)
 	hA.key = newPoolKey()
-	hB, err := NewHandle(zeroFD, NewUUID())
+	hB, err := NewHandle(zeroFD, cuda.NewUUID())
 	require.NoError(t, err)
 	hB.key = newPoolKey()
 
@@ -187,7 +187,7 @@ func TestImportPoolConcurrentSameUUID(t *testing.T) {
 	dev := &cuda.Device{}
 	nullFD := devFD(t, "/dev/null")
 	null := rdevOf(nullFD)
-	h, err := NewHandle(nullFD, NewUUID())
+	h, err := NewHandle(nullFD, cuda.NewUUID())
 	require.NoError(t, err)
 	h.key = newPoolKey()
 	var wg sync.WaitGroup
@@ -270,7 +270,7 @@ func TestImportPoolRefusesNonPoolFDs(t *testing.T) {
 	for name, c := range refused {
 		t.Run(name, func(t *testing.T) {
 			before := openFDs(t)
-			h, err := NewHandle(c.make(t), NewUUID())
+			h, err := NewHandle(c.make(t), cuda.NewUUID())
 			require.NoError(t, err)
 			fd, _ := h.FD()
 			_, err = ImportPool(dev, h)
@@ -304,7 +304,7 @@ func TestImportPoolRefusesNonPoolFDs(t *testing.T) {
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
 	require.NoError(t, err)
 	for name, fd := range map[string]int{"character device": devFD(t, "/dev/null"), "anonymous inode": efd} {
-		h, err := NewHandle(fd, NewUUID())
+		h, err := NewHandle(fd, cuda.NewUUID())
 		require.NoError(t, err, name)
 		p, err := ImportPool(dev, h)
 		require.NoError(t, err, name)

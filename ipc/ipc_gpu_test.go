@@ -381,7 +381,7 @@ func importAndCheck(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Ke
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "cannot allocate from an imported")
 	wrong := descs[0]
-	wrong.Pool = ipc.NewUUID()
+	wrong.Pool = cuda.NewUUID()
 	_, err = p.Import(wrong, s)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "descriptor of another pool")
 	forged := descs[0]

@@ -128,7 +128,7 @@ func poolState(op string, p ExportablePool) (*exportState, error) {
 		}
 		exported.sweepAt = max(minSweep, 2*len(exported.pools))
 	}
-	st := &exportState{uuid: NewUUID(), key: newPoolKey()}
+	st := &exportState{uuid: cuda.NewUUID(), key: newPoolKey()}
 	exported.pools[k] = st
 	return st, nil
 }
