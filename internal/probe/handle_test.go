@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/ipc"
 )
 
@@ -15,7 +16,7 @@ func TestHandleHostile(t *testing.T) {
 	before := openFDs(t)
 	for _, fd := range []int{-1, -100, 1 << 30, 999999} {
 		noPanic(t, "NewHandle", func() {
-			h, err := ipc.NewHandle(fd, ipc.NewUUID())
+			h, err := ipc.NewHandle(fd, cuda.NewUUID())
 			if err == nil {
 				t.Errorf("NewHandle(%d): accepted", fd)
 				h.Close()
@@ -36,7 +37,7 @@ func TestHandleHostile(t *testing.T) {
 			}
 		})
 	}
-	h, err := ipc.NewHandle(devNull(t), ipc.NewUUID())
+	h, err := ipc.NewHandle(devNull(t), cuda.NewUUID())
 	if err != nil {
 		t.Fatal(err)
 	}
