@@ -15,18 +15,8 @@ import (
 
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/osfd"
+	"github.com/cudamem/cudamem/internal/testutil"
 )
-
-// openFDs lists this process's open descriptors (see openFDSet); tests
-// that need the list skip without /proc/self/fd.
-func openFDs(t *testing.T) map[string]string {
-	t.Helper()
-	fds := openFDSet()
-	if fds == nil {
-		t.Skip("cannot list fds without /proc/self/fd")
-	}
-	return fds
-}
 
 // dup returns a close-on-exec duplicate of fd that the caller owns.
 func dup(fd int) (int, error) {
@@ -75,7 +65,7 @@ func TestSendReceiveFDs(t *testing.T) {
 		t.Skip("fd counting uses /proc")
 	}
 	a, b := socketPair(t)
-	before := openFDs(t)
+	before := testutil.FDs(t)
 	r, w, err := os.Pipe()
 	require.NoError(t, err)
 	require.NoError(t, SendFDs(a, []byte("hello"), int(w.Fd())))
@@ -94,7 +84,7 @@ func TestSendReceiveFDs(t *testing.T) {
 	require.NoError(t, got.Close())
 	require.NoError(t, r.Close())
 	require.NoError(t, w.Close())
-	assertNoNewFDs(t, before, "no fd leaked")
+	testutil.AssertNoNewFDs(t, before, "no fd leaked")
 }
 
 func TestSendTooManyFDs(t *testing.T) {
@@ -112,7 +102,7 @@ func TestHandleLifecycle(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("fd counting uses /proc")
 	}
-	before := openFDs(t)
+	before := testutil.FDs(t)
 	r, w, err := os.Pipe()
 	require.NoError(t, err)
 	w.Close()
@@ -137,7 +127,7 @@ func TestHandleLifecycle(t *testing.T) {
 	_, err = ImportPool(&cuda.Device{}, h)
 	assert.ErrorIs(t, err, cuda.ErrClosed)
 	assert.Contains(t, err.Error(), "ipc.ImportPool")
-	assertNoNewFDs(t, before)
+	testutil.AssertNoNewFDs(t, before)
 	_, err = NewHandle(-1, UUID{})
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 }
