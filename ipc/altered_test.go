@@ -27,7 +27,7 @@ func TestAlteredDescriptorIsBadDescriptor(t *testing.T) {
 	alter := map[string]func(d *Descriptor){
 		"pool: one bit":          func(d *Descriptor) { d.Pool[0] ^= 1 },
 		"pool: last byte":        func(d *Descriptor) { d.Pool[15] ^= 0x80 },
-		"pool: another UUID":     func(d *Descriptor) { d.Pool = NewUUID() },
+		"pool: another UUID":     func(d *Descriptor) { d.Pool = cuda.NewUUID() },
 		"pool: zero":             func(d *Descriptor) { d.Pool = UUID{} },
 		"size: 0":                func(d *Descriptor) { d.Size = 0 },
 		"size: one less":         func(d *Descriptor) { d.Size-- },
@@ -36,8 +36,8 @@ func TestAlteredDescriptorIsBadDescriptor(t *testing.T) {
 		"export data: zero":      func(d *Descriptor) { d.Data = cuda.MemPoolPtrExportData{} },
 		"MAC: zero":              func(d *Descriptor) { d.MAC = [MACSize]byte{} },
 		"MAC: another key's":     func(d *Descriptor) { *d = newPoolKey().seal(*d) },
-		"pool and MAC resealed":  func(d *Descriptor) { d.Pool = NewUUID(); *d = newPoolKey().seal(*d) },
-		"pool, size, data, MAC":  func(d *Descriptor) { *d = Descriptor{Pool: NewUUID(), Size: 1, MAC: [MACSize]byte{1}} },
+		"pool and MAC resealed":  func(d *Descriptor) { d.Pool = cuda.NewUUID(); *d = newPoolKey().seal(*d) },
+		"pool, size, data, MAC":  func(d *Descriptor) { *d = Descriptor{Pool: cuda.NewUUID(), Size: 1, MAC: [MACSize]byte{1}} },
 		"everything but the MAC": func(d *Descriptor) { *d = Descriptor{MAC: d.MAC} },
 	}
 	for i := range len(genuine.Data.Reserved) {
@@ -97,11 +97,11 @@ func TestAlteredDescriptorIsBadDescriptor(t *testing.T) {
 // a pool without a key.
 func TestAlteredDescriptorUnauthenticated(t *testing.T) {
 	f := newFake()
-	p := newImportedPool(nil, cuda.MemPool{}, f, NewUUID(), poolKey{}, nil)
+	p := newImportedPool(nil, cuda.MemPool{}, f, cuda.NewUUID(), poolKey{}, nil)
 	defer p.Close()
 	d := Descriptor{Pool: p.UUID(), Size: 4096, Data: exportData(5, 4096)}
 	cases := map[string]Descriptor{
-		"another pool":        {Pool: NewUUID(), Size: 4096, Data: d.Data},
+		"another pool":        {Pool: cuda.NewUUID(), Size: 4096, Data: d.Data},
 		"size 0":              {Pool: p.UUID(), Data: d.Data},
 		"size past the range": {Pool: p.UUID(), Size: 8192, Data: d.Data},
 	}
@@ -129,15 +129,15 @@ func TestClosedEntryPoints(t *testing.T) {
 	gone, err := keyed.Import(desc(keyed, 2, 4096, 4096), nil)
 	require.NoError(t, err)
 	require.NoError(t, gone.Close())
-	keyless := newImportedPool(nil, cuda.MemPool{}, newFake(), NewUUID(), poolKey{}, nil)
+	keyless := newImportedPool(nil, cuda.MemPool{}, newFake(), cuda.NewUUID(), poolKey{}, nil)
 	liveKeyless, err := keyless.ImportUnauthenticated(Descriptor{Pool: keyless.UUID(), Size: 4096, Data: exportData(9, 4096)}, nil)
 	require.NoError(t, err)
 	var fileBacked *ImportedPool
 	if runtime.GOOS != "windows" {
-		fileBacked = newImportedPool(nil, cuda.MemPool{}, newFake(), NewUUID(), newPoolKey(), keptFile(t))
+		fileBacked = newImportedPool(nil, cuda.MemPool{}, newFake(), cuda.NewUUID(), newPoolKey(), keptFile(t))
 		require.NoError(t, fileBacked.Close())
 	}
-	fabricBacked := newImportedPool(nil, cuda.MemPool{}, newFake(), NewUUID(), newPoolKey(), nil)
+	fabricBacked := newImportedPool(nil, cuda.MemPool{}, newFake(), cuda.NewUUID(), newPoolKey(), nil)
 	fabricBacked.fabric = sealFabric(cuda.MemFabricHandle{Data: [64]byte{7}})
 	require.NoError(t, fabricBacked.Close())
 	require.NoError(t, keyed.Close())
@@ -146,7 +146,7 @@ func TestClosedEntryPoints(t *testing.T) {
 
 	var closedHandle *Handle
 	if runtime.GOOS != "windows" {
-		closedHandle, err = NewHandle(pipeReadEnd(t), NewUUID())
+		closedHandle, err = NewHandle(pipeReadEnd(t), cuda.NewUUID())
 		require.NoError(t, err)
 		closedHandle.key = newPoolKey()
 		require.NoError(t, closedHandle.Close())
@@ -161,7 +161,7 @@ func TestClosedEntryPoints(t *testing.T) {
 		"ExportLegacy(closed buffer)":                   func() error { _, err := ExportLegacy(gone); return err },
 		"ExportTorch(closed buffer)":                    func() error { _, err := ExportTorch(gone); return err },
 		"ImportedPool.Import(genuine)":                  func() error { _, err := keyed.Import(good, nil); return err },
-		"ImportedPool.Import(altered)":                  func() error { _, err := keyed.Import(Descriptor{Pool: NewUUID()}, nil); return err },
+		"ImportedPool.Import(altered)":                  func() error { _, err := keyed.Import(Descriptor{Pool: cuda.NewUUID()}, nil); return err },
 		"ImportedPool.ImportUnauthenticated(keyed)":     func() error { _, err := keyed.ImportUnauthenticated(good, nil); return err },
 		"ImportedPool.ImportUnauthenticated(keyless)": func() error {
 			_, err := keyless.ImportUnauthenticated(Descriptor{Size: 4096, Data: exportData(9, 4096)}, nil)

@@ -92,7 +92,7 @@ func TestImportRefusesUnauthenticatedBeforeDriver(t *testing.T) {
 // them, still bounded by the mapping.
 func TestKeylessPoolNeedsExplicitOptIn(t *testing.T) {
 	f := newFake()
-	p := newImportedPool(nil, cuda.MemPool{}, f, NewUUID(), poolKey{}, nil)
+	p := newImportedPool(nil, cuda.MemPool{}, f, cuda.NewUUID(), poolKey{}, nil)
 	d := Descriptor{Pool: p.UUID(), Size: 4096, Data: exportData(5, 4096)}
 	for _, d := range []Descriptor{d, newPoolKey().seal(d)} {
 		_, err := p.Import(d, nil)
@@ -117,7 +117,7 @@ func TestKeylessPoolNeedsExplicitOptIn(t *testing.T) {
 	require.NoError(t, b.Close())
 	_, err = p.ImportUnauthenticated(Descriptor{Pool: p.UUID()}, nil)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "size 0")
-	_, err = p.ImportUnauthenticated(Descriptor{Pool: NewUUID(), Size: 1}, nil)
+	_, err = p.ImportUnauthenticated(Descriptor{Pool: cuda.NewUUID(), Size: 1}, nil)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "another pool's descriptor")
 	require.NoError(t, p.Close())
 	_, err = p.ImportUnauthenticated(d, nil)
@@ -136,7 +136,7 @@ func TestReexportKeepsKey(t *testing.T) {
 		t.Skip("no POSIX descriptors")
 	}
 	a := newPoolKey()
-	u := NewUUID()
+	u := cuda.NewUUID()
 	fb := newFake()
 	b := newImportedPool(nil, cuda.MemPool{}, fb, u, a, keptFile(t))
 	fromA := a.seal(Descriptor{Pool: u, Size: 8192, Data: exportData(2, 8192)})
@@ -204,7 +204,7 @@ func TestTokenRoundTrip(t *testing.T) {
 		t.Skip("checks descriptors through /proc")
 	}
 	fd := pipeReadEnd(t)
-	u, k := NewUUID(), newPoolKey()
+	u, k := cuda.NewUUID(), newPoolKey()
 	h, err := NewHandle(fd, u)
 	require.NoError(t, err)
 	assert.False(t, h.HasKey())

@@ -70,10 +70,10 @@ func TestHandleFDsAreCloseOnExec(t *testing.T) {
 		return
 	}
 	installFakeImports(t)
-	h1, err := NewHandle(inheritedFD(t), NewUUID())
+	h1, err := NewHandle(inheritedFD(t), cuda.NewUUID())
 	require.NoError(t, err)
 	defer h1.Close()
-	h2, err := NewHandleFromToken(inheritedFD(t), NewUUID().String()+"."+strings.Repeat("ab", KeySize))
+	h2, err := NewHandleFromToken(inheritedFD(t), cuda.NewUUID().String()+"."+strings.Repeat("ab", KeySize))
 	require.NoError(t, err)
 	defer h2.Close()
 

@@ -13,13 +13,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/testutil"
 )
 
 func TestReceiveHandleContextCancelled(t *testing.T) {
 	for name, typ := range socketTypes {
 		t.Run(name, func(t *testing.T) {
 			a, b := socketPairOf(t, typ)
-			before := openFDs(t)
+			before := testutil.FDs(t)
 			goroutines := runtime.NumGoroutine()
 			ctx, cancel := context.WithCancel(context.Background())
 			time.AfterFunc(5*time.Millisecond, cancel)
@@ -28,7 +29,7 @@ func TestReceiveHandleContextCancelled(t *testing.T) {
 			assert.Nil(t, h)
 			assert.ErrorIs(t, err, context.Canceled)
 			assert.Contains(t, err.Error(), "ipc.ReceiveHandleContext")
-			assert.Equal(t, before, openFDs(t), "no descriptor left open")
+			assert.Equal(t, before, testutil.FDs(t), "no descriptor left open")
 			for i := 0; i < 1000 && runtime.NumGoroutine() > goroutines; i++ {
 				time.Sleep(time.Millisecond) // the timer's goroutine ending
 			}
@@ -36,7 +37,7 @@ func TestReceiveHandleContextCancelled(t *testing.T) {
 
 			// Nothing was read: the connection still works, and the
 			// cancellation's deadline was cleared.
-			sent, err := NewHandle(poolLikeFD(t), NewUUID())
+			sent, err := NewHandle(poolLikeFD(t), cuda.NewUUID())
 			require.NoError(t, err)
 			defer sent.Close()
 			go func() {

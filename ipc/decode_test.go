@@ -157,7 +157,7 @@ func FuzzDescriptorResealed(f *testing.F) {
 }
 
 func FuzzParseUUID(f *testing.F) {
-	f.Add(NewUUID().String())
+	f.Add(cuda.NewUUID().String())
 	f.Add("00000000-0000-0000-0000-000000000000")
 	f.Add("ABCDEF01-2345-6789-abcd-ef0123456789")
 	f.Add("zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz")

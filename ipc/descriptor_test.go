@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"testing"
 
+	"github.com/cudamem/cudamem/cuda"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 func TestUUID(t *testing.T) {
-	a, b := NewUUID(), NewUUID()
+	a, b := cuda.NewUUID(), cuda.NewUUID()
 	assert.NotEqual(t, a, b)
 	assert.Equal(t, byte(0x40), a[6]&0xf0, "version 4")
 	p, err := ParseUUID(a.String())
@@ -22,7 +23,7 @@ func TestUUID(t *testing.T) {
 }
 
 func sampleDescriptor() Descriptor {
-	d := Descriptor{Pool: NewUUID(), Size: 123456789}
+	d := Descriptor{Pool: cuda.NewUUID(), Size: 123456789}
 	for i := range d.Data.Reserved {
 		d.Data.Reserved[i] = byte(i * 7)
 	}

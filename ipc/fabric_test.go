@@ -9,7 +9,7 @@ import (
 )
 
 func testFabricHandle(keyed bool) *FabricHandle {
-	h := &FabricHandle{uuid: NewUUID()}
+	h := &FabricHandle{uuid: cuda.NewUUID()}
 	var fh cuda.MemFabricHandle
 	for i := range fh.Data {
 		fh.Data[i] = byte(i + 9)

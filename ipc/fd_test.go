@@ -15,18 +15,8 @@ import (
 
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/osfd"
+	"github.com/cudamem/cudamem/internal/testutil"
 )
-
-// openFDs lists this process's open descriptors (see openFDSet); tests
-// that need the list skip without /proc/self/fd.
-func openFDs(t *testing.T) map[string]string {
-	t.Helper()
-	fds := openFDSet()
-	if fds == nil {
-		t.Skip("cannot list fds without /proc/self/fd")
-	}
-	return fds
-}
 
 // dup returns a close-on-exec duplicate of fd that the caller owns.
 func dup(fd int) (int, error) {
@@ -75,7 +65,7 @@ func TestSendReceiveFDs(t *testing.T) {
 		t.Skip("fd counting uses /proc")
 	}
 	a, b := socketPair(t)
-	before := openFDs(t)
+	before := testutil.FDs(t)
 	r, w, err := os.Pipe()
 	require.NoError(t, err)
 	require.NoError(t, SendFDs(a, []byte("hello"), int(w.Fd())))
@@ -94,7 +84,7 @@ func TestSendReceiveFDs(t *testing.T) {
 	require.NoError(t, got.Close())
 	require.NoError(t, r.Close())
 	require.NoError(t, w.Close())
-	assertNoNewFDs(t, before, "no fd leaked")
+	testutil.AssertNoNewFDs(t, before, "no fd leaked")
 }
 
 func TestSendTooManyFDs(t *testing.T) {
@@ -112,14 +102,14 @@ func TestHandleLifecycle(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("fd counting uses /proc")
 	}
-	before := openFDs(t)
+	before := testutil.FDs(t)
 	r, w, err := os.Pipe()
 	require.NoError(t, err)
 	w.Close()
 	fd, err := dup(int(r.Fd()))
 	require.NoError(t, err)
 	r.Close()
-	h, err := NewHandle(fd, NewUUID())
+	h, err := NewHandle(fd, cuda.NewUUID())
 	require.NoError(t, err)
 	got, err := h.FD()
 	require.NoError(t, err)
@@ -137,7 +127,7 @@ func TestHandleLifecycle(t *testing.T) {
 	_, err = ImportPool(&cuda.Device{}, h)
 	assert.ErrorIs(t, err, cuda.ErrClosed)
 	assert.Contains(t, err.Error(), "ipc.ImportPool")
-	assertNoNewFDs(t, before)
+	testutil.AssertNoNewFDs(t, before)
 	_, err = NewHandle(-1, UUID{})
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 }
@@ -145,7 +135,7 @@ func TestHandleLifecycle(t *testing.T) {
 func TestSendReceiveHandle(t *testing.T) {
 	a, b := socketPair(t)
 	fd := poolLikeFD(t)
-	h, err := NewHandle(fd, NewUUID())
+	h, err := NewHandle(fd, cuda.NewUUID())
 	require.NoError(t, err)
 	defer h.Close()
 	require.NoError(t, SendHandle(a, h))
@@ -175,7 +165,7 @@ func TestExtraFileToChild(t *testing.T) {
 	fd, err := dup(int(w.Fd()))
 	require.NoError(t, err)
 	w.Close()
-	h, err := NewHandle(fd, NewUUID())
+	h, err := NewHandle(fd, cuda.NewUUID())
 	require.NoError(t, err)
 	f, err := h.ExtraFile()
 	require.NoError(t, err)

@@ -133,7 +133,7 @@ func NewForeignHandle(fd int) (h *Handle, derived bool, err error) {
 	case err == nil:
 		derived = true
 	case errors.Is(err, cuda.ErrNotSupported):
-		u = NewUUID()
+		u = cuda.NewUUID()
 	default:
 		return nil, false, err
 	}

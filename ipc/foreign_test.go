@@ -11,7 +11,7 @@ import (
 
 func TestNewRawDescriptor(t *testing.T) {
 	data := exportData(9, 4096)
-	u := NewUUID()
+	u := cuda.NewUUID()
 	d, err := NewRawDescriptor(u, data.Reserved[:], 4096)
 	require.NoError(t, err)
 	assert.Equal(t, u, d.Pool)
@@ -52,7 +52,7 @@ func TestNewRawDescriptor(t *testing.T) {
 // pool's own.
 func TestImportForeign(t *testing.T) {
 	f := newFake()
-	p := newImportedPool(nil, cuda.MemPool{}, f, NewUUID(), poolKey{}, nil)
+	p := newImportedPool(nil, cuda.MemPool{}, f, cuda.NewUUID(), poolKey{}, nil)
 	data := exportData(4, 1<<20)
 
 	raw, err := NewRawDescriptor(UUID{}, data.Reserved[:], 1<<20)
@@ -67,7 +67,7 @@ func TestImportForeign(t *testing.T) {
 	require.NoError(t, err, "the zero UUID is taken as this pool's")
 	assert.Equal(t, b.Ptr(), b2.Ptr())
 
-	other, err := NewRawDescriptor(NewUUID(), data.Reserved[:], 1<<20)
+	other, err := NewRawDescriptor(cuda.NewUUID(), data.Reserved[:], 1<<20)
 	require.NoError(t, err)
 	_, err = p.ImportUnauthenticated(other, nil)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "another pool's descriptor")

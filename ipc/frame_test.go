@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/testutil"
 )
 
 var socketTypes = map[string]int{
@@ -74,7 +75,7 @@ func TestLongMessagesKeepTheirBoundaries(t *testing.T) {
 			}
 			long := bytes.Repeat([]byte("0123456789abcdef"), size/16)
 			fds := pipeFDs(t, 2)
-			before := openFDs(t)
+			before := testutil.FDs(t)
 			done := make(chan error, 1)
 			go func() {
 				err := SendFDs(a, long, fds...)
@@ -106,7 +107,7 @@ func TestLongMessagesKeepTheirBoundaries(t *testing.T) {
 				assert.NotZero(t, r&syscall.FD_CLOEXEC, "received descriptors are close-on-exec")
 				require.NoError(t, syscall.Close(fd))
 			}
-			assertNoNewFDs(t, before)
+			testutil.AssertNoNewFDs(t, before)
 		})
 	}
 }
@@ -145,13 +146,13 @@ func TestReceiveRefusesAndCloses(t *testing.T) {
 						require.NoError(t, syscall.Close(fd))
 					}
 				}
-				sent := openFDs(t)
+				sent := testutil.FDs(t)
 				_, fds, err := ReceiveFDs(b, tc.maxPayload)
 				require.Error(t, err)
 				assert.Nil(t, fds)
 				assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 				assert.Contains(t, err.Error(), tc.want)
-				assertNoNewFDs(t, sent, "every received descriptor was closed")
+				testutil.AssertNoNewFDs(t, sent, "every received descriptor was closed")
 				a.Close()
 				b.Close()
 			})
@@ -184,7 +185,7 @@ func TestReceiveEOFAndArguments(t *testing.T) {
 // UUID-only payload of version 1 included: it has no key), is refused and
 // every descriptor it carried is closed.
 func TestReceiveHandleRefusesMalformed(t *testing.T) {
-	u := NewUUID()
+	u := cuda.NewUUID()
 	good := encodeHandle(u, newPoolKey())
 	edit := func(f func(b []byte)) []byte { b := bytes.Clone(good); f(b); return b }
 	cases := map[string]struct {
@@ -206,12 +207,12 @@ func TestReceiveHandleRefusesMalformed(t *testing.T) {
 			a, b := socketPair(t)
 			fds := pipeFDs(t, tc.nfds)
 			require.NoError(t, SendFDs(a, tc.payload, fds...))
-			sent := openFDs(t)
+			sent := testutil.FDs(t)
 			h, err := ReceiveHandle(b)
 			assert.Nil(t, h)
 			require.ErrorIs(t, err, cuda.ErrInvalidArgument)
 			assert.Contains(t, err.Error(), tc.want)
-			assertNoNewFDs(t, sent, "every received descriptor was closed")
+			testutil.AssertNoNewFDs(t, sent, "every received descriptor was closed")
 		})
 	}
 }
@@ -222,12 +223,12 @@ func TestReceiveHandleRefusesMalformed(t *testing.T) {
 func TestSendReceiveHandleKey(t *testing.T) {
 	for _, keyed := range []bool{true, false} {
 		a, b := socketPair(t)
-		h, err := NewHandle(poolLikeFD(t), NewUUID())
+		h, err := NewHandle(poolLikeFD(t), cuda.NewUUID())
 		require.NoError(t, err)
 		if keyed {
 			h.key = newPoolKey()
 		}
-		before := openFDs(t)
+		before := testutil.FDs(t)
 		require.NoError(t, SendHandle(a, h))
 		got, err := ReceiveHandle(b)
 		require.NoError(t, err)
@@ -237,7 +238,7 @@ func TestSendReceiveHandleKey(t *testing.T) {
 		assert.Equal(t, h.Token(), got.Token())
 		require.NoError(t, got.Close())
 		require.NoError(t, h.Close())
-		assertNoNewFDs(t, before)
+		testutil.AssertNoNewFDs(t, before)
 	}
 	a, _ := socketPair(t)
 	assert.ErrorIs(t, SendHandle(a, nil), cuda.ErrInvalidArgument)
@@ -275,7 +276,7 @@ func FuzzReceiveFDs(f *testing.F) {
 		a, b := conn(fds[0]), conn(fds[1])
 		defer a.Close()
 		defer b.Close()
-		before := openFDs(t)
+		before := testutil.FDs(t)
 		var attach []int
 		for range n {
 			var p [2]int
@@ -310,7 +311,7 @@ func FuzzReceiveFDs(f *testing.F) {
 		}
 		b.Close()
 		a.Close()
-		assertNoNewFDs(t, before, "nothing received was left open")
+		testutil.AssertNoNewFDs(t, before, "nothing received was left open")
 	})
 }
 

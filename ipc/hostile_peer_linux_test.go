@@ -76,7 +76,7 @@ func (p *hostilePeer) mustSend(data []byte, n int) {
 // handleFrame is a whole, well-formed handle message frame announcing
 // nfds descriptors.
 func handleFrame(nfds int) []byte {
-	return frame(encodeHandle(NewUUID(), newPoolKey()), nfds)
+	return frame(encodeHandle(cuda.NewUUID(), newPoolKey()), nfds)
 }
 
 // unread is how many bytes wait in the receiving socket.

@@ -14,6 +14,7 @@ import (
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/cudatest"
+	"github.com/cudamem/cudamem/internal/testutil"
 	"github.com/cudamem/cudamem/ipc"
 )
 
@@ -122,5 +123,5 @@ func roleCloseRace(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Ker
 	require.NoError(t, b.Close())
 	require.NoError(t, p2.Close())
 	require.NoError(t, h.Close())
-	assertNoNewFDs(t, fds, "fds back to baseline in the child")
+	testutil.AssertNoNewFDs(t, fds, "fds back to baseline in the child")
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/osfd"
+	"github.com/cudamem/cudamem/internal/testutil"
 )
 
 // These tests pin the lifecycle ImportedPool takes from internal/poolcore:
@@ -240,9 +241,9 @@ func TestCloseWaitsForExport(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("no POSIX descriptors")
 	}
-	before := openFDSet()
+	before := testutil.OpenFDs()
 	file := keptFile(t)
-	p := newImportedPool(nil, cuda.MemPool{}, newFake(), NewUUID(), newPoolKey(), file)
+	p := newImportedPool(nil, cuda.MemPool{}, newFake(), cuda.NewUUID(), newPoolKey(), file)
 
 	// A call in progress, as Export is between Acquire and Release.
 	require.True(t, p.life.Acquire())
@@ -260,7 +261,7 @@ func TestCloseWaitsForExport(t *testing.T) {
 	require.NoError(t, p.Close(), "idempotent")
 
 	// Exports racing Close.
-	p = newImportedPool(nil, cuda.MemPool{}, newFake(), NewUUID(), newPoolKey(), keptFile(t))
+	p = newImportedPool(nil, cuda.MemPool{}, newFake(), cuda.NewUUID(), newPoolKey(), keptFile(t))
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Add(1)
@@ -282,7 +283,7 @@ func TestCloseWaitsForExport(t *testing.T) {
 	time.Sleep(2 * time.Millisecond)
 	require.NoError(t, p.Close())
 	wg.Wait()
-	assertNoNewFDs(t, before, "every descriptor closed")
+	testutil.AssertNoNewFDs(t, before, "every descriptor closed")
 	assert.Zero(t, osfd.Leaks())
 }
 

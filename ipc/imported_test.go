@@ -162,7 +162,7 @@ func (f *fakeImport) counts() (frees, bad, destroyed int) {
 func fakePool(t *testing.T) (*ImportedPool, *fakeImport) {
 	t.Helper()
 	f := newFake()
-	return newImportedPool(nil, cuda.MemPool{}, f, NewUUID(), newPoolKey(), nil), f
+	return newImportedPool(nil, cuda.MemPool{}, f, cuda.NewUUID(), newPoolKey(), nil), f
 }
 
 // desc is a descriptor sealed with p's key, as the exporter would make it
@@ -362,7 +362,7 @@ func TestImportFailurePaths(t *testing.T) {
 	assert.Equal(t, frees, frees2)
 	assert.Zero(t, bad, "no driver call for a foreign pointer")
 
-	_, err = p.Import(Descriptor{Pool: NewUUID(), Size: 1, Data: exportData(9, 1)}, nil)
+	_, err = p.Import(Descriptor{Pool: cuda.NewUUID(), Size: 1, Data: exportData(9, 1)}, nil)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "descriptor of another pool")
 	_, err = p.Allocate(1, nil)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
@@ -379,7 +379,7 @@ func TestImportFailurePaths(t *testing.T) {
 // are covered against the fake driver in internal/probe.)
 func TestImportRefusesZeroStream(t *testing.T) {
 	p, f := fakePool(t)
-	keyless := newImportedPool(nil, cuda.MemPool{}, f, NewUUID(), poolKey{}, nil)
+	keyless := newImportedPool(nil, cuda.MemPool{}, f, cuda.NewUUID(), poolKey{}, nil)
 	for _, imp := range []func() (*buffer.Buffer, error){
 		func() (*buffer.Buffer, error) { return p.Import(desc(p, 1, 4096, 1<<20), new(cuda.Stream)) },
 		func() (*buffer.Buffer, error) {

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/testutil"
 )
 
 // devFD opens a character device (/dev/null, /dev/zero) and returns a
@@ -104,7 +105,7 @@ func importAsync(dev *cuda.Device, h *Handle) <-chan importResult {
 // all. Before, ImportPool held the registry's lock across the driver call,
 // so every import and Lookup of the process waited for the slow one.
 func TestImportPoolOutsideTheLock(t *testing.T) {
-	before := openFDs(t)
+	before := testutil.FDs(t)
 	f := installFakeImports(t)
 	dev := &cuda.Device{}
 	nullFD, zeroFD := devFD(t, "/dev/null"), devFD(t, "/dev/zero")
@@ -112,10 +113,10 @@ func TestImportPoolOutsideTheLock(t *testing.T) {
 	require.NotEqual(t, held, free)
 	f.hold = func(r uint64) bool { return r == held }
 
-	hA, err := NewHandle(nullFD, NewUUID())
+	hA, err := NewHandle(nullFD, cuda.NewUUID())
 	require.NoError(t, err)
 	hA.key = newPoolKey()
-	hB, err := NewHandle(zeroFD, NewUUID())
+	hB, err := NewHandle(zeroFD, cuda.NewUUID())
 	require.NoError(t, err)
 	hB.key = newPoolKey()
 
@@ -166,7 +167,7 @@ func TestImportPoolOutsideTheLock(t *testing.T) {
 	registry.Lock()
 	assert.Empty(t, registry.pending, "no import left pending")
 	registry.Unlock()
-	assertNoNewFDs(t, before, "the kept duplicates were closed")
+	testutil.AssertNoNewFDs(t, before, "the kept duplicates were closed")
 }
 
 // TestImportPoolConcurrentSameUUID: many goroutines import one UUID at
@@ -174,7 +175,7 @@ func TestImportPoolOutsideTheLock(t *testing.T) {
 // only, a waiter imports in turn, and every other caller gets that one
 // pool (two driver imports in all, one pool mapped). Run with -race.
 func TestImportPoolConcurrentSameUUID(t *testing.T) {
-	before := openFDs(t)
+	before := testutil.FDs(t)
 	f := installFakeImports(t)
 	boom := errors.New("driver says no")
 	f.fail = func(_ uint64, call int) error {
@@ -187,7 +188,7 @@ func TestImportPoolConcurrentSameUUID(t *testing.T) {
 	dev := &cuda.Device{}
 	nullFD := devFD(t, "/dev/null")
 	null := rdevOf(nullFD)
-	h, err := NewHandle(nullFD, NewUUID())
+	h, err := NewHandle(nullFD, cuda.NewUUID())
 	require.NoError(t, err)
 	h.key = newPoolKey()
 	var wg sync.WaitGroup
@@ -223,7 +224,7 @@ func TestImportPoolConcurrentSameUUID(t *testing.T) {
 	assert.Equal(t, 2, f.count(null), "one failed import, one that mapped")
 	require.NoError(t, p.Close())
 	require.NoError(t, h.Close())
-	assertNoNewFDs(t, before)
+	testutil.AssertNoNewFDs(t, before)
 }
 
 // TestImportPoolRefusesNonPoolFDs: an fd of a kind the driver's export
@@ -269,8 +270,8 @@ func TestImportPoolRefusesNonPoolFDs(t *testing.T) {
 	dev := &cuda.Device{}
 	for name, c := range refused {
 		t.Run(name, func(t *testing.T) {
-			before := openFDs(t)
-			h, err := NewHandle(c.make(t), NewUUID())
+			before := testutil.FDs(t)
+			h, err := NewHandle(c.make(t), cuda.NewUUID())
 			require.NoError(t, err)
 			fd, _ := h.FD()
 			_, err = ImportPool(dev, h)
@@ -294,7 +295,7 @@ func TestImportPoolRefusesNonPoolFDs(t *testing.T) {
 			assert.Contains(t, err.Error(), c.kind)
 			a.Close()
 			b.Close()
-			assertNoNewFDs(t, before, "nothing kept")
+			testutil.AssertNoNewFDs(t, before, "nothing kept")
 		})
 	}
 	assert.Empty(t, f.calls, "no refused fd reached the driver")
@@ -304,7 +305,7 @@ func TestImportPoolRefusesNonPoolFDs(t *testing.T) {
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
 	require.NoError(t, err)
 	for name, fd := range map[string]int{"character device": devFD(t, "/dev/null"), "anonymous inode": efd} {
-		h, err := NewHandle(fd, NewUUID())
+		h, err := NewHandle(fd, cuda.NewUUID())
 		require.NoError(t, err, name)
 		p, err := ImportPool(dev, h)
 		require.NoError(t, err, name)

@@ -21,6 +21,7 @@ import (
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/cudatest"
+	"github.com/cudamem/cudamem/internal/testutil"
 	"github.com/cudamem/cudamem/ipc"
 	"github.com/cudamem/cudamem/resource"
 )
@@ -61,45 +62,9 @@ var childToken = sync.OnceValues(func() (string, error) {
 
 const bufSize = 1 << 20
 
-// openFDs lists this process's open file descriptors and what they are,
-// leaving out those gone by the time their link is read: among them the
-// one ReadDir used to read the list, whose number is the lowest free one
-// and so differs between two calls when a lower descriptor was closed in
-// between.
-func openFDs(t *testing.T) map[string]string {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	require.NoError(t, err)
-	out := map[string]string{}
-	for _, e := range ents {
-		target, err := os.Readlink("/proc/self/fd/" + e.Name())
-		if err != nil {
-			continue
-		}
-		out[e.Name()] = target
-	}
-	return out
-}
-
-// assertNoNewFDs fails if a descriptor is open now that was not open, to
-// the same file, in before. Descriptors that went away are no leak: the
-// GC's os.File finalizers close sockets and files earlier tests dropped at
-// any moment (on the GPU machine TestIpcOverSocket saw 41 -> 39 fds), so
-// leak checks compare sets, never counts or whole maps.
-func assertNoNewFDs(t *testing.T, before map[string]string, msg string) {
-	t.Helper()
-	var added []string
-	for fd, target := range openFDs(t) {
-		if before[fd] != target {
-			added = append(added, fd+" -> "+target)
-		}
-	}
-	assert.Empty(t, added, msg)
-}
-
 // childFDs is openFDs in a child role, less descriptor 3: the pool handle
 // the parent passed in, which the role closes before it compares.
-func childFDs(t *testing.T) map[string]string {
+func childFDs(t *testing.T) map[int]string {
 	t.Helper()
 	// The runtime opens its poller's descriptors (an epoll and an eventfd)
 	// the first time anything waits with a timer or on a pollable file;
@@ -110,8 +75,8 @@ func childFDs(t *testing.T) map[string]string {
 	require.NoError(t, r.SetReadDeadline(time.Now()))
 	r.Close()
 	w.Close()
-	fds := openFDs(t)
-	delete(fds, "3")
+	fds := testutil.FDs(t)
+	delete(fds, 3)
 	return fds
 }
 
@@ -179,7 +144,7 @@ func TestIpcMempool(t *testing.T) {
 	require.NoError(t, err)
 	// The driver opens a descriptor of its own on a pool's first export
 	// and keeps it (not a leak of ours): the baseline is taken after it.
-	fds := openFDs(t)
+	fds := testutil.FDs(t)
 	h, err := ipc.ExportPool(p)
 	require.NoError(t, err)
 	assert.Equal(t, h.UUID(), desc.Pool)
@@ -191,7 +156,7 @@ func TestIpcMempool(t *testing.T) {
 	k.RequireCheck(t, s, b.Ptr(), bufSize, 11) // the child wrote seed+10
 	require.NoError(t, b.Close())
 	require.NoError(t, s.Sync())
-	assertNoNewFDs(t, fds, "no fd leaked")
+	testutil.AssertNoNewFDs(t, fds, "no fd leaked")
 	attrs, err := p.Attributes()
 	require.NoError(t, err)
 	assert.Zero(t, attrs.UsedMemCurrent)
@@ -225,7 +190,7 @@ func TestIpcOverSocket(t *testing.T) {
 		bufs, descs = append(bufs, b), append(descs, dsc)
 	}
 	require.NoError(t, s.Sync())
-	fds := openFDs(t) // after the pool's first export (see TestIpcMempool)
+	fds := testutil.FDs(t) // after the pool's first export (see TestIpcMempool)
 	h, err := ipc.ExportPool(p)
 	require.NoError(t, err)
 	done := make(chan struct{})
@@ -245,7 +210,7 @@ func TestIpcOverSocket(t *testing.T) {
 	}
 	require.NoError(t, s.Sync())
 	conn.Close()
-	assertNoNewFDs(t, fds, "no fd leaked")
+	testutil.AssertNoNewFDs(t, fds, "no fd leaked")
 }
 
 func TestExportErrors(t *testing.T) {
@@ -268,14 +233,14 @@ func TestExportErrors(t *testing.T) {
 	require.NoError(t, err)
 	first := h0.UUID()
 	require.NoError(t, h0.Close())
-	fds := openFDs(t) // after the pool's first export (see TestIpcMempool)
+	fds := testutil.FDs(t) // after the pool's first export (see TestIpcMempool)
 	for i := 0; i < 10; i++ {
 		h, err := ipc.ExportPool(p)
 		require.NoError(t, err)
 		assert.Equal(t, first, h.UUID(), "one pool, one UUID")
 		require.NoError(t, h.Close())
 	}
-	assertNoNewFDs(t, fds, "10 exports leak no fd")
+	testutil.AssertNoNewFDs(t, fds, "10 exports leak no fd")
 	b, err = p.Allocate(4096, s)
 	require.NoError(t, err)
 	v, err := b.Slice(0, 1024)
@@ -381,7 +346,7 @@ func importAndCheck(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Ke
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "cannot allocate from an imported")
 	wrong := descs[0]
-	wrong.Pool = ipc.NewUUID()
+	wrong.Pool = cuda.NewUUID()
 	_, err = p.Import(wrong, s)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "descriptor of another pool")
 	forged := descs[0]

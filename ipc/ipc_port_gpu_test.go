@@ -23,6 +23,7 @@ import (
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/cudatest"
+	"github.com/cudamem/cudamem/internal/testutil"
 	"github.com/cudamem/cudamem/ipc"
 	"github.com/cudamem/cudamem/resource"
 	"github.com/cudamem/cudamem/virtual"
@@ -359,7 +360,7 @@ func roleDuplicate(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Ker
 	require.NoError(t, b2.Close(), "the last Close frees (and destroys the closed pool)")
 	assert.Zero(t, p.Live())
 	require.NoError(t, p.Close())
-	assertNoNewFDs(t, fds, "no fd leaked")
+	testutil.AssertNoNewFDs(t, fds, "no fd leaked")
 }
 
 // TestImportOversizedBufferDescriptorSize: descriptors claiming more than
@@ -484,7 +485,7 @@ func TestIpcVMMGrownRoundTrip(t *testing.T) {
 	k.RequireCheck(t, s, b.Ptr(), g, 50) // growth kept the data
 	require.NoError(t, k.Write(s, b.Ptr(), b.Size(), 51))
 	require.NoError(t, s.Sync())
-	fds := openFDs(t)
+	fds := testutil.FDs(t)
 	chunks, err := r.Export(b)
 	require.NoError(t, err)
 	var files []*os.File
@@ -497,7 +498,7 @@ func TestIpcVMMGrownRoundTrip(t *testing.T) {
 	for _, f := range files {
 		require.NoError(t, f.Close())
 	}
-	assertNoNewFDs(t, fds, "every chunk fd closed")
+	testutil.AssertNoNewFDs(t, fds, "every chunk fd closed")
 	k.RequireCheck(t, s, b.Ptr(), b.Size(), 52)
 }
 
@@ -582,7 +583,7 @@ func TestIpcWorkerPool(t *testing.T) {
 	k := cudatest.LoadKernels(t, d)
 	p := ipcPool(t, d)
 	bufs, descs := writeBuffers(t, p, s, k, workers*per, size, 1000)
-	fds := openFDs(t)
+	fds := testutil.FDs(t)
 	h, err := ipc.ExportPool(p)
 	require.NoError(t, err)
 	var kids []*childProc
@@ -604,7 +605,7 @@ func TestIpcWorkerPool(t *testing.T) {
 	attrs, err := p.Attributes()
 	require.NoError(t, err)
 	assert.Zero(t, attrs.UsedMemCurrent, "pool bytes back to 0")
-	assertNoNewFDs(t, fds, "no fd leaked in the parent")
+	testutil.AssertNoNewFDs(t, fds, "no fd leaked in the parent")
 }
 
 func roleWorker(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Kernels, seed int) {
@@ -645,7 +646,7 @@ func roleWorker(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Kernel
 	assert.Zero(t, p.Live())
 	require.NoError(t, p.Close())
 	require.NoError(t, h.Close())
-	assertNoNewFDs(t, fds, "fds back to baseline in the child")
+	testutil.AssertNoNewFDs(t, fds, "fds back to baseline in the child")
 }
 
 // TestIpcChildKilled: a child killed with SIGKILL while it holds imported
@@ -848,5 +849,5 @@ func roleHostile(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Kerne
 	}
 	require.NoError(t, p.Close())
 	require.NoError(t, h.Close())
-	assertNoNewFDs(t, fds, "no fd leaked")
+	testutil.AssertNoNewFDs(t, fds, "no fd leaked")
 }

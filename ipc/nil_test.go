@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/testutil"
 )
 
 func TestBadInputNeverPanics(t *testing.T) {
@@ -50,45 +51,6 @@ func TestBadInputNeverPanics(t *testing.T) {
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 }
 
-// openFDSet lists this process's open descriptors, each with what it
-// refers to (nil where the system has no /proc/self/fd). Descriptors gone
-// by the time their link is read are left out: among them the one ReadDir
-// used for the listing, already closed.
-func openFDSet() map[string]string {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return nil
-	}
-	out := map[string]string{}
-	for _, e := range ents {
-		target, err := os.Readlink("/proc/self/fd/" + e.Name())
-		if err != nil {
-			continue
-		}
-		out[e.Name()] = target
-	}
-	return out
-}
-
-// assertNoNewFDs fails if a descriptor is open now that was not open,
-// to the same file, in before (a set from openFDSet). Descriptors that
-// went away are no leak: the GC's os.File finalizers close files that
-// earlier tests dropped at any moment (seen on the GPU machine: 41 -> 39
-// fds during a test), so leak checks compare sets, never counts.
-func assertNoNewFDs(t *testing.T, before map[string]string, msgAndArgs ...any) bool {
-	t.Helper()
-	if before == nil {
-		return true // no /proc/self/fd: nothing to compare
-	}
-	var added []string
-	for fd, target := range openFDSet() {
-		if before[fd] != target {
-			added = append(added, fd+" -> "+target)
-		}
-	}
-	return assert.Empty(t, added, msgAndArgs...)
-}
-
 // TestNilAndZeroReceivers calls every exported method of every exported
 // type of the package on a nil pointer and on a zero value, with zero
 // arguments: none may panic, every error must match cuda.ErrInvalidArgument
@@ -98,7 +60,7 @@ func TestNilAndZeroReceivers(t *testing.T) {
 	if runtime.GOOS == "linux" {
 		ensureStdinOpen(t)
 	}
-	before := openFDSet()
+	before := testutil.OpenFDs()
 	values := []any{
 		(*Handle)(nil), &Handle{},
 		(*ImportedPool)(nil), &ImportedPool{},
@@ -143,7 +105,7 @@ func TestNilAndZeroReceivers(t *testing.T) {
 		}
 	}
 	assert.Greater(t, calls, 30, "the sweep reached the methods")
-	assertNoNewFDs(t, before, "no descriptor opened")
+	testutil.AssertNoNewFDs(t, before, "no descriptor opened")
 	if runtime.GOOS == "linux" {
 		assert.True(t, fdOpen(0), "fd 0 is still open")
 	}

@@ -4,11 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"weak"
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/osfd"
+	"github.com/cudamem/cudamem/internal/poolexport"
 	"github.com/cudamem/cudamem/resource"
 )
 
@@ -62,74 +62,29 @@ type exportState struct {
 	exported bool
 }
 
-// exported maps each exported pool to its state, keyed by a weak pointer
-// to the resource, so a pool keeps one UUID and a dead pool's entry can
-// never be confused with a new pool that reuses its driver handle.
-//
-// Entries of pools that were collected or closed (a closed pool exports
-// nothing more) are swept out, but only once the map has doubled since the
-// last sweep: sweeping at every new pool made each export cost time in
-// proportion to the pools made since the last garbage collection (every
-// weak pointer looked at), hundreds of microseconds in a loop that makes
-// and closes pools.
-var exported struct {
-	sync.Mutex
-	pools   map[any]*exportState
-	sweepAt int // sweep when len(pools) reaches this
-}
-
-// minSweep is the smallest map size that triggers a sweep.
-const minSweep = 64
-
-func weakKey(op string, p ExportablePool) (any, error) {
-	switch v := p.(type) {
-	case *resource.DevicePool:
-		return weak.Make(v), nil
-	case *resource.PinnedPool:
-		return weak.Make(v), nil
-	}
-	return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "%T is not an exportable pool", p)
-}
-
-// usable reports whether the pool behind k may still export: it was not
-// collected and not closed.
-func usable(k any) bool {
-	switch w := k.(type) {
-	case weak.Pointer[resource.DevicePool]:
-		p := w.Value()
-		return p != nil && !p.IsClosed()
-	case weak.Pointer[resource.PinnedPool]:
-		p := w.Value()
-		return p != nil && !p.IsClosed()
-	}
-	return false
+// exportStateHolder is a pool that keeps package ipc's export state on
+// itself (resource.DevicePool and PinnedPool): the state lives and dies
+// with the pool, so a pool keeps one UUID and a dead pool's state can
+// never be confused with a new pool that reuses its driver handle. Only
+// cudamem's pools can implement it, its type being internal.
+type exportStateHolder interface {
+	ExportState() *poolexport.Slot
 }
 
 // poolState returns p's export state, making one (its UUID and key) on
 // first use: the first ExportPool or ExportBuffer of the pool.
 func poolState(op string, p ExportablePool) (*exportState, error) {
-	k, err := weakKey(op, p)
-	if err != nil {
-		return nil, err
+	h, ok := p.(exportStateHolder)
+	if !ok || h.ExportState() == nil {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "%T is not an exportable pool", p)
 	}
-	exported.Lock()
-	defer exported.Unlock()
-	if st, ok := exported.pools[k]; ok {
-		return st, nil
+	v := h.ExportState().Get(func() any {
+		return &exportState{uuid: cuda.NewUUID(), key: newPoolKey()}
+	})
+	st, ok := v.(*exportState)
+	if !ok {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "%T holds export state of type %T", p, v)
 	}
-	if exported.pools == nil {
-		exported.pools = map[any]*exportState{}
-	}
-	if len(exported.pools) >= exported.sweepAt {
-		for old := range exported.pools {
-			if !usable(old) {
-				delete(exported.pools, old)
-			}
-		}
-		exported.sweepAt = max(minSweep, 2*len(exported.pools))
-	}
-	st := &exportState{uuid: NewUUID(), key: newPoolKey()}
-	exported.pools[k] = st
 	return st, nil
 }
 

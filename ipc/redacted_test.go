@@ -79,18 +79,18 @@ func TestSecretsFormatRedacted(t *testing.T) {
 	var h *Handle
 	if runtime.GOOS != "windows" {
 		var err error
-		h, err = NewHandle(pipeReadEnd(t), NewUUID())
+		h, err = NewHandle(pipeReadEnd(t), cuda.NewUUID())
 		require.NoError(t, err)
 		h.key = k
 		defer h.Close()
 	} else {
-		h = &Handle{uuid: NewUUID(), key: k}
+		h = &Handle{uuid: cuda.NewUUID(), key: k}
 	}
-	fh := &FabricHandle{uuid: NewUUID(), key: k, h: sealFabric(cuda.MemFabricHandle{Data: fabricData})}
+	fh := &FabricHandle{uuid: cuda.NewUUID(), key: k, h: sealFabric(cuda.MemFabricHandle{Data: fabricData})}
 	p, _ := fakePool(t)
 	p.key = k
 	defer p.Close()
-	st := &exportState{uuid: NewUUID(), key: k}
+	st := &exportState{uuid: cuda.NewUUID(), key: k}
 
 	values := map[string]any{
 		"*Handle":               h,

@@ -7,9 +7,6 @@ import "github.com/cudamem/cudamem/cuda"
 // that also names devices.
 type UUID = cuda.UUID
 
-// NewUUID returns a random (version 4) UUID (cuda.NewUUID).
-func NewUUID() UUID { return cuda.NewUUID() }
-
 // ParseUUID parses the String form (hex digits in either case), as
 // cuda.ParseUUID does. Anything else is refused with an error matching
 // cuda.ErrInvalidArgument.

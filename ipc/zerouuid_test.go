@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/testutil"
 )
 
 // The zero UUID names no pool: imports are deduplicated by UUID, so two
@@ -29,10 +30,10 @@ func TestZeroUUIDRefused(t *testing.T) {
 	assert.Contains(t, err.Error(), "zero UUID")
 
 	a, b := socketPair(t)
-	before := openFDs(t)
+	before := testutil.FDs(t)
 	require.NoError(t, SendFDs(a, encodeHandle(UUID{}, poolKey{}), fd))
 	_, err = ReceiveHandle(b)
 	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
-	assert.Equal(t, before, openFDs(t), "the received fd is closed")
+	assert.Equal(t, before, testutil.FDs(t), "the received fd is closed")
 	require.NoError(t, syscall.Close(fd))
 }

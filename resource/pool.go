@@ -8,6 +8,7 @@ import (
 
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/poolcore"
+	"github.com/cudamem/cudamem/internal/poolexport"
 )
 
 // keepAll is the release threshold that keeps freed memory cached in a
@@ -64,6 +65,9 @@ type poolCore struct {
 	pool cuda.MemPool
 	ipc  bool
 	life poolcore.Core
+	// export is package ipc's state for the pool (UUID and key), kept here
+	// so that it lives and dies with the pool.
+	export poolexport.Slot
 }
 
 // own makes c own its pool: once closed and unused, the pool's pending

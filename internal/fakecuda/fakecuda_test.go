@@ -1,9 +1,6 @@
 package fakecuda_test
 
 import (
-	"errors"
-	"fmt"
-	"os"
 	"testing"
 	"unsafe"
 
@@ -15,31 +12,7 @@ import (
 
 var fake *fakecuda.Driver
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "fakecuda")
-	if err != nil {
-		panic(err)
-	}
-	path, err := fakecuda.Build(dir)
-	switch {
-	case errors.Is(err, fakecuda.ErrNoCompiler) && !fakecuda.Required():
-		fmt.Println("skipping fakecuda tests:", err)
-		os.RemoveAll(dir)
-		return
-	case err != nil:
-		fmt.Println(err)
-		os.Exit(1)
-	}
-	os.Setenv("CUDAMEM_DRIVER", path)
-	os.Setenv("FAKECUDA_DEVICES", "2")
-	if fake, err = fakecuda.Open(path); err != nil {
-		fmt.Println(err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { fakecuda.Main(m, "fakecuda", &fake) }
 
 func TestFakeDevices(t *testing.T) {
 	n, err := cuda.DeviceCount()

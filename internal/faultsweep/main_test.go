@@ -34,13 +34,8 @@ func run(m *testing.M) int {
 		return firstUseChild(k)
 	}
 	if os.Getenv("CUDAMEM_DRIVER") == "" && os.Getenv("CUDAMEM_REQUIRE_GPU") != "1" {
-		dir, err := os.MkdirTemp("", "faultsweep")
-		if err != nil {
-			fmt.Println(err)
-			return 1
-		}
-		defer os.RemoveAll(dir)
-		path, err := fakecuda.Build(dir)
+		d, cleanup, err := fakecuda.Install("faultsweep")
+		defer cleanup()
 		switch {
 		case errors.Is(err, fakecuda.ErrNoCompiler) && !fakecuda.Required():
 			fmt.Println("faultsweep: skipped:", err)
@@ -49,14 +44,7 @@ func run(m *testing.M) int {
 			fmt.Println(err)
 			return 1
 		}
-		os.Setenv("CUDAMEM_DRIVER", path)
-		if os.Getenv("FAKECUDA_DEVICES") == "" {
-			os.Setenv("FAKECUDA_DEVICES", "2") // so the peer-access sweeps run
-		}
-		if fake, err = fakecuda.Open(path); err != nil {
-			fmt.Println(err)
-			return 1
-		}
+		fake = d
 	}
 	code := m.Run()
 	summary()

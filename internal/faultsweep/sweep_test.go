@@ -15,6 +15,7 @@ import (
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/fakecuda"
+	"github.com/cudamem/cudamem/internal/testutil"
 	"github.com/cudamem/cudamem/loader"
 )
 
@@ -98,16 +99,8 @@ func (c counters) diff(base counters) string {
 	return out
 }
 
-func openFDs() int {
-	es, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		return -1
-	}
-	return len(es)
-}
-
 func snap() counters {
-	c := counters{fds: openFDs(), leaks: buffer.Leaks()}
+	c := counters{fds: len(testutil.OpenFDs()), leaks: buffer.Leaks()}
 	if fake != nil {
 		c.fake = fake.Snapshot()
 		return c

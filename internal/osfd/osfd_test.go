@@ -3,7 +3,6 @@
 package osfd
 
 import (
-	"os"
 	"runtime"
 	"sync"
 	"syscall"
@@ -15,37 +14,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/testutil"
 )
-
-// openFDs lists the open descriptors with what each refers to, leaving
-// out those gone by the time their link is read (the one ReadDir used).
-func openFDs(t *testing.T) map[string]string {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	require.NoError(t, err)
-	out := map[string]string{}
-	for _, e := range ents {
-		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil {
-			out[e.Name()] = target
-		}
-	}
-	return out
-}
-
-// assertNoNewFDs fails if a descriptor is open that was not open, to the
-// same file, in before. Descriptors that went away are no leak: the GC's
-// os.File finalizers close files earlier tests dropped at any moment, so
-// leak checks compare sets, not counts.
-func assertNoNewFDs(t *testing.T, before map[string]string, msgAndArgs ...any) {
-	t.Helper()
-	var added []string
-	for fd, target := range openFDs(t) {
-		if before[fd] != target {
-			added = append(added, fd+" -> "+target)
-		}
-	}
-	assert.Empty(t, added, msgAndArgs...)
-}
 
 // pipeFD returns a fresh descriptor (the read end of a pipe) the caller owns.
 func pipeFD(t *testing.T) int {
@@ -72,7 +42,7 @@ func cloexec(t *testing.T, fd int) bool {
 // pass on to this process's children; a failure to take it leaves the
 // flag alone.
 func TestNewSetsCloseOnExec(t *testing.T) {
-	before := openFDs(t)
+	before := testutil.FDs(t)
 	fd := pipeFD(t)
 	_, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0)
 	require.NoError(t, err)
@@ -81,14 +51,14 @@ func TestNewSetsCloseOnExec(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, cloexec(t, fd), "New set close-on-exec")
 	require.NoError(t, f.Close())
-	assertNoNewFDs(t, before)
+	testutil.AssertNoNewFDs(t, before)
 
 	_, err = New(1 << 20) // not open: refused, nothing set
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 }
 
 func TestFileLifecycle(t *testing.T) {
-	before := openFDs(t)
+	before := testutil.FDs(t)
 	fd := pipeFD(t)
 	f, err := New(fd)
 	require.NoError(t, err)
@@ -126,7 +96,7 @@ func TestFileLifecycle(t *testing.T) {
 	require.NoError(t, d.Close(), "a released File closes nothing")
 	assert.True(t, isOpen(rfd))
 	require.NoError(t, Close(rfd))
-	assertNoNewFDs(t, before)
+	testutil.AssertNoNewFDs(t, before)
 
 	_, err = New(-1)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
@@ -192,7 +162,7 @@ func TestCloseWaitsForUse(t *testing.T) {
 }
 
 func TestConcurrentClose(t *testing.T) {
-	before := openFDs(t)
+	before := testutil.FDs(t)
 	f, err := New(pipeFD(t))
 	require.NoError(t, err)
 	var wg sync.WaitGroup
@@ -201,13 +171,13 @@ func TestConcurrentClose(t *testing.T) {
 		go func() { defer wg.Done(); assert.NoError(t, f.Close()) }()
 	}
 	wg.Wait()
-	assertNoNewFDs(t, before)
+	testutil.AssertNoNewFDs(t, before)
 }
 
 // TestLeakSafetyNet: a File lost without Close has its descriptor closed
 // by the cleanup and counted.
 func TestLeakSafetyNet(t *testing.T) {
-	before, leaksBefore := openFDs(t), Leaks()
+	before, leaksBefore := testutil.FDs(t), Leaks()
 	func() {
 		for range 8 {
 			_, err := New(pipeFD(t))
@@ -220,7 +190,7 @@ func TestLeakSafetyNet(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	assert.Equal(t, leaksBefore+8, Leaks())
-	assertNoNewFDs(t, before, "leaked descriptors were closed")
+	testutil.AssertNoNewFDs(t, before, "leaked descriptors were closed")
 }
 
 func TestCloseAllJoins(t *testing.T) {

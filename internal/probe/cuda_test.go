@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/testutil"
 )
 
 func TestCudaHostile(t *testing.T) {
@@ -27,7 +28,7 @@ func TestCudaHostile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d0.MemFree(p)
-	before := openFDs(t)
+	before := len(testutil.FDs(t))
 	cases := map[string]func() error{
 		"MemAlloc(1<<63)":      func() error { q, err := d0.MemAlloc(1 << 63); _ = q; return err },
 		"MemAlloc(max)":        func() error { _, err := d0.MemAlloc(math.MaxUint64); return err },
@@ -131,7 +132,7 @@ func TestCudaHostile(t *testing.T) {
 			t.Logf("%s: %v", name, err)
 		})
 	}
-	if got := openFDs(t); got != before {
+	if got := len(testutil.FDs(t)); got != before {
 		t.Errorf("fds %d, before %d", got, before)
 	}
 }

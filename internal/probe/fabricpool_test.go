@@ -129,7 +129,7 @@ func TestFabricPoolHostile(t *testing.T) {
 	withFabric(t, fakecuda.FabricWorks)
 	d := dev(t, 0)
 	check := baseline(t)
-	u := ipc.NewUUID()
+	u := cuda.NewUUID()
 	junk := craftFabric(t, u, []byte("sixty-four bytes of nothing the driver ever made......"))
 	noPanic(t, "junk", func() {
 		_, err := ipc.ImportPoolFabric(d, junk)

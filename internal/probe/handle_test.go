@@ -8,14 +8,16 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/testutil"
 	"github.com/cudamem/cudamem/ipc"
 )
 
 func TestHandleHostile(t *testing.T) {
-	before := openFDs(t)
+	before := len(testutil.FDs(t))
 	for _, fd := range []int{-1, -100, 1 << 30, 999999} {
 		noPanic(t, "NewHandle", func() {
-			h, err := ipc.NewHandle(fd, ipc.NewUUID())
+			h, err := ipc.NewHandle(fd, cuda.NewUUID())
 			if err == nil {
 				t.Errorf("NewHandle(%d): accepted", fd)
 				h.Close()
@@ -36,7 +38,7 @@ func TestHandleHostile(t *testing.T) {
 			}
 		})
 	}
-	h, err := ipc.NewHandle(devNull(t), ipc.NewUUID())
+	h, err := ipc.NewHandle(devNull(t), cuda.NewUUID())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +69,7 @@ func TestHandleHostile(t *testing.T) {
 	} else {
 		wantErr(t, "legacy", err, "ipc.OpenLegacy")
 	}
-	if got := openFDs(t); got != before {
+	if got := len(testutil.FDs(t)); got != before {
 		t.Errorf("fds %d, before %d", got, before)
 	}
 }

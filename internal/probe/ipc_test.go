@@ -11,17 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cudamem/cudamem/internal/testutil"
 	"github.com/cudamem/cudamem/ipc"
 )
-
-func openFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
-}
 
 // pair returns two connected *net.UnixConn of the given socket type.
 func pair(t *testing.T, typ int) (*net.UnixConn, *net.UnixConn) {
@@ -89,7 +81,7 @@ func TestReceiveGarbage(t *testing.T) {
 		}
 		for _, c := range cases {
 			a, b := pair(t, typ)
-			before := openFDs(t)
+			before := len(testutil.FDs(t))
 			msg := c.msg
 			if c.name == "huge len" {
 				msg = binary.LittleEndian.AppendUint32(append([]byte{}, "cmF1"...), 0xffffffff)
@@ -107,7 +99,7 @@ func TestReceiveGarbage(t *testing.T) {
 			} else {
 				wantErr(t, c.name, err, "ipc.Receive")
 			}
-			if got := openFDs(t); got != before {
+			if got := len(testutil.FDs(t)); got != before {
 				t.Errorf("type %d %s: %d fds open, %d before (%v)", typ, c.name, got, before, err)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/fakecuda"
+	"github.com/cudamem/cudamem/internal/testutil"
 	"github.com/cudamem/cudamem/ipc"
 	"github.com/cudamem/cudamem/resource"
 )
@@ -24,7 +25,7 @@ func TestIPCClosedEntryPoints(t *testing.T) {
 	withFabric(t, fakecuda.FabricWorks)
 	d := dev(t, 0)
 	check := baseline(t)
-	fds := openFDs(t)
+	fds := len(testutil.FDs(t))
 
 	pool, err := resource.NewDevicePool(d, &resource.DevicePoolOptions{IPC: true})
 	if err != nil {
@@ -110,7 +111,7 @@ func TestIPCClosedEntryPoints(t *testing.T) {
 		}
 	}
 	closeAll(t, ib, b, fb, pb)
-	if got := openFDs(t); got != fds {
+	if got := len(testutil.FDs(t)); got != fds {
 		t.Errorf("fds %d, before %d", got, fds)
 	}
 	check()

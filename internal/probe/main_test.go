@@ -3,8 +3,6 @@
 package probe
 
 import (
-	"errors"
-	"fmt"
 	"os"
 	"testing"
 
@@ -13,31 +11,16 @@ import (
 
 var fake *fakecuda.Driver
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "probe")
-	if err != nil {
-		panic(err)
-	}
-	path, err := fakecuda.Build(dir)
-	switch {
-	case errors.Is(err, fakecuda.ErrNoCompiler) && !fakecuda.Required():
-		fmt.Println("skipping probe tests:", err)
-		os.RemoveAll(dir)
-		return
-	case err != nil:
-		fmt.Println(err)
-		os.Exit(1)
-	}
-	os.Setenv("CUDAMEM_DRIVER", path)
-	os.Setenv("FAKECUDA_DEVICES", "2")
-	if fake, err = fakecuda.Open(path); err != nil {
-		fmt.Println(err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
+func TestMain(m *testing.M) { fakecuda.Main(cleanAfter{m}, "probe", &fake) }
+
+// cleanAfter runs the tests, then removes what they built on the side
+// (the DLPack helper library's directory).
+type cleanAfter struct{ m *testing.M }
+
+func (c cleanAfter) Run() int {
+	code := c.m.Run()
 	if dlpDir != "" {
 		os.RemoveAll(dlpDir)
 	}
-	os.Exit(code)
+	return code
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/testutil"
 	"github.com/cudamem/cudamem/virtual"
 )
 
@@ -208,7 +209,7 @@ func TestVirtualImportHostile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := openFDs(t)
+	before := len(testutil.FDs(t))
 	for name, c := range map[string][]virtual.Chunk{
 		"nil":      nil,
 		"neg fd":   {{FD: -1, Size: g}},
@@ -231,7 +232,7 @@ func TestVirtualImportHostile(t *testing.T) {
 			})
 		}
 	}
-	if got := openFDs(t); got != before {
+	if got := len(testutil.FDs(t)); got != before {
 		t.Errorf("fds %d, before %d", got, before)
 	}
 	if err := virtual.CloseChunkFDs(chunks); err != nil {

@@ -2,38 +2,8 @@ package soundness_test
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"syscall"
 )
-
-// openFDs maps each open file descriptor of the process to what it refers
-// to, leaving out the descriptor used to list the directory itself.
-func openFDs() map[int]string {
-	dir := "/proc/self/fd"
-	f, err := os.Open(dir)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil
-	}
-	out := make(map[int]string, len(names))
-	for _, n := range names {
-		fd, err := strconv.Atoi(n)
-		if err != nil || fd == int(f.Fd()) {
-			continue
-		}
-		target, err := os.Readlink(dir + "/" + n)
-		if err != nil {
-			continue // closed between the listing and now
-		}
-		out[fd] = target
-	}
-	return out
-}
 
 // fdDiff describes descriptors closed, replaced or opened between two
 // snapshots, or returns "".

@@ -17,6 +17,7 @@ import (
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/buffer/dlpack"
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/testutil"
 	"github.com/cudamem/cudamem/ipc"
 	"github.com/cudamem/cudamem/loader"
 	"github.com/cudamem/cudamem/resource"
@@ -219,7 +220,7 @@ func (s *sweeper) run(what string, fn reflect.Value) {
 		s.t.Logf("skipped %s: %s", what, why)
 		return
 	}
-	before := openFDs()
+	before := testutil.OpenFDs()
 	o := call(fn)
 	s.calls++
 	switch {
@@ -247,7 +248,7 @@ func (s *sweeper) run(what string, fn reflect.Value) {
 		}
 	}
 	if before != nil && !o.blocked {
-		after := openFDs()
+		after := testutil.OpenFDs()
 		if d := fdDiff(before, after); d != "" {
 			s.problems = append(s.problems, fmt.Sprintf("%s: file descriptors changed:%s", what, d))
 			s.std.restore(before, after)

@@ -1,0 +1,287 @@
+package virtual
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// undo runs cleanup steps in reverse unless disarmed: a failed operation
+// leaves nothing behind. (Import uses it; the resource's own operations
+// use txn, which also reports and keeps what fails to clean up.)
+type undo []func()
+
+func (u *undo) add(f func()) { *u = append(*u, f) }
+func (u *undo) run() {
+	for i := len(*u) - 1; i >= 0; i-- {
+		(*u)[i]()
+	}
+	*u = nil
+}
+
+// newChunk creates size bytes of physical memory and maps it at ptr with
+// the given access, recording each step in t for a rollback.
+func (r *Resource) newChunk(t *txn, ptr cuda.DevicePtr, size uint64, descs []cuda.MemAccessDesc) (cuda.MemHandle, error) {
+	h, err := r.drv.MemCreate(size, &r.prop)
+	if err != nil {
+		return 0, err
+	}
+	t.created(h)
+	if err := r.drv.MemMap(ptr, size, 0, h); err != nil {
+		return 0, err
+	}
+	t.mapped(ptr, size)
+	if err := r.drv.MemSetAccess(ptr, size, descs...); err != nil {
+		return 0, err
+	}
+	return h, nil
+}
+
+// reserveRange reserves size bytes of address space for a new range (an
+// allocation, an import, or the range a moving Grow builds) and records it
+// in t.
+//
+// It passes the granularity as the alignment (or AddrAlign, where that is
+// more), as the C baseline does: every mapping must start on a granule.
+// (Alignment 0, the driver's default, made the 1 GiB allocate+close cycle
+// about twice as slow as C's with the granularity passed; see
+// BENCHMARKS.md.) A range the driver put off the alignment anyway is
+// given back (kept as a leftover if that fails) and the reservation fails.
+func (r *Resource) reserveRange(t *txn, size uint64, hint cuda.DevicePtr) (cuda.DevicePtr, error) {
+	p, err := r.drv.MemAddressReserve(size, r.reserveAlign, hint)
+	if err != nil {
+		return 0, err
+	}
+	if uint64(p)%r.reserveAlign != 0 {
+		err := cuda.Errorf("cuMemAddressReserve", cuda.ErrorUnknown, "the driver reserved %d bytes at %#x, off the alignment %d it was asked for", size, uint64(p), r.reserveAlign)
+		if ferr := r.drv.MemAddressFree(p, size); ferr != nil {
+			r.left.keep(&leftovers{spans: []span{{p, size}}})
+			err = errors.Join(err, fmt.Errorf("giving the range back: %w (kept for a retry)", ferr))
+		}
+		return 0, err
+	}
+	t.reserved(p, size)
+	return p, nil
+}
+
+// retryLeftovers gives back what earlier failed cleanups could not. It is
+// best effort by design: whatever fails again stays recorded for the next
+// operation, and Reclaim reports it, so an unrelated operation is not
+// failed by an old leftover.
+func (r *Resource) retryLeftovers() {
+	_ = r.left.retry(r.drv)
+}
+
+// Reclaim retries giving back the driver resources (mappings, physical
+// memory, address ranges) that the cleanup of an earlier failed operation
+// could not give back, and reports what still fails. Every operation
+// retries them by itself; Reclaim is for callers (and tests) that want to
+// know. It returns nil when nothing is pending.
+func (r *Resource) Reclaim() error {
+	if err := r.check("Resource.Reclaim"); err != nil {
+		return err
+	}
+	if err := r.left.retry(r.drv); err != nil {
+		return &cuda.OpError{Op: "Resource.Reclaim", Err: err}
+	}
+	return nil
+}
+
+// Allocate maps size bytes (rounded up to the granularity; the Buffer has
+// exactly size bytes). The stream only becomes the buffer's stream: mapping
+// is synchronous. Size 0 returns an empty buffer. On error nothing is left
+// allocated.
+func (r *Resource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
+	return buffer.Allocate(r, size, s)
+}
+
+// AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]):
+// the base address (0 for size 0) and s, the stream Close frees on.
+func (r *Resource) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+	const op = "Resource.Allocate"
+	if err := r.check(op); err != nil {
+		return 0, nil, err
+	}
+	// Mapping is synchronous, not stream-ordered: captured, it would be
+	// done once now rather than at each launch of the graph.
+	if err := s.RefuseCapture(op); err != nil {
+		return 0, nil, err
+	}
+	if size == 0 {
+		return 0, s, nil
+	}
+	aligned, ok := r.roundUp(size)
+	if !ok {
+		return 0, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "size %d rounded up to the granularity %d overflows", size, r.gran)
+	}
+	reserve := max(aligned, r.reserve)
+	if hint := uint64(r.opts.AddrHint); hint != 0 && hint+reserve < hint {
+		return 0, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "address hint %#x plus %d bytes overflows", hint, reserve)
+	}
+	r.retryLeftovers()
+	var t txn
+	t.start()
+	ptr, err := r.reserveRange(&t, reserve, r.opts.AddrHint)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s %d bytes: %w", op, size, err)
+	}
+	// Chunks share the resource's access list; setDesc copies before it
+	// changes one allocation's.
+	descs := r.descs
+	h, err := r.newChunk(&t, ptr, aligned, descs)
+	if err != nil {
+		return 0, nil, fmt.Errorf("%s %d bytes: %w", op, size, r.rollback(&t, err))
+	}
+	a := &allocation{base: ptr, size: size, mapped: aligned, reservations: []span{{ptr, reserve}}, resv: reserve,
+		chunks: []chunk{{off: 0, size: aligned, h: h}}, descs: descs}
+	r.mu.Lock()
+	r.allocs[ptr] = a
+	r.mu.Unlock()
+	return ptr, s, nil
+}
+
+// Deallocate waits for s (nil: the legacy default stream), then unmaps the
+// allocation, releases every physical chunk and frees its address space.
+// It waits for that one stream, not for the whole device: work the caller
+// submitted on other streams is the caller's to order before the free.
+//
+// If that fails before anything was given back, the allocation is left as
+// it was: the buffer stays open and usable, and Close can be retried. Once
+// a chunk is unmapped there is no way back (mapping it again can fail
+// too, and a buffer must never stay open over unmapped memory: on a real
+// GPU a stray access poisons the context). So from there on Deallocate
+// always finishes: the allocation is removed, whatever the driver refuses
+// to give back is kept as the resource's leftovers (retried by later
+// operations and by Reclaim, never released twice), and the error wraps
+// buffer.ErrPartlyFreed, which makes the buffer close anyway.
+func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
+	const op = "Resource.Deallocate"
+	if err := r.check(op); err != nil {
+		return err
+	}
+	if ptr == 0 {
+		return nil
+	}
+	// The free waits for s, which a capture forbids: refuse it before
+	// anything changes, so the buffer stays open and the capture valid.
+	if err := s.RefuseCapture(op); err != nil {
+		return fmt.Errorf("%w (%#x, %d bytes, stays allocated)", err, uint64(ptr), size)
+	}
+	r.mu.Lock()
+	a := r.allocs[ptr]
+	if a != nil && a.size != size {
+		// A free of the wrong size is a caller's mistake about what ptr
+		// is: refuse it, leaving the allocation (and its buffer) intact.
+		r.mu.Unlock()
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%#x is an allocation of %d bytes, not %d", uint64(ptr), a.size, size)
+	}
+	delete(r.allocs, ptr)
+	r.mu.Unlock()
+	if a == nil {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%#x (%d bytes) is not an allocation of this resource", uint64(ptr), size)
+	}
+	err := r.wait(op, s)
+	freed := false
+	if err == nil {
+		freed, err = r.free(a)
+	}
+	if err == nil {
+		return nil
+	}
+	if freed {
+		return fmt.Errorf("%s %#x: %w (what was not given back is kept for a retry; see Reclaim): %w", op, uint64(ptr), buffer.ErrPartlyFreed, err)
+	}
+	// Nothing was given back: file it again, so the buffer stays usable
+	// and Close can be retried.
+	r.mu.Lock()
+	r.allocs[ptr] = a
+	r.mu.Unlock()
+	return fmt.Errorf("%s %#x (nothing freed; the buffer is intact): %w", op, uint64(ptr), err)
+}
+
+// wait lets the work submitted to s (nil: the legacy default stream) finish
+// before memory it may use is unmapped. It waits for that stream only,
+// never for the whole device: work on other streams is the caller's to
+// order, as for any free.
+func (r *Resource) wait(op string, s *cuda.Stream) error {
+	s, err := r.dev.ResolveStream(op, s, false)
+	if err != nil {
+		return err
+	}
+	return r.drv.syncStream(s)
+}
+
+// mapChunk maps c at base+c.off with the access descs. If the access
+// cannot be set it unmaps c again, so c ends either fully mapped or not
+// mapped at all; a mapping that will not go is kept as a leftover.
+func (r *Resource) mapChunk(base cuda.DevicePtr, c chunk, descs []cuda.MemAccessDesc) error {
+	at := base + cuda.DevicePtr(c.off)
+	if err := r.drv.MemMap(at, c.size, 0, c.h); err != nil {
+		return err
+	}
+	if err := r.drv.MemSetAccess(at, c.size, descs...); err != nil {
+		if uerr := r.drv.MemUnmap(at, c.size); uerr != nil {
+			r.left.keep(&leftovers{maps: []span{{at, c.size}}})
+			return errors.Join(err, fmt.Errorf("unmapping it again: %w (kept for a retry)", uerr))
+		}
+		return err
+	}
+	return nil
+}
+
+// unmapFrom unmaps a.chunks[i:], the last first, and returns i. If an
+// unmap fails, the chunks this call already unmapped are mapped again,
+// lowest first, so a is exactly as it was: it then returns len(a.chunks)
+// and the error. Only if that also fails does it return some k in
+// [i, len(a.chunks)) with the error: a.chunks[:k] are mapped and
+// a.chunks[k:] are not (what is mapped is always a prefix).
+func (r *Resource) unmapFrom(a *allocation, i int) (int, error) {
+	for j := len(a.chunks) - 1; j >= i; j-- {
+		c := a.chunks[j]
+		err := r.drv.MemUnmap(a.base+cuda.DevicePtr(c.off), c.size)
+		if err == nil {
+			continue
+		}
+		err = fmt.Errorf("unmapping the chunk at offset %d: %w", c.off, err)
+		for k := j + 1; k < len(a.chunks); k++ {
+			if rerr := r.mapChunk(a.base, a.chunks[k], a.descs); rerr != nil {
+				return k, errors.Join(err, fmt.Errorf("mapping the chunk at offset %d again: %w", a.chunks[k].off, rerr))
+			}
+		}
+		return len(a.chunks), err
+	}
+	return i, nil
+}
+
+// free unmaps and releases everything a holds. If the first unmap fails
+// (and the chunks unmapped before it are mapped again), nothing changed:
+// it returns freed == false and a is whole. Otherwise a is past the point
+// of no return and freed is true: every step is tried, and whatever the
+// driver refuses (mappings, handles, address ranges) moves to r.left, so
+// a itself holds nothing any more and nothing is released twice.
+func (r *Resource) free(a *allocation) (freed bool, err error) {
+	r.retryLeftovers() // they may sit in a's address space
+	k, err := r.unmapFrom(a, 0)
+	if err != nil && k == len(a.chunks) {
+		return false, err // nothing changed: a is still whole and usable
+	}
+	// a.chunks[:k] are still mapped (k is 0 unless mapping back failed
+	// after a failed unmap); the rest are unmapped. reap unmaps, then
+	// releases every handle, then frees the address space once nothing
+	// is mapped in it, keeping what fails.
+	var l leftovers
+	for _, c := range a.chunks[:k] {
+		l.maps = append(l.maps, span{a.base + cuda.DevicePtr(c.off), c.size})
+	}
+	for _, c := range a.chunks {
+		l.handles = append(l.handles, c.h)
+	}
+	l.spans = append(l.spans, a.reservations...)
+	a.chunks, a.mapped = nil, 0
+	a.setReservations(nil)
+	rerr := reap(r.drv, &l)
+	r.left.keep(&l)
+	return true, errors.Join(err, rerr)
+}
