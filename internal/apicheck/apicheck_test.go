@@ -29,6 +29,7 @@ var packages = []string{
 	"loader",
 	"resource",
 	"resource/metrics",
+	"resource/gpuprof",
 	"resource/timeline",
 	"virtual",
 }

@@ -26,7 +26,6 @@ var (
 	dlpOnce sync.Once
 	dlpLib  *dlpacktest.Lib
 	dlpErr  error
-	dlpDir  string // where dlpLib was built
 )
 
 func dlpackLib(t *testing.T) *dlpacktest.Lib {
