@@ -20,10 +20,10 @@ func (p props) hostOnly() bool { return p.hostAcc && !p.devAcc }
 // allocation). It takes no lock: st.mr never changes, and the driver's
 // answer is cached in the state.
 func (b *Buffer) props() props {
-	if mr := b.st.mr; mr != nil {
+	if mr := b.mr; mr != nil {
 		return props{device: mr.DeviceID(), devAcc: mr.DeviceAccessible(), hostAcc: mr.HostAccessible()}
 	}
-	info, err := b.st.pointerInfo()
+	info, err := b.rootOf().pointerInfo()
 	if err != nil {
 		return props{device: -1}
 	}
@@ -89,7 +89,7 @@ func (b *Buffer) Device() (*cuda.Device, error) {
 // could use it.
 func (b *Buffer) streamFor(op string, s *cuda.Stream) (*cuda.Stream, error) {
 	if s == nil {
-		s = b.st.stream
+		s = b.stream
 	}
 	var d *cuda.Device
 	if s == nil {
@@ -111,7 +111,7 @@ func (b *Buffer) pinnedHost() bool {
 	if !p.hostAcc {
 		return false
 	}
-	info, err := b.st.pointerInfo()
+	info, err := b.rootOf().pointerInfo()
 	if err != nil {
 		// Host-accessible memory the driver does not know: plain host
 		// memory, unless its resource claims kernels can reach it.
