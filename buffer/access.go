@@ -17,8 +17,10 @@ type props struct {
 func (p props) hostOnly() bool { return p.hostAcc && !p.devAcc }
 
 // props asks the resource, or for borrowed memory the driver (once per
-// allocation). It takes no lock: st.mr never changes, and the driver's
-// answer is cached in the state.
+// allocation). Call it within a call on b (acquire, use): Close clears an
+// owner's resource (so that a closed Buffer in a slab keeps nothing
+// reachable), and waits for the calls in progress first. The driver's
+// answer is cached in the root's ext.
 func (b *Buffer) props() props {
 	if mr := b.mr; mr != nil {
 		return props{device: mr.DeviceID(), devAcc: mr.DeviceAccessible(), hostAcc: mr.HostAccessible()}
@@ -40,18 +42,20 @@ func (b *Buffer) props() props {
 // does not know, and once the buffer is closed. Owned buffers ask their
 // resource; borrowed ones ask the driver (cuPointerGetAttribute, once).
 func (b *Buffer) DeviceID() int {
-	if b.IsClosed() {
+	if b == nil || !b.use() {
 		return -1
 	}
+	defer b.release()
 	return b.props().device
 }
 
 // DeviceAccessible reports whether kernels can use the memory: device,
 // pinned and managed memory can. It is false once the buffer is closed.
 func (b *Buffer) DeviceAccessible() bool {
-	if b.IsClosed() {
+	if b == nil || !b.use() {
 		return false
 	}
+	defer b.release()
 	return b.props().devAcc
 }
 
@@ -59,9 +63,10 @@ func (b *Buffer) DeviceAccessible() bool {
 // (see [Buffer.Bytes]): pinned host and managed memory can, device memory
 // cannot. It is false once the buffer is closed.
 func (b *Buffer) HostAccessible() bool {
-	if b.IsClosed() {
+	if b == nil || !b.use() {
 		return false
 	}
+	defer b.release()
 	return b.props().hostAcc
 }
 

@@ -350,6 +350,13 @@ func (r *Buffer) endClose(closed bool) {
 		nw := w &^ (closingBit | waitersBit)
 		if closed {
 			nw |= closedBit
+			// Nothing reads it from now on (every reader is within a
+			// call, and none is in progress or can start), and a closed
+			// Buffer must not keep its resource reachable: a slab whose
+			// closed Buffer holds a SubAllocator holding its block's
+			// Buffer in the same slab would reach itself and never be
+			// finalized.
+			r.mr = nil
 		}
 		if r.word.CompareAndSwap(w, nw) {
 			if w&waitersBit != 0 {
@@ -485,9 +492,10 @@ func (b *Buffer) Size() uint64 {
 // Resource is the resource that owns the memory, or nil for borrowed
 // buffers (and for every buffer once closed).
 func (b *Buffer) Resource() MemoryResource {
-	if b.IsClosed() {
+	if b == nil || !b.use() {
 		return nil
 	}
+	defer b.release()
 	return b.mr
 }
 
@@ -500,7 +508,9 @@ func (b *Buffer) Stream() *cuda.Stream {
 }
 
 // IsOwned reports whether Close frees the memory.
-func (b *Buffer) IsOwned() bool { return !b.isZero() && b.root == nil && b.mr != nil }
+func (b *Buffer) IsOwned() bool {
+	return !b.isZero() && b.root == nil && b.word.Load()&ownedBit != 0
+}
 
 // String describes the buffer for logs.
 func (b *Buffer) String() string {

@@ -31,13 +31,14 @@ func (b *Buffer) Clone(mr MemoryResource, s *cuda.Stream) (*Buffer, error) {
 	if _, err := b.acquire(op); err != nil {
 		return nil, err
 	}
-	b.release()
 	if mr == nil {
 		if mr = b.mr; mr == nil {
+			b.release()
 			return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "a destination resource must be given (this buffer does not have a MemoryResource)")
 		}
 	}
 	s, err := b.streamFor(op, s)
+	b.release()
 	if err != nil {
 		return nil, err
 	}

@@ -110,7 +110,11 @@ func (b *Buffer) CloseAfter(streams ...*cuda.Stream) error {
 	if len(after) == 0 || !b.IsOwned() || b.word.Load()&badBit != 0 {
 		return b.Close()
 	}
+	if !b.use() {
+		return b.Close() // closed or being closed meanwhile: Close waits for that
+	}
 	target, err := b.streamFor(op, nil)
+	b.release()
 	if err != nil {
 		return err
 	}
