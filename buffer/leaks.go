@@ -24,10 +24,11 @@ import (
 // (4 KiB) alive, and a leaked allocation is freed only when its whole
 // slab is collected. For a safety net both are fine.
 //
-// A slab reachable from itself is never finalized: a leaked Buffer whose
-// resource holds Buffers of the same slab (a SubAllocator's blocks),
-// with that resource lost too. The old record (a ledger the cleanup got)
-// had the same limit; Close the resource.
+// A slab reachable from itself is never finalized. So Close (and Disown)
+// clear the Buffer's resource: a closed Buffer whose SubAllocator holds
+// its block's Buffer in the same slab would otherwise keep the slab
+// alive. A leaked (never closed) Buffer of a lost resource that holds
+// Buffers of the same slab still does: Close the resource.
 //
 // The net never frees memory a host view may still point at: a []byte
 // from Buffer.Bytes does not keep the Buffer alive (the collector does not
