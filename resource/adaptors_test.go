@@ -372,7 +372,9 @@ func TestStatisticsConcurrent(t *testing.T) {
 	assert.Equal(t, uint64(workers*rounds*kib), s.TotalBytes)
 	assert.LessOrEqual(t, s.PeakCount, uint64(workers*held))
 	assert.GreaterOrEqual(t, s.PeakCount, uint64(held))
-	assert.Equal(t, s.PeakCount*kib, s.PeakBytes, "equal sizes: the peaks agree")
+	// The two peaks are separate atomics (documented): with equal sizes
+	// they agree to within one allocation per worker in flight.
+	assert.InDelta(t, float64(s.PeakCount*kib), float64(s.PeakBytes), float64(workers*kib), "equal sizes: the peaks agree within the allocations in flight")
 	fake.requireEmpty(t)
 }
 
