@@ -76,6 +76,7 @@ func init() {
 		resource.SubAllocator{}, resource.SubAllocatorStats{}, resource.SyncDevice{},
 		resource.TrackingOptions{}, resource.Allocation{}, resource.Tracking{},
 		resource.LoggingOptions{}, resource.Logging{}, resource.GraphMemory{},
+		resource.AllocationSite{}, resource.Fallback{}, resource.RetryFunc(nil), resource.Retrying{},
 	)
 	register("resource/metrics", metrics.Registry{}, metrics.Snapshot{})
 	register("resource/timeline",
@@ -127,6 +128,8 @@ var funcs = map[string]any{
 	"resource.NewTracking":      resource.NewTracking,
 	"resource.NewLogging":       resource.NewLogging,
 	"resource.NewSubAllocator":  resource.NewSubAllocator,
+	"resource.NewRetrying":      resource.NewRetrying,
+	"resource.NewFallback":      resource.NewFallback,
 	"resource.Prefetch":         resource.Prefetch,
 	"resource.Advise":           resource.Advise,
 	"metrics.NewRegistry":       metrics.NewRegistry,
