@@ -78,6 +78,9 @@ var firstUseAbsorbed = map[string]string{
 	// Without pinned staging memory a host copy goes direct: slower, not
 	// wrong.
 	"cuMemHostAlloc": "staged copies fall back to direct copies without pinned memory",
+	// The injected failure is out-of-memory, which pools answer by
+	// trimming and retrying once.
+	"cuMemAllocFromPoolAsync": poolOOMRetry,
 }
 
 // firstUseChild runs in the re-executed process: it fails call k of the
