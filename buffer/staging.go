@@ -410,7 +410,8 @@ func (c *chunk) settled() bool {
 func (c *chunk) record(s *cuda.Stream) error {
 	d := s.Device()
 	if d == nil {
-		return cuda.Errorf("buffer staging", cuda.ErrInvalidArgument, "zero stream")
+		_, err := d.ResolveStream("buffer staging", s, false) // the one zero-stream error
+		return err
 	}
 	e := c.events[d]
 	if e == nil {

@@ -2,6 +2,12 @@ package cuda
 
 import "fmt"
 
+// errZeroStream is the one error for a Stream no device made (nil or the
+// zero value), wherever a stream is checked.
+func errZeroStream(op string) error {
+	return Errorf(op, ErrInvalidArgument, "nil or zero stream (a cuda.Stream no device made: use Device.NewStream, Device.DefaultStream, or nil where the legacy default stream is meant)")
+}
+
 // ResolveStream resolves the stream argument of operation op on memory of
 // device d: the one place every package checks a stream. nil means d's
 // legacy default stream; a zero Stream (not made by a device) and a closed
@@ -21,7 +27,7 @@ func (d *Device) ResolveStream(op string, s *Stream, sameGPU bool) (*Stream, err
 	sd := s.Device()
 	switch {
 	case sd == nil:
-		return nil, Errorf(op, ErrInvalidArgument, "zero stream (a cuda.Stream no device made: use Device.NewStream, or nil for the legacy default stream)")
+		return nil, errZeroStream(op)
 	case s.IsClosed():
 		return nil, &OpError{Op: op, Err: fmt.Errorf("%w: stream of %v", ErrClosed, sd)}
 	case sameGPU && d != nil && !sd.SameGPU(d):

@@ -125,7 +125,7 @@ func (s *Stream) HandleErr() (uintptr, error) {
 	const op = "Stream.HandleErr"
 	switch {
 	case s == nil || s.dev == nil:
-		return 0, Errorf(op, ErrInvalidArgument, "nil or zero stream (use Device.NewStream, or Device.DefaultStream for the legacy default stream)")
+		return 0, errZeroStream(op)
 	case s.closed.Load():
 		return 0, &OpError{Op: op, Err: fmt.Errorf("%w: stream of %v", ErrClosed, s.dev)}
 	}
@@ -160,7 +160,7 @@ func (s *Stream) begin(op string) (ctx, handle uintptr, err error) {
 // harming one).
 func (s *Stream) beginQuery(op string) (ctx, handle uintptr, err error) {
 	if s == nil || s.dev == nil {
-		return 0, 0, Errorf(op, ErrInvalidArgument, "nil or zero stream (use Device.NewStream, or Device.DefaultStream for the legacy default stream)")
+		return 0, 0, errZeroStream(op)
 	}
 	s.mu.RLock()
 	if s.closed.Load() {
