@@ -26,7 +26,10 @@ import (
 // does a context the driver hands back as live (cuCtxFromGreenCtx). But
 // a context or stream that another library creates at the address of one
 // cudamem destroyed is refused as destroyed, since nothing safe can tell
-// the two apart.
+// the two apart. That is why streams closed on their own (Stream.Close)
+// are not recorded: streams come and go far more often than contexts,
+// and other libraries' new streams would be refused at their addresses;
+// only the streams that die with a context cudamem destroys are.
 
 // handleKind is the kind of driver object a recorded handle names.
 type handleKind uint8
@@ -141,9 +144,15 @@ func streamCreated(s *Stream) {
 	gone.streams[s.handle] = s.dev
 }
 
-// streamDestroyed records that Stream.Close destroyed s's handle (or
-// found it destroyed with its context).
-func streamDestroyed(s *Stream) {
+// streamClosed forgets s, which Stream.Close destroyed, without recording
+// its handle: streams are made and destroyed far more often than
+// contexts, and the driver gives a destroyed stream's address to the next
+// stream made, by cudamem or by any library in the process; refusing that
+// address in WrapStream would refuse live streams of other libraries. So
+// only streams that died with a context cudamem destroyed are recorded
+// (contextDestroyed), as their context's handle is; a stream handle the
+// caller destroyed through Stream.Close and hands back reaches the driver.
+func streamClosed(s *Stream) {
 	if s == nil || s.handle == 0 {
 		return
 	}
@@ -152,7 +161,6 @@ func streamDestroyed(s *Stream) {
 	if gone.streams[s.handle] == s.dev {
 		delete(gone.streams, s.handle)
 	}
-	noteDestroyedLocked(kindStream, s.handle, "Stream.Close")
 }
 
 // contextDestroyed records that Context.Close (op) destroyed view v's

@@ -214,15 +214,17 @@ const (
 // (WrapContext). A handle the driver rejects is the driver's error. On a
 // driver with neither entry point the check is skipped.
 //
-// A stream cudamem destroyed (Stream.Close of a NewStream stream, or
-// Context.Close of the context it was made in) is refused before any
-// driver call, with an error naming the handle that matches both
-// ErrInvalidArgument and CUDA_ERROR_INVALID_HANDLE: the driver does not
-// validate a destroyed stream's handle and may crash on it. A stream
-// destroyed elsewhere, or a handle that is not a stream at all, cannot be
-// told from a live one and goes to the driver, which may refuse it or
-// crash the process; see WrapContext for what the record of destroyed
-// handles covers.
+// A stream that died with a context cudamem destroyed (Context.Close of
+// the context it was made in) is refused before any driver call, with an
+// error naming the handle that matches both ErrInvalidArgument and
+// CUDA_ERROR_INVALID_HANDLE: the driver does not validate a destroyed
+// stream's handle and may crash on it. A stream closed on its own
+// (Stream.Close) is not recorded, since the driver gives its address to
+// the next stream any library makes; its handle, one destroyed
+// elsewhere, or a handle that is not a stream at all cannot be told from
+// a live one and goes to the driver, which may refuse it or crash the
+// process; see WrapContext for what the record of destroyed handles
+// covers.
 func (d *Device) WrapStream(h uintptr) (*Stream, error) {
 	const op = "Device.WrapStream"
 	if err := d.check(op); err != nil {

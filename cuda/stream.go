@@ -339,7 +339,7 @@ func (s *Stream) Close() error {
 	if r := s.dev.drv.StreamDestroy.CallCtx(ctx, s.handle); !ok(r) {
 		return fail(&s.dev.drv.StreamDestroy, r)
 	}
-	streamDestroyed(s)
+	streamClosed(s)
 	s.closed.Store(true)
 	return nil
 }
