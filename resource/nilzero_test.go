@@ -36,6 +36,7 @@ var nilZeroTypes = []any{
 	(*resource.PinnedPoolOptions)(nil),
 	(*resource.ManagedOptions)(nil),
 	(*resource.SubAllocatorOptions)(nil),
+	(*resource.SegmentHooks)(nil),
 	(*resource.TrackingOptions)(nil),
 	(*resource.LoggingOptions)(nil),
 	(*resource.PoolAttributes)(nil),

@@ -32,6 +32,40 @@ type SubAllocatorOptions struct {
 	// Alignment of every allocation's address and size, a power of two; 0
 	// means 256 bytes, what cudaMalloc guarantees and what RMM uses.
 	Alignment uint64
+	// Segments, if set, sees every block (segment) taken from the upstream
+	// and given back: see SegmentHooks.
+	Segments *SegmentHooks
+}
+
+// SegmentHooks let code that must know the memory behind allocations,
+// such as a communication library that registers buffers (NCCL's
+// ncclCommRegister), see the large blocks a SubAllocator takes from its
+// upstream and gives back, instead of every allocation carved from them:
+// a block registered once makes every allocation in it registered, and
+// nothing is registered per allocation. RMM's callback_memory_resource
+// plays the same part.
+//
+// Acquired runs with a block's address and size once the block is taken
+// from the upstream and before anything is carved from it; if it fails,
+// the block goes back to the upstream and the allocation that needed it
+// fails with an error wrapping the hook's. Released runs before a block
+// goes back to the upstream (Trim, Close, the last Deallocate after
+// Close, a trim on out-of-memory); if it fails, the block stays, owned
+// and still acquired, and the operation reports the error, so a later
+// Trim or Close calls Released again. So each block that Acquired
+// accepted sees Released exactly once, before its memory is released,
+// also when the SubAllocator is closed with allocations still live (the
+// block goes, and Released runs, at their last Deallocate). If giving the
+// block back then fails, it stays with the SubAllocator, and Acquired
+// runs again for it.
+//
+// The hooks run with the SubAllocator's lock held (Acquired) or while it
+// releases the block (Released): they must not call the SubAllocator.
+// A SubAllocator that is dropped without Close leaves its blocks to the
+// Buffers' safety net, which frees them without calling Released.
+type SegmentHooks struct {
+	Acquired func(ptr cuda.DevicePtr, size uint64) error
+	Released func(ptr cuda.DevicePtr, size uint64) error
 }
 
 const (
@@ -122,6 +156,7 @@ type SubAllocator struct {
 	// replaced under mu): kept apart from mu, which the slow paths write.
 	up               buffer.MemoryResource
 	align, grow, max uint64
+	segs             SegmentHooks
 	cacheBytes       uint64 // the most bytes a stream's cache keeps free; 0: no caches
 	caches           atomic.Pointer[subCaches]
 	_                [64]byte
@@ -226,6 +261,7 @@ func NewSubAllocator(upstream buffer.MemoryResource, opts *SubAllocatorOptions) 
 	a := &SubAllocator{
 		up:    upstream,
 		align: o.Alignment,
+		segs:  segmentHooks(o.Segments),
 		grow:  grow,
 		max:   o.MaxSize,
 		order: newEventOrder(upstream.DeviceID()),

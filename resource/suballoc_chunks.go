@@ -32,6 +32,7 @@ type subBlock struct {
 	first     int32 // the chunk at the lowest address
 	live      int   // live allocations in the block
 	releasing bool  // detached from the lists while Trim or Close gives it back
+	acquired  bool  // SegmentHooks.Acquired accepted it, and Released has not run
 }
 
 // Size classes (a two-level segregated fit): row 0 holds sizes below 16

@@ -63,6 +63,13 @@ func (a *SubAllocator) addBlockLocked(op string, l *subList, ub *buffer.Buffer, 
 		return a.rejectBlock(op, ub, fmt.Errorf("upstream %v returned %#x (%d bytes), which cannot hold %d bytes aligned to %d", a.up, base, size, n, a.align))
 	}
 	b := &subBlock{buf: ub, base: base, size: size}
+	if err := a.acquired(b); err != nil {
+		err = &cuda.OpError{Op: op, Err: err}
+		if cerr := ub.Close(); cerr != nil {
+			return errors.Join(err, fmt.Errorf("give the block back: %w", cerr))
+		}
+		return err
+	}
 	if k := len(a.freeBlk); k > 0 {
 		b.id, a.freeBlk = a.freeBlk[k-1], a.freeBlk[:k-1]
 		a.blockTab[b.id] = b
@@ -233,6 +240,53 @@ func (a *SubAllocator) giveBack(rs []subRelease) (subGiven, error) {
 // (possibly with an error about cleaning up after it, which must still be
 // reported); when it is false the block is intact.
 func (a *SubAllocator) freeBlock(r subRelease) (gone bool, err error) {
+	b := r.blk
+	if b.acquired {
+		if err := a.segs.Released(cuda.DevicePtr(b.base), b.size); err != nil {
+			return false, fmt.Errorf("segment hook Released: %w (the block stays)", err)
+		}
+		b.acquired = false
+	}
+	gone, err = a.freeBlockUp(r)
+	if !gone && a.segs.Acquired != nil && !b.acquired {
+		// The block stays after all: it is acquired again, as it was.
+		if aerr := a.acquired(b); aerr != nil {
+			err = errors.Join(err, aerr)
+		}
+	}
+	return gone, err
+}
+
+// segmentHooks returns h with missing hooks as no-ops (nil: none).
+func segmentHooks(h *SegmentHooks) SegmentHooks {
+	if h == nil || h.Acquired == nil && h.Released == nil {
+		return SegmentHooks{}
+	}
+	out := *h
+	if out.Acquired == nil {
+		out.Acquired = func(cuda.DevicePtr, uint64) error { return nil }
+	}
+	if out.Released == nil {
+		out.Released = func(cuda.DevicePtr, uint64) error { return nil }
+	}
+	return out
+}
+
+// acquired runs the Acquired hook for block b, if there is one.
+func (a *SubAllocator) acquired(b *subBlock) error {
+	if a.segs.Acquired == nil {
+		return nil
+	}
+	if err := a.segs.Acquired(cuda.DevicePtr(b.base), b.size); err != nil {
+		return fmt.Errorf("segment hook Acquired for %#x (%d bytes): %w", b.base, b.size, err)
+	}
+	b.acquired = true
+	return nil
+}
+
+// freeBlockUp gives a detached block's memory back to the upstream (see
+// freeBlock).
+func (a *SubAllocator) freeBlockUp(r subRelease) (gone bool, err error) {
 	b := r.blk
 	// Every stream involved is idle, so any stream orders the free: prefer
 	// one that freed into the block, else the block's own.

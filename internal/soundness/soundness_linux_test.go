@@ -77,6 +77,7 @@ func init() {
 		resource.TrackingOptions{}, resource.Allocation{}, resource.Tracking{},
 		resource.LoggingOptions{}, resource.Logging{}, resource.GraphMemory{},
 		resource.AllocationSite{}, resource.Fallback{}, resource.RetryFunc(nil), resource.Retrying{},
+		resource.SegmentHooks{},
 	)
 	register("resource/metrics", metrics.Registry{}, metrics.Snapshot{})
 	register("resource/timeline",
