@@ -203,6 +203,9 @@ func (s *Stream) captureAsk(op string, ctx, h uintptr) (capID, error) {
 
 // describe names a stream for the rule's messages.
 func (s *Stream) describe() string {
+	if s == nil || s.dev == nil {
+		return "a nil or zero stream"
+	}
 	if s.IsDefault() {
 		return fmt.Sprintf("the legacy default stream of %v", s.dev)
 	}

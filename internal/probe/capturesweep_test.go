@@ -110,3 +110,24 @@ func TestEventRecordAcrossContexts(t *testing.T) {
 	require.Contains(t, err.Error(), "same context")
 	require.NoError(t, e.Record(c.Device().DefaultStream()), "its own context's stream")
 }
+
+// RefuseOrder with a nil or zero stream on either side never panics: the
+// operation's own checks report those streams.
+func TestRefuseOrderNilStreams(t *testing.T) {
+	d := dev(t, 0)
+	s := newStream(t, d)
+	require.NoError(t, s.BeginCapture())
+	defer func() {
+		g, err := s.EndCapture()
+		require.NoError(t, err)
+		require.NoError(t, g.Close())
+	}()
+	for _, c := range [][2]*cuda.Stream{{nil, s}, {s, nil}, {new(cuda.Stream), s}, {s, new(cuda.Stream)}, {nil, nil}} {
+		noPanic(t, "RefuseOrder", func() { _ = cuda.RefuseOrder("test", c[0], c[1]) })
+	}
+	var nd *cuda.Device
+	noPanic(t, "nil Device", func() {
+		_ = nd.RefuseDeviceWait("test")
+		_ = nd.DeferWhileCapturing(func() {})
+	})
+}
