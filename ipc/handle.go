@@ -29,8 +29,7 @@ type Handle struct {
 // received from another process) under the given UUID, and sets
 // close-on-exec on it: an fd this process inherited arrives without the
 // flag, and would otherwise pass on to every child it starts. The Handle
-// has no
-// pool key: a pool imported from it refuses every descriptor in Import
+// has no pool key: a pool imported from it refuses every descriptor in Import
 // (ImportUnauthenticated is the explicit way around that, for exporters
 // that are not cudamem). Use NewHandleFromToken for a cudamem exporter's
 // fd.

@@ -148,7 +148,7 @@ func (f *File) Dup() (*File, error) {
 	if err != nil {
 		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("file descriptor %d: %w", fd, err)}
 	}
-	return New(nfd)
+	return newOwned(nfd)
 }
 
 // OSFile returns a close-on-exec duplicate of the descriptor as an
@@ -257,5 +257,17 @@ func DupInt(fd int) (*File, error) {
 	if err != nil {
 		return nil, &cuda.OpError{Op: "osfd.DupInt", Err: fmt.Errorf("file descriptor %d: %w", fd, err)}
 	}
-	return New(nfd)
+	return newOwned(nfd)
+}
+
+// newOwned is New for a descriptor this package just made (a duplicate):
+// if New refuses it, nobody else owns it, so it is closed here rather
+// than leaked.
+func newOwned(fd int) (*File, error) {
+	f, err := New(fd)
+	if err != nil {
+		_ = closeFD(fd)
+		return nil, err
+	}
+	return f, nil
 }
