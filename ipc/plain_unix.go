@@ -27,6 +27,11 @@ import (
 // UUID as its data, for example; see ImportForeign and NewHandle for
 // turning the fd into a pool). SendFDs and ReceiveFDs remain the framed
 // form for Go peers: they keep a payload whole on stream sockets.
+//
+// On a stream socket a long message may take several reads or writes, so
+// use one connection from one sender and one receiver at a time: two
+// goroutines sending (or receiving) on it at once can interleave
+// messages.
 
 // SendMsg sends data and the file descriptors fds in one sendmsg over a
 // Unix socket, as Python's socket.send_fds does. The receiver gets
