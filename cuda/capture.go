@@ -167,7 +167,11 @@ func (s *Stream) captureEndedIf(seen *captureSeq) {
 		// one it joined through such a stream): only the flag to clear.
 		if s.capState.CompareAndSwap(capActive, capNone) {
 			if s.seq.Load() != nil { // a capture began meanwhile: restore
-				s.capState.CompareAndSwap(capNone, capActive)
+				if !s.capState.CompareAndSwap(capNone, capActive) && s.blocking {
+					// The other side set the flag and counted itself:
+					// this flag's count goes.
+					s.dev.blockingCaptures.Add(-1)
+				}
 				return
 			}
 			if s.blocking {

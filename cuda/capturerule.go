@@ -342,6 +342,18 @@ func (c *eventCapture) active(op string) bool {
 	return err != nil || now.capturing && (c.id == 0 || now.id == c.id)
 }
 
+// activeLocked is active for a caller holding stream s's read lock (ctx
+// and h its context and handle): when the event was recorded on s itself,
+// s is asked without taking the lock again (a waiting Close would
+// deadlock a second read lock).
+func (c *eventCapture) activeLocked(op string, s *Stream, ctx, h uintptr) bool {
+	if c == nil || c.seq != nil || c.stream != s {
+		return c.active(op)
+	}
+	now, err := s.captureOfLocked(op, ctx, h)
+	return err != nil || now.capturing && (c.id == 0 || now.id == c.id)
+}
+
 func (c *eventCapture) capID() capID {
 	if c == nil {
 		return capID{}

@@ -390,6 +390,11 @@ func (c *Context) Close() error {
 		return nil
 	}
 	drv := v.drv
+	// Waiting for the context would invalidate a capture in progress on
+	// one of its streams (the capture rule): end it first.
+	if err := v.RefuseDeviceWait("Context.Close"); err != nil {
+		return err
+	}
 	// Finish submitted work first; a sticky error here (a faulted kernel)
 	// must not keep the context alive, so it is only reported.
 	serr := result(&drv.CtxSynchronize, drv.CtxSynchronize.CallCtx(v.ctx))

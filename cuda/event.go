@@ -90,16 +90,23 @@ func (e *Event) IsClosed() bool { return e == nil || e.closed.Load() }
 // Stream.WaitEvent), but not synchronized or queried (see Sync).
 func (e *Event) Record(s *Stream) error {
 	const op = "Event.Record"
-	h, err := e.get(op)
-	if err != nil {
+	if e == nil || e.dev == nil || e.closed.Load() {
+		_, err := e.get(op) // fails (a closed event stays closed), holding nothing
 		return err
 	}
-	defer e.end()
+	// The stream's lock first, then the event's, in the order
+	// Stream.WaitEvent takes them: with a Close waiting on each, the
+	// other order could deadlock the two.
 	ctx, sh, err := s.begin(op)
 	if err != nil {
 		return err
 	}
 	defer s.end()
+	h, err := e.get(op)
+	if err != nil {
+		return err
+	}
+	defer e.end()
 	// An event whose context Context.Close destroyed is gone with it:
 	// never hand its handle to the driver.
 	if err := e.dev.contextClosed(op); err != nil {

@@ -244,7 +244,7 @@ func (s *Stream) WaitEvent(e *Event) error {
 		return err
 	}
 	rec := e.rec.Load()
-	if !rec.active(op) {
+	if !rec.activeLocked(op, s, ctx, h) {
 		rec = nil
 	}
 	what := "an event recorded outside any capture"
