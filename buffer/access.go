@@ -17,13 +17,15 @@ type props struct {
 func (p props) hostOnly() bool { return p.hostAcc && !p.devAcc }
 
 // props asks the resource, or for borrowed memory the driver (once per
-// allocation). It takes no lock: st.mr never changes, and the driver's
-// answer is cached in the state.
+// allocation). Call it within a call on b (acquire, use): Close clears an
+// owner's resource (so that a closed Buffer in a slab keeps nothing
+// reachable), and waits for the calls in progress first. The driver's
+// answer is cached in the root's ext.
 func (b *Buffer) props() props {
-	if mr := b.st.mr; mr != nil {
+	if mr := b.mr; mr != nil {
 		return props{device: mr.DeviceID(), devAcc: mr.DeviceAccessible(), hostAcc: mr.HostAccessible()}
 	}
-	info, err := b.st.pointerInfo()
+	info, err := b.rootOf().pointerInfo()
 	if err != nil {
 		return props{device: -1}
 	}
@@ -40,18 +42,20 @@ func (b *Buffer) props() props {
 // does not know, and once the buffer is closed. Owned buffers ask their
 // resource; borrowed ones ask the driver (cuPointerGetAttribute, once).
 func (b *Buffer) DeviceID() int {
-	if b.IsClosed() {
+	if b == nil || !b.use() {
 		return -1
 	}
+	defer b.release()
 	return b.props().device
 }
 
 // DeviceAccessible reports whether kernels can use the memory: device,
 // pinned and managed memory can. It is false once the buffer is closed.
 func (b *Buffer) DeviceAccessible() bool {
-	if b.IsClosed() {
+	if b == nil || !b.use() {
 		return false
 	}
+	defer b.release()
 	return b.props().devAcc
 }
 
@@ -59,9 +63,10 @@ func (b *Buffer) DeviceAccessible() bool {
 // (see [Buffer.Bytes]): pinned host and managed memory can, device memory
 // cannot. It is false once the buffer is closed.
 func (b *Buffer) HostAccessible() bool {
-	if b.IsClosed() {
+	if b == nil || !b.use() {
 		return false
 	}
+	defer b.release()
 	return b.props().hostAcc
 }
 
@@ -89,7 +94,7 @@ func (b *Buffer) Device() (*cuda.Device, error) {
 // could use it.
 func (b *Buffer) streamFor(op string, s *cuda.Stream) (*cuda.Stream, error) {
 	if s == nil {
-		s = b.st.stream
+		s = b.stream
 	}
 	var d *cuda.Device
 	if s == nil {
@@ -111,7 +116,7 @@ func (b *Buffer) pinnedHost() bool {
 	if !p.hostAcc {
 		return false
 	}
-	info, err := b.st.pointerInfo()
+	info, err := b.rootOf().pointerInfo()
 	if err != nil {
 		// Host-accessible memory the driver does not know: plain host
 		// memory, unless its resource claims kernels can reach it.

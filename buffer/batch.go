@@ -78,7 +78,7 @@ func CopyBatch(s *cuda.Stream, copies []Copy) error {
 		switch {
 		case c.Dst == nil || c.Src == nil:
 			return cuda.BatchErrorf(op, i, n, cuda.ErrInvalidArgument, "nil buffer (dst %v, src %v)", c.Dst, c.Src)
-		case c.Dst.st == nil || c.Src.st == nil:
+		case c.Dst.isZero() || c.Src.isZero():
 			return cuda.BatchErrorf(op, i, n, cuda.ErrInvalidArgument, "zero Buffer (dst %v, src %v; buffers come from a MemoryResource, Owned or FromPointer)", c.Dst, c.Src)
 		}
 	}
@@ -162,8 +162,8 @@ func (c *Copy) checkRange(op string, i, n int) error {
 	if c.SrcOffset > c.Src.size || c.Size > c.Src.size-c.SrcOffset {
 		return cuda.BatchErrorf(op, i, n, cuda.ErrInvalidArgument, "source range [%d, %d+%d) is past the end of the %d-byte buffer", c.SrcOffset, c.SrcOffset, c.Size, c.Src.size)
 	}
-	if c.Size > 0 && c.Src.st == c.Dst.st {
-		so, do := c.Src.off+c.SrcOffset, c.Dst.off+c.DstOffset
+	if c.Size > 0 && c.Src.rootOf() == c.Dst.rootOf() {
+		so, do := c.Src.off()+c.SrcOffset, c.Dst.off()+c.DstOffset
 		if so < do+c.Size && do < so+c.Size {
 			return cuda.BatchErrorf(op, i, n, cuda.ErrInvalidArgument, "source and destination overlap (offsets %d and %d in one allocation, %d bytes)", so, do, c.Size)
 		}

@@ -75,58 +75,93 @@ func Leaks() int64 { return leaks.Load() }
 // one). That memory stays allocated for the life of the process.
 func LeaksKept() int64 { return leaksKept.Load() }
 
-// state is an allocation's shared state: the owner Buffer embeds it, and
-// its views point to it.
+// The state word (Buffer.word) of an owner or a borrowed buffer: the
+// count of calls in progress in the low bits, then flags. It replaces a
+// lock, and costs the hot path (Allocate, Close; acquire and release
+// around each call) one atomic operation each.
 //
-// The lock never makes a call wait for another call. Calls take it with
-// TryRLock, which fails only while a Close (or Disown) holds or waits for
-// the write lock, and then report the buffer closed. So a call that holds
-// one buffer and takes another (a copy, a Use whose function touches
-// other buffers) never waits behind a pending Close, and no order among
-// buffers is needed: a blocked writer cannot stop new readers into a
-// cycle. Only Close and Disown wait, and only for calls in progress.
-type state struct {
-	mu     sync.RWMutex
-	closed atomic.Bool // set under mu once closed or disowned; read anywhere
-	ptr    cuda.DevicePtr
-	size   uint64
-	mr     MemoryResource
-	stream *cuda.Stream
-	track  *tracked // the safety net's record, for owned buffers
-	bad    bool     // no use is valid: a null address, or a range past 2^64
+// The word never makes a call wait for another call. acquire adds one to
+// the count and fails (undoing the add) while a Close or Disown holds
+// closing or after closed, reporting the buffer closed. So a call that
+// holds one buffer and takes another (a copy, a Use whose function
+// touches other buffers) never waits behind a pending Close, and no order
+// among buffers is needed. Only Close and Disown wait: for the calls in
+// progress, and for another Close of the same buffer; they block on the
+// lazily made ext's condition variable, with waiters set so that the
+// release that lets them go wakes them.
+//
+// A view's word holds only initBit and closedBit (its own Close); calls
+// on a view count on its root's word.
+const (
+	readerMask = 1<<32 - 1
+	closingBit = uint64(1) << 32 // a Close or Disown owns the buffer: calls fail, other closers wait
+	closedBit  = uint64(1) << 33 // closed or disowned (views: closed by their own Close)
+	waitersBit = uint64(1) << 34 // a closer waits on ext.cond: releases and the end of a Close broadcast
+	viewedBit  = uint64(1) << 35 // a host view (Bytes) was handed out: the safety net never frees it
+	ownedBit   = uint64(1) << 36 // made with a resource: Close frees through it
+	badBit     = uint64(1) << 37 // no use is valid: a null address, or a range past 2^64
+	initBit    = uint64(1) << 38 // made by a constructor (the zero Buffer lacks it)
+)
+
+// ext is what few buffers need, made on first need so that the common
+// owned buffer is one small object: a view's link to the buffer it was
+// sliced from; an owner's (or borrowed buffer's) Holds, the closers'
+// waiting room, and the driver's description of the memory.
+type ext struct {
+	parent *Buffer // views: the buffer this one was sliced from
+
+	mu   sync.Mutex // with cond: closers wait here (see the state word)
+	cond sync.Cond
 
 	// holds counts the live Holds (the low bits) and has heldFree set
 	// once a Close found holds and left the free to the last Release;
-	// freeStream is then the stream that Close would have freed on. See
-	// hold.go.
+	// freeMR and freeStream are then the resource and the stream that
+	// Close would have freed on. See hold.go.
 	holds      atomic.Uint64
+	freeMR     MemoryResource
 	freeStream *cuda.Stream
 
 	// The driver's description of the allocation (cuPointerGetAttribute),
-	// asked when needed and kept once answered: for borrowed buffers' accessors, and to tell
-	// pinned from managed memory in host copies. Allocated lazily, so the
-	// common owned buffer costs one allocation.
+	// asked when needed and kept once answered: for borrowed buffers'
+	// accessors, and to tell pinned from managed memory in host copies.
 	info atomic.Pointer[pointerInfo]
+}
+
+// ext returns b's ext, making it if it has none. Racing first calls agree
+// on one.
+func (b *Buffer) ext() *ext {
+	if x := b.x.Load(); x != nil {
+		return x
+	}
+	x := new(ext)
+	x.cond.L = &x.mu
+	if b.x.CompareAndSwap(nil, x) {
+		return x
+	}
+	return b.x.Load()
 }
 
 type pointerInfo struct {
 	info cuda.PointerInfo
 }
 
-// pointerInfo returns the driver's description of the allocation. Racing
-// first calls may both ask the driver; the answers are the same. Only an
-// answer is kept: a failed query (no driver yet, memory the driver does
-// not know, a transient error) is asked again next time, so that one
-// failure does not decide the buffer's accessibility for good.
-func (st *state) pointerInfo() (cuda.PointerInfo, error) {
-	if pi := st.info.Load(); pi != nil {
-		return pi.info, nil
+// pointerInfo returns the driver's description of the allocation (r is
+// a root: an owner or a borrowed buffer). Racing first calls may both ask
+// the driver; the answers are the same. Only an answer is kept: a failed
+// query (no driver yet, memory the driver does not know, a transient
+// error) is asked again next time, so that one failure does not decide
+// the buffer's accessibility for good.
+func (r *Buffer) pointerInfo() (cuda.PointerInfo, error) {
+	if x := r.x.Load(); x != nil {
+		if pi := x.info.Load(); pi != nil {
+			return pi.info, nil
+		}
 	}
-	info, err := cuda.QueryPointer(st.ptr)
+	info, err := cuda.QueryPointer(r.ptr)
 	if err != nil {
 		return cuda.PointerInfo{}, err
 	}
-	st.info.Store(&pointerInfo{info: info})
+	r.ext().info.Store(&pointerInfo{info: info})
 	return info, nil
 }
 
@@ -137,7 +172,7 @@ func (st *state) pointerInfo() (cuda.PointerInfo, error) {
 // lifetime.
 //
 // Any use after Close returns an error matching cuda.ErrClosed. Close is
-// idempotent. A Buffer lost without Close is freed by a cleanup when
+// idempotent. A Buffer lost without Close is freed by the safety net when
 // garbage collected and counted by Leaks; do not rely on it, since the
 // collector may run late or never.
 //
@@ -148,14 +183,30 @@ func (st *state) pointerInfo() (cuda.PointerInfo, error) {
 //
 // The zero Buffer is not usable: its methods return an error matching
 // cuda.ErrInvalidArgument (Close returns nil, and accessors zero values).
+//
+// An owned Buffer is one 64-byte object (a view or a held buffer adds an
+// ext): the fields below, nothing behind pointers.
 type Buffer struct {
-	st      *state      // &own for an owner; the owner's state for views
-	off     uint64      // offset into the parent's range, for views
-	size    uint64      // this buffer's (or view's) size
-	parent  *Buffer     // non-nil for views: keeps the owner alive
-	vclosed atomic.Bool // a view's own Close (owners use st.closed)
-	own     state
+	word   atomic.Uint64       // see the state word; views: their own closedBit
+	ptr    cuda.DevicePtr      // this buffer's address (a view's: its root's plus its offset)
+	size   uint64              // this buffer's (or view's) size
+	mr     MemoryResource      // the resource that frees it (views: their root's); never changes
+	stream *cuda.Stream        // the allocation stream (views: their root's)
+	root   *Buffer             // views: the owner or borrowed buffer whose memory they share
+	x      atomic.Pointer[ext] // views: set by Slice; others: made on first need
 }
+
+// rootOf returns the buffer whose word counts b's calls: b's root for a
+// view, b itself otherwise.
+func (b *Buffer) rootOf() *Buffer {
+	if b.root != nil {
+		return b.root
+	}
+	return b
+}
+
+// off is b's offset in its root's range (0 but for views).
+func (b *Buffer) off() uint64 { return uint64(b.ptr - b.rootOf().ptr) }
 
 // Owned wraps memory that mr allocated or mapped: Close will call
 // mr.Deallocate(ptr, size, s), on s unless CloseOn names another stream.
@@ -165,16 +216,22 @@ type Buffer struct {
 // buffer whose every use but Close fails with an error matching
 // cuda.ErrInvalidArgument.
 func Owned(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream) *Buffer {
-	if mr == nil || ptr == 0 {
-		b := &Buffer{size: size, own: state{ptr: ptr, size: size, mr: mr, stream: s}}
-		b.own.bad = badRange(ptr, size)
-		b.st = &b.own
-		return b
+	w := initBit
+	if badRange(ptr, size) {
+		w |= badBit
 	}
-	b, t := newTracked()
-	b.size, b.own = size, state{ptr: ptr, size: size, mr: mr, stream: s, track: t, bad: badRange(ptr, size)}
-	b.st = &b.own
-	t.track(ptr, size, mr, s)
+	var b *Buffer
+	if mr == nil || ptr == 0 {
+		b = new(Buffer)
+	} else {
+		b = newTracked()
+		w |= inheritViewed(ptr)
+	}
+	if mr != nil {
+		w |= ownedBit
+	}
+	b.ptr, b.size, b.mr, b.stream = ptr, size, mr, s
+	b.word.Store(w)
 	return b
 }
 
@@ -185,8 +242,12 @@ func Owned(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream) *
 // 2^64) makes a buffer whose every use fails with an error matching
 // cuda.ErrInvalidArgument.
 func FromPointer(ptr cuda.DevicePtr, size uint64) *Buffer {
-	b := &Buffer{size: size, own: state{ptr: ptr, size: size, bad: badRange(ptr, size)}}
-	b.st = &b.own
+	b := &Buffer{ptr: ptr, size: size}
+	w := initBit
+	if badRange(ptr, size) {
+		w |= badBit
+	}
+	b.word.Store(w)
 	return b
 }
 
@@ -224,72 +285,156 @@ var ErrPartlyFreed = errors.New("memory freed, but cleaning up after it failed")
 // stream goes to the resource's Deallocate as it is: the resource judges
 // it (a failed Deallocate leaves the buffer open).
 func (b *Buffer) CloseOn(s *cuda.Stream) error {
-	if b == nil || b.st == nil {
+	if b == nil || b.word.Load()&initBit == 0 {
 		return nil
 	}
-	if b.parent != nil {
-		b.vclosed.Store(true) // views never free; they only stop being usable
+	if b.root != nil {
+		b.word.Or(closedBit) // views never free; they only stop being usable
 		return nil
 	}
-	st := b.st
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.closed.Load() {
-		return nil
+	if !b.beginClose() {
+		return nil // closed already
 	}
-	if st.mr != nil && st.ptr != 0 {
+	if b.mr != nil && b.ptr != 0 {
 		if s == nil {
-			s = st.stream
+			s = b.stream
 		}
-		if st.deferFree(s) {
+		if b.deferFree(s) {
 			// Held (exported): the last Release frees, on s.
-			st.closed.Store(true)
-			st.track.stop()
+			b.endClose(true)
 			return nil
 		}
-		if err := st.mr.Deallocate(st.ptr, st.size, s); err != nil {
-			err = fmt.Errorf("buffer close (%#x, %d bytes): %w", uint64(st.ptr), st.size, err)
-			if !errors.Is(err, ErrPartlyFreed) {
-				// Still open: the caller may retry (on another stream, say).
-				return err
-			}
-			// The memory is gone: the buffer must not be used again,
-			// whatever the resource failed to tidy up.
-			st.closed.Store(true)
-			st.track.stop()
+		if err := b.mr.Deallocate(b.ptr, b.size, s); err != nil {
+			err = fmt.Errorf("buffer close (%#x, %d bytes): %w", uint64(b.ptr), b.size, err)
+			// Still open unless the memory is gone: the caller may retry
+			// (on another stream, say). Memory that is gone must not be
+			// used again, whatever the resource failed to tidy up.
+			b.endClose(errors.Is(err, ErrPartlyFreed))
 			return err
 		}
 	}
-	st.closed.Store(true)
-	st.track.stop()
+	b.endClose(true)
 	return nil
+}
+
+// beginClose makes the caller (Close or Disown of root r) the buffer's one
+// closer: it sets closingBit, so that new calls fail, then waits for the
+// calls in progress. It waits for another closer first. It reports false,
+// owning nothing, if the buffer is closed. endClose must follow a true.
+func (r *Buffer) beginClose() bool {
+	for {
+		w := r.word.Load()
+		if w&closedBit != 0 {
+			return false
+		}
+		if w&closingBit == 0 {
+			if !r.word.CompareAndSwap(w, w|closingBit) {
+				continue
+			}
+			if w&readerMask != 0 {
+				r.waitUntil(func(w uint64) bool { return w&readerMask == 0 })
+			}
+			return true
+		}
+		// Another Close or Disown is under way: wait for its end, then
+		// look again (it may have failed and left the buffer open).
+		r.waitUntil(func(w uint64) bool { return w&closingBit == 0 })
+	}
+}
+
+// endClose ends beginClose: the buffer is closed, or open again, and the
+// closers waiting for this one are woken.
+func (r *Buffer) endClose(closed bool) {
+	for {
+		w := r.word.Load()
+		nw := w &^ (closingBit | waitersBit)
+		if closed {
+			nw |= closedBit
+			// Nothing reads it from now on (every reader is within a
+			// call, and none is in progress or can start), and a closed
+			// Buffer must not keep its resource reachable: a slab whose
+			// closed Buffer holds a SubAllocator holding its block's
+			// Buffer in the same slab would reach itself and never be
+			// finalized.
+			r.mr = nil
+		}
+		if r.word.CompareAndSwap(w, nw) {
+			if w&waitersBit != 0 {
+				r.wake()
+			}
+			return
+		}
+	}
+}
+
+// waitUntil blocks until ok(word) holds. It sets waitersBit under the
+// ext's lock before sleeping, and whoever changes the word afterwards
+// (a release, endClose) sees it and broadcasts under the same lock, so
+// no wake-up is lost.
+func (r *Buffer) waitUntil(ok func(uint64) bool) {
+	x := r.ext()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for {
+		w := r.word.Load()
+		if ok(w) {
+			return
+		}
+		if w&waitersBit == 0 && !r.word.CompareAndSwap(w, w|waitersBit) {
+			continue
+		}
+		x.cond.Wait()
+	}
+}
+
+func (r *Buffer) wake() {
+	x := r.x.Load() // made by the waiter before it set waitersBit
+	x.mu.Lock()
+	x.cond.Broadcast()
+	x.mu.Unlock()
 }
 
 // acquire starts a call on the buffer: it fails with cuda.ErrClosed after
 // Close, or while a Close is in progress; otherwise release must follow.
-// It never waits (see state).
+// It never waits (see the state word).
 func (b *Buffer) acquire(op string) (cuda.DevicePtr, error) {
 	if b == nil {
 		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil buffer")
 	}
-	st := b.st
-	if st == nil {
+	if b.use() {
+		return b.ptr, nil
+	}
+	switch w := b.rootOf().word.Load(); {
+	case w&initBit == 0:
 		return 0, zeroErr(op)
+	case w&badBit != 0:
+		r := b.rootOf()
+		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "the buffer's range (%#x, %d bytes) is at address 0 or wraps around the address space", uint64(r.ptr), r.size)
 	}
-	if st.bad {
-		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "the buffer's range (%#x, %d bytes) is at address 0 or wraps around the address space", uint64(st.ptr), st.size)
-	}
-	if !st.mu.TryRLock() {
-		return 0, closedErr(op) // a Close holds or waits for the lock
-	}
-	if st.closed.Load() || b.viewClosed() {
-		st.mu.RUnlock()
-		return 0, closedErr(op)
-	}
-	return st.ptr + cuda.DevicePtr(b.off), nil
+	return 0, closedErr(op)
 }
 
-func (b *Buffer) release() { b.st.mu.RUnlock() }
+// use is acquire's test: it counts a call on b's root and reports true,
+// or reports false, counting nothing, if b is zero, bad, closed or being
+// closed. A true use must be followed by release.
+func (b *Buffer) use() bool {
+	r := b.rootOf()
+	if w := r.word.Add(1); w&(initBit|badBit|closingBit|closedBit) != initBit || b.root != nil && b.viewClosed() {
+		r.unuse()
+		return false
+	}
+	return true
+}
+
+func (b *Buffer) release() { b.rootOf().unuse() }
+
+// unuse ends a call counted on root r, waking a closer that waits for the
+// last one.
+func (r *Buffer) unuse() {
+	if w := r.word.Add(^uint64(0)); w&waitersBit != 0 {
+		r.wake()
+	}
+}
 
 func closedErr(op string) error { return &cuda.OpError{Op: op, Err: cuda.ErrClosed} }
 
@@ -309,19 +454,22 @@ func checkStream(op string, s *cuda.Stream) error {
 
 // viewClosed reports whether b, or a view it was sliced from, was closed.
 func (b *Buffer) viewClosed() bool {
-	for v := b; v.parent != nil; v = v.parent {
-		if v.vclosed.Load() {
+	for v := b; v.root != nil; v = v.x.Load().parent {
+		if v.word.Load()&closedBit != 0 {
 			return true
 		}
 	}
 	return false
 }
 
+// isZero reports a Buffer no constructor made (nil included).
+func (b *Buffer) isZero() bool { return b == nil || b.word.Load()&initBit == 0 }
+
 // IsClosed reports whether the buffer is closed: by its own Close, or for
 // a view, by the Close of its owner or of a view it was sliced from. Nil
 // and zero Buffers report true.
 func (b *Buffer) IsClosed() bool {
-	return b == nil || b.st == nil || b.st.closed.Load() || b.viewClosed()
+	return b.isZero() || b.rootOf().word.Load()&closedBit != 0 || b.viewClosed()
 }
 
 // Ptr is the buffer's address (a device address, or a host address for
@@ -330,7 +478,7 @@ func (b *Buffer) Ptr() cuda.DevicePtr {
 	if b.IsClosed() {
 		return 0
 	}
-	return b.st.ptr + cuda.DevicePtr(b.off)
+	return b.ptr
 }
 
 // Size is the buffer's size in bytes (it stays readable after Close).
@@ -344,29 +492,32 @@ func (b *Buffer) Size() uint64 {
 // Resource is the resource that owns the memory, or nil for borrowed
 // buffers (and for every buffer once closed).
 func (b *Buffer) Resource() MemoryResource {
-	if b.IsClosed() {
+	if b == nil || !b.use() {
 		return nil
 	}
-	return b.st.mr
+	defer b.release()
+	return b.mr
 }
 
 // Stream is the stream the buffer was allocated on (nil if none).
 func (b *Buffer) Stream() *cuda.Stream {
-	if b == nil || b.st == nil {
+	if b.isZero() {
 		return nil
 	}
-	return b.st.stream
+	return b.stream
 }
 
 // IsOwned reports whether Close frees the memory.
-func (b *Buffer) IsOwned() bool { return b != nil && b.st != nil && b.parent == nil && b.st.mr != nil }
+func (b *Buffer) IsOwned() bool {
+	return !b.isZero() && b.root == nil && b.word.Load()&ownedBit != 0
+}
 
 // String describes the buffer for logs.
 func (b *Buffer) String() string {
 	switch {
 	case b == nil:
 		return "Buffer(nil)"
-	case b.st == nil:
+	case b.isZero():
 		return "Buffer(zero)"
 	case b.IsClosed():
 		return fmt.Sprintf("Buffer(closed, %d bytes)", b.size)

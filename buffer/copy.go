@@ -31,13 +31,14 @@ func (b *Buffer) Clone(mr MemoryResource, s *cuda.Stream) (*Buffer, error) {
 	if _, err := b.acquire(op); err != nil {
 		return nil, err
 	}
-	b.release()
 	if mr == nil {
-		if mr = b.st.mr; mr == nil {
+		if mr = b.mr; mr == nil {
+			b.release()
 			return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "a destination resource must be given (this buffer does not have a MemoryResource)")
 		}
 	}
 	s, err := b.streamFor(op, s)
+	b.release()
 	if err != nil {
 		return nil, err
 	}
@@ -67,8 +68,8 @@ func copyBuffers(op string, dst, src, self *Buffer, s *cuda.Stream) error {
 	if src.size == 0 {
 		return nil
 	}
-	if src.st == dst.st && src.off < dst.off+dst.size && dst.off < src.off+src.size {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "src and dst overlap (views of one allocation at offsets %d and %d, %d bytes)", src.off, dst.off, src.size)
+	if src.rootOf() == dst.rootOf() && src.ptr < dst.ptr+cuda.DevicePtr(dst.size) && dst.ptr < src.ptr+cuda.DevicePtr(src.size) {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "src and dst overlap (views of one allocation at offsets %d and %d, %d bytes)", src.off(), dst.off(), src.size)
 	}
 	s, err = self.streamFor(op, s)
 	if err != nil {

@@ -15,24 +15,26 @@ func (b *Buffer) Disown() (ptr cuda.DevicePtr, size uint64, err error) {
 	if b == nil {
 		return 0, 0, cuda.Errorf("Buffer.Disown", cuda.ErrInvalidArgument, "nil buffer")
 	}
-	if b.st == nil {
+	if b.isZero() {
 		return 0, 0, zeroErr("Buffer.Disown")
 	}
 	if !b.IsOwned() {
-		return 0, 0, cuda.Errorf("Buffer.Disown", cuda.ErrInvalidArgument, "buffer %#x (%d bytes) is a view or borrowed", uint64(b.st.ptr+cuda.DevicePtr(b.off)), b.size)
+		return 0, 0, cuda.Errorf("Buffer.Disown", cuda.ErrInvalidArgument, "buffer %#x (%d bytes) is a view or borrowed", uint64(b.ptr), b.size)
 	}
-	st := b.st
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if st.closed.Load() {
+	if !b.beginClose() {
 		return 0, 0, &cuda.OpError{Op: "Buffer.Disown", Err: cuda.ErrClosed}
 	}
-	if n := st.holds.Load() & holdCount; n > 0 {
-		// The memory must stay where the holders saw it: moving it on
-		// (a virtual allocation's remap) would pull it from under them.
-		return 0, 0, cuda.Errorf("Buffer.Disown", cuda.ErrInvalidArgument, "buffer %#x (%d bytes) is held by %d Hold(s) (an export, such as DLPack's): release them first", uint64(st.ptr), st.size, n)
+	if x := b.x.Load(); x != nil {
+		if n := x.holds.Load() & holdCount; n > 0 {
+			// The memory must stay where the holders saw it: moving it on
+			// (a virtual allocation's remap) would pull it from under them.
+			b.endClose(false)
+			return 0, 0, cuda.Errorf("Buffer.Disown", cuda.ErrInvalidArgument, "buffer %#x (%d bytes) is held by %d Hold(s) (an export, such as DLPack's): release them first", uint64(b.ptr), b.size, n)
+		}
 	}
-	st.closed.Store(true)
-	st.track.disown(st.ptr)
-	return st.ptr, st.size, nil
+	if b.ptr != 0 {
+		handOff(b.ptr, b.word.Load())
+	}
+	b.endClose(true)
+	return b.ptr, b.size, nil
 }

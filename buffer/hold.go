@@ -17,17 +17,16 @@ import (
 // buffer closes the Buffer at once, for Go, and leaves the free to the
 // last Release.
 //
-// The counter and the flag share one word, state.holds, so that the last
-// Release and a Close racing it agree on who frees without a lock: Hold
-// adds only under the read lock (acquire), so never during a Close; Close
-// (under the write lock) sets heldFree only while the count is non-zero,
-// by compare-and-swap, so it fails over to freeing itself if the count
-// just dropped to zero; and Release frees only when its decrement leaves
-// exactly heldFree (count zero, flag set). Releases never take the lock:
-// one that did would make calls in progress on the buffer fail with
-// cuda.ErrClosed while it waited (acquire's TryRLock fails behind a
-// waiting writer), and would deadlock against a Use whose function
-// triggers the release.
+// The counter and the flag share one word, the root's ext.holds, so that
+// the last Release and a Close racing it agree on who frees without a
+// lock: Hold adds only within a call (acquire), so never during a Close;
+// Close (once it is the closer, beginClose) sets heldFree only while the
+// count is non-zero, by compare-and-swap, so it fails over to freeing
+// itself if the count just dropped to zero; and Release frees only when
+// its decrement leaves exactly heldFree (count zero, flag set). Releases
+// never wait for a Close: one that did would make calls in progress on
+// the buffer fail with cuda.ErrClosed while it waited, and would deadlock
+// against a Use whose function triggers the release.
 const (
 	heldFree  = uint64(1) << 63
 	holdCount = heldFree - 1
@@ -37,7 +36,7 @@ const (
 // buffer (or its owner, for a view) is closed meanwhile. See
 // [Buffer.Hold].
 type Hold struct {
-	st   *state
+	r    *Buffer // the root: the owner (or borrowed buffer) of the memory
 	ptr  cuda.DevicePtr
 	size uint64
 	done atomic.Bool
@@ -65,20 +64,25 @@ func (b *Buffer) Hold(op string) (*Hold, error) {
 		return nil, err
 	}
 	defer b.release()
-	// Under the read lock: no Close is running, so heldFree is not being
+	// Within a call: no Close is running, so heldFree is not being
 	// decided (see the comment on heldFree).
-	b.st.holds.Add(1)
-	return &Hold{st: b.st, ptr: ptr, size: b.size}, nil
+	r := b.rootOf()
+	r.ext().holds.Add(1)
+	return &Hold{r: r, ptr: ptr, size: b.size}, nil
 }
 
 // Holds returns how many Holds of the buffer's memory are live (those of
 // its owner and of every view share one count); 0 for nil and zero
 // Buffers.
 func (b *Buffer) Holds() int {
-	if b == nil || b.st == nil {
+	if b.isZero() {
 		return 0
 	}
-	return int(b.st.holds.Load() & holdCount)
+	x := b.rootOf().x.Load()
+	if x == nil {
+		return 0
+	}
+	return int(x.holds.Load() & holdCount)
 }
 
 // Ptr is the address of the held range (that of the buffer Hold was
@@ -109,41 +113,46 @@ func (h *Hold) Size() uint64 {
 // called from anywhere, including from inside [Buffer.Use] on the same
 // buffer.
 func (h *Hold) Release() error {
-	if h == nil || h.st == nil || !h.done.CompareAndSwap(false, true) {
+	if h == nil || h.r == nil || !h.done.CompareAndSwap(false, true) {
 		return nil
 	}
-	st := h.st
-	if st.holds.Add(^uint64(0)) != heldFree {
+	r := h.r
+	x := r.x.Load() // made by Hold
+	if x.holds.Add(^uint64(0)) != heldFree {
 		return nil // others still hold, or the buffer is open: Close frees
 	}
 	// Count zero and heldFree set: Close left the free to us, and no hold
 	// can come again (the buffer is closed).
-	err := freeOrFallback(st.mr, st.ptr, st.size, st.freeStream)
+	err := freeOrFallback(x.freeMR, r.ptr, r.size, x.freeStream)
 	if err != nil {
 		if !errors.Is(err, ErrPartlyFreed) {
 			// Nothing was freed: the hold is this caller's again, so a
 			// later Release (once the capture is over, say) tries again.
-			st.holds.Add(1)
+			x.holds.Add(1)
 			h.done.Store(false)
 		}
-		return fmt.Errorf("buffer close (%#x, %d bytes), left to the last Hold's Release: %w", uint64(st.ptr), st.size, err)
+		return fmt.Errorf("buffer close (%#x, %d bytes), left to the last Hold's Release: %w", uint64(r.ptr), r.size, err)
 	}
 	return nil
 }
 
-// deferFree is Close's half: called under the write lock of an open
+// deferFree is Close's half: called by the closer (beginClose) of an open
 // owned buffer, it leaves the free to the last Release if any hold is
 // live, recording s as the stream to free on, and reports whether it did.
-func (st *state) deferFree(s *cuda.Stream) bool {
+func (r *Buffer) deferFree(s *cuda.Stream) bool {
+	x := r.x.Load() // a Hold made it before its call ended, so before beginClose returned
+	if x == nil {
+		return false
+	}
 	for {
-		v := st.holds.Load()
+		v := x.holds.Load()
 		if v&holdCount == 0 {
 			return false
 		}
 		// Written before the swap publishes heldFree; Release reads it
 		// only after seeing the flag.
-		st.freeStream = s
-		if st.holds.CompareAndSwap(v, v|heldFree) {
+		x.freeMR, x.freeStream = r.mr, s
+		if x.holds.CompareAndSwap(v, v|heldFree) {
 			return true
 		}
 	}

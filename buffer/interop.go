@@ -20,14 +20,14 @@ func (b *Buffer) PtrErr() (cuda.DevicePtr, error) {
 	switch {
 	case b == nil:
 		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil buffer")
-	case b.st == nil:
+	case b.isZero():
 		return 0, zeroErr(op)
-	case b.st.bad:
-		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "the buffer's range (%#x, %d bytes) is at address 0 or wraps around the address space", uint64(b.st.ptr), b.st.size)
+	case b.rootOf().word.Load()&badBit != 0:
+		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "the buffer's range (%#x, %d bytes) is at address 0 or wraps around the address space", uint64(b.rootOf().ptr), b.rootOf().size)
 	case b.IsClosed():
 		return 0, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: buffer of %d bytes", cuda.ErrClosed, b.size)}
 	}
-	return b.st.ptr + cuda.DevicePtr(b.off), nil
+	return b.ptr, nil
 }
 
 // Use runs f with the addresses of bufs (in their order) while keeping
@@ -95,7 +95,7 @@ func Use(op string, f func(ptrs []cuda.DevicePtr) error, bufs ...*Buffer) error 
 // on the driver's own synchronization.
 func (b *Buffer) CloseAfter(streams ...*cuda.Stream) error {
 	const op = "Buffer.CloseAfter"
-	if b == nil || b.st == nil || b.IsClosed() {
+	if b.IsClosed() {
 		return nil
 	}
 	var after []*cuda.Stream
@@ -107,10 +107,14 @@ func (b *Buffer) CloseAfter(streams ...*cuda.Stream) error {
 			after = append(after, s)
 		}
 	}
-	if len(after) == 0 || !b.IsOwned() || b.st.bad {
+	if len(after) == 0 || !b.IsOwned() || b.word.Load()&badBit != 0 {
 		return b.Close()
 	}
+	if !b.use() {
+		return b.Close() // closed or being closed meanwhile: Close waits for that
+	}
 	target, err := b.streamFor(op, nil)
+	b.release()
 	if err != nil {
 		return err
 	}

@@ -13,60 +13,53 @@ import (
 //
 // A runtime.AddCleanup per Buffer costs about as much as the driver's
 // whole allocate+free pair on a busy machine (two span-lock round trips,
-// plus collector work). Instead, owned Buffers are carved out of slabs of
-// slabSize, and one cleanup watches each slab. The cleanup runs once no
-// Buffer of the slab is reachable; it then frees every allocation whose
-// Buffer was never closed (or disowned) and counts it in Leaks. The cost:
-// a long-lived Buffer keeps its slab's memory (a few KiB) alive, and a
-// leaked allocation is freed only when its whole slab is collected. For a
-// safety net both are fine.
+// plus collector work), and a record of each allocation beside the Buffer
+// doubles the garbage. Instead, owned Buffers are carved out of slabs of
+// slabSize, and a finalizer watches each slab. It runs once no Buffer of
+// the slab is reachable, and reads the Buffers themselves (a finalizer,
+// unlike a cleanup, gets its object): it frees every allocation whose
+// Buffer was never closed (or disowned) and counts it in Leaks. No record
+// is kept besides the Buffer, so an owned Buffer costs 64 bytes of heap
+// and nothing else. The cost: a long-lived Buffer keeps its slab's memory
+// (4 KiB) alive, and a leaked allocation is freed only when its whole
+// slab is collected. For a safety net both are fine.
+//
+// A slab reachable from itself is never finalized. So Close (and Disown)
+// clear the Buffer's resource: a closed Buffer whose SubAllocator holds
+// its block's Buffer in the same slab would otherwise keep the slab
+// alive. A leaked (never closed) Buffer of a lost resource that holds
+// Buffers of the same slab still does: Close the resource.
 //
 // The net never frees memory a host view may still point at: a []byte
 // from Buffer.Bytes does not keep the Buffer alive (the collector does not
 // follow pointers into memory it did not allocate), so once Bytes has
-// handed one out the allocation is marked viewed, and a leaked viewed
-// allocation is counted (Leaks, LeaksKept) but left allocated. Explicit
-// Close still frees: closing is the caller's promise that no view is used
-// any more. The mark follows the memory through Disown into the next
-// Owned buffer of the same address (see handoff), as when a virtual
+// handed one out the allocation is marked viewed (viewedBit), and a leaked
+// viewed allocation is counted (Leaks, LeaksKept) but left allocated.
+// Explicit Close still frees: closing is the caller's promise that no view
+// is used any more. The mark follows the memory through Disown into the
+// next Owned buffer of the same address (see handoff), as when a virtual
 // allocation grows in place.
 
 const slabSize = 64
 
 type slab [slabSize]Buffer
 
-// tracked is the safety net's record of one owned allocation. It lives in
-// a ledger separate from the slab, so the slab's cleanup can read it
-// without keeping the slab reachable.
-type tracked struct {
-	live   atomic.Bool // set while the allocation is owned by an open Buffer
-	viewed atomic.Bool // a host view (Bytes) was handed out: never free it
-	ptr    cuda.DevicePtr
-	size   uint64
-	mr     MemoryResource
-	stream *cuda.Stream
-}
-
-type ledger [slabSize]tracked
-
-// track records an allocation; the fields are written before live is set,
-// and the cleanup reads them only after seeing live, so the write happens
-// before the read.
-func (t *tracked) track(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream) {
-	t.ptr, t.size, t.mr, t.stream = ptr, size, mr, s
+// inheritViewed returns viewedBit if a disowned viewed allocation left its
+// mark at ptr (and takes the mark), else 0.
+func inheritViewed(ptr cuda.DevicePtr) uint64 {
 	if handoffs.Load() > 0 {
 		if _, ok := handoff.LoadAndDelete(ptr); ok {
 			handoffs.Add(-1)
-			t.viewed.Store(true)
+			return viewedBit
 		}
 	}
-	t.live.Store(true)
+	return 0
 }
 
-// markViewed records that a host view of the allocation was handed out.
-func (t *tracked) markViewed() {
-	if t != nil && !t.viewed.Load() {
-		t.viewed.Store(true)
+// markViewed records that a host view of root r's memory was handed out.
+func (r *Buffer) markViewed() {
+	if r.word.Load()&viewedBit == 0 {
+		r.word.Or(viewedBit)
 	}
 }
 
@@ -81,92 +74,63 @@ var (
 	handoffs atomic.Int64
 )
 
-// disown stops the net for an allocation whose memory moves on, passing
-// its viewed mark to the next owner of the address.
-func (t *tracked) disown(ptr cuda.DevicePtr) {
-	if t == nil {
-		return
-	}
-	if t.viewed.Load() {
+// handOff passes a disowned allocation's viewed mark (word w) to the next
+// owner of the address.
+func handOff(ptr cuda.DevicePtr, w uint64) {
+	if w&viewedBit != 0 {
 		if _, loaded := handoff.LoadOrStore(ptr, struct{}{}); !loaded {
 			handoffs.Add(1)
 		}
 	}
-	t.live.Store(false)
-	t.forget()
-}
-
-// stop marks the allocation as no longer the net's concern (closed or
-// disowned). A nil t (buffers that own nothing) is fine.
-func (t *tracked) stop() {
-	if t != nil {
-		t.live.Store(false)
-		t.forget()
-	}
-}
-
-// forget drops the record's references once the net no longer needs them.
-// The slab's cleanup gets the ledger as its argument, and a ledger entry
-// that kept its resource (a SubAllocator, say, holding its blocks' Buffers
-// from the same slab) could keep the slab reachable from the cleanup's own
-// argument, so that it never ran. The cleanup reads these fields only of
-// entries it sees live, and it cannot run while this Buffer's slab is
-// reachable, so clearing them here races with nothing.
-func (t *tracked) forget() {
-	t.mr, t.stream = nil, nil
 }
 
 // cursor hands out the next Buffer of a slab. Cursors are cached per P.
 type cursor struct {
-	slab   *slab
-	ledger *ledger
-	next   int
+	slab *slab
+	next int
 	// Each P writes its cursor on every Owned: padded to two cache lines
 	// so that two Ps' cursors, allocated side by side, never share one
 	// (a GPU-host profile at 16 goroutines put a tenth of the pair's time
 	// in Owned's writes to its cursor before).
-	_ [128 - 3*8]byte
+	_ [128 - 2*8]byte
 }
 
 var cursors = sync.Pool{New: func() any { return new(cursor) }}
 
-// newTracked returns a zero Buffer from a slab and its ledger entry.
-func newTracked() (*Buffer, *tracked) {
+// newTracked returns a zero Buffer from a slab.
+func newTracked() *Buffer {
 	c := cursors.Get().(*cursor)
 	if c.slab == nil || c.next == slabSize {
-		c.slab, c.ledger, c.next = new(slab), new(ledger), 0
-		runtime.AddCleanup(&c.slab[0], collectSlab, c.ledger)
+		c.slab, c.next = new(slab), 0
+		runtime.SetFinalizer(c.slab, collectSlab)
 	}
-	b, t := &c.slab[c.next], &c.ledger[c.next]
+	b := &c.slab[c.next]
 	c.next++
 	cursors.Put(c)
-	return b, t
+	return b
 }
 
 // collectSlab frees the allocations of a collected slab whose Buffers were
-// never closed, except those a host view may still point at.
-func collectSlab(l *ledger) {
-	for i := range l {
-		t := &l[i]
-		if !t.live.Load() {
+// never closed, except those a host view may still point at. Slots never
+// handed out are zero (no ownedBit). A held Buffer is never here: the Hold
+// keeps it reachable.
+func collectSlab(s *slab) {
+	for i := range s {
+		b := &s[i]
+		w := b.word.Load()
+		if w&ownedBit == 0 || w&closedBit != 0 {
 			continue
 		}
-		t.live.Store(false)
+		b.word.Store(w | closedBit)
 		leaks.Add(1)
-		if t.viewed.Load() {
+		if w&viewedBit != 0 {
 			leaksKept.Add(1)
 			continue
 		}
-		if !freeLeaked(t) {
+		if freeOrFallback(b.mr, b.ptr, b.size, b.stream) != nil {
 			leaksKept.Add(1)
 		}
 	}
-}
-
-// freeLeaked frees a leaked allocation on its allocation stream, or, if
-// that stream is closed by now, on the resource's default stream.
-func freeLeaked(t *tracked) bool {
-	return freeOrFallback(t.mr, t.ptr, t.size, t.stream) == nil
 }
 
 // freeOrFallback frees on s, or, only if s is closed by now, on the

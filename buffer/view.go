@@ -40,7 +40,7 @@ func (b *Buffer) Bytes() ([]byte, error) {
 	}
 	// Marked before the slice leaves, and while the buffer is held: a
 	// collection can only find the buffer lost after this call returns.
-	b.st.track.markViewed()
+	b.rootOf().markViewed()
 	return p, nil
 }
 
@@ -59,5 +59,10 @@ func (b *Buffer) Slice(off, n uint64) (*Buffer, error) {
 	if off > b.size || n > b.size-off {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "range off=%d, n=%d is out of bounds of a buffer of size %d", off, n, b.size)
 	}
-	return &Buffer{st: b.st, off: b.off + off, size: n, parent: b}, nil
+	v := &Buffer{ptr: b.ptr + cuda.DevicePtr(off), size: n, mr: b.mr, stream: b.stream, root: b.rootOf()}
+	x := new(ext)
+	x.parent = b
+	v.x.Store(x)
+	v.word.Store(initBit)
+	return v, nil
 }
