@@ -99,9 +99,8 @@
 // are staged through a small pool of pinned host memory (32 MiB, allocated
 // on first use and kept for the life of the process): up to 8 goroutines
 // (no more than GOMAXPROCS) move the data between the slice and the pool
-// while the DMA engine moves the pieces before. On a test host a 256 MiB
-// copy ran at about 40 GB/s that way, against 6 (to the device) and 14
-// (from it) through the driver's own staging, and 55 from pinned memory.
+// while the DMA engine moves the pieces before, several times faster than
+// the driver's own staging for large copies (BENCHMARKS.md has figures).
 // Smaller copies, and copies made while another one uses the pool, go
 // through the driver. Copies to and from pinned host buffers need no
 // staging: they are plain memory moves, and so are copies to and from

@@ -27,8 +27,11 @@ import (
 // A slab reachable from itself is never finalized. So Close (and Disown)
 // clear the Buffer's resource: a closed Buffer whose SubAllocator holds
 // its block's Buffer in the same slab would otherwise keep the slab
-// alive. A leaked (never closed) Buffer of a lost resource that holds
-// Buffers of the same slab still does: Close the resource.
+// alive. A leaked (never closed) Buffer whose resource holds Buffers of
+// the same slab (a SubAllocator's block Buffers often are: they are made
+// just before the allocation carved from them) is neither freed nor
+// counted while that resource lives, nor ever if the resource is dropped
+// with it: Close resources, and count on the net for Buffers only.
 //
 // The net never frees memory a host view may still point at: a []byte
 // from Buffer.Bytes does not keep the Buffer alive (the collector does not

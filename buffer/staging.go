@@ -24,17 +24,9 @@ import (
 // own path rather than wait. A failed copy does not change how later ones
 // run (see stagePool).
 
-// Measured on a test host (32 cores, go test -bench, 20 iterations):
-//
-//	                      driver (direct)   staged (8 MiB x 4, 8 workers)
-//	256 MiB host->device    6.1 GB/s          40.7 GB/s
-//	256 MiB device->host   14.1 GB/s          38.7 GB/s
-//	 16 MiB host->device   14.8 GB/s          24.2 GB/s
-//	 16 MiB device->host   12.6 GB/s          23.4 GB/s
-//	  4 MiB either way     12.2-12.5 GB/s     12.1-12.4 GB/s
-//	  1-2 MiB              8.5-13.0 GB/s      8.2-10.7 GB/s
-//
-// (pinned memory: 55 GB/s). Staging therefore starts at 4 MiB.
+// Below about 4 MiB staging gains nothing over the driver's own path,
+// and above it gains more with size (BENCHMARKS.md has the figures), so
+// staging starts at 4 MiB.
 const (
 	// stageMinBytes is the smallest copy worth staging.
 	stageMinBytes = 4 << 20
