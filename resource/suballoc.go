@@ -57,10 +57,13 @@ type SubAllocatorOptions struct {
 // also when the SubAllocator is closed with allocations still live (the
 // block goes, and Released runs, at their last Deallocate). If giving the
 // block back then fails, it stays with the SubAllocator, and Acquired
-// runs again for it.
+// runs again for it; if that fails too, both errors are reported and the
+// block stays in use without the hooks' registration (Released is not
+// called for it again).
 //
-// The hooks run with the SubAllocator's lock held (Acquired) or while it
-// releases the block (Released): they must not call the SubAllocator.
+// Acquired runs with the SubAllocator's lock held when a block is taken,
+// and while a block is being given back otherwise; Released while a block
+// is being given back. They must not call the SubAllocator.
 // A SubAllocator that is dropped without Close leaves its blocks to the
 // Buffers' safety net, which frees them without calling Released.
 type SegmentHooks struct {
