@@ -22,9 +22,6 @@ func (d *Device) ResolveStream(op string, s *Stream, sameGPU bool) (*Stream, err
 		if d == nil {
 			return nil, Errorf(op, ErrInvalidArgument, "nil stream, and no device whose legacy default stream it would mean")
 		}
-		if err := d.check(op); err != nil { // a zero Device has no default stream
-			return nil, err
-		}
 		return d.DefaultStream(), nil
 	}
 	sd := s.Device()
