@@ -181,10 +181,21 @@ func checkSize(op, name string, size uint64) error {
 	return nil
 }
 
-// stream resolves a stream argument of method op (cuda.ResolveStream on
-// the pool's device); with sameDevice, a stream of another GPU is refused.
-func (c *poolCore) stream(op string, s *cuda.Stream, sameDevice bool) (*cuda.Stream, error) {
-	return c.dev.ResolveStream(c.kind+"."+op, s, sameDevice)
+// opName is kind+"."+method for the two hot methods, as constants: the
+// pair path names its operation on every call (for a possible error), and
+// a concatenation there costs an allocation each time.
+func opName(kind, method string) string {
+	switch {
+	case kind == "DevicePool" && method == "Allocate":
+		return "DevicePool.Allocate"
+	case kind == "DevicePool" && method == "Deallocate":
+		return "DevicePool.Deallocate"
+	case kind == "PinnedPool" && method == "Allocate":
+		return "PinnedPool.Allocate"
+	case kind == "PinnedPool" && method == "Deallocate":
+		return "PinnedPool.Deallocate"
+	}
+	return kind + "." + method
 }
 
 // allocatePtr is the shared AllocatePtr: stream-ordered from the pool, the
@@ -194,12 +205,13 @@ func (c *poolCore) allocatePtr(kind string, size uint64, s *cuda.Stream) (cuda.D
 	if err := c.acquire(kind, "Allocate"); err != nil {
 		return 0, nil, err
 	}
-	s, err := c.stream("Allocate", s, kind == "DevicePool")
+	op := opName(kind, "Allocate")
+	s, err := c.dev.ResolveStream(op, s, kind == "DevicePool")
 	if err == nil {
-		err = checkSize(kind+".Allocate", "size", size)
+		err = checkSize(op, "size", size)
 	}
 	if err == nil {
-		err = refuseCapture(kind+".Allocate", s)
+		err = refuseCapture(op, s)
 	}
 	if err != nil {
 		c.release()
@@ -240,11 +252,12 @@ func (c *poolCore) deallocate(kind string, ptr cuda.DevicePtr, size uint64, s *c
 		return cuda.Errorf(kind+".Deallocate", cuda.ErrInvalidArgument,
 			"%#x (%d bytes) is not an allocation of this %s: none is live (freed twice, or allocated elsewhere)", uint64(ptr), size, kind)
 	}
-	s, err := c.stream("Deallocate", s, false)
+	op := opName(kind, "Deallocate")
+	s, err := c.dev.ResolveStream(op, s, false)
 	if err != nil {
 		return err
 	}
-	if err := refuseCapture(kind+".Deallocate", s); err != nil {
+	if err := refuseCapture(op, s); err != nil {
 		return fmt.Errorf("%w (%#x, %d bytes, stays allocated)", err, uint64(ptr), size)
 	}
 	if err := s.MemFreeAsync(ptr); err != nil {

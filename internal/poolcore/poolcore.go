@@ -129,7 +129,10 @@ func (c *Core) Freed() error {
 			return nil
 		}
 		if c.live.CompareAndSwap(n, n-1) {
-			if n > 1 {
+			// Close sets closedBit before it looks at the live count, so
+			// if it is not set yet, Close will see this free: only the
+			// last free of a closing pool takes the lock.
+			if n > 1 || c.state.Load()&closedBit == 0 {
 				return nil
 			}
 			break
