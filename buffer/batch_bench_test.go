@@ -38,7 +38,7 @@ const (
 
 func BenchmarkCopyBatch(b *testing.B) {
 	for _, dir := range []string{"htod", "dtod"} {
-		for _, mode := range []string{"batched", "loop", "raw-batched", "raw-hinted", "raw-captured", "copyto"} {
+		for _, mode := range []string{"batched", "loop", "raw-batched", "raw-hinted", "raw-captured", "raw-captured-gap", "copyto"} {
 			b.Run(dir+"/"+mode, func(b *testing.B) { benchCopyBatch(b, dir, mode) })
 		}
 	}
@@ -89,6 +89,25 @@ func benchCopyBatch(b *testing.B, dir, mode string) {
 		b.Logf("CopyBatch's arrays equal the raw ones: dsts %v, srcs %v, sizes %v; attrs %+v at %v",
 			slices.Equal(cd, dsts), slices.Equal(cs, srcs), slices.Equal(cz, sizes), ca, ci)
 		op = func() error { return s.MemcpyBatchAsync(cd, cs, cz, ca, ci) }
+	case "raw-captured-gap":
+		// The raw call on CopyBatch's arrays, with CopyBatch's own host
+		// work (measured with the driver call left out) spent spinning
+		// before each call: whether the gap between submissions, rather
+		// than anything in the call, is what slows CopyBatch down.
+		cd, cs, cz, ca, ci, err := buffer.BatchArrays(s, copies)
+		if err != nil {
+			b.Fatal(err)
+		}
+		gap, err := buffer.CopyBatchHostTime(s, copies, 21)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("CopyBatch's host work per batch: %v", gap)
+		op = func() error {
+			for t0 := time.Now(); time.Since(t0) < gap; {
+			}
+			return s.MemcpyBatchAsync(cd, cs, cz, ca, ci)
+		}
 	case "copyto":
 		dv := make([]*buffer.Buffer, batchCopies)
 		sv := make([]*buffer.Buffer, batchCopies)
