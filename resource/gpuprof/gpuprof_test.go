@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -243,4 +244,28 @@ func TestWriteOnOutOfMemory(t *testing.T) {
 	require.True(t, errors.Is(err, cuda.ErrorOutOfMemory), "%v", err)
 	require.Len(t, reported, 1)
 	assert.Contains(t, reported[0].Error(), "gpuprof.WriteFile")
+}
+
+// The profile opens in the go command's own pprof, as a user opens it:
+// its top lists each allocation site with its bytes.
+func TestProfileOpensInGoToolPprof(t *testing.T) {
+	goCmd, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH:", err)
+	}
+	mr := resource.NewTracking(newFake(), &resource.TrackingOptions{CaptureStacks: true})
+	w := allocWeights(t, mr, 3<<20)
+	s := allocScratch(t, mr, 5<<20)
+	file := filepath.Join(t.TempDir(), "gpu.pb.gz")
+	require.NoError(t, gpuprof.WriteFile(file, mr))
+
+	out, err := exec.Command(goCmd, "tool", "pprof", "-top", "-sample_index=inuse_space", file).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	top := string(out)
+	assert.Contains(t, top, "Type: inuse_space")
+	assert.Regexp(t, `(?m)^\s+3MB .*gpuprof_test\.allocWeights$`, top)
+	assert.Regexp(t, `(?m)^\s+5MB .*gpuprof_test\.allocScratch$`, top)
+
+	require.NoError(t, w.Close())
+	require.NoError(t, mr.Deallocate(s, 5<<20, nil))
 }
