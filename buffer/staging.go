@@ -605,27 +605,42 @@ func stagedDtoH(p *stagePool, q dmaQueue, dev *cuda.Device, dst []byte, src cuda
 			failed(nil)
 		}
 	}()
-	issued, opened := 0, 0
-	for ; issued < min(k, l.pieces); issued++ {
-		if err := issue(issued); err != nil {
+	// The first k pieces are queued at once. Then piece i is opened to
+	// the workers as its DMA lands, and once the workers are done with
+	// piece i-1 its chunk takes piece i-1+k: while the workers move piece
+	// i, the DMAs of the next k-1 pieces stay queued, so neither the
+	// engine nor the cores wait for this goroutine (waiting for every
+	// queued DMA before queueing the next one left the engine idle).
+	for j := range min(k, l.pieces) {
+		if err := issue(j); err != nil {
 			return failed(err)
 		}
 	}
-	for i := range l.pieces {
-		// Open every piece whose DMA is queued, as each lands, so the
-		// workers never wait for this goroutine.
-		for ; opened < issued; opened++ {
-			if err := p.take(opened).wait(); err != nil {
-				return failed(err)
-			}
-			close(l.ready[opened])
+	// refill waits for the workers to finish piece i-1, then queues the
+	// piece its chunk takes next.
+	refill := func(i int) error {
+		<-l.done[i-1]
+		if j := i - 1 + k; j < l.pieces {
+			return issue(j)
 		}
-		<-l.done[i]
-		if issued < l.pieces {
-			if err := issue(issued); err != nil {
+		return nil
+	}
+	for i := range l.pieces {
+		if i > 0 && k == 1 {
+			// One chunk: piece i goes into the chunk piece i-1 is
+			// still being moved out of.
+			if err := refill(i); err != nil {
 				return failed(err)
 			}
-			issued++
+		}
+		if err := p.take(i).wait(); err != nil {
+			return failed(err)
+		}
+		close(l.ready[i])
+		if i > 0 && k > 1 {
+			if err := refill(i); err != nil {
+				return failed(err)
+			}
 		}
 	}
 	l.wg.Wait()
