@@ -467,3 +467,28 @@ func TestBaselineNotFoundMessage(t *testing.T) {
 	assert.Contains(t, err.Error(), "-cgo PATH")
 	assert.NotContains(t, err.Error(), "../")
 }
+
+// Every setup runs before the first measurement is timed, as the C
+// baseline's do; a setup that fails marks its measurement FAILED and the
+// others still run.
+func TestRunOursSetsUpFirst(t *testing.T) {
+	var log []string
+	mk := func(name string, setupErr error) measurement {
+		return measurement{name: name, iters: 1,
+			setup: func() error { log = append(log, "setup "+name); return setupErr },
+			run: func(int) (time.Duration, error) {
+				log = append(log, "run "+name)
+				return time.Millisecond, nil
+			}}
+	}
+	ms := []measurement{mk("a", nil), mk("b", errors.New("no pool")), mk("c", nil)}
+	ours, err := runOurs(ms, 1, 1, io.Discard)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "b: setup: no pool")
+	assert.Equal(t, []string{"setup a", "setup b", "setup c", "run a", "run a", "run c", "run c"}, log)
+	var names []string
+	for _, r := range ours {
+		names = append(names, r.Name+"/"+r.Error)
+	}
+	assert.Equal(t, []string{"a/", "b/setup: no pool", "c/"}, names)
+}
