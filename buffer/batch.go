@@ -84,27 +84,40 @@ func CopyBatch(s *cuda.Stream, copies []Copy) error {
 	}
 
 	// Hold every buffer open: acquire never waits, so the order and any
-	// repeats do not matter (see state).
-	held := 0
-	defer func() {
-		for i := held - 1; i >= 0; i-- {
-			copies[i/2].side(i % 2).release()
-		}
-	}()
+	// repeats do not matter (see state). A run of copies between the same
+	// buffers (blocks of a few large allocations, the common case) holds
+	// each once and takes its address once: the host time between two
+	// batches is time the copy engine may run dry, and a batch submitted
+	// to an idle engine ran several times slower per copy (BENCHMARKS.md).
 	sc := getScratch(n)
 	defer putScratch(sc)
+	held := sc.held[:0]
+	defer func() {
+		for i := len(held) - 1; i >= 0; i-- {
+			held[i].release()
+		}
+		sc.held = held
+	}()
+	var lastDst, lastSrc *Buffer
+	var dp, sp cuda.DevicePtr
 	for i := range copies {
 		c := &copies[i]
-		dp, err := c.Dst.acquire(op)
-		if err != nil {
-			return batchWrap(err, i, n, "destination", c.Dst)
+		if c.Dst != lastDst {
+			p, err := c.Dst.acquire(op)
+			if err != nil {
+				return batchWrap(err, i, n, "destination", c.Dst)
+			}
+			held = append(held, c.Dst)
+			lastDst, dp = c.Dst, p
 		}
-		held++
-		sp, err := c.Src.acquire(op)
-		if err != nil {
-			return batchWrap(err, i, n, "source", c.Src)
+		if c.Src != lastSrc {
+			p, err := c.Src.acquire(op)
+			if err != nil {
+				return batchWrap(err, i, n, "source", c.Src)
+			}
+			held = append(held, c.Src)
+			lastSrc, sp = c.Src, p
 		}
-		held++
 		if err := c.checkRange(op, i, n); err != nil {
 			return err
 		}
@@ -121,15 +134,22 @@ func CopyBatch(s *cuda.Stream, copies []Copy) error {
 	}
 	dev := s.Device().Ordinal()
 	var last cuda.MemcpyAttributes
+	var dl, sl cuda.MemLocation
+	lastDst, lastSrc = nil, nil
 	for i := range copies {
 		c := &copies[i]
-		dl, err := batchLoc(op, c.Dst, dev, i, n, "destination")
-		if err != nil {
-			return err
+		var err error
+		if c.Dst != lastDst {
+			if dl, err = batchLoc(op, c.Dst, dev, i, n, "destination"); err != nil {
+				return err
+			}
+			lastDst = c.Dst
 		}
-		sl, err := batchLoc(op, c.Src, dev, i, n, "source")
-		if err != nil {
-			return err
+		if c.Src != lastSrc {
+			if sl, err = batchLoc(op, c.Src, dev, i, n, "source"); err != nil {
+				return err
+			}
+			lastSrc = c.Src
 		}
 		a := cuda.MemcpyAttributes{SrcAccessOrder: cuda.MemcpySrcAccessOrderStream, SrcLocHint: sl, DstLocHint: dl}
 		if i == 0 || a != last {
@@ -143,15 +163,6 @@ func CopyBatch(s *cuda.Stream, copies []Copy) error {
 
 // submitBatch is the driver call; tests replace it to see the arrays.
 var submitBatch = (*cuda.Stream).MemcpyBatchAsync
-
-// side is the copy's destination (0) or source (1), for releasing holds
-// in the order they were taken.
-func (c *Copy) side(i int) *Buffer {
-	if i == 0 {
-		return c.Dst
-	}
-	return c.Src
-}
 
 // checkRange checks the copy's two ranges against its buffers, and that
 // they do not overlap within one allocation.
@@ -213,6 +224,7 @@ type scratch struct {
 	sizes      []uint64
 	attrs      []cuda.MemcpyAttributes
 	idxs       []uint64
+	held       []*Buffer // the buffers CopyBatch holds; cleared before pooling
 }
 
 var scratchPool sync.Pool
@@ -232,6 +244,8 @@ func getScratch(n int) *scratch {
 }
 
 func putScratch(sc *scratch) {
+	clear(sc.held) // a pooled scratch must not keep Buffers from the leak net
+	sc.held = sc.held[:0]
 	if cap(sc.dsts) <= maxPooled {
 		scratchPool.Put(sc)
 	}

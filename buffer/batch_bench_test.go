@@ -1,6 +1,7 @@
 package buffer_test
 
 import (
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -103,6 +104,12 @@ func benchCopyBatch(b *testing.B, dir, mode string) {
 			b.Fatal(err)
 		}
 		b.Logf("CopyBatch's host work per batch: %v", gap)
+		if v := os.Getenv("CUDAMEM_BENCH_GAP"); v != "" { // e.g. 100us: how the rate depends on the gap
+			if gap, err = time.ParseDuration(v); err != nil {
+				b.Fatal(err)
+			}
+			b.Logf("gap set by CUDAMEM_BENCH_GAP: %v", gap)
+		}
 		op = func() error {
 			for t0 := time.Now(); time.Since(t0) < gap; {
 			}
