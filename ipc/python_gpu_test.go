@@ -171,6 +171,57 @@ func TestPythonImportsGoPool(t *testing.T) {
 	}
 }
 
+// Go -> Python over a plain Unix socket, no ExtraFiles and no framing:
+// the pool's fd and, in the same message, its UUID and a buffer's export
+// data and size (one JSON line), sent with ipc.SendMsg as Python's
+// socket.recv_fds reads them. cuda.core imports pool and buffer
+// (from_allocation_handle, IPCBufferDescriptor._init,
+// Buffer.from_ipc_descriptor), checks Go's data and writes its own, which
+// Go checks. The reverse direction is TestPythonExportsToGo.
+func TestPythonImportsGoPoolOverSocket(t *testing.T) {
+	d := cudatest.Device(t)
+	py, mods := python(t)
+	needCore(t, mods)
+	s := cudatest.Stream(t, d)
+	pool := ipcPool(t, d)
+	b, err := pool.Allocate(pySize, s)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, b.Close()) }()
+	fillHost(t, b, s, 51)
+	h, err := ipc.ExportPool(pool)
+	require.NoError(t, err)
+	defer h.Close()
+	desc, err := ipc.ExportBuffer(b)
+	require.NoError(t, err)
+	poolFD, err := h.FD()
+	require.NoError(t, err)
+
+	pair, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	require.NoError(t, err)
+	theirs := os.NewFile(uintptr(pair[1]), "python-socket")
+	defer theirs.Close()
+	ours := os.NewFile(uintptr(pair[0]), "go-socket")
+	c, err := net.FileConn(ours)
+	ours.Close()
+	require.NoError(t, err)
+	conn := c.(*net.UnixConn)
+	defer conn.Close()
+	msg, err := json.Marshal(pyPoolMsg{UUID: h.UUID().String(), Data: hex.EncodeToString(desc.ExportData()), Size: desc.Size})
+	require.NoError(t, err)
+	// Sent before Python starts: the socket holds the message and a
+	// reference to the fd until Python's recv_fds.
+	require.NoError(t, ipc.SendMsg(conn, append(msg, '\n'), poolFD))
+	t.Logf("sent with ipc.SendMsg: pool fd %d (UUID %v) and %d bytes: %s", poolFD, h.UUID(), len(msg)+1, msg)
+
+	cmd := pyCmd(t, py, "cudacore_import.py", "--sock", "3", "--seed", "51", "--newseed", "52", "--device", strconv.Itoa(d.Ordinal()))
+	cmd.ExtraFiles = []*os.File{theirs}
+	out, err := cmd.CombinedOutput()
+	pyResult(t, "cudacore_import.py", err, out)
+	require.Contains(t, string(out), "received over the socket", "%s", out)
+	requirePattern(t, b, s, 52, "Python's writes seen from Go")
+	t.Logf("Go's pattern (seed 51) read by cuda.core, cuda.core's (seed 52) read by Go: ok")
+}
+
 // pyPoolMsg is what cudacore_export.py sends with the pool's fd.
 type pyPoolMsg struct {
 	UUID string `json:"uuid"`

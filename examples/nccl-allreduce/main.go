@@ -1,134 +1,166 @@
 // Command nccl-allreduce all-reduces cudamem buffers with NCCL, from a Go
 // program built with CGO_ENABLED=0: it opens libnccl at run time
-// (loader.OpenCUDALibrary), makes one communicator per local GPU with
-// ncclCommInitAll (one rank on a one-GPU machine), and sums a buffer of
-// float32 per rank on cudamem streams. Every element of every rank's
-// result is checked, and the timing is printed as nccl-tests prints it:
+// (loader.OpenCUDALibrary) and sums a buffer of float32 per rank on
+// cudamem streams, three times over, on three kinds of memory:
+//
+//   - pool: Buffers from the device's pool (resource.DevicePool);
+//   - registered: Buffers carved by a resource.SubAllocator from
+//     virtual.NCCLOptions memory (what ncclMemAlloc makes), whose blocks
+//     SegmentHooks register with the communicator (ncclCommRegister) as
+//     the sub-allocator takes them and deregister (ncclCommDeregister)
+//     before it gives them back, also when it is closed with Buffers
+//     live; the hooks' counts are checked;
+//   - window: NCCLOptions memory registered as a symmetric-memory window
+//     (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC; NCCL 2.27 or
+//     later), deregistered before it is freed. Where NCCL refuses the
+//     window, or makes none, the reason is printed and the phase skipped.
+//
+// Every element of every rank's result is checked, before and after the
+// timed loop, and the timing is printed as nccl-tests prints it:
 // algorithm bandwidth (bytes / time) and bus bandwidth (algorithm
 // bandwidth × 2(n−1)/n, the traffic each link carries in a ring; 0 with
 // one rank, where nothing crosses a link).
+//
+// # One process, or one process per GPU
+//
+// By default one process drives every local GPU: ncclCommInitAll makes
+// one communicator per GPU, and each collective is issued for all of them
+// in one ncclGroupStart/ncclGroupEnd.
+//
+// With -ranks N the program starts N copies of itself, one per GPU (NCCL
+// refuses two ranks on one GPU), each run as -rank i. Rank 0 calls
+// ncclGetUniqueId and writes the 128-byte id to a file (-id; a fresh
+// temporary directory when the program starts the ranks itself), which
+// the other ranks wait for; each then joins with
+// ncclCommInitRankScalable, which takes the id by pointer (NCCL 2.23 or
+// later: ncclCommInitRank takes it by value, a 128-byte struct that
+// cudamem's calls, integer and pointer arguments only, cannot pass). A
+// launcher, or a shell, can start the ranks itself instead, on one host
+// or several with a shared file system:
+//
+//	nccl-allreduce -ranks 2 -rank 0 -id /shared/nccl-id &
+//	nccl-allreduce -ranks 2 -rank 1 -id /shared/nccl-id
+//
+// The id file must not exist beforehand (rank 0 refuses to overwrite one,
+// which could be a finished run's); it holds rank 0's bootstrap address,
+// so it is written readable by its owner only.
 //
 // Without a driver or without NCCL it exits with status 1 and says which
 // is missing.
 //
 //	go run ./examples/nccl-allreduce [-mib 64 -iters 20 -gpus 0]
+//	go run ./examples/nccl-allreduce -ranks 2 [-mib 64 -iters 20]
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
+	"strings"
 	"time"
 	"unsafe"
 
-	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/loader"
-	"github.com/cudamem/cudamem/resource"
 )
 
-// NCCL constants (nccl.h).
-const (
-	ncclFloat32 = 7 // ncclDataType_t
-	ncclSum     = 0 // ncclRedOp_t
-)
-
-// nccl holds the library's functions.
-type nccl struct {
-	path                                         string
-	version, errorString, commInitAll            loader.Proc
-	groupStart, groupEnd, allReduce, commDestroy loader.Proc
-}
-
-func openNCCL() (*nccl, error) {
-	lib, err := loader.OpenCUDALibrary("nccl")
-	if err != nil {
-		return nil, err
-	}
-	n := &nccl{path: lib.Path()}
-	for _, f := range []struct {
-		p    *loader.Proc
-		name string
-	}{
-		{&n.version, "ncclGetVersion"}, {&n.errorString, "ncclGetErrorString"},
-		{&n.commInitAll, "ncclCommInitAll"}, {&n.commDestroy, "ncclCommDestroy"},
-		{&n.groupStart, "ncclGroupStart"}, {&n.groupEnd, "ncclGroupEnd"},
-		{&n.allReduce, "ncclAllReduce"},
-	} {
-		if *f.p, err = lib.Lookup(f.name); err != nil {
-			return nil, fmt.Errorf("%s: %w", lib.Path(), err)
-		}
-	}
-	return n, nil
-}
-
-// check turns an ncclResult_t into an error naming the function.
-func (n *nccl) check(fn string, r uintptr, err error) error {
-	if err != nil {
-		return err // not called: cudamem could not make the context current
-	}
-	if uint32(r) == 0 { // a C enum: the register's upper half is undefined
-		return nil
-	}
-	msg := fmt.Sprintf("ncclResult_t %d", int32(r))
-	if p := n.errorString.Call(uintptr(uint32(r))); p != 0 {
-		msg = cString(p)
-	}
-	return fmt.Errorf("%s: %s", fn, msg)
-}
-
-// cString copies a NUL-terminated C string (at most 256 bytes): NCCL's
-// static error strings, which live as long as the library.
-func cString(p uintptr) string {
-	ptr := *(*unsafe.Pointer)(unsafe.Pointer(&p)) // C memory, not Go's
-	b := unsafe.Slice((*byte)(ptr), 256)
-	for i, c := range b {
-		if c == 0 {
-			return string(b[:i])
-		}
-	}
-	return string(b)
-}
-
-// rank is one GPU's part: its communicator, stream, buffers and the
-// allreduce bound to its device (Device.Foreign makes the device's context
-// current inside each call).
-type rank struct {
-	dev        *cuda.Device
-	comm       uintptr
-	s          *cuda.Stream
-	send, recv *buffer.Buffer
-	allReduce  *cuda.ForeignFunc
-}
-
-// Result is what one run measured.
-type Result struct {
-	Ranks       int
-	Bytes       uint64
-	Time        time.Duration // per allreduce (mean over iters)
-	AlgBW       float64       // GB/s
-	BusBW       float64       // GB/s
-	NCCLVersion int
-	Library     string
-}
+// resultPrefix starts the line on which a rank process reports its
+// Result (JSON) to the process that started it.
+const resultPrefix = "nccl-allreduce-result: "
 
 func main() {
-	mib := flag.Int("mib", 64, "MiB per rank to all-reduce")
-	iters := flag.Int("iters", 20, "timed allreduces")
-	gpus := flag.Int("gpus", 0, "ranks (one per GPU); 0: every GPU")
-	flag.Parse()
-	res, err := run(uint64(*mib)<<20, *iters, *gpus)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "nccl-allreduce:", err)
-		os.Exit(1)
-	}
-	fmt.Printf("NCCL %d (%s), %d rank(s), %d MiB float32 sum: %v per allreduce, algbw %.1f GB/s, busbw %.1f GB/s (nccl-tests: busbw = algbw × 2(n-1)/n)\n",
-		res.NCCLVersion, res.Library, res.Ranks, res.Bytes>>20, res.Time, res.AlgBW, res.BusBW)
-	fmt.Println("every element checked: ok")
+	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr, selfStarter))
 }
 
+// realMain is the program: args are its flags; start makes the commands
+// that run ranks (-ranks), which a test replaces.
+func realMain(args []string, stdout, stderr io.Writer, start starter) int {
+	fs := flag.NewFlagSet("nccl-allreduce", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	mib := fs.Int("mib", 64, "MiB per rank to all-reduce")
+	iters := fs.Int("iters", 20, "timed allreduces per phase")
+	gpus := fs.Int("gpus", 0, "one process: ranks, one per local GPU; 0: every GPU")
+	ranks := fs.Int("ranks", 0, "one process per rank (and GPU): how many; the program starts them unless -rank is given")
+	rankN := fs.Int("rank", -1, "with -ranks: run this rank only, in this process")
+	id := fs.String("id", "", "with -rank: the file through which rank 0 gives the other ranks its ncclUniqueId (must not exist yet)")
+	device := fs.Int("device", -1, "with -rank: the GPU's ordinal; -1: the rank modulo the local GPU count")
+	timeout := fs.Duration("timeout", 5*time.Minute, "with -ranks: how long the ranks may take, and how long ranks wait for the id file")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	fail := func(err error) int {
+		fmt.Fprintln(stderr, "nccl-allreduce:", oneLine(err))
+		return 1
+	}
+	if *mib < 1 {
+		return fail(fmt.Errorf("-mib %d: want at least 1", *mib))
+	}
+	size := uint64(*mib) << 20
+	switch {
+	case *rankN >= 0 || *id != "":
+		if *ranks < 1 {
+			return fail(errors.New("-rank needs -ranks (how many ranks in all)"))
+		}
+		res, err := runRank(rankConfig{rank: *rankN, ranks: *ranks, device: *device, idPath: *id, size: size, iters: *iters, idWait: *timeout})
+		if err != nil {
+			return fail(err)
+		}
+		printResult(stdout, res)
+		j, err := json.Marshal(res)
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stdout, "%s%s\n", resultPrefix, j)
+	case *ranks > 0:
+		rs, err := launch(*ranks, *mib, *iters, *timeout, start, stdout)
+		if err != nil {
+			return fail(err)
+		}
+		fmt.Fprintf(stdout, "%d rank processes: every element of every phase that ran checked: ok\n", len(rs))
+	default:
+		res, err := run(size, *iters, *gpus)
+		if err != nil {
+			return fail(err)
+		}
+		printResult(stdout, res)
+	}
+	return 0
+}
+
+// oneLine keeps an error message on one line (the first, plus a count of
+// the rest).
+func oneLine(err error) string {
+	lines := strings.Split(strings.TrimSpace(err.Error()), "\n")
+	if len(lines) == 1 {
+		return lines[0]
+	}
+	return fmt.Sprintf("%s (and %d more lines: %s)", lines[0], len(lines)-1, strings.Join(lines[1:], "; "))
+}
+
+// printResult prints one process's Result: a line per phase and the
+// segment hooks' counts.
+func printResult(w io.Writer, res Result) {
+	fmt.Fprintf(w, "NCCL %s (%s), %d rank(s) in all, ranks %v here on GPUs %v, %d MiB float32 sum (nccl-tests: busbw = algbw × 2(n-1)/n)\n",
+		versionString(res.NCCLVersion), res.Library, res.Ranks, res.Local, res.GPUs, res.Bytes>>20)
+	for _, p := range res.Phases {
+		if !p.Ran() {
+			fmt.Fprintf(w, "  %-10s skipped: %s\n", p.Name, p.Skipped)
+			continue
+		}
+		fmt.Fprintf(w, "  %-10s %v per allreduce, algbw %.1f GB/s, busbw %.1f GB/s, every element checked: ok (%s)\n",
+			p.Name, p.Time, p.AlgBW, p.BusBW, p.Memory)
+	}
+	if s := res.Segments; s.Registered > 0 {
+		fmt.Fprintf(w, "  segment hooks: %d blocks registered, %d deregistered (%d by Trim, %d by Close with live buffers, %d at the buffers' Close after it), %d still registered: ok\n",
+			s.Registered, s.Deregistered, s.ByTrim, s.AtClose, s.AfterClose, s.Live)
+	}
+}
+
+// run is the one-process mode: a communicator per local GPU (the first
+// gpus; 0: every one) from ncclCommInitAll.
 func run(size uint64, iters, gpus int) (res Result, err error) {
 	if size == 0 || size%4 != 0 || iters < 1 {
 		return res, fmt.Errorf("size must be a positive multiple of 4 bytes and iters at least 1 (got %d bytes, %d iters)", size, iters)
@@ -145,11 +177,10 @@ func run(size uint64, iters, gpus int) (res Result, err error) {
 	if err != nil {
 		return res, fmt.Errorf("NCCL not found (install it, or name its directory in CUDAMEM_LIBRARY_PATH): %w", err)
 	}
-	var ver int32
-	if err := n.check("ncclGetVersion", n.version.Call(uintptr(unsafe.Pointer(&ver))), nil); err != nil {
+	if err := n.need("the one-process mode needs it (use -ranks)", &n.commInitAll); err != nil {
 		return res, err
 	}
-	res = Result{Ranks: gpus, Bytes: size, NCCLVersion: int(ver), Library: n.path}
+	res = Result{Ranks: gpus, Bytes: size, NCCLVersion: n.version, Library: n.path}
 
 	// One communicator per device, in one call (NCCL sets each device
 	// itself).
@@ -163,119 +194,25 @@ func run(size uint64, iters, gpus int) (res Result, err error) {
 	if err := n.check("ncclCommInitAll", r, nil); err != nil {
 		return res, err
 	}
-	ranks := make([]*rank, gpus)
+	g := &group{n: n, nranks: gpus}
 	defer func() {
-		for _, rk := range ranks {
-			if rk == nil {
-				continue
-			}
-			err = errors.Join(err, rk.send.Close(), rk.recv.Close(), rk.s.Sync(), rk.s.Close())
+		for _, rk := range g.ranks {
+			err = errors.Join(err, rk.close())
 		}
+		// Last: every rank's memory is deregistered by now.
 		for _, c := range comms {
 			err = errors.Join(err, n.check("ncclCommDestroy", n.commDestroy.Call(c), nil))
 		}
 	}()
-
-	count := size / 4
 	for i, d := range devs {
-		rk := &rank{dev: d, comm: comms[i]}
-		if rk.s, err = d.NewStream(); err != nil {
-			return res, err
-		}
-		ranks[i] = rk
-		pool, err := resource.NewDevicePool(d, nil) // the device's own pool
+		rk, err := g.newRank(i, d, comms[i])
 		if err != nil {
 			return res, err
 		}
-		if rk.send, err = pool.Allocate(size, rk.s); err != nil {
-			return res, err
-		}
-		if rk.recv, err = pool.Allocate(size, rk.s); err != nil {
-			return res, err
-		}
-		in := make([]float32, count)
-		for j := range in {
-			in[j] = float32(i+1) + float32(j%7) // rank- and element-dependent
-		}
-		if err := buffer.CopyFromHost(rk.send, in, rk.s); err != nil {
-			return res, err
-		}
-		if rk.allReduce, err = d.Foreign(n.allReduce); err != nil {
-			return res, err
-		}
+		g.ranks = append(g.ranks, rk)
+		res.Local = append(res.Local, i)
+		res.GPUs = append(res.GPUs, d.Ordinal())
 	}
-
-	once := func() error {
-		// Group calls keep per-thread state: one OS thread from start to
-		// end.
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if gpus > 1 {
-			if err := n.check("ncclGroupStart", n.groupStart.Call(), nil); err != nil {
-				return err
-			}
-		}
-		var first error
-		for _, rk := range ranks {
-			r, cerr := rk.allReduce.Call(uintptr(rk.send.Ptr()), uintptr(rk.recv.Ptr()), uintptr(count), ncclFloat32, ncclSum, rk.comm, rk.s.Handle())
-			if err := n.check("ncclAllReduce", r, cerr); err != nil && first == nil {
-				first = err
-			}
-		}
-		if gpus > 1 {
-			if err := n.check("ncclGroupEnd", n.groupEnd.Call(), nil); err != nil && first == nil {
-				first = err
-			}
-		}
-		return first
-	}
-	syncAll := func() error {
-		for _, rk := range ranks {
-			if err := rk.s.Sync(); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	if err := once(); err != nil { // warm-up, and the result checked below
-		return res, err
-	}
-	if err := syncAll(); err != nil {
-		return res, err
-	}
-	if err := check(ranks, count); err != nil {
-		return res, err
-	}
-	start := time.Now()
-	for range iters {
-		if err := once(); err != nil {
-			return res, err
-		}
-	}
-	if err := syncAll(); err != nil {
-		return res, err
-	}
-	res.Time = time.Since(start) / time.Duration(iters)
-	res.AlgBW = float64(size) / res.Time.Seconds() / 1e9
-	res.BusBW = res.AlgBW * 2 * float64(gpus-1) / float64(gpus)
-	return res, check(ranks, count)
-}
-
-// check reads every rank's result back: element j is the sum over ranks r
-// of (r+1) + j%7.
-func check(ranks []*rank, count uint64) error {
-	n := len(ranks)
-	got := make([]float32, count)
-	for i, rk := range ranks {
-		if err := buffer.CopyToHost(got, rk.recv, rk.s); err != nil {
-			return err
-		}
-		for j, v := range got {
-			want := float32(n*(n+1)/2) + float32(n)*float32(j%7)
-			if v != want {
-				return fmt.Errorf("rank %d (%v), element %d: got %v, want %v", i, rk.dev, j, v, want)
-			}
-		}
-	}
-	return nil
+	err = g.phases(&res, size, iters)
+	return res, err
 }
