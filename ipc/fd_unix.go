@@ -107,6 +107,12 @@ func recvmsg(conn *net.UnixConn, buf, oob []byte) (n, oobn, flags int, err error
 		return 0, 0, 0, err
 	}
 	var rerr error
+	if err := rc.Control(func(fd uintptr) { rerr = checkRecvOpts(int(fd)) }); err != nil {
+		return 0, 0, 0, err
+	}
+	if rerr != nil {
+		return 0, 0, 0, rerr
+	}
 	err = rc.Read(func(fd uintptr) bool {
 		for {
 			n, oobn, flags, _, rerr = syscall.Recvmsg(int(fd), buf, oob, recvFlags)
@@ -150,6 +156,11 @@ func rights(oob []byte, fds []int) ([]int, error) {
 // MaxFDs descriptors), or a count of descriptors that differs from the
 // frame's. After an error on a stream socket the connection's position in
 // the byte stream is unknown: close it.
+//
+// A receiving socket with SO_PASSCRED, SO_PASSPIDFD or SO_PASSSEC set is
+// refused (ErrInvalidArgument, naming the option) before anything is
+// read: the kernel would attach control messages of its own, taking the
+// room kept for the frame's descriptors.
 //
 // The peer is not trusted to behave. On a stream socket SendFDs attaches
 // a frame's descriptors to its first bytes, so they arrive with the first
