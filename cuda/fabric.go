@@ -217,10 +217,26 @@ func checkFabric(op string, c FabricCalls, prop MemAllocationProp) error {
 func fabricRefused(op string, loc MemLocation, err error) error {
 	err = fmt.Errorf("a fabric-shareable granule at %s: %w", locationName(loc), err)
 	if errors.Is(err, ErrorInvalidValue) && (loc.Type == MemLocationTypeHost || loc.Type == MemLocationTypeHostNUMACurrent) && !errors.Is(err, errFabric) {
-		return &OpError{Op: op, Err: &fabricError{err: err}}
+		return &OpError{Op: op, Err: &fabricLocationError{loc: loc, err: err}}
 	}
 	return FabricError(op, err)
 }
+
+// fabricLocationError is a location type the driver takes no fabric
+// memory at (it answers CUDA_ERROR_INVALID_VALUE, where a missing IMEX
+// service is CUDA_ERROR_NOT_PERMITTED): no service would change that, so
+// the message does not send the reader to IMEX.
+type fabricLocationError struct {
+	loc MemLocation
+	err error
+}
+
+func (e *fabricLocationError) Error() string {
+	return fmt.Sprintf("%v: the driver takes no fabric-shareable memory at %s: allocate it on a device or a host NUMA node instead (driver: %v)",
+		ErrNotSupported, locationName(e.loc), e.err)
+}
+
+func (e *fabricLocationError) Unwrap() []error { return []error{ErrNotSupported, errFabric, e.err} }
 
 // callsName names the device behind c for messages.
 func callsName(c FabricCalls) string {
