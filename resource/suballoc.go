@@ -147,8 +147,17 @@ const (
 // from the upstream, the caches give their ranges back to their streams'
 // lists (where they coalesce), and Trim, Close and Stats do so too, so
 // caching never makes the sub-allocator grow while a fitting range is
-// free, and Stats is exact. Goroutines sharing one stream share its
-// cache's lock.
+// free, and Stats is exact.
+//
+// Goroutines sharing one stream do not serialize on its cache either:
+// once they are seen contending for its lock, the cache splits into a
+// shard per P (GOMAXPROCS of them, rounded up to a power of two, at most
+// 64), each with its own lock and its share of the cache's limits, and a
+// goroutine uses the shard of the P it runs on. The shards are all the
+// stream's: a range one of them holds is reused only on that stream, as
+// before. A free on the stream from another P than the allocation's (a
+// goroutine that moved, or a buffer handed to another goroutine) takes
+// the shared lock, and the range goes to the stream's list.
 //
 // The sub-allocator's blocks are Buffers of the upstream's
 // (buffer.Allocate), so the safety net covers them; its own allocations
@@ -354,8 +363,10 @@ func (a *SubAllocator) take(size uint64, s *cuda.Stream) (cuda.DevicePtr, error)
 	if !ok {
 		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "%d bytes overflow when aligned to %d bytes", size, a.align)
 	}
+	var h uint32 // the shard hint the fast path used, for recordLocked
 	if size > 0 {
-		if addr, ok := a.fastTake(n, s); ok {
+		var addr uint64
+		if addr, h, ok = a.fastTake(n, s); ok {
 			return cuda.DevicePtr(addr), nil
 		}
 	}
@@ -383,7 +394,7 @@ func (a *SubAllocator) take(size uint64, s *cuda.Stream) (cuda.DevicePtr, error)
 	a.live.put(addr, i, n)
 	a.used += n
 	a.blockTab[c.blk].live++
-	a.recordLocked(s, i)
+	a.recordLocked(s, i, h)
 	a.mu.Unlock()
 	return cuda.DevicePtr(addr), nil
 }
