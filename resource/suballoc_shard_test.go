@@ -433,3 +433,51 @@ func TestSubAllocatorShardsConcurrent(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkSubAllocatorSharedStream: 256-byte pairs (Allocate +
+// Buffer.Close; "core": take + Deallocate, no Buffer) from GOMAXPROCS
+// goroutines over the fake upstream, all on one stream ("shared") or each
+// on its own ("own"): run it with -test.cpu 1,16,64 and compare pairs/s
+// across the rows (ns/op is wall time per pair of all goroutines
+// together). Issue 19's goals, on a 16-core host: shared-16 ≥ 2× shared-1,
+// own at 64 goroutines ≥ 16× own-1 (BenchmarkSubAllocatorParallelFake
+// runs fixed goroutine counts at any GOMAXPROCS, as cmd/cudamem bench
+// does).
+func BenchmarkSubAllocatorSharedStream(b *testing.B) {
+	for _, mode := range []string{"shared", "own"} {
+		for _, core := range []bool{false, true} {
+			name := mode
+			if core {
+				name += "/core"
+			}
+			b.Run(name, func(b *testing.B) {
+				a, _, _ := newSA(b, nil)
+				defer a.Close()
+				shared := new(cuda.Stream)
+				stream := func(int) *cuda.Stream {
+					if mode == "shared" {
+						return shared
+					}
+					return new(cuda.Stream)
+				}
+				pair := func(s *cuda.Stream) error {
+					buf, err := a.Allocate(256, s)
+					if err != nil {
+						return err
+					}
+					return buf.Close()
+				}
+				if core {
+					pair = func(s *cuda.Stream) error {
+						p, err := a.take(256, s)
+						if err != nil {
+							return err
+						}
+						return a.Deallocate(p, 256, s)
+					}
+				}
+				parallelPairs(b, runtime.GOMAXPROCS(0), stream, pair)
+			})
+		}
+	}
+}
