@@ -133,11 +133,11 @@ const (
 // A SubAllocator is safe for concurrent use, and goroutines on different
 // streams do not contend. Each stream has a cache in front of the shared
 // books (RMM's arena keeps per-thread arenas in front of a global one):
-// ranges freed on the stream, up to 64 of them and a quarter of GrowSize
-// in all, reused by allocations of the same aligned size on that stream,
-// and the record of the allocations handed out on it, so that their frees
-// on it are checked there. A pair served by its stream's cache takes only
-// that stream's lock. Everything else takes the shared lock, held for
+// ranges freed on the stream, up to 64 of them (per shard, see below)
+// and a quarter of GrowSize in all, reused by allocations of the same
+// aligned size on that stream, and the record of the allocations handed
+// out on it, so that their frees on it are checked there. A pair served
+// by its stream's cache takes only a lock of that cache. Everything else takes the shared lock, held for
 // the Go bookkeeping and, on the slow paths only, for the driver calls
 // that order streams and the upstream calls that grow it: a size the
 // cache has no range for, a free on another stream than the allocation's

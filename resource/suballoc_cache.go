@@ -367,8 +367,11 @@ func (a *SubAllocator) widenLocked(c *subCache, n int) {
 	for k := 1; k < n; k++ {
 		w.shards[k] = newShard(limit)
 	}
+	// own's ranges go back to the books, so that the shards together
+	// never hold more than the cache did.
 	c.own.mu.Lock()
-	c.own.limit = limit // what it holds beyond goes as it is used
+	a.flushHeldLocked(c, &c.own)
+	c.own.limit = limit
 	c.own.mu.Unlock()
 	c.wide.Store(w)
 }

@@ -340,7 +340,7 @@ func saCheckCaches(t testing.TB, a *SubAllocator) {
 			}
 			require.Equal(t, sh.bytes, bytes)
 			require.LessOrEqual(t, len(sh.free), subCacheRanges)
-			require.LessOrEqual(t, sh.bytes, a.cacheBytes)
+			require.LessOrEqual(t, sh.bytes, sh.limit)
 			n := 0
 			for _, sl := range sh.live.slots {
 				if sl.addr == 0 {
