@@ -137,12 +137,12 @@ const (
 // and a quarter of GrowSize in all, reused by allocations of the same
 // aligned size on that stream, and the record of the allocations handed
 // out on it, so that their frees on it are checked there. A pair served
-// by its stream's cache takes only a lock of that cache. Everything else takes the shared lock, held for
-// the Go bookkeeping and, on the slow paths only, for the driver calls
-// that order streams and the upstream calls that grow it: a size the
-// cache has no range for, a free on another stream than the allocation's
-// (the range goes to the freeing stream's list, as described above), a
-// full cache. Cached ranges are free memory of their stream like any
+// by its stream's cache takes only a lock of that cache. Everything else
+// takes the shared lock, held for the Go bookkeeping and, on the slow
+// paths only, for the driver calls that order streams and the upstream
+// calls that grow it: a size the cache has no range for, a free on
+// another stream than the allocation's (the range goes to the freeing
+// stream's list, as described above), a full cache. Cached ranges are free memory of their stream like any
 // other: before a stream is ordered after another, or a block is taken
 // from the upstream, the caches give their ranges back to their streams'
 // lists (where they coalesce), and Trim, Close and Stats do so too, so
