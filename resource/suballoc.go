@@ -133,22 +133,31 @@ const (
 // A SubAllocator is safe for concurrent use, and goroutines on different
 // streams do not contend. Each stream has a cache in front of the shared
 // books (RMM's arena keeps per-thread arenas in front of a global one):
-// ranges freed on the stream, up to 64 of them and a quarter of GrowSize
-// in all, reused by allocations of the same aligned size on that stream,
-// and the record of the allocations handed out on it, so that their frees
-// on it are checked there. A pair served by its stream's cache takes only
-// that stream's lock. Everything else takes the shared lock, held for
-// the Go bookkeeping and, on the slow paths only, for the driver calls
-// that order streams and the upstream calls that grow it: a size the
-// cache has no range for, a free on another stream than the allocation's
-// (the range goes to the freeing stream's list, as described above), a
-// full cache. Cached ranges are free memory of their stream like any
+// ranges freed on the stream, up to 64 of them (per shard, see below)
+// and a quarter of GrowSize in all, reused by allocations of the same
+// aligned size on that stream, and the record of the allocations handed
+// out on it, so that their frees on it are checked there. A pair served
+// by its stream's cache takes only a lock of that cache. Everything else
+// takes the shared lock, held for the Go bookkeeping and, on the slow
+// paths only, for the driver calls that order streams and the upstream
+// calls that grow it: a size the cache has no range for, a free on
+// another stream than the allocation's (the range goes to the freeing
+// stream's list, as described above), a full cache. Cached ranges are free memory of their stream like any
 // other: before a stream is ordered after another, or a block is taken
 // from the upstream, the caches give their ranges back to their streams'
 // lists (where they coalesce), and Trim, Close and Stats do so too, so
 // caching never makes the sub-allocator grow while a fitting range is
-// free, and Stats is exact. Goroutines sharing one stream share its
-// cache's lock.
+// free, and Stats is exact.
+//
+// Goroutines sharing one stream do not serialize on its cache either:
+// once they are seen contending for its lock, the cache splits into a
+// shard per P (GOMAXPROCS of them, rounded up to a power of two, at most
+// 64), each with its own lock and its share of the cache's limits, and a
+// goroutine uses the shard of the P it runs on. The shards are all the
+// stream's: a range one of them holds is reused only on that stream, as
+// before. A free on the stream from another P than the allocation's (a
+// goroutine that moved, or a buffer handed to another goroutine) takes
+// the shared lock, and the range goes to the stream's list.
 //
 // The sub-allocator's blocks are Buffers of the upstream's
 // (buffer.Allocate), so the safety net covers them; its own allocations
@@ -354,8 +363,10 @@ func (a *SubAllocator) take(size uint64, s *cuda.Stream) (cuda.DevicePtr, error)
 	if !ok {
 		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "%d bytes overflow when aligned to %d bytes", size, a.align)
 	}
+	var h uint32 // the shard hint the fast path used, for recordLocked
 	if size > 0 {
-		if addr, ok := a.fastTake(n, s); ok {
+		var addr uint64
+		if addr, h, ok = a.fastTake(n, s); ok {
 			return cuda.DevicePtr(addr), nil
 		}
 	}
@@ -383,7 +394,7 @@ func (a *SubAllocator) take(size uint64, s *cuda.Stream) (cuda.DevicePtr, error)
 	a.live.put(addr, i, n)
 	a.used += n
 	a.blockTab[c.blk].live++
-	a.recordLocked(s, i)
+	a.recordLocked(s, i, h)
 	a.mu.Unlock()
 	return cuda.DevicePtr(addr), nil
 }

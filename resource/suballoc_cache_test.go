@@ -25,11 +25,13 @@ func cached(a *SubAllocator, s *cuda.Stream) []uint64 {
 	if c == nil {
 		return nil
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
 	var out []uint64
-	for _, e := range c.free {
-		out = append(out, e.addr)
+	for _, sh := range c.all() {
+		sh.mu.Lock()
+		for _, e := range sh.free {
+			out = append(out, e.addr)
+		}
+		sh.mu.Unlock()
 	}
 	slices.Sort(out)
 	return out

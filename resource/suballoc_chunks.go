@@ -21,6 +21,7 @@ type subChunk struct {
 	list         int32 // the id of the stream list holding the chunk while free; 0 while live
 	cache        int32 // while live: the id of the cache holding it (handed out or free there), or 0
 	row, col     uint8 // the size class while free
+	shard        uint8 // with cache: the index of the cache's shard holding it
 }
 
 // subBlock is one allocation from the upstream.

@@ -312,8 +312,8 @@ func saCheck(t testing.TB, a *SubAllocator) {
 }
 
 // saCheckCaches verifies the per-stream caches against the shared books:
-// every range a cache holds (handed out or free) is a live chunk marked
-// with that cache, and every chunk so marked is held by it.
+// every range a shard holds (handed out or free) is a live chunk marked
+// with that cache and shard, and every chunk so marked is held by it.
 func saCheckCaches(t testing.TB, a *SubAllocator) {
 	t.Helper()
 	require.Len(t, a.cacheTab, len(a.freeCache)+len(a.cacheMap)+1, "cache ids")
@@ -321,40 +321,52 @@ func saCheckCaches(t testing.TB, a *SubAllocator) {
 	for s, c := range a.cacheMap {
 		require.Same(t, c, a.cacheTab[c.id])
 		require.Same(t, s, c.key)
-		c.mu.Lock()
-		var bytes uint64
-		for _, e := range c.free {
-			ch := &a.chunks[e.c]
-			require.Equal(t, [3]uint64{e.addr, e.size, uint64(c.id)}, [3]uint64{ch.addr, ch.size, uint64(ch.cache)}, "free cached range")
-			require.Zero(t, ch.list, "a cached range is live to the books")
-			require.Equal(t, e.c, a.live.get(e.addr))
-			require.Zero(t, c.live.get(e.addr), "free and handed out at once")
-			bytes += e.size
-		}
-		require.Equal(t, c.bytes, bytes)
-		require.LessOrEqual(t, len(c.free), subCacheRanges)
-		require.LessOrEqual(t, c.bytes, a.cacheBytes)
-		n := 0
-		for _, sl := range c.live.slots {
-			if sl.addr == 0 {
-				continue
+		shards := c.all()
+		require.Same(t, &c.own, shards[0], "the cache's own shard is shard 0")
+		require.Zero(t, len(shards)&(len(shards)-1), "a power of two of shards")
+		require.LessOrEqual(t, len(shards), subMaxShards)
+		var limits uint64
+		for k, sh := range shards {
+			sh.mu.Lock()
+			limits += sh.limit
+			var bytes uint64
+			for _, e := range sh.free {
+				ch := &a.chunks[e.c]
+				require.Equal(t, [4]uint64{e.addr, e.size, uint64(c.id), uint64(k)}, [4]uint64{ch.addr, ch.size, uint64(ch.cache), uint64(ch.shard)}, "free cached range")
+				require.Zero(t, ch.list, "a cached range is live to the books")
+				require.Equal(t, e.c, a.live.get(e.addr))
+				require.Zero(t, sh.live.get(e.addr), "free and handed out at once")
+				bytes += e.size
 			}
-			n++
-			ch := &a.chunks[sl.c]
-			require.Equal(t, [3]uint64{sl.addr, sl.size, uint64(c.id)}, [3]uint64{ch.addr, ch.size, uint64(ch.cache)}, "handed-out cached range")
-			require.Equal(t, sl.c, a.live.get(sl.addr))
+			require.Equal(t, sh.bytes, bytes)
+			require.LessOrEqual(t, len(sh.free), subCacheRanges)
+			require.LessOrEqual(t, sh.bytes, sh.limit)
+			n := 0
+			for _, sl := range sh.live.slots {
+				if sl.addr == 0 {
+					continue
+				}
+				n++
+				ch := &a.chunks[sl.c]
+				require.Equal(t, [4]uint64{sl.addr, sl.size, uint64(c.id), uint64(k)}, [4]uint64{ch.addr, ch.size, uint64(ch.cache), uint64(ch.shard)}, "handed-out cached range")
+				require.Equal(t, sl.c, a.live.get(sl.addr))
+			}
+			require.Equal(t, sh.live.n, n)
+			if sh.dead {
+				require.Empty(t, sh.free, "a dead shard holds nothing free")
+			}
+			require.Equal(t, c.own.dead, sh.dead, "the shards of a cache die together")
+			held += len(sh.free) + sh.live.n
+			sh.mu.Unlock()
 		}
-		require.Equal(t, c.live.n, n)
-		if c.dead {
-			require.Empty(t, c.free, "a dead cache holds nothing free")
-		}
-		held += len(c.free) + c.live.n
-		c.mu.Unlock()
+		require.LessOrEqual(t, limits, a.cacheBytes, "the shards' limits split the cache's")
 	}
 	marked := 0
 	for i := 1; i < len(a.chunks); i++ {
 		if a.chunks[i].cache != 0 {
 			marked++
+		} else {
+			require.Zero(t, a.chunks[i].shard, "a shard without a cache")
 		}
 	}
 	require.Equal(t, held, marked, "chunks marked with a cache")
