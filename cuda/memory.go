@@ -368,18 +368,18 @@ func QueryPointer(p DevicePtr) (PointerInfo, error) {
 	pg := &d.drv.PointerGetAttribute
 	attrs := []struct {
 		dst  unsafe.Pointer
-		attr PointerAttribute
+		attr pointerAttr
 	}{
-		{unsafe.Pointer(&mt), PointerAttrMemoryType},
-		{unsafe.Pointer(&ord), PointerAttrDeviceOrdinal},
-		{unsafe.Pointer(&managed), PointerAttrIsManaged},
-		{unsafe.Pointer(&info.RangeBase), PointerAttrRangeStartAddr},
-		{unsafe.Pointer(&info.RangeSize), PointerAttrRangeSize},
-		{unsafe.Pointer(&info.Pool), PointerAttrMemPoolHandle},
+		{unsafe.Pointer(&mt), pointerAttrMemoryType},
+		{unsafe.Pointer(&ord), pointerAttrDeviceOrdinal},
+		{unsafe.Pointer(&managed), pointerAttrIsManaged},
+		{unsafe.Pointer(&info.RangeBase), pointerAttrRangeStartAddr},
+		{unsafe.Pointer(&info.RangeSize), pointerAttrRangeSize},
+		{unsafe.Pointer(&info.Pool), pointerAttrMemPoolHandle},
 	}
 	for _, a := range attrs {
 		if r := pg.CallCtx(ctx, uintptr(a.dst), uintptr(a.attr), uintptr(p)); !ok(r) {
-			if a.attr == PointerAttrMemPoolHandle {
+			if a.attr == pointerAttrMemPoolHandle {
 				continue // not pool memory
 			}
 			return PointerInfo{}, fail(pg, r)
