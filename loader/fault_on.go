@@ -7,10 +7,6 @@ import (
 	"sync/atomic"
 )
 
-// FaultInjection reports whether this binary was built with the
-// cudamemfault tag, so FailCall and friends work.
-const FaultInjection = true
-
 const faultEnabled = true
 
 // Fault-injection state. Every field is read and written with sync/atomic

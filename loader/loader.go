@@ -21,6 +21,13 @@ const EnvDriver = "CUDAMEM_DRIVER"
 // this version, or at the driver's own version when that is older.
 const ABIVersion = 12000
 
+// MaxArgs is the most integer arguments a call may pass.
+const MaxArgs = 16
+
+// FaultInjection reports whether this binary was built with the
+// cudamemfault tag, so FailCall and friends work.
+const FaultInjection = faultEnabled
+
 // NotFound is what a call to an unresolved entry point returns instead of a
 // CUresult. No CUresult has this value.
 const NotFound = ^uintptr(0)
