@@ -158,7 +158,6 @@ var funcs = map[string]any{
 	"buffer.Use":                buffer.Use,
 	"loader.OpenCUDALibrary":    loader.OpenCUDALibrary,
 	"virtual.New":               virtual.New,
-	"virtual.CloseChunks":       virtual.CloseChunks,
 	"virtual.NCCLOptions":       virtual.NCCLOptions,
 	"cuda.FabricError":          cuda.FabricError,
 	"cuda.Elapsed":              cuda.Elapsed,
