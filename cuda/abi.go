@@ -210,7 +210,7 @@ var memPoolAttrNames = strings.Fields(`
 // String returns the attribute's Go name without its prefix, e.g.
 // "ReleaseThreshold", or "MemPoolAttribute(N)" for an unknown value.
 func (a MemPoolAttribute) String() string {
-	return enumName(memPoolAttrNames, int(a), "MemPoolAttribute")
+	return enumName(memPoolAttrNames, 1, int(a), "MemPoolAttribute")
 }
 
 // MemAllocationGranularity is a CUmemAllocationGranularity_flags: which
@@ -487,7 +487,7 @@ var deviceAttrNames = strings.Fields(`
 // String returns the attribute's Go name without its prefix, e.g.
 // "ComputeCapabilityMajor", or "DeviceAttribute(N)" for an unknown value.
 func (a DeviceAttribute) String() string {
-	return enumName(deviceAttrNames, int(a), "DeviceAttribute")
+	return enumName(deviceAttrNames, 1, int(a), "DeviceAttribute")
 }
 
 // StreamFlags is a CUstream_flags, for cuStreamCreate.
@@ -555,11 +555,11 @@ const (
 	MemHostRegisterReadOnly MemHostRegisterFlags = 0x08
 )
 
-// enumName returns the name of value v from names, the names of values 1,
-// 2, 3, ..., and otherwise "typ(v)".
-func enumName(names []string, v int, typ string) string {
-	if v >= 1 && v <= len(names) {
-		return names[v-1]
+// enumName returns the name of value v from names, the names of values
+// first, first+1, first+2, ..., and otherwise "typ(v)".
+func enumName(names []string, first, v int, typ string) string {
+	if v >= first && v-first < len(names) {
+		return names[v-first]
 	}
 	return typ + "(" + strconv.Itoa(v) + ")"
 }
