@@ -16,10 +16,10 @@ import (
 // when set, only that path is tried.
 const EnvDriver = "CUDAMEM_DRIVER"
 
-// ABIVersion is the CUDA version (1000*major + 10*minor) whose entry-point
+// abiVersion is the CUDA version (1000*major + 10*minor) whose entry-point
 // signatures our calls are written against. Entry points are requested at
 // this version, or at the driver's own version when that is older.
-const ABIVersion = 12000
+const abiVersion = 12000
 
 // MaxArgs is the most integer arguments a call may pass.
 const MaxArgs = 16
@@ -280,7 +280,7 @@ type symbol struct {
 	off  uintptr // the field's offset in Driver
 	name string  // base name, for cuGetProcAddress
 	// since (tag since) is the CUDA version whose ABI our call speaks,
-	// when newer than ABIVersion: the entry point is requested at it, and
+	// when newer than abiVersion: the entry point is requested at it, and
 	// older drivers lack it.
 	since int
 	dlsym string // explicit versioned name for the dlsym fallback (tag dlsym)
@@ -449,7 +449,7 @@ func (d *Driver) resolve(s symbol) Proc {
 	if s.since > d.Version {
 		return Proc{name: s.name}
 	}
-	ver := min(max(s.since, ABIVersion), d.Version)
+	ver := min(max(s.since, abiVersion), d.Version)
 	if d.getProcAddress.Found() {
 		name := append([]byte(s.name), 0)
 		var fn uintptr
