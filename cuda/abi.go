@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"strconv"
+	"strings"
 )
 
 // This file mirrors the driver's memory-related types and constants. Struct
@@ -24,12 +25,6 @@ const IPCHandleSize = 64
 // produces for a cuMemAlloc allocation so another process can open it. It is a
 // struct, not an array, because cuIpcOpenMemHandle takes it by value.
 type IPCMemHandle struct {
-	Reserved [IPCHandleSize]byte
-}
-
-// IPCEventHandle is a CUipcEventHandle: the opaque token for sharing an
-// interprocess event (one created with EventInterprocess|EventDisableTiming).
-type IPCEventHandle struct {
 	Reserved [IPCHandleSize]byte
 }
 
@@ -204,21 +199,18 @@ const (
 	MemPoolAttrUsedMemHigh                    MemPoolAttribute = 8
 )
 
-var memPoolAttrNames = [...]string{
-	MemPoolAttrReuseFollowEventDependencies:   "ReuseFollowEventDependencies",
-	MemPoolAttrReuseAllowOpportunistic:        "ReuseAllowOpportunistic",
-	MemPoolAttrReuseAllowInternalDependencies: "ReuseAllowInternalDependencies",
-	MemPoolAttrReleaseThreshold:               "ReleaseThreshold",
-	MemPoolAttrReservedMemCurrent:             "ReservedMemCurrent",
-	MemPoolAttrReservedMemHigh:                "ReservedMemHigh",
-	MemPoolAttrUsedMemCurrent:                 "UsedMemCurrent",
-	MemPoolAttrUsedMemHigh:                    "UsedMemHigh",
-}
+// memPoolAttrNames holds the names of MemPoolAttribute values 1, 2, 3, ... in order:
+// each constant's name without its MemPoolAttr prefix (abi_test.go checks the
+// list against the constants).
+var memPoolAttrNames = strings.Fields(`
+	ReuseFollowEventDependencies ReuseAllowOpportunistic ReuseAllowInternalDependencies
+	ReleaseThreshold ReservedMemCurrent ReservedMemHigh UsedMemCurrent UsedMemHigh
+`)
 
 // String returns the attribute's Go name without its prefix, e.g.
 // "ReleaseThreshold", or "MemPoolAttribute(N)" for an unknown value.
 func (a MemPoolAttribute) String() string {
-	return enumName(memPoolAttrNames[:], int(a), "MemPoolAttribute")
+	return enumName(memPoolAttrNames, 1, int(a), "MemPoolAttribute")
 }
 
 // MemAllocationGranularity is a CUmemAllocationGranularity_flags: which
@@ -235,19 +227,6 @@ const (
 	MemAllocationGranularityRecommended MemAllocationGranularity = 0x1
 )
 
-// MemRangeHandleType is a CUmemRangeHandleType: what
-// cuMemGetHandleForAddressRange exports an address range as.
-type MemRangeHandleType int32
-
-// Address range handle types.
-const (
-	MemRangeHandleTypeDMABufFD MemRangeHandleType = 0x1
-)
-
-// MemRangeFlagDMABufMappingTypePCIe asks cuMemGetHandleForAddressRange for a
-// dma-buf mapped through the PCIe BAR1 aperture.
-const MemRangeFlagDMABufMappingTypePCIe = 0x1
-
 // MemAdvice is a CUmem_advise: a hint for cuMemAdvise about managed memory.
 type MemAdvice int32
 
@@ -259,22 +238,6 @@ const (
 	MemAdviseUnsetPreferredLocation MemAdvice = 4
 	MemAdviseSetAccessedBy          MemAdvice = 5
 	MemAdviseUnsetAccessedBy        MemAdvice = 6
-)
-
-// MemRangeAttribute is a CUmem_range_attribute, queried on managed memory
-// with cuMemRangeGetAttribute.
-type MemRangeAttribute int32
-
-// Managed memory range attributes.
-const (
-	MemRangeAttrReadMostly               MemRangeAttribute = 1
-	MemRangeAttrPreferredLocation        MemRangeAttribute = 2
-	MemRangeAttrAccessedBy               MemRangeAttribute = 3
-	MemRangeAttrLastPrefetchLocation     MemRangeAttribute = 4
-	MemRangeAttrPreferredLocationType    MemRangeAttribute = 5
-	MemRangeAttrPreferredLocationID      MemRangeAttribute = 6
-	MemRangeAttrLastPrefetchLocationType MemRangeAttribute = 7
-	MemRangeAttrLastPrefetchLocationID   MemRangeAttribute = 8
 )
 
 // MemAttachFlags is a CUmemAttach_flags: who may access managed memory, for
@@ -291,8 +254,8 @@ const (
 	MemAttachSingle MemAttachFlags = 0x4
 )
 
-// MemoryType is a CUmemorytype: where memory physically lives, as reported by
-// PointerAttrMemoryType.
+// MemoryType is a CUmemorytype: where memory physically lives, as
+// PointerInfo.Type reports it.
 type MemoryType int32
 
 // Memory types.
@@ -303,64 +266,18 @@ const (
 	MemoryTypeUnified MemoryType = 0x4
 )
 
-// PointerAttribute is a CUpointer_attribute, queried with
-// cuPointerGetAttribute(s). Each attribute has its own value type.
-type PointerAttribute int32
+// pointerAttr is a CUpointer_attribute, queried with cuPointerGetAttribute;
+// only those QueryPointer reads are named.
+type pointerAttr int32
 
-// Pointer attributes.
 const (
-	PointerAttrContext                PointerAttribute = 1
-	PointerAttrMemoryType             PointerAttribute = 2
-	PointerAttrDevicePointer          PointerAttribute = 3
-	PointerAttrHostPointer            PointerAttribute = 4
-	PointerAttrP2PTokens              PointerAttribute = 5
-	PointerAttrSyncMemOps             PointerAttribute = 6
-	PointerAttrBufferID               PointerAttribute = 7
-	PointerAttrIsManaged              PointerAttribute = 8
-	PointerAttrDeviceOrdinal          PointerAttribute = 9
-	PointerAttrIsLegacyCUDAIPCCapable PointerAttribute = 10
-	PointerAttrRangeStartAddr         PointerAttribute = 11
-	PointerAttrRangeSize              PointerAttribute = 12
-	PointerAttrMapped                 PointerAttribute = 13
-	PointerAttrAllowedHandleTypes     PointerAttribute = 14
-	PointerAttrIsGPUDirectRDMACapable PointerAttribute = 15
-	PointerAttrAccessFlags            PointerAttribute = 16
-	PointerAttrMemPoolHandle          PointerAttribute = 17
-	PointerAttrMappingSize            PointerAttribute = 18
-	PointerAttrMappingBaseAddr        PointerAttribute = 19
-	PointerAttrMemoryBlockID          PointerAttribute = 20
-	PointerAttrIsHWDecompressCapable  PointerAttribute = 21
+	pointerAttrMemoryType     pointerAttr = 2
+	pointerAttrIsManaged      pointerAttr = 8
+	pointerAttrDeviceOrdinal  pointerAttr = 9
+	pointerAttrRangeStartAddr pointerAttr = 11
+	pointerAttrRangeSize      pointerAttr = 12
+	pointerAttrMemPoolHandle  pointerAttr = 17
 )
-
-var pointerAttrNames = [...]string{
-	PointerAttrContext:                "Context",
-	PointerAttrMemoryType:             "MemoryType",
-	PointerAttrDevicePointer:          "DevicePointer",
-	PointerAttrHostPointer:            "HostPointer",
-	PointerAttrP2PTokens:              "P2PTokens",
-	PointerAttrSyncMemOps:             "SyncMemOps",
-	PointerAttrBufferID:               "BufferID",
-	PointerAttrIsManaged:              "IsManaged",
-	PointerAttrDeviceOrdinal:          "DeviceOrdinal",
-	PointerAttrIsLegacyCUDAIPCCapable: "IsLegacyCUDAIPCCapable",
-	PointerAttrRangeStartAddr:         "RangeStartAddr",
-	PointerAttrRangeSize:              "RangeSize",
-	PointerAttrMapped:                 "Mapped",
-	PointerAttrAllowedHandleTypes:     "AllowedHandleTypes",
-	PointerAttrIsGPUDirectRDMACapable: "IsGPUDirectRDMACapable",
-	PointerAttrAccessFlags:            "AccessFlags",
-	PointerAttrMemPoolHandle:          "MemPoolHandle",
-	PointerAttrMappingSize:            "MappingSize",
-	PointerAttrMappingBaseAddr:        "MappingBaseAddr",
-	PointerAttrMemoryBlockID:          "MemoryBlockID",
-	PointerAttrIsHWDecompressCapable:  "IsHWDecompressCapable",
-}
-
-// String returns the attribute's Go name without its prefix, e.g.
-// "RangeStartAddr", or "PointerAttribute(N)" for an unknown value.
-func (a PointerAttribute) String() string {
-	return enumName(pointerAttrNames[:], int(a), "PointerAttribute")
-}
 
 // DeviceAttribute is a CUdevice_attribute, queried with cuDeviceGetAttribute.
 // Every value of the CUDA 13.0 header is here; deprecated names that only
@@ -518,160 +435,59 @@ const (
 	DeviceAttrOnlyPartialHostNativeAtomicSupported     DeviceAttribute = 147
 )
 
-var deviceAttrNames = [...]string{
-	DeviceAttrMaxThreadsPerBlock:                       "MaxThreadsPerBlock",
-	DeviceAttrMaxBlockDimX:                             "MaxBlockDimX",
-	DeviceAttrMaxBlockDimY:                             "MaxBlockDimY",
-	DeviceAttrMaxBlockDimZ:                             "MaxBlockDimZ",
-	DeviceAttrMaxGridDimX:                              "MaxGridDimX",
-	DeviceAttrMaxGridDimY:                              "MaxGridDimY",
-	DeviceAttrMaxGridDimZ:                              "MaxGridDimZ",
-	DeviceAttrMaxSharedMemoryPerBlock:                  "MaxSharedMemoryPerBlock",
-	DeviceAttrTotalConstantMemory:                      "TotalConstantMemory",
-	DeviceAttrWarpSize:                                 "WarpSize",
-	DeviceAttrMaxPitch:                                 "MaxPitch",
-	DeviceAttrMaxRegistersPerBlock:                     "MaxRegistersPerBlock",
-	DeviceAttrClockRate:                                "ClockRate",
-	DeviceAttrTextureAlignment:                         "TextureAlignment",
-	DeviceAttrGPUOverlap:                               "GPUOverlap",
-	DeviceAttrMultiprocessorCount:                      "MultiprocessorCount",
-	DeviceAttrKernelExecTimeout:                        "KernelExecTimeout",
-	DeviceAttrIntegrated:                               "Integrated",
-	DeviceAttrCanMapHostMemory:                         "CanMapHostMemory",
-	DeviceAttrComputeMode:                              "ComputeMode",
-	DeviceAttrMaximumTexture1DWidth:                    "MaximumTexture1DWidth",
-	DeviceAttrMaximumTexture2DWidth:                    "MaximumTexture2DWidth",
-	DeviceAttrMaximumTexture2DHeight:                   "MaximumTexture2DHeight",
-	DeviceAttrMaximumTexture3DWidth:                    "MaximumTexture3DWidth",
-	DeviceAttrMaximumTexture3DHeight:                   "MaximumTexture3DHeight",
-	DeviceAttrMaximumTexture3DDepth:                    "MaximumTexture3DDepth",
-	DeviceAttrMaximumTexture2DLayeredWidth:             "MaximumTexture2DLayeredWidth",
-	DeviceAttrMaximumTexture2DLayeredHeight:            "MaximumTexture2DLayeredHeight",
-	DeviceAttrMaximumTexture2DLayeredLayers:            "MaximumTexture2DLayeredLayers",
-	DeviceAttrSurfaceAlignment:                         "SurfaceAlignment",
-	DeviceAttrConcurrentKernels:                        "ConcurrentKernels",
-	DeviceAttrECCEnabled:                               "ECCEnabled",
-	DeviceAttrPCIBusID:                                 "PCIBusID",
-	DeviceAttrPCIDeviceID:                              "PCIDeviceID",
-	DeviceAttrTCCDriver:                                "TCCDriver",
-	DeviceAttrMemoryClockRate:                          "MemoryClockRate",
-	DeviceAttrGlobalMemoryBusWidth:                     "GlobalMemoryBusWidth",
-	DeviceAttrL2CacheSize:                              "L2CacheSize",
-	DeviceAttrMaxThreadsPerMultiprocessor:              "MaxThreadsPerMultiprocessor",
-	DeviceAttrAsyncEngineCount:                         "AsyncEngineCount",
-	DeviceAttrUnifiedAddressing:                        "UnifiedAddressing",
-	DeviceAttrMaximumTexture1DLayeredWidth:             "MaximumTexture1DLayeredWidth",
-	DeviceAttrMaximumTexture1DLayeredLayers:            "MaximumTexture1DLayeredLayers",
-	DeviceAttrCanTex2DGather:                           "CanTex2DGather",
-	DeviceAttrMaximumTexture2DGatherWidth:              "MaximumTexture2DGatherWidth",
-	DeviceAttrMaximumTexture2DGatherHeight:             "MaximumTexture2DGatherHeight",
-	DeviceAttrMaximumTexture3DWidthAlternate:           "MaximumTexture3DWidthAlternate",
-	DeviceAttrMaximumTexture3DHeightAlternate:          "MaximumTexture3DHeightAlternate",
-	DeviceAttrMaximumTexture3DDepthAlternate:           "MaximumTexture3DDepthAlternate",
-	DeviceAttrPCIDomainID:                              "PCIDomainID",
-	DeviceAttrTexturePitchAlignment:                    "TexturePitchAlignment",
-	DeviceAttrMaximumTextureCubemapWidth:               "MaximumTextureCubemapWidth",
-	DeviceAttrMaximumTextureCubemapLayeredWidth:        "MaximumTextureCubemapLayeredWidth",
-	DeviceAttrMaximumTextureCubemapLayeredLayers:       "MaximumTextureCubemapLayeredLayers",
-	DeviceAttrMaximumSurface1DWidth:                    "MaximumSurface1DWidth",
-	DeviceAttrMaximumSurface2DWidth:                    "MaximumSurface2DWidth",
-	DeviceAttrMaximumSurface2DHeight:                   "MaximumSurface2DHeight",
-	DeviceAttrMaximumSurface3DWidth:                    "MaximumSurface3DWidth",
-	DeviceAttrMaximumSurface3DHeight:                   "MaximumSurface3DHeight",
-	DeviceAttrMaximumSurface3DDepth:                    "MaximumSurface3DDepth",
-	DeviceAttrMaximumSurface1DLayeredWidth:             "MaximumSurface1DLayeredWidth",
-	DeviceAttrMaximumSurface1DLayeredLayers:            "MaximumSurface1DLayeredLayers",
-	DeviceAttrMaximumSurface2DLayeredWidth:             "MaximumSurface2DLayeredWidth",
-	DeviceAttrMaximumSurface2DLayeredHeight:            "MaximumSurface2DLayeredHeight",
-	DeviceAttrMaximumSurface2DLayeredLayers:            "MaximumSurface2DLayeredLayers",
-	DeviceAttrMaximumSurfaceCubemapWidth:               "MaximumSurfaceCubemapWidth",
-	DeviceAttrMaximumSurfaceCubemapLayeredWidth:        "MaximumSurfaceCubemapLayeredWidth",
-	DeviceAttrMaximumSurfaceCubemapLayeredLayers:       "MaximumSurfaceCubemapLayeredLayers",
-	DeviceAttrMaximumTexture1DLinearWidth:              "MaximumTexture1DLinearWidth",
-	DeviceAttrMaximumTexture2DLinearWidth:              "MaximumTexture2DLinearWidth",
-	DeviceAttrMaximumTexture2DLinearHeight:             "MaximumTexture2DLinearHeight",
-	DeviceAttrMaximumTexture2DLinearPitch:              "MaximumTexture2DLinearPitch",
-	DeviceAttrMaximumTexture2DMipmappedWidth:           "MaximumTexture2DMipmappedWidth",
-	DeviceAttrMaximumTexture2DMipmappedHeight:          "MaximumTexture2DMipmappedHeight",
-	DeviceAttrComputeCapabilityMajor:                   "ComputeCapabilityMajor",
-	DeviceAttrComputeCapabilityMinor:                   "ComputeCapabilityMinor",
-	DeviceAttrMaximumTexture1DMipmappedWidth:           "MaximumTexture1DMipmappedWidth",
-	DeviceAttrStreamPrioritiesSupported:                "StreamPrioritiesSupported",
-	DeviceAttrGlobalL1CacheSupported:                   "GlobalL1CacheSupported",
-	DeviceAttrLocalL1CacheSupported:                    "LocalL1CacheSupported",
-	DeviceAttrMaxSharedMemoryPerMultiprocessor:         "MaxSharedMemoryPerMultiprocessor",
-	DeviceAttrMaxRegistersPerMultiprocessor:            "MaxRegistersPerMultiprocessor",
-	DeviceAttrManagedMemory:                            "ManagedMemory",
-	DeviceAttrMultiGPUBoard:                            "MultiGPUBoard",
-	DeviceAttrMultiGPUBoardGroupID:                     "MultiGPUBoardGroupID",
-	DeviceAttrHostNativeAtomicSupported:                "HostNativeAtomicSupported",
-	DeviceAttrSingleToDoublePrecisionPerfRatio:         "SingleToDoublePrecisionPerfRatio",
-	DeviceAttrPageableMemoryAccess:                     "PageableMemoryAccess",
-	DeviceAttrConcurrentManagedAccess:                  "ConcurrentManagedAccess",
-	DeviceAttrComputePreemptionSupported:               "ComputePreemptionSupported",
-	DeviceAttrCanUseHostPointerForRegisteredMem:        "CanUseHostPointerForRegisteredMem",
-	DeviceAttrCanUseStreamMemOpsV1:                     "CanUseStreamMemOpsV1",
-	DeviceAttrCanUse64BitStreamMemOpsV1:                "CanUse64BitStreamMemOpsV1",
-	DeviceAttrCanUseStreamWaitValueNORV1:               "CanUseStreamWaitValueNORV1",
-	DeviceAttrCooperativeLaunch:                        "CooperativeLaunch",
-	DeviceAttrCooperativeMultiDeviceLaunch:             "CooperativeMultiDeviceLaunch",
-	DeviceAttrMaxSharedMemoryPerBlockOptin:             "MaxSharedMemoryPerBlockOptin",
-	DeviceAttrCanFlushRemoteWrites:                     "CanFlushRemoteWrites",
-	DeviceAttrHostRegisterSupported:                    "HostRegisterSupported",
-	DeviceAttrPageableMemoryAccessUsesHostPageTables:   "PageableMemoryAccessUsesHostPageTables",
-	DeviceAttrDirectManagedMemAccessFromHost:           "DirectManagedMemAccessFromHost",
-	DeviceAttrVirtualMemoryManagementSupported:         "VirtualMemoryManagementSupported",
-	DeviceAttrHandleTypePosixFileDescriptorSupported:   "HandleTypePosixFileDescriptorSupported",
-	DeviceAttrHandleTypeWin32HandleSupported:           "HandleTypeWin32HandleSupported",
-	DeviceAttrHandleTypeWin32KMTHandleSupported:        "HandleTypeWin32KMTHandleSupported",
-	DeviceAttrMaxBlocksPerMultiprocessor:               "MaxBlocksPerMultiprocessor",
-	DeviceAttrGenericCompressionSupported:              "GenericCompressionSupported",
-	DeviceAttrMaxPersistingL2CacheSize:                 "MaxPersistingL2CacheSize",
-	DeviceAttrMaxAccessPolicyWindowSize:                "MaxAccessPolicyWindowSize",
-	DeviceAttrGPUDirectRDMAWithCUDAVMMSupported:        "GPUDirectRDMAWithCUDAVMMSupported",
-	DeviceAttrReservedSharedMemoryPerBlock:             "ReservedSharedMemoryPerBlock",
-	DeviceAttrSparseCUDAArraySupported:                 "SparseCUDAArraySupported",
-	DeviceAttrReadOnlyHostRegisterSupported:            "ReadOnlyHostRegisterSupported",
-	DeviceAttrTimelineSemaphoreInteropSupported:        "TimelineSemaphoreInteropSupported",
-	DeviceAttrMemoryPoolsSupported:                     "MemoryPoolsSupported",
-	DeviceAttrGPUDirectRDMASupported:                   "GPUDirectRDMASupported",
-	DeviceAttrGPUDirectRDMAFlushWritesOptions:          "GPUDirectRDMAFlushWritesOptions",
-	DeviceAttrGPUDirectRDMAWritesOrdering:              "GPUDirectRDMAWritesOrdering",
-	DeviceAttrMemPoolSupportedHandleTypes:              "MemPoolSupportedHandleTypes",
-	DeviceAttrClusterLaunch:                            "ClusterLaunch",
-	DeviceAttrDeferredMappingCUDAArraySupported:        "DeferredMappingCUDAArraySupported",
-	DeviceAttrCanUse64BitStreamMemOps:                  "CanUse64BitStreamMemOps",
-	DeviceAttrCanUseStreamWaitValueNOR:                 "CanUseStreamWaitValueNOR",
-	DeviceAttrDMABufSupported:                          "DMABufSupported",
-	DeviceAttrIPCEventSupported:                        "IPCEventSupported",
-	DeviceAttrMemSyncDomainCount:                       "MemSyncDomainCount",
-	DeviceAttrTensorMapAccessSupported:                 "TensorMapAccessSupported",
-	DeviceAttrHandleTypeFabricSupported:                "HandleTypeFabricSupported",
-	DeviceAttrUnifiedFunctionPointers:                  "UnifiedFunctionPointers",
-	DeviceAttrNUMAConfig:                               "NUMAConfig",
-	DeviceAttrNUMAID:                                   "NUMAID",
-	DeviceAttrMulticastSupported:                       "MulticastSupported",
-	DeviceAttrMPSEnabled:                               "MPSEnabled",
-	DeviceAttrHostNUMAID:                               "HostNUMAID",
-	DeviceAttrD3D12CIGSupported:                        "D3D12CIGSupported",
-	DeviceAttrMemDecompressAlgorithmMask:               "MemDecompressAlgorithmMask",
-	DeviceAttrMemDecompressMaximumLength:               "MemDecompressMaximumLength",
-	DeviceAttrVulkanCIGSupported:                       "VulkanCIGSupported",
-	DeviceAttrGPUPCIDeviceID:                           "GPUPCIDeviceID",
-	DeviceAttrGPUPCISubsystemID:                        "GPUPCISubsystemID",
-	DeviceAttrHostNUMAVirtualMemoryManagementSupported: "HostNUMAVirtualMemoryManagementSupported",
-	DeviceAttrHostNUMAMemoryPoolsSupported:             "HostNUMAMemoryPoolsSupported",
-	DeviceAttrHostNUMAMultinodeIPCSupported:            "HostNUMAMultinodeIPCSupported",
-	DeviceAttrHostMemoryPoolsSupported:                 "HostMemoryPoolsSupported",
-	DeviceAttrHostVirtualMemoryManagementSupported:     "HostVirtualMemoryManagementSupported",
-	DeviceAttrHostAllocDMABufSupported:                 "HostAllocDMABufSupported",
-	DeviceAttrOnlyPartialHostNativeAtomicSupported:     "OnlyPartialHostNativeAtomicSupported",
-}
+// deviceAttrNames holds the names of DeviceAttribute values 1, 2, 3, ... in order:
+// each constant's name without its DeviceAttr prefix (abi_test.go checks the
+// list against the constants).
+var deviceAttrNames = strings.Fields(`
+	MaxThreadsPerBlock MaxBlockDimX MaxBlockDimY MaxBlockDimZ MaxGridDimX MaxGridDimY
+	MaxGridDimZ MaxSharedMemoryPerBlock TotalConstantMemory WarpSize MaxPitch
+	MaxRegistersPerBlock ClockRate TextureAlignment GPUOverlap MultiprocessorCount
+	KernelExecTimeout Integrated CanMapHostMemory ComputeMode MaximumTexture1DWidth
+	MaximumTexture2DWidth MaximumTexture2DHeight MaximumTexture3DWidth MaximumTexture3DHeight
+	MaximumTexture3DDepth MaximumTexture2DLayeredWidth MaximumTexture2DLayeredHeight
+	MaximumTexture2DLayeredLayers SurfaceAlignment ConcurrentKernels ECCEnabled PCIBusID
+	PCIDeviceID TCCDriver MemoryClockRate GlobalMemoryBusWidth L2CacheSize
+	MaxThreadsPerMultiprocessor AsyncEngineCount UnifiedAddressing MaximumTexture1DLayeredWidth
+	MaximumTexture1DLayeredLayers CanTex2DGather MaximumTexture2DGatherWidth
+	MaximumTexture2DGatherHeight MaximumTexture3DWidthAlternate MaximumTexture3DHeightAlternate
+	MaximumTexture3DDepthAlternate PCIDomainID TexturePitchAlignment MaximumTextureCubemapWidth
+	MaximumTextureCubemapLayeredWidth MaximumTextureCubemapLayeredLayers MaximumSurface1DWidth
+	MaximumSurface2DWidth MaximumSurface2DHeight MaximumSurface3DWidth MaximumSurface3DHeight
+	MaximumSurface3DDepth MaximumSurface1DLayeredWidth MaximumSurface1DLayeredLayers
+	MaximumSurface2DLayeredWidth MaximumSurface2DLayeredHeight MaximumSurface2DLayeredLayers
+	MaximumSurfaceCubemapWidth MaximumSurfaceCubemapLayeredWidth
+	MaximumSurfaceCubemapLayeredLayers MaximumTexture1DLinearWidth MaximumTexture2DLinearWidth
+	MaximumTexture2DLinearHeight MaximumTexture2DLinearPitch MaximumTexture2DMipmappedWidth
+	MaximumTexture2DMipmappedHeight ComputeCapabilityMajor ComputeCapabilityMinor
+	MaximumTexture1DMipmappedWidth StreamPrioritiesSupported GlobalL1CacheSupported
+	LocalL1CacheSupported MaxSharedMemoryPerMultiprocessor MaxRegistersPerMultiprocessor
+	ManagedMemory MultiGPUBoard MultiGPUBoardGroupID HostNativeAtomicSupported
+	SingleToDoublePrecisionPerfRatio PageableMemoryAccess ConcurrentManagedAccess
+	ComputePreemptionSupported CanUseHostPointerForRegisteredMem CanUseStreamMemOpsV1
+	CanUse64BitStreamMemOpsV1 CanUseStreamWaitValueNORV1 CooperativeLaunch
+	CooperativeMultiDeviceLaunch MaxSharedMemoryPerBlockOptin CanFlushRemoteWrites
+	HostRegisterSupported PageableMemoryAccessUsesHostPageTables DirectManagedMemAccessFromHost
+	VirtualMemoryManagementSupported HandleTypePosixFileDescriptorSupported
+	HandleTypeWin32HandleSupported HandleTypeWin32KMTHandleSupported MaxBlocksPerMultiprocessor
+	GenericCompressionSupported MaxPersistingL2CacheSize MaxAccessPolicyWindowSize
+	GPUDirectRDMAWithCUDAVMMSupported ReservedSharedMemoryPerBlock SparseCUDAArraySupported
+	ReadOnlyHostRegisterSupported TimelineSemaphoreInteropSupported MemoryPoolsSupported
+	GPUDirectRDMASupported GPUDirectRDMAFlushWritesOptions GPUDirectRDMAWritesOrdering
+	MemPoolSupportedHandleTypes ClusterLaunch DeferredMappingCUDAArraySupported
+	CanUse64BitStreamMemOps CanUseStreamWaitValueNOR DMABufSupported IPCEventSupported
+	MemSyncDomainCount TensorMapAccessSupported HandleTypeFabricSupported
+	UnifiedFunctionPointers NUMAConfig NUMAID MulticastSupported MPSEnabled HostNUMAID
+	D3D12CIGSupported MemDecompressAlgorithmMask MemDecompressMaximumLength VulkanCIGSupported
+	GPUPCIDeviceID GPUPCISubsystemID HostNUMAVirtualMemoryManagementSupported
+	HostNUMAMemoryPoolsSupported HostNUMAMultinodeIPCSupported HostMemoryPoolsSupported
+	HostVirtualMemoryManagementSupported HostAllocDMABufSupported
+	OnlyPartialHostNativeAtomicSupported
+`)
 
 // String returns the attribute's Go name without its prefix, e.g.
 // "ComputeCapabilityMajor", or "DeviceAttribute(N)" for an unknown value.
 func (a DeviceAttribute) String() string {
-	return enumName(deviceAttrNames[:], int(a), "DeviceAttribute")
+	return enumName(deviceAttrNames, 1, int(a), "DeviceAttribute")
 }
 
 // StreamFlags is a CUstream_flags, for cuStreamCreate.
@@ -739,43 +555,11 @@ const (
 	MemHostRegisterReadOnly MemHostRegisterFlags = 0x08
 )
 
-// GetProcAddressFlags are the CUdriverProcAddress_flags bits for
-// cuGetProcAddress (a 64-bit argument).
-type GetProcAddressFlags uint64
-
-// Entry point lookup modes.
-const (
-	// GetProcAddressDefault selects variants by how C callers were compiled
-	// (a header macro); a caller without it, such as this package, gets the
-	// legacy default-stream variants.
-	GetProcAddressDefault GetProcAddressFlags = 0
-	// GetProcAddressLegacyStream picks the legacy default-stream variants.
-	GetProcAddressLegacyStream GetProcAddressFlags = 1 << 0
-	// GetProcAddressPerThreadDefaultStream picks the per-thread default
-	// stream (_ptds/_ptsz) variants, falling back to the legacy one where an
-	// entry point has no per-thread variant.
-	GetProcAddressPerThreadDefaultStream GetProcAddressFlags = 1 << 1
-)
-
-// ProcAddressQueryResult is a CUdriverProcAddressQueryResult: why
-// cuGetProcAddress_v2 did or did not find a symbol.
-type ProcAddressQueryResult int32
-
-// Entry point lookup outcomes.
-const (
-	GetProcAddressSuccess ProcAddressQueryResult = 0
-	// GetProcAddressSymbolNotFound: no such entry point in this driver.
-	GetProcAddressSymbolNotFound ProcAddressQueryResult = 1
-	// GetProcAddressVersionNotSufficient: the entry point exists, but not at
-	// the requested CUDA version.
-	GetProcAddressVersionNotSufficient ProcAddressQueryResult = 2
-)
-
-// enumName returns names[v] when v indexes a non-empty entry, and otherwise
-// "typ(v)".
-func enumName(names []string, v int, typ string) string {
-	if v >= 0 && v < len(names) && names[v] != "" {
-		return names[v]
+// enumName returns the name of value v from names, the names of values
+// first, first+1, first+2, ..., and otherwise "typ(v)".
+func enumName(names []string, first, v int, typ string) string {
+	if v >= first && v-first < len(names) {
+		return names[v-first]
 	}
 	return typ + "(" + strconv.Itoa(v) + ")"
 }

@@ -1,7 +1,12 @@
 package cuda
 
 import (
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
@@ -36,11 +41,6 @@ func TestABILayout(t *testing.T) {
 			name: "CUipcMemHandle", size: unsafe.Sizeof(IPCMemHandle{}), align: unsafe.Alignof(IPCMemHandle{}),
 			wantSize: 64, wantAlign: 1,
 			fields: []field{{"reserved", unsafe.Offsetof(IPCMemHandle{}.Reserved), 0}},
-		},
-		{
-			name: "CUipcEventHandle", size: unsafe.Sizeof(IPCEventHandle{}), align: unsafe.Alignof(IPCEventHandle{}),
-			wantSize: 64, wantAlign: 1,
-			fields: []field{{"reserved", unsafe.Offsetof(IPCEventHandle{}.Reserved), 0}},
 		},
 		{
 			name: "CUmemFabricHandle", size: unsafe.Sizeof(MemFabricHandle{}), align: unsafe.Alignof(MemFabricHandle{}),
@@ -115,7 +115,6 @@ func TestABILayout(t *testing.T) {
 	// Scalar typedefs and enums.
 	assert.Equal(t, uintptr(8), unsafe.Sizeof(DevicePtr(0)), "CUdeviceptr")
 	assert.Equal(t, uintptr(8), unsafe.Sizeof(MemHandle(0)), "CUmemGenericAllocationHandle")
-	assert.Equal(t, uintptr(8), unsafe.Sizeof(GetProcAddressFlags(0)), "cuuint64_t flags")
 	for name, size := range map[string]uintptr{
 		"CUresult":                         unsafe.Sizeof(Result(0)),
 		"CUmemLocationType":                unsafe.Sizeof(MemLocationType(0)),
@@ -124,17 +123,14 @@ func TestABILayout(t *testing.T) {
 		"CUmemAccess_flags":                unsafe.Sizeof(MemAccessFlags(0)),
 		"CUmemPool_attribute":              unsafe.Sizeof(MemPoolAttribute(0)),
 		"CUmemAllocationGranularity_flags": unsafe.Sizeof(MemAllocationGranularity(0)),
-		"CUmemRangeHandleType":             unsafe.Sizeof(MemRangeHandleType(0)),
 		"CUmem_advise":                     unsafe.Sizeof(MemAdvice(0)),
-		"CUmem_range_attribute":            unsafe.Sizeof(MemRangeAttribute(0)),
 		"CUmemAttach_flags":                unsafe.Sizeof(MemAttachFlags(0)),
 		"CUmemorytype":                     unsafe.Sizeof(MemoryType(0)),
-		"CUpointer_attribute":              unsafe.Sizeof(PointerAttribute(0)),
+		"CUpointer_attribute":              unsafe.Sizeof(pointerAttr(0)),
 		"CUdevice_attribute":               unsafe.Sizeof(DeviceAttribute(0)),
 		"CUstream_flags":                   unsafe.Sizeof(StreamFlags(0)),
 		"CUevent_flags":                    unsafe.Sizeof(EventFlags(0)),
 		"CUipcMem_flags":                   unsafe.Sizeof(IPCMemFlags(0)),
-		"CUdriverProcAddressQueryResult":   unsafe.Sizeof(ProcAddressQueryResult(0)),
 	} {
 		assert.Equal(t, uintptr(4), size, "sizeof %s", name)
 	}
@@ -198,9 +194,6 @@ func TestEnumValues(t *testing.T) {
 		{"CU_MEM_ATTACH_GLOBAL", int64(MemAttachGlobal), 1},
 		{"CU_MEM_ATTACH_HOST", int64(MemAttachHost), 2},
 		{"CU_MEM_ATTACH_SINGLE", int64(MemAttachSingle), 4},
-		{"CU_POINTER_ATTRIBUTE_MEMORY_TYPE", int64(PointerAttrMemoryType), 2},
-		{"CU_POINTER_ATTRIBUTE_RANGE_START_ADDR", int64(PointerAttrRangeStartAddr), 11},
-		{"CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE", int64(PointerAttrMemPoolHandle), 17},
 		{"CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR", int64(DeviceAttrComputeCapabilityMajor), 75},
 		{"CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY", int64(DeviceAttrManagedMemory), 83},
 		{"CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS", int64(DeviceAttrConcurrentManagedAccess), 89},
@@ -219,9 +212,6 @@ func TestEnumValues(t *testing.T) {
 		{"CU_MEMHOSTALLOC_DEVICEMAP", int64(MemHostAllocDeviceMap), 2},
 		{"CU_MEMHOSTALLOC_WRITECOMBINED", int64(MemHostAllocWriteCombined), 4},
 		{"CU_MEMHOSTREGISTER_READ_ONLY", int64(MemHostRegisterReadOnly), 8},
-		{"CU_GET_PROC_ADDRESS_LEGACY_STREAM", int64(GetProcAddressLegacyStream), 1},
-		{"CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM", int64(GetProcAddressPerThreadDefaultStream), 2},
-		{"CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT", int64(GetProcAddressVersionNotSufficient), 2},
 		{"CU_IPC_HANDLE_SIZE", IPCHandleSize, 64},
 	} {
 		assert.Equal(t, tc.want, tc.got, tc.name)
@@ -241,9 +231,6 @@ func TestEnumStrings(t *testing.T) {
 	assert.Equal(t, "GPUDirectRDMASupported", DeviceAttrGPUDirectRDMASupported.String())
 	assert.Equal(t, "DeviceAttribute(0)", DeviceAttribute(0).String())
 	assert.Equal(t, "DeviceAttribute(100000)", DeviceAttribute(100000).String())
-
-	assert.Equal(t, "RangeStartAddr", PointerAttrRangeStartAddr.String())
-	assert.Equal(t, "PointerAttribute(0)", PointerAttribute(0).String())
 }
 
 // The maps below tie every enumerator of the header to the Go constant that
@@ -407,28 +394,15 @@ var deviceAttrsByCName = map[string]DeviceAttribute{
 	"CU_DEVICE_ATTRIBUTE_ONLY_PARTIAL_HOST_NATIVE_ATOMIC_SUPPORTED":     DeviceAttrOnlyPartialHostNativeAtomicSupported,
 }
 
-var pointerAttrsByCName = map[string]PointerAttribute{
-	"CU_POINTER_ATTRIBUTE_CONTEXT":                    PointerAttrContext,
-	"CU_POINTER_ATTRIBUTE_MEMORY_TYPE":                PointerAttrMemoryType,
-	"CU_POINTER_ATTRIBUTE_DEVICE_POINTER":             PointerAttrDevicePointer,
-	"CU_POINTER_ATTRIBUTE_HOST_POINTER":               PointerAttrHostPointer,
-	"CU_POINTER_ATTRIBUTE_P2P_TOKENS":                 PointerAttrP2PTokens,
-	"CU_POINTER_ATTRIBUTE_SYNC_MEMOPS":                PointerAttrSyncMemOps,
-	"CU_POINTER_ATTRIBUTE_BUFFER_ID":                  PointerAttrBufferID,
-	"CU_POINTER_ATTRIBUTE_IS_MANAGED":                 PointerAttrIsManaged,
-	"CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL":             PointerAttrDeviceOrdinal,
-	"CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE": PointerAttrIsLegacyCUDAIPCCapable,
-	"CU_POINTER_ATTRIBUTE_RANGE_START_ADDR":           PointerAttrRangeStartAddr,
-	"CU_POINTER_ATTRIBUTE_RANGE_SIZE":                 PointerAttrRangeSize,
-	"CU_POINTER_ATTRIBUTE_MAPPED":                     PointerAttrMapped,
-	"CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES":       PointerAttrAllowedHandleTypes,
-	"CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE": PointerAttrIsGPUDirectRDMACapable,
-	"CU_POINTER_ATTRIBUTE_ACCESS_FLAGS":               PointerAttrAccessFlags,
-	"CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE":             PointerAttrMemPoolHandle,
-	"CU_POINTER_ATTRIBUTE_MAPPING_SIZE":               PointerAttrMappingSize,
-	"CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR":          PointerAttrMappingBaseAddr,
-	"CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID":            PointerAttrMemoryBlockID,
-	"CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE":   PointerAttrIsHWDecompressCapable,
+// pointerAttrsByCName names only the attributes QueryPointer reads; the
+// header test checks their values.
+var pointerAttrsByCName = map[string]pointerAttr{
+	"CU_POINTER_ATTRIBUTE_MEMORY_TYPE":      pointerAttrMemoryType,
+	"CU_POINTER_ATTRIBUTE_IS_MANAGED":       pointerAttrIsManaged,
+	"CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL":   pointerAttrDeviceOrdinal,
+	"CU_POINTER_ATTRIBUTE_RANGE_START_ADDR": pointerAttrRangeStartAddr,
+	"CU_POINTER_ATTRIBUTE_RANGE_SIZE":       pointerAttrRangeSize,
+	"CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE":   pointerAttrMemPoolHandle,
 }
 
 var memPoolAttrsByCName = map[string]MemPoolAttribute{
@@ -453,8 +427,6 @@ func TestEnumsMatchHeader(t *testing.T) {
 	}{
 		{"CUdevice_attribute_enum", "CU_DEVICE_ATTRIBUTE_", toInt64(deviceAttrsByCName),
 			func(v int64) string { return DeviceAttribute(v).String() }, "DeviceAttribute"},
-		{"CUpointer_attribute_enum", "CU_POINTER_ATTRIBUTE_", toInt64(pointerAttrsByCName),
-			func(v int64) string { return PointerAttribute(v).String() }, "PointerAttribute"},
 		{"CUmemPool_attribute_enum", "CU_MEMPOOL_ATTR_", toInt64(memPoolAttrsByCName),
 			func(v int64) string { return MemPoolAttribute(v).String() }, "MemPoolAttribute"},
 	} {
@@ -476,6 +448,15 @@ func TestEnumsMatchHeader(t *testing.T) {
 				assert.True(t, seen[name], "%s is not in the header", name)
 			}
 		})
+	}
+
+	// The pointer attributes QueryPointer reads, by value.
+	ptrAttrs := make(map[string]int64)
+	for _, c := range headerEnum(t, header, "CUpointer_attribute_enum") {
+		ptrAttrs[c.name] = c.value
+	}
+	for name, v := range pointerAttrsByCName {
+		assert.Equal(t, ptrAttrs[name], int64(v), name)
 	}
 
 	// The remaining enums, compared by value.
@@ -510,27 +491,11 @@ func TestEnumsMatchHeader(t *testing.T) {
 		{"CUmemAllocationCompType_enum", map[string]int64{
 			"CU_MEM_ALLOCATION_COMP_NONE": int64(MemAllocationCompNone), "CU_MEM_ALLOCATION_COMP_GENERIC": int64(MemAllocationCompGeneric),
 		}},
-		{"CUmemRangeHandleType_enum", map[string]int64{
-			"CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD": int64(MemRangeHandleTypeDMABufFD),
-		}},
-		{"CUmemRangeFlags_enum", map[string]int64{
-			"CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE": MemRangeFlagDMABufMappingTypePCIe,
-		}},
 		{"CUmem_advise_enum", map[string]int64{
 			"CU_MEM_ADVISE_SET_READ_MOSTLY": int64(MemAdviseSetReadMostly), "CU_MEM_ADVISE_UNSET_READ_MOSTLY": int64(MemAdviseUnsetReadMostly),
 			"CU_MEM_ADVISE_SET_PREFERRED_LOCATION":   int64(MemAdviseSetPreferredLocation),
 			"CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION": int64(MemAdviseUnsetPreferredLocation),
 			"CU_MEM_ADVISE_SET_ACCESSED_BY":          int64(MemAdviseSetAccessedBy), "CU_MEM_ADVISE_UNSET_ACCESSED_BY": int64(MemAdviseUnsetAccessedBy),
-		}},
-		{"CUmem_range_attribute_enum", map[string]int64{
-			"CU_MEM_RANGE_ATTRIBUTE_READ_MOSTLY":                 int64(MemRangeAttrReadMostly),
-			"CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION":          int64(MemRangeAttrPreferredLocation),
-			"CU_MEM_RANGE_ATTRIBUTE_ACCESSED_BY":                 int64(MemRangeAttrAccessedBy),
-			"CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION":      int64(MemRangeAttrLastPrefetchLocation),
-			"CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_TYPE":     int64(MemRangeAttrPreferredLocationType),
-			"CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION_ID":       int64(MemRangeAttrPreferredLocationID),
-			"CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_TYPE": int64(MemRangeAttrLastPrefetchLocationType),
-			"CU_MEM_RANGE_ATTRIBUTE_LAST_PREFETCH_LOCATION_ID":   int64(MemRangeAttrLastPrefetchLocationID),
 		}},
 		{"CUmemAttach_flags_enum", map[string]int64{
 			"CU_MEM_ATTACH_GLOBAL": int64(MemAttachGlobal), "CU_MEM_ATTACH_HOST": int64(MemAttachHost), "CU_MEM_ATTACH_SINGLE": int64(MemAttachSingle),
@@ -548,16 +513,6 @@ func TestEnumsMatchHeader(t *testing.T) {
 		}},
 		{"CUipcMem_flags_enum", map[string]int64{
 			"CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS": int64(IPCMemLazyEnablePeerAccess),
-		}},
-		{"CUdriverProcAddress_flags_enum", map[string]int64{
-			"CU_GET_PROC_ADDRESS_DEFAULT":                   int64(GetProcAddressDefault),
-			"CU_GET_PROC_ADDRESS_LEGACY_STREAM":             int64(GetProcAddressLegacyStream),
-			"CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM": int64(GetProcAddressPerThreadDefaultStream),
-		}},
-		{"CUdriverProcAddressQueryResult_enum", map[string]int64{
-			"CU_GET_PROC_ADDRESS_SUCCESS":                int64(GetProcAddressSuccess),
-			"CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND":       int64(GetProcAddressSymbolNotFound),
-			"CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT": int64(GetProcAddressVersionNotSufficient),
 		}},
 	} {
 		if tc.want == nil {
@@ -605,21 +560,36 @@ func toInt64[T ~int32](m map[string]T) map[string]int64 {
 	return out
 }
 
-func TestEnumStringTablesComplete(t *testing.T) {
-	// Every constant has a String name, and no two constants share one.
-	check := func(t *testing.T, names []string, consts map[string]int64) {
-		byName := make(map[string]int64)
-		for _, v := range consts {
-			require.True(t, v > 0 && v < int64(len(names)), "value %d outside the name table", v)
-			n := names[v]
-			require.NotEmpty(t, n, "value %d has no name", v)
-			if prev, dup := byName[n]; dup && prev != v {
-				t.Errorf("name %s used by %d and %d", n, prev, v)
-			}
-			byName[n] = v
-		}
+// The packed name tables of abi.go list, in value order, each constant's
+// own name without its prefix: the value of every constant of the type, read
+// from the source, names it, and the table has no name left over.
+func TestEnumNameTablesMatchConstants(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "abi.go", nil, parser.SkipObjectResolution)
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		typ, prefix string
+		names       []string
+		str         func(int64) string
+	}{
+		{"DeviceAttribute", "DeviceAttr", deviceAttrNames, func(v int64) string { return DeviceAttribute(v).String() }},
+		{"MemPoolAttribute", "MemPoolAttr", memPoolAttrNames, func(v int64) string { return MemPoolAttribute(v).String() }},
+	} {
+		t.Run(tc.typ, func(t *testing.T) {
+			n := 0
+			ast.Inspect(f, func(node ast.Node) bool {
+				vs, ok := node.(*ast.ValueSpec)
+				if !ok || len(vs.Values) != 1 || fmt.Sprint(vs.Type) != tc.typ {
+					return true
+				}
+				v, err := strconv.ParseInt(vs.Values[0].(*ast.BasicLit).Value, 0, 64)
+				require.NoError(t, err)
+				assert.Equal(t, tc.prefix+tc.str(v), vs.Names[0].Name, "String of value %d", v)
+				n++
+				return true
+			})
+			assert.Equal(t, len(tc.names), n, "names in the table and constants in the source")
+		})
 	}
-	t.Run("DeviceAttribute", func(t *testing.T) { check(t, deviceAttrNames[:], toInt64(deviceAttrsByCName)) })
-	t.Run("PointerAttribute", func(t *testing.T) { check(t, pointerAttrNames[:], toInt64(pointerAttrsByCName)) })
-	t.Run("MemPoolAttribute", func(t *testing.T) { check(t, memPoolAttrNames[:], toInt64(memPoolAttrsByCName)) })
+	assert.Equal(t, "DeviceAttribute(0)", DeviceAttribute(0).String())
+	assert.Equal(t, "DeviceAttribute(148)", DeviceAttribute(len(deviceAttrNames)+1).String())
 }

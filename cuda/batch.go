@@ -72,15 +72,7 @@ const (
 )
 
 func (p MemcpyBatchPath) String() string {
-	switch p {
-	case MemcpyBatchLoop:
-		return "loop of cuMemcpyAsync"
-	case MemcpyBatchV1:
-		return "cuMemcpyBatchAsync (CUDA 12.8 ABI)"
-	case MemcpyBatchV2:
-		return "cuMemcpyBatchAsync_v2 (CUDA 13.0 ABI)"
-	}
-	return fmt.Sprintf("MemcpyBatchPath(%d)", int(p))
+	return enumName([]string{"loop of cuMemcpyAsync", "cuMemcpyBatchAsync (CUDA 12.8 ABI)", "cuMemcpyBatchAsync_v2 (CUDA 13.0 ABI)"}, int(MemcpyBatchLoop), int(p), "MemcpyBatchPath")
 }
 
 // batchPathOf picks the path for driver d; enumerate stores it in every

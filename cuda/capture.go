@@ -56,15 +56,7 @@ const (
 )
 
 func (m CaptureMode) String() string {
-	switch m {
-	case CaptureModeGlobal:
-		return "global"
-	case CaptureModeThreadLocal:
-		return "thread-local"
-	case CaptureModeRelaxed:
-		return "relaxed"
-	}
-	return fmt.Sprintf("CaptureMode(%d)", int32(m))
+	return enumName([]string{"global", "thread-local", "relaxed"}, 0, int(m), "CaptureMode")
 }
 
 // CaptureStatus is a CUstreamCaptureStatus.
@@ -82,15 +74,7 @@ const (
 )
 
 func (c CaptureStatus) String() string {
-	switch c {
-	case CaptureStatusNone:
-		return "none"
-	case CaptureStatusActive:
-		return "active"
-	case CaptureStatusInvalidated:
-		return "invalidated"
-	}
-	return fmt.Sprintf("CaptureStatus(%d)", int32(c))
+	return enumName([]string{"none", "active", "invalidated"}, 0, int(c), "CaptureStatus")
 }
 
 // BeginCapture starts capturing s in relaxed mode (see [CaptureMode]):

@@ -277,10 +277,8 @@ func (d *Device) Name() (string, error) {
 	if r := d.drv.DeviceGetName.Call(uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(d.handle)); !ok(r) {
 		return "", fail(&d.drv.DeviceGetName, r)
 	}
-	if i := bytes.IndexByte(buf[:], 0); i >= 0 {
-		return string(buf[:i]), nil
-	}
-	return string(buf[:]), nil
+	s, _, _ := bytes.Cut(buf[:], []byte{0})
+	return string(s), nil
 }
 
 // UUID returns the device's UUID (its GPUString is what nvidia-smi -L prints).
@@ -304,10 +302,8 @@ func (d *Device) PCIBusID() (string, error) {
 	if r := d.drv.DeviceGetPCIBusId.Call(uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), uintptr(d.handle)); !ok(r) {
 		return "", fail(&d.drv.DeviceGetPCIBusId, r)
 	}
-	if i := bytes.IndexByte(buf[:], 0); i >= 0 {
-		return string(buf[:i]), nil
-	}
-	return string(buf[:]), nil
+	s, _, _ := bytes.Cut(buf[:], []byte{0})
+	return string(s), nil
 }
 
 // TotalMemory returns the device's memory size in bytes.

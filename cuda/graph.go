@@ -18,26 +18,25 @@ import (
 // A graph with memory nodes (allocations made on the capturing stream by
 // resource.GraphMemory) may have only one GraphExec at a time, a rule of
 // the driver.
-type Graph struct {
-	dev    *Device
-	handle uintptr
-
-	mu     sync.RWMutex
-	closed atomic.Bool // written under mu
-
-	cleanup runtime.Cleanup
-}
+type Graph struct{ graphObj }
 
 // GraphExec is an instantiated graph (CUgraphExec): Launch runs it on a
 // stream, as often as needed. Close destroys it; the driver lets launches
 // already submitted finish. Methods are safe for concurrent use.
 type GraphExec struct {
-	dev    *Device
-	handle uintptr
-	flags  GraphInstantiateFlags
+	graphObj
+	flags GraphInstantiateFlags
+}
+
+// graphObj is what Graph and GraphExec share: a driver object of one
+// context, destroyed by Close or, when leaked, by the safety net.
+type graphObj struct {
+	dev     *Device
+	handle  uintptr
+	destroy *loader.Proc // cuGraphDestroy or cuGraphExecDestroy
 
 	mu     sync.RWMutex
-	closed atomic.Bool
+	closed atomic.Bool // written under mu
 
 	cleanup runtime.Cleanup
 }
@@ -72,23 +71,55 @@ var graphLeaks atomic.Int64
 func GraphLeaks() int64 { return graphLeaks.Load() }
 
 func newGraph(d *Device, ctx, h uintptr) *Graph {
-	g := &Graph{dev: d, handle: h}
-	g.cleanup = runtime.AddCleanup(g, destroyLeaked(d, &d.drv.GraphDestroy), [2]uintptr{ctx, h})
+	g := &Graph{graphObj{dev: d, handle: h, destroy: &d.drv.GraphDestroy}}
+	g.arm(ctx)
 	return g
 }
 
-// destroyLeaked is the safety net's destructor: it captures raw values
-// (context, handle) and the view, never the Graph. A graph of a context
-// destroyed since died with it, as Close knows: its context must not be
-// made current again (the driver may have reused the address).
-func destroyLeaked(d *Device, p *loader.Proc) func([2]uintptr) {
-	return func(v [2]uintptr) {
+// arm sets the safety net: a cleanup that captures raw values (context,
+// handle) and the view, never the object. An object of a context destroyed
+// since died with it, as close knows: its context must not be made current
+// again (the driver may have reused the address).
+func (o *graphObj) arm(ctx uintptr) {
+	d, p := o.dev, o.destroy
+	o.cleanup = runtime.AddCleanup(o, func(v [2]uintptr) {
 		graphLeaks.Add(1)
-		if d.contextGone() {
-			return
+		if !d.contextGone() {
+			p.CallCtx(v[0], v[1])
 		}
-		p.CallCtx(v[0], v[1])
+	}, [2]uintptr{ctx, o.handle})
+}
+
+// handleOrZero is the handle, 0 once closed.
+func (o *graphObj) handleOrZero() uintptr {
+	if o.closed.Load() {
+		return 0
 	}
+	return o.handle
+}
+
+// close destroys the object once; op names the operation in errors.
+func (o *graphObj) close(op string) error {
+	if o.dev == nil {
+		return nil
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed.Load() {
+		return nil
+	}
+	if !o.dev.contextGone() { // else destroyed with its context
+		ctx, err := o.dev.contextFor(op)
+		if err != nil {
+			return err
+		}
+		if r := o.destroy.CallCtx(ctx, o.handle); !ok(r) {
+			return &OpError{Op: op, Err: fail(o.destroy, r)}
+		}
+	}
+	o.cleanup.Stop()
+	o.closed.Store(true)
+	return nil
 }
 
 func (g *Graph) begin(op string) (uintptr, uintptr, error) {
@@ -119,10 +150,10 @@ func (g *Graph) Device() *Device {
 
 // Handle is the CUgraph handle, 0 for a nil, zero or closed Graph.
 func (g *Graph) Handle() uintptr {
-	if g == nil || g.closed.Load() {
+	if g == nil {
 		return 0
 	}
-	return g.handle
+	return g.handleOrZero()
 }
 
 // Instantiate makes an executable graph (cuGraphInstantiateWithFlags).
@@ -149,38 +180,18 @@ func (g *Graph) Instantiate(flags GraphInstantiateFlags) (*GraphExec, error) {
 	if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&eh)), h, uintptr(flags)); !ok(r) {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("graph %#x of %v, flags %#x (a graph with memory nodes may have one instantiation at a time): %w", h, g.dev, uint64(flags), fail(p, r))}
 	}
-	e := &GraphExec{dev: g.dev, handle: eh, flags: flags}
-	e.cleanup = runtime.AddCleanup(e, destroyLeaked(g.dev, &g.dev.drv.GraphExecDestroy), [2]uintptr{ctx, eh})
+	e := &GraphExec{graphObj{dev: g.dev, handle: eh, destroy: &g.dev.drv.GraphExecDestroy}, flags}
+	e.arm(ctx)
 	return e, nil
 }
 
 // Close destroys the graph (cuGraphDestroy). It is idempotent; a nil or
 // zero Graph has nothing to close. Execs instantiated from it stay valid.
 func (g *Graph) Close() error {
-	if g == nil || g.dev == nil {
+	if g == nil {
 		return nil
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closed.Load() {
-		return nil
-	}
-	if g.dev.contextGone() { // destroyed with its context
-		g.cleanup.Stop()
-		g.closed.Store(true)
-		return nil
-	}
-	ctx, err := g.dev.contextFor("Graph.Close")
-	if err != nil {
-		return err
-	}
-	p := &g.dev.drv.GraphDestroy
-	if r := p.CallCtx(ctx, g.handle); !ok(r) {
-		return &OpError{Op: "Graph.Close", Err: fail(p, r)}
-	}
-	g.cleanup.Stop()
-	g.closed.Store(true)
-	return nil
+	return g.close("Graph.Close")
 }
 
 // Device is the device the exec belongs to (nil for a nil exec).
@@ -201,10 +212,10 @@ func (e *GraphExec) Flags() GraphInstantiateFlags {
 
 // Handle is the CUgraphExec handle, 0 for a nil, zero or closed exec.
 func (e *GraphExec) Handle() uintptr {
-	if e == nil || e.closed.Load() {
+	if e == nil {
 		return 0
 	}
-	return e.handle
+	return e.handleOrZero()
 }
 
 // Launch runs the graph on s (cuGraphLaunch), ordered after the work
@@ -239,140 +250,67 @@ func (e *GraphExec) Launch(s *Stream) error {
 // Graph memory a launch allocated and left unfreed stays allocated: free
 // it through its Buffer, or the device keeps it.
 func (e *GraphExec) Close() error {
-	if e == nil || e.dev == nil {
+	if e == nil {
 		return nil
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed.Load() {
-		return nil
-	}
-	if e.dev.contextGone() { // destroyed with its context
-		e.cleanup.Stop()
-		e.closed.Store(true)
-		return nil
-	}
-	ctx, err := e.dev.contextFor("GraphExec.Close")
-	if err != nil {
-		return err
-	}
-	p := &e.dev.drv.GraphExecDestroy
-	if r := p.CallCtx(ctx, e.handle); !ok(r) {
-		return &OpError{Op: "GraphExec.Close", Err: fail(p, r)}
-	}
-	e.cleanup.Stop()
-	e.closed.Store(true)
-	return nil
+	return e.close("GraphExec.Close")
 }
 
-// GraphMemAttribute is a CUgraphMem_attribute: a device's graph memory
-// counters (memory the driver holds for graph allocation nodes, apart
-// from every memory pool).
-type GraphMemAttribute int32
-
-// Graph memory attributes, with the values of CUgraphMem_attribute.
-const (
-	// GraphMemUsedCurrent: bytes of physical memory currently mapped
-	// into graphs' allocations (what the driver calls "associated with
-	// graphs"); part of GraphMemReservedCurrent.
-	GraphMemUsedCurrent GraphMemAttribute = 0
-	// GraphMemUsedHigh: high watermark of the memory mapped into graphs
-	// (GraphMemUsedCurrent).
-	GraphMemUsedHigh GraphMemAttribute = 1
-	// GraphMemReservedCurrent: bytes reserved for graphs (what
-	// Device.GraphMemTrim can give back).
-	GraphMemReservedCurrent GraphMemAttribute = 2
-	// GraphMemReservedHigh: high watermark of GraphMemReservedCurrent.
-	GraphMemReservedHigh GraphMemAttribute = 3
-)
-
-func (a GraphMemAttribute) String() string {
-	switch a {
-	case GraphMemUsedCurrent:
-		return "used current"
-	case GraphMemUsedHigh:
-		return "used high"
-	case GraphMemReservedCurrent:
-		return "reserved current"
-	case GraphMemReservedHigh:
-		return "reserved high"
-	}
-	return fmt.Sprintf("GraphMemAttribute(%d)", int32(a))
-}
-
-// GraphMemAttributes are all four graph memory counters of a device.
+// GraphMemAttributes are a device's graph memory counters: memory the
+// driver holds for graph allocation nodes, apart from every memory pool.
 type GraphMemAttributes struct {
-	UsedCurrent, UsedHigh, ReservedCurrent, ReservedHigh uint64
+	// UsedCurrent is the physical memory currently mapped into graphs'
+	// allocations (what the driver calls "associated with graphs"), part
+	// of ReservedCurrent; UsedHigh is its high watermark.
+	UsedCurrent, UsedHigh uint64
+	// ReservedCurrent is the memory reserved for graphs (what
+	// Device.GraphMemTrim can give back); ReservedHigh is its high
+	// watermark.
+	ReservedCurrent, ReservedHigh uint64
 }
 
-// GraphMemAttribute reads one graph memory counter
+// graphMemAttrNames name the CUgraphMem_attribute values 0 to 3, the
+// fields of GraphMemAttributes in order.
+var graphMemAttrNames = [...]string{"used current", "used high", "reserved current", "reserved high"}
+
+// graphMemUsedHigh and graphMemReservedHigh are the two counters that can
+// be written (to 0, restarting them).
+const graphMemUsedHigh, graphMemReservedHigh = 1, 3
+
+// GraphMemAttributes reads the device's graph memory counters
 // (cuDeviceGetGraphMemAttribute).
-func (d *Device) GraphMemAttribute(a GraphMemAttribute) (uint64, error) {
-	const op = "Device.GraphMemAttribute"
-	if a < GraphMemUsedCurrent || a > GraphMemReservedHigh {
-		return 0, Errorf(op, ErrInvalidArgument, "unknown graph memory attribute %d", int32(a))
-	}
+func (d *Device) GraphMemAttributes() (GraphMemAttributes, error) {
+	const op = "Device.GraphMemAttributes"
 	ctx, err := d.contextFor(op)
 	if err != nil {
-		return 0, err
+		return GraphMemAttributes{}, err
 	}
-	var v uint64
+	var v [len(graphMemAttrNames)]uint64
 	p := &d.drv.DeviceGetGraphMemAttribute
-	if r := p.CallCtx(ctx, uintptr(d.handle), uintptr(a), uintptr(unsafe.Pointer(&v))); !ok(r) {
-		return 0, &OpError{Op: op, Err: fmt.Errorf("%v of %v: %w", a, d, fail(p, r))}
+	for a := range v {
+		if r := p.CallCtx(ctx, uintptr(d.handle), uintptr(a), uintptr(unsafe.Pointer(&v[a]))); !ok(r) {
+			return GraphMemAttributes{}, &OpError{Op: op, Err: fmt.Errorf("%s of %v: %w", graphMemAttrNames[a], d, fail(p, r))}
+		}
 	}
-	return v, nil
+	return GraphMemAttributes{v[0], v[1], v[2], v[3]}, nil
 }
 
-// SetGraphMemAttribute writes a graph memory counter
-// (cuDeviceSetGraphMemAttribute): only the high watermarks can be set, and
-// only to 0, which restarts them; anything else is refused in Go.
-func (d *Device) SetGraphMemAttribute(a GraphMemAttribute, v uint64) error {
-	const op = "Device.SetGraphMemAttribute"
-	if a != GraphMemUsedHigh && a != GraphMemReservedHigh {
-		return Errorf(op, ErrInvalidArgument, "%v cannot be set (only the high watermarks can, to 0)", a)
-	}
-	if v != 0 {
-		return Errorf(op, ErrInvalidArgument, "%v can only be reset to 0, not set to %d", a, v)
-	}
+// ResetGraphMemHighWatermarks resets both high watermarks to 0
+// (cuDeviceSetGraphMemAttribute).
+func (d *Device) ResetGraphMemHighWatermarks() error {
+	const op = "Device.ResetGraphMemHighWatermarks"
 	ctx, err := d.contextFor(op)
 	if err != nil {
 		return err
 	}
 	p := &d.drv.DeviceSetGraphMemAttribute
-	if r := p.CallCtx(ctx, uintptr(d.handle), uintptr(a), uintptr(unsafe.Pointer(&v))); !ok(r) {
-		return &OpError{Op: op, Err: fmt.Errorf("%v of %v: %w", a, d, fail(p, r))}
+	for _, a := range []int{graphMemUsedHigh, graphMemReservedHigh} {
+		var zero uint64
+		if r := p.CallCtx(ctx, uintptr(d.handle), uintptr(a), uintptr(unsafe.Pointer(&zero))); !ok(r) {
+			return &OpError{Op: op, Err: fmt.Errorf("%s of %v: %w", graphMemAttrNames[a], d, fail(p, r))}
+		}
 	}
 	return nil
-}
-
-// GraphMemAttributes reads all four graph memory counters.
-func (d *Device) GraphMemAttributes() (GraphMemAttributes, error) {
-	var out GraphMemAttributes
-	for _, f := range []struct {
-		a   GraphMemAttribute
-		dst *uint64
-	}{
-		{GraphMemUsedCurrent, &out.UsedCurrent},
-		{GraphMemUsedHigh, &out.UsedHigh},
-		{GraphMemReservedCurrent, &out.ReservedCurrent},
-		{GraphMemReservedHigh, &out.ReservedHigh},
-	} {
-		v, err := d.GraphMemAttribute(f.a)
-		if err != nil {
-			return GraphMemAttributes{}, err
-		}
-		*f.dst = v
-	}
-	return out, nil
-}
-
-// ResetGraphMemHighWatermarks resets both high watermarks to 0.
-func (d *Device) ResetGraphMemHighWatermarks() error {
-	if err := d.SetGraphMemAttribute(GraphMemUsedHigh, 0); err != nil {
-		return err
-	}
-	return d.SetGraphMemAttribute(GraphMemReservedHigh, 0)
 }
 
 // GraphMemTrim gives the device's cached graph memory that no executing

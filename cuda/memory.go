@@ -230,44 +230,40 @@ func (s *Stream) MemcpyPeerAsync(dst DevicePtr, dstDev *Device, src DevicePtr, s
 
 // MemsetD8Async sets n bytes at p to v, ordered on s.
 func (s *Stream) MemsetD8Async(p DevicePtr, v uint8, n uint64) error {
-	if err := checkFill("cuMemsetD8Async", uint64(p), n, 1); err != nil {
-		return err
-	}
-	ctx, h, err := s.begin("cuMemsetD8Async")
-	if err != nil {
-		return err
-	}
-	r := s.dev.drv.MemsetD8Async.CallCtx(ctx, uintptr(p), uintptr(v), uintptr(n), h)
-	s.end()
-	return result(&s.dev.drv.MemsetD8Async, r)
+	return s.memset(1, p, uintptr(v), n)
 }
 
 // MemsetD16Async sets n 16-bit words at p (2-byte aligned) to v.
 func (s *Stream) MemsetD16Async(p DevicePtr, v uint16, n uint64) error {
-	if err := checkFill("cuMemsetD16Async", uint64(p), n, 2); err != nil {
-		return err
-	}
-	ctx, h, err := s.begin("cuMemsetD16Async")
-	if err != nil {
-		return err
-	}
-	r := s.dev.drv.MemsetD16Async.CallCtx(ctx, uintptr(p), uintptr(v), uintptr(n), h)
-	s.end()
-	return result(&s.dev.drv.MemsetD16Async, r)
+	return s.memset(2, p, uintptr(v), n)
 }
 
 // MemsetD32Async sets n 32-bit words at p (4-byte aligned) to v.
 func (s *Stream) MemsetD32Async(p DevicePtr, v uint32, n uint64) error {
-	if err := checkFill("cuMemsetD32Async", uint64(p), n, 4); err != nil {
+	return s.memset(4, p, uintptr(v), n)
+}
+
+// memset is cuMemsetD8Async, cuMemsetD16Async or cuMemsetD32Async by the
+// word's width in bytes.
+func (s *Stream) memset(width uint64, p DevicePtr, v uintptr, n uint64) error {
+	op := [...]string{1: "cuMemsetD8Async", 2: "cuMemsetD16Async", 4: "cuMemsetD32Async"}[width]
+	if err := checkFill(op, uint64(p), n, width); err != nil {
 		return err
 	}
-	ctx, h, err := s.begin("cuMemsetD32Async")
+	ctx, h, err := s.begin(op)
 	if err != nil {
 		return err
 	}
-	r := s.dev.drv.MemsetD32Async.CallCtx(ctx, uintptr(p), uintptr(v), uintptr(n), h)
+	proc := &s.dev.drv.MemsetD8Async
+	switch width {
+	case 2:
+		proc = &s.dev.drv.MemsetD16Async
+	case 4:
+		proc = &s.dev.drv.MemsetD32Async
+	}
+	r := proc.CallCtx(ctx, uintptr(p), v, uintptr(n), h)
 	s.end()
-	return result(&s.dev.drv.MemsetD32Async, r)
+	return result(proc, r)
 }
 
 // MemPrefetchAsync migrates managed memory toward loc, ordered on s
@@ -368,18 +364,18 @@ func QueryPointer(p DevicePtr) (PointerInfo, error) {
 	pg := &d.drv.PointerGetAttribute
 	attrs := []struct {
 		dst  unsafe.Pointer
-		attr PointerAttribute
+		attr pointerAttr
 	}{
-		{unsafe.Pointer(&mt), PointerAttrMemoryType},
-		{unsafe.Pointer(&ord), PointerAttrDeviceOrdinal},
-		{unsafe.Pointer(&managed), PointerAttrIsManaged},
-		{unsafe.Pointer(&info.RangeBase), PointerAttrRangeStartAddr},
-		{unsafe.Pointer(&info.RangeSize), PointerAttrRangeSize},
-		{unsafe.Pointer(&info.Pool), PointerAttrMemPoolHandle},
+		{unsafe.Pointer(&mt), pointerAttrMemoryType},
+		{unsafe.Pointer(&ord), pointerAttrDeviceOrdinal},
+		{unsafe.Pointer(&managed), pointerAttrIsManaged},
+		{unsafe.Pointer(&info.RangeBase), pointerAttrRangeStartAddr},
+		{unsafe.Pointer(&info.RangeSize), pointerAttrRangeSize},
+		{unsafe.Pointer(&info.Pool), pointerAttrMemPoolHandle},
 	}
 	for _, a := range attrs {
 		if r := pg.CallCtx(ctx, uintptr(a.dst), uintptr(a.attr), uintptr(p)); !ok(r) {
-			if a.attr == PointerAttrMemPoolHandle {
+			if a.attr == pointerAttrMemPoolHandle {
 				continue // not pool memory
 			}
 			return PointerInfo{}, fail(pg, r)

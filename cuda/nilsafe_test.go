@@ -25,19 +25,19 @@ var exportedTypes = map[string]reflect.Type{}
 func init() {
 	for _, v := range []any{
 		cuda.Device{}, cuda.DeviceAttribute(0), cuda.DevicePtr(0), cuda.Dim3{}, cuda.Event{},
-		cuda.EventFlags(0), cuda.Features{}, cuda.Function{}, cuda.GetProcAddressFlags(0),
-		cuda.IPCEventHandle{}, cuda.IPCMemFlags(0), cuda.IPCMemHandle{}, cuda.MemAccessDesc{},
+		cuda.EventFlags(0), cuda.Features{}, cuda.Function{},
+		cuda.IPCMemFlags(0), cuda.IPCMemHandle{}, cuda.MemAccessDesc{},
 		cuda.MemAccessFlags(0), cuda.MemAdvice(0), cuda.MemAllocationCompType(0),
 		cuda.MemAllocationGranularity(0), cuda.MemAllocationProp{}, cuda.MemAllocationPropFlags{},
 		cuda.MemAllocationType(0), cuda.MemAttachFlags(0), cuda.MemFabricHandle{}, cuda.MemHandle(0),
 		cuda.MemHandleType(0), cuda.MemHostAllocFlags(0), cuda.MemHostRegisterFlags(0),
 		cuda.MemLocation{}, cuda.MemLocationType(0), cuda.MemPool{}, cuda.MemPoolAttribute(0),
-		cuda.MemPoolProps{}, cuda.MemPoolPtrExportData{}, cuda.MemRangeAttribute(0),
-		cuda.MemRangeHandleType(0), cuda.MemoryType(0), cuda.Module{}, cuda.OpError{},
-		cuda.PointerAttribute(0), cuda.PointerInfo{}, cuda.ProcAddressQueryResult(0), cuda.Result(0),
+		cuda.MemPoolProps{}, cuda.MemPoolPtrExportData{},
+		cuda.MemoryType(0), cuda.Module{}, cuda.OpError{},
+		cuda.PointerInfo{}, cuda.Result(0),
 		cuda.Stream{}, cuda.StreamFlags(0), cuda.UUID{}, cuda.ForeignFunc{},
 		cuda.CaptureMode(0), cuda.CaptureStatus(0), cuda.Graph{}, cuda.GraphExec{},
-		cuda.GraphInstantiateFlags(0), cuda.GraphMemAttribute(0), cuda.GraphMemAttributes{},
+		cuda.GraphInstantiateFlags(0), cuda.GraphMemAttributes{},
 		cuda.Context{}, cuda.ContextFlags(0),
 	} {
 		t := reflect.TypeOf(v)

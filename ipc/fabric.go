@@ -198,18 +198,8 @@ func ExportPoolFabric(p ExportablePool) (*FabricHandle, error) {
 	if ip, ok := p.(*ImportedPool); ok {
 		return ip.ExportFabric()
 	}
-	if err := checkExportable(op, p); err != nil {
-		return nil, err
-	}
-	if handleTypes(p)&cuda.MemHandleTypeFabric == 0 {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool was created without fabric handles (resource.DevicePoolOptions.Fabric)")
-	}
-	st, err := poolState(op, p)
-	if err != nil {
-		return nil, err
-	}
 	var out *FabricHandle
-	err = withPool(op, p, func(pool cuda.MemPool) error {
+	err := exportPool(op, p, cuda.MemHandleTypeFabric, "fabric handles (resource.DevicePoolOptions.Fabric)", func(pool cuda.MemPool, st *exportState) error {
 		fh, err := pool.ExportFabric()
 		if err != nil {
 			return &cuda.OpError{Op: op, Err: err}

@@ -145,18 +145,8 @@ func ExportPool(p ExportablePool) (*Handle, error) {
 	if ip, ok := p.(*ImportedPool); ok {
 		return ip.Export()
 	}
-	if err := checkExportable(op, p); err != nil {
-		return nil, err
-	}
-	if handleTypes(p)&cuda.MemHandleTypePosixFileDescriptor == 0 {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool was created without POSIX fd handles (fabric only: use ExportPoolFabric)")
-	}
-	st, err := poolState(op, p)
-	if err != nil {
-		return nil, err
-	}
 	var h *Handle
-	err = withPool(op, p, func(pool cuda.MemPool) error {
+	err := exportPool(op, p, cuda.MemHandleTypePosixFileDescriptor, "POSIX fd handles (fabric only: use ExportPoolFabric)", func(pool cuda.MemPool, st *exportState) error {
 		fd, err := pool.ExportFD()
 		if err != nil {
 			return &cuda.OpError{Op: op, Err: err}
@@ -175,6 +165,24 @@ func ExportPool(p ExportablePool) (*Handle, error) {
 		return nil, err
 	}
 	return h, nil
+}
+
+// exportPool is the part ExportPool and ExportPoolFabric share: it checks
+// that p can export and was created with handle type want (else the error
+// says the pool was created without what), then runs export with the pool
+// held and its export state.
+func exportPool(op string, p ExportablePool, want cuda.MemHandleType, what string, export func(cuda.MemPool, *exportState) error) error {
+	if err := checkExportable(op, p); err != nil {
+		return err
+	}
+	if handleTypes(p)&want == 0 {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "pool was created without %s", what)
+	}
+	st, err := poolState(op, p)
+	if err != nil {
+		return err
+	}
+	return withPool(op, p, func(pool cuda.MemPool) error { return export(pool, st) })
 }
 
 // ExportBuffer describes b, a whole buffer of an IPC-enabled pool (or of

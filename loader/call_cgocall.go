@@ -4,9 +4,6 @@ package loader
 
 import "unsafe"
 
-// MaxArgs is the most integer arguments a call may pass.
-const MaxArgs = 16
-
 // frame is the record the trampoline reads: it lives on the caller's stack
 // for the duration of one call (no heap allocation per call). Its field
 // offsets reach the assembly through go_asm.h.

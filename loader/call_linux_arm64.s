@@ -35,31 +35,21 @@ TEXT trampoline<>(SB), NOSPLIT|NOFRAME, $0
 	CBNZ R0, done
 
 args:
-	MOVD (frame_args+8*8)(R19), R9
-	MOVD R9, 0(RSP)
-	MOVD (frame_args+9*8)(R19), R9
-	MOVD R9, 8(RSP)
-	MOVD (frame_args+10*8)(R19), R9
-	MOVD R9, 16(RSP)
-	MOVD (frame_args+11*8)(R19), R9
-	MOVD R9, 24(RSP)
-	MOVD (frame_args+12*8)(R19), R9
-	MOVD R9, 32(RSP)
-	MOVD (frame_args+13*8)(R19), R9
-	MOVD R9, 40(RSP)
-	MOVD (frame_args+14*8)(R19), R9
-	MOVD R9, 48(RSP)
-	MOVD (frame_args+15*8)(R19), R9
-	MOVD R9, 56(RSP)
+	// Arguments 9..16 go on the stack at 0..63(RSP), then 1..8 in R0..R7,
+	// two at a time.
+	LDP (frame_args+8*8)(R19), (R9, R10)
+	STP (R9, R10), 0(RSP)
+	LDP (frame_args+10*8)(R19), (R9, R10)
+	STP (R9, R10), 16(RSP)
+	LDP (frame_args+12*8)(R19), (R9, R10)
+	STP (R9, R10), 32(RSP)
+	LDP (frame_args+14*8)(R19), (R9, R10)
+	STP (R9, R10), 48(RSP)
 
-	MOVD (frame_args+0*8)(R19), R0
-	MOVD (frame_args+1*8)(R19), R1
-	MOVD (frame_args+2*8)(R19), R2
-	MOVD (frame_args+3*8)(R19), R3
-	MOVD (frame_args+4*8)(R19), R4
-	MOVD (frame_args+5*8)(R19), R5
-	MOVD (frame_args+6*8)(R19), R6
-	MOVD (frame_args+7*8)(R19), R7
+	LDP  (frame_args+0*8)(R19), (R0, R1)
+	LDP  (frame_args+2*8)(R19), (R2, R3)
+	LDP  (frame_args+4*8)(R19), (R4, R5)
+	LDP  (frame_args+6*8)(R19), (R6, R7)
 	MOVD frame_fn(R19), R9
 	CALL (R9)
 

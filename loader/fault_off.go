@@ -5,10 +5,6 @@ package loader
 // faultEnabled is false in normal builds: the fault-injection branch in the
 // call path is compiled away. Build with -tags cudamemfault for the
 // injection API (FailCall and friends).
-// FaultInjection reports whether this binary was built with the
-// cudamemfault tag, so FailCall and friends work.
-const FaultInjection = false
-
 const faultEnabled = false
 
 // faultHit is never called in normal builds; it exists so the call path

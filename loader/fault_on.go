@@ -7,10 +7,6 @@ import (
 	"sync/atomic"
 )
 
-// FaultInjection reports whether this binary was built with the
-// cudamemfault tag, so FailCall and friends work.
-const FaultInjection = true
-
 const faultEnabled = true
 
 // Fault-injection state. Every field is read and written with sync/atomic
@@ -147,13 +143,13 @@ func (d *Driver) ProcName(addr uintptr) string {
 	if addr == 0 {
 		return ""
 	}
-	for _, p := range []*Proc{&d.GetProcAddress, &d.DriverGetVersion, &d.Init} {
+	for _, p := range []*Proc{&d.getProcAddress, &d.DriverGetVersion, &d.cuInit} {
 		if p.addr == addr {
 			return p.name
 		}
 	}
-	for _, s := range d.symbols() {
-		if s.p.addr == addr {
+	for _, s := range symbols() {
+		if d.proc(s).addr == addr {
 			return s.name
 		}
 	}
@@ -163,9 +159,9 @@ func (d *Driver) ProcName(addr uintptr) string {
 // ProcByName returns the resolved entry point with base name name (as
 // listed by Missing), for FailEvery.
 func (d *Driver) ProcByName(name string) (Proc, bool) {
-	for _, s := range d.symbols() {
+	for _, s := range symbols() {
 		if s.name == name {
-			return *s.p, s.p.Found()
+			return *d.proc(s), d.proc(s).Found()
 		}
 	}
 	return Proc{name: name}, false

@@ -92,7 +92,7 @@ func TestFaultFailEvery(t *testing.T) {
 	assert.Equal(t, int32(3), n)
 	_, ok = d.ProcByName("cuMemGetInfo")
 	assert.False(t, ok, "unresolved in the fake")
-	assert.Equal(t, "cuInit", d.ProcName(d.Init.Addr()))
+	assert.Equal(t, "cuInit", d.ProcName(d.cuInit.Addr()))
 	assert.Equal(t, "0x1", d.ProcName(1))
 	assert.Equal(t, "", d.ProcName(0))
 }

@@ -8,9 +8,6 @@ var defaultPaths []string
 
 var noDriverReason = "CUDA drivers do not exist for " + runtime.GOOS + "/" + runtime.GOARCH
 
-// MaxArgs is the most integer arguments a call may pass.
-const MaxArgs = 16
-
 // Library is never opened on this system.
 type Library struct{}
 

@@ -16,9 +16,6 @@ var defaultPaths = []string{"nvcuda.dll"}
 
 const noDriverReason = "no library paths to try"
 
-// MaxArgs is the most integer arguments a call may pass.
-const MaxArgs = 16
-
 // Library is a DLL opened with LoadLibrary.
 type Library struct {
 	mu   sync.RWMutex // Close waits for Lookups in progress

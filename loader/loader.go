@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"unsafe"
@@ -14,10 +16,17 @@ import (
 // when set, only that path is tried.
 const EnvDriver = "CUDAMEM_DRIVER"
 
-// ABIVersion is the CUDA version (1000*major + 10*minor) whose entry-point
+// abiVersion is the CUDA version (1000*major + 10*minor) whose entry-point
 // signatures our calls are written against. Entry points are requested at
 // this version, or at the driver's own version when that is older.
-const ABIVersion = 12000
+const abiVersion = 12000
+
+// MaxArgs is the most integer arguments a call may pass.
+const MaxArgs = 16
+
+// FaultInjection reports whether this binary was built with the
+// cudamemfault tag, so FailCall and friends work.
+const FaultInjection = faultEnabled
 
 // NotFound is what a call to an unresolved entry point returns instead of a
 // CUresult. No CUresult has this value.
@@ -152,53 +161,63 @@ func (p *Proc) Addr() uintptr {
 	return p.addr
 }
 
-// Driver is the opened driver library and its resolved entry points. Fields
-// are the entry points by base name without the "cu" prefix; see [Load].
+// Driver is the opened driver library and its resolved entry points. Each
+// exported Proc field is the entry point named "cu" and the field's name
+// (less a V<n> suffix, which marks another ABI of the same base name), and
+// is all there is to add one: its tags say how it resolves (see symbol).
+// See [Load].
 type Driver struct {
 	Path    string // the library path that loaded
 	Version int    // cuDriverGetVersion: 1000*major + 10*minor
 	lib     *Library
 
 	// Bootstrap, found with dlsym.
-	GetProcAddress Proc
-	DriverGetVersion,
-	Init Proc
-
-	GetErrorName, GetErrorString Proc
+	getProcAddress, cuInit Proc
+	DriverGetVersion       Proc `bootstrap:"dlsym"`
 
 	// Devices.
-	DeviceGet, DeviceGetCount, DeviceGetName, DeviceGetUuid, DeviceTotalMem,
-	DeviceGetAttribute, DeviceCanAccessPeer, DeviceGetP2PAttribute,
-	DeviceGetPCIBusId, DeviceGetDefaultMemPool, DeviceGetMemPool,
-	DeviceSetMemPool Proc
+	DeviceGet, DeviceGetCount, DeviceGetName, DeviceGetAttribute,
+	DeviceCanAccessPeer, DeviceGetPCIBusId, DeviceGetDefaultMemPool,
+	DeviceGetMemPool, DeviceSetMemPool Proc
+	DeviceGetUuid  Proc `dlsym:"cuDeviceGetUuid_v2"`
+	DeviceTotalMem Proc `dlsym:"cuDeviceTotalMem_v2"`
 
 	// Contexts.
-	DevicePrimaryCtxRetain, DevicePrimaryCtxRelease, CtxSetCurrent,
-	CtxGetCurrent, CtxGetDevice, CtxSynchronize, CtxEnablePeerAccess,
-	CtxDisablePeerAccess, CtxGetStreamPriorityRange Proc
+	DevicePrimaryCtxRetain, CtxSetCurrent, CtxGetCurrent, CtxGetDevice,
+	CtxSynchronize, CtxEnablePeerAccess, CtxGetStreamPriorityRange Proc
 
 	// Streams and events.
-	StreamCreate, StreamCreateWithPriority, StreamDestroy, StreamSynchronize,
-	StreamQuery, StreamWaitEvent, StreamGetPriority, StreamGetFlags,
-	EventCreate, EventDestroy, EventRecord, EventSynchronize, EventQuery,
-	EventElapsedTime Proc
+	StreamCreateWithPriority, StreamSynchronize, StreamQuery,
+	StreamWaitEvent, StreamGetFlags, EventCreate, EventRecord,
+	EventSynchronize, EventQuery, EventElapsedTime Proc
+	StreamDestroy Proc `dlsym:"cuStreamDestroy_v2"`
+	EventDestroy  Proc `dlsym:"cuEventDestroy_v2"`
 
 	// Memory.
-	MemGetInfo, MemAlloc, MemFree, MemAllocHost, MemFreeHost, MemHostAlloc,
-	MemHostGetDevicePointer, MemHostRegister, MemHostUnregister,
-	MemAllocManaged, MemGetAddressRange, PointerGetAttribute,
-	PointerGetAttributes, Memcpy, MemcpyAsync, MemcpyPeerAsync, MemcpyHtoD,
-	MemcpyDtoH, MemcpyDtoD, MemcpyHtoDAsync, MemcpyDtoHAsync,
-	MemcpyDtoDAsync, MemsetD8, MemsetD32, MemsetD8Async, MemsetD16Async,
-	MemsetD32Async, MemPrefetchAsync, MemAdvise, MemRangeGetAttribute Proc
+	MemFreeHost, MemHostAlloc, MemHostUnregister, MemAllocManaged,
+	PointerGetAttribute, MemcpyAsync, MemcpyPeerAsync, MemsetD8Async,
+	MemsetD16Async, MemsetD32Async Proc
+	MemGetInfo         Proc `dlsym:"cuMemGetInfo_v2"`
+	MemAlloc           Proc `dlsym:"cuMemAlloc_v2"`
+	MemFree            Proc `dlsym:"cuMemFree_v2"`
+	MemHostRegister    Proc `dlsym:"cuMemHostRegister_v2"`
+	MemGetAddressRange Proc `dlsym:"cuMemGetAddressRange_v2"`
+	MemcpyHtoD         Proc `dlsym:"cuMemcpyHtoD_v2"`
+	MemcpyDtoH         Proc `dlsym:"cuMemcpyDtoH_v2"`
+	MemcpyHtoDAsync    Proc `dlsym:"cuMemcpyHtoDAsync_v2"`
+	MemcpyDtoHAsync    Proc `dlsym:"cuMemcpyDtoHAsync_v2"`
+	// CUDA 12.2 changed these two to take a CUmemLocation; we speak that.
+	MemPrefetchAsync Proc `since:"12020" dlsym:"cuMemPrefetchAsync_v2"`
+	MemAdvise        Proc `since:"12020" dlsym:"cuMemAdvise_v2"`
 
 	// Stream-ordered pools.
 	MemAllocAsync, MemFreeAsync, MemAllocFromPoolAsync, MemPoolCreate,
 	MemPoolDestroy, MemPoolSetAttribute, MemPoolGetAttribute, MemPoolTrimTo,
 	MemPoolSetAccess, MemPoolGetAccess, MemPoolExportToShareableHandle,
 	MemPoolImportFromShareableHandle, MemPoolExportPointer,
-	MemPoolImportPointer, MemGetDefaultMemPool, MemGetMemPool,
-	MemSetMemPool Proc
+	MemPoolImportPointer Proc
+	// New in CUDA 13.0 (pools for host and managed locations).
+	MemGetDefaultMemPool Proc `since:"13000"`
 
 	// Virtual memory management.
 	MemCreate, MemRelease, MemAddressReserve, MemAddressFree, MemMap,
@@ -207,210 +226,92 @@ type Driver struct {
 	MemRetainAllocationHandle, MemGetAllocationPropertiesFromHandle Proc
 
 	// Legacy IPC.
-	IpcGetMemHandle, IpcOpenMemHandle, IpcCloseMemHandle Proc
+	IpcGetMemHandle, IpcCloseMemHandle Proc
+	IpcOpenMemHandle                   Proc `dlsym:"cuIpcOpenMemHandle_v2"`
 
 	// Modules and launches (tests and tools run small kernels).
 	ModuleLoadData, ModuleUnload, ModuleGetFunction, LaunchKernel Proc
 
 	// Contexts made elsewhere (cuCtxCreate, green contexts).
-	//
-	// CtxCreate is cuCtxCreate_v2 (pctx, flags, dev); CtxCreateV4 the CUDA
-	// 13 default cuCtxCreate_v4 (pctx, params, flags, dev), found only on
-	// drivers of 13.0 or later. StreamGetCtxV2 also reports green contexts.
-	CtxCreate, CtxCreateV4, CtxDestroy, CtxPopCurrent, CtxGetId, StreamGetCtx,
-	StreamGetCtxV2 Proc
+	// cuGetProcAddress takes base names, the version choosing the ABI (a
+	// name with a _vN suffix resolves to nothing on some drivers):
+	// "cuCtxCreate" at our ABI (12.0) is cuCtxCreate_v2 (pctx, flags, dev),
+	// at 13.0 (whose header maps cuCtxCreate to it) cuCtxCreate_v4 (pctx,
+	// params, flags, dev). "cuStreamGetCtx" at 12.5 is cuStreamGetCtx_v2,
+	// which also reports a green context.
+	StreamGetCtx   Proc
+	CtxCreate      Proc `dlsym:"cuCtxCreate_v2"`
+	CtxCreateV4    Proc `since:"13000" dlsym:"cuCtxCreate_v4"`
+	CtxDestroy     Proc `dlsym:"cuCtxDestroy_v2"`
+	CtxPopCurrent  Proc `dlsym:"cuCtxPopCurrent_v2"`
+	CtxGetId       Proc `since:"12000"`
+	StreamGetCtxV2 Proc `since:"12050" dlsym:"cuStreamGetCtx_v2"`
 
-	// Green contexts (CUDA 12.4+).
-	DeviceGetDevResource, DevSmResourceSplitByCount, DevResourceGenerateDesc,
-	GreenCtxCreate, GreenCtxDestroy, CtxFromGreenCtx, GreenCtxStreamCreate Proc
+	// Green contexts: CUDA 12.4 (cuGreenCtxStreamCreate 12.5).
+	DeviceGetDevResource      Proc `since:"12040"`
+	DevSmResourceSplitByCount Proc `since:"12040"`
+	DevResourceGenerateDesc   Proc `since:"12040"`
+	GreenCtxCreate            Proc `since:"12040"`
+	GreenCtxDestroy           Proc `since:"12040"`
+	CtxFromGreenCtx           Proc `since:"12040"`
+	GreenCtxStreamCreate      Proc `since:"12050"`
 
-	// Stream capture and graphs.
-	StreamBeginCapture, StreamEndCapture, StreamIsCapturing,
-	StreamGetCaptureInfo, GraphInstantiateWithFlags, GraphLaunch,
-	GraphDestroy, GraphExecDestroy, DeviceGraphMemTrim,
+	// Stream capture and graphs. cuStreamBeginCapture's base name gives the
+	// _v2 ABI (with a capture mode) at 12.0; cuStreamGetCaptureInfo's last
+	// ABI change (_v3, edge data) came in 12.3: we pass NULL for everything
+	// but the status and id, but must call the signature we get.
+	StreamEndCapture, StreamIsCapturing, GraphInstantiateWithFlags,
+	GraphLaunch, GraphDestroy, GraphExecDestroy, DeviceGraphMemTrim,
 	DeviceGetGraphMemAttribute, DeviceSetGraphMemAttribute Proc
+	StreamBeginCapture   Proc `dlsym:"cuStreamBeginCapture_v2"`
+	StreamGetCaptureInfo Proc `since:"12030" dlsym:"cuStreamGetCaptureInfo_v3"`
 
-	// Batched copies.
-	//
-	// cuMemcpyBatchAsync changed ABI at CUDA 13.0: 12.8 and 12.9 take a
-	// size_t *failIdx before the stream; 13.0 (cuMemcpyBatchAsync_v2)
-	// dropped it. Both are resolved (a 13.x driver gives both); package
-	// cuda picks one, or its loop of cuMemcpyAsync, once per driver.
-	MemcpyBatchAsync, // the CUDA 13.0 ABI: no failIdx
-	MemcpyBatchAsyncV1 Proc // the CUDA 12.8 ABI: with failIdx
+	// Batched copies. cuMemcpyBatchAsync changed ABI at CUDA 13.0: 12.8
+	// and 12.9 take a size_t *failIdx before the stream; 13.0
+	// (cuMemcpyBatchAsync_v2) dropped it. Both are resolved (a 13.x driver
+	// gives both); package cuda picks one, or its loop of cuMemcpyAsync,
+	// once per driver.
+	MemcpyBatchAsync   Proc `since:"13000" dlsym:"cuMemcpyBatchAsync_v2"` // no failIdx
+	MemcpyBatchAsyncV1 Proc `since:"12080" dlsym:"cuMemcpyBatchAsync"`    // with failIdx
 }
 
-// symbol describes how to resolve one entry point.
+// symbol describes how to resolve one entry point, a Proc field of Driver.
 type symbol struct {
-	p     *Proc
-	name  string // base name, for cuGetProcAddress
-	ver   int    // ABI version our call matches; 0 means ABIVersion
-	since int    // the ABI changed at this version: older drivers lack ours
-	dlsym string // explicit versioned name for the dlsym fallback
+	off  uintptr // the field's offset in Driver
+	name string  // base name, for cuGetProcAddress
+	// since (tag since) is the CUDA version whose ABI our call speaks,
+	// when newer than abiVersion: the entry point is requested at it, and
+	// older drivers lack it.
+	since int
+	dlsym string // explicit versioned name for the dlsym fallback (tag dlsym)
 }
 
-func (d *Driver) symbols() []symbol {
-	return []symbol{
-		{p: &d.GetErrorName, name: "cuGetErrorName"},
-		{p: &d.GetErrorString, name: "cuGetErrorString"},
-
-		{p: &d.DeviceGet, name: "cuDeviceGet"},
-		{p: &d.DeviceGetCount, name: "cuDeviceGetCount"},
-		{p: &d.DeviceGetName, name: "cuDeviceGetName"},
-		{p: &d.DeviceGetUuid, name: "cuDeviceGetUuid", dlsym: "cuDeviceGetUuid_v2"},
-		{p: &d.DeviceTotalMem, name: "cuDeviceTotalMem", dlsym: "cuDeviceTotalMem_v2"},
-		{p: &d.DeviceGetAttribute, name: "cuDeviceGetAttribute"},
-		{p: &d.DeviceCanAccessPeer, name: "cuDeviceCanAccessPeer"},
-		{p: &d.DeviceGetP2PAttribute, name: "cuDeviceGetP2PAttribute"},
-		{p: &d.DeviceGetPCIBusId, name: "cuDeviceGetPCIBusId"},
-		{p: &d.DeviceGetDefaultMemPool, name: "cuDeviceGetDefaultMemPool"},
-		{p: &d.DeviceGetMemPool, name: "cuDeviceGetMemPool"},
-		{p: &d.DeviceSetMemPool, name: "cuDeviceSetMemPool"},
-
-		{p: &d.DevicePrimaryCtxRetain, name: "cuDevicePrimaryCtxRetain"},
-		{p: &d.DevicePrimaryCtxRelease, name: "cuDevicePrimaryCtxRelease", dlsym: "cuDevicePrimaryCtxRelease_v2"},
-		{p: &d.CtxSetCurrent, name: "cuCtxSetCurrent"},
-		{p: &d.CtxGetCurrent, name: "cuCtxGetCurrent"},
-		{p: &d.CtxGetDevice, name: "cuCtxGetDevice"},
-		{p: &d.CtxSynchronize, name: "cuCtxSynchronize"},
-		{p: &d.CtxEnablePeerAccess, name: "cuCtxEnablePeerAccess"},
-		{p: &d.CtxDisablePeerAccess, name: "cuCtxDisablePeerAccess"},
-		{p: &d.CtxGetStreamPriorityRange, name: "cuCtxGetStreamPriorityRange"},
-
-		{p: &d.StreamCreate, name: "cuStreamCreate"},
-		{p: &d.StreamCreateWithPriority, name: "cuStreamCreateWithPriority"},
-		{p: &d.StreamDestroy, name: "cuStreamDestroy", dlsym: "cuStreamDestroy_v2"},
-		{p: &d.StreamSynchronize, name: "cuStreamSynchronize"},
-		{p: &d.StreamQuery, name: "cuStreamQuery"},
-		{p: &d.StreamWaitEvent, name: "cuStreamWaitEvent"},
-		{p: &d.StreamGetPriority, name: "cuStreamGetPriority"},
-		{p: &d.StreamGetFlags, name: "cuStreamGetFlags"},
-		{p: &d.EventCreate, name: "cuEventCreate"},
-		{p: &d.EventDestroy, name: "cuEventDestroy", dlsym: "cuEventDestroy_v2"},
-		{p: &d.EventRecord, name: "cuEventRecord"},
-		{p: &d.EventSynchronize, name: "cuEventSynchronize"},
-		{p: &d.EventQuery, name: "cuEventQuery"},
-		{p: &d.EventElapsedTime, name: "cuEventElapsedTime"},
-
-		{p: &d.MemGetInfo, name: "cuMemGetInfo", dlsym: "cuMemGetInfo_v2"},
-		{p: &d.MemAlloc, name: "cuMemAlloc", dlsym: "cuMemAlloc_v2"},
-		{p: &d.MemFree, name: "cuMemFree", dlsym: "cuMemFree_v2"},
-		{p: &d.MemAllocHost, name: "cuMemAllocHost", dlsym: "cuMemAllocHost_v2"},
-		{p: &d.MemFreeHost, name: "cuMemFreeHost"},
-		{p: &d.MemHostAlloc, name: "cuMemHostAlloc"},
-		{p: &d.MemHostGetDevicePointer, name: "cuMemHostGetDevicePointer", dlsym: "cuMemHostGetDevicePointer_v2"},
-		{p: &d.MemHostRegister, name: "cuMemHostRegister", dlsym: "cuMemHostRegister_v2"},
-		{p: &d.MemHostUnregister, name: "cuMemHostUnregister"},
-		{p: &d.MemAllocManaged, name: "cuMemAllocManaged"},
-		{p: &d.MemGetAddressRange, name: "cuMemGetAddressRange", dlsym: "cuMemGetAddressRange_v2"},
-		{p: &d.PointerGetAttribute, name: "cuPointerGetAttribute"},
-		{p: &d.PointerGetAttributes, name: "cuPointerGetAttributes"},
-		{p: &d.Memcpy, name: "cuMemcpy"},
-		{p: &d.MemcpyAsync, name: "cuMemcpyAsync"},
-		{p: &d.MemcpyPeerAsync, name: "cuMemcpyPeerAsync"},
-		{p: &d.MemcpyHtoD, name: "cuMemcpyHtoD", dlsym: "cuMemcpyHtoD_v2"},
-		{p: &d.MemcpyDtoH, name: "cuMemcpyDtoH", dlsym: "cuMemcpyDtoH_v2"},
-		{p: &d.MemcpyDtoD, name: "cuMemcpyDtoD", dlsym: "cuMemcpyDtoD_v2"},
-		{p: &d.MemcpyHtoDAsync, name: "cuMemcpyHtoDAsync", dlsym: "cuMemcpyHtoDAsync_v2"},
-		{p: &d.MemcpyDtoHAsync, name: "cuMemcpyDtoHAsync", dlsym: "cuMemcpyDtoHAsync_v2"},
-		{p: &d.MemcpyDtoDAsync, name: "cuMemcpyDtoDAsync", dlsym: "cuMemcpyDtoDAsync_v2"},
-		{p: &d.MemsetD8, name: "cuMemsetD8", dlsym: "cuMemsetD8_v2"},
-		{p: &d.MemsetD32, name: "cuMemsetD32", dlsym: "cuMemsetD32_v2"},
-		{p: &d.MemsetD8Async, name: "cuMemsetD8Async"},
-		{p: &d.MemsetD16Async, name: "cuMemsetD16Async"},
-		{p: &d.MemsetD32Async, name: "cuMemsetD32Async"},
-		// CUDA 12.2 changed these two to take a CUmemLocation; we speak that.
-		{p: &d.MemPrefetchAsync, name: "cuMemPrefetchAsync", ver: 12020, since: 12020, dlsym: "cuMemPrefetchAsync_v2"},
-		{p: &d.MemAdvise, name: "cuMemAdvise", ver: 12020, since: 12020, dlsym: "cuMemAdvise_v2"},
-		{p: &d.MemRangeGetAttribute, name: "cuMemRangeGetAttribute"},
-
-		{p: &d.MemAllocAsync, name: "cuMemAllocAsync"},
-		{p: &d.MemFreeAsync, name: "cuMemFreeAsync"},
-		{p: &d.MemAllocFromPoolAsync, name: "cuMemAllocFromPoolAsync"},
-		{p: &d.MemPoolCreate, name: "cuMemPoolCreate"},
-		{p: &d.MemPoolDestroy, name: "cuMemPoolDestroy"},
-		{p: &d.MemPoolSetAttribute, name: "cuMemPoolSetAttribute"},
-		{p: &d.MemPoolGetAttribute, name: "cuMemPoolGetAttribute"},
-		{p: &d.MemPoolTrimTo, name: "cuMemPoolTrimTo"},
-		{p: &d.MemPoolSetAccess, name: "cuMemPoolSetAccess"},
-		{p: &d.MemPoolGetAccess, name: "cuMemPoolGetAccess"},
-		{p: &d.MemPoolExportToShareableHandle, name: "cuMemPoolExportToShareableHandle"},
-		{p: &d.MemPoolImportFromShareableHandle, name: "cuMemPoolImportFromShareableHandle"},
-		{p: &d.MemPoolExportPointer, name: "cuMemPoolExportPointer"},
-		{p: &d.MemPoolImportPointer, name: "cuMemPoolImportPointer"},
-		// New in CUDA 13.0 (pools for host and managed locations).
-		{p: &d.MemGetDefaultMemPool, name: "cuMemGetDefaultMemPool", ver: 13000, since: 13000},
-		{p: &d.MemGetMemPool, name: "cuMemGetMemPool", ver: 13000, since: 13000},
-		{p: &d.MemSetMemPool, name: "cuMemSetMemPool", ver: 13000, since: 13000},
-
-		{p: &d.MemCreate, name: "cuMemCreate"},
-		{p: &d.MemRelease, name: "cuMemRelease"},
-		{p: &d.MemAddressReserve, name: "cuMemAddressReserve"},
-		{p: &d.MemAddressFree, name: "cuMemAddressFree"},
-		{p: &d.MemMap, name: "cuMemMap"},
-		{p: &d.MemUnmap, name: "cuMemUnmap"},
-		{p: &d.MemSetAccess, name: "cuMemSetAccess"},
-		{p: &d.MemGetAccess, name: "cuMemGetAccess"},
-		{p: &d.MemGetAllocationGranularity, name: "cuMemGetAllocationGranularity"},
-		{p: &d.MemExportToShareableHandle, name: "cuMemExportToShareableHandle"},
-		{p: &d.MemImportFromShareableHandle, name: "cuMemImportFromShareableHandle"},
-		{p: &d.MemRetainAllocationHandle, name: "cuMemRetainAllocationHandle"},
-		{p: &d.MemGetAllocationPropertiesFromHandle, name: "cuMemGetAllocationPropertiesFromHandle"},
-
-		{p: &d.IpcGetMemHandle, name: "cuIpcGetMemHandle"},
-		{p: &d.IpcOpenMemHandle, name: "cuIpcOpenMemHandle", dlsym: "cuIpcOpenMemHandle_v2"},
-		{p: &d.IpcCloseMemHandle, name: "cuIpcCloseMemHandle"},
-
-		{p: &d.ModuleLoadData, name: "cuModuleLoadData"},
-		{p: &d.ModuleUnload, name: "cuModuleUnload"},
-		{p: &d.ModuleGetFunction, name: "cuModuleGetFunction"},
-		{p: &d.LaunchKernel, name: "cuLaunchKernel"},
-
-		// Contexts made elsewhere (cuCtxCreate, green contexts).
-		// cuGetProcAddress takes base names, the version choosing the ABI
-		// (a name with a _vN suffix resolves to nothing on some drivers):
-		// "cuCtxCreate" at our ABI (12.0) is cuCtxCreate_v2, at 13.0 (whose
-		// header maps cuCtxCreate to it) cuCtxCreate_v4.
-		{p: &d.CtxCreate, name: "cuCtxCreate", dlsym: "cuCtxCreate_v2"},
-		{p: &d.CtxCreateV4, name: "cuCtxCreate", ver: 13000, since: 13000, dlsym: "cuCtxCreate_v4"},
-		{p: &d.CtxDestroy, name: "cuCtxDestroy", dlsym: "cuCtxDestroy_v2"},
-		{p: &d.CtxPopCurrent, name: "cuCtxPopCurrent", dlsym: "cuCtxPopCurrent_v2"},
-		{p: &d.CtxGetId, name: "cuCtxGetId", since: 12000},
-		{p: &d.StreamGetCtx, name: "cuStreamGetCtx"},
-		// "cuStreamGetCtx" at 12.5 is cuStreamGetCtx_v2 (it also reports a
-		// green context).
-		{p: &d.StreamGetCtxV2, name: "cuStreamGetCtx", ver: 12050, since: 12050, dlsym: "cuStreamGetCtx_v2"},
-		// Green contexts: CUDA 12.4 (cuGreenCtxStreamCreate 12.5).
-		{p: &d.DeviceGetDevResource, name: "cuDeviceGetDevResource", ver: 12040, since: 12040},
-		{p: &d.DevSmResourceSplitByCount, name: "cuDevSmResourceSplitByCount", ver: 12040, since: 12040},
-		{p: &d.DevResourceGenerateDesc, name: "cuDevResourceGenerateDesc", ver: 12040, since: 12040},
-		{p: &d.GreenCtxCreate, name: "cuGreenCtxCreate", ver: 12040, since: 12040},
-		{p: &d.GreenCtxDestroy, name: "cuGreenCtxDestroy", ver: 12040, since: 12040},
-		{p: &d.CtxFromGreenCtx, name: "cuCtxFromGreenCtx", ver: 12040, since: 12040},
-		{p: &d.GreenCtxStreamCreate, name: "cuGreenCtxStreamCreate", ver: 12050, since: 12050},
-
-		// Stream capture and graphs.
-		// cuStreamBeginCapture's base name gives the _v2 ABI (with a
-		// capture mode) at 12.0; cuStreamGetCaptureInfo's last ABI change
-		// (_v3, edge data) came in 12.3: we pass NULL for everything but
-		// the status and id, but must call the signature we get.
-		{p: &d.StreamBeginCapture, name: "cuStreamBeginCapture", dlsym: "cuStreamBeginCapture_v2"},
-		{p: &d.StreamEndCapture, name: "cuStreamEndCapture"},
-		{p: &d.StreamIsCapturing, name: "cuStreamIsCapturing"},
-		{p: &d.StreamGetCaptureInfo, name: "cuStreamGetCaptureInfo", ver: 12030, since: 12030, dlsym: "cuStreamGetCaptureInfo_v3"},
-		{p: &d.GraphInstantiateWithFlags, name: "cuGraphInstantiateWithFlags"},
-		{p: &d.GraphLaunch, name: "cuGraphLaunch"},
-		{p: &d.GraphDestroy, name: "cuGraphDestroy"},
-		{p: &d.GraphExecDestroy, name: "cuGraphExecDestroy"},
-		{p: &d.DeviceGraphMemTrim, name: "cuDeviceGraphMemTrim"},
-		{p: &d.DeviceGetGraphMemAttribute, name: "cuDeviceGetGraphMemAttribute"},
-		{p: &d.DeviceSetGraphMemAttribute, name: "cuDeviceSetGraphMemAttribute"},
-
-		// Batched copies.
-		{p: &d.MemcpyBatchAsync, name: "cuMemcpyBatchAsync", ver: 13000, since: 13000, dlsym: "cuMemcpyBatchAsync_v2"},
-		{p: &d.MemcpyBatchAsyncV1, name: "cuMemcpyBatchAsync", ver: 12080, since: 12080, dlsym: "cuMemcpyBatchAsync"},
+// symbols lists Driver's entry points, read once from its fields.
+var symbols = sync.OnceValue(func() []symbol {
+	var out []symbol
+	t := reflect.TypeFor[Driver]()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if f.Type != reflect.TypeFor[Proc]() || !f.IsExported() || f.Tag.Get("bootstrap") != "" {
+			continue
+		}
+		since, _ := strconv.Atoi(f.Tag.Get("since"))
+		out = append(out, symbol{off: f.Offset, name: baseName(f.Name), since: since, dlsym: f.Tag.Get("dlsym")})
 	}
+	return out
+})
+
+// baseName is the entry point of a Driver field: "cu" and the field's name,
+// less a V<n> suffix (MemcpyBatchAsyncV1 is cuMemcpyBatchAsync).
+func baseName(field string) string {
+	if t := strings.TrimRight(field, "0123456789"); t != field && strings.HasSuffix(t, "V") {
+		field = t[:len(t)-1]
+	}
+	return "cu" + field
 }
+
+// proc is d's entry point s.
+func (d *Driver) proc(s symbol) *Proc { return (*Proc)(unsafe.Add(unsafe.Pointer(d), s.off)) }
 
 // Missing lists the entry points the driver did not provide. A nil Driver
 // has none to list.
@@ -419,8 +320,8 @@ func (d *Driver) Missing() []string {
 		return nil
 	}
 	var out []string
-	for _, s := range d.symbols() {
-		if !s.p.Found() {
+	for _, s := range symbols() {
+		if !d.proc(s).Found() {
 			out = append(out, s.name)
 		}
 	}
@@ -432,9 +333,9 @@ func (d *Driver) Resolved() (found, total int) {
 	if d == nil {
 		return 0, 0
 	}
-	for _, s := range d.symbols() {
+	for _, s := range symbols() {
 		total++
-		if s.p.Found() {
+		if d.proc(s).Found() {
 			found++
 		}
 	}
@@ -502,14 +403,14 @@ func bootstrap(lib *Library) (*Driver, error) {
 	if d.DriverGetVersion, err = lib.Lookup("cuDriverGetVersion"); err != nil {
 		return nil, fmt.Errorf("not a CUDA driver: %w", err)
 	}
-	if d.Init, err = lib.Lookup("cuInit"); err != nil {
+	if d.cuInit, err = lib.Lookup("cuInit"); err != nil {
 		return nil, fmt.Errorf("not a CUDA driver: %w", err)
 	}
 	// v2 (CUDA 12.0+) takes a fifth argument; remember which one we hold.
-	if d.GetProcAddress, err = lib.Lookup("cuGetProcAddress_v2"); err == nil {
-		d.GetProcAddress.name = "cuGetProcAddress_v2"
-	} else if d.GetProcAddress, err = lib.Lookup("cuGetProcAddress"); err != nil {
-		d.GetProcAddress = Proc{}
+	if d.getProcAddress, err = lib.Lookup("cuGetProcAddress_v2"); err == nil {
+		d.getProcAddress.name = "cuGetProcAddress_v2"
+	} else if d.getProcAddress, err = lib.Lookup("cuGetProcAddress"); err != nil {
+		d.getProcAddress = Proc{}
 	}
 	var v int32
 	if r := d.DriverGetVersion.Call(uintptr(unsafe.Pointer(&v))); r != 0 {
@@ -522,16 +423,16 @@ func bootstrap(lib *Library) (*Driver, error) {
 // init runs cuInit(0) and resolves the entry points. Resolution happens
 // even when cuInit fails, so a tool can still describe the driver.
 func (d *Driver) init() error {
-	r := int32(d.Init.Call(0))
-	for _, s := range d.symbols() {
-		*s.p = d.resolve(s)
+	r := int32(d.cuInit.Call(0))
+	for _, s := range symbols() {
+		*d.proc(s) = d.resolve(s)
 	}
 	// Each entry point carries its own driver's cuCtxSetCurrent, so
 	// drivers opened side by side (tests, tools) never mix.
-	for _, s := range d.symbols() {
-		s.p.setCtx = d.CtxSetCurrent.addr
+	for _, s := range symbols() {
+		d.proc(s).setCtx = d.CtxSetCurrent.addr
 	}
-	for _, p := range []*Proc{&d.GetProcAddress, &d.DriverGetVersion, &d.Init} {
+	for _, p := range []*Proc{&d.getProcAddress, &d.DriverGetVersion, &d.cuInit} {
 		p.setCtx = d.CtxSetCurrent.addr
 	}
 	if r != 0 {
@@ -545,24 +446,20 @@ const (
 )
 
 func (d *Driver) resolve(s symbol) Proc {
-	ver := s.ver
-	if ver == 0 {
-		ver = ABIVersion
-	}
 	if s.since > d.Version {
 		return Proc{name: s.name}
 	}
-	ver = min(ver, d.Version)
-	if d.GetProcAddress.Found() {
+	ver := min(max(s.since, abiVersion), d.Version)
+	if d.getProcAddress.Found() {
 		name := append([]byte(s.name), 0)
 		var fn uintptr
 		var status int32
 		var r uintptr
-		if d.GetProcAddress.name == "cuGetProcAddress_v2" {
-			r = d.GetProcAddress.Call(uintptr(unsafe.Pointer(&name[0])), uintptr(unsafe.Pointer(&fn)),
+		if d.getProcAddress.name == "cuGetProcAddress_v2" {
+			r = d.getProcAddress.Call(uintptr(unsafe.Pointer(&name[0])), uintptr(unsafe.Pointer(&fn)),
 				uintptr(ver), procLegacyStream, uintptr(unsafe.Pointer(&status)))
 		} else {
-			r = d.GetProcAddress.Call(uintptr(unsafe.Pointer(&name[0])), uintptr(unsafe.Pointer(&fn)),
+			r = d.getProcAddress.Call(uintptr(unsafe.Pointer(&name[0])), uintptr(unsafe.Pointer(&fn)),
 				uintptr(ver), procLegacyStream)
 		}
 		runtime.KeepAlive(name)

@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -201,7 +203,7 @@ func TestFakeDriverResolution(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 12040, d.Version)
 	assert.Equal(t, path, d.Path)
-	assert.Equal(t, "cuGetProcAddress_v2", d.GetProcAddress.Name())
+	assert.Equal(t, "cuGetProcAddress_v2", d.getProcAddress.Name())
 
 	var n int32
 	require.True(t, d.DeviceGetCount.Found())
@@ -362,4 +364,39 @@ func TestProcAt(t *testing.T) {
 	assert.Equal(t, NotFound, p.CallCtx(0, uintptr(unsafe.Pointer(&s[0]))), "unbound")
 	zero := ProcAt(0, "nothing")
 	assert.Equal(t, NotFound, zero.Call(), "a zero address is unresolved")
+}
+
+// Each entry point is named once, by its Driver field: the table read
+// from the fields names the base entry points, keeps the tags, and holds
+// every name once per ABI (a V<n> field is the same base name again).
+func TestSymbolsFromFields(t *testing.T) {
+	assert.Equal(t, "cuMemcpyBatchAsync", baseName("MemcpyBatchAsyncV1"))
+	assert.Equal(t, "cuCtxCreate", baseName("CtxCreateV4"))
+	assert.Equal(t, "cuMemsetD32Async", baseName("MemsetD32Async"))
+	assert.Equal(t, "cuMemcpyHtoD", baseName("MemcpyHtoD"))
+	seen := map[string]int{}
+	for _, s := range symbols() {
+		seen[s.name]++
+		switch s.name {
+		case "cuMemAdvise":
+			assert.Equal(t, symbol{s.off, "cuMemAdvise", 12020, "cuMemAdvise_v2"}, s)
+		case "cuMemAlloc":
+			assert.Equal(t, symbol{s.off, "cuMemAlloc", 0, "cuMemAlloc_v2"}, s)
+		}
+	}
+	for name, n := range seen {
+		want := 1
+		if name == "cuCtxCreate" || name == "cuStreamGetCtx" || name == "cuMemcpyBatchAsync" {
+			want = 2
+		}
+		assert.Equal(t, want, n, name)
+	}
+	assert.NotContains(t, seen, "cuDriverGetVersion", "bootstrap entry points are found with dlsym")
+	for i := range reflect.TypeFor[Driver]().NumField() {
+		f := reflect.TypeFor[Driver]().Field(i)
+		if tag := f.Tag.Get("since"); tag != "" {
+			_, err := strconv.Atoi(tag)
+			assert.NoError(t, err, f.Name)
+		}
+	}
 }

@@ -1,7 +1,6 @@
 package resource
 
 import (
-	"fmt"
 	"unsafe"
 
 	"github.com/cudamem/cudamem/buffer"
@@ -34,13 +33,6 @@ func NewLegacyPinned() (*LegacyPinned, error) {
 	return &LegacyPinned{dev: dev}, nil
 }
 
-func (r *LegacyPinned) check(op string) error {
-	if r == nil || r.dev == nil {
-		return cuda.Errorf("LegacyPinned."+op, cuda.ErrInvalidArgument, "LegacyPinned is not initialized (create it with NewLegacyPinned)")
-	}
-	return nil
-}
-
 // Allocate returns a new buffer of size bytes of pinned host memory. The
 // allocation is synchronous; s (nil: device 0's legacy default stream) is
 // recorded as the stream Close frees on. Size 0 returns an empty buffer
@@ -52,36 +44,25 @@ func (r *LegacyPinned) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, er
 // AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]):
 // the address (0 for size 0) and the stream Close frees on (nil resolved).
 func (r *LegacyPinned) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
-	if err := r.check("Allocate"); err != nil {
-		return 0, nil, err
-	}
-	s, err := syncStream("LegacyPinned.Allocate", r.dev, s, false)
-	if err != nil {
-		return 0, nil, err
-	}
-	if err := checkSize("LegacyPinned.Allocate", "size", size); err != nil {
-		return 0, nil, err
-	}
-	if size == 0 {
-		return 0, s, nil
-	}
-	p, err := r.dev.MemHostAlloc(size, cuda.MemHostAllocPortable|cuda.MemHostAllocDeviceMap)
-	if err != nil {
-		return 0, nil, &cuda.OpError{Op: "LegacyPinned.Allocate", Err: fmt.Errorf("%d bytes: %w", size, err)}
-	}
-	return devicePtr(p), s, nil
+	return syncAlloc("LegacyPinned", r.device(), size, s, false, func() (cuda.DevicePtr, error) {
+		p, err := r.dev.MemHostAlloc(size, cuda.MemHostAllocPortable|cuda.MemHostAllocDeviceMap)
+		return devicePtr(p), err
+	})
 }
 
 // Deallocate waits for s (nil: device 0's legacy default stream), then
 // frees the memory. A zero ptr is a no-op.
 func (r *LegacyPinned) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
-	if ptr == 0 {
+	return syncFree("LegacyPinned", r.device(), ptr, size, s, func() error { return r.dev.MemFreeHost(hostPtr(ptr)) })
+}
+
+// device is the device whose context serves the calls (nil for a nil or
+// zero value).
+func (r *LegacyPinned) device() *cuda.Device {
+	if r == nil {
 		return nil
 	}
-	if err := r.check("Deallocate"); err != nil {
-		return err
-	}
-	return syncFree("LegacyPinned", r.dev, ptr, size, s, func() error { return r.dev.MemFreeHost(hostPtr(ptr)) })
+	return r.dev
 }
 
 // DeviceAccessible reports true.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/testutil"
 	"github.com/cudamem/cudamem/resource"
 )
 
@@ -174,23 +175,6 @@ func TestLoggingStacks(t *testing.T) {
 	fake.requireEmpty(t)
 }
 
-// hostHeap is a stand-in upstream for the examples: made-up addresses,
-// no memory behind them.
-type hostHeap struct{ next cuda.DevicePtr }
-
-func (h *hostHeap) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
-	if h.next == 0 {
-		h.next = 0x7f0000000000
-	}
-	p := h.next
-	h.next += cuda.DevicePtr((size + 255) &^ 255)
-	return p, s, nil
-}
-func (h *hostHeap) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }
-func (h *hostHeap) DeviceAccessible() bool                                { return true }
-func (h *hostHeap) HostAccessible() bool                                  { return false }
-func (h *hostHeap) DeviceID() int                                         { return 0 }
-
 // Log every allocation and free at Debug. Over a device pool the upstream
 // would be resource.CurrentDevicePool(dev); here a stand-in hands out
 // addresses so the example runs anywhere. (The handler drops time and
@@ -205,7 +189,7 @@ func ExampleNewLogging() {
 			return a
 		},
 	})
-	mr := resource.NewLogging(&hostHeap{}, slog.New(h), &resource.LoggingOptions{Name: "scratch"})
+	mr := resource.NewLogging(&testutil.MadeUp{}, slog.New(h), &resource.LoggingOptions{Name: "scratch"})
 	buf, err := mr.Allocate(1<<20, nil)
 	if err != nil {
 		fmt.Println(err)

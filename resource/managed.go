@@ -59,13 +59,6 @@ func NewManaged(dev *cuda.Device, opts *ManagedOptions) (*Managed, error) {
 	return r, nil
 }
 
-func (r *Managed) check(op string) error {
-	if r == nil || r.dev == nil {
-		return cuda.Errorf("Managed."+op, cuda.ErrInvalidArgument, "Managed is not initialized (create it with NewManaged)")
-	}
-	return nil
-}
-
 // Allocate returns a new buffer of size bytes of managed memory. The
 // allocation is synchronous; s (nil: the device's legacy default stream)
 // is recorded as the stream Close frees on. Size 0 returns an empty buffer
@@ -77,47 +70,27 @@ func (r *Managed) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) 
 // AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]):
 // the address (0 for size 0) and the stream Close frees on (nil resolved).
 func (r *Managed) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
-	const op = "Managed.Allocate"
-	if err := r.check("Allocate"); err != nil {
-		return 0, nil, err
-	}
-	s, err := syncStream(op, r.dev, s, false)
-	if err != nil {
-		return 0, nil, err
-	}
-	if err := checkSize(op, "size", size); err != nil {
-		return 0, nil, err
-	}
-	if size == 0 {
-		return 0, s, nil
-	}
-	p, err := r.dev.MemAllocManaged(size, cuda.MemAttachGlobal)
-	if err != nil {
-		return 0, nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%d bytes: %w", size, err)}
-	}
-	if r.preferred != nil {
+	return syncAlloc("Managed", r.Device(), size, s, false, func() (cuda.DevicePtr, error) {
+		p, err := r.dev.MemAllocManaged(size, cuda.MemAttachGlobal)
+		if err != nil || r.preferred == nil {
+			return p, err
+		}
 		if err := r.dev.MemAdvise(p, size, cuda.MemAdviseSetPreferredLocation, *r.preferred); err != nil {
 			err = fmt.Errorf("preferred location %s: %w", locString(*r.preferred), err)
 			// Undo the allocation; if that fails too, say the memory leaked.
 			if ferr := r.dev.MemFree(p); ferr != nil {
 				err = errors.Join(err, fmt.Errorf("free %#x (%d bytes) after the failure: %w (leaked)", uint64(p), size, ferr))
 			}
-			return 0, nil, &cuda.OpError{Op: op, Err: err}
+			return 0, err
 		}
-	}
-	return p, s, nil
+		return p, nil
+	})
 }
 
 // Deallocate waits for s (nil: the device's legacy default stream), then
 // frees the memory. A zero ptr is a no-op.
 func (r *Managed) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
-	if ptr == 0 {
-		return nil
-	}
-	if err := r.check("Deallocate"); err != nil {
-		return err
-	}
-	return syncFree("Managed", r.dev, ptr, size, s, func() error { return r.dev.MemFree(ptr) })
+	return syncFree("Managed", r.Device(), ptr, size, s, func() error { return r.dev.MemFree(ptr) })
 }
 
 // DeviceAccessible reports true.

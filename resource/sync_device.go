@@ -30,13 +30,6 @@ func NewSyncDevice(dev *cuda.Device) (*SyncDevice, error) {
 	return &SyncDevice{dev: dev}, nil
 }
 
-func (r *SyncDevice) check(op string) error {
-	if r == nil || r.dev == nil {
-		return cuda.Errorf("SyncDevice."+op, cuda.ErrInvalidArgument, "SyncDevice is not initialized (create it with NewSyncDevice)")
-	}
-	return nil
-}
-
 // Allocate returns a new buffer of size bytes of device memory. The
 // allocation is synchronous; s (nil: the device's legacy default stream)
 // is recorded as the stream Close frees on. Size 0 returns an empty buffer
@@ -48,36 +41,13 @@ func (r *SyncDevice) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, erro
 // AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]):
 // the address (0 for size 0) and the stream Close frees on (nil resolved).
 func (r *SyncDevice) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
-	if err := r.check("Allocate"); err != nil {
-		return 0, nil, err
-	}
-	s, err := syncStream("SyncDevice.Allocate", r.dev, s, true)
-	if err != nil {
-		return 0, nil, err
-	}
-	if err := checkSize("SyncDevice.Allocate", "size", size); err != nil {
-		return 0, nil, err
-	}
-	if size == 0 {
-		return 0, s, nil
-	}
-	p, err := r.dev.MemAlloc(size)
-	if err != nil {
-		return 0, nil, &cuda.OpError{Op: "SyncDevice.Allocate", Err: fmt.Errorf("%d bytes on %v: %w", size, r.dev, err)}
-	}
-	return p, s, nil
+	return syncAlloc("SyncDevice", r.Device(), size, s, true, func() (cuda.DevicePtr, error) { return r.dev.MemAlloc(size) })
 }
 
 // Deallocate waits for s (nil: the device's legacy default stream), then
 // frees the memory. A zero ptr is a no-op.
 func (r *SyncDevice) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
-	if ptr == 0 {
-		return nil
-	}
-	if err := r.check("Deallocate"); err != nil {
-		return err
-	}
-	return syncFree("SyncDevice", r.dev, ptr, size, s, func() error { return r.dev.MemFree(ptr) })
+	return syncFree("SyncDevice", r.Device(), ptr, size, s, func() error { return r.dev.MemFree(ptr) })
 }
 
 // DeviceAccessible reports true.

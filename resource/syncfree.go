@@ -6,18 +6,51 @@ import (
 	"github.com/cudamem/cudamem/cuda"
 )
 
-// syncFree is the Deallocate of the synchronous resources (SyncDevice,
-// Managed, LegacyPinned): their free calls are not stream ordered, so it
-// waits for s (nil: dev's legacy default stream), then runs free. Errors
-// name kind.Deallocate and the allocation.
+// The synchronous resources (SyncDevice, Managed, LegacyPinned) share
+// their AllocatePtr and Deallocate: syncAlloc and syncFree below, kind
+// naming the type in errors. Their calls are not stream ordered, so the
+// stream is only waited for (on free) or recorded (on allocate).
+
+// syncAlloc refuses a zero resource (dev nil), resolves s (syncStream),
+// checks size and, unless it is 0, runs alloc.
+func syncAlloc(kind string, dev *cuda.Device, size uint64, s *cuda.Stream, sameDevice bool, alloc func() (cuda.DevicePtr, error)) (cuda.DevicePtr, *cuda.Stream, error) {
+	op := kind + ".Allocate"
+	if dev == nil {
+		return 0, nil, notInitialized(op, kind)
+	}
+	s, err := syncStream(op, dev, s, sameDevice)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := checkSize(op, "size", size); err != nil {
+		return 0, nil, err
+	}
+	if size == 0 {
+		return 0, s, nil
+	}
+	p, err := alloc()
+	if err != nil {
+		return 0, nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%d bytes on %v: %w", size, dev, err)}
+	}
+	return p, s, nil
+}
+
+// syncFree waits for s (nil: dev's legacy default stream), then runs free.
+// A zero ptr is a no-op; a zero resource (dev nil) is refused.
 func syncFree(kind string, dev *cuda.Device, ptr cuda.DevicePtr, size uint64, s *cuda.Stream, free func() error) error {
-	if s == nil {
+	op := kind + ".Deallocate"
+	switch {
+	case ptr == 0:
+		return nil
+	case dev == nil:
+		return notInitialized(op, kind)
+	case s == nil:
 		s = dev.DefaultStream()
 	}
 	// A synchronous free waits for the stream, which a capture forbids:
 	// refuse before touching it, so the capture stays valid and the
 	// buffer open.
-	if err := refuseCapture(kind+".Deallocate", s); err != nil {
+	if err := refuseCapture(op, s); err != nil {
 		return fmt.Errorf("%w (%#x, %d bytes, stays allocated)", err, uint64(ptr), size)
 	}
 	err := s.Sync()
@@ -25,9 +58,15 @@ func syncFree(kind string, dev *cuda.Device, ptr cuda.DevicePtr, size uint64, s 
 		err = free()
 	}
 	if err != nil {
-		return &cuda.OpError{Op: kind + ".Deallocate", Err: fmt.Errorf("%#x (%d bytes): %w", uint64(ptr), size, err)}
+		return &cuda.OpError{Op: op, Err: fmt.Errorf("%#x (%d bytes): %w", uint64(ptr), size, err)}
 	}
 	return nil
+}
+
+// notInitialized is the error of method op on a zero resource of type
+// kind, made with New<kind>.
+func notInitialized(op, kind string) error {
+	return cuda.Errorf(op, cuda.ErrInvalidArgument, "%s is not initialized (create it with New%s)", kind, kind)
 }
 
 // syncStream resolves the stream argument of op on a synchronous resource

@@ -18,15 +18,10 @@ type Chunk struct {
 	Size uint64
 }
 
-// CloseChunks closes the chunks' file descriptors. Chunks with a negative
-// fd or a size of 0 (the zero Chunk: no export makes one) are skipped, so
-// a zero Chunk never closes fd 0. CloseChunkFDs reports failures.
-func CloseChunks(chunks []Chunk) {
-	_ = CloseChunkFDs(chunks) // the caller chose not to hear about failures
-}
-
-// CloseChunkFDs closes the chunks' file descriptors as CloseChunks does and
-// returns every failure, joined.
+// CloseChunkFDs closes the chunks' file descriptors and returns every
+// failure, joined. Chunks with a negative fd or a size of 0 (the zero
+// Chunk: no export makes one) are skipped, so a zero Chunk never closes
+// fd 0.
 func CloseChunkFDs(chunks []Chunk) error {
 	var errs []error
 	for i, c := range chunks {
@@ -44,7 +39,7 @@ func CloseChunkFDs(chunks []Chunk) error {
 // resource's HandleType must allow it). The caller owns the fds (close-on-
 // exec is not set by the driver: hand them to a child through
 // exec.Cmd.ExtraFiles or over a socket with package ipc) and closes them
-// with CloseChunks. On error no fd is left open.
+// with CloseChunkFDs. On error no fd is left open.
 func (r *Resource) Export(b *buffer.Buffer) ([]Chunk, error) {
 	const op = "Resource.Export"
 	a, _, err := r.take(op, b)
@@ -85,7 +80,7 @@ func (r *Resource) Export(b *buffer.Buffer) ([]Chunk, error) {
 	for i, f := range files {
 		fd, err := f.Release()
 		if err != nil { // cannot happen: f was made above and is open
-			CloseChunks(out[:i])
+			_ = CloseChunkFDs(out[:i]) // err is the failure to report
 			files = files[i:]
 			return fail(err)
 		}

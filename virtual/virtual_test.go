@@ -257,7 +257,7 @@ func TestExportImportAliases(t *testing.T) {
 	require.NoError(t, err)
 	chunks, err := r.Export(b)
 	require.NoError(t, err)
-	defer virtual.CloseChunks(chunks)
+	defer func() { require.NoError(t, virtual.CloseChunkFDs(chunks)) }()
 	require.Len(t, chunks, 2)
 	imp, err := r.Import(chunks, 3*gran)
 	require.NoError(t, err)

@@ -17,24 +17,9 @@ import (
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/cudatest"
+	"github.com/cudamem/cudamem/internal/testutil"
 	"github.com/cudamem/cudamem/resource/timeline"
 )
-
-// madeUp is an upstream of made-up addresses, for traces made on a CPU.
-type madeUp struct{ next cuda.DevicePtr }
-
-func (m *madeUp) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
-	if m.next == 0 {
-		m.next = 0x7f0000000000
-	}
-	p := m.next
-	m.next += cuda.DevicePtr((size + 255) &^ 255)
-	return p, s, nil
-}
-func (m *madeUp) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }
-func (m *madeUp) DeviceAccessible() bool                                { return true }
-func (m *madeUp) HostAccessible() bool                                  { return false }
-func (m *madeUp) DeviceID() int                                         { return 0 }
 
 // countBands decodes an SVG (it must be well-formed) and counts its bands.
 func countBands(t *testing.T, data []byte) int {
@@ -61,7 +46,7 @@ func countBands(t *testing.T, data []byte) int {
 // trace back out.
 func TestTimelineFromJSON(t *testing.T) {
 	dir := t.TempDir()
-	rec := timeline.NewRecorder(&madeUp{}, nil, &timeline.RecorderOptions{Name: "pool"})
+	rec := timeline.NewRecorder(&testutil.MadeUp{}, nil, &timeline.RecorderOptions{Name: "pool"})
 	var keep []*buffer.Buffer
 	for i := range 30 {
 		b, err := rec.Allocate(uint64(i+1)<<12, nil)

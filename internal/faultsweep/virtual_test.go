@@ -184,10 +184,12 @@ func TestFaultSweepVirtual(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					virtual.CloseChunks(c)
+					if err := virtual.CloseChunkFDs(c); err != nil {
+						return err
+					}
 					return check(f.b, f.s, f.want)
 				},
-				cleanup: func() error { virtual.CloseChunks(chunks); return f.cl.run() },
+				cleanup: func() error { return errors.Join(virtual.CloseChunkFDs(chunks), f.cl.run()) },
 			}, nil
 		}},
 		{name: "virtual Import", setup: func() (*fixture, error) {
@@ -199,7 +201,7 @@ func TestFaultSweepVirtual(t *testing.T) {
 			if err != nil {
 				return nil, joinSetup(err, f.cl)
 			}
-			f.cl.add(func() error { virtual.CloseChunks(chunks); return nil })
+			f.cl.add(func() error { return virtual.CloseChunkFDs(chunks) })
 			var ib *buffer.Buffer
 			return &fixture{
 				op: func() (err error) { ib, err = f.r.Import(chunks, f.b.Size()); return err },

@@ -557,24 +557,18 @@ func TestGraphMemoryRefusesNonCapturing(t *testing.T) {
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 }
 
-// Only the high watermarks can be set, and only to 0 (cuda.core's
-// test_graph_mem_set_attributes).
-func TestGraphMemSetAttributes(t *testing.T) {
+// The graph memory counters read, and the high watermarks reset (the only
+// write the driver allows: cuda.core's test_graph_mem_set_attributes),
+// on a device and through a nil one.
+func TestGraphMemResetHighWatermarks(t *testing.T) {
 	d := dev(t, 0)
-	for _, c := range []struct {
-		a cuda.GraphMemAttribute
-		v uint64
-	}{{cuda.GraphMemUsedCurrent, 0}, {cuda.GraphMemReservedCurrent, 0}, {cuda.GraphMemUsedHigh, 1}, {cuda.GraphMemReservedHigh, 1}, {9, 0}} {
-		err := d.SetGraphMemAttribute(c.a, c.v)
-		assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "%v = %d", c.a, c.v)
-		if err != nil && c.v == 1 {
-			assert.Contains(t, err.Error(), "only be reset to 0")
-		}
-	}
-	_, err := d.GraphMemAttribute(-1)
+	_, err := d.GraphMemAttributes()
+	assert.NoError(t, err)
+	assert.NoError(t, d.ResetGraphMemHighWatermarks())
+	var nd *cuda.Device
+	_, err = nd.GraphMemAttributes()
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
-	assert.NoError(t, d.SetGraphMemAttribute(cuda.GraphMemUsedHigh, 0))
-	assert.NoError(t, d.SetGraphMemAttribute(cuda.GraphMemReservedHigh, 0))
+	assert.ErrorIs(t, nd.ResetGraphMemHighWatermarks(), cuda.ErrInvalidArgument)
 }
 
 // Adaptors forward to GraphMemory: a Statistics over it counts graph

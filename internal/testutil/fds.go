@@ -1,7 +1,3 @@
-// Package testutil holds helpers that tests of several cudamem packages
-// share, so that each check is written once: listing this process's open
-// file descriptors, and finding descriptors a test left open. It is
-// internal: test helpers are not part of cudamem's API.
 package testutil
 
 import (

@@ -9,33 +9,19 @@ import (
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/testutil"
 	"github.com/cudamem/cudamem/resource"
 	"github.com/cudamem/cudamem/resource/timeline"
 )
 
-// standIn is the upstream of the runnable examples: made-up addresses,
-// so they run without a GPU. A program would record a device pool:
-// resource.CurrentDevicePool(dev).
-type standIn struct{ next cuda.DevicePtr }
-
-func (h *standIn) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
-	if h.next == 0 {
-		h.next = 0x7f0000000000
-	}
-	p := h.next
-	h.next += cuda.DevicePtr((size + 255) &^ 255)
-	return p, s, nil
-}
-func (h *standIn) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }
-func (h *standIn) DeviceAccessible() bool                                { return true }
-func (h *standIn) HostAccessible() bool                                  { return false }
-func (h *standIn) DeviceID() int                                         { return 0 }
-
 // Record allocations, read back what was live after each event, and draw
 // the timeline.
 func ExampleRecorder() {
+	// The upstream hands out made-up addresses, so the example runs
+	// without a GPU; a program would record a device pool
+	// (resource.CurrentDevicePool).
 	events := timeline.NewLog(0)
-	mr := timeline.NewRecorder(&standIn{}, events, &timeline.RecorderOptions{Name: "scratch"})
+	mr := timeline.NewRecorder(&testutil.MadeUp{}, events, &timeline.RecorderOptions{Name: "scratch"})
 	a, _ := mr.Allocate(3<<20, nil)
 	b, _ := mr.Allocate(1<<20, nil)
 	a.Close()
@@ -69,7 +55,7 @@ func ExampleRecorder() {
 // Dump a trace as JSON and read it back: a program writes it, a tool
 // (cudamem timeline -in) draws it later.
 func ExampleReadJSON() {
-	mr := timeline.NewRecorder(&standIn{}, nil, &timeline.RecorderOptions{Name: "pool"})
+	mr := timeline.NewRecorder(&testutil.MadeUp{}, nil, &timeline.RecorderOptions{Name: "pool"})
 	buf, _ := mr.Allocate(4096, nil)
 	defer buf.Close()
 

@@ -7,22 +7,10 @@ import (
 	"time"
 
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/capturesweep"
 	"github.com/cudamem/cudamem/internal/fakecuda"
 	"github.com/cudamem/cudamem/resource"
 	"github.com/stretchr/testify/require"
 )
-
-// The capture sweep (internal/capturesweep) on the fake driver, which
-// models the driver's capture rules (joining by event wait, isolation,
-// cuCtxSynchronize during capture, captured events, uncapturable batched
-// copies): every driver object is counted back to its baseline.
-func TestCaptureSweep(t *testing.T) {
-	capturesweep.Run(t, dev(t, 0), capturesweep.Checks{
-		Baseline:  baseline,
-		PoolsGone: func() bool { return fake.Snapshot()[fakecuda.Pools] == 0 },
-	})
-}
 
 // A capture forks into another stream by a wait on its work, and joins it
 // back: the forked stream is refused what a capturing stream is refused,

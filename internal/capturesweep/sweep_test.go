@@ -1,13 +1,5 @@
-// Package capturesweep is the capture sweep, shared by the fake-driver
-// probe (internal/probe) and the GPU test in this package: every public
-// operation that takes or touches a stream, run while that stream
-// captures, while another stream of the same context captures, while the
-// stream it waits on (or frees on) captures, and on the legacy default
-// stream while a blocking stream captures. Each must be refused with an
-// error matching cuda.ErrCapturing, or succeed as work that is captured
-// correctly (or runs outside the capture); either way the capture must
-// still end cleanly, and nothing may leak. It is internal: test code, not
-// API.
+//go:build linux
+
 package capturesweep
 
 import (
