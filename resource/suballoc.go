@@ -151,7 +151,7 @@ const (
 // cache's lock.
 //
 // The sub-allocator's blocks are Buffers of the upstream's
-// (buffer.Allocate), so the safety net covers them; its own allocations
+// (buffer.Owned), so the safety net covers them; its own allocations
 // are addresses (AllocatePtr), so adaptors stacked on a SubAllocator build
 // one Buffer per allocation.
 type SubAllocator struct {
