@@ -169,29 +169,38 @@ type cursor struct {
 	// compare with without reading the slab's header. Plain words, so
 	// that the cursor keeps nothing alive: they are used only while slab
 	// is the slab whose header holds them (and so keeps them alive).
-	mr     [2]uintptr
-	stream uintptr
-	lock   cursorLock
+	mrType, mrData uintptr
+	stream         uintptr
+	lock           cursorLock
 	// Each P writes its own cursor on every Allocate: padded to two
 	// cache lines so that two Ps' cursors never share one.
 	_ [128 - 6*8 - unsafe.Sizeof(cursorLock{})]byte
 }
 
 // words returns the two words of an interface value: its type and data
-// pointers.
-func words(mr MemoryResource) [2]uintptr { return *(*[2]uintptr)(unsafe.Pointer(&mr)) }
+// pointers. (Two word loads: one 16-byte load of the two words just
+// stored cannot be forwarded from the store buffer, and stalls.)
+func words(mr MemoryResource) (uintptr, uintptr) {
+	p := (*[2]uintptr)(unsafe.Pointer(&mr))
+	return p[0], p[1]
+}
 
 // sameResource reports whether a and b are the same interface value: the
 // same dynamic type and the same data word. It never panics, unlike ==
 // on dynamic types that are not comparable; equal values in distinct
 // boxes are different to it (their Buffers then get homes of their own).
-func sameResource(a, b MemoryResource) bool { return words(a) == words(b) }
+func sameResource(a, b MemoryResource) bool {
+	at, ad := words(a)
+	bt, bd := words(b)
+	return at == bt && ad == bd
+}
 
 // newTracked returns a zero Buffer from a slab, and its home, for memory
 // of mr allocated on s.
 func newTracked(mr MemoryResource, s *cuda.Stream) (*Buffer, *home) {
+	t, d := words(mr)
 	id := pin()
-	if c := cursorOf(id); c != nil && c.next < slabSize && c.home >= 0 && c.mr == words(mr) && c.stream == uintptr(unsafe.Pointer(s)) {
+	if c := cursorOf(id); c != nil && c.next < slabSize && c.home >= 0 && c.mrData == d && c.mrType == t && c.stream == uintptr(unsafe.Pointer(s)) {
 		if sl := c.slab.Load(); sl != nil {
 			b, h := &sl.bufs[c.next], &sl.homes[c.home]
 			c.next++
@@ -232,7 +241,8 @@ func newTrackedSlow(mr MemoryResource, s *cuda.Stream) (*Buffer, *home) {
 		c.next++
 		i := sl.home(mr, s)
 		if i >= 0 {
-			c.home, c.mr, c.stream = i, words(mr), uintptr(unsafe.Pointer(s))
+			c.mrType, c.mrData = words(mr)
+			c.home, c.stream = i, uintptr(unsafe.Pointer(s))
 		}
 		unpin(id)
 		// fresh, if still set, was not needed: its finalizer finds it
