@@ -207,6 +207,7 @@ type Buffer struct {
 type home struct {
 	mr     MemoryResource
 	stream *cuda.Stream
+	side   *slabSide // the side that holds it; nil for Buffers without a slab
 }
 
 // resource is b's resource (nil for borrowed buffers).
@@ -284,11 +285,7 @@ func owned(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream) *
 	if ptr == 0 || uint64(ptr)+size < uint64(ptr) {
 		return Owned(ptr, size, mr, s) // nothing to free, or a range no memory can have
 	}
-	b, h := newTracked(mr, s)
-	b.ptr, b.size, b.h = ptr, size, h
-	// b is new and not yet shared: no atomic operation needed.
-	initWord(b, initBit|ownedBit|inheritViewed(ptr))
-	return b
+	return newTracked(ptr, size, mr, s, initBit|ownedBit|inheritViewed(ptr))
 }
 
 // FromPointer wraps memory owned elsewhere (another library, a kernel's
@@ -378,6 +375,7 @@ func (b *Buffer) CloseOn(s *cuda.Stream) error {
 		}
 	}
 	// endClose(true), inline.
+	b.untrack()
 	if b.word.Add(closedBit-closingBit)&waitersBit != 0 {
 		b.wakeClosers()
 	}
@@ -415,6 +413,7 @@ func (r *Buffer) endClose(closed bool) {
 	d := ^closingBit + 1 // minus closingBit
 	if closed {
 		d += closedBit
+		r.untrack()
 	}
 	// The caller owns closingBit, so one addition clears it (and sets
 	// closedBit); concurrent calls only add and take away readers.

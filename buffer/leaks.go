@@ -14,47 +14,51 @@ import (
 //
 // A runtime.AddCleanup per Buffer costs about as much as the driver's
 // whole allocate+free pair on a busy machine (two span-lock round trips,
-// plus collector work), and a record of each allocation beside the Buffer
-// doubles the garbage. Instead, the Buffers Allocate makes are carved out
-// of slabs of about a hundred, and a finalizer watches each slab. It runs
-// once no Buffer of the slab is reachable, and reads the Buffers
-// themselves (a finalizer, unlike a cleanup, gets its object): it frees
-// every allocation whose Buffer was never closed (or disowned) and counts
-// it in Leaks. No record is kept besides the Buffer, so a Buffer costs 40
-// bytes of heap and nothing else. The cost: a long-lived Buffer keeps its
-// slab's memory (4 KiB) alive, and a leaked allocation is freed only when
-// its whole slab is collected. For a safety net both are fine.
+// plus collector work). Instead, the Buffers Allocate makes are carved out
+// of slabs of about a hundred, and one cleanup watches each slab. A
+// cleanup does not get its object (the object is gone when it runs), so
+// each slab has a ledger beside it, its side, which the cleanup gets
+// instead: for each Buffer of the slab, whether it is open (allocated and
+// not yet closed or disowned) and whether a host view was taken, its
+// address and size, and its home (the resource and stream it was
+// allocated with; the slab's Buffers of one resource and stream share
+// one). Allocate fills the Buffer's entry, Close and Disown clear its
+// open flag, both with plain stores: the entry is the Buffer's alone, and
+// written only by its allocator, its closer and the first Bytes (in
+// that order; see markViewed). When no Buffer of the slab is reachable,
+// the cleanup frees every allocation still open and counts it in Leaks.
 //
-// What the collector does per Buffer is kept small too. A Buffer holds
-// one pointer besides its rarely made ext: its home, the resource and
-// stream it was allocated with, kept in its slab's header and shared with
-// the slab's other Buffers of the same resource and stream. The collector
-// skips a pointer into the object it scans at once, so scanning a slab
-// costs a load per Buffer, plus the few homes.
+// A finalizer could read the Buffers themselves, with no ledger, but the
+// collector must then scan every finalizable slab for the pointers in its
+// Buffers, and keep each dead slab for a cycle more; the cleanup's ledger
+// is mostly plain numbers, and the slab is freed at once. Per Buffer, the
+// slab and its side cost about 60 bytes of heap and a few stores. The
+// cost: a long-lived Buffer keeps its slab's memory (6 KiB, with the side)
+// alive, and a leaked allocation is freed only when its whole slab is
+// collected. For a safety net both are fine.
 //
-// A slab reachable from itself is never finalized, and a slab's homes
-// keep their resources reachable while any Buffer of the slab is. So a
-// resource must never keep a Buffer of a slab: one it keeps (as a
-// SubAllocator keeps the blocks it carves allocations from) would share a
-// slab with the Buffers it hands out, and a leaked Buffer there would
-// reach its resource, the kept Buffer and so its own slab, and be neither
-// freed nor counted while the resource lives, nor ever once the resource
-// is dropped with it. Buffers made by Owned have no slab (each has a
-// finalizer of its own, which costs more but is rare: imports, mappings,
-// and what resources keep), and resources keep only those; the
-// SubAllocator makes its blocks' Buffers with Owned. A resource written
-// outside this module must do the same (AllocatePtr, then Owned) for the
-// Buffers it keeps.
+// A slab reachable from its side is never collected (the side, the
+// cleanup's argument, stays reachable until the cleanup runs), and the
+// side's homes keep their resources reachable. So a resource must never
+// keep a Buffer of a slab: one it keeps (as a SubAllocator keeps the
+// blocks it carves allocations from) would share a slab with the Buffers
+// it hands out, and the slab would reach itself through the resource:
+// none of its leaked Buffers would ever be freed or counted. Buffers made
+// by Owned have no slab (each has a finalizer of its own, which costs
+// more but is rare: imports, mappings, and what resources keep), and
+// resources keep only those; the SubAllocator makes its blocks' Buffers
+// with Owned. A resource written outside this module must do the same
+// (AllocatePtr, then Owned) for the Buffers it keeps.
 //
 // The net never frees memory a host view may still point at: a []byte
 // from Buffer.Bytes does not keep the Buffer alive (the collector does not
 // follow pointers into memory it did not allocate), so once Bytes has
-// handed one out the allocation is marked viewed (viewedBit), and a leaked
-// viewed allocation is counted (Leaks, LeaksKept) but left allocated.
-// Explicit Close still frees: closing is the caller's promise that no view
-// is used any more. The mark follows the memory through Disown into the
-// next Owned buffer of the same address (see handoff), as when a virtual
-// allocation grows in place.
+// handed one out the allocation is marked viewed (viewedBit, and in the
+// side), and a leaked viewed allocation is counted (Leaks, LeaksKept) but
+// left allocated. Explicit Close still frees: closing is the caller's
+// promise that no view is used any more. The mark follows the memory
+// through Disown into the next Owned buffer of the same address (see
+// handoff), as when a virtual allocation grows in place.
 
 // inheritViewed returns viewedBit if a disowned viewed allocation left its
 // mark at ptr (and takes the mark), else 0.
@@ -69,9 +73,13 @@ func inheritViewed(ptr cuda.DevicePtr) uint64 {
 }
 
 // markViewed records that a host view of root r's memory was handed out.
+// Only the call that sets viewedBit writes the side's entry, within a call
+// on r: after the allocator's write, before the closer's.
 func (r *Buffer) markViewed() {
-	if r.word.Load()&viewedBit == 0 {
-		r.word.Or(viewedBit)
+	if r.word.Load()&viewedBit == 0 && r.word.Or(viewedBit)&viewedBit == 0 {
+		if sd, i := r.entry(); sd != nil {
+			sd.meta[i] |= metaViewed
+		}
 	}
 }
 
@@ -112,52 +120,95 @@ func handOff(ptr cuda.DevicePtr, w uint64) {
 // sync.Pool drops its contents: what the cursors held is collectable from
 // the next collection on.
 
-// slab is a run of Buffers handed out in order, after the homes of the
-// Buffers (slabHomes of them at most; a Buffer whose resource and stream
-// find no room there gets a home of its own on the heap). It is sized to
-// fill a size class of the Go allocator (4 KiB, with the 8-byte header
-// the allocator puts before objects of this size that hold pointers).
+// slab is a run of Buffers handed out in order, and a pointer to its
+// side. It is sized to fill a size class of the Go allocator (4 KiB, with
+// the 8-byte header the allocator puts before objects of this size that
+// hold pointers).
 type slab struct {
-	slabHeader
+	side *slabSide
 	bufs [slabSize]Buffer
 }
 
-type slabHeader struct {
+// slabSide is a slab's ledger (see above): the homes of its Buffers
+// (slabHomes of them at most: a cursor starts a new slab for a resource
+// and stream that find no room), then an entry per Buffer. The homes, the
+// only pointers, come first, so the collector scans only them.
+type slabSide struct {
 	homes  [slabHomes]home
-	nhomes int // homes in use
+	nhomes int     // homes in use
+	bufs   uintptr // the address of the slab's first Buffer, to find a Buffer's entry
+	meta   [slabSize]uint8
+	ptr    [slabSize]cuda.DevicePtr
+	size   [slabSize]uint64
 }
 
+// An entry's meta: open, viewed, and the index of its home.
 const (
-	slabHomes = 4
-	slabBytes = 4096 - 8 // a size class, less the allocator's header
-	// 99 Buffers of 40 bytes on 64-bit machines.
-	slabSize = (slabBytes - int(unsafe.Sizeof(slabHeader{}))) / int(unsafe.Sizeof(Buffer{}))
+	metaOpen   = 1 << 7 // allocated, and not closed or disowned
+	metaViewed = 1 << 6 // a host view was handed out: never freed by the net
+	metaHome   = slabHomes - 1
 )
 
-// The slab fits in slabBytes (alignment included).
-var _ = [slabBytes - unsafe.Sizeof(slab{})]struct{}{}
+const (
+	slabHomes = 8 // a power of two, at most 64 (metaHome)
+	slabBytes = 4096 - 8
+	// bufferBytes is unsafe.Sizeof(Buffer{}), which the types cannot
+	// name (a Buffer's home refers to its side): three 64-bit words and
+	// two pointers.
+	bufferBytes = 3*8 + 2*unsafe.Sizeof(uintptr(0))
+	// 102 Buffers of 40 bytes on 64-bit machines.
+	slabSize = (slabBytes - int(unsafe.Sizeof(uintptr(0)))) / int(bufferBytes)
+)
+
+// The slab fits in slabBytes (alignment included); TestSlabSizes checks
+// that the side fits in 2 KiB.
+var (
+	_ [bufferBytes - unsafe.Sizeof(Buffer{})]struct{}
+	_ [unsafe.Sizeof(Buffer{}) - bufferBytes]struct{}
+	_ [slabBytes - unsafe.Sizeof(slab{})]struct{}
+)
 
 func newSlab() *slab {
-	s := new(slab)
-	runtime.SetFinalizer(s, collectSlab)
-	return s
+	sl, sd := new(slab), new(slabSide)
+	sl.side, sd.bufs = sd, uintptr(unsafe.Pointer(&sl.bufs[0]))
+	runtime.AddCleanup(sl, collectSide, sd)
+	return sl
 }
 
-// home returns the index of the home of mr and s in the slab, adding it
+// home returns the index of the home of mr and s in the side, adding it
 // if there is room, or -1. Only the slab's cursor, pinned, calls it.
-func (sl *slab) home(mr MemoryResource, s *cuda.Stream) int {
-	for i := range sl.nhomes {
-		if h := &sl.homes[i]; h.stream == s && sameResource(h.mr, mr) {
+func (sd *slabSide) home(mr MemoryResource, s *cuda.Stream) int {
+	for i := range sd.nhomes {
+		if h := &sd.homes[i]; h.stream == s && sameResource(h.mr, mr) {
 			return i
 		}
 	}
-	if sl.nhomes == slabHomes {
+	if sd.nhomes == slabHomes {
 		return -1
 	}
-	i := sl.nhomes
-	sl.homes[i] = home{mr: mr, stream: s}
-	sl.nhomes++
+	i := sd.nhomes
+	sd.homes[i] = home{mr: mr, stream: s, side: sd}
+	sd.nhomes++
 	return i
+}
+
+// entry returns the side and the index of the entry of r, a root (an
+// owner or a borrowed buffer, never a view, which shares its root's
+// home); nil for a Buffer that has no slab (Owned, borrowed).
+func (r *Buffer) entry() (*slabSide, uintptr) {
+	if h := r.h; h != nil && h.side != nil {
+		return h.side, (uintptr(unsafe.Pointer(r)) - h.side.bufs) / unsafe.Sizeof(Buffer{})
+	}
+	return nil, 0
+}
+
+// untrack clears root r's open flag in its side, if it has one: r is
+// closed or disowned, and the net must not free it. Only r's closer calls
+// it.
+func (r *Buffer) untrack() {
+	if sd, i := r.entry(); sd != nil {
+		sd.meta[i] = 0
+	}
 }
 
 // cursor is a P's (see pin) place in its current slab.
@@ -195,26 +246,26 @@ func sameResource(a, b MemoryResource) bool {
 	return at == bt && ad == bd
 }
 
-// newTracked returns a zero Buffer from a slab, and its home, for memory
-// of mr allocated on s.
-func newTracked(mr MemoryResource, s *cuda.Stream) (*Buffer, *home) {
+// newTracked returns a Buffer from a slab for the memory at ptr of size
+// bytes that mr allocated on s, with state word w.
+func newTracked(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream, w uint64) *Buffer {
 	t, d := words(mr)
 	id := pin()
 	if c := cursorOf(id); c != nil && c.next < slabSize && c.home >= 0 && c.mrData == d && c.mrType == t && c.stream == uintptr(unsafe.Pointer(s)) {
 		if sl := c.slab.Load(); sl != nil {
-			b, h := &sl.bufs[c.next], &sl.homes[c.home]
+			i, hi := c.next, c.home
 			c.next++
 			unpin(id)
-			return b, h
+			return sl.fill(i, hi, ptr, size, w)
 		}
 	}
 	unpin(id)
-	return newTrackedSlow(mr, s)
+	return newTrackedSlow(ptr, size, mr, s, w)
 }
 
 // newTrackedSlow is newTracked when the slab is full or missing, or the
 // home is not the last one.
-func newTrackedSlow(mr MemoryResource, s *cuda.Stream) (*Buffer, *home) {
+func newTrackedSlow(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream, w uint64) *Buffer {
 	var fresh *slab
 	for {
 		id := pin()
@@ -225,7 +276,12 @@ func newTrackedSlow(mr MemoryResource, s *cuda.Stream) (*Buffer, *home) {
 			continue
 		}
 		sl := c.slab.Load()
-		if sl == nil || c.next == slabSize {
+		hi := -1
+		if sl != nil && c.next < slabSize {
+			hi = sl.side.home(mr, s)
+		}
+		if hi < 0 {
+			// Full, missing, or no room for another home: a new slab.
 			if fresh == nil {
 				// Allocate unpinned, then look again: the goroutine may
 				// be on another P by then.
@@ -235,23 +291,33 @@ func newTrackedSlow(mr MemoryResource, s *cuda.Stream) (*Buffer, *home) {
 			}
 			sl, fresh = fresh, nil
 			c.slab.Store(sl)
-			c.next, c.home = 0, -1
+			c.next = 0
+			hi = sl.side.home(mr, s)
 		}
-		b := &sl.bufs[c.next]
+		i := c.next
 		c.next++
-		i := sl.home(mr, s)
-		if i >= 0 {
-			c.mrType, c.mrData = words(mr)
-			c.home, c.stream = i, uintptr(unsafe.Pointer(s))
-		}
+		c.home, c.stream = hi, uintptr(unsafe.Pointer(s))
+		c.mrType, c.mrData = words(mr)
 		unpin(id)
-		// fresh, if still set, was not needed: its finalizer finds it
+		// fresh, if still set, was not needed: its cleanup finds it
 		// empty.
-		if i < 0 {
-			return b, &home{mr: mr, stream: s}
-		}
-		return b, &sl.homes[i]
+		return sl.fill(i, hi, ptr, size, w)
 	}
+}
+
+// fill makes slot i of the slab, which the caller took from its cursor,
+// the Buffer of the memory at ptr, of home hi, with state word w.
+func (sl *slab) fill(i, hi int, ptr cuda.DevicePtr, size uint64, w uint64) *Buffer {
+	sd := sl.side
+	m := uint8(metaOpen | hi)
+	if w&viewedBit != 0 {
+		m |= metaViewed
+	}
+	sd.meta[i], sd.ptr[i], sd.size[i] = m, ptr, size
+	b := &sl.bufs[i]
+	b.ptr, b.size, b.h = ptr, size, &sd.homes[hi]
+	initWord(b, w)
+	return b
 }
 
 // initWord sets the state word of a Buffer that no other goroutine can see
@@ -275,21 +341,29 @@ func armGCHook() {
 
 func init() { armGCHook() }
 
-// collectSlab frees the allocations of a collected slab whose Buffers were
-// never closed, except those a host view may still point at. Slots never
-// handed out are zero (no ownedBit). A held Buffer is never here: the Hold
-// keeps it reachable.
-func collectSlab(s *slab) {
-	for i := range s.bufs {
-		if b := &s.bufs[i]; b.word.Load()&(ownedBit|closedBit) == ownedBit {
-			collectOne(b)
+// collectSide frees the allocations of a collected slab that are still
+// open, except those a host view may still point at, and counts them. A
+// held Buffer is never here: the Hold keeps it reachable.
+func collectSide(sd *slabSide) {
+	for i, m := range sd.meta {
+		if m&metaOpen == 0 {
+			continue
+		}
+		leaks.Add(1)
+		if m&metaViewed != 0 {
+			leaksKept.Add(1)
+			continue
+		}
+		h := &sd.homes[m&metaHome]
+		if freeOrFallback(h.mr, sd.ptr[i], sd.size[i], h.stream) != nil {
+			leaksKept.Add(1)
 		}
 	}
 }
 
-// collectOne frees the allocation of a collected Buffer that was never
-// closed, unless a host view may still point at it. It is also the
-// finalizer of the Buffers made by Owned, which have no slab.
+// collectOne, the finalizer of the Buffers made by Owned (which have no
+// slab), frees the allocation of a collected Buffer that was never
+// closed, unless a host view may still point at it.
 func collectOne(b *Buffer) {
 	w := b.word.Load()
 	if w&ownedBit == 0 || w&closedBit != 0 {
