@@ -56,7 +56,16 @@ func Allocate(mr MemoryResource, size uint64, s *cuda.Stream) (*Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return owned(ptr, size, mr, s), nil
+	if ptr == 0 || uint64(ptr)+size < uint64(ptr) || size > maxTracked {
+		// Nothing to free, a range no memory can have, or a size its
+		// slab's side cannot record (see slabSide): no slab.
+		return Owned(ptr, size, mr, s), nil
+	}
+	w := initBit | ownedBit
+	if handoffs.Load() > 0 {
+		w |= inheritViewed(ptr)
+	}
+	return newTracked(ptr, size, mr, s, w), nil
 }
 
 // leaks counts buffers garbage collected without Close; leaksKept counts
@@ -269,7 +278,9 @@ func Owned(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream) *
 		w |= ownedBit
 		if ptr != 0 {
 			runtime.SetFinalizer(b, collectOne)
-			w |= inheritViewed(ptr)
+			if handoffs.Load() > 0 {
+				w |= inheritViewed(ptr)
+			}
 		}
 	}
 	if mr != nil || s != nil {
@@ -278,14 +289,6 @@ func Owned(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream) *
 	b.ptr, b.size = ptr, size
 	b.word.Store(w)
 	return b
-}
-
-// owned is Allocate's Owned: a Buffer from a slab (see leaks.go).
-func owned(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream) *Buffer {
-	if ptr == 0 || uint64(ptr)+size < uint64(ptr) {
-		return Owned(ptr, size, mr, s) // nothing to free, or a range no memory can have
-	}
-	return newTracked(ptr, size, mr, s, initBit|ownedBit|inheritViewed(ptr))
 }
 
 // FromPointer wraps memory owned elsewhere (another library, a kernel's
@@ -356,6 +359,7 @@ func (b *Buffer) CloseOn(s *cuda.Stream) error {
 			return nil // closed already
 		}
 	}
+	e := b.entry() // found before the free, which it need not wait for
 	if h := b.h; h != nil && h.mr != nil && b.ptr != 0 {
 		if s == nil {
 			s = h.stream
@@ -375,7 +379,9 @@ func (b *Buffer) CloseOn(s *cuda.Stream) error {
 		}
 	}
 	// endClose(true), inline.
-	b.untrack()
+	if e != nil {
+		e.meta = 0 // untrack
+	}
 	if b.word.Add(closedBit-closingBit)&waitersBit != 0 {
 		b.wakeClosers()
 	}

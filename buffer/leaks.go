@@ -62,12 +62,11 @@ import (
 
 // inheritViewed returns viewedBit if a disowned viewed allocation left its
 // mark at ptr (and takes the mark), else 0.
+// Callers check handoffs first.
 func inheritViewed(ptr cuda.DevicePtr) uint64 {
-	if handoffs.Load() > 0 {
-		if _, ok := handoff.LoadAndDelete(ptr); ok {
-			handoffs.Add(-1)
-			return viewedBit
-		}
+	if _, ok := handoff.LoadAndDelete(ptr); ok {
+		handoffs.Add(-1)
+		return viewedBit
 	}
 	return 0
 }
@@ -77,8 +76,8 @@ func inheritViewed(ptr cuda.DevicePtr) uint64 {
 // on r: after the allocator's write, before the closer's.
 func (r *Buffer) markViewed() {
 	if r.word.Load()&viewedBit == 0 && r.word.Or(viewedBit)&viewedBit == 0 {
-		if sd, i := r.entry(); sd != nil {
-			sd.meta[i] |= metaViewed
+		if e := r.entry(); e != nil {
+			e.meta |= metaViewed
 		}
 	}
 }
@@ -137,16 +136,27 @@ type slabSide struct {
 	homes  [slabHomes]home
 	nhomes int     // homes in use
 	bufs   uintptr // the address of the slab's first Buffer, to find a Buffer's entry
-	meta   [slabSize]uint8
-	ptr    [slabSize]cuda.DevicePtr
-	size   [slabSize]uint64
+	ents   [slabSize]entry
 }
 
-// An entry's meta: open, viewed, and the index of its home.
+// entry is what the net needs of one Buffer of a slab: its address, and
+// its size with the entry's meta in the top byte (one cache line holds
+// four entries: a Buffer's allocation and close each write one word or
+// two of it). Sizes above maxTracked do not fit: Allocate gives such
+// Buffers (which no device can have) no slab.
+type entry struct {
+	ptr  cuda.DevicePtr
+	meta uint64
+}
+
+// An entry's meta, above its size: open, viewed, and the index of its
+// home.
 const (
-	metaOpen   = 1 << 7 // allocated, and not closed or disowned
-	metaViewed = 1 << 6 // a host view was handed out: never freed by the net
+	metaOpen   = 1 << 63 // allocated, and not closed or disowned
+	metaViewed = 1 << 62 // a host view was handed out: never freed by the net
+	metaShift  = 56      // the home's index
 	metaHome   = slabHomes - 1
+	maxTracked = 1<<metaShift - 1
 )
 
 const (
@@ -192,22 +202,21 @@ func (sd *slabSide) home(mr MemoryResource, s *cuda.Stream) int {
 	return i
 }
 
-// entry returns the side and the index of the entry of r, a root (an
-// owner or a borrowed buffer, never a view, which shares its root's
-// home); nil for a Buffer that has no slab (Owned, borrowed).
-func (r *Buffer) entry() (*slabSide, uintptr) {
+// entry returns the entry of r, a root (an owner or a borrowed buffer,
+// never a view, which shares its root's home), in its slab's side; nil
+// for a Buffer that has no slab (Owned, borrowed).
+func (r *Buffer) entry() *entry {
 	if h := r.h; h != nil && h.side != nil {
-		return h.side, (uintptr(unsafe.Pointer(r)) - h.side.bufs) / unsafe.Sizeof(Buffer{})
+		return &h.side.ents[(uintptr(unsafe.Pointer(r))-h.side.bufs)/bufferBytes]
 	}
-	return nil, 0
+	return nil
 }
 
-// untrack clears root r's open flag in its side, if it has one: r is
-// closed or disowned, and the net must not free it. Only r's closer calls
-// it.
+// untrack clears root r's entry, if it has one: r is closed or disowned,
+// and the net must not free it. Only r's closer calls it.
 func (r *Buffer) untrack() {
-	if sd, i := r.entry(); sd != nil {
-		sd.meta[i] = 0
+	if e := r.entry(); e != nil {
+		e.meta = 0
 	}
 }
 
@@ -309,11 +318,11 @@ func newTrackedSlow(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.
 // the Buffer of the memory at ptr, of home hi, with state word w.
 func (sl *slab) fill(i, hi int, ptr cuda.DevicePtr, size uint64, w uint64) *Buffer {
 	sd := sl.side
-	m := uint8(metaOpen | hi)
+	m := metaOpen | uint64(hi)<<metaShift | size
 	if w&viewedBit != 0 {
 		m |= metaViewed
 	}
-	sd.meta[i], sd.ptr[i], sd.size[i] = m, ptr, size
+	sd.ents[i] = entry{ptr: ptr, meta: m}
 	b := &sl.bufs[i]
 	b.ptr, b.size, b.h = ptr, size, &sd.homes[hi]
 	initWord(b, w)
@@ -345,17 +354,18 @@ func init() { armGCHook() }
 // open, except those a host view may still point at, and counts them. A
 // held Buffer is never here: the Hold keeps it reachable.
 func collectSide(sd *slabSide) {
-	for i, m := range sd.meta {
-		if m&metaOpen == 0 {
+	for i := range sd.ents {
+		e := &sd.ents[i]
+		if e.meta&metaOpen == 0 {
 			continue
 		}
 		leaks.Add(1)
-		if m&metaViewed != 0 {
+		if e.meta&metaViewed != 0 {
 			leaksKept.Add(1)
 			continue
 		}
-		h := &sd.homes[m&metaHome]
-		if freeOrFallback(h.mr, sd.ptr[i], sd.size[i], h.stream) != nil {
+		h := &sd.homes[e.meta>>metaShift&metaHome]
+		if freeOrFallback(h.mr, e.ptr, e.meta&maxTracked, h.stream) != nil {
 			leaksKept.Add(1)
 		}
 	}
