@@ -199,8 +199,9 @@ func (r *Buffer) pointerInfo() (cuda.PointerInfo, error) {
 //
 // A Buffer from Allocate is 40 bytes in a slab of them (see leaks.go): the
 // fields below, its resource and stream in a home it shares with the
-// slab's other Buffers of that resource and stream. A view, a held
-// buffer, and one whose Close waits for calls add an ext.
+// slab's other Buffers of that resource and stream, and an entry for the
+// safety net in the slab's side. A view, a held buffer, and one whose
+// Close waits for calls add an ext.
 type Buffer struct {
 	word atomic.Uint64       // see the state word; views: their own closedBit
 	ptr  cuda.DevicePtr      // this buffer's address (a view's: its root's plus its offset)
@@ -211,8 +212,9 @@ type Buffer struct {
 
 // home is what an owned Buffer needs besides its range: the resource that
 // frees it and the stream it was allocated on. The Buffers of a slab
-// allocated from one resource on one stream share one, in the slab's
-// header (see leaks.go). Never changed once a Buffer uses it.
+// allocated from one resource on one stream share one, in the slab's side
+// (see leaks.go); other Buffers have their own. Never changed once a
+// Buffer uses it.
 type home struct {
 	mr     MemoryResource
 	stream *cuda.Stream

@@ -134,7 +134,7 @@
 // not rely on it: the garbage collector may run late or never, and device
 // memory is invisible to it, so a program can run out of device memory
 // long before the collector sees a reason to run. (The buffers [Allocate]
-// makes are carved from slabs of about a hundred watched by one finalizer
+// makes are carved from slabs of about a hundred watched by one cleanup
 // each, which keeps the net off the allocation fast path: a leak is freed
 // once its whole slab is unreachable. A Buffer a resource keeps for
 // itself must be made with [Owned], which watches it alone; see there.)

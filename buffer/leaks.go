@@ -24,9 +24,11 @@ import (
 // allocated with; the slab's Buffers of one resource and stream share
 // one). Allocate fills the Buffer's entry, Close and Disown clear its
 // open flag, both with plain stores: the entry is the Buffer's alone, and
-// written only by its allocator, its closer and the first Bytes (in
-// that order; see markViewed). When no Buffer of the slab is reachable,
-// the cleanup frees every allocation still open and counts it in Leaks.
+// written only by its allocator, the first Bytes (see markViewed) and its
+// closer, in that order. When no Buffer of the slab is reachable, the
+// cleanup frees every allocation still open and counts it in Leaks. (A
+// size too large for an entry, past 2^56 bytes, which no memory has, gets
+// an Owned Buffer instead.)
 //
 // A finalizer could read the Buffers themselves, with no ledger, but the
 // collector must then scan every finalizable slab for the pointers in its
@@ -35,7 +37,9 @@ import (
 // slab and its side cost about 60 bytes of heap and a few stores. The
 // cost: a long-lived Buffer keeps its slab's memory (6 KiB, with the side)
 // alive, and a leaked allocation is freed only when its whole slab is
-// collected. For a safety net both are fine.
+// collected. For a safety net both are fine. (Recycling the sides of
+// collected slabs saves their allocation but was slower: their memory is
+// cold when refilled, where a new side's was just cleared.)
 //
 // A slab reachable from its side is never collected (the side, the
 // cleanup's argument, stays reachable until the cleanup runs), and the
@@ -113,8 +117,8 @@ func handOff(ptr cuda.DevicePtr, w uint64) {
 // mutex (cursor_race.go).
 //
 // A cursor must not keep anything alive for long: its slab keeps the
-// leaked Buffers in it from being collected, and the slab's homes keep
-// their resources (and whatever a dropped resource holds). So after each
+// leaked Buffers in it from being collected, and the slab's side's homes
+// keep their resources (and whatever a dropped resource holds). So after each
 // garbage collection the cursors drop their slabs (gcHook), as a
 // sync.Pool drops its contents: what the cursors held is collectable from
 // the next collection on.
