@@ -113,6 +113,13 @@ const (
 	ownedBit   = uint64(1) << 36 // made with a resource: Close frees through it
 	badBit     = uint64(1) << 37 // no use is valid: a null address, or a range past 2^64
 	initBit    = uint64(1) << 38 // made by a constructor (the zero Buffer lacks it)
+
+	// A Buffer from a slab (see leaks.go) has slabBit, its slot in the
+	// slab and the index of its home in the slab's side: set when it is
+	// made, never changed.
+	slabBit   = uint64(1) << 39
+	slotShift = 40 // 8 bits
+	homeShift = 48 // 3 bits (slabHomes)
 )
 
 // ext is what few buffers need, made on first need so that the common
@@ -122,6 +129,10 @@ const (
 type ext struct {
 	root   *Buffer // views: the owner or borrowed buffer whose memory they share
 	parent *Buffer // views: the buffer this one was sliced from
+
+	// Owned's buffers: the resource and stream (a slab's Buffers find
+	// theirs in the slab's side).
+	home home
 
 	mu   sync.Mutex // with cond: closers wait here (see the state word)
 	cond sync.Cond
@@ -197,41 +208,57 @@ func (r *Buffer) pointerInfo() (cuda.PointerInfo, error) {
 // The zero Buffer is not usable: its methods return an error matching
 // cuda.ErrInvalidArgument (Close returns nil, and accessors zero values).
 //
-// A Buffer from Allocate is 40 bytes in a slab of them (see leaks.go): the
-// fields below, its resource and stream in a home it shares with the
-// slab's other Buffers of that resource and stream, and an entry for the
-// safety net in the slab's side. A view, a held buffer, and one whose
-// Close waits for calls add an ext.
+// A Buffer from Allocate is 32 bytes in a slab of them (see leaks.go): the
+// fields below, with no pointer but the rarely made ext. Its resource and
+// stream are in a home it shares with the slab's other Buffers of that
+// resource and stream, and its entry for the safety net, in the slab's
+// side; its state word says where. A view, an Owned buffer, a held
+// buffer, and one whose Close waits for calls have an ext.
 type Buffer struct {
 	word atomic.Uint64       // see the state word; views: their own closedBit
 	ptr  cuda.DevicePtr      // this buffer's address (a view's: its root's plus its offset)
 	size uint64              // this buffer's (or view's) size
-	h    *home               // the resource that frees it and the allocation stream (views: their root's); never changes
-	x    atomic.Pointer[ext] // views: set by Slice (with their root); others: made on first need
+	x    atomic.Pointer[ext] // views: set by Slice (with their root); Owned: set by it (with the home); others: made on first need
 }
 
 // home is what an owned Buffer needs besides its range: the resource that
 // frees it and the stream it was allocated on. The Buffers of a slab
 // allocated from one resource on one stream share one, in the slab's side
-// (see leaks.go); other Buffers have their own. Never changed once a
-// Buffer uses it.
+// (see leaks.go); Owned's buffers have theirs in their ext. Never changed
+// once a Buffer uses it.
 type home struct {
 	mr     MemoryResource
 	stream *cuda.Stream
-	side   *slabSide // the side that holds it; nil for Buffers without a slab
 }
 
-// resource is b's resource (nil for borrowed buffers).
+// homeOf returns the home of root r (an owner or a borrowed buffer, never
+// a view), whose state word is w (any load: the bits it reads never
+// change), or nil if it has none (a borrowed buffer).
+func (r *Buffer) homeOf(w uint64) *home {
+	if w&slabBit != 0 {
+		return &slabOf(r, w).side.homes[w>>homeShift&metaHome]
+	}
+	if x := r.x.Load(); x != nil {
+		return &x.home
+	}
+	return nil
+}
+
+// resource is b's resource (its root's for a view; nil for borrowed
+// buffers).
 func (b *Buffer) resource() MemoryResource {
-	if h := b.h; h != nil {
+	r := b.rootOf()
+	if h := r.homeOf(r.word.Load()); h != nil {
 		return h.mr
 	}
 	return nil
 }
 
-// allocStream is b's allocation stream (nil if none).
+// allocStream is b's allocation stream (its root's for a view; nil if
+// none).
 func (b *Buffer) allocStream() *cuda.Stream {
-	if h := b.h; h != nil {
+	r := b.rootOf()
+	if h := r.homeOf(r.word.Load()); h != nil {
 		return h.stream
 	}
 	return nil
@@ -286,7 +313,10 @@ func Owned(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream) *
 		}
 	}
 	if mr != nil || s != nil {
-		b.h = &home{mr: mr, stream: s}
+		x := new(ext)
+		x.cond.L = &x.mu
+		x.home = home{mr: mr, stream: s}
+		b.x.Store(x)
 	}
 	b.ptr, b.size = ptr, size
 	b.word.Store(w)
@@ -361,8 +391,8 @@ func (b *Buffer) CloseOn(s *cuda.Stream) error {
 			return nil // closed already
 		}
 	}
-	e := b.entry() // found before the free, which it need not wait for
-	if h := b.h; h != nil && h.mr != nil && b.ptr != 0 {
+	e := b.entry(w) // found before the free, which it need not wait for
+	if h := b.homeOf(w); h != nil && h.mr != nil && b.ptr != 0 {
 		if s == nil {
 			s = h.stream
 		}

@@ -34,8 +34,8 @@ import (
 // collector must then scan every finalizable slab for the pointers in its
 // Buffers, and keep each dead slab for a cycle more; the cleanup's ledger
 // is mostly plain numbers, and the slab is freed at once. Per Buffer, the
-// slab and its side cost about 60 bytes of heap and a few stores. The
-// cost: a long-lived Buffer keeps its slab's memory (6 KiB, with the side)
+// slab and its side cost about 50 bytes of heap and a few stores. The
+// cost: a long-lived Buffer keeps its slab's memory (6.25 KiB, with the side)
 // alive, and a leaked allocation is freed only when its whole slab is
 // collected. For a safety net both are fine. (Recycling the sides of
 // collected slabs saves their allocation but was slower: their memory is
@@ -79,9 +79,11 @@ func inheritViewed(ptr cuda.DevicePtr) uint64 {
 // Only the call that sets viewedBit writes the side's entry, within a call
 // on r: after the allocator's write, before the closer's.
 func (r *Buffer) markViewed() {
-	if r.word.Load()&viewedBit == 0 && r.word.Or(viewedBit)&viewedBit == 0 {
-		if e := r.entry(); e != nil {
-			e.meta |= metaViewed
+	if r.word.Load()&viewedBit == 0 {
+		if w := r.word.Or(viewedBit); w&viewedBit == 0 {
+			if e := r.entry(w); e != nil {
+				e.meta |= metaViewed
+			}
 		}
 	}
 }
@@ -126,7 +128,10 @@ func handOff(ptr cuda.DevicePtr, w uint64) {
 // slab is a run of Buffers handed out in order, and a pointer to its
 // side. It is sized to fill a size class of the Go allocator (4 KiB, with
 // the 8-byte header the allocator puts before objects of this size that
-// hold pointers).
+// hold pointers). A Buffer of a slab finds its slab, and so its entry and
+// home in the side, from its slot, which its state word holds (slabOf):
+// it needs no pointer of its own, so the collector has nothing to follow
+// in it and Allocate no write barrier to pay.
 type slab struct {
 	side *slabSide
 	bufs [slabSize]Buffer
@@ -138,8 +143,7 @@ type slab struct {
 // only pointers, come first, so the collector scans only them.
 type slabSide struct {
 	homes  [slabHomes]home
-	nhomes int     // homes in use
-	bufs   uintptr // the address of the slab's first Buffer, to find a Buffer's entry
+	nhomes int // homes in use
 	ents   [slabSize]entry
 }
 
@@ -164,18 +168,18 @@ const (
 )
 
 const (
-	slabHomes = 8 // a power of two, at most 64 (metaHome)
+	slabHomes = 8 // a power of two, at most 8 (homeShift) and 64 (metaHome)
 	slabBytes = 4096 - 8
 	// bufferBytes is unsafe.Sizeof(Buffer{}), which the types cannot
-	// name (a Buffer's home refers to its side): three 64-bit words and
-	// two pointers.
-	bufferBytes = 3*8 + 2*unsafe.Sizeof(uintptr(0))
-	// 102 Buffers of 40 bytes on 64-bit machines.
-	slabSize = (slabBytes - int(unsafe.Sizeof(uintptr(0)))) / int(bufferBytes)
+	// name (a Buffer's ext refers to a home, which refers to its side):
+	// four 64-bit words (three and a pointer, aligned to 8 bytes).
+	bufferBytes = 4 * 8
+	// 127 Buffers of 32 bytes, at most 255 (slotShift).
+	slabSize = (slabBytes - 8) / int(bufferBytes)
 )
 
 // The slab fits in slabBytes (alignment included); TestSlabSizes checks
-// that the side fits in 2 KiB.
+// the side.
 var (
 	_ [bufferBytes - unsafe.Sizeof(Buffer{})]struct{}
 	_ [unsafe.Sizeof(Buffer{}) - bufferBytes]struct{}
@@ -184,9 +188,16 @@ var (
 
 func newSlab() *slab {
 	sl, sd := new(slab), new(slabSide)
-	sl.side, sd.bufs = sd, uintptr(unsafe.Pointer(&sl.bufs[0]))
+	sl.side = sd
 	runtime.AddCleanup(sl, collectSide, sd)
 	return sl
+}
+
+// slabOf returns the slab of b, a Buffer from a slab whose state word is w
+// (slabBit set): the slab's address is b's, less b's offset in it.
+func slabOf(b *Buffer, w uint64) *slab {
+	i := uintptr(w >> slotShift & 0xff)
+	return (*slab)(unsafe.Add(unsafe.Pointer(b), -int(unsafe.Offsetof(slab{}.bufs)+i*bufferBytes)))
 }
 
 // home returns the index of the home of mr and s in the side, adding it
@@ -201,17 +212,16 @@ func (sd *slabSide) home(mr MemoryResource, s *cuda.Stream) int {
 		return -1
 	}
 	i := sd.nhomes
-	sd.homes[i] = home{mr: mr, stream: s, side: sd}
+	sd.homes[i] = home{mr: mr, stream: s}
 	sd.nhomes++
 	return i
 }
 
-// entry returns the entry of r, a root (an owner or a borrowed buffer,
-// never a view, which shares its root's home), in its slab's side; nil
-// for a Buffer that has no slab (Owned, borrowed).
-func (r *Buffer) entry() *entry {
-	if h := r.h; h != nil && h.side != nil {
-		return &h.side.ents[(uintptr(unsafe.Pointer(r))-h.side.bufs)/bufferBytes]
+// entry returns the entry of b, whose state word is w, in its slab's
+// side; nil for a Buffer that has no slab (Owned, borrowed, a view).
+func (b *Buffer) entry(w uint64) *entry {
+	if w&slabBit != 0 {
+		return &slabOf(b, w).side.ents[w>>slotShift&0xff]
 	}
 	return nil
 }
@@ -219,7 +229,7 @@ func (r *Buffer) entry() *entry {
 // untrack clears root r's entry, if it has one: r is closed or disowned,
 // and the net must not free it. Only r's closer calls it.
 func (r *Buffer) untrack() {
-	if e := r.entry(); e != nil {
+	if e := r.entry(r.word.Load()); e != nil {
 		e.meta = 0
 	}
 }
@@ -328,8 +338,8 @@ func (sl *slab) fill(i, hi int, ptr cuda.DevicePtr, size uint64, w uint64) *Buff
 	}
 	sd.ents[i] = entry{ptr: ptr, meta: m}
 	b := &sl.bufs[i]
-	b.ptr, b.size, b.h = ptr, size, &sd.homes[hi]
-	initWord(b, w)
+	b.ptr, b.size = ptr, size
+	initWord(b, w|slabBit|uint64(i)<<slotShift|uint64(hi)<<homeShift)
 	return b
 }
 
@@ -389,7 +399,8 @@ func collectOne(b *Buffer) {
 		leaksKept.Add(1)
 		return
 	}
-	if freeOrFallback(b.h.mr, b.ptr, b.size, b.h.stream) != nil {
+	x := b.x.Load() // Owned made it, with the home
+	if freeOrFallback(x.home.mr, b.ptr, b.size, x.home.stream) != nil {
 		leaksKept.Add(1)
 	}
 }
