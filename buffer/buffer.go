@@ -114,10 +114,9 @@ const (
 	badBit     = uint64(1) << 37 // no use is valid: a null address, or a range past 2^64
 	initBit    = uint64(1) << 38 // made by a constructor (the zero Buffer lacks it)
 
-	// A Buffer from a slab (see leaks.go) has slabBit, its slot in the
-	// slab and the index of its home in the slab's side: set when it is
-	// made, never changed.
-	slabBit   = uint64(1) << 39
+	// A Buffer from a slab (see leaks.go) has its slot in the slab and
+	// the index of its home in the slab's side: set when it is made,
+	// never changed.
 	slotShift = 40 // 8 bits
 	homeShift = 48 // 3 bits (slabHomes)
 )
@@ -208,16 +207,18 @@ func (r *Buffer) pointerInfo() (cuda.PointerInfo, error) {
 // The zero Buffer is not usable: its methods return an error matching
 // cuda.ErrInvalidArgument (Close returns nil, and accessors zero values).
 //
-// A Buffer from Allocate is 32 bytes in a slab of them (see leaks.go): the
-// fields below, with no pointer but the rarely made ext. Its resource and
-// stream are in a home it shares with the slab's other Buffers of that
-// resource and stream, and its entry for the safety net, in the slab's
-// side; its state word says where. A view, an Owned buffer, a held
-// buffer, and one whose Close waits for calls have an ext.
+// A Buffer from Allocate is 40 bytes in a slab of them (see leaks.go): the
+// fields below, whose only pointers are to its own slab (which the
+// collector skips at once while it scans the slab) and to the rarely made
+// ext. Its resource and stream are in a home it shares with the slab's
+// other Buffers of that resource and stream, and its entry for the safety
+// net, in the slab's side; its state word says which. A view, an Owned
+// buffer, a held buffer, and one whose Close waits for calls have an ext.
 type Buffer struct {
 	word atomic.Uint64       // see the state word; views: their own closedBit
 	ptr  cuda.DevicePtr      // this buffer's address (a view's: its root's plus its offset)
 	size uint64              // this buffer's (or view's) size
+	sl   *slab               // the slab it was carved from, or nil; never changes
 	x    atomic.Pointer[ext] // views: set by Slice (with their root); Owned: set by it (with the home); others: made on first need
 }
 
@@ -235,8 +236,8 @@ type home struct {
 // a view), whose state word is w (any load: the bits it reads never
 // change), or nil if it has none (a borrowed buffer).
 func (r *Buffer) homeOf(w uint64) *home {
-	if w&slabBit != 0 {
-		return &slabOf(r, w).side.homes[w>>homeShift&metaHome]
+	if sl := r.sl; sl != nil {
+		return &sl.side.homes[w>>homeShift&metaHome]
 	}
 	if x := r.x.Load(); x != nil {
 		return &x.home

@@ -34,8 +34,8 @@ import (
 // collector must then scan every finalizable slab for the pointers in its
 // Buffers, and keep each dead slab for a cycle more; the cleanup's ledger
 // is mostly plain numbers, and the slab is freed at once. Per Buffer, the
-// slab and its side cost about 50 bytes of heap and a few stores. The
-// cost: a long-lived Buffer keeps its slab's memory (6.25 KiB, with the side)
+// slab and its side cost about 60 bytes of heap and a few stores. The
+// cost: a long-lived Buffer keeps its slab's memory (6 KiB, with the side)
 // alive, and a leaked allocation is freed only when its whole slab is
 // collected. For a safety net both are fine. (Recycling the sides of
 // collected slabs saves their allocation but was slower: their memory is
@@ -128,10 +128,11 @@ func handOff(ptr cuda.DevicePtr, w uint64) {
 // slab is a run of Buffers handed out in order, and a pointer to its
 // side. It is sized to fill a size class of the Go allocator (4 KiB, with
 // the 8-byte header the allocator puts before objects of this size that
-// hold pointers). A Buffer of a slab finds its slab, and so its entry and
-// home in the side, from its slot, which its state word holds (slabOf):
-// it needs no pointer of its own, so the collector has nothing to follow
-// in it and Allocate no write barrier to pay.
+// hold pointers). A Buffer of a slab points to its slab, and finds its
+// entry and home in the side by the indexes its state word holds. (Its
+// slot alone, with its own address, would name its slab and save the
+// pointer; but a copy of the Buffer, which Go allows, would then name
+// memory that is no slab.)
 type slab struct {
 	side *slabSide
 	bufs [slabSize]Buffer
@@ -171,10 +172,10 @@ const (
 	slabHomes = 8 // a power of two, at most 8 (homeShift) and 64 (metaHome)
 	slabBytes = 4096 - 8
 	// bufferBytes is unsafe.Sizeof(Buffer{}), which the types cannot
-	// name (a Buffer's ext refers to a home, which refers to its side):
-	// four 64-bit words (three and a pointer, aligned to 8 bytes).
-	bufferBytes = 4 * 8
-	// 127 Buffers of 32 bytes, at most 255 (slotShift).
+	// name (a Buffer refers to its slab): three 64-bit words and two
+	// pointers.
+	bufferBytes = 3*8 + 2*unsafe.Sizeof(uintptr(0))
+	// 102 Buffers of 40 bytes on 64-bit machines, at most 255 (slotShift).
 	slabSize = (slabBytes - 8) / int(bufferBytes)
 )
 
@@ -191,13 +192,6 @@ func newSlab() *slab {
 	sl.side = sd
 	runtime.AddCleanup(sl, collectSide, sd)
 	return sl
-}
-
-// slabOf returns the slab of b, a Buffer from a slab whose state word is w
-// (slabBit set): the slab's address is b's, less b's offset in it.
-func slabOf(b *Buffer, w uint64) *slab {
-	i := uintptr(w >> slotShift & 0xff)
-	return (*slab)(unsafe.Add(unsafe.Pointer(b), -int(unsafe.Offsetof(slab{}.bufs)+i*bufferBytes)))
 }
 
 // home returns the index of the home of mr and s in the side, adding it
@@ -220,8 +214,8 @@ func (sd *slabSide) home(mr MemoryResource, s *cuda.Stream) int {
 // entry returns the entry of b, whose state word is w, in its slab's
 // side; nil for a Buffer that has no slab (Owned, borrowed, a view).
 func (b *Buffer) entry(w uint64) *entry {
-	if w&slabBit != 0 {
-		return &slabOf(b, w).side.ents[w>>slotShift&0xff]
+	if sl := b.sl; sl != nil {
+		return &sl.side.ents[w>>slotShift&0xff]
 	}
 	return nil
 }
@@ -338,8 +332,8 @@ func (sl *slab) fill(i, hi int, ptr cuda.DevicePtr, size uint64, w uint64) *Buff
 	}
 	sd.ents[i] = entry{ptr: ptr, meta: m}
 	b := &sl.bufs[i]
-	b.ptr, b.size = ptr, size
-	initWord(b, w|slabBit|uint64(i)<<slotShift|uint64(hi)<<homeShift)
+	b.ptr, b.size, b.sl = ptr, size, sl
+	initWord(b, w|uint64(i)<<slotShift|uint64(hi)<<homeShift)
 	return b
 }
 

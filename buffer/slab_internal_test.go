@@ -6,7 +6,7 @@ import (
 )
 
 // TestSlabSizes: a slab and its side fill size classes of the Go
-// allocator (4 KiB and 2.25 KiB; objects over 512 bytes
+// allocator (4 KiB, and 2 KiB or 2.25 KiB; objects over 512 bytes
 // that hold pointers carry an 8-byte header), so that a Buffer costs at
 // most 64 bytes of heap.
 func TestSlabSizes(t *testing.T) {
