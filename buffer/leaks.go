@@ -119,11 +119,11 @@ func handOff(ptr cuda.DevicePtr, w uint64) {
 // mutex (cursor_race.go).
 //
 // A cursor must not keep anything alive for long: its slab keeps the
-// leaked Buffers in it from being collected, and the slab's side's homes
-// keep their resources (and whatever a dropped resource holds). So after each
-// garbage collection the cursors drop their slabs (gcHook), as a
-// sync.Pool drops its contents: what the cursors held is collectable from
-// the next collection on.
+// leaked Buffers in it from being collected, and the homes in the slab's
+// side keep their resources (and whatever a dropped resource holds). So
+// after each garbage collection the cursors drop their slabs (gcHook), as
+// a sync.Pool drops its contents: what the cursors held is collectable
+// from the next collection on.
 
 // slab is a run of Buffers handed out in order, and a pointer to its
 // side. It is sized to fill a size class of the Go allocator (4 KiB, with
@@ -234,9 +234,9 @@ type cursor struct {
 	next int                  // the next free slot of slab
 	home int                  // the index of the home used last in slab, or -1
 	// The resource (its interface words) and stream of that home, to
-	// compare with without reading the slab's header. Plain words, so
-	// that the cursor keeps nothing alive: they are used only while slab
-	// is the slab whose header holds them (and so keeps them alive).
+	// compare with without reading the slab's side. Plain words, so that
+	// the cursor keeps nothing alive: they are used only while slab is the
+	// slab whose side holds them (and so keeps them alive).
 	mrType, mrData uintptr
 	stream         uintptr
 	lock           cursorLock
