@@ -84,7 +84,8 @@ type benchEnv struct {
 	dev     *cuda.Device
 	stream  *cuda.Stream
 	cleanup []func() error
-	growTo  uint64 // -grow-to: the size vmm/growstep grows to
+	growTo  uint64    // -grow-to: the size vmm/growstep grows to
+	stderr  io.Writer // for notes beside the figures (nil: none)
 }
 
 // close runs the cleanups in reverse order and joins their errors.
@@ -231,7 +232,7 @@ func runBench(args []string, stdout, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	env := &benchEnv{dev: dev, stream: s, growTo: f.growTo}
+	env := &benchEnv{dev: dev, stream: s, growTo: f.growTo, stderr: stderr}
 	env.cleanup = append(env.cleanup, s.Close)
 	defer func() { err = errors.Join(err, env.close()) }()
 

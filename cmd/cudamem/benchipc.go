@@ -40,7 +40,13 @@ type ipcChildReport struct {
 	InitNs   int64 `json:"init_ns"`   // driver load, cuInit, primary context
 	ImportNs int64 `json:"import_ns"` // pool from the fd, buffer from the descriptor
 	First    []int `json:"first"`     // the buffer's first bytes, read back
+	// Steps splits ImportNs: the handle from the fd and token, the
+	// descriptor decoded, the pool imported, the buffer imported.
+	Steps [4]int64 `json:"steps"`
 }
+
+// ipcChildSteps names ipcChildReport.Steps.
+var ipcChildSteps = [4]string{"handle", "descriptor", "pool", "buffer"}
 
 func ipcMeasurements(e *benchEnv) []measurement {
 	skip := ""
@@ -143,6 +149,7 @@ func (c *ipcChild) setup() error {
 // import times they report; the sum of their init times goes to c.init.
 func (c *ipcChild) run(n int) (time.Duration, error) {
 	var imp, ini time.Duration
+	var steps [4]time.Duration
 	for i := 0; i < n; i++ {
 		rep, err := c.once()
 		if err != nil {
@@ -150,8 +157,18 @@ func (c *ipcChild) run(n int) (time.Duration, error) {
 		}
 		imp += time.Duration(rep.ImportNs)
 		ini += time.Duration(rep.InitNs)
+		for j, v := range rep.Steps {
+			steps[j] += time.Duration(v)
+		}
 	}
 	c.init.d = ini
+	if c.e.stderr != nil {
+		var parts []string
+		for j, d := range steps {
+			parts = append(parts, fmt.Sprintf("%s %v", ipcChildSteps[j], (d / time.Duration(n)).Round(time.Microsecond/10)))
+		}
+		fmt.Fprintf(c.e.stderr, "bench: ipc/child_import, mean of %d children: %s\n", n, strings.Join(parts, ", "))
+	}
 	return imp, nil
 }
 
@@ -222,11 +239,19 @@ func runIPCChild(stdout io.Writer) (err error) {
 		return err
 	}
 	t1 := time.Now()
+	var steps [4]int64
+	last := t1
+	step := func(i int) {
+		now := time.Now()
+		steps[i] = now.Sub(last).Nanoseconds()
+		last = now
+	}
 	h, err := ipc.NewHandleFromToken(3, strings.TrimSpace(token))
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, h.Close()) }()
+	step(0)
 	raw, err := hex.DecodeString(os.Getenv(ipcEnvDesc))
 	if err != nil {
 		return fmt.Errorf("%s: %w", ipcEnvDesc, err)
@@ -235,15 +260,18 @@ func runIPCChild(stdout io.Writer) (err error) {
 	if err := d.UnmarshalBinary(raw); err != nil {
 		return err
 	}
+	step(1)
 	p, err := ipc.ImportPool(dev, h)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, p.Close()) }()
+	step(2)
 	b, err := p.Import(d, nil)
 	if err != nil {
 		return err
 	}
+	step(3)
 	t2 := time.Now()
 	defer func() { err = errors.Join(err, b.Close()) }()
 	first, err := readFirst(b, 4)
@@ -251,7 +279,7 @@ func runIPCChild(stdout io.Writer) (err error) {
 		return err
 	}
 	return json.NewEncoder(stdout).Encode(ipcChildReport{
-		InitNs: t1.Sub(t0).Nanoseconds(), ImportNs: t2.Sub(t1).Nanoseconds(), First: first})
+		InitNs: t1.Sub(t0).Nanoseconds(), ImportNs: t2.Sub(t1).Nanoseconds(), First: first, Steps: steps})
 }
 
 func readFirst(b *buffer.Buffer, n int) ([]int, error) {
