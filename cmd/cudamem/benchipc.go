@@ -165,7 +165,7 @@ func (c *ipcChild) run(n int) (time.Duration, error) {
 	if c.e.stderr != nil {
 		var parts []string
 		for j, d := range steps {
-			parts = append(parts, fmt.Sprintf("%s %v", ipcChildSteps[j], (d / time.Duration(n)).Round(time.Microsecond/10)))
+			parts = append(parts, fmt.Sprintf("%s %v", ipcChildSteps[j], (d/time.Duration(n)).Round(time.Microsecond/10)))
 		}
 		fmt.Fprintf(c.e.stderr, "bench: ipc/child_import, mean of %d children: %s\n", n, strings.Join(parts, ", "))
 	}
