@@ -17,11 +17,12 @@ type props struct {
 func (p props) hostOnly() bool { return p.hostAcc && !p.devAcc }
 
 // props asks the resource, or for borrowed memory the driver (once per
-// allocation). Call it within a call on b (acquire, use): the resource
-// may be closed once the buffer is. The driver's answer is cached in the
-// root's ext.
+// allocation). Call it within a call on b (acquire, use): Close clears an
+// owner's resource (so that a closed Buffer in a slab keeps nothing
+// reachable), and waits for the calls in progress first. The driver's
+// answer is cached in the root's ext.
 func (b *Buffer) props() props {
-	if mr := b.resource(); mr != nil {
+	if mr := b.mr; mr != nil {
 		return props{device: mr.DeviceID(), devAcc: mr.DeviceAccessible(), hostAcc: mr.HostAccessible()}
 	}
 	info, err := b.rootOf().pointerInfo()
@@ -93,7 +94,7 @@ func (b *Buffer) Device() (*cuda.Device, error) {
 // could use it.
 func (b *Buffer) streamFor(op string, s *cuda.Stream) (*cuda.Stream, error) {
 	if s == nil {
-		s = b.allocStream()
+		s = b.stream
 	}
 	var d *cuda.Device
 	if s == nil {

@@ -3,7 +3,6 @@ package buffer
 import (
 	"errors"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -56,16 +55,7 @@ func Allocate(mr MemoryResource, size uint64, s *cuda.Stream) (*Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	if ptr == 0 || uint64(ptr)+size < uint64(ptr) || size > maxTracked {
-		// Nothing to free, a range no memory can have, or a size its
-		// slab's side cannot record (see slabSide): no slab.
-		return Owned(ptr, size, mr, s), nil
-	}
-	w := initBit | ownedBit
-	if handoffs.Load() > 0 {
-		w |= inheritViewed(ptr)
-	}
-	return newTracked(ptr, size, mr, s, w), nil
+	return Owned(ptr, size, mr, s), nil
 }
 
 // leaks counts buffers garbage collected without Close; leaksKept counts
@@ -87,10 +77,8 @@ func LeaksKept() int64 { return leaksKept.Load() }
 
 // The state word (Buffer.word) of an owner or a borrowed buffer: the
 // count of calls in progress in the low bits, then flags. It replaces a
-// lock, and costs the hot path no atomic operation in Allocate (the
-// Buffer is not shared yet), two in Close (taking closingBit, then
-// trading it for closedBit), and one each in acquire and release around
-// each call.
+// lock, and costs the hot path (Allocate, Close; acquire and release
+// around each call) one atomic operation each.
 //
 // The word never makes a call wait for another call. acquire adds one to
 // the count and fails (undoing the add) while a Close or Disown holds
@@ -113,12 +101,6 @@ const (
 	ownedBit   = uint64(1) << 36 // made with a resource: Close frees through it
 	badBit     = uint64(1) << 37 // no use is valid: a null address, or a range past 2^64
 	initBit    = uint64(1) << 38 // made by a constructor (the zero Buffer lacks it)
-
-	// A Buffer from a slab (see leaks.go) has its slot in the slab and
-	// the index of its home in the slab's side: set when it is made,
-	// never changed.
-	slotShift = 40 // 8 bits
-	homeShift = 48 // 3 bits (slabHomes)
 )
 
 // ext is what few buffers need, made on first need so that the common
@@ -126,12 +108,7 @@ const (
 // sliced from; an owner's (or borrowed buffer's) Holds, the closers'
 // waiting room, and the driver's description of the memory.
 type ext struct {
-	root   *Buffer // views: the owner or borrowed buffer whose memory they share
 	parent *Buffer // views: the buffer this one was sliced from
-
-	// Owned's buffers: the resource and stream (a slab's Buffers find
-	// theirs in the slab's side).
-	home home
 
 	mu   sync.Mutex // with cond: closers wait here (see the state word)
 	cond sync.Cond
@@ -207,77 +184,23 @@ func (r *Buffer) pointerInfo() (cuda.PointerInfo, error) {
 // The zero Buffer is not usable: its methods return an error matching
 // cuda.ErrInvalidArgument (Close returns nil, and accessors zero values).
 //
-// A Buffer from Allocate is 40 bytes in a slab of them (see leaks.go): the
-// fields below, whose only pointers are to its own slab (which the
-// collector skips at once while it scans the slab) and to the rarely made
-// ext. Its resource and stream are in a home it shares with the slab's
-// other Buffers of that resource and stream, and its entry for the safety
-// net, in the slab's side; its state word says which. A view, an Owned
-// buffer, a held buffer, and one whose Close waits for calls have an ext.
+// An owned Buffer is one 64-byte object (a view or a held buffer adds an
+// ext): the fields below, nothing behind pointers.
 type Buffer struct {
-	word atomic.Uint64       // see the state word; views: their own closedBit
-	ptr  cuda.DevicePtr      // this buffer's address (a view's: its root's plus its offset)
-	size uint64              // this buffer's (or view's) size
-	sl   *slab               // the slab it was carved from, or nil; never changes
-	x    atomic.Pointer[ext] // views: set by Slice (with their root); Owned: set by it (with the home); others: made on first need
-}
-
-// home is what an owned Buffer needs besides its range: the resource that
-// frees it and the stream it was allocated on. The Buffers of a slab
-// allocated from one resource on one stream share one, in the slab's side
-// (see leaks.go); Owned's buffers have theirs in their ext. Never changed
-// once a Buffer uses it.
-type home struct {
-	mr     MemoryResource
-	stream *cuda.Stream
-}
-
-// homeOf returns the home of root r (an owner or a borrowed buffer, never
-// a view), whose state word is w (any load: the bits it reads never
-// change), or nil if it has none (a borrowed buffer).
-func (r *Buffer) homeOf(w uint64) *home {
-	if sl := r.sl; sl != nil {
-		return &sl.side.homes[w>>homeShift&metaHome]
-	}
-	if x := r.x.Load(); x != nil {
-		return &x.home
-	}
-	return nil
-}
-
-// resource is b's resource (its root's for a view; nil for borrowed
-// buffers).
-func (b *Buffer) resource() MemoryResource {
-	r := b.rootOf()
-	if h := r.homeOf(r.word.Load()); h != nil {
-		return h.mr
-	}
-	return nil
-}
-
-// allocStream is b's allocation stream (its root's for a view; nil if
-// none).
-func (b *Buffer) allocStream() *cuda.Stream {
-	r := b.rootOf()
-	if h := r.homeOf(r.word.Load()); h != nil {
-		return h.stream
-	}
-	return nil
-}
-
-// view returns b's ext if b is a view, else nil.
-func (b *Buffer) view() *ext {
-	if x := b.x.Load(); x != nil && x.root != nil {
-		return x
-	}
-	return nil
+	word   atomic.Uint64       // see the state word; views: their own closedBit
+	ptr    cuda.DevicePtr      // this buffer's address (a view's: its root's plus its offset)
+	size   uint64              // this buffer's (or view's) size
+	mr     MemoryResource      // the resource that frees it (views: their root's); never changes
+	stream *cuda.Stream        // the allocation stream (views: their root's)
+	root   *Buffer             // views: the owner or borrowed buffer whose memory they share
+	x      atomic.Pointer[ext] // views: set by Slice; others: made on first need
 }
 
 // rootOf returns the buffer whose word counts b's calls: b's root for a
 // view, b itself otherwise.
 func (b *Buffer) rootOf() *Buffer {
-	if x := b.view(); x != nil {
-		return x.root
+	if b.root != nil {
+		return b.root
 	}
 	return b
 }
@@ -287,39 +210,27 @@ func (b *Buffer) off() uint64 { return uint64(b.ptr - b.rootOf().ptr) }
 
 // Owned wraps memory that mr allocated or mapped: Close will call
 // mr.Deallocate(ptr, size, s), on s unless CloseOn names another stream.
-// Resources use it for memory they mapped rather than allocated
-// (imports), and for the Buffers they keep: a SubAllocator's blocks, say.
-// Unlike [Allocate]'s Buffers, which share slabs with the Buffers
-// allocated around them, an Owned buffer is watched by the safety net on
-// its own (a finalizer of its own, a few hundred nanoseconds more): a
-// Buffer kept by a resource must not share a slab with the Buffers that
-// resource hands out, or those Buffers, when leaked, would reach their own
-// slab through the resource, and the net could never free them. A range
-// no memory can have (address 0 with a nonzero size, or ptr+size past
-// 2^64) makes a buffer whose every use but Close fails with an error
-// matching cuda.ErrInvalidArgument.
+// [Allocate] uses it; resources that map memory they did not allocate
+// (imports) use it directly. A range no memory
+// can have (address 0 with a nonzero size, or ptr+size past 2^64) makes a
+// buffer whose every use but Close fails with an error matching
+// cuda.ErrInvalidArgument.
 func Owned(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream) *Buffer {
 	w := initBit
 	if badRange(ptr, size) {
 		w |= badBit
 	}
-	b := new(Buffer)
+	var b *Buffer
+	if mr == nil || ptr == 0 {
+		b = new(Buffer)
+	} else {
+		b = newTracked()
+		w |= inheritViewed(ptr)
+	}
 	if mr != nil {
 		w |= ownedBit
-		if ptr != 0 {
-			runtime.SetFinalizer(b, collectOne)
-			if handoffs.Load() > 0 {
-				w |= inheritViewed(ptr)
-			}
-		}
 	}
-	if mr != nil || s != nil {
-		x := new(ext)
-		x.cond.L = &x.mu
-		x.home = home{mr: mr, stream: s}
-		b.x.Store(x)
-	}
-	b.ptr, b.size = ptr, size
+	b.ptr, b.size, b.mr, b.stream = ptr, size, mr, s
 	b.word.Store(w)
 	return b
 }
@@ -374,35 +285,26 @@ var ErrPartlyFreed = errors.New("memory freed, but cleaning up after it failed")
 // stream goes to the resource's Deallocate as it is: the resource judges
 // it (a failed Deallocate leaves the buffer open).
 func (b *Buffer) CloseOn(s *cuda.Stream) error {
-	if b == nil {
+	if b == nil || b.word.Load()&initBit == 0 {
 		return nil
 	}
-	w := b.word.Load()
-	if w&initBit == 0 {
-		return nil
-	}
-	if b.view() != nil {
+	if b.root != nil {
 		b.word.Or(closedBit) // views never free; they only stop being usable
 		return nil
 	}
-	// The common case, an open buffer with no call in progress, takes it
-	// at once; beginClose sorts out the others.
-	if w&(closingBit|closedBit|readerMask) != 0 || !b.word.CompareAndSwap(w, w|closingBit) {
-		if !b.beginClose() {
-			return nil // closed already
-		}
+	if !b.beginClose() {
+		return nil // closed already
 	}
-	e := b.entry(w) // found before the free, which it need not wait for
-	if h := b.homeOf(w); h != nil && h.mr != nil && b.ptr != 0 {
+	if b.mr != nil && b.ptr != 0 {
 		if s == nil {
-			s = h.stream
+			s = b.stream
 		}
-		if b.x.Load() != nil && b.deferFree(s) {
+		if b.deferFree(s) {
 			// Held (exported): the last Release frees, on s.
 			b.endClose(true)
 			return nil
 		}
-		if err := h.mr.Deallocate(b.ptr, b.size, s); err != nil {
+		if err := b.mr.Deallocate(b.ptr, b.size, s); err != nil {
 			err = fmt.Errorf("buffer close (%#x, %d bytes): %w", uint64(b.ptr), b.size, err)
 			// Still open unless the memory is gone: the caller may retry
 			// (on another stream, say). Memory that is gone must not be
@@ -411,13 +313,7 @@ func (b *Buffer) CloseOn(s *cuda.Stream) error {
 			return err
 		}
 	}
-	// endClose(true), inline.
-	if e != nil {
-		e.meta = 0 // untrack
-	}
-	if b.word.Add(closedBit-closingBit)&waitersBit != 0 {
-		b.wakeClosers()
-	}
+	b.endClose(true)
 	return nil
 }
 
@@ -449,24 +345,26 @@ func (r *Buffer) beginClose() bool {
 // endClose ends beginClose: the buffer is closed, or open again, and the
 // closers waiting for this one are woken.
 func (r *Buffer) endClose(closed bool) {
-	d := ^closingBit + 1 // minus closingBit
-	if closed {
-		d += closedBit
-		r.untrack()
+	for {
+		w := r.word.Load()
+		nw := w &^ (closingBit | waitersBit)
+		if closed {
+			nw |= closedBit
+			// Nothing reads it from now on (every reader is within a
+			// call, and none is in progress or can start), and a closed
+			// Buffer must not keep its resource reachable: a slab whose
+			// closed Buffer holds a SubAllocator holding its block's
+			// Buffer in the same slab would reach itself and never be
+			// finalized.
+			r.mr = nil
+		}
+		if r.word.CompareAndSwap(w, nw) {
+			if w&waitersBit != 0 {
+				r.wake()
+			}
+			return
+		}
 	}
-	// The caller owns closingBit, so one addition clears it (and sets
-	// closedBit); concurrent calls only add and take away readers.
-	if r.word.Add(d)&waitersBit != 0 {
-		r.wakeClosers()
-	}
-}
-
-// wakeClosers ends endClose when closers wait: it clears waitersBit
-// before waking them, as they set it before sleeping (under the ext's
-// lock), so that one that sleeps again sets it again.
-func (r *Buffer) wakeClosers() {
-	r.word.And(^waitersBit)
-	r.wake()
 }
 
 // waitUntil blocks until ok(word) holds. It sets waitersBit under the
@@ -520,11 +418,8 @@ func (b *Buffer) acquire(op string) (cuda.DevicePtr, error) {
 // or reports false, counting nothing, if b is zero, bad, closed or being
 // closed. A true use must be followed by release.
 func (b *Buffer) use() bool {
-	r, x := b, b.view()
-	if x != nil {
-		r = x.root
-	}
-	if w := r.word.Add(1); w&(initBit|badBit|closingBit|closedBit) != initBit || x != nil && b.viewClosed() {
+	r := b.rootOf()
+	if w := r.word.Add(1); w&(initBit|badBit|closingBit|closedBit) != initBit || b.root != nil && b.viewClosed() {
 		r.unuse()
 		return false
 	}
@@ -559,16 +454,12 @@ func checkStream(op string, s *cuda.Stream) error {
 
 // viewClosed reports whether b, or a view it was sliced from, was closed.
 func (b *Buffer) viewClosed() bool {
-	for v := b; ; {
-		x := v.view()
-		if x == nil {
-			return false
-		}
+	for v := b; v.root != nil; v = v.x.Load().parent {
 		if v.word.Load()&closedBit != 0 {
 			return true
 		}
-		v = x.parent
 	}
+	return false
 }
 
 // isZero reports a Buffer no constructor made (nil included).
@@ -605,7 +496,7 @@ func (b *Buffer) Resource() MemoryResource {
 		return nil
 	}
 	defer b.release()
-	return b.resource()
+	return b.mr
 }
 
 // Stream is the stream the buffer was allocated on (nil if none).
@@ -613,12 +504,12 @@ func (b *Buffer) Stream() *cuda.Stream {
 	if b.isZero() {
 		return nil
 	}
-	return b.allocStream()
+	return b.stream
 }
 
 // IsOwned reports whether Close frees the memory.
 func (b *Buffer) IsOwned() bool {
-	return !b.isZero() && b.view() == nil && b.word.Load()&ownedBit != 0
+	return !b.isZero() && b.root == nil && b.word.Load()&ownedBit != 0
 }
 
 // String describes the buffer for logs.

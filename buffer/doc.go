@@ -33,8 +33,7 @@
 // memory through to another resource (adaptors, sub-allocators) forward
 // addresses only, so a stack of layers builds one Buffer per allocation,
 // at the top, as RMM's adaptors forward a pointer. [Owned] wraps memory a
-// resource mapped rather than allocated (imports), and the memory a
-// resource keeps for itself (a sub-allocator's blocks).
+// resource mapped rather than allocated (imports).
 //
 // # Streams
 //
@@ -133,12 +132,10 @@
 // stream and counted by [Leaks]; tests can assert the count stays zero. Do
 // not rely on it: the garbage collector may run late or never, and device
 // memory is invisible to it, so a program can run out of device memory
-// long before the collector sees a reason to run. (The buffers [Allocate]
-// makes are carved from slabs of about a hundred watched by one cleanup
-// each, which keeps the net off the allocation fast path: a leak is freed
-// once its whole slab is unreachable. A Buffer a resource keeps for
-// itself must be made with [Owned], which watches it alone; see there.)
-// A lost buffer whose memory a host view may still reach
+// long before the collector sees a reason to run. (Owned buffers are
+// carved from slabs of 64 watched by one cleanup each, which keeps the net
+// off the allocation fast path: a leak is freed once its whole slab is
+// unreachable.) A lost buffer whose memory a host view may still reach
 // ([Buffer.Bytes]), or whose resource refuses to free it, is not freed:
 // it stays allocated, counted by [Leaks] and [LeaksKept].
 //

@@ -33,7 +33,3 @@ const StageMinBytes = stageMinBytes
 
 // StagedCopies counts the host copies that went through the staging pool.
 func StagedCopies() int64 { return stage.staged.Load() }
-
-// FreshSlabs makes the next Buffers come from new slabs, so that a test's
-// Buffers share a slab with no other test's.
-func FreshSlabs() { dropSlabs() }

@@ -151,7 +151,7 @@ func (r *Buffer) deferFree(s *cuda.Stream) bool {
 		}
 		// Written before the swap publishes heldFree; Release reads it
 		// only after seeing the flag.
-		x.freeMR, x.freeStream = r.resource(), s
+		x.freeMR, x.freeStream = r.mr, s
 		if x.holds.CompareAndSwap(v, v|heldFree) {
 			return true
 		}

@@ -138,12 +138,11 @@ func syncOrFail(b *testing.B, s *cuda.Stream) {
 	}
 }
 
-// nopResource is a MemoryResource that hands out one address over and
-// over and whose Deallocate does nothing.
+// nopResource is a MemoryResource whose Deallocate does nothing.
 type nopResource struct{}
 
-func (nopResource) AllocatePtr(_ uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
-	return 0x1000, s, nil
+func (nopResource) AllocatePtr(uint64, *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+	return 0, nil, nil
 }
 func (nopResource) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error { return nil }
 func (nopResource) DeviceAccessible() bool                                { return true }
@@ -151,27 +150,10 @@ func (nopResource) HostAccessible() bool                                  { retu
 func (nopResource) DeviceID() int                                         { return 0 }
 
 // BenchmarkOwnedBufferPair measures what wrapping memory in a Buffer and
-// closing it costs (buffer.Allocate + Buffer.Close over a resource that
-// does nothing): the part of a resource pair that is not the driver's. It
-// needs no GPU.
+// closing it costs (buffer.Owned + Buffer.Close over a resource that does
+// nothing): the part of a resource pair that is not the driver's. It needs
+// no GPU.
 func BenchmarkOwnedBufferPair(b *testing.B) {
-	b.ReportAllocs()
-	var mr nopResource
-	for b.Loop() {
-		buf, err := buffer.Allocate(mr, 256, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := buf.Close(); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkKeptBufferPair is BenchmarkOwnedBufferPair with buffer.Owned,
-// the Buffer resources make for memory they keep or map: watched by a
-// safety-net finalizer of its own rather than a slab's.
-func BenchmarkKeptBufferPair(b *testing.B) {
 	b.ReportAllocs()
 	var mr nopResource
 	for b.Loop() {

@@ -160,7 +160,7 @@ const (
 // the shared lock, and the range goes to the stream's list.
 //
 // The sub-allocator's blocks are Buffers of the upstream's
-// (buffer.Owned), so the safety net covers them; its own allocations
+// (buffer.Allocate), so the safety net covers them; its own allocations
 // are addresses (AllocatePtr), so adaptors stacked on a SubAllocator build
 // one Buffer per allocation.
 type SubAllocator struct {

@@ -33,13 +33,10 @@ func (a *SubAllocator) growLocked(op string, l *subList, n, want uint64, s *cuda
 	}
 	var err error
 	for _, size := range []uint64{want + extra, n + extra} {
-		var ptr cuda.DevicePtr
-		var us *cuda.Stream
-		if ptr, us, err = a.up.AllocatePtr(size, s); err == nil {
-			// buffer.Owned, not buffer.Allocate: a Buffer a resource
-			// keeps must not share a slab with the Buffers it hands out
-			// (see buffer.Owned).
-			return a.addBlockLocked(op, l, buffer.Owned(ptr, size, a.up, us), size, n)
+		var ub *buffer.Buffer
+		ub, err = buffer.Allocate(a.up, size, s)
+		if err == nil {
+			return a.addBlockLocked(op, l, ub, size, n)
 		}
 		if size == n+extra || !errors.Is(err, cuda.ErrorOutOfMemory) {
 			break
