@@ -331,7 +331,11 @@ func runOurs(ms []measurement, scale float64, count int, stderr io.Writer) ([]re
 		}
 	}
 	for i, m := range ms {
-		if err := setupErr[i]; err != nil {
+		var skip *skipError
+		if err := setupErr[i]; errors.As(err, &skip) {
+			fmt.Fprintf(stderr, "bench: skipped %s: %s\n", m.name, skip.reason)
+			continue
+		} else if err != nil {
 			fmt.Fprintf(stderr, "bench: FAILED %s: setup: %v\n", m.name, err)
 			ours = append(ours, result{Name: m.name, Error: "setup: " + err.Error()})
 			errs = append(errs, fmt.Errorf("%s: setup: %w", m.name, err))
@@ -340,7 +344,6 @@ func runOurs(ms []measurement, scale float64, count int, stderr io.Writer) ([]re
 		n := max(1, int(float64(m.iters)*scale))
 		fmt.Fprintf(stderr, "bench: [%d/%d] %s (%d × %d iterations)\n", i+1, len(ms), m.name, count, n)
 		rs, err := runOne(&m, n, count)
-		var skip *skipError
 		switch {
 		case errors.As(err, &skip):
 			fmt.Fprintf(stderr, "bench: skipped %s: %s\n", m.name, skip.reason)

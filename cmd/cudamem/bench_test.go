@@ -481,11 +481,14 @@ func TestRunOursSetsUpFirst(t *testing.T) {
 				return time.Millisecond, nil
 			}}
 	}
-	ms := []measurement{mk("a", nil), mk("b", errors.New("no pool")), mk("c", nil)}
-	ours, err := runOurs(ms, 1, 1, io.Discard)
+	ms := []measurement{mk("a", nil), mk("b", errors.New("no pool")), mk("c", nil), mk("d", skipf("no VMM here"))}
+	var stderr bytes.Buffer
+	ours, err := runOurs(ms, 1, 1, &stderr)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "b: setup: no pool")
-	assert.Equal(t, []string{"setup a", "setup b", "setup c", "run a", "run a", "run c", "run c"}, log)
+	assert.NotContains(t, err.Error(), "d:", "a setup that skips is no failure")
+	assert.Contains(t, stderr.String(), "bench: skipped d: no VMM here")
+	assert.Equal(t, []string{"setup a", "setup b", "setup c", "setup d", "run a", "run a", "run c", "run c"}, log)
 	var names []string
 	for _, r := range ours {
 		names = append(names, r.Name+"/"+r.Error)
