@@ -25,8 +25,9 @@ func anonInode(fd int) bool {
 
 // Socket options that make the kernel attach control messages of its own
 // to every message received: credentials (SO_PASSCRED), the sender's
-// pidfd (SO_PASSPIDFD, Linux 6.5 and later) and its security label
-// (SO_PASSSEC). They would take the control-message room kept for the
+// pidfd (SO_PASSPIDFD, Linux 6.5 and later; 76 on every architecture Go's
+// compiler targets), its security label (SO_PASSSEC) and receive
+// timestamps (SO_TIMESTAMP, SO_TIMESTAMPNS, SO_TIMESTAMPING). They would take the control-message room kept for the
 // descriptors (so a frame's descriptors arrive truncated), and a pidfd is
 // a descriptor this package would have to close unseen by its caller.
 const (
@@ -41,7 +42,8 @@ func checkRecvOpts(fd int) error {
 	for _, o := range []struct {
 		opt  int
 		name string
-	}{{soPassCred, "SO_PASSCRED"}, {soPassPIDFD, "SO_PASSPIDFD"}, {soPassSec, "SO_PASSSEC"}} {
+	}{{soPassCred, "SO_PASSCRED"}, {soPassPIDFD, "SO_PASSPIDFD"}, {soPassSec, "SO_PASSSEC"},
+		{syscall.SO_TIMESTAMP, "SO_TIMESTAMP"}, {syscall.SO_TIMESTAMPNS, "SO_TIMESTAMPNS"}, {syscall.SO_TIMESTAMPING, "SO_TIMESTAMPING"}} {
 		v, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, o.opt)
 		if err == nil && v != 0 {
 			return fmt.Errorf("%w: the receiving socket has %s set, so the kernel attaches a control message of its own to every message, taking the room kept for descriptors; clear it (setsockopt %s 0) before receiving", cuda.ErrInvalidArgument, o.name, o.name)

@@ -157,10 +157,10 @@ func rights(oob []byte, fds []int) ([]int, error) {
 // frame's. After an error on a stream socket the connection's position in
 // the byte stream is unknown: close it.
 //
-// A receiving socket with SO_PASSCRED, SO_PASSPIDFD or SO_PASSSEC set is
-// refused (ErrInvalidArgument, naming the option) before anything is
-// read: the kernel would attach control messages of its own, taking the
-// room kept for the frame's descriptors.
+// A receiving socket with SO_PASSCRED, SO_PASSPIDFD, SO_PASSSEC or a
+// receive timestamp option set is refused (ErrInvalidArgument, naming the
+// option) before anything is read: the kernel would attach control
+// messages of its own, taking the room kept for the frame's descriptors.
 //
 // The peer is not trusted to behave. On a stream socket SendFDs attaches
 // a frame's descriptors to its first bytes, so they arrive with the first

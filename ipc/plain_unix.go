@@ -85,9 +85,9 @@ func SendMsg(conn *net.UnixConn, data []byte, fds ...int) error {
 // data are refused with an error matching ErrInvalidArgument, and every
 // descriptor that arrived with the message is closed first. maxData must
 // be 1 to 1 GiB and maxFDs 0 to MaxFDs. A receiving socket with
-// SO_PASSCRED, SO_PASSPIDFD or SO_PASSSEC set is refused the same way
-// before anything is read (the kernel's own control messages would take
-// the descriptors' room).
+// SO_PASSCRED, SO_PASSPIDFD, SO_PASSSEC or a receive timestamp option set
+// is refused the same way before anything is read (the kernel's own
+// control messages would take the descriptors' room).
 func ReceiveMsg(conn *net.UnixConn, maxData, maxFDs int) (data []byte, fds []int, err error) {
 	const op = "ipc.ReceiveMsg"
 	switch {

@@ -13,8 +13,9 @@ import (
 	"github.com/cudamem/cudamem/internal/testutil"
 )
 
-// A receiving socket with SO_PASSCRED (or SO_PASSPIDFD, SO_PASSSEC) set
-// gets control messages of the kernel's own beside the descriptors: every
+// A receiving socket with SO_PASSCRED (or SO_PASSPIDFD, SO_PASSSEC, a
+// timestamp option) set gets control messages of the kernel's own beside
+// the descriptors: every
 // receive refuses it by name, before anything is taken off the socket,
 // and once the option is cleared the same message arrives whole.
 func TestReceiveRefusesPassCred(t *testing.T) {
@@ -29,26 +30,31 @@ func TestReceiveRefusesPassCred(t *testing.T) {
 			require.NoError(t, SendFDs(a, []byte("frame"), r))
 			require.NoError(t, SendMsg(a, []byte("plain"), w))
 
-			setPassCred := func(v int) {
+			set := func(opt, v int) {
 				rc, err := b.SyscallConn()
 				require.NoError(t, err)
 				var serr error
 				require.NoError(t, rc.Control(func(fd uintptr) {
-					serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_PASSCRED, v)
+					serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, opt, v)
 				}))
 				require.NoError(t, serr)
 			}
-			setPassCred(1)
-			_, fds, err := ReceiveFDs(b, 64)
-			require.ErrorIs(t, err, cuda.ErrInvalidArgument)
-			assert.Contains(t, err.Error(), "SO_PASSCRED")
-			assert.Empty(t, fds)
-			_, fds, err = ReceiveMsg(b, 64, 1)
-			require.ErrorIs(t, err, cuda.ErrInvalidArgument)
-			assert.Contains(t, err.Error(), "SO_PASSCRED")
-			assert.Empty(t, fds)
+			for _, o := range []struct {
+				opt  int
+				name string
+			}{{syscall.SO_PASSCRED, "SO_PASSCRED"}, {syscall.SO_TIMESTAMP, "SO_TIMESTAMP"}} {
+				set(o.opt, 1)
+				_, fds, err := ReceiveFDs(b, 64)
+				require.ErrorIs(t, err, cuda.ErrInvalidArgument)
+				assert.Contains(t, err.Error(), o.name)
+				assert.Empty(t, fds)
+				_, fds, err = ReceiveMsg(b, 64, 1)
+				require.ErrorIs(t, err, cuda.ErrInvalidArgument)
+				assert.Contains(t, err.Error(), o.name)
+				assert.Empty(t, fds)
+				set(o.opt, 0)
+			}
 
-			setPassCred(0)
 			p, fds, err := ReceiveFDs(b, 64)
 			require.NoError(t, err)
 			assert.Equal(t, "frame", string(p))
