@@ -627,8 +627,8 @@ func stagedDtoH(p *stagePool, q dmaQueue, dev *cuda.Device, dst []byte, src cuda
 	}
 	for i := range l.pieces {
 		if i > 0 && k == 1 {
-			// One chunk: piece i goes into the chunk piece i-1 is
-			// still being moved out of.
+			// One chunk: piece i can only be queued once the
+			// workers have moved piece i-1 out of it.
 			if err := refill(i); err != nil {
 				return failed(err)
 			}
