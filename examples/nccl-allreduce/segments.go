@@ -57,7 +57,7 @@ func (s SegmentStats) verify(ranks int) error {
 		errs = append(errs, fmt.Errorf("%d blocks registered, %d deregistered, %d still registered", s.Registered, s.Deregistered, s.Live))
 	}
 	if s.ByTrim < ranks {
-		errs = append(errs, fmt.Errorf("Trim deregistered %d blocks over %d rank(s), want one each", s.ByTrim, ranks))
+		errs = append(errs, fmt.Errorf("%d blocks deregistered by Trim over %d rank(s), want one each", s.ByTrim, ranks))
 	}
 	if s.AtClose != 0 {
 		errs = append(errs, fmt.Errorf("SubAllocator.Close deregistered %d blocks while their buffers were live", s.AtClose))
