@@ -450,34 +450,7 @@ func BenchmarkSubAllocatorSharedStream(b *testing.B) {
 			if core {
 				name += "/core"
 			}
-			b.Run(name, func(b *testing.B) {
-				a, _, _ := newSA(b, nil)
-				defer a.Close()
-				shared := new(cuda.Stream)
-				stream := func(int) *cuda.Stream {
-					if mode == "shared" {
-						return shared
-					}
-					return new(cuda.Stream)
-				}
-				pair := func(s *cuda.Stream) error {
-					buf, err := a.Allocate(256, s)
-					if err != nil {
-						return err
-					}
-					return buf.Close()
-				}
-				if core {
-					pair = func(s *cuda.Stream) error {
-						p, err := a.take(256, s)
-						if err != nil {
-							return err
-						}
-						return a.Deallocate(p, 256, s)
-					}
-				}
-				parallelPairs(b, runtime.GOMAXPROCS(0), stream, pair)
-			})
+			b.Run(name, func(b *testing.B) { fakePairs(b, runtime.GOMAXPROCS(0), mode == "shared", core) })
 		}
 	}
 }

@@ -1189,6 +1189,38 @@ func BenchmarkSubAllocatorPairFake(b *testing.B) {
 	})
 }
 
+// fakePairs runs 256-byte pairs from g goroutines over the fake upstream,
+// all on one stream (shared) or each on its own: with a Buffer per pair
+// (Allocate + Close), or with core, without (take + Deallocate).
+func fakePairs(b *testing.B, g int, shared, core bool) {
+	a, _, _ := newSA(b, nil)
+	defer a.Close()
+	one := new(cuda.Stream)
+	stream := func(int) *cuda.Stream {
+		if shared {
+			return one
+		}
+		return new(cuda.Stream)
+	}
+	pair := func(s *cuda.Stream) error {
+		buf, err := a.Allocate(256, s)
+		if err != nil {
+			return err
+		}
+		return buf.Close()
+	}
+	if core {
+		pair = func(s *cuda.Stream) error {
+			p, err := a.take(256, s)
+			if err != nil {
+				return err
+			}
+			return a.Deallocate(p, 256, s)
+		}
+	}
+	parallelPairs(b, g, stream, pair)
+}
+
 // BenchmarkSubAllocatorParallelFake: 256-byte pairs from g goroutines,
 // each on its own stream ("own") or all on one ("shared"), over the fake
 // upstream and orderer: the sub-allocator's own scaling, no driver. With
@@ -1204,34 +1236,7 @@ func BenchmarkSubAllocatorParallelFake(b *testing.B) {
 				if core {
 					name = "core/" + name
 				}
-				b.Run(name, func(b *testing.B) {
-					a, _, _ := newSA(b, nil)
-					defer a.Close()
-					shared := new(cuda.Stream)
-					stream := func(int) *cuda.Stream {
-						if mode == "shared" {
-							return shared
-						}
-						return new(cuda.Stream)
-					}
-					pair := func(s *cuda.Stream) error {
-						buf, err := a.Allocate(256, s)
-						if err != nil {
-							return err
-						}
-						return buf.Close()
-					}
-					if core {
-						pair = func(s *cuda.Stream) error {
-							p, err := a.take(256, s)
-							if err != nil {
-								return err
-							}
-							return a.Deallocate(p, 256, s)
-						}
-					}
-					parallelPairs(b, g, stream, pair)
-				})
+				b.Run(name, func(b *testing.B) { fakePairs(b, g, mode == "shared", core) })
 			}
 		}
 	}
