@@ -3,6 +3,7 @@ package buffer_test
 import (
 	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ const (
 
 func BenchmarkCopyBatch(b *testing.B) {
 	for _, dir := range []string{"htod", "dtod"} {
-		for _, mode := range []string{"batched", "loop", "raw-batched", "raw-hinted", "raw-captured", "raw-captured-gap", "copyto"} {
+		for _, mode := range []string{"batched", "loop", "raw-batched", "raw-hinted", "raw-captured", "raw-captured-gap", "raw-captured-chunked", "copyto"} {
 			b.Run(dir+"/"+mode, func(b *testing.B) { benchCopyBatch(b, dir, mode) })
 		}
 	}
@@ -114,6 +115,46 @@ func benchCopyBatch(b *testing.B, dir, mode string) {
 			for t0 := time.Now(); time.Since(t0) < gap; {
 			}
 			return s.MemcpyBatchAsync(cd, cs, cz, ca, ci)
+		}
+	case "raw-captured-chunked":
+		// raw-captured-gap with the batch cut into chunks of
+		// CUDAMEM_BENCH_CHUNK copies (default 1000), the same host time
+		// spread before the chunks: whether submitting a batch in pieces
+		// as it is prepared keeps the copy engine fed.
+		cd, cs, cz, ca, ci, err := buffer.BatchArrays(s, copies)
+		if err != nil {
+			b.Fatal(err)
+		}
+		gap, err := buffer.CopyBatchHostTime(s, copies, 21)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if v := os.Getenv("CUDAMEM_BENCH_GAP"); v != "" {
+			if gap, err = time.ParseDuration(v); err != nil {
+				b.Fatal(err)
+			}
+		}
+		chunk := 1000
+		if v := os.Getenv("CUDAMEM_BENCH_CHUNK"); v != "" {
+			if chunk, err = strconv.Atoi(v); err != nil || chunk <= 0 {
+				b.Fatalf("CUDAMEM_BENCH_CHUNK=%q", v)
+			}
+		}
+		if len(ci) != 1 {
+			b.Fatalf("%d attribute runs, want 1", len(ci))
+		}
+		per := gap * time.Duration(chunk) / batchCopies
+		b.Logf("host work %v per batch, in chunks of %d copies (%v before each)", gap, chunk, per)
+		op = func() error {
+			for lo := 0; lo < len(cd); lo += chunk {
+				hi := min(lo+chunk, len(cd))
+				for t0 := time.Now(); time.Since(t0) < per; {
+				}
+				if err := s.MemcpyBatchAsync(cd[lo:hi], cs[lo:hi], cz[lo:hi], ca, []uint64{0}); err != nil {
+					return err
+				}
+			}
+			return nil
 		}
 	case "copyto":
 		dv := make([]*buffer.Buffer, batchCopies)

@@ -493,6 +493,59 @@ func TestLeaksSafetyNet(t *testing.T) {
 	assert.Len(t, mr.freed, 2)
 }
 
+// Buffers come from per-P slab cursors: raising GOMAXPROCS adds cursors
+// for the new Ps, and a Buffer leaked by a goroutine whose P then makes no
+// more Buffers is still freed (its cursor gives up the slab at the next
+// collection).
+func TestLeaksAfterGOMAXPROCSGrows(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + 6))
+	mr := newFake()
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 500 {
+				b, err := buffer.Allocate(mr, 64, nil)
+				if !assert.NoError(t, err) {
+					return
+				}
+				assert.NoError(t, b.Close())
+			}
+		}()
+	}
+	wg.Wait()
+	assert.Zero(t, mr.liveCount())
+
+	before := buffer.Leaks()
+	var (
+		mu sync.Mutex
+		ps []cuda.DevicePtr
+	)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := dropOwned(mr, 128) // one Buffer, the rest of its slab unused
+			mu.Lock()
+			ps = append(ps, p)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	expectedLeaks.Add(int64(len(ps)))
+	collectUntil(t, "a dropped buffer was not freed", func() bool {
+		for _, p := range ps {
+			if !mr.wasFreed(p) {
+				return false
+			}
+		}
+		return true
+	})
+	assert.Equal(t, before+int64(len(ps)), buffer.Leaks())
+	assert.Zero(t, mr.liveCount())
+}
+
 func TestLeaksViewKeepsOwnerAlive(t *testing.T) {
 	mr := newFake()
 	before := buffer.Leaks()

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/cudamem/cudamem/cuda"
 )
@@ -87,31 +88,88 @@ func handOff(ptr cuda.DevicePtr, w uint64) {
 	}
 }
 
-// cursor hands out the next Buffer of a slab. Cursors are cached per P.
+// cursor hands out the next Buffer of a slab: one per P (cursor_norace.go;
+// shards under the race detector), so that making a Buffer takes no lock
+// and no atomic read-modify-write.
 type cursor struct {
-	slab *slab
+	// slab is read and written by the cursor's owner (pinned), and set
+	// to nil by dropSlabs from any goroutine: an owner that raced with it
+	// uses the old slab once more, which is harmless.
+	slab atomic.Pointer[slab]
 	next int
+	lock cursorLock
 	// Each P writes its cursor on every Owned: padded to two cache lines
-	// so that two Ps' cursors, allocated side by side, never share one
+	// so that two Ps' cursors, side by side in one array, never share one
 	// (a GPU-host profile at 16 goroutines put a tenth of the pair's time
-	// in Owned's writes to its cursor before).
-	_ [128 - 2*8]byte
+	// in Owned's writes to its cursor when they did).
+	_ [128 - 16 - unsafe.Sizeof(cursorLock{})]byte
 }
-
-var cursors = sync.Pool{New: func() any { return new(cursor) }}
 
 // newTracked returns a zero Buffer from a slab.
 func newTracked() *Buffer {
-	c := cursors.Get().(*cursor)
-	if c.slab == nil || c.next == slabSize {
-		c.slab, c.next = new(slab), 0
-		runtime.SetFinalizer(c.slab, collectSlab)
+	c := pin()
+	if c != nil && c.next < slabSize {
+		if s := c.slab.Load(); s != nil {
+			b := &s[c.next]
+			c.next++
+			unpin(c)
+			return b
+		}
 	}
-	b := &c.slab[c.next]
-	c.next++
-	cursors.Put(c)
-	return b
+	unpin(c)
+	return newTrackedSlow()
 }
+
+// newTrackedSlow starts a new slab for the calling goroutine's cursor.
+// The slab is made unpinned (allocation may block); the goroutine may be
+// on another P by the time it is installed, whose slab it then replaces,
+// leaving that slab's unused slots zero (collectSlab skips them).
+func newTrackedSlow() *Buffer {
+	s := new(slab)
+	runtime.SetFinalizer(s, collectSlab)
+	for {
+		c := pin()
+		if c == nil {
+			unpin(c)
+			growCursors()
+			continue
+		}
+		c.slab.Store(s)
+		c.next = 1
+		unpin(c)
+		return &s[0]
+	}
+}
+
+// dropSlabs makes every cursor start a new slab at its next use. It runs
+// once per garbage collection (armGCHook), so that a slab whose P makes
+// no more Buffers does not stay reachable through its cursor, keeping
+// the net from its leaked Buffers, for good: as with sync.Pool, which
+// the cursors were before, a slab is given up at most one cycle after
+// its last Buffer was handed out.
+func dropSlabs() {
+	eachCursor(func(c *cursor) {
+		if c.slab.Load() != nil {
+			c.slab.Store(nil)
+		}
+	})
+}
+
+// gcHook is an object made only to be collected: its finalizer runs once
+// per garbage collection, drops the cursors' slabs and makes the next.
+type gcHook struct {
+	_ *byte // a pointer keeps it out of the tiny allocator, whose objects share finalizers
+	_ [8]byte
+}
+
+func armGCHook() {
+	runtime.SetFinalizer(&gcHook{}, func(*gcHook) {
+		dropSlabs()
+		armGCHook()
+	})
+}
+
+func init() { armGCHook() }
 
 // collectSlab frees the allocations of a collected slab whose Buffers were
 // never closed, except those a host view may still point at. Slots never

@@ -1,0 +1,68 @@
+//go:build !race
+
+package buffer
+
+import (
+	"runtime"
+	"sync/atomic"
+	_ "unsafe" // go:linkname
+)
+
+// procPin pins the calling goroutine to its P (no preemption until
+// procUnpin) and returns the P's id: sync.Pool's own way to per-P data,
+// without sync.Pool's Get and Put around it. The runtime keeps both
+// linkable for packages outside the standard library.
+//
+//go:linkname procPin runtime.procPin
+func procPin() int
+
+//go:linkname procUnpin runtime.procUnpin
+func procUnpin()
+
+// cursorLock is nothing: a pinned goroutine has its P's cursor to itself.
+type cursorLock struct{}
+
+// perP holds one cursor per P, indexed by the P's id (below GOMAXPROCS);
+// growCursors replaces it when GOMAXPROCS grows.
+var perP atomic.Pointer[[]cursor]
+
+func init() { growCursors() }
+
+// pin pins the goroutine to its P and returns its cursor, or nil if the
+// P has none yet (GOMAXPROCS grew: unpin, growCursors, pin again). unpin
+// must follow, soon: the goroutine cannot be preempted meanwhile, so
+// nothing between may block or allocate.
+func pin() *cursor {
+	id := procPin()
+	if cs := *perP.Load(); uint(id) < uint(len(cs)) {
+		return &cs[id]
+	}
+	return nil
+}
+
+func unpin(*cursor) { procUnpin() }
+
+// growCursors makes a cursor for each P. The cursors it replaces are
+// dropped, with the slabs they held.
+func growCursors() {
+	for {
+		old := perP.Load()
+		n := runtime.GOMAXPROCS(0)
+		if old != nil && len(*old) >= n {
+			return
+		}
+		cs := make([]cursor, n)
+		if perP.CompareAndSwap(old, &cs) {
+			return
+		}
+	}
+}
+
+// eachCursor calls f on every cursor (dropSlabs; f must be safe against
+// the cursor's owner, which is not locked out).
+func eachCursor(f func(*cursor)) {
+	cs := *perP.Load()
+	for i := range cs {
+		f(&cs[i])
+	}
+}

@@ -1,0 +1,37 @@
+//go:build race
+
+package buffer
+
+import (
+	"sync"
+	"unsafe"
+)
+
+// Under the race detector the cursors are shards, chosen by the address of
+// the calling goroutine's stack, each behind a mutex: the detector does
+// not know that pinning goroutines to their P orders those that share a
+// per-P cursor, and would report each use as a race.
+
+type cursorLock struct{ mu sync.Mutex }
+
+const raceShardBits = 6
+
+var raceShards [1 << raceShardBits]cursor
+
+func pin() *cursor {
+	var local byte
+	p := uint64(uintptr(unsafe.Pointer(&local))) >> 10
+	c := &raceShards[(p*0x9e3779b97f4a7c15)>>(64-raceShardBits)]
+	c.lock.mu.Lock()
+	return c
+}
+
+func unpin(c *cursor) { c.lock.mu.Unlock() }
+
+func growCursors() {}
+
+func eachCursor(f func(*cursor)) {
+	for i := range raceShards {
+		f(&raceShards[i])
+	}
+}
