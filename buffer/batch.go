@@ -19,8 +19,9 @@ type Copy struct {
 // after the work already submitted to s, and the copies within it run in
 // no particular order, so none may depend on another (a destination range
 // another copy reads or writes gives undefined results). Where the driver
-// has cuMemcpyBatchAsync (CUDA 12.8 and later) the batch is one driver
-// call, which for many small copies costs far less than a call each;
+// has cuMemcpyBatchAsync (CUDA 12.8 and later) the batch goes to it in
+// calls of up to 1,024 copies, which for many small copies cost far less
+// than a call each;
 // otherwise, and on the legacy default stream (which cuMemcpyBatchAsync
 // does not accept), it is a loop of cuMemcpyAsync with the same results
 // (see [cuda.Stream.MemcpyBatchAsync] and [cuda.Device.MemcpyBatchPath]).

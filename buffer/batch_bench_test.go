@@ -66,6 +66,14 @@ func benchCopyBatch(b *testing.B, dir, mode string) {
 		copies[i] = buffer.Copy{Dst: dst, Src: src, DstOffset: j * batchBlock, SrcOffset: uint64(i) * batchBlock, Size: batchBlock}
 		dsts[i], srcs[i], sizes[i] = dst.Ptr()+cuda.DevicePtr(j*batchBlock), src.Ptr()+cuda.DevicePtr(uint64(i)*batchBlock), batchBlock
 	}
+	if v := os.Getenv("CUDAMEM_BATCH_CHUNK"); v != "" { // copies per driver call; e.g. 100000: one call
+		c, err := strconv.Atoi(v)
+		if err != nil {
+			b.Fatalf("CUDAMEM_BATCH_CHUNK=%q", v)
+		}
+		defer buffer.SetBatchChunk(c)()
+		b.Logf("copies per driver call: %d", c)
+	}
 	var op func() error
 	switch mode {
 	case "batched":

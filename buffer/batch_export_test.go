@@ -15,6 +15,13 @@ func ForceBatchLoop(on bool) (restore func()) {
 	return func() { batchhook.ForceLoop.Store(old) }
 }
 
+// SetBatchChunk makes n the most copies one driver call of a batch carries
+// (0: the default); the returned function restores the previous setting.
+func SetBatchChunk(n int) (restore func()) {
+	old := batchhook.Chunk.Swap(int64(n))
+	return func() { batchhook.Chunk.Store(old) }
+}
+
 // BatchArrays returns copies of the arrays CopyBatch passes to the driver
 // for copies, without submitting them (not safe for concurrent use).
 func BatchArrays(s *cuda.Stream, copies []Copy) (dsts, srcs []cuda.DevicePtr, sizes []uint64, attrs []cuda.MemcpyAttributes, idxs []uint64, err error) {

@@ -135,6 +135,56 @@ func TestPackBatch(t *testing.T) {
 	assert.Equal(t, []uintptr{0, 1}, b.attrIdxs)
 }
 
+// A batch goes to the driver in chunks: every copy once, in order, each
+// chunk with the attributes in force over it and indices relative to it.
+func TestBatchChunks(t *testing.T) {
+	a := MemcpyAttributes{SrcAccessOrder: MemcpySrcAccessOrderStream}
+	c := MemcpyAttributes{SrcAccessOrder: MemcpySrcAccessOrderAny}
+	d := MemcpyAttributes{SrcAccessOrder: MemcpySrcAccessOrderDuringAPICall}
+	b := batch{dsts: make([]DevicePtr, 10), attrs: []MemcpyAttributes{a, c, d}, attrIdxs: []uintptr{0, 4, 5}}
+	type call struct {
+		lo, hi int
+		attrs  []MemcpyAttributes
+		idxs   []uintptr
+	}
+	var got []call
+	require.NoError(t, b.chunks(4, func(lo, hi int, attrs []MemcpyAttributes, idxs []uintptr) error {
+		got = append(got, call{lo, hi, append([]MemcpyAttributes(nil), attrs...), append([]uintptr(nil), idxs...)})
+		return nil
+	}))
+	assert.Equal(t, []call{
+		{0, 4, []MemcpyAttributes{a}, []uintptr{0}},
+		{4, 8, []MemcpyAttributes{c, d}, []uintptr{0, 1}},
+		{8, 10, []MemcpyAttributes{d}, []uintptr{0}},
+	}, got)
+
+	got = nil
+	require.NoError(t, b.chunks(3, func(lo, hi int, attrs []MemcpyAttributes, idxs []uintptr) error {
+		got = append(got, call{lo, hi, append([]MemcpyAttributes(nil), attrs...), append([]uintptr(nil), idxs...)})
+		return nil
+	}))
+	assert.Equal(t, []call{
+		{0, 3, []MemcpyAttributes{a}, []uintptr{0}},
+		{3, 6, []MemcpyAttributes{a, c, d}, []uintptr{0, 1, 2}},
+		{6, 9, []MemcpyAttributes{d}, []uintptr{0}},
+		{9, 10, []MemcpyAttributes{d}, []uintptr{0}},
+	}, got)
+
+	// One chunk: the batch's own arrays, untouched. A failure stops it.
+	n := 0
+	require.NoError(t, b.chunks(batchChunk, func(lo, hi int, attrs []MemcpyAttributes, idxs []uintptr) error {
+		n++
+		assert.Equal(t, [2]int{0, 10}, [2]int{lo, hi})
+		assert.Same(t, &b.attrIdxs[0], &idxs[0])
+		return nil
+	}))
+	assert.Equal(t, 1, n)
+	n = 0
+	assert.ErrorIs(t, b.chunks(2, func(int, int, []MemcpyAttributes, []uintptr) error { n++; return ErrInvalidArgument }), ErrInvalidArgument)
+	assert.Equal(t, 1, n)
+	assert.Equal(t, []uintptr{0, 4, 5}, b.attrIdxs, "the batch's indices are left as they were")
+}
+
 func TestMemcpyBatchPathString(t *testing.T) {
 	assert.Equal(t, "loop of cuMemcpyAsync", MemcpyBatchLoop.String())
 	assert.Contains(t, MemcpyBatchV1.String(), "12.8")
