@@ -21,8 +21,9 @@ import (
 // ns/copy and copies/s, and submit-ns/copy, the host time of the
 // submission alone. Variants:
 //
-//   - batched: CopyBatch, one cuMemcpyBatchAsync per batch where the driver
-//     has it (see cuda.Device.MemcpyBatchPath);
+//   - batched: CopyBatch, cuMemcpyBatchAsync calls of up to 1,024 copies
+//     where the driver has it (see cuda.Device.MemcpyBatchPath;
+//     CUDAMEM_BATCH_CHUNK sets the copies per call, 100000 for one call);
 //   - loop: CopyBatch forced down its loop, one cuMemcpyAsync per copy;
 //   - raw-batched: cuda.Stream.MemcpyBatchAsync on the addresses, without
 //     CopyBatch's checks and holds, and without location hints;

@@ -23,7 +23,9 @@ func procUnpin()
 type cursorLock struct{}
 
 // perP holds one cursor per P, indexed by the P's id (below GOMAXPROCS);
-// growCursors replaces it when GOMAXPROCS grows.
+// growCursors makes it, and replaces it when GOMAXPROCS grows. It is nil
+// until then: pin, which reads it while pinned, where a nil dereference
+// would be fatal, takes nil for "no cursor yet".
 var perP atomic.Pointer[[]cursor]
 
 func init() { growCursors() }
@@ -34,8 +36,8 @@ func init() { growCursors() }
 // nothing between may block or allocate.
 func pin() *cursor {
 	id := procPin()
-	if cs := *perP.Load(); uint(id) < uint(len(cs)) {
-		return &cs[id]
+	if p := perP.Load(); p != nil && uint(id) < uint(len(*p)) {
+		return &(*p)[id]
 	}
 	return nil
 }
@@ -61,8 +63,20 @@ func growCursors() {
 // eachCursor calls f on every cursor (dropSlabs; f must be safe against
 // the cursor's owner, which is not locked out).
 func eachCursor(f func(*cursor)) {
-	cs := *perP.Load()
-	for i := range cs {
-		f(&cs[i])
+	if p := perP.Load(); p != nil {
+		for i := range *p {
+			f(&(*p)[i])
+		}
 	}
 }
+
+// cursorCount is how many Ps have a cursor (tests).
+func cursorCount() int {
+	if p := perP.Load(); p != nil {
+		return len(*p)
+	}
+	return 0
+}
+
+// cursorsPerP: the cursors follow GOMAXPROCS (tests).
+const cursorsPerP = true

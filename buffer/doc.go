@@ -86,9 +86,9 @@
 // that names both sizes.
 //
 // [CopyBatch] submits many copies between buffers (any ranges of them:
-// [Copy] has offsets and a size) as one batch: one cuMemcpyBatchAsync on
-// CUDA 12.8 and later drivers, which for thousands of small copies costs
-// a fraction of a call each; a loop of cuMemcpyAsync on older drivers and
+// [Copy] has offsets and a size) as one batch: cuMemcpyBatchAsync calls of
+// up to 1,024 copies on CUDA 12.8 and later drivers, which for thousands
+// of small copies cost a fraction of a call each; a loop of cuMemcpyAsync on older drivers and
 // on the legacy default stream, chosen when the driver is loaded (see
 // [cuda.Device.MemcpyBatchPath]). The whole batch is checked, and every
 // buffer held open, before anything is submitted; an error names the copy

@@ -102,7 +102,7 @@ type cursor struct {
 	// so that two Ps' cursors, side by side in one array, never share one
 	// (a GPU-host profile at 16 goroutines put a tenth of the pair's time
 	// in Owned's writes to its cursor when they did).
-	_ [128 - 16 - unsafe.Sizeof(cursorLock{})]byte
+	_ [128 - unsafe.Sizeof(atomic.Pointer[slab]{}) - unsafe.Sizeof(int(0)) - unsafe.Sizeof(cursorLock{})]byte
 }
 
 // newTracked returns a zero Buffer from a slab.
@@ -142,7 +142,8 @@ func newTrackedSlow() *Buffer {
 }
 
 // dropSlabs makes every cursor start a new slab at its next use. It runs
-// once per garbage collection (armGCHook), so that a slab whose P makes
+// after a garbage collection, at most once per cycle (armGCHook; the
+// finalizer goroutine may fold two cycles into one run), so that a slab whose P makes
 // no more Buffers does not stay reachable through its cursor, keeping
 // the net from its leaked Buffers, for good: as with sync.Pool, which
 // the cursors were before, a slab is given up at most one cycle after
