@@ -101,6 +101,7 @@ const (
 	ownedBit   = uint64(1) << 36 // made with a resource: Close frees through it
 	badBit     = uint64(1) << 37 // no use is valid: a null address, or a range past 2^64
 	initBit    = uint64(1) << 38 // made by a constructor (the zero Buffer lacks it)
+	viewBit    = uint64(1) << 39 // a view (Slice): its ext holds its root and parent
 )
 
 // ext is what few buffers need, made on first need so that the common
@@ -108,7 +109,11 @@ const (
 // sliced from; an owner's (or borrowed buffer's) Holds, the closers'
 // waiting room, and the driver's description of the memory.
 type ext struct {
-	parent *Buffer // views: the buffer this one was sliced from
+	// Views: the owner or borrowed buffer whose memory they share, and
+	// the buffer they were sliced from. Kept here rather than in the
+	// Buffer, which views are few of: the owned Buffer, made on every
+	// allocation, is a pointer smaller.
+	root, parent *Buffer
 
 	mu   sync.Mutex // with cond: closers wait here (see the state word)
 	cond sync.Cond
@@ -184,23 +189,25 @@ func (r *Buffer) pointerInfo() (cuda.PointerInfo, error) {
 // The zero Buffer is not usable: its methods return an error matching
 // cuda.ErrInvalidArgument (Close returns nil, and accessors zero values).
 //
-// An owned Buffer is one 64-byte object (a view or a held buffer adds an
+// An owned Buffer is one 56-byte object (a view or a held buffer adds an
 // ext): the fields below, nothing behind pointers.
 type Buffer struct {
-	word   atomic.Uint64       // see the state word; views: their own closedBit
+	word   atomic.Uint64       // see the state word; views: their own closedBit, and viewBit
 	ptr    cuda.DevicePtr      // this buffer's address (a view's: its root's plus its offset)
 	size   uint64              // this buffer's (or view's) size
 	mr     MemoryResource      // the resource that frees it (views: their root's); never changes
 	stream *cuda.Stream        // the allocation stream (views: their root's)
-	root   *Buffer             // views: the owner or borrowed buffer whose memory they share
-	x      atomic.Pointer[ext] // views: set by Slice; others: made on first need
+	x      atomic.Pointer[ext] // views: set by Slice, before the view is shared; others: made on first need
 }
+
+// isView reports whether b was made by Slice.
+func (b *Buffer) isView() bool { return b.word.Load()&viewBit != 0 }
 
 // rootOf returns the buffer whose word counts b's calls: b's root for a
 // view, b itself otherwise.
 func (b *Buffer) rootOf() *Buffer {
-	if b.root != nil {
-		return b.root
+	if b.isView() {
+		return b.x.Load().root
 	}
 	return b
 }
@@ -288,7 +295,7 @@ func (b *Buffer) CloseOn(s *cuda.Stream) error {
 	if b == nil || b.word.Load()&initBit == 0 {
 		return nil
 	}
-	if b.root != nil {
+	if b.isView() {
 		b.word.Or(closedBit) // views never free; they only stop being usable
 		return nil
 	}
@@ -419,7 +426,7 @@ func (b *Buffer) acquire(op string) (cuda.DevicePtr, error) {
 // closed. A true use must be followed by release.
 func (b *Buffer) use() bool {
 	r := b.rootOf()
-	if w := r.word.Add(1); w&(initBit|badBit|closingBit|closedBit) != initBit || b.root != nil && b.viewClosed() {
+	if w := r.word.Add(1); w&(initBit|badBit|closingBit|closedBit) != initBit || r != b && b.viewClosed() {
 		r.unuse()
 		return false
 	}
@@ -454,7 +461,7 @@ func checkStream(op string, s *cuda.Stream) error {
 
 // viewClosed reports whether b, or a view it was sliced from, was closed.
 func (b *Buffer) viewClosed() bool {
-	for v := b; v.root != nil; v = v.x.Load().parent {
+	for v := b; v.isView(); v = v.x.Load().parent {
 		if v.word.Load()&closedBit != 0 {
 			return true
 		}
@@ -509,7 +516,7 @@ func (b *Buffer) Stream() *cuda.Stream {
 
 // IsOwned reports whether Close frees the memory.
 func (b *Buffer) IsOwned() bool {
-	return !b.isZero() && b.root == nil && b.word.Load()&ownedBit != 0
+	return !b.isZero() && b.word.Load()&(ownedBit|viewBit) == ownedBit
 }
 
 // String describes the buffer for logs.

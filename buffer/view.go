@@ -59,10 +59,10 @@ func (b *Buffer) Slice(off, n uint64) (*Buffer, error) {
 	if off > b.size || n > b.size-off {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "range off=%d, n=%d is out of bounds of a buffer of size %d", off, n, b.size)
 	}
-	v := &Buffer{ptr: b.ptr + cuda.DevicePtr(off), size: n, mr: b.mr, stream: b.stream, root: b.rootOf()}
+	v := &Buffer{ptr: b.ptr + cuda.DevicePtr(off), size: n, mr: b.mr, stream: b.stream}
 	x := new(ext)
-	x.parent = b
+	x.root, x.parent = b.rootOf(), b
 	v.x.Store(x)
-	v.word.Store(initBit)
+	v.word.Store(initBit | viewBit)
 	return v, nil
 }
