@@ -52,6 +52,9 @@
 //   - poolpair/hostpool/c/1MiB: the pool pair on a pinned host pool
 //     (cuMemPoolCreate with a CU_MEM_LOCATION_TYPE_HOST location, release
 //     threshold UINT64_MAX); skipped where the driver has no host pools.
+//     poolpair/hostpool_rw/c/1MiB: the same on a second such pool whose
+//     memory the device may read and write (cuMemPoolSetAccess), as
+//     resource.PinnedPool grants.
 //   - ipc/pool_create_export/c: per iteration cuMemPoolCreate (POSIX-fd
 //     handle type, device location), release threshold, export to an fd,
 //     allocate 1 MiB, cuStreamSynchronize, cuMemPoolExportPointer,
@@ -181,6 +184,7 @@ static CUresult (*cb_cuStreamDestroy)(CUstream);
 static CUresult (*cb_cuStreamSynchronize)(CUstream);
 static CUresult (*cb_cuDeviceGetDefaultMemPool)(CUmemoryPool *, CUdevice);
 static CUresult (*cb_cuMemPoolSetAttribute)(CUmemoryPool, int, void *);
+static CUresult (*cb_cuMemPoolSetAccess)(CUmemoryPool, const CBmemAccessDesc *, size_t);
 static CUresult (*cb_cuMemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
 static CUresult (*cb_cuMemFreeAsync)(CUdeviceptr, CUstream);
 static CUresult (*cb_cuMemAlloc)(CUdeviceptr *, size_t);
@@ -234,6 +238,7 @@ static const char *cb_load(void) {
 		{(void **)&cb_cuStreamSynchronize, "cuStreamSynchronize"},
 		{(void **)&cb_cuDeviceGetDefaultMemPool, "cuDeviceGetDefaultMemPool"},
 		{(void **)&cb_cuMemPoolSetAttribute, "cuMemPoolSetAttribute"},
+		{(void **)&cb_cuMemPoolSetAccess, "cuMemPoolSetAccess"},
 		{(void **)&cb_cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync"},
 		{(void **)&cb_cuMemFreeAsync, "cuMemFreeAsync"},
 		{(void **)&cb_cuMemAlloc, "cuMemAlloc_v2"},
@@ -738,21 +743,36 @@ static CUresult cb_mt_run(int t, int shared, size_t size, long long per, double 
 
 // ---- a pinned host pool (cuMemPoolCreate with a host location) ----
 
-static CUmemoryPool cb_host_pool;
+static CUmemoryPool cb_host_pool, cb_host_pool_rw;
 
 // cb_hostpool_setup returns the driver's answer without failing the
-// program: drivers before CUDA 13 have no host-location pools.
+// program: drivers before CUDA 13 have no host-location pools. It makes
+// two: one as created, and one whose memory the device may read and
+// write (cuMemPoolSetAccess), as resource.PinnedPool grants.
 static CUresult cb_hostpool_setup(void) {
 	CBmemPoolProps pp;
 	memset(&pp, 0, sizeof pp);
 	pp.allocType = CB_MEM_ALLOCATION_TYPE_PINNED;
 	pp.location.type = CB_MEM_LOCATION_TYPE_HOST;
 	pp.location.id = 0;
-	CB_CK("cuMemPoolCreate", cb_cuMemPoolCreate(&cb_host_pool, &pp));
 	uint64_t thr = UINT64_MAX;
-	CB_CK("cuMemPoolSetAttribute(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)",
-		cb_cuMemPoolSetAttribute(cb_host_pool, CB_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+	CUmemoryPool *pools[2] = {&cb_host_pool, &cb_host_pool_rw};
+	for (int i = 0; i < 2; i++) {
+		CB_CK("cuMemPoolCreate", cb_cuMemPoolCreate(pools[i], &pp));
+		CB_CK("cuMemPoolSetAttribute(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)",
+			cb_cuMemPoolSetAttribute(*pools[i], CB_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+	}
+	CBmemAccessDesc acc;
+	memset(&acc, 0, sizeof acc);
+	acc.location.type = CB_MEM_LOCATION_TYPE_DEVICE;
+	acc.location.id = cb_dev;
+	acc.flags = CB_MEM_ACCESS_PROT_READWRITE;
+	CB_CK("cuMemPoolSetAccess", cb_cuMemPoolSetAccess(cb_host_pool_rw, &acc, 1));
 	return 0;
+}
+
+static CUresult cb_hostpool_rw_pair(size_t size, long long warm, long long n, double *ns) {
+	return cb_poolpair_on(cb_host_pool_rw, size, warm, n, ns);
 }
 
 static CUresult cb_hostpool_pair(size_t size, long long warm, long long n, double *ns) {
@@ -762,6 +782,7 @@ static CUresult cb_hostpool_pair(size_t size, long long warm, long long n, doubl
 static CUresult cb_hostpool_teardown(void) {
 	CB_CK("cuStreamSynchronize", cb_cuStreamSynchronize(cb_stream));
 	CB_CK("cuMemPoolDestroy", cb_cuMemPoolDestroy(cb_host_pool));
+	CB_CK("cuMemPoolDestroy", cb_cuMemPoolDestroy(cb_host_pool_rw));
 	return 0;
 }
 
@@ -1202,6 +1223,13 @@ func measurements() []measurement {
 			run: noSide(func(n int64) float64 {
 				var ns C.double
 				checkC(C.cb_hostpool_pair(1<<20, poolWarm, C.longlong(n), &ns))
+				return float64(ns)
+			})},
+		measurement{name: "poolpair/hostpool_rw/c/1MiB", iters: 200_000, context: true, needs: needHostPool,
+			skip: func() string { return hostPoolErr },
+			run: noSide(func(n int64) float64 {
+				var ns C.double
+				checkC(C.cb_hostpool_rw_pair(1<<20, poolWarm, C.longlong(n), &ns))
 				return float64(ns)
 			})},
 	)
