@@ -128,14 +128,14 @@
 // # Lifetimes and leaks
 //
 // Close every owned buffer. A Buffer that becomes unreachable without
-// Close is freed by a cleanup ([runtime.AddCleanup]) on its allocation
+// Close is freed by the garbage collector's safety net on its allocation
 // stream and counted by [Leaks]; tests can assert the count stays zero. Do
 // not rely on it: the garbage collector may run late or never, and device
 // memory is invisible to it, so a program can run out of device memory
 // long before the collector sees a reason to run. (Owned buffers are
-// carved from slabs of 64 watched by one cleanup each, which keeps the net
-// off the allocation fast path: a leak is freed once its whole slab is
-// unreachable.) A lost buffer whose memory a host view may still reach
+// carved from slabs of 73 watched by one finalizer each, which keeps the
+// net off the allocation fast path: a leak is freed once its whole slab
+// is unreachable.) A lost buffer whose memory a host view may still reach
 // ([Buffer.Bytes]), or whose resource refuses to free it, is not freed:
 // it stays allocated, counted by [Leaks] and [LeaksKept].
 //

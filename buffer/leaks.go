@@ -148,11 +148,11 @@ func newTrackedSlow() *Buffer {
 
 // dropSlabs makes every cursor start a new slab at its next use. It runs
 // after a garbage collection, at most once per cycle (armGCHook; the
-// finalizer goroutine may fold two cycles into one run), so that a slab whose P makes
-// no more Buffers does not stay reachable through its cursor, keeping
-// the net from its leaked Buffers, for good: as with sync.Pool, which
-// the cursors were before, a slab is given up at most one cycle after
-// its last Buffer was handed out.
+// finalizer goroutine may fold two cycles into one run), so that a slab
+// whose P makes no more Buffers does not stay reachable through its
+// cursor, keeping the net from its leaked Buffers, for good: as with
+// sync.Pool, which the cursors were before, a slab is given up about one
+// cycle after its last Buffer was handed out.
 func dropSlabs() {
 	eachCursor(func(c *cursor) {
 		if c.slab.Load() != nil {
