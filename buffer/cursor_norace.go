@@ -19,9 +19,6 @@ func procPin() int
 //go:linkname procUnpin runtime.procUnpin
 func procUnpin()
 
-// cursorLock is nothing: a pinned goroutine has its P's cursor to itself.
-type cursorLock struct{}
-
 // perP holds one cursor per P, indexed by the P's id (below GOMAXPROCS);
 // growCursors makes it, and replaces it when GOMAXPROCS grows. It is nil
 // until then: pin, which reads it while pinned, where a nil dereference

@@ -12,21 +12,25 @@ import (
 // not know that pinning goroutines to their P orders those that share a
 // per-P cursor, and would report each use as a race.
 
-type cursorLock struct{ mu sync.Mutex }
-
 const raceShardBits = 6
 
-var raceShards [1 << raceShardBits]cursor
+var (
+	raceShards [1 << raceShardBits]cursor
+	raceLocks  [1 << raceShardBits]sync.Mutex
+)
 
 func pin() *cursor {
 	var local byte
 	p := uint64(uintptr(unsafe.Pointer(&local))) >> 10
-	c := &raceShards[(p*0x9e3779b97f4a7c15)>>(64-raceShardBits)]
-	c.lock.mu.Lock()
-	return c
+	i := (p * 0x9e3779b97f4a7c15) >> (64 - raceShardBits)
+	raceLocks[i].Lock()
+	return &raceShards[i]
 }
 
-func unpin(c *cursor) { c.lock.mu.Unlock() }
+func unpin(c *cursor) {
+	i := (uintptr(unsafe.Pointer(c)) - uintptr(unsafe.Pointer(&raceShards[0]))) / unsafe.Sizeof(raceShards[0])
+	raceLocks[i].Unlock()
+}
 
 func growCursors() {}
 

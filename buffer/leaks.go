@@ -102,12 +102,11 @@ type cursor struct {
 	// uses the old slab once more, which is harmless.
 	slab atomic.Pointer[slab]
 	next int
-	lock cursorLock
 	// Each P writes its cursor on every Owned: padded to two cache lines
 	// so that two Ps' cursors, side by side in one array, never share one
 	// (a GPU-host profile at 16 goroutines put a tenth of the pair's time
 	// in Owned's writes to its cursor when they did).
-	_ [128 - unsafe.Sizeof(atomic.Pointer[slab]{}) - unsafe.Sizeof(int(0)) - unsafe.Sizeof(cursorLock{})]byte
+	_ [128 - unsafe.Sizeof(atomic.Pointer[slab]{}) - unsafe.Sizeof(int(0))]byte
 }
 
 // newTracked returns a zero Buffer from a slab.
