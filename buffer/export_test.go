@@ -33,7 +33,3 @@ const StageMinBytes = stageMinBytes
 
 // StagedCopies counts the host copies that went through the staging pool.
 func StagedCopies() int64 { return stage.staged.Load() }
-
-// CursorCount is how many slab cursors there are, and PerP whether they
-// are one per P (not under the race detector).
-func CursorCount() (n int, perP bool) { return cursorCount(), cursorsPerP }

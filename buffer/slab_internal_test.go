@@ -1,6 +1,7 @@
 package buffer
 
 import (
+	"runtime"
 	"testing"
 	"unsafe"
 
@@ -18,4 +19,21 @@ func TestSlabFillsItsSizeClass(t *testing.T) {
 	if header == 8 {
 		assert.Equal(t, uintptr(56), unsafe.Sizeof(Buffer{}), "an owned Buffer is 56 bytes on 64-bit targets")
 	}
+}
+
+// The cursors' table grows with GOMAXPROCS (a goroutine that finds its P
+// beyond the table grows it; here the test grows it as that goroutine
+// would), and what it held stays usable.
+func TestCursorsGrowWithGOMAXPROCS(t *testing.T) {
+	if !cursorsPerP {
+		t.Skip("under the race detector the cursors are a fixed set of shards")
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + 6))
+	growCursors()
+	assert.GreaterOrEqual(t, cursorCount(), runtime.GOMAXPROCS(0), "a cursor for every P")
+	c := pin()
+	ok := c != nil
+	unpin(c)
+	assert.True(t, ok, "the running P has a cursor")
+	assert.NotNil(t, newTracked())
 }
