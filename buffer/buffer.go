@@ -90,8 +90,8 @@ func LeaksKept() int64 { return leaksKept.Load() }
 // lazily made ext's condition variable, with waiters set so that the
 // release that lets them go wakes them.
 //
-// A view's word holds only initBit and closedBit (its own Close); calls
-// on a view count on its root's word.
+// A view's word holds only initBit, viewBit and closedBit (its own
+// Close); calls on a view count on its root's word.
 const (
 	readerMask = 1<<32 - 1
 	closingBit = uint64(1) << 32 // a Close or Disown owns the buffer: calls fail, other closers wait

@@ -493,10 +493,11 @@ func TestLeaksSafetyNet(t *testing.T) {
 	assert.Len(t, mr.freed, 2)
 }
 
-// Buffers come from per-P slab cursors: raising GOMAXPROCS adds cursors
-// for the new Ps, and a Buffer leaked by a goroutine whose P then makes no
-// more Buffers is still freed (its cursor gives up the slab at the next
-// collection).
+// Buffers come from per-P slab cursors: with GOMAXPROCS raised, pairs
+// from many goroutines work (the cursors' growth itself is
+// TestCursorsGrowWithGOMAXPROCS's), and a Buffer leaked by a goroutine
+// whose P then makes no more Buffers is still freed (its cursor gives up
+// the slab at the next collection).
 func TestLeaksAfterGOMAXPROCSGrows(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(runtime.GOMAXPROCS(0) + 6))
 	mr := newFake()

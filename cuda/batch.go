@@ -286,9 +286,11 @@ func packBatch(dsts, srcs []DevicePtr, sizes []uint64, attrs []MemcpyAttributes,
 	return b
 }
 
-// batchChunk is the most copies one driver call of a batch carries. A
-// batch of 10,000 copies of 4 KiB ran 1.2 to 1.5 times faster as calls of
-// 1,000 than as one call (BENCHMARKS.md, "Batched copies in chunks"): the
+// batchChunk is the most copies one driver call of a batch carries. One
+// call of 10,000 copies of 4 KiB made after a pause of the host (the
+// checks CopyBatch makes first, say) ran up to twice as slowly per copy
+// as one made straight after the last; in calls of 1,000 the pause cost
+// nothing (BENCHMARKS.md, "The last speed gaps, where they stand"): the
 // copy engine starts on the first chunk while the driver takes in the
 // next.
 const batchChunk = 1024

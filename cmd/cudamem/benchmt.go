@@ -26,8 +26,8 @@ const (
 // mtCounts are the goroutine (thread) counts and the pairs each makes per
 // run; fewer per goroutine at high counts keeps a run short. The C
 // baseline uses the same table for its driver pool pairs. Ours run goMul
-// times as many: a sub-allocator pair takes a twentieth of a driver pair's
-// time, and runs as short as the C table's (a few milliseconds at 16 and
+// times as many: a sub-allocator pair takes a tenth of a driver pair's
+// time or less, and runs as short as the C table's (a few milliseconds at 16 and
 // 64 goroutines) measured goroutine start-up and collector phase more
 // than the pairs (1.6x to 3.5x between the repetitions of one lease).
 var mtCounts = []struct{ g, iters int }{{1, 20_000}, {4, 20_000}, {16, 8_000}, {64, 2_000}}

@@ -743,46 +743,52 @@ static CUresult cb_mt_run(int t, int shared, size_t size, long long per, double 
 
 // ---- a pinned host pool (cuMemPoolCreate with a host location) ----
 
-static CUmemoryPool cb_host_pool, cb_host_pool_rw;
+// cb_host_pools[0] is a host pool as created; [1] one whose memory the
+// device may read and write (cuMemPoolSetAccess), as resource.PinnedPool
+// grants.
+static CUmemoryPool cb_host_pools[2];
 
-// cb_hostpool_setup returns the driver's answer without failing the
-// program: drivers before CUDA 13 have no host-location pools. It makes
-// two: one as created, and one whose memory the device may read and
-// write (cuMemPoolSetAccess), as resource.PinnedPool grants.
-static CUresult cb_hostpool_setup(void) {
+// cb_hostpool_setup makes host pool rw (0 or 1). It returns the driver's
+// answer without failing the program (drivers before CUDA 13 have no
+// host-location pools), and a pool it made destroyed again if a later
+// step failed.
+static CUresult cb_hostpool_setup(int rw) {
 	CBmemPoolProps pp;
 	memset(&pp, 0, sizeof pp);
 	pp.allocType = CB_MEM_ALLOCATION_TYPE_PINNED;
 	pp.location.type = CB_MEM_LOCATION_TYPE_HOST;
 	pp.location.id = 0;
+	CUmemoryPool *p = &cb_host_pools[rw ? 1 : 0];
+	CB_CK("cuMemPoolCreate", cb_cuMemPoolCreate(p, &pp));
 	uint64_t thr = UINT64_MAX;
-	CUmemoryPool *pools[2] = {&cb_host_pool, &cb_host_pool_rw};
-	for (int i = 0; i < 2; i++) {
-		CB_CK("cuMemPoolCreate", cb_cuMemPoolCreate(pools[i], &pp));
-		CB_CK("cuMemPoolSetAttribute(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)",
-			cb_cuMemPoolSetAttribute(*pools[i], CB_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr));
+	CUresult r = cb_cuMemPoolSetAttribute(*p, CB_MEMPOOL_ATTR_RELEASE_THRESHOLD, &thr);
+	if (r != 0) {
+		cb_failed = "cuMemPoolSetAttribute(CU_MEMPOOL_ATTR_RELEASE_THRESHOLD)";
+		cb_cuMemPoolDestroy(*p);
+		return r;
 	}
-	CBmemAccessDesc acc;
-	memset(&acc, 0, sizeof acc);
-	acc.location.type = CB_MEM_LOCATION_TYPE_DEVICE;
-	acc.location.id = cb_dev;
-	acc.flags = CB_MEM_ACCESS_PROT_READWRITE;
-	CB_CK("cuMemPoolSetAccess", cb_cuMemPoolSetAccess(cb_host_pool_rw, &acc, 1));
+	if (rw) {
+		CBmemAccessDesc acc;
+		memset(&acc, 0, sizeof acc);
+		acc.location.type = CB_MEM_LOCATION_TYPE_DEVICE;
+		acc.location.id = cb_dev;
+		acc.flags = CB_MEM_ACCESS_PROT_READWRITE;
+		if ((r = cb_cuMemPoolSetAccess(*p, &acc, 1)) != 0) {
+			cb_failed = "cuMemPoolSetAccess";
+			cb_cuMemPoolDestroy(*p);
+			return r;
+		}
+	}
 	return 0;
 }
 
-static CUresult cb_hostpool_rw_pair(size_t size, long long warm, long long n, double *ns) {
-	return cb_poolpair_on(cb_host_pool_rw, size, warm, n, ns);
+static CUresult cb_hostpool_pair(int rw, size_t size, long long warm, long long n, double *ns) {
+	return cb_poolpair_on(cb_host_pools[rw ? 1 : 0], size, warm, n, ns);
 }
 
-static CUresult cb_hostpool_pair(size_t size, long long warm, long long n, double *ns) {
-	return cb_poolpair_on(cb_host_pool, size, warm, n, ns);
-}
-
-static CUresult cb_hostpool_teardown(void) {
+static CUresult cb_hostpool_teardown(int rw) {
 	CB_CK("cuStreamSynchronize", cb_cuStreamSynchronize(cb_stream));
-	CB_CK("cuMemPoolDestroy", cb_cuMemPoolDestroy(cb_host_pool));
-	CB_CK("cuMemPoolDestroy", cb_cuMemPoolDestroy(cb_host_pool_rw));
+	CB_CK("cuMemPoolDestroy", cb_cuMemPoolDestroy(cb_host_pools[rw ? 1 : 0]));
 	return 0;
 }
 
@@ -998,11 +1004,12 @@ type measurement struct {
 
 // Setups beyond the context, made once for the measurements that need them.
 const (
-	needIPC      = "ipc"
-	needVMM      = "vmm"
-	needMT       = "mt"
-	needHostPool = "hostpool"
-	needBatch    = "batch"
+	needIPC        = "ipc"
+	needVMM        = "vmm"
+	needMT         = "mt"
+	needHostPool   = "hostpool"
+	needHostPoolRW = "hostpool_rw"
+	needBatch      = "batch"
 )
 
 func fail(call string, r C.CUresult) {
@@ -1100,11 +1107,14 @@ func main() {
 		checkC(C.cb_batch_setup())
 		teardown = append(teardown, func() { checkC(C.cb_batch_teardown()) })
 	}
-	if needs[needHostPool] {
-		if r := C.cb_hostpool_setup(); r != 0 {
-			hostPoolErr = fmt.Sprintf("%s: %s", C.GoString(C.cb_failed_call()), C.GoString(C.cb_error_name(r)))
+	for rw, need := range []string{needHostPool, needHostPoolRW} {
+		if !needs[need] {
+			continue
+		}
+		if r := C.cb_hostpool_setup(C.int(rw)); r != 0 {
+			hostPoolErr[rw] = fmt.Sprintf("%s: %s", C.GoString(C.cb_failed_call()), C.GoString(C.cb_error_name(r)))
 		} else {
-			teardown = append(teardown, func() { checkC(C.cb_hostpool_teardown()) })
+			teardown = append(teardown, func() { checkC(C.cb_hostpool_teardown(C.int(rw))) })
 		}
 	}
 
@@ -1219,17 +1229,17 @@ func measurements() []measurement {
 		measurement{name: "ipc/child_import/c", side: "ipc/child_init/c", iters: 10, context: true, needs: needIPC, warm: true,
 			run: ipcChildren},
 		measurement{name: "poolpair/hostpool/c/1MiB", iters: 200_000, context: true, needs: needHostPool,
-			skip: func() string { return hostPoolErr },
+			skip: func() string { return hostPoolErr[0] },
 			run: noSide(func(n int64) float64 {
 				var ns C.double
-				checkC(C.cb_hostpool_pair(1<<20, poolWarm, C.longlong(n), &ns))
+				checkC(C.cb_hostpool_pair(0, 1<<20, poolWarm, C.longlong(n), &ns))
 				return float64(ns)
 			})},
-		measurement{name: "poolpair/hostpool_rw/c/1MiB", iters: 200_000, context: true, needs: needHostPool,
-			skip: func() string { return hostPoolErr },
+		measurement{name: "poolpair/hostpool_rw/c/1MiB", iters: 200_000, context: true, needs: needHostPoolRW,
+			skip: func() string { return hostPoolErr[1] },
 			run: noSide(func(n int64) float64 {
 				var ns C.double
-				checkC(C.cb_hostpool_rw_pair(1<<20, poolWarm, C.longlong(n), &ns))
+				checkC(C.cb_hostpool_pair(1, 1<<20, poolWarm, C.longlong(n), &ns))
 				return float64(ns)
 			})},
 	)
@@ -1309,8 +1319,9 @@ func noSide(f func(n int64) float64) func(n int64) (float64, float64) {
 	return func(n int64) (float64, float64) { return f(n), 0 }
 }
 
-// hostPoolErr says why there is no host pool ("" when there is one).
-var hostPoolErr string
+// hostPoolErr says why there is no host pool ("" when there is one): [0]
+// the plain one, [1] the one the device may access.
+var hostPoolErr [2]string
 
 // memShort says why size bytes of device memory cannot be had now, or "".
 func memShort(size uint64) string {
