@@ -22,9 +22,9 @@ import (
 // Buffer was never closed (or disowned) and counts it in Leaks. No record
 // is kept besides the Buffer, so an owned Buffer costs its 56 bytes of
 // heap (and a 73rd of the slab's finalizer record) and nothing else. The
-// cost: a long-lived Buffer keeps its slab's memory
-// (4 KiB) alive, and a leaked allocation is freed only when its whole
-// slab is collected. For a safety net both are fine.
+// cost: a long-lived Buffer keeps its slab's memory (4 KiB) alive, and a
+// leaked allocation is freed only when its whole slab is collected. For a
+// safety net both are fine.
 //
 // A slab reachable from itself is never finalized. So Close (and Disown)
 // clear the Buffer's resource: a closed Buffer whose SubAllocator holds
@@ -160,8 +160,9 @@ func dropSlabs() {
 	})
 }
 
-// gcHook is an object made only to be collected: its finalizer runs once
-// per garbage collection, drops the cursors' slabs and makes the next.
+// gcHook is an object made only to be collected: its finalizer runs after
+// the collection that finds it, drops the cursors' slabs and makes the
+// next hook, for the next collection.
 type gcHook struct {
 	_ *byte // a pointer keeps it out of the tiny allocator, whose objects share finalizers
 	_ [8]byte
