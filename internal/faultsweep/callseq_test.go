@@ -234,3 +234,46 @@ func TestCallSequenceVMMAllocFree(t *testing.T) {
 		requireCalls(t, "vmm allocfree", got, c)
 	}
 }
+
+// TestCallSequencePoolPairs: cmd/cudamem's poolpair/resource and
+// poolpair/pinned iterations (Allocate + Close through a DevicePool and a
+// PinnedPool) against cb_poolpair_on: the two stream-ordered calls and
+// nothing else, so what the resource path adds to the pair on a GPU host
+// is Go work, not driver calls.
+func TestCallSequencePoolPairs(t *testing.T) {
+	cl := closers{}
+	s, err := newStream(&cl, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := cl.run(); err != nil {
+			t.Error(err)
+		}
+	}()
+	dp, err := resource.CurrentDevicePool(dev0())
+	if err != nil {
+		t.Fatal(err)
+	}
+	pp, err := resource.NewPinnedPool(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.add(pp.Close)
+	want := []string{"cuMemAllocFromPoolAsync", "cuMemFreeAsync"}
+	for _, mr := range []buffer.MemoryResource{dp, pp} {
+		for _, size := range []uint64{256, 1 << 20, 64 << 20} {
+			allocate := func() error {
+				b, err := buffer.Allocate(mr, size, s)
+				if err != nil {
+					return err
+				}
+				return b.Close()
+			}
+			if err := allocate(); err != nil { // the first pair of a pool may ask more
+				t.Fatal(err)
+			}
+			requireCalls(t, fmt.Sprintf("%T pair of %d bytes", mr, size), trace(t, allocate), want)
+		}
+	}
+}
