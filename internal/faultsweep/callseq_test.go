@@ -66,6 +66,22 @@ func repeat(s string, n int) []string {
 	return out
 }
 
+// traceStream makes a stream for a call-sequence test, closed with what
+// the test adds to cl when the test ends.
+func traceStream(t *testing.T, cl *closers) *cuda.Stream {
+	t.Helper()
+	s, err := newStream(cl, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cl.run(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
+}
+
 func requireCalls(t *testing.T, what string, got, want []string) {
 	t.Helper()
 	if !slices.Equal(got, want) {
@@ -77,16 +93,8 @@ func requireCalls(t *testing.T, what string, got, want []string) {
 // iteration (NewDevicePool with IPC, ExportPool, Allocate, ExportBuffer,
 // and the three Closes) against cb_ipc_pool_create_export.
 func TestCallSequencePoolCreateExport(t *testing.T) {
-	cl := closers{}
-	s, err := newStream(&cl, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := cl.run(); err != nil {
-			t.Error(err)
-		}
-	}()
+	cl := &closers{}
+	s := traceStream(t, cl)
 	iteration := func() (err error) {
 		p, err := resource.NewDevicePool(dev0(), &resource.DevicePoolOptions{IPC: true})
 		if err != nil {
@@ -199,16 +207,8 @@ func TestCallSequenceChildImport(t *testing.T) {
 // against cb_vmm_allocfree, at the sizes the bench uses. The call list is
 // the same at every size: one chunk, one mapping, one access call.
 func TestCallSequenceVMMAllocFree(t *testing.T) {
-	cl := closers{}
-	s, err := newStream(&cl, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := cl.run(); err != nil {
-			t.Error(err)
-		}
-	}()
+	cl := &closers{}
+	s := traceStream(t, cl)
 	r, err := virtual.New(dev0(), &virtual.Options{HandleType: virtual.HandlePosixFD})
 	if err != nil {
 		t.Fatal(err)
@@ -241,16 +241,8 @@ func TestCallSequenceVMMAllocFree(t *testing.T) {
 // nothing else, so what the resource path adds to the pair on a GPU host
 // is Go work, not driver calls.
 func TestCallSequencePoolPairs(t *testing.T) {
-	cl := closers{}
-	s, err := newStream(&cl, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := cl.run(); err != nil {
-			t.Error(err)
-		}
-	}()
+	cl := &closers{}
+	s := traceStream(t, cl)
 	dp, err := resource.CurrentDevicePool(dev0())
 	if err != nil {
 		t.Fatal(err)
