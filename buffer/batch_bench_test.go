@@ -105,21 +105,7 @@ func benchCopyBatch(b *testing.B, dir, mode string) {
 		// work (measured with the driver call left out) spent spinning
 		// before each call: whether the gap between submissions, rather
 		// than anything in the call, is what slows CopyBatch down.
-		cd, cs, cz, ca, ci, err := buffer.BatchArrays(s, copies)
-		if err != nil {
-			b.Fatal(err)
-		}
-		gap, err := buffer.CopyBatchHostTime(s, copies, 21)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Logf("CopyBatch's host work per batch: %v", gap)
-		if v := os.Getenv("CUDAMEM_BENCH_GAP"); v != "" { // e.g. 100us: how the rate depends on the gap
-			if gap, err = time.ParseDuration(v); err != nil {
-				b.Fatal(err)
-			}
-			b.Logf("gap set by CUDAMEM_BENCH_GAP: %v", gap)
-		}
+		cd, cs, cz, ca, ci, gap := gapArrays(b, s, copies)
 		op = func() error {
 			for t0 := time.Now(); time.Since(t0) < gap; {
 			}
@@ -130,21 +116,10 @@ func benchCopyBatch(b *testing.B, dir, mode string) {
 		// CUDAMEM_BENCH_CHUNK copies (default 1000), the same host time
 		// spread before the chunks: whether submitting a batch in pieces
 		// as it is prepared keeps the copy engine fed.
-		cd, cs, cz, ca, ci, err := buffer.BatchArrays(s, copies)
-		if err != nil {
-			b.Fatal(err)
-		}
-		gap, err := buffer.CopyBatchHostTime(s, copies, 21)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if v := os.Getenv("CUDAMEM_BENCH_GAP"); v != "" {
-			if gap, err = time.ParseDuration(v); err != nil {
-				b.Fatal(err)
-			}
-		}
+		cd, cs, cz, ca, ci, gap := gapArrays(b, s, copies)
 		chunk := 1000
 		if v := os.Getenv("CUDAMEM_BENCH_CHUNK"); v != "" {
+			var err error
 			if chunk, err = strconv.Atoi(v); err != nil || chunk <= 0 {
 				b.Fatalf("CUDAMEM_BENCH_CHUNK=%q", v)
 			}
@@ -214,4 +189,27 @@ func benchCopyBatch(b *testing.B, dir, mode string) {
 	b.ReportMetric(total/n, "ns/copy")
 	b.ReportMetric(n/(total/1e9), "copies/s")
 	b.ReportMetric(float64(submit.Nanoseconds())/n, "submit-ns/copy")
+}
+
+// gapArrays returns the arrays CopyBatch passes the driver for copies, and
+// the host time to spend before submitting them: CopyBatch's own work on
+// them (measured with the driver call left out), or CUDAMEM_BENCH_GAP
+// (e.g. 100us: how the rate depends on the gap).
+func gapArrays(b *testing.B, s *cuda.Stream, copies []buffer.Copy) (dsts, srcs []cuda.DevicePtr, sizes []uint64, attrs []cuda.MemcpyAttributes, idxs []uint64, gap time.Duration) {
+	b.Helper()
+	dsts, srcs, sizes, attrs, idxs, err := buffer.BatchArrays(s, copies)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if gap, err = buffer.CopyBatchHostTime(s, copies, 21); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("CopyBatch's host work per batch: %v", gap)
+	if v := os.Getenv("CUDAMEM_BENCH_GAP"); v != "" {
+		if gap, err = time.ParseDuration(v); err != nil {
+			b.Fatal(err)
+		}
+		b.Logf("gap set by CUDAMEM_BENCH_GAP: %v", gap)
+	}
+	return dsts, srcs, sizes, attrs, idxs, gap
 }
