@@ -1,11 +1,14 @@
 package resource_test
 
 import (
+	"runtime"
 	"testing"
+	"unsafe"
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/cudatest"
+	"github.com/cudamem/cudamem/loader"
 	"github.com/cudamem/cudamem/resource"
 )
 
@@ -42,6 +45,12 @@ func BenchmarkDevicePoolPair(b *testing.B) {
 				}
 			}
 			syncOrFail(b, s)
+		})
+		b.Run("direct/"+sz.name, func(b *testing.B) {
+			benchDirectPair(b, dev, pool, sz.n, s)
+		})
+		b.Run("ptr/"+sz.name, func(b *testing.B) {
+			benchPtrPair(b, mr, sz.n, s)
 		})
 		b.Run("resource/"+sz.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -82,6 +91,12 @@ func BenchmarkPinnedPoolPair(b *testing.B) {
 			}
 		}
 		syncOrFail(b, s)
+	})
+	b.Run("direct/1MiB", func(b *testing.B) {
+		benchDirectPair(b, dev, pool, mib, s)
+	})
+	b.Run("ptr/1MiB", func(b *testing.B) {
+		benchPtrPair(b, mr, mib, s)
 	})
 	b.Run("resource/1MiB", func(b *testing.B) {
 		b.ReportAllocs()
@@ -130,6 +145,63 @@ func BenchmarkLegacyPinnedPair(b *testing.B) {
 			}
 		}
 	})
+}
+
+// benchDirectPair makes the raw pair's two driver calls the way the C
+// baseline makes them: on one locked OS thread whose context was made
+// current once, through symbols looked up in the driver library, with no
+// cudamem code between the calls. Beside "raw" (the cuda package's
+// methods, which make the context current on each call and hold the
+// stream open around it) it shows what the cuda layer adds, in-process.
+func benchDirectPair(b *testing.B, dev *cuda.Device, pool cuda.MemPool, n uint64, s *cuda.Stream) {
+	lib, err := loader.OpenLibrary("libcuda.so.1")
+	if err != nil {
+		b.Skipf("driver library: %v", err)
+	}
+	var procs [3]loader.Proc
+	for i, name := range []string{"cuCtxSetCurrent", "cuMemAllocFromPoolAsync", "cuMemFreeAsync"} {
+		if procs[i], err = lib.Lookup(name); err != nil {
+			b.Skipf("%s: %v", name, err)
+		}
+	}
+	ctx, err := dev.Context()
+	if err != nil {
+		b.Fatal(err)
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if r := procs[0].Call(ctx); r != 0 {
+		b.Fatalf("cuCtxSetCurrent: CUresult %d", r)
+	}
+	h := s.Handle()
+	b.ReportAllocs()
+	var p uintptr
+	for b.Loop() {
+		if r := procs[1].Call(uintptr(unsafe.Pointer(&p)), uintptr(n), pool.Handle(), h); r != 0 {
+			b.Fatalf("cuMemAllocFromPoolAsync: CUresult %d", r)
+		}
+		if r := procs[2].Call(p, h); r != 0 {
+			b.Fatalf("cuMemFreeAsync: CUresult %d", r)
+		}
+	}
+	syncOrFail(b, s)
+}
+
+// benchPtrPair measures the resource's own layer without a Buffer
+// (AllocatePtr, Deallocate): between a raw driver pair and a resource
+// pair, it splits what the resource adds from what its Buffer adds.
+func benchPtrPair(b *testing.B, mr buffer.MemoryResource, n uint64, s *cuda.Stream) {
+	b.ReportAllocs()
+	for b.Loop() {
+		p, ps, err := mr.AllocatePtr(n, s)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := mr.Deallocate(p, n, ps); err != nil {
+			b.Fatal(err)
+		}
+	}
+	syncOrFail(b, s)
 }
 
 func syncOrFail(b *testing.B, s *cuda.Stream) {

@@ -103,6 +103,20 @@ func pinnedMeasurements(e *benchEnv) []measurement {
 		// (poolpair/hostpool/c is one that does not).
 		{name: "poolpair/pinned/" + sizeLabel(size), baseline: "poolpair/hostpool_rw/c/" + sizeLabel(size), iters: 100_000,
 			setup: setup, run: pair(func() buffer.MemoryResource { return pool })},
+		// The raw driver pair on the PinnedPool's own pool: beside
+		// poolpair/pinned it splits what the resource adds from what the
+		// same two calls cost in this process.
+		{name: "poolpair/go_pinned/" + sizeLabel(size), baseline: "poolpair/hostpool_rw/c/" + sizeLabel(size), iters: 100_000,
+			setup: setup, run: func(n int) (time.Duration, error) {
+				mp := pool.Pool()
+				return timed(n, e.stream, func() error {
+					p, err := e.stream.MemAllocFromPoolAsync(mp, size)
+					if err != nil {
+						return err
+					}
+					return e.stream.MemFreeAsync(p)
+				})
+			}},
 		{name: "poolpair/suballoc_pinned/" + sizeLabel(size), baseline: "poolpair/hostpool_rw/c/" + sizeLabel(size), iters: 200_000,
 			setup: setup, run: pair(func() buffer.MemoryResource { return sub })},
 	}
