@@ -215,11 +215,11 @@ func checkFabric(op string, c FabricCalls, prop MemAllocationProp) error {
 // answer for location types that take no shareable memory at all. Other
 // errors only gain the location.
 func fabricRefused(op string, loc MemLocation, err error) error {
-	err = fmt.Errorf("a fabric-shareable granule at %s: %w", locationName(loc), err)
 	if errors.Is(err, ErrorInvalidValue) && (loc.Type == MemLocationTypeHost || loc.Type == MemLocationTypeHostNUMACurrent) && !errors.Is(err, errFabric) {
+		// Its message names the location once.
 		return &OpError{Op: op, Err: &fabricLocationError{loc: loc, err: err}}
 	}
-	return FabricError(op, err)
+	return FabricError(op, fmt.Errorf("a fabric-shareable granule at %s: %w", locationName(loc), err))
 }
 
 // fabricLocationError is a location type the driver takes no fabric

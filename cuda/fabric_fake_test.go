@@ -155,6 +155,7 @@ func TestCheckFabricWith(t *testing.T) {
 		// The location type, not a missing IMEX service, is the reason.
 		assert.NotContains(t, err.Error(), "IMEX")
 		assert.Contains(t, err.Error(), "takes no fabric-shareable memory at "+locationName(loc))
+		assert.Equal(t, 1, strings.Count(err.Error(), " at "+locationName(loc)), "the location is named once: %v", err)
 	}
 	err := CheckFabricWith(&stubFabric{createErr: invalid}, numa)
 	assert.NotErrorIs(t, err, ErrNotSupported, "an invalid NUMA node is not a fabric refusal")

@@ -17,9 +17,8 @@ import (
 // retries. So Trim, and if it gave anything back, take once more. The
 // error of a failed retry is returned joined with Trim's, if any.
 func (a *SubAllocator) retryAfterTrim(size uint64, s *cuda.Stream, err error) (cuda.DevicePtr, error) {
-	before := a.Stats().Reserved
-	terr := a.Trim()
-	if a.Stats().Reserved >= before {
+	gave, terr := a.trim()
+	if gave == 0 {
 		// Nothing went back: the retry would fail the same way.
 		if terr != nil {
 			return 0, errors.Join(err, fmt.Errorf("giving back free blocks on out-of-memory: %w", terr))

@@ -394,14 +394,23 @@ func (e *TrimError) Unwrap() error {
 // (joined) with the blocks it concerns. After Close, Trim returns an
 // error matching cuda.ErrClosed.
 func (a *SubAllocator) Trim() error {
+	_, err := a.trim()
+	return err
+}
+
+// trim is Trim, also reporting the bytes it gave back (some may have gone
+// back even when it fails), which the out-of-memory retry needs: the
+// Reserved count, read before and after, also moves with other
+// goroutines' allocations and frees.
+func (a *SubAllocator) trim() (gave uint64, err error) {
 	const op = "SubAllocator.Trim"
 	if err := a.check("Trim"); err != nil {
-		return err
+		return 0, err
 	}
 	a.mu.Lock()
 	if a.closed {
 		a.mu.Unlock()
-		return &cuda.OpError{Op: op, Err: cuda.ErrClosed}
+		return 0, &cuda.OpError{Op: op, Err: cuda.ErrClosed}
 	}
 	a.dropCachesLocked() // their free ranges back in the books, empty caches forgotten
 	rs := a.collectLocked()
@@ -430,9 +439,9 @@ func (a *SubAllocator) Trim() error {
 	g, err := a.giveBack(rs)
 	errs = append(errs, err)
 	if err := errors.Join(errs...); err != nil {
-		return &cuda.OpError{Op: op, Err: &TrimError{Bytes: g.bytes, Blocks: g.blocks, Kept: g.kept, Err: err}}
+		return g.bytes, &cuda.OpError{Op: op, Err: &TrimError{Bytes: g.bytes, Blocks: g.blocks, Kept: g.kept, Err: err}}
 	}
-	return nil
+	return g.bytes, nil
 }
 
 // Close gives every block back to the upstream (after waiting for the
