@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"time"
@@ -111,6 +112,7 @@ type benchFlags struct {
 	count    int
 	svg      string
 	growTo   uint64
+	cpuProf  string
 }
 
 // sizeFlag is a byte size flag that takes 8GiB, 512MiB, 4096 and so on.
@@ -168,6 +170,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs.BoolVar(&f.lock, "lock", false, "lock the benchmarking goroutine to one OS thread (as the C baseline is); cudamem never needs it, this shows what thread affinity is worth")
 	fs.IntVar(&f.count, "count", 1, "run each measurement (ours and the baseline's) `N` times; the table shows medians and min–max")
 	fs.StringVar(&f.svg, "svg", "", "also write an SVG bar chart of the ratios to `FILE`")
+	fs.StringVar(&f.cpuProf, "cpuprofile", "", "also write a CPU profile of cudamem's side of the measurements to `FILE`, for go tool pprof (the C baseline runs in a process of its own)")
 	fs.Var(sizeFlag{&f.growTo}, "grow-to", "`SIZE` vmm/growstep grows one allocation to, in 2 MiB steps (e.g. 8GiB, 1GiB)")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
@@ -194,6 +197,9 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	case "table", "benchstat", "json":
 	default:
 		return nil, fmt.Errorf("%w: unknown -format %q (want table, benchstat or json)", errUsage, f.format)
+	}
+	if f.cpuProf == "-" {
+		return nil, fmt.Errorf("%w: -cpuprofile - would mix a binary profile into the output (want a file name)", errUsage)
 	}
 	if f.growTo < minGrowTo || f.growTo%vmmStep != 0 {
 		return nil, fmt.Errorf("%w: bad -grow-to %s (want a multiple of %s, at least %s)", errUsage, sizeLabel(f.growTo), sizeLabel(vmmStep), sizeLabel(minGrowTo))
@@ -224,6 +230,13 @@ func runBench(args []string, stdout, stderr io.Writer) (err error) {
 		}
 		defer svg.discard()
 	}
+	var prof *outFile
+	if f.cpuProf != "" {
+		if prof, err = openOut(f.cpuProf, stdout); err != nil {
+			return err
+		}
+		defer prof.discard()
+	}
 	dev, err := cuda.GetDevice(f.device)
 	if err != nil {
 		return describeLoadError(err)
@@ -249,7 +262,20 @@ func runBench(args []string, stdout, stderr io.Writer) (err error) {
 	if len(ms) == 0 {
 		return fmt.Errorf("%w: no measurement name starts with %q", errUsage, f.only)
 	}
+	var profile bytes.Buffer
+	if prof != nil {
+		if err := pprof.StartCPUProfile(&profile); err != nil {
+			return fmt.Errorf("-cpuprofile: %w", err)
+		}
+	}
 	ours, _ := runOurs(ms, f.scale, f.count, stderr) // failures are in ours, marked
+	if prof != nil {
+		pprof.StopCPUProfile()
+		if err := prof.write(func(w io.Writer) error { _, err := w.Write(profile.Bytes()); return err }); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "bench: wrote %s\n", prof.name)
+	}
 	var base []result
 	var baseErr error
 	if names := baselineNames(ms); len(names) > 0 {

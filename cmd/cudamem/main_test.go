@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
 
+	"github.com/google/pprof/profile"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -72,10 +74,19 @@ func TestInfo(t *testing.T) {
 
 func TestBenchSmoke(t *testing.T) {
 	cudatest.Device(t)
-	code, stdout, stderr := runCmd("bench", "-only", "trivial", "-iters", "0.01", "-json", "-cgo", "/nonexistent/cgo-baseline")
+	prof := filepath.Join(t.TempDir(), "bench.prof")
+	code, stdout, stderr := runCmd("bench", "-only", "trivial", "-iters", "0.01", "-json", "-cgo", "/nonexistent/cgo-baseline", "-cpuprofile", prof)
 	require.Equal(t, 0, code, stderr)
 	assert.Contains(t, stdout, `"trivial/go"`)
 	assert.Contains(t, stderr, "no C baseline")
+	// The profile is one go tool pprof reads: a CPU profile.
+	f, err := os.Open(prof)
+	require.NoError(t, err)
+	defer f.Close()
+	p, err := profile.Parse(f)
+	require.NoError(t, err)
+	require.NotEmpty(t, p.SampleType)
+	assert.Equal(t, "cpu", p.SampleType[len(p.SampleType)-1].Type)
 }
 
 func TestSelftest(t *testing.T) {

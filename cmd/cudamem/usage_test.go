@@ -163,6 +163,16 @@ func TestTimelineChecksOutputFirst(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, errText, bad)
 	assert.NotContains(t, errText, "driver")
+
+	// -cpuprofile too; and "-" (stdout) is refused, the profile being
+	// binary.
+	code, _, errText = runCmd("bench", "-cpuprofile", bad, "-only", "trivial")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errText, bad)
+	assert.NotContains(t, errText, "driver")
+	code, _, errText = runCmd("bench", "-cpuprofile", "-", "-only", "trivial")
+	assert.Equal(t, 2, code, errText)
+	assert.Contains(t, errText, "-cpuprofile -")
 }
 
 // Without a driver, timeline says which paths it tried, like info, bench
