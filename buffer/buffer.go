@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/ownedmem"
 )
 
 // MemoryResource hands out and takes back memory, as addresses: the
@@ -50,6 +51,14 @@ type MemoryResource interface {
 func Allocate(mr MemoryResource, size uint64, s *cuda.Stream) (*Buffer, error) {
 	if mr == nil {
 		return nil, cuda.Errorf("buffer.Allocate", cuda.ErrInvalidArgument, "nil MemoryResource")
+	}
+	if ptr, rs, ok, err := ownedmem.Allocate(mr, size, s); ok {
+		// A pool resource's memory, not recorded as a plain pointer: the
+		// Buffer is the record (see package ownedmem).
+		if err != nil {
+			return nil, err
+		}
+		return owned(ptr, size, mr, rs, unrecordedBit), nil
 	}
 	ptr, s, err := mr.AllocatePtr(size, s)
 	if err != nil {
@@ -102,6 +111,10 @@ const (
 	badBit     = uint64(1) << 37 // no use is valid: a null address, or a range past 2^64
 	initBit    = uint64(1) << 38 // made by a constructor (the zero Buffer lacks it)
 	viewBit    = uint64(1) << 39 // a view (Slice): its ext holds its root and parent
+	// unrecordedBit: made by Allocate through package ownedmem, so the
+	// memory is freed through it too (the resource keeps no record of the
+	// address; Disown makes it one).
+	unrecordedBit = uint64(1) << 40
 )
 
 // ext is what few buffers need, made on first need so that the common
@@ -223,7 +236,12 @@ func (b *Buffer) off() uint64 { return uint64(b.ptr - b.rootOf().ptr) }
 // buffer whose every use but Close fails with an error matching
 // cuda.ErrInvalidArgument.
 func Owned(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream) *Buffer {
-	w := initBit
+	return owned(ptr, size, mr, s, 0)
+}
+
+// owned is Owned with extra bits for the state word.
+func owned(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream, extra uint64) *Buffer {
+	w := initBit | extra
 	if badRange(ptr, size) {
 		w |= badBit
 	}
@@ -306,12 +324,13 @@ func (b *Buffer) CloseOn(s *cuda.Stream) error {
 		if s == nil {
 			s = b.stream
 		}
-		if b.deferFree(s) {
-			// Held (exported): the last Release frees, on s.
-			b.endClose(true)
-			return nil
+		if deferred, err := b.deferFree(s); err != nil || deferred {
+			// Held (exported): the last Release frees, on s; or s is one
+			// it could never free on, and the buffer stays open.
+			b.endClose(err == nil)
+			return err
 		}
-		if err := b.mr.Deallocate(b.ptr, b.size, s); err != nil {
+		if err := deallocate(b.mr, b.ptr, b.size, s, b.word.Load()); err != nil {
 			err = fmt.Errorf("buffer close (%#x, %d bytes): %w", uint64(b.ptr), b.size, err)
 			// Still open unless the memory is gone: the caller may retry
 			// (on another stream, say). Memory that is gone must not be

@@ -1,6 +1,9 @@
 package buffer
 
-import "github.com/cudamem/cudamem/cuda"
+import (
+	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/ownedmem"
+)
 
 // Disown hands an owned buffer's memory to the caller: the buffer becomes
 // closed (later use returns cuda.ErrClosed) without freeing anything, and
@@ -33,7 +36,13 @@ func (b *Buffer) Disown() (ptr cuda.DevicePtr, size uint64, err error) {
 		}
 	}
 	if b.ptr != 0 {
-		handOff(b.ptr, b.word.Load())
+		w := b.word.Load()
+		handOff(b.ptr, w)
+		if w&unrecordedBit != 0 {
+			// The memory becomes a plain pointer of the resource, which its
+			// Deallocate (or a new Owned buffer's Close) will free.
+			ownedmem.Adopt(b.mr, b.ptr, b.size)
+		}
 	}
 	b.endClose(true)
 	return b.ptr, b.size, nil

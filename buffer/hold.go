@@ -123,7 +123,7 @@ func (h *Hold) Release() error {
 	}
 	// Count zero and heldFree set: Close left the free to us, and no hold
 	// can come again (the buffer is closed).
-	err := freeOrFallback(x.freeMR, r.ptr, r.size, x.freeStream)
+	err := freeOrFallback(x.freeMR, r.ptr, r.size, x.freeStream, r.word.Load())
 	if err != nil {
 		if !errors.Is(err, ErrPartlyFreed) {
 			// Nothing was freed: the hold is this caller's again, so a
@@ -139,21 +139,30 @@ func (h *Hold) Release() error {
 // deferFree is Close's half: called by the closer (beginClose) of an open
 // owned buffer, it leaves the free to the last Release if any hold is
 // live, recording s as the stream to free on, and reports whether it did.
-func (r *Buffer) deferFree(s *cuda.Stream) bool {
+// A zero Stream is refused then: the resource would refuse it at Release
+// (no device made it, so no resource can order a free on it), every
+// Release would fail, and the memory would never be freed; refused now,
+// the buffer stays open for a Close on a real stream. (Unheld, the
+// resource judges s itself, and its refusal leaves the buffer open too.)
+func (r *Buffer) deferFree(s *cuda.Stream) (bool, error) {
 	x := r.x.Load() // a Hold made it before its call ended, so before beginClose returned
 	if x == nil {
-		return false
+		return false, nil
 	}
 	for {
 		v := x.holds.Load()
 		if v&holdCount == 0 {
-			return false
+			return false, nil
+		}
+		if s != nil && s.Device() == nil {
+			return false, cuda.Errorf("Buffer.CloseOn", cuda.ErrInvalidArgument,
+				"zero cuda.Stream for the free of %#x (%d bytes), which %d Hold(s) leave to their last Release (use a stream a device made, or nil)", uint64(r.ptr), r.size, v&holdCount)
 		}
 		// Written before the swap publishes heldFree; Release reads it
 		// only after seeing the flag.
 		x.freeMR, x.freeStream = r.mr, s
 		if x.holds.CompareAndSwap(v, v|heldFree) {
-			return true
+			return true, nil
 		}
 	}
 }

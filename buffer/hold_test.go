@@ -37,6 +37,31 @@ func TestHoldDefersCloseUntilRelease(t *testing.T) {
 	assert.Len(t, m.freed, 1, "freed exactly once")
 }
 
+// A held buffer closed on a zero cuda.Stream: the free would be left to
+// the last Release, where every resource refuses a stream no device made,
+// so the memory could never be freed. The Close is refused instead, and the
+// buffer stays open and held, to be closed on a real stream (or nil).
+func TestHoldRefusesCloseOnZeroStream(t *testing.T) {
+	m := newFake()
+	b := m.alloc(128)
+	p := b.Ptr()
+	h, err := b.Hold("test")
+	require.NoError(t, err)
+	err = b.CloseOn(new(cuda.Stream))
+	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
+	assert.Contains(t, err.Error(), "Buffer.CloseOn")
+	assert.Contains(t, err.Error(), "zero cuda.Stream")
+	assert.False(t, b.IsClosed(), "still open")
+	assert.Equal(t, 1, b.Holds())
+
+	require.NoError(t, b.CloseOn(nil))
+	assert.True(t, b.IsClosed())
+	assert.False(t, m.wasFreed(p), "left to the Release")
+	require.NoError(t, h.Release())
+	assert.True(t, m.wasFreed(p))
+	assert.Zero(t, m.liveCount())
+}
+
 func TestHoldReleasedBeforeClose(t *testing.T) {
 	m := newFake()
 	b := m.alloc(64)

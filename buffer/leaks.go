@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/ownedmem"
 )
 
 // The garbage-collection safety net.
@@ -194,7 +195,7 @@ func collectSlab(s *slab) {
 			leaksKept.Add(1)
 			continue
 		}
-		if freeOrFallback(b.mr, b.ptr, b.size, b.stream) != nil {
+		if freeOrFallback(b.mr, b.ptr, b.size, b.stream, w) != nil {
 			leaksKept.Add(1)
 		}
 	}
@@ -205,12 +206,24 @@ func collectSlab(s *slab) {
 // capturing now, say) must not turn into a free on the legacy stream,
 // unordered after the work on s; nor one that freed part of the memory
 // (ErrPartlyFreed) into a second free.
-func freeOrFallback(mr MemoryResource, p cuda.DevicePtr, n uint64, s *cuda.Stream) error {
-	err := mr.Deallocate(p, n, s)
+func freeOrFallback(mr MemoryResource, p cuda.DevicePtr, n uint64, s *cuda.Stream, w uint64) error {
+	err := deallocate(mr, p, n, s, w)
 	if err != nil && s != nil && errors.Is(err, cuda.ErrClosed) && !errors.Is(err, ErrPartlyFreed) {
-		if mr.Deallocate(p, n, nil) == nil {
+		if deallocate(mr, p, n, nil, w) == nil {
 			return nil
 		}
 	}
 	return err
+}
+
+// deallocate frees an owned buffer's memory (w its state word) through its
+// resource: through package ownedmem if Allocate made it that way, else
+// with the resource's Deallocate.
+func deallocate(mr MemoryResource, p cuda.DevicePtr, n uint64, s *cuda.Stream, w uint64) error {
+	if w&unrecordedBit != 0 {
+		if ok, err := ownedmem.Free(mr, p, n, s); ok {
+			return err
+		}
+	}
+	return mr.Deallocate(p, n, s)
 }

@@ -96,8 +96,15 @@ func SetDefault(dev *cuda.Device, mr buffer.MemoryResource) error {
 
 // isNilPointer reports whether mr holds a nil pointer (of any type, so
 // resources from other packages are caught too).
-func isNilPointer(mr buffer.MemoryResource) bool {
-	v := reflect.ValueOf(mr)
+func isNilPointer(mr buffer.MemoryResource) bool { return holdsNil(mr) }
+
+// holdsNil reports whether x is nil or holds a nil pointer, map, slice,
+// function or channel.
+func holdsNil(x any) bool {
+	v := reflect.ValueOf(x)
+	if !v.IsValid() {
+		return true
+	}
 	switch v.Kind() {
 	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
 		return v.IsNil()

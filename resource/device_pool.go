@@ -209,12 +209,18 @@ func (p *DevicePool) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *
 	if p == nil {
 		return 0, nil, errNil("DevicePool", "Allocate")
 	}
-	return p.core.allocatePtr("DevicePool", size, s)
+	return p.core.allocatePtr("DevicePool", size, s, true)
 }
 
-// Deallocate frees memory from Allocate in stream order on s (nil: the
-// device's legacy default stream). Buffers call it from Close. A zero ptr
-// is a no-op.
+// Deallocate frees memory from AllocatePtr in stream order on s (nil: the
+// device's legacy default stream); a Buffer from Allocate frees its memory
+// itself, when closed. A zero ptr is a no-op.
+//
+// It frees only addresses AllocatePtr handed out (or a Buffer's memory
+// after Disown): anything else — another pool's memory, an address freed
+// already, a live Buffer's memory (its Close frees it) — is refused with
+// an error matching cuda.ErrInvalidArgument, without calling the driver,
+// whose stream-ordered free would take memory of any pool.
 func (p *DevicePool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	if ptr == 0 {
 		return nil
@@ -222,7 +228,7 @@ func (p *DevicePool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream)
 	if p == nil {
 		return errNil("DevicePool", "Deallocate")
 	}
-	return p.core.deallocate("DevicePool", ptr, size, s)
+	return p.core.deallocate("DevicePool", ptr, size, s, true)
 }
 
 // DeviceAccessible reports true: kernels on the device (and on peers

@@ -71,7 +71,9 @@ func NewLogging(upstream buffer.MemoryResource, logger *slog.Logger, opts *Loggi
 		case slog.Level:
 			r.lvl = l
 		default:
-			r.lvar = l
+			if !holdsNil(l) { // a nil *slog.LevelVar: the default level, not a panic at each call
+				r.lvar = l
+			}
 		}
 	}
 	return r
@@ -89,8 +91,8 @@ func (r *Logging) level() slog.Level {
 // only work a call does beyond the upstream's when logging is off.
 func (r *Logging) enabled() (*slog.Logger, bool) {
 	l := r.logger
-	if l == nil {
-		l = slog.Default()
+	if l == nil || l.Handler() == nil {
+		l = slog.Default() // nil, or a zero slog.Logger, whose use panics
 	}
 	return l, l.Handler().Enabled(context.Background(), r.level())
 }

@@ -148,6 +148,20 @@ func TestLoggingDefaultLogger(t *testing.T) {
 	assert.Len(t, records(t, out), 2)
 }
 
+// A nil *slog.LevelVar means the default level, and a zero slog.Logger
+// the default logger: both panicked at the first call.
+func TestLoggingNilLevelVarAndZeroLogger(t *testing.T) {
+	checkBufferLeaks(t)
+	old := slog.Default()
+	t.Cleanup(func() { slog.SetDefault(old) })
+	logger, out := jsonLog(slog.LevelDebug)
+	slog.SetDefault(logger)
+	fake := newRecording()
+	mr := resource.NewLogging(fake, &slog.Logger{}, &resource.LoggingOptions{Level: (*slog.LevelVar)(nil)})
+	closeBuf(t, allocOK(t, mr, 64))
+	assert.Len(t, records(t, out), 2, "at Debug, on the default logger")
+}
+
 // TestLoggingStacks: Logging composes with the other adaptors both ways,
 // and the counts below and above agree.
 func TestLoggingStacks(t *testing.T) {

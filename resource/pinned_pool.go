@@ -193,11 +193,18 @@ func (p *PinnedPool) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *
 	if p == nil {
 		return 0, nil, errNil("PinnedPool", "Allocate")
 	}
-	return p.core.allocatePtr("PinnedPool", size, s)
+	return p.core.allocatePtr("PinnedPool", size, s, true)
 }
 
-// Deallocate frees memory from Allocate in stream order on s (nil: device
-// 0's legacy default stream). A zero ptr is a no-op.
+// Deallocate frees memory from AllocatePtr in stream order on s (nil:
+// device 0's legacy default stream); a Buffer from Allocate frees its
+// memory itself, when closed. A zero ptr is a no-op.
+//
+// It frees only addresses AllocatePtr handed out (or a Buffer's memory
+// after Disown): anything else — another pool's memory, an address freed
+// already, a live Buffer's memory (its Close frees it) — is refused with
+// an error matching cuda.ErrInvalidArgument, without calling the driver,
+// whose stream-ordered free would take memory of any pool.
 func (p *PinnedPool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	if ptr == 0 {
 		return nil
@@ -205,7 +212,7 @@ func (p *PinnedPool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream)
 	if p == nil {
 		return errNil("PinnedPool", "Deallocate")
 	}
-	return p.core.deallocate("PinnedPool", ptr, size, s)
+	return p.core.deallocate("PinnedPool", ptr, size, s, true)
 }
 
 // DeviceAccessible reports true: every device may use the memory.

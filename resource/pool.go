@@ -65,6 +65,7 @@ type poolCore struct {
 	pool cuda.MemPool
 	ipc  bool
 	life poolcore.Core
+	ptrs ptrSet // the live allocations' addresses: Deallocate frees only these
 	// export is package ipc's state for the pool (UUID and key), kept here
 	// so that it lives and dies with the pool.
 	export poolexport.Slot
@@ -201,7 +202,11 @@ func opName(kind, method string) string {
 // allocatePtr is the shared AllocatePtr: stream-ordered from the pool, the
 // address (0 for size 0) and the stream it is ordered on, nil resolved. A
 // DevicePool takes streams of its own device only.
-func (c *poolCore) allocatePtr(kind string, size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+//
+// record adds the address to the pool's record of addresses handed out
+// (ptrs), which Deallocate requires; a Buffer made through package
+// ownedmem is the record of its memory instead.
+func (c *poolCore) allocatePtr(kind string, size uint64, s *cuda.Stream, record bool) (cuda.DevicePtr, *cuda.Stream, error) {
 	if err := c.acquire(kind, "Allocate"); err != nil {
 		return 0, nil, err
 	}
@@ -226,6 +231,9 @@ func (c *poolCore) allocatePtr(kind string, size uint64, s *cuda.Stream) (cuda.D
 		ptr, err = c.retryAfterTrim(s, size, err) // pool_oom.go
 	}
 	if err == nil {
+		if record {
+			c.ptrs.add(ptr, size)
+		}
 		c.life.Allocated()
 	}
 	c.release()
@@ -238,10 +246,12 @@ func (c *poolCore) allocatePtr(kind string, size uint64, s *cuda.Stream) (cuda.D
 // deallocate is the shared Deallocate. It works after Close too: an owned
 // pool lives until its last allocation is freed, and that free destroys it
 // (after waiting for the pool's devices, so the frees have completed).
-// With no allocation live it refuses the free without calling the driver:
-// the memory cannot be this pool's (cuMemFreeAsync would free another
-// pool's memory behind that pool's back).
-func (c *poolCore) deallocate(kind string, ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
+// An address this value did not hand out, or already freed, is refused
+// without calling the driver (see ptrSet): cuMemFreeAsync would free
+// another pool's memory behind that pool's back. recorded is false for
+// the memory of a Buffer made through package ownedmem, which is not in
+// the record (the Buffer frees it once, and only it can).
+func (c *poolCore) deallocate(kind string, ptr cuda.DevicePtr, size uint64, s *cuda.Stream, recorded bool) error {
 	if ptr == 0 {
 		return nil
 	}
@@ -260,7 +270,20 @@ func (c *poolCore) deallocate(kind string, ptr cuda.DevicePtr, size uint64, s *c
 	if err := refuseCapture(op, s); err != nil {
 		return fmt.Errorf("%w (%#x, %d bytes, stays allocated)", err, uint64(ptr), size)
 	}
+	// Taken out before the free, so that two frees of one address cannot
+	// both reach the driver; put back if the free fails.
+	var got uint64
+	if recorded {
+		var ok bool
+		if got, ok = c.ptrs.take(ptr); !ok {
+			return cuda.Errorf(op, cuda.ErrInvalidArgument,
+				"%#x (%d bytes) is not a live allocation of this %s (%s) handed out as a pointer: freed already, owned by a Buffer, or allocated elsewhere", uint64(ptr), size, kind, c.where())
+		}
+	}
 	if err := s.MemFreeAsync(ptr); err != nil {
+		if recorded {
+			c.ptrs.add(ptr, got)
+		}
 		return c.opErr("Deallocate", fmt.Errorf("%#x (%d bytes): %w", uint64(ptr), size, err))
 	}
 	// The free succeeded, so the buffer is closed whatever happens next;

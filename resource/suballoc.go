@@ -356,7 +356,7 @@ func (a *SubAllocator) take(size uint64, s *cuda.Stream) (cuda.DevicePtr, error)
 	// Ranges are handed out and reused by the host, outside the stream
 	// order a graph records: a captured allocation would be carved once,
 	// now, not at each launch. One atomic load for owned streams.
-	if err := a.order.refuseCapture(op, s); err != nil {
+	if err := a.order.admit(op, s, true); err != nil {
 		return 0, err
 	}
 	n, ok := alignUp(size, a.align)
@@ -421,7 +421,7 @@ func (a *SubAllocator) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 	if err := a.check("Deallocate"); err != nil {
 		return err
 	}
-	if err := a.order.refuseCapture(op, s); err != nil {
+	if err := a.order.admit(op, s, false); err != nil {
 		return fmt.Errorf("%w (%#x, %d bytes, stays allocated)", err, uint64(ptr), size)
 	}
 	if done, err := a.fastFree(ptr, size, s); done {

@@ -134,9 +134,12 @@ type subOrderer interface {
 	// close drops everything; what fails to drop stays, for the next
 	// close to retry.
 	close() error
-	// refuseCapture is cuda's RefuseCapture for s, nil resolved to the
-	// default stream (which is refused while a blocking stream captures).
-	refuseCapture(op string, s *cuda.Stream) error
+	// admit checks a stream an allocation (alloc) or a free is given: a
+	// stream no device made, or, for an allocation, one of another
+	// device than the upstream's, is refused; then cuda's RefuseCapture,
+	// nil resolved to the default stream (which is refused while a
+	// blocking stream captures).
+	admit(op string, s *cuda.Stream, alloc bool) error
 	// mayOrder reports whether dst may be ordered after src without
 	// harming a capture (cuda.RefuseOrder): a stream's free ranges are
 	// taken for another only then, so no stream is pulled into, or made
@@ -150,6 +153,7 @@ type subOrderer interface {
 // it is safe).
 type eventOrder struct {
 	device func() (*cuda.Device, error) // the upstream's device, for the nil stream
+	devID  int                          // the upstream's DeviceID: -1 for host memory
 	events map[*cuda.Stream]*cuda.Event
 }
 
@@ -161,6 +165,7 @@ func newEventOrder(devID int) *eventOrder {
 		// known), not cached with sync.OnceValues: a failure on first use
 		// must not fail every later call.
 		device: func() (*cuda.Device, error) { return cuda.GetDevice(max(devID, 0)) },
+		devID:  devID,
 		events: make(map[*cuda.Stream]*cuda.Event),
 	}
 }
@@ -183,13 +188,24 @@ func (o *eventOrder) stream(s *cuda.Stream) (*cuda.Stream, error) {
 	return d.ResolveStream("SubAllocator", s, false)
 }
 
-func (o *eventOrder) refuseCapture(op string, s *cuda.Stream) error {
+func (o *eventOrder) admit(op string, s *cuda.Stream, alloc bool) error {
 	if s == nil {
 		d, err := o.device()
 		if err != nil {
 			return nil // the operation's own resolution reports it
 		}
 		s = d.DefaultStream()
+	}
+	sd := s.Device()
+	if sd == nil {
+		// Its ranges would sit on a list no wait can ever order: every
+		// Trim and Close would fail on it, and its blocks never go back.
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "zero cuda.Stream (use a stream a device made, or nil)")
+	}
+	if alloc && o.devID >= 0 && sd.Ordinal() != o.devID {
+		// As the upstream's own Allocate refuses it, whether or not a
+		// range freed on that stream happens to be cached.
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "stream of %v given for memory of GPU %d (use a stream of that device)", sd, o.devID)
 	}
 	return s.RefuseCapture(op)
 }
