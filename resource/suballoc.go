@@ -189,6 +189,13 @@ type SubAllocator struct {
 	deferred  error // failures of releases Deallocate ran after Close, for the next Close
 	orderDone bool  // order.close succeeded; until then every Close retries it
 
+	// releasing counts the blocks detached for a release still under way
+	// (detachLocked until dropLocked or restoreLocked); Close waits on
+	// released until it is 0, so that it neither returns while another
+	// goroutine's Trim still holds a block nor misses one restored late.
+	releasing int
+	released  sync.Cond // L is &mu, set when first waited on
+
 	// The chunks live in one slice and refer to each other, to their
 	// block and to their list by index, so that the structure holds no
 	// pointers: the garbage collector never walks it, however many chunks

@@ -120,6 +120,7 @@ type subRelease struct {
 // them back (the lists themselves may be gone by then).
 func (a *SubAllocator) detachLocked(b *subBlock) subRelease {
 	b.releasing = true
+	a.releasing++
 	r := subRelease{blk: b}
 	for i := b.first; i != 0; i = a.chunks[i].next {
 		c := &a.chunks[i]
@@ -142,6 +143,7 @@ func (a *SubAllocator) detachLocked(b *subBlock) subRelease {
 func (a *SubAllocator) restoreLocked(r subRelease) {
 	b := r.blk
 	b.releasing = false
+	a.releaseDoneLocked()
 	// Chunks not yet put back are still off the lists, so each one merges
 	// only with neighbours already back.
 	k := 0
@@ -155,6 +157,7 @@ func (a *SubAllocator) restoreLocked(r subRelease) {
 // dropLocked forgets a detached block whose memory went back to the
 // upstream.
 func (a *SubAllocator) dropLocked(b *subBlock) {
+	a.releaseDoneLocked()
 	for i := b.first; i != 0; {
 		next := a.chunks[i].next
 		a.recycle(i)
@@ -166,6 +169,14 @@ func (a *SubAllocator) dropLocked(b *subBlock) {
 	a.blockTab[b.id] = nil
 	a.freeBlk = append(a.freeBlk, b.id)
 	a.held -= b.size
+}
+
+// releaseDoneLocked ends the release of one detached block, waking a
+// Close that waits for the last one.
+func (a *SubAllocator) releaseDoneLocked() {
+	if a.releasing--; a.releasing == 0 && a.released.L != nil {
+		a.released.Broadcast()
+	}
 }
 
 // subGiven is what giveBack gave back.
@@ -465,6 +476,15 @@ func (a *SubAllocator) Close() error {
 	var errs []error
 	a.closed = true
 	a.dropCachesLocked() // no fast path from now on; cached ranges back in the books
+	// Releases other goroutines began (a Trim, the Deallocate of a
+	// block's last allocation) end first, before the orderer they wait
+	// with is closed: a block one of them fails to give back comes back
+	// on the lists and is collected below with the rest, instead of
+	// staying held after Close returned.
+	for a.releasing > 0 {
+		a.released.L = &a.mu
+		a.released.Wait()
+	}
 	if !a.orderDone {
 		// Retried by every Close until it succeeds: an event the driver
 		// failed to destroy stays with the orderer until then.

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -1223,4 +1224,50 @@ func BenchmarkSubAllocatorParallelFake(b *testing.B) {
 			}
 		}
 	}
+}
+
+// Close waits for a Trim that is giving a block back on another goroutine.
+// It used to skip the block (detached from the lists) and return nil while
+// the Trim still held it; when the Trim's wait then failed, the block went
+// back on the lists of a closed SubAllocator, held from the upstream with
+// nothing left to free it. Now Close waits, collects the restored block
+// and gives it back itself.
+func TestSubAllocatorCloseWaitsForTrim(t *testing.T) {
+	a, up, o := newSA(t, &SubAllocatorOptions{GrowSize: saMiB})
+	p, _, err := a.AllocatePtr(4096, nil)
+	require.NoError(t, err)
+	require.NoError(t, a.Deallocate(p, 4096, nil))
+
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	o.syncFail = func(*cuda.Stream) error {
+		failed := false
+		once.Do(func() {
+			close(entered)
+			o.mu.Unlock() // let Close's own calls to the orderer through
+			<-release
+			o.mu.Lock()
+			failed = true
+		})
+		if failed {
+			return errors.New("injected: the wait failed")
+		}
+		return nil
+	}
+	trimErr := make(chan error, 1)
+	go func() { trimErr <- a.Trim() }()
+	<-entered
+	closeErr := make(chan error, 1)
+	go func() { closeErr <- a.Close() }()
+	select {
+	case err := <-closeErr:
+		t.Fatalf("Close returned (%v) while the Trim still held the block", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	require.Error(t, <-trimErr, "the Trim's wait failed: its block stayed")
+	require.NoError(t, <-closeErr, "Close gave the restored block back")
+	assert.Zero(t, a.Stats().Reserved)
+	_, _, live := up.counts()
+	assert.Zero(t, live, "nothing held from the upstream")
 }
