@@ -193,6 +193,14 @@ func (s *Stream) joinedTo() *Stream {
 // capture is over then, and any partial graph is destroyed. For a borrowed
 // stream (WrapStream), whose capture foreign code may have begun, the
 // driver is asked.
+//
+// A stream that joined a capture by waiting on its work (Stream.WaitEvent,
+// WaitStream) cannot end it: only the stream that began a capture can,
+// and cuStreamEndCapture elsewhere invalidates it. EndCapture on one is
+// refused before the driver, whoever began that capture (cudamem, or
+// foreign code on a stream it wraps), with an error matching both
+// ErrCapturing (the capture goes on) and ErrInvalidArgument (the call
+// belongs on the origin stream).
 func (s *Stream) EndCapture() (*Graph, error) {
 	const op = "Stream.EndCapture"
 	ctx, h, err := s.beginQuery(op)
@@ -204,13 +212,75 @@ func (s *Stream) EndCapture() (*Graph, error) {
 		return nil, Errorf(op, ErrInvalidArgument, "stream %#x of %v is not capturing (begin with BeginCapture)", h, s.dev)
 	}
 	if o := s.joinedTo(); o != nil {
-		return nil, Errorf(op, ErrInvalidArgument, "stream %#x of %v joined the capture that %v began (by waiting on its work): end the capture there, after making that stream wait for this one", h, s.dev, o.describe())
+		return nil, s.errJoined(op, true, o.describe())
+	}
+	if s.capState.Load() != capNone && s.seq.Load() == nil {
+		// Joined a capture cudamem did not see begin: ending it here
+		// would invalidate it, unless the driver says it is over.
+		if err := s.refuseOpenCapture(op, true); err != nil {
+			return nil, err
+		}
+		if !s.borrowed {
+			return nil, Errorf(op, ErrInvalidArgument, "stream %#x of %v is not capturing: the capture it joined is over", h, s.dev)
+		}
 	}
 	g, err := s.endCapture(ctx, h)
 	if err != nil {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("stream %#x of %v: %w", h, s.dev, err)}
 	}
 	return g, nil
+}
+
+// errJoined refuses Close or EndCapture (op; end for EndCapture) of s,
+// which joined, by a wait, the capture that origin (in words) began: the
+// driver destroys no stream in the middle of a capture, and only the
+// stream that began a capture can end it. EndCapture's refusal also
+// matches ErrInvalidArgument, as it always has: the call belongs on the
+// origin stream.
+func (s *Stream) errJoined(op string, end bool, origin string) error {
+	why := fmt.Sprintf("%v joined the capture that %s began (by waiting on its work), and only the stream that began a capture can end it; ending it here would invalidate it: make that stream wait for this one, then end the capture there", s.describe(), origin)
+	if end {
+		return &OpError{Op: op, Err: fmt.Errorf("%w (%w): %s", ErrCapturing, ErrInvalidArgument, why)}
+	}
+	return Errorf(op, ErrCapturing, "%s", why)
+}
+
+// refuseOpenCapture is for Close and EndCapture (op; end for EndCapture)
+// of a stream whose flag records a capture they must not end: one s
+// joined that cudamem did not see begin (seq nil: foreign code began it
+// on a stream it wraps), or, for Close of a borrowed stream, one begun
+// through s. The flag alone may be stale (foreign code, or another value
+// of the same handle, ended the capture), so the driver is asked: while
+// the capture goes on it returns an error matching ErrCapturing; once it
+// is over it clears the flags (ending the sequence for a capture begun
+// through s) and returns nil. A failed query is returned, naming op:
+// guessing either way could invalidate a capture or keep a flag for good.
+// The caller holds s's lock.
+func (s *Stream) refuseOpenCapture(op string, end bool) error {
+	ctx, err := s.dev.contextFor(op)
+	if err != nil {
+		return err
+	}
+	seen := s.seq.Load()
+	c, err := s.captureAsk(op, ctx, s.handle)
+	if err != nil {
+		return err
+	}
+	if c.capturing && seen == nil {
+		if j := s.joinedID.Load(); j != 0 && c.id != 0 && c.id != j {
+			// The capture s joined is over and another began on the
+			// handle since (not by a wait of s): the join flag is stale.
+			s.captureEndedIf(nil)
+			return nil
+		}
+	}
+	switch {
+	case !c.capturing:
+		return nil // captureAsk cleared the flags
+	case seen == nil:
+		return s.errJoined(op, end, "other code")
+	}
+	return Errorf(op, ErrCapturing, "borrowed %v is capturing a graph begun through this value (BeginCapture); Close of a borrowed stream does not end its capture (the stream is its owner's), and the capture must stay counted until it ends: end it with EndCapture first", s.describe())
 }
 
 // endCapture calls cuStreamEndCapture and settles the flag: cleared when

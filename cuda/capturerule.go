@@ -99,9 +99,13 @@ func (s *Stream) joinCapture(rec *eventCapture) {
 		return
 	}
 	// A capture cudamem did not see begin: flag s so the driver is asked
-	// from now on; the flag clears when the driver says it is over.
-	if s.capState.CompareAndSwap(capNone, capActive) && s.blocking {
-		s.dev.blockingCaptures.Add(1)
+	// from now on; the flag clears when the driver says it is over. Its
+	// id tells Close and EndCapture that capture from a later one.
+	if s.capState.CompareAndSwap(capNone, capActive) {
+		s.joinedID.Store(rec.id)
+		if s.blocking {
+			s.dev.blockingCaptures.Add(1)
+		}
 	}
 }
 

@@ -95,16 +95,30 @@ func (d *Device) contextClosed(op string) error {
 
 // contextClosedDone reports whether d is a view whose owned context
 // Context.Close destroyed, green or not: Close waited for its work, so
-// nothing in it is still running.
+// nothing in it is still running, and nothing of it may be handed to the
+// driver again. Close of an object made in it (and a safety net) then
+// makes no driver call, and reports what diedWith says: cuCtxDestroy
+// destroyed the object with an ordinary context, while a green context's
+// objects are leaked by CUDA, which refuses every later call on them.
 func (d *Device) contextClosedDone() bool { return d != nil && d.bind != nil && d.bind.closed.Load() }
 
-// contextGone reports whether d is a view whose owned context was
-// destroyed with cuCtxDestroy: the driver destroyed every stream, event
-// and module made in it, so their Close has nothing left to do. A green
-// context's objects are not destroyed with it (CUDA leaks them), so for
-// one this is false: their Close reports the error.
-func (d *Device) contextGone() bool {
-	return d != nil && d.bind != nil && d.bind.closed.Load() && d.green() == 0
+// diedWith is what Close (op) of an object of view d (what, handle h)
+// reports once Context.Close destroyed d's context (contextClosedDone):
+// such a Close marks the object closed without a driver call, since
+// nothing of a destroyed context may be handed to the driver again (it
+// may crash on it). cuCtxDestroy destroyed the object with an ordinary
+// context, so there is nothing to report (nil). A green context's objects
+// are not destroyed with it: CUDA leaks them and refuses every later call
+// on them, so the leak is reported, with an error matching ErrClosed, on
+// this Close and every later one (the caller keeps it), telling the
+// program to close such objects before their context.
+func (d *Device) diedWith(op, what string, h uintptr) error {
+	g := d.green()
+	if g == 0 {
+		return nil
+	}
+	return &OpError{Op: op, Err: fmt.Errorf("%w: %s %#x was still open when Context.Close destroyed green context %#x of %v; CUDA does not destroy a green context's objects with it and refuses every later call on them, so it is marked closed without a driver call and its driver object is leaked (close it before its context)",
+		ErrClosed, what, h, g, d.bind.primary)}
 }
 
 // WrapContext returns the Device view of h, a CUcontext made elsewhere (by

@@ -127,7 +127,11 @@
 // address of one cudamem destroyed (the driver reuses addresses) is
 // refused as destroyed. Objects made through a view whose context
 // [Context.Close] destroyed (streams, modules, kernels, foreign
-// functions) refuse every call with [ErrClosed] before the driver.
+// functions) refuse every call with [ErrClosed] before the driver, and
+// their Close (graphs, events and modules included) makes no driver call
+// either: it marks them closed, returning nil, or for a green context,
+// whose objects CUDA leaks, an error matching [ErrClosed] that says so
+// (see [Device.NewGreenContext]).
 //
 // # Nil and zero values
 //
@@ -137,10 +141,13 @@
 // [ErrInvalidArgument] (or ErrClosed), or a zero value, before any driver
 // call, and Close on one does nothing. Arguments the driver would take as
 // NULL or 0 (nil host pointers with a non-zero size, zero allocation sizes,
-// nil property structs, zero pools) are refused the same way. Numbers the
-// driver returns that callers use as lengths, indexes or alignments (the
-// device count, allocation granularity, exported fds, NUMA nodes) are
-// checked: an impossible value is an error matching [ErrorUnknown], never
-// a panic. TestNilAndZeroHandles sweeps every exported method by
+// nil property structs, zero pools, zero physical allocation handles) are
+// refused the same way. Numbers the driver returns that callers use as
+// lengths, indexes or alignments (the device count, allocation
+// granularity, exported fds, NUMA nodes) are checked: an impossible value
+// is an error matching [ErrorUnknown], never a panic. So is a zero handle
+// from a create or import the driver reports as successful (streams,
+// events, modules, graph execs, green contexts, physical allocations,
+// fabric imports): a zero handle is never handed out as a live one. TestNilAndZeroHandles sweeps every exported method by
 // reflection to keep it so.
 package cuda

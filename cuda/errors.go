@@ -70,3 +70,11 @@ func check(op string, r Result) error {
 func Errorf(op string, base error, format string, args ...any) error {
 	return &OpError{Op: op, Err: fmt.Errorf("%w: "+format, append([]any{base}, args...)...)}
 }
+
+// zeroHandleErr is the error for op, whose driver call (entry point
+// name) reported success but returned handle 0 (what names the handle's
+// kind): a broken driver's answer, reported rather than handed out as a
+// handle every later call would refuse or the driver would take as NULL.
+func zeroHandleErr(op, name, what string) error {
+	return &OpError{Op: op, Err: fmt.Errorf("%w: %s reported success but returned %s 0", ErrorUnknown, name, what)}
+}

@@ -17,6 +17,9 @@ type Event struct {
 
 	mu     sync.RWMutex
 	closed atomic.Bool // written under mu; read anywhere
+	// diedErr is what Close reports, each time, for an event closed after
+	// Context.Close destroyed its green context (Device.diedWith).
+	diedErr error
 
 	waiter waiter // the blocking wait SyncContext callers share
 
@@ -34,6 +37,9 @@ func (d *Device) NewEvent(flags EventFlags) (*Event, error) {
 	e := &Event{dev: d}
 	if r := d.drv.EventCreate.CallCtx(ctx, uintptr(unsafe.Pointer(&e.handle)), uintptr(flags)); !ok(r) {
 		return nil, fail(&d.drv.EventCreate, r)
+	}
+	if e.handle == 0 {
+		return nil, zeroHandleErr("Device.NewEvent", "cuEventCreate", "event handle")
 	}
 	return e, nil
 }
@@ -226,6 +232,12 @@ func Elapsed(start, end *Event) (time.Duration, error) {
 }
 
 // Close destroys the event. It is idempotent.
+//
+// After Context.Close destroyed the event's context, Close makes no
+// driver call and marks the event closed: it returns nil for a context
+// from NewContext (the event died with it), and for a green context,
+// whose events CUDA leaks, an error matching ErrClosed that says so, on
+// this and every later Close. Close events before their context.
 func (e *Event) Close() error {
 	if e == nil || e.dev == nil {
 		return nil
@@ -233,11 +245,12 @@ func (e *Event) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed.Load() {
-		return nil
+		return e.diedErr
 	}
-	if e.dev.contextGone() { // destroyed with its context
+	if e.dev.contextClosedDone() { // nothing of that context may be touched
+		e.diedErr = e.dev.diedWith("Event.Close", "event", e.handle)
 		e.closed.Store(true)
-		return nil
+		return e.diedErr
 	}
 	ctx, err := e.dev.contextFor("Event.Close")
 	if err != nil {

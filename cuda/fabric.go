@@ -264,10 +264,14 @@ func locationName(loc MemLocation) string {
 // MemExportFabric exports a physical allocation as a fabric handle
 // (cuMemExportToShareableHandle with CU_MEM_HANDLE_TYPE_FABRIC); it must
 // have been created with MemHandleTypeFabric requested. The handle holds no
-// OS resource: there is nothing to close.
+// OS resource: there is nothing to close. Handle 0 is refused
+// (ErrInvalidArgument) before the driver.
 func (d *Device) MemExportFabric(h MemHandle) (MemFabricHandle, error) {
 	const op = "cuMemExportToShareableHandle"
 	var fh MemFabricHandle
+	if err := refuseZeroHandle(op, h); err != nil {
+		return fh, err
+	}
 	ctx, err := vmmCtx(d, op)
 	if err != nil {
 		return fh, err
@@ -304,6 +308,9 @@ func (d *Device) MemImportFabric(fh *MemFabricHandle) (MemHandle, error) {
 	p := &d.drv.MemImportFromShareableHandle
 	if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&h)), uintptr(unsafe.Pointer(&in)), uintptr(MemHandleTypeFabric)); !ok(r) {
 		return 0, FabricError(op, fmt.Errorf("%v: %w", in, fail(p, r)))
+	}
+	if h == 0 {
+		return 0, zeroHandleErr(op, op, fmt.Sprintf("physical allocation handle for %v", in))
 	}
 	return h, nil
 }
@@ -346,6 +353,10 @@ func (d *Device) ImportMemPoolFabric(fh *MemFabricHandle) (MemPool, error) {
 	p := &d.drv.MemPoolImportFromShareableHandle
 	if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&h)), uintptr(unsafe.Pointer(&in)), uintptr(MemHandleTypeFabric), 0); !ok(r) {
 		return MemPool{}, FabricError(op, fmt.Errorf("%v: %w", in, fail(p, r)))
+	}
+	if h == 0 {
+		// A zero MemPool is what every pool method refuses as "no pool".
+		return MemPool{}, zeroHandleErr(op, op, fmt.Sprintf("pool handle for %v", in))
 	}
 	return MemPool{handle: h, dev: d}, nil
 }

@@ -37,6 +37,10 @@ type graphObj struct {
 
 	mu     sync.RWMutex
 	closed atomic.Bool // written under mu
+	// diedErr is what Close reports, each time, for an object closed
+	// because Context.Close destroyed its green context first (diedWith);
+	// nil otherwise. Written under mu.
+	diedErr error
 
 	cleanup runtime.Cleanup
 }
@@ -77,14 +81,16 @@ func newGraph(d *Device, ctx, h uintptr) *Graph {
 }
 
 // arm sets the safety net: a cleanup that captures raw values (context,
-// handle) and the view, never the object. An object of a context destroyed
-// since died with it, as close knows: its context must not be made current
-// again (the driver may have reused the address).
+// handle) and the view, never the object. Once Context.Close destroyed
+// the object's context, green or not, the cleanup calls nothing: that
+// context must not be made current again (the driver may crash on it, or
+// have reused the address), and the object either died with it or, in a
+// green context, is leaked by CUDA for good (see close).
 func (o *graphObj) arm(ctx uintptr) {
 	d, p := o.dev, o.destroy
 	o.cleanup = runtime.AddCleanup(o, func(v [2]uintptr) {
 		graphLeaks.Add(1)
-		if !d.contextGone() {
+		if !d.contextClosedDone() {
 			p.CallCtx(v[0], v[1])
 		}
 	}, [2]uintptr{ctx, o.handle})
@@ -98,24 +104,33 @@ func (o *graphObj) handleOrZero() uintptr {
 	return o.handle
 }
 
-// close destroys the object once; op names the operation in errors.
-func (o *graphObj) close(op string) error {
+// close destroys the object once; op names the operation in errors and
+// what the object (graph or graph exec). Once Context.Close destroyed the
+// object's context, close only marks it closed: nothing of that context
+// may reach the driver again. It reports nil for an ordinary context
+// (the object died with it) and, for a green context (whose objects CUDA
+// leaks), an error matching ErrClosed, the same on every later Close.
+func (o *graphObj) close(op, what string) error {
 	if o.dev == nil {
 		return nil
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed.Load() {
-		return nil
+		return o.diedErr
 	}
-	if !o.dev.contextGone() { // else destroyed with its context
-		ctx, err := o.dev.contextFor(op)
-		if err != nil {
-			return err
-		}
-		if r := o.destroy.CallCtx(ctx, o.handle); !ok(r) {
-			return &OpError{Op: op, Err: fail(o.destroy, r)}
-		}
+	if o.dev.contextClosedDone() {
+		o.diedErr = o.dev.diedWith(op, what, o.handle)
+		o.cleanup.Stop()
+		o.closed.Store(true)
+		return o.diedErr
+	}
+	ctx, err := o.dev.contextFor(op)
+	if err != nil {
+		return err
+	}
+	if r := o.destroy.CallCtx(ctx, o.handle); !ok(r) {
+		return &OpError{Op: op, Err: fail(o.destroy, r)}
 	}
 	o.cleanup.Stop()
 	o.closed.Store(true)
@@ -180,6 +195,9 @@ func (g *Graph) Instantiate(flags GraphInstantiateFlags) (*GraphExec, error) {
 	if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&eh)), h, uintptr(flags)); !ok(r) {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("graph %#x of %v, flags %#x (a graph with memory nodes may have one instantiation at a time): %w", h, g.dev, uint64(flags), fail(p, r))}
 	}
+	if eh == 0 {
+		return nil, zeroHandleErr(op, "cuGraphInstantiateWithFlags", fmt.Sprintf("exec handle for graph %#x", h))
+	}
 	e := &GraphExec{graphObj{dev: g.dev, handle: eh, destroy: &g.dev.drv.GraphExecDestroy}, flags}
 	e.arm(ctx)
 	return e, nil
@@ -187,11 +205,17 @@ func (g *Graph) Instantiate(flags GraphInstantiateFlags) (*GraphExec, error) {
 
 // Close destroys the graph (cuGraphDestroy). It is idempotent; a nil or
 // zero Graph has nothing to close. Execs instantiated from it stay valid.
+//
+// After Context.Close destroyed the graph's context, Close makes no driver
+// call and marks the graph closed: it returns nil for a context from
+// NewContext (the graph died with it), and for a green context, whose
+// graphs CUDA leaks, an error matching ErrClosed that says so, on this
+// and every later Close. Close graphs before their context.
 func (g *Graph) Close() error {
 	if g == nil {
 		return nil
 	}
-	return g.close("Graph.Close")
+	return g.close("Graph.Close", "graph")
 }
 
 // Device is the device the exec belongs to (nil for a nil exec).
@@ -248,12 +272,13 @@ func (e *GraphExec) Launch(s *Stream) error {
 
 // Close destroys the exec (cuGraphExecDestroy). It is idempotent.
 // Graph memory a launch allocated and left unfreed stays allocated: free
-// it through its Buffer, or the device keeps it.
+// it through its Buffer, or the device keeps it. After Context.Close
+// destroyed the exec's context, Close reports as Graph.Close does.
 func (e *GraphExec) Close() error {
 	if e == nil {
 		return nil
 	}
-	return e.close("GraphExec.Close")
+	return e.close("GraphExec.Close", "graph exec")
 }
 
 // GraphMemAttributes are a device's graph memory counters: memory the

@@ -64,10 +64,14 @@ func (d *Device) greenMissing() string {
 //
 //   - Its streams are made with cuGreenCtxStreamCreate, which requires
 //     StreamNonBlocking (NewStreamWith refuses other flags).
-//   - Destroying a green context does not destroy its streams: CUDA leaks
-//     them and refuses every later call on them. Close a green context's
-//     streams before the context (their Close afterwards returns an error
-//     matching ErrClosed).
+//   - Destroying a green context does not destroy its streams (nor, as
+//     cudamem treats them, its events, modules and graphs): CUDA leaks
+//     them and refuses every later call on them. Close them before the
+//     context. A Close afterwards makes no driver call (the destroyed
+//     context must not be made current again), marks the object closed
+//     (its Handle is 0, its graph safety net calls nothing) and returns
+//     an error matching ErrClosed that says it leaked, the same error on
+//     every later Close.
 func (d *Device) NewGreenContext(minSMs int) (*Context, error) {
 	const op = "Device.NewGreenContext"
 	if err := d.check(op); err != nil {
@@ -114,6 +118,9 @@ func (d *Device) NewGreenContext(minSMs int) (*Context, error) {
 	var g uintptr
 	if r := drv.GreenCtxCreate.CallCtx(pctx, uintptr(unsafe.Pointer(&g)), desc, uintptr(p.handle), greenCtxDefaultFlag); !ok(r) {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("%d SMs of %v: %w", group.SM.SMCount, p, fail(&drv.GreenCtxCreate, r))}
+	}
+	if g == 0 {
+		return nil, zeroHandleErr(op, "cuGreenCtxCreate", fmt.Sprintf("green context handle for %d SMs of %v", group.SM.SMCount, p))
 	}
 	var c uintptr
 	if r := drv.CtxFromGreenCtx.Call(uintptr(unsafe.Pointer(&c)), g); !ok(r) || c == 0 {
@@ -176,6 +183,9 @@ func WrapGreenContext(h uintptr) (*Device, error) {
 	var c uintptr
 	if r := drv.CtxFromGreenCtx.Call(uintptr(unsafe.Pointer(&c)), h); !ok(r) {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("green context %#x: %w", h, fail(&drv.CtxFromGreenCtx, r))}
+	}
+	if c == 0 {
+		return nil, zeroHandleErr(op, "cuCtxFromGreenCtx", fmt.Sprintf("context for green context %#x", h))
 	}
 	// The driver vouches for c, the live green context's own context,
 	// even at an address where cudamem destroyed another.

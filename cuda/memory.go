@@ -118,8 +118,20 @@ func (d *Device) MemAdvise(p DevicePtr, size uint64, advice MemAdvice, loc MemLo
 	return result(&d.drv.MemAdvise, d.drv.MemAdvise.CallCtx(ctx, uintptr(p), uintptr(size), uintptr(advice), uintptr(loc.Pack())))
 }
 
+// refuseLegacy applies the capture rule to a synchronous call named op:
+// the driver runs it on the legacy default stream of d's context, so
+// while a blocking stream of that context captures, the call would join
+// that capture and invalidate it. It is refused then, as work on
+// DefaultStream() is, with an error matching ErrCapturing.
+func (d *Device) refuseLegacy(op string) error {
+	return d.DefaultStream().RefuseCapture(op)
+}
+
 // MemcpyHtoD copies size bytes from host memory to the device synchronously
 // (cuMemcpyHtoD). From pageable memory the driver stages the copy itself.
+// It runs on the legacy default stream: while a blocking stream of the
+// device's context captures, it is refused with an error matching
+// ErrCapturing, as DefaultStream().MemcpyHtoDAsync is.
 func (d *Device) MemcpyHtoD(dst DevicePtr, src unsafe.Pointer, size uint64) error {
 	ctx, err := d.contextFor("Device.MemcpyHtoD")
 	if err != nil {
@@ -131,10 +143,15 @@ func (d *Device) MemcpyHtoD(dst DevicePtr, src unsafe.Pointer, size uint64) erro
 	if err := checkCopy("cuMemcpyHtoD", uint64(dst), uint64(uintptr(src)), size); err != nil {
 		return err
 	}
+	if err := d.refuseLegacy("Device.MemcpyHtoD"); err != nil {
+		return err
+	}
 	return result(&d.drv.MemcpyHtoD, d.drv.MemcpyHtoD.CallCtx(ctx, uintptr(dst), uintptr(src), uintptr(size)))
 }
 
-// MemcpyDtoH copies size bytes from the device to host memory synchronously.
+// MemcpyDtoH copies size bytes from the device to host memory
+// synchronously (cuMemcpyDtoH), on the legacy default stream: refused
+// while a blocking stream captures, as MemcpyHtoD is.
 func (d *Device) MemcpyDtoH(dst unsafe.Pointer, src DevicePtr, size uint64) error {
 	ctx, err := d.contextFor("Device.MemcpyDtoH")
 	if err != nil {
@@ -144,6 +161,9 @@ func (d *Device) MemcpyDtoH(dst unsafe.Pointer, src DevicePtr, size uint64) erro
 		return Errorf("cuMemcpyDtoH", ErrInvalidArgument, "nil host pointer for %d bytes", size)
 	}
 	if err := checkCopy("cuMemcpyDtoH", uint64(uintptr(dst)), uint64(src), size); err != nil {
+		return err
+	}
+	if err := d.refuseLegacy("Device.MemcpyDtoH"); err != nil {
 		return err
 	}
 	return result(&d.drv.MemcpyDtoH, d.drv.MemcpyDtoH.CallCtx(ctx, uintptr(dst), uintptr(src), uintptr(size)))

@@ -20,6 +20,9 @@ type Module struct {
 
 	mu     sync.RWMutex // held for reading across calls that use handle
 	closed bool
+	// diedErr is what Close reports, each time, for a module closed after
+	// Context.Close destroyed its green context (Device.diedWith).
+	diedErr error
 }
 
 // LoadModule loads a PTX or cubin image into the device's primary context
@@ -41,6 +44,9 @@ func (d *Device) LoadModule(image []byte) (*Module, error) {
 	runtime.KeepAlive(img)
 	if !ok(r) {
 		return nil, fail(&d.drv.ModuleLoadData, r)
+	}
+	if m.handle == 0 {
+		return nil, zeroHandleErr("Device.LoadModule", "cuModuleLoadData", "module handle")
 	}
 	return m, nil
 }
@@ -67,6 +73,13 @@ func (m *Module) end() { m.mu.RUnlock() }
 
 // Close unloads the module. It is idempotent; closing a nil or zero Module
 // does nothing. If unloading fails the module stays open.
+//
+// After Context.Close destroyed the module's context, Close makes no
+// driver call and marks the module closed: it returns nil for a context
+// from NewContext (the module was unloaded with it), and for a green
+// context, whose modules CUDA leaks, an error matching ErrClosed that
+// says so, on this and every later Close. Close modules before their
+// context.
 func (m *Module) Close() error {
 	if m == nil || m.dev == nil {
 		return nil
@@ -74,11 +87,12 @@ func (m *Module) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return nil
+		return m.diedErr
 	}
-	if m.dev.contextGone() { // unloaded with its context
+	if m.dev.contextClosedDone() { // nothing of that context may be touched
+		m.diedErr = m.dev.diedWith("Module.Close", "module", m.handle)
 		m.closed = true
-		return nil
+		return m.diedErr
 	}
 	ctx, err := m.dev.contextFor("Module.Close")
 	if err != nil {
@@ -111,6 +125,9 @@ func (m *Module) Function(name string) (*Function, error) {
 	runtime.KeepAlive(cname)
 	if !ok(r) {
 		return nil, fmt.Errorf("kernel %q: %w", name, fail(&m.dev.drv.ModuleGetFunction, r))
+	}
+	if f.handle == 0 {
+		return nil, zeroHandleErr("cuModuleGetFunction", "cuModuleGetFunction", fmt.Sprintf("function handle for kernel %q", name))
 	}
 	return f, nil
 }

@@ -46,9 +46,18 @@ type Stream struct {
 	// one it began, or one it joined by waiting on its work (nil for a
 	// capture cudamem did not see begin).
 	seq atomic.Pointer[captureSeq]
+	// joinedID is the driver's id of the capture cudamem did not see
+	// begin that s joined by a wait (joinCapture; 0 when the driver could
+	// not say), so that Close and EndCapture can tell that capture from a
+	// later one on the same handle.
+	joinedID atomic.Uint64
 	// abandoned is the graph of a capture Close ended but could not
 	// destroy; the next Close retries (written under mu's write lock).
 	abandoned *Graph
+	// diedErr is what Close reports, each time, for an owned stream
+	// closed after Context.Close destroyed its green context
+	// (Device.diedWith). Written under mu's write lock.
+	diedErr error
 }
 
 // NewStream creates a non-blocking stream (it does not synchronize with
@@ -73,12 +82,20 @@ func (d *Device) NewStreamWith(flags StreamFlags, priority int) (*Stream, error)
 		if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&s.handle)), g, uintptr(flags), uintptr(int64(priority))); !ok(r) {
 			return nil, &OpError{Op: "Device.NewStreamWith", Err: fmt.Errorf("green context %#x, flags %#x, priority %d: %w", g, uint32(flags), priority, fail(p, r))}
 		}
+		if s.handle == 0 {
+			return nil, zeroHandleErr("Device.NewStreamWith", "cuGreenCtxStreamCreate", "stream handle")
+		}
 		streamCreated(s)
 		return s, nil
 	}
 	r := d.drv.StreamCreateWithPriority.CallCtx(ctx, uintptr(unsafe.Pointer(&s.handle)), uintptr(flags), uintptr(int64(priority)))
 	if !ok(r) {
 		return nil, fail(&d.drv.StreamCreateWithPriority, r)
+	}
+	if s.handle == 0 {
+		// Handle 0 is the legacy default stream: an owned stream with it
+		// would have Close hand it to cuStreamDestroy.
+		return nil, zeroHandleErr("Device.NewStreamWith", "cuStreamCreateWithPriority", "stream handle")
 	}
 	streamCreated(s)
 	return s, nil
@@ -299,31 +316,64 @@ func (s *Stream) WaitStream(other *Stream) error {
 // idempotent; closing a default stream does nothing, and closing a
 // borrowed one (WrapStream) only ends its use here: the stream itself
 // belongs to whoever created it.
+//
+// Captures: Close of an owned stream that began a capture ends it and
+// discards its graph (the driver cannot destroy a capturing stream).
+// Close never ends a capture it must not: it is refused, with an error
+// matching ErrCapturing and nothing changed, while the stream is in a
+// capture it joined by a wait (only the stream that began a capture can
+// end it; ending it elsewhere invalidates it), whoever began that
+// capture, and, for a borrowed stream, while a capture begun through
+// this value goes on (the stream is its owner's, and its capture stays
+// counted, refusing device-wide waits that would invalidate it, until
+// EndCapture). A capture that ended without cudamem seeing it (foreign
+// code ended it, or another value of the same handle) is asked about
+// and no longer refuses.
+//
+// After Context.Close destroyed the stream's context, Close makes no
+// driver call and marks the stream closed: it returns nil for a context
+// from NewContext (the stream died with it), and for an owned stream of a
+// green context, which CUDA leaks, an error matching ErrClosed that says
+// so, on this and every later Close.
 func (s *Stream) Close() error {
+	const op = "Stream.Close"
 	if s == nil || s.dev == nil || !s.owned && !s.borrowed {
 		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed.Load() {
-		return nil
+		return s.diedErr
 	}
-	if o := s.joinedTo(); o != nil && !s.dev.contextGone() {
-		// The driver cannot destroy a stream in the middle of a capture,
-		// and only the stream that began it can end it.
-		return Errorf("Stream.Close", ErrCapturing, "%v joined the capture that %v began: end that capture first", s.describe(), o.describe())
-	}
-	if s.borrowed || s.dev.contextGone() { // nothing of ours to destroy
-		// A capture begun through this value stops counting here (the
-		// count of blocking captures would otherwise refuse the legacy
-		// stream for good); the stream itself is its owner's.
+	if s.dev.contextClosedDone() {
+		// Nothing of a destroyed context may reach the driver; any
+		// capture of the context ended with it.
 		if s.capState.Load() != capNone {
 			s.captureEnded()
 		}
+		if s.owned {
+			s.diedErr = s.dev.diedWith(op, "stream", s.handle)
+		}
+		s.closed.Store(true)
+		return s.diedErr
+	}
+	if o := s.joinedTo(); o != nil {
+		// The driver cannot destroy a stream in the middle of a capture,
+		// and only the stream that began it can end it.
+		return s.errJoined(op, false, o.describe())
+	}
+	if s.capState.Load() != capNone && (s.borrowed || s.seq.Load() == nil) {
+		// A capture this Close must not end (see above), unless the
+		// driver says it is over.
+		if err := s.refuseOpenCapture(op, false); err != nil {
+			return err
+		}
+	}
+	if s.borrowed { // nothing of ours to destroy
 		s.closed.Store(true)
 		return nil
 	}
-	ctx, err := s.dev.contextFor("Stream.Close")
+	ctx, err := s.dev.contextFor(op)
 	if err != nil {
 		return err
 	}

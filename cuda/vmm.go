@@ -15,6 +15,16 @@ func vmmCtx(d *Device, op string) (uintptr, error) {
 	return d.contextFor(op)
 }
 
+// refuseZeroHandle refuses physical allocation handle 0 for op before any
+// driver call: no allocation has it, and the driver would take it as
+// NULL (the package's rule for zero arguments).
+func refuseZeroHandle(op string, h MemHandle) error {
+	if h == 0 {
+		return Errorf(op, ErrInvalidArgument, "physical allocation handle 0 (from MemCreate, MemImportFD, MemImportFabric or MemRetainAllocationHandle)")
+	}
+	return nil
+}
+
 // AllocationGranularity returns the size and alignment unit for cuMemCreate
 // with these properties.
 func (d *Device) AllocationGranularity(prop *MemAllocationProp, kind MemAllocationGranularity) (uint64, error) {
@@ -63,11 +73,18 @@ func (d *Device) MemCreate(size uint64, prop *MemAllocationProp) (MemHandle, err
 		}
 		return 0, err
 	}
+	if h == 0 {
+		return 0, zeroHandleErr("cuMemCreate", "cuMemCreate", "physical allocation handle")
+	}
 	return h, nil
 }
 
-// MemRelease releases a physical allocation handle (cuMemRelease).
+// MemRelease releases a physical allocation handle (cuMemRelease). Handle
+// 0 is refused (ErrInvalidArgument) before the driver.
 func (d *Device) MemRelease(h MemHandle) error {
+	if err := refuseZeroHandle("cuMemRelease", h); err != nil {
+		return err
+	}
 	ctx, err := vmmCtx(d, "cuMemRelease")
 	if err != nil {
 		return err
@@ -99,8 +116,12 @@ func (d *Device) MemAddressFree(ptr DevicePtr, size uint64) error {
 	return result(&d.drv.MemAddressFree, d.drv.MemAddressFree.CallCtx(ctx, uintptr(ptr), uintptr(size)))
 }
 
-// MemMap maps size bytes of h, from offset, at ptr (cuMemMap).
+// MemMap maps size bytes of h, from offset, at ptr (cuMemMap). Handle 0
+// is refused (ErrInvalidArgument) before the driver.
 func (d *Device) MemMap(ptr DevicePtr, size, offset uint64, h MemHandle) error {
+	if err := refuseZeroHandle("cuMemMap", h); err != nil {
+		return err
+	}
 	ctx, err := vmmCtx(d, "cuMemMap")
 	if err != nil {
 		return err
@@ -155,7 +176,11 @@ func (d *Device) MemGetAccess(ptr DevicePtr, loc MemLocation) (MemAccessFlags, e
 // MemExportFD exports a physical allocation as a POSIX file descriptor
 // (cuMemExportToShareableHandle); it must have been created with
 // MemHandleTypePosixFileDescriptor requested. The caller owns the fd.
+// Handle 0 is refused (ErrInvalidArgument) before the driver.
 func (d *Device) MemExportFD(h MemHandle) (int, error) {
+	if err := refuseZeroHandle("cuMemExportToShareableHandle", h); err != nil {
+		return -1, err
+	}
 	ctx, err := vmmCtx(d, "cuMemExportToShareableHandle")
 	if err != nil {
 		return -1, err
@@ -184,6 +209,9 @@ func (d *Device) MemImportFD(fd int) (MemHandle, error) {
 	if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&h)), uintptr(fd), uintptr(MemHandleTypePosixFileDescriptor)); !ok(r) {
 		return 0, fmt.Errorf("fd %d: %w", fd, fail(p, r))
 	}
+	if h == 0 {
+		return 0, zeroHandleErr("cuMemImportFromShareableHandle", "cuMemImportFromShareableHandle", fmt.Sprintf("physical allocation handle (fd %d)", fd))
+	}
 	return h, nil
 }
 
@@ -199,13 +227,20 @@ func (d *Device) MemRetainAllocationHandle(addr DevicePtr) (MemHandle, error) {
 	if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&h)), uintptr(addr)); !ok(r) {
 		return 0, fail(p, r)
 	}
+	if h == 0 {
+		return 0, zeroHandleErr("cuMemRetainAllocationHandle", "cuMemRetainAllocationHandle", fmt.Sprintf("physical allocation handle (address %#x)", uint64(addr)))
+	}
 	return h, nil
 }
 
 // MemAllocationProperties returns the properties a handle was created with
-// (cuMemGetAllocationPropertiesFromHandle).
+// (cuMemGetAllocationPropertiesFromHandle). Handle 0 is refused
+// (ErrInvalidArgument) before the driver.
 func (d *Device) MemAllocationProperties(h MemHandle) (MemAllocationProp, error) {
 	var prop MemAllocationProp
+	if err := refuseZeroHandle("cuMemGetAllocationPropertiesFromHandle", h); err != nil {
+		return prop, err
+	}
 	ctx, err := vmmCtx(d, "cuMemGetAllocationPropertiesFromHandle")
 	if err != nil {
 		return prop, err

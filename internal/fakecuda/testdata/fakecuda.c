@@ -945,7 +945,11 @@ static CUresult copy(u64 dst, u64 src, size_t n, int dk, int sk, void *s, int as
 	NEED_CTX();
 	if (async) NEED_STREAM(s);
 	int captured = 0;
-	if (async) { CUresult cr = capture_op(s, &captured); if (cr) RET(cr); }
+	/* A synchronous copy runs on the legacy stream: while a blocking
+	   stream of the device captures, it joins and invalidates that
+	   capture, as legacy-stream work does. */
+	CUresult cr = async ? capture_op(s, &captured) : legacy_guard(0);
+	if (cr) RET(cr);
 	if (n == 0) RET(OK);
 	if (!dst || !src) RET(E_INVALID_VALUE);
 	CUresult r = dk == 0 ? device_range(dst, n, 1) : dk == 2 ? any_range(dst, n, 1) : OK;
@@ -973,7 +977,9 @@ static CUresult fill(u64 p, unsigned v, size_t n, int w, void *s, int async) {
 	NEED_CTX();
 	if (async) NEED_STREAM(s);
 	int captured = 0;
-	if (async) { CUresult cr = capture_op(s, &captured); if (cr) RET(cr); }
+	/* A synchronous fill runs on the legacy stream (see copy). */
+	CUresult cr = async ? capture_op(s, &captured) : legacy_guard(0);
+	if (cr) RET(cr);
 	if (n == 0) RET(OK);
 	if (n > (~0ull) / w || p % w) RET(E_INVALID_VALUE);
 	CUresult r = device_range(p, n * w, 1);
