@@ -15,14 +15,6 @@ const recvFlags = syscall.MSG_CMSG_CLOEXEC
 
 func setCloexec([]int) error { return nil }
 
-// anonInode reports whether fd's file lives on the anonymous-inode file
-// system (an eventfd, a driver's object fd), whatever mode its inode
-// reports.
-func anonInode(fd int) bool {
-	var fs syscall.Statfs_t
-	return syscall.Fstatfs(fd, &fs) == nil && fs.Type == anonInodeFSMagic
-}
-
 // Socket options that make the kernel attach control messages of its own
 // to every message received: credentials (SO_PASSCRED), the sender's
 // pidfd (SO_PASSPIDFD, Linux 6.5 and later; 76 on every architecture Go's

@@ -15,9 +15,6 @@ func setCloexec(fds []int) error {
 	return nil
 }
 
-// anonInode reports false: anonymous inodes are told apart on Linux only.
-func anonInode(int) bool { return false }
-
 // checkRecvOpts checks nothing: the options that attach control messages
 // of the kernel's own are Linux's.
 func checkRecvOpts(int) error { return nil }

@@ -387,7 +387,11 @@ func (p *ImportedPool) Export() (*Handle, error) {
 
 // Import maps the buffer d describes, ordered on s (nil: the device's
 // legacy default stream). Closing the buffer unmaps it here; the owner's
-// memory lives until the owner frees it.
+// memory lives until the owner frees it. A stream that captures (or nil
+// while a blocking stream of the device captures) is refused with an
+// error matching cuda.ErrCapturing before anything is imported: an
+// imported mapping is not graph memory, and a refused one could not be
+// unmapped on it.
 //
 // A descriptor is hostile input, and every refusal of one wraps
 // ErrBadDescriptor (which matches cuda.ErrInvalidArgument too), whichever
@@ -499,6 +503,14 @@ func (p *ImportedPool) importChecked(op string, d Descriptor, s *cuda.Stream) (*
 		s = p.drv.defaultStream()
 	} else if err := p.checkStream(op, s); err != nil {
 		return nil, err
+	}
+	// A refused mapping is unmapped on s, and an imported pointer is not
+	// graph memory (see Deallocate): on a capturing stream (or the legacy
+	// stream while a blocking stream captures) that free would become a
+	// graph node or fail, leaving the mapping behind. Refuse before
+	// anything is imported.
+	if err := s.RefuseCapture(op); err != nil {
+		return nil, fmt.Errorf("%w (descriptor of %d bytes from pool %v not imported)", err, d.Size, p.uuid)
 	}
 	p.mapMu.Lock()
 	defer p.mapMu.Unlock()

@@ -10,7 +10,9 @@ import (
 
 // SetPeerAccess sets the given devices' access to b's memory (NoAccess
 // revokes it). The setting also applies to memory a later Grow adds. On
-// error the previous access is put back.
+// error the previous access is put back. A buffer closed meanwhile gives
+// an error matching cuda.ErrClosed; one that a Grow or Shrink is
+// consuming is refused.
 func (r *Resource) SetPeerAccess(b *buffer.Buffer, access Access, peers ...*cuda.Device) error {
 	const op = "Resource.SetPeerAccess"
 	a, _, err := r.take(op, b)
@@ -40,12 +42,19 @@ func (r *Resource) SetPeerAccess(b *buffer.Buffer, access Access, peers ...*cuda
 	if len(descs) == 0 {
 		return nil
 	}
-	ptr := b.Ptr()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.live(op, ptr, a); err != nil {
-		return err
-	}
+	return r.useLive(op, b, a, func() error {
+		if a.resizing {
+			// A Grow prepares its new memory with the access recorded
+			// now: a change meanwhile would miss that memory.
+			return errResizing(op, a.base)
+		}
+		return r.setAccess(op, a, descs)
+	})
+}
+
+// setAccess sets descs on all of a's memory, or puts the previous access
+// back on error. Called with r.mu held and a live.
+func (r *Resource) setAccess(op string, a *allocation, descs []cuda.MemAccessDesc) error {
 	if err := r.drv.MemSetAccess(a.base, a.mapped, descs...); err != nil {
 		err = fmt.Errorf("%s %#x: %w", op, uint64(a.base), err)
 		// The driver may have changed part of the range: put the recorded
@@ -98,15 +107,16 @@ func (r *Resource) Access(b *buffer.Buffer, dev *cuda.Device) (Access, error) {
 	if dev == nil {
 		return NoAccess, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device")
 	}
-	ptr := b.Ptr()
-	r.mu.Lock()
-	defer r.mu.Unlock() // a.base changes when a grow moves it
-	if err := r.live(op, ptr, a); err != nil {
-		return NoAccess, err
-	}
-	f, err := r.drv.MemGetAccess(a.base, devLoc(dev))
+	var f cuda.MemAccessFlags
+	err = r.useLive(op, b, a, func() error { // a.base changes when a grow moves it
+		var err error
+		if f, err = r.drv.MemGetAccess(a.base, devLoc(dev)); err != nil {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		return nil
+	})
 	if err != nil {
-		return NoAccess, fmt.Errorf("%s: %w", op, err)
+		return NoAccess, err
 	}
 	switch f {
 	case cuda.MemAccessProtReadWrite:

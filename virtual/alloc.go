@@ -156,6 +156,11 @@ func (r *Resource) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cu
 // to give back is kept as the resource's leftovers (retried by later
 // operations and by Reclaim, never released twice), and the error wraps
 // buffer.ErrPartlyFreed, which makes the buffer close anyway.
+//
+// While a Grow or Shrink owns the allocation (a Close of the buffer it
+// consumes racing it), Deallocate refuses, changing nothing: the buffer
+// stays open, and the Grow or Shrink either consumes it or leaves it as
+// it was.
 func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	const op = "Resource.Deallocate"
 	if err := r.check(op); err != nil {
@@ -176,6 +181,13 @@ func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 		// is: refuse it, leaving the allocation (and its buffer) intact.
 		r.mu.Unlock()
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%#x is an allocation of %d bytes, not %d", uint64(ptr), a.size, size)
+	}
+	if a != nil && a.resizing {
+		// A Grow or Shrink owns it and may still put it back as it was
+		// (a Close of the buffer it consumes raced it): freeing it under
+		// that call would leave its undoing nothing to put back.
+		r.mu.Unlock()
+		return fmt.Errorf("%w (%#x, %d bytes, stays allocated)", errResizing(op, ptr), uint64(ptr), size)
 	}
 	delete(r.allocs, ptr)
 	r.mu.Unlock()

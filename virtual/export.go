@@ -39,7 +39,10 @@ func CloseChunkFDs(chunks []Chunk) error {
 // resource's HandleType must allow it). The caller owns the fds (close-on-
 // exec is not set by the driver: hand them to a child through
 // exec.Cmd.ExtraFiles or over a socket with package ipc) and closes them
-// with CloseChunkFDs. On error no fd is left open.
+// with CloseChunkFDs. On error no fd is left open. A buffer closed
+// meanwhile (by Close, or consumed by Grow or Shrink) gives an error
+// matching cuda.ErrClosed; b is held open while its chunks are exported,
+// so a concurrent Close waits for the export.
 func (r *Resource) Export(b *buffer.Buffer) ([]Chunk, error) {
 	const op = "Resource.Export"
 	a, _, err := r.take(op, b)
@@ -49,8 +52,18 @@ func (r *Resource) Export(b *buffer.Buffer) ([]Chunk, error) {
 	if r.prop.RequestedHandleTypes&cuda.MemHandleTypePosixFileDescriptor == 0 {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "resource was created without POSIX fd handles (HandleType)")
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
+	var out []Chunk
+	err = r.useLive(op, b, a, func() error {
+		var err error
+		out, err = r.exportFDs(op, a)
+		return err
+	})
+	return out, err
+}
+
+// exportFDs exports a's chunks as fds, in order. Called with r.mu held and
+// a live (useLive). On error no fd is left open.
+func (r *Resource) exportFDs(op string, a *allocation) ([]Chunk, error) {
 	// Owned while the list is built, so a failure part-way closes what
 	// was exported so far.
 	files := make([]*osfd.File, 0, len(a.chunks))
@@ -131,9 +144,18 @@ func checkChunkList(op string, n int, size, gran uint64, valid string, chunk fun
 // into a new allocation of this resource, with this resource's access
 // settings, and returns a buffer of size bytes (at most their total). The
 // fds stay the caller's to close. Closing the buffer unmaps the memory
-// and releases the imported handles; the exporter's memory lives on. A
-// chunk list is checked whole before the driver sees it; on error nothing
-// stays reserved, mapped or imported.
+// and releases the imported handles; the exporter's memory lives on.
+//
+// The chunks are hostile input, as ipc.ImportPool's fds are. The list is
+// checked whole before the driver sees it, each fd's kind included: one
+// the driver's export never is (a pipe, FIFO, socket, regular file,
+// directory, symbolic link or block device) is refused with an error
+// matching cuda.ErrInvalidArgument (see ipc.ImportPool). Each imported
+// handle's properties are then read back from the driver
+// (cuMemGetAllocationPropertiesFromHandle), as ImportFabric does: memory
+// that is not VMM memory, or that lives on the host when this resource is
+// device memory (or the reverse), is refused. On error nothing stays
+// reserved, mapped or imported.
 func (r *Resource) Import(chunks []Chunk, size uint64) (*buffer.Buffer, error) {
 	const op = "virtual.Import"
 	if err := r.check(op); err != nil {
@@ -143,10 +165,39 @@ func (r *Resource) Import(chunks []Chunk, size uint64) (*buffer.Buffer, error) {
 	if err != nil {
 		return nil, err
 	}
+	for i, c := range chunks {
+		if err := osfd.CheckExport(op, c.FD, fmt.Sprintf("chunk %d of a VMM allocation", i)); err != nil {
+			return nil, err
+		}
+	}
 	return r.importChunks(op, len(chunks), total, size, func(i int) (cuda.MemHandle, uint64, error) {
-		h, err := r.drv.MemImportFD(chunks[i].FD)
-		return h, chunks[i].Size, err
+		c := chunks[i]
+		h, err := r.drv.MemImportFD(c.FD)
+		if err != nil {
+			return 0, 0, err
+		}
+		return h, c.Size, r.checkImported(op, h, fmt.Sprintf("fd %d", c.FD))
 	})
+}
+
+// checkImported refuses an imported handle (named by what) whose memory,
+// as the driver reports it, this resource cannot stand for: not VMM
+// memory, or on the host when the resource is device memory (or the
+// reverse). The sender's word on where the memory lives is not taken:
+// host memory mapped into a device resource (or the reverse) would make
+// the resource misreport what its buffers are.
+func (r *Resource) checkImported(op string, h cuda.MemHandle, what string) error {
+	prop, err := r.drv.MemAllocationProperties(h)
+	if err != nil {
+		return fmt.Errorf("reading the properties of the memory imported from %s: %w", what, err)
+	}
+	if prop.Type != cuda.MemAllocationTypePinned && prop.Type != cuda.MemAllocationTypeManaged {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%s imports memory of allocation type %d: not VMM memory", what, prop.Type)
+	}
+	if onDev := prop.Location.Type == cuda.MemLocationTypeDevice; onDev != (r.opts.Location == OnDevice) {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%s imports memory located at %v, but this resource's Location is %d", what, prop.Location, int(r.opts.Location))
+	}
+	return nil
 }
 
 // importChunks maps n imported physical chunks back to back into a new

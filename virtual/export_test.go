@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"math"
 	"math/bits"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -38,8 +39,10 @@ func TestImportRejectsChunkOverflow(t *testing.T) {
 // error and leaves nothing reserved, imported or mapped; unarmed, it then
 // works and its Close gives everything back.
 func TestFaultSweepVirtualImport(t *testing.T) {
-	// Descriptors the fake never made import as one granule each.
-	chunks := []Chunk{{FD: 5, Size: testGran}, {FD: 6, Size: testGran}, {FD: 7, Size: testGran}}
+	// Descriptors the fake never made import as one granule each. They
+	// must be open and of a kind an export can be (Import checks).
+	fds := devNullFDs(t, 3)
+	chunks := []Chunk{{FD: fds[0], Size: testGran}, {FD: fds[1], Size: testGran}, {FD: fds[2], Size: testGran}}
 	import1 := func(r *Resource) error {
 		nb, err := r.Import(chunks, 3*testGran)
 		if err != nil {
@@ -76,6 +79,22 @@ func TestFaultSweepVirtualImport(t *testing.T) {
 		}
 	}
 	t.Logf("%d (import, failing call) pairs", pairs)
+}
+
+// devNullFDs opens the null device n times and returns the descriptors,
+// closed when the test ends: open descriptors of a kind a driver's
+// export can be (a character device), for imports through the fake
+// driver, which needs no particular file behind them.
+func devNullFDs(t *testing.T, n int) []int {
+	t.Helper()
+	var fds []int
+	for range n {
+		f, err := os.Open(os.DevNull)
+		require.NoError(t, err)
+		t.Cleanup(func() { f.Close() })
+		fds = append(fds, int(f.Fd()))
+	}
+	return fds
 }
 
 func TestCheckChunks(t *testing.T) {

@@ -102,20 +102,20 @@ func (r *Resource) ExportFabric(b *buffer.Buffer) ([]FabricChunk, error) {
 	if r.prop.RequestedHandleTypes&cuda.MemHandleTypeFabric == 0 {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "resource was created without fabric handles (HandleType %d; want HandleFabric or HandlePosixFDAndFabric)", int(r.opts.HandleType))
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if err := r.live(op, b.Ptr(), a); err != nil {
-		return nil, err
-	}
-	out := make([]FabricChunk, 0, len(a.chunks))
-	for i, c := range a.chunks {
-		fh, err := r.drv.MemExportFabric(c.h)
-		if err != nil {
-			return nil, fmt.Errorf("%s %#x chunk %d: %w", op, uint64(a.base), i, cuda.FabricError(op, err))
+	var out []FabricChunk
+	err = r.useLive(op, b, a, func() error {
+		out = make([]FabricChunk, 0, len(a.chunks))
+		for i, c := range a.chunks {
+			fh, err := r.drv.MemExportFabric(c.h)
+			if err != nil {
+				out = nil
+				return fmt.Errorf("%s %#x chunk %d: %w", op, uint64(a.base), i, cuda.FabricError(op, err))
+			}
+			out = append(out, FabricChunk{Handle: fh, Size: c.size})
 		}
-		out = append(out, FabricChunk{Handle: fh, Size: c.size})
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 // checkFabricChunks validates a received chunk list before any driver
@@ -160,19 +160,6 @@ func (r *Resource) ImportFabric(chunks []FabricChunk, size uint64) (*buffer.Buff
 		if err != nil {
 			return 0, 0, cuda.FabricError(op, err)
 		}
-		prop, err := r.drv.MemAllocationProperties(h)
-		if err != nil {
-			return h, 0, fmt.Errorf("reading the imported %v's properties: %w", c.Handle, err)
-		}
-		if prop.Type != cuda.MemAllocationTypePinned && prop.Type != cuda.MemAllocationTypeManaged {
-			return h, 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "%v imports memory of allocation type %d: not VMM memory", c.Handle, prop.Type)
-		}
-		// Where the memory lives is the driver's word, not the sender's:
-		// host memory mapped into a device resource (or the reverse) would
-		// make the resource misreport what its buffers are.
-		if onDev := prop.Location.Type == cuda.MemLocationTypeDevice; onDev != (r.opts.Location == OnDevice) {
-			return h, 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "%v imports memory located at %v, but this resource's Location is %d", c.Handle, prop.Location, int(r.opts.Location))
-		}
-		return h, c.Size, nil
+		return h, c.Size, r.checkImported(op, h, c.Handle.String())
 	})
 }

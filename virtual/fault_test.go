@@ -49,11 +49,16 @@ func closeAll(t *testing.T, r *Resource, f *fakeDriver, bufs ...*buffer.Buffer) 
 	f.requireEmpty(t)
 }
 
-// TestShrinkFailureLeavesAllocationIntact is the regression test for the
+// TestShrinkUnmapFailureKeepsChunksMapped is the regression test for the
 // half-done Shrink: the second unmap fails after the first chunk was
 // already unmapped and released, and the buffer kept its old size over
-// the unmapped tail. Now the shrink is undone and the buffer is whole.
-func TestShrinkFailureLeavesAllocationIntact(t *testing.T) {
+// the unmapped tail. Shrink owns its buffer before it unmaps anything (so
+// that a Hold cannot come in between, TestShrinkRefusesHoldTakenDuring),
+// so an unmap that fails takes effect too: the chunk it had unmapped is
+// mapped again, every chunk stays mapped in the allocation (Info counts
+// them), the new buffer has the new size, the error wraps
+// buffer.ErrPartlyFreed, and a later Shrink gives the tail back.
+func TestShrinkUnmapFailureKeepsChunksMapped(t *testing.T) {
 	r, f := newFakeResource(t, testGran, &Options{HandleType: HandleNone, Reserve: 8 * testGran})
 	b, err := r.Allocate(testGran, nil)
 	mustOK(t, err)
@@ -61,32 +66,33 @@ func TestShrinkFailureLeavesAllocationIntact(t *testing.T) {
 		b, err = r.Grow(b, i*testGran)
 		mustOK(t, err)
 	}
-	before := snapshot(r, f)
 	f.failCall("cuMemUnmap", 2, false)
 	nb, err := r.Shrink(b, testGran+1)
-	if err == nil || nb != nil {
-		t.Fatalf("Shrink with a failing unmap: buffer %v, error %v", nb, err)
+	if nb == nil || !errors.Is(err, buffer.ErrPartlyFreed) {
+		t.Fatalf("Shrink with a failing unmap: buffer %v, error %v (want a new buffer and buffer.ErrPartlyFreed)", nb, err)
 	}
 	if !errors.Is(err, cuda.ErrorUnknown) || !strings.Contains(err.Error(), "Resource.Shrink") {
 		t.Fatalf("error %q does not carry the driver's result and the operation", err)
 	}
 	checkInvariants(t, r, f)
-	if after := snapshot(r, f); after != before {
-		t.Fatalf("a failed Shrink changed the allocation:\nbefore %s\nafter  %s", before, after)
+	if !b.IsClosed() || nb.Size() != testGran+1 {
+		t.Fatalf("after a Shrink that took effect: b closed %v, new size %d", b.IsClosed(), nb.Size())
 	}
-	if b.IsClosed() || b.Size() != 4*testGran {
-		t.Fatalf("b after a failed Shrink: closed %v, size %d", b.IsClosed(), b.Size())
-	}
-	info, err := r.Info(b)
+	info, err := r.Info(nb)
 	mustOK(t, err)
 	if info.Mapped != 4*testGran || info.Chunks != 4 {
-		t.Fatalf("after a failed Shrink: %+v", info)
+		t.Fatalf("after a Shrink whose unmap failed: %+v (want every chunk still mapped)", info)
 	}
 	f.heal()
-	b, err = r.Shrink(b, testGran+1)
+	nb, err = r.Shrink(nb, testGran)
 	mustOK(t, err)
 	checkInvariants(t, r, f)
-	closeAll(t, r, f, b)
+	info, err = r.Info(nb)
+	mustOK(t, err)
+	if info.Mapped != testGran || info.Chunks != 1 {
+		t.Fatalf("after the next Shrink: %+v (want the tail given back)", info)
+	}
+	closeAll(t, r, f, nb)
 }
 
 // TestShrinkCannotUndo: the unmaps and everything after fail, so the

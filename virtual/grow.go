@@ -35,9 +35,9 @@ func (r *Resource) take(op string, b *buffer.Buffer) (*allocation, *cuda.Stream,
 }
 
 // refuseHeld refuses to move or unmap b's memory while a Hold (a DLPack
-// export, say) lends it out: checked before any driver call, since the
-// Buffer could not be rewrapped afterwards and the holder would be left
-// with memory unmapped under it.
+// export, say) lends it out. It is the early, cheap answer: a Hold taken
+// after it is caught by b.Disown, which Grow and Shrink call before
+// anything they did is past undoing (see beginResize).
 func refuseHeld(op string, b *buffer.Buffer) error {
 	if n := b.Holds(); n > 0 {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer %v is held by %d Hold(s) (a DLPack export, say): release them before it is moved or unmapped", b, n)
@@ -53,6 +53,53 @@ func (r *Resource) live(op string, ptr cuda.DevicePtr, a *allocation) error {
 	return nil
 }
 
+// useLive runs f with b held open and r.mu held, once it has checked that
+// a (from take) is still b's allocation. Without the check, a Close (or a
+// Grow that moved a) between take and r.mu would have f read an
+// allocation that Deallocate is freeing outside r.mu, or hand its
+// released handles to the driver. Holding b open (b.Use) also orders f
+// against b's whole life: a Close, or the Disown of a Grow or Shrink,
+// waits until f returns, so whatever f reports (an export, say) was true
+// of an open buffer. f must not call b's methods.
+func (r *Resource) useLive(op string, b *buffer.Buffer, a *allocation, f func() error) error {
+	return b.Use(op, func(ptr cuda.DevicePtr) error {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if err := r.live(op, ptr, a); err != nil {
+			return err
+		}
+		return f()
+	})
+}
+
+// beginResize claims a for one Grow or Shrink, under r.mu. From here until
+// the operation ends, a stays as it was for everyone else: those calls
+// change nothing of a before they have b.Disown'ed (which can fail: a
+// Hold taken meanwhile), and the claim keeps out what could change a
+// under them or free it (another Grow or Shrink, SetPeerAccess,
+// Deallocate), so that a failed Disown can still put everything back.
+func (r *Resource) beginResize(op string, ptr cuda.DevicePtr, a *allocation) error {
+	if err := r.live(op, ptr, a); err != nil {
+		return err
+	}
+	if a.resizing {
+		return errResizing(op, ptr)
+	}
+	a.resizing = true
+	return nil
+}
+
+func errResizing(op string, ptr cuda.DevicePtr) error {
+	return cuda.Errorf(op, cuda.ErrInvalidArgument, "allocation %#x is being grown or shrunk by another call (Grow and Shrink consume their buffer: do not use it concurrently)", uint64(ptr))
+}
+
+// endResize drops the claim of beginResize.
+func (r *Resource) endResize(a *allocation) {
+	r.mu.Lock()
+	a.resizing = false
+	r.mu.Unlock()
+}
+
 // Grow returns a buffer of newSize bytes holding b's data, and closes b
 // (without freeing). The pointer stays the same unless the address space
 // after the allocation is taken; no data is copied either way. When the
@@ -60,17 +107,22 @@ func (r *Resource) live(op string, ptr cuda.DevicePtr, a *allocation) error {
 // default stream), so work already submitted on it is done before the old
 // addresses are unmapped; work on other streams is the caller's to order,
 // as for Close. A newSize not above b's size returns b unchanged. Grow
-// consumes b: do not use b concurrently with it.
+// consumes b: do not use b concurrently with it (a Close, SetPeerAccess,
+// Grow or Shrink of b meanwhile is refused with an error).
 //
-// On error with a nil buffer, the grow did not happen and b is untouched
-// (anything its undoing could not give back is kept for a retry, see
-// Reclaim). A non-nil buffer with an error means the grow took effect: b
-// is consumed and the returned buffer is the one to use and close, but
-// some address space or mappings no longer needed (the old range after a
-// move, or a range the driver granted at the wrong address) could not be
-// given back. They are kept and retried by later operations and by
-// Reclaim, and the error wraps buffer.ErrPartlyFreed, so
-// errors.Is(err, buffer.ErrPartlyFreed) tells this case apart.
+// On error with a nil buffer, the grow did not happen and b is untouched:
+// open, at its address, every byte mapped (anything the undoing could not
+// give back is kept for a retry, see Reclaim). That holds even when a Hold
+// of b is taken while Grow runs (a DLPack export on another goroutine):
+// the new memory is prepared first and b taken over (b.Disown) only before
+// anything of the old allocation changes, so a Hold that came first makes
+// the grow fail and be undone. A non-nil buffer with an error means the
+// grow took effect: b is consumed and the returned buffer is the one to
+// use and close, but some address space or mappings no longer needed (the
+// old range after a move, or a range the driver granted at the wrong
+// address) could not be given back. They are kept and retried by later
+// operations and by Reclaim, and the error wraps buffer.ErrPartlyFreed,
+// so errors.Is(err, buffer.ErrPartlyFreed) tells this case apart.
 func (r *Resource) Grow(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error) {
 	const op = "Resource.Grow"
 	a, s, err := r.take(op, b)
@@ -88,27 +140,40 @@ func (r *Resource) Grow(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "size %d rounded up to the granularity %d overflows", newSize, r.gran)
 	}
 	r.retryLeftovers()
-	oldPtr := b.Ptr() // before r.mu: Buffer locks are never taken under r.mu
+	oldPtr, oldSize := b.Ptr(), b.Size() // before r.mu: Buffer locks are never taken under r.mu
 	r.mu.Lock()
-	if err := r.live(op, oldPtr, a); err != nil {
+	if err := r.beginResize(op, oldPtr, a); err != nil {
 		r.mu.Unlock()
 		return nil, err
 	}
-	var cleanup error
+	g := &growth{need: need}
+	g.t.start()
 	if need > a.mapped {
-		if cleanup, err = r.extend(a, need, s); err != nil {
+		if err := r.extend(a, s, g); err != nil {
+			a.resizing = false
 			r.mu.Unlock()
-			return nil, fmt.Errorf("%s %#x from %d to %d bytes: %w", op, uint64(oldPtr), b.Size(), newSize, err)
+			return nil, fmt.Errorf("%s %#x from %d to %d bytes: %w", op, uint64(oldPtr), oldSize, newSize, err)
 		}
 	}
+	r.mu.Unlock()
+	// The new memory is ready and the old allocation untouched. Take b
+	// over now: if that fails (a Hold came, or b was closed), give the new
+	// memory back and b is as it was.
+	if _, _, err := b.Disown(); err != nil {
+		r.mu.Lock()
+		err = r.rollback(&g.t, err)
+		a.resizing = false
+		r.mu.Unlock()
+		return nil, fmt.Errorf("%s %#x from %d to %d bytes (undone: the buffer is as it was): %w", op, uint64(oldPtr), oldSize, newSize, errors.Join(err, g.stray))
+	}
+	r.mu.Lock()
+	cleanup := r.commitGrow(a, g)
 	r.rekey(oldPtr, a)
 	a.size = newSize
+	a.resizing = false
 	base := a.base
 	r.mu.Unlock()
-	nb, err := r.rewrap(b, base, newSize, s)
-	if err != nil {
-		return nil, errors.Join(err, cleanup)
-	}
+	nb := buffer.Owned(base, newSize, r, s)
 	if cleanup != nil {
 		return nb, fmt.Errorf("%s %#x to %d bytes (done, now at %#x): %w: %w", op, uint64(oldPtr), newSize, uint64(base), buffer.ErrPartlyFreed, cleanup)
 	}
@@ -127,115 +192,138 @@ func (r *Resource) rekey(oldPtr cuda.DevicePtr, a *allocation) {
 	}
 }
 
-// rewrap moves ownership from b to a new buffer at base. It must not be
-// called with r.mu held (it takes b's lock, and Close holds b's lock while
-// it takes r.mu).
-func (r *Resource) rewrap(b *buffer.Buffer, base cuda.DevicePtr, size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	if _, _, err := b.Disown(); err != nil {
-		return nil, err
-	}
-	return buffer.Owned(base, size, r, s), nil
+// growth is a Grow prepared but not yet part of its allocation: the new
+// memory is mapped and accessible (a chunk after the allocation, or a
+// whole new range that maps the old chunks too), and t records all of it,
+// so that a Grow that cannot take its buffer over gives it back and leaves
+// the allocation exactly as it was.
+type growth struct {
+	t    txn
+	need uint64 // the mapped size after the grow
+
+	h     cuda.MemHandle // the new chunk, mapped at the allocation's offset mapped
+	grown *span          // in place: address space reserved after the allocation's
+
+	moved   bool           // a new range holds everything: the allocation moves there
+	np      cuda.DevicePtr // the new range
+	reserve uint64         // its size
+
+	// stray reports a range the driver granted at the wrong address that
+	// could not be given back (kept for a retry): reported with the
+	// outcome of the grow.
+	stray error
 }
 
-// extend maps memory so a covers need bytes. Called with r.mu held. On
-// error a is as it was; cleanup reports leftovers of a completed move.
-func (r *Resource) extend(a *allocation, need uint64, s *cuda.Stream) (cleanup, err error) {
-	add := need - a.mapped
+// extend prepares g: memory so that a covers g.need bytes, in place if the
+// address space after a can be had, else in a new range (remap). Called
+// with r.mu held; a does not change. On error nothing is left of g.
+func (r *Resource) extend(a *allocation, s *cuda.Stream, g *growth) error {
+	add := g.need - a.mapped
 	reserved := a.reserved()
-	var t txn
-	t.start()
-	var grown *span
-	if need > reserved {
+	if g.need > reserved {
 		// Ask for the address space right after ours.
-		extra := need - reserved
+		extra := g.need - reserved
 		hint := a.base + cuda.DevicePtr(reserved)
 		if uint64(hint)+extra < uint64(hint) {
-			return r.remap(a, need, s) // no room before the top of the address space
+			return r.remap(a, s, g) // no room before the top of the address space
 		}
 		p, err := r.drv.MemAddressReserve(extra, r.gran, hint)
 		if err != nil {
 			// Not granted: moving is the designed fallback, and its own
 			// failure is what the caller hears about.
-			return r.remap(a, need, s)
+			return r.remap(a, s, g)
 		}
 		if p != hint {
 			// Granted elsewhere: of no use, so give it back and move. A
 			// failure to free it is kept for a retry and reported with
-			// the outcome of the move (as cleanup if the move succeeds).
-			var stray error
+			// the outcome of the grow.
 			if ferr := r.drv.MemAddressFree(p, extra); ferr != nil {
 				r.left.keep(&leftovers{spans: []span{{p, extra}}})
-				stray = fmt.Errorf("freeing the %d bytes of address space granted at %#x instead of %#x: %w (kept for a retry)", extra, uint64(p), uint64(hint), ferr)
+				g.stray = fmt.Errorf("freeing the %d bytes of address space granted at %#x instead of %#x: %w (kept for a retry)", extra, uint64(p), uint64(hint), ferr)
 			}
-			cleanup, err := r.remap(a, need, s)
-			if err != nil {
-				return nil, errors.Join(err, stray)
+			if err := r.remap(a, s, g); err != nil {
+				return errors.Join(err, g.stray)
 			}
-			return errors.Join(cleanup, stray), nil
+			return nil
 		}
-		t.reserved(p, extra)
-		grown = &span{p, extra}
+		g.t.reserved(p, extra)
+		g.grown = &span{p, extra}
 	}
-	h, err := r.newChunk(&t, a.base+cuda.DevicePtr(a.mapped), add, a.descs)
+	h, err := r.newChunk(&g.t, a.base+cuda.DevicePtr(a.mapped), add, a.descs)
 	if err != nil {
-		return nil, r.rollback(&t, err)
+		return r.rollback(&g.t, err)
 	}
-	if grown != nil {
-		a.reservations = append(a.reservations, *grown)
-		a.resv += grown.size
-	}
-	a.chunks = append(a.chunks, chunk{off: a.mapped, size: add, h: h})
-	a.mapped = need
-	return nil, nil
+	g.h = h
+	return nil
 }
 
-// remap builds the allocation again in a new range of need bytes: the old
-// chunks are mapped there too (the same physical memory: nothing is
-// copied), a new chunk fills the rest, access is set on the whole new
-// range at once, then the old range is unmapped (in one call: its
-// mappings are contiguous) and given back. So a move costs one map per
-// chunk plus a constant, no more than remapping the chunks.
-// If anything fails before the move, the old allocation is left as it was.
-// Failures to give back the old range come after the move: they are kept
-// for a retry and reported as cleanup.
-func (r *Resource) remap(a *allocation, need uint64, s *cuda.Stream) (cleanup, err error) {
+// remap prepares g as the allocation built again in a new range of g.need
+// bytes: the old chunks are mapped there too (the same physical memory:
+// nothing is copied), a new chunk fills the rest, and access is set on the
+// whole new range at once. So a move costs one map per chunk plus a
+// constant, no more than remapping the chunks. The old range is left as it
+// is (commitGrow gives it back). Called with r.mu held; on error nothing
+// is left of g.
+func (r *Resource) remap(a *allocation, s *cuda.Stream, g *growth) error {
+	need := g.need
 	reserve := max(need, r.reserve)
-	var t txn
-	t.start()
-	np, err := r.reserveRange(&t, reserve, 0)
+	np, err := r.reserveRange(&g.t, reserve, 0)
 	if err != nil {
-		return nil, r.rollback(&t, err)
+		return r.rollback(&g.t, err)
 	}
 	for _, c := range a.chunks {
 		at := np + cuda.DevicePtr(c.off)
 		if err := r.drv.MemMap(at, c.size, 0, c.h); err != nil {
-			return nil, r.rollback(&t, err)
+			return r.rollback(&g.t, err)
 		}
-		t.mapped(at, c.size)
+		g.t.mapped(at, c.size)
 	}
 	h, err := r.drv.MemCreate(need-a.mapped, &r.prop)
 	if err != nil {
-		return nil, r.rollback(&t, err)
+		return r.rollback(&g.t, err)
 	}
-	t.created(h)
+	g.t.created(h)
 	at := np + cuda.DevicePtr(a.mapped)
 	if err := r.drv.MemMap(at, need-a.mapped, 0, h); err != nil {
-		return nil, r.rollback(&t, err)
+		return r.rollback(&g.t, err)
 	}
-	t.mapped(at, need-a.mapped)
+	g.t.mapped(at, need-a.mapped)
 	if err := r.drv.MemSetAccess(np, need, a.descs...); err != nil {
-		return nil, r.rollback(&t, err)
+		return r.rollback(&g.t, err)
 	}
 	// The new range is complete. Work already submitted may still use the
-	// old addresses: let it finish before they go.
+	// old addresses: let it finish before they go. (Waited for here, while
+	// the grow can still be undone: once b is disowned nothing may fail.)
 	if err := r.wait("Resource.Grow", s); err != nil {
-		return nil, r.rollback(&t, err)
+		return r.rollback(&g.t, err)
+	}
+	g.h, g.moved, g.np, g.reserve = h, true, np, reserve
+	return nil
+}
+
+// commitGrow makes g part of a, once the Grow owns its buffer, and
+// returns what could not be given back (kept for a retry): after a move,
+// the old range; a stray range from extend. Nothing here can undo the
+// grow. Called with r.mu held.
+func (r *Resource) commitGrow(a *allocation, g *growth) (cleanup error) {
+	if g.need <= a.mapped {
+		return nil // the grow fit in what was mapped: only the size changes
+	}
+	newChunk := chunk{off: a.mapped, size: g.need - a.mapped, h: g.h}
+	if !g.moved {
+		if g.grown != nil {
+			a.reservations = append(a.reservations, *g.grown)
+			a.resv += g.grown.size
+		}
+		a.chunks = append(a.chunks, newChunk)
+		a.mapped = g.need
+		return g.stray
 	}
 	oldBase, oldMapped, oldResv := a.base, a.mapped, a.reservations
-	a.base = np
-	a.setReservations([]span{{np, reserve}})
-	a.chunks = append(a.chunks, chunk{off: a.mapped, size: need - a.mapped, h: h})
-	a.mapped = need
+	a.base = g.np
+	a.setReservations([]span{{g.np, g.reserve}})
+	a.chunks = append(a.chunks, newChunk)
+	a.mapped = g.need
 	// The handles now belong to the new range; the old range holds only
 	// its mappings (chunks back to back from oldBase) and address space.
 	old := leftovers{maps: []span{{oldBase, oldMapped}}, spans: oldResv}
@@ -243,7 +331,7 @@ func (r *Resource) remap(a *allocation, need uint64, s *cuda.Stream) (cleanup, e
 		cleanup = fmt.Errorf("giving back the old range at %#x: %w (kept for a retry)", uint64(oldBase), rerr)
 	}
 	r.left.keep(&old)
-	return cleanup, nil
+	return errors.Join(cleanup, g.stray)
 }
 
 // Shrink returns a buffer of newSize bytes holding the start of b's data,
@@ -252,15 +340,22 @@ func (r *Resource) remap(a *allocation, need uint64, s *cuda.Stream) (cleanup, e
 // Grow back is in place. A newSize not below b's size returns b unchanged.
 // Before unmapping anything it waits for b's stream (nil: the legacy
 // default stream); a shrink that stays within the last chunk unmaps
-// nothing and waits for nothing.
+// nothing and waits for nothing. Shrink consumes b: do not use b
+// concurrently with it (a Close, SetPeerAccess, Grow or Shrink of b
+// meanwhile is refused with an error).
 //
 // On error with a nil buffer, the shrink did not happen and b is
-// untouched. A non-nil buffer with an error means the shrink took effect
-// (b is consumed and the returned buffer is the one to use and close:
-// nothing addresses the unmapped tail) but some chunks could not be given
-// back: they stay mapped in the allocation (Info counts them; Close frees
-// them) or are kept and retried by later operations and by Reclaim. That
-// error wraps buffer.ErrPartlyFreed, so errors.Is tells the two apart.
+// untouched. Shrink takes b over (b.Disown) before it unmaps anything, so
+// that holds even when a Hold of b is taken while Shrink runs (a DLPack
+// export on another goroutine): that Hold makes the shrink fail, and no
+// holder is ever left with memory unmapped under it. A non-nil buffer
+// with an error means the shrink took effect (b is consumed and the
+// returned buffer is the one to use and close: nothing addresses the
+// tail) but some chunks past the new size could not be given back: they
+// stay mapped in the allocation (Info counts them; a later Shrink or
+// Close frees them) or are kept and retried by later operations and by
+// Reclaim. That error wraps buffer.ErrPartlyFreed, so errors.Is tells the
+// two apart.
 func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error) {
 	const op = "Resource.Shrink"
 	a, s, err := r.take(op, b)
@@ -280,33 +375,34 @@ func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, err
 	oldPtr := b.Ptr()
 	oldSize := b.Size()
 	need, _ := r.roundUp(newSize) // below b's size, which was rounded up once already
+	r.mu.Lock()
+	if err := r.beginResize(op, oldPtr, a); err != nil {
+		r.mu.Unlock()
+		return nil, err
+	}
 	// Keep the chunks that start below need: chunk 0 always (need > 0).
-	// If that unmaps any, wait for b's stream first (outside r.mu); a
-	// shrink within the last chunk unmaps nothing and waits for nothing.
-	var i int
-	for waited := false; ; waited = true {
-		r.mu.Lock()
-		if err := r.live(op, oldPtr, a); err != nil {
-			r.mu.Unlock()
-			return nil, err
-		}
-		i = sort.Search(len(a.chunks), func(i int) bool { return a.chunks[i].off >= need })
-		if i == len(a.chunks) || waited {
-			break // holding r.mu
-		}
-		r.mu.Unlock()
+	// The claim keeps a.chunks as they are until the shrink ends.
+	i := sort.Search(len(a.chunks), func(i int) bool { return a.chunks[i].off >= need })
+	unmaps := i < len(a.chunks)
+	r.mu.Unlock()
+	// Nothing has changed so far: a failure up to the Disown leaves b as
+	// it was. The wait (for unmapping) is outside r.mu.
+	if unmaps {
 		if err := r.wait(op, s); err != nil {
-			return nil, fmt.Errorf("%s: %w", op, err)
+			r.endResize(a)
+			return nil, fmt.Errorf("%s %#x from %d to %d bytes: %w", op, uint64(oldPtr), oldSize, newSize, err)
 		}
 	}
-	k, err := r.unmapFrom(a, i)
-	if err != nil && k == len(a.chunks) {
-		r.mu.Unlock()
-		return nil, fmt.Errorf("%s %#x from %d to %d bytes: %w", op, uint64(oldPtr), oldSize, newSize, err)
+	if _, _, err := b.Disown(); err != nil {
+		r.endResize(a)
+		return nil, fmt.Errorf("%s %#x from %d to %d bytes (nothing changed): %w", op, uint64(oldPtr), oldSize, newSize, err)
 	}
-	// Taking effect: a.chunks[k:] are unmapped (k >= i, so everything below
-	// need is still mapped). The size shrinks with them, so nothing can
-	// address the unmapped range.
+	// b is gone, so the shrink takes effect whatever the driver does: the
+	// size shrinks, so nothing can address a chunk past it. A chunk that
+	// will not unmap stays mapped in the allocation (unmapFrom keeps what
+	// is mapped a prefix), counted in Info, freed by Close.
+	r.mu.Lock()
+	k, err := r.unmapFrom(a, i)
 	var gone leftovers
 	for _, c := range a.chunks[k:] {
 		gone.handles = append(gone.handles, c.h)
@@ -320,12 +416,10 @@ func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, err
 		err = errors.Join(err, rerr)
 	}
 	r.left.keep(&gone)
+	a.resizing = false
 	base, mapped := a.base, a.mapped
 	r.mu.Unlock()
-	nb, derr := r.rewrap(b, base, newSize, s)
-	if derr != nil {
-		return nil, errors.Join(derr, err)
-	}
+	nb := buffer.Owned(base, newSize, r, s)
 	if err != nil {
 		return nb, fmt.Errorf("%s %#x from %d to %d bytes (done; %d bytes still mapped): %w: %w", op, uint64(oldPtr), oldSize, newSize, mapped, buffer.ErrPartlyFreed, err)
 	}

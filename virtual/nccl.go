@@ -101,17 +101,20 @@ func (r *Resource) AllocationProperties(b *buffer.Buffer) (cuda.MemAllocationPro
 	if err != nil {
 		return prop, err
 	}
-	r.mu.Lock() // a concurrent Close, Grow or Shrink must not unmap it meanwhile
-	defer r.mu.Unlock()
-	if err := r.live(op, b.Ptr(), a); err != nil {
-		return prop, err
-	}
-	// The allocation's own handle: retaining another by address
-	// (cuMemRetainAllocationHandle) would need a release that can fail
-	// and leave the memory allocated after Close.
-	prop, err = r.drv.MemAllocationProperties(a.chunks[0].h)
+	// Held open and live: a concurrent Close, Grow or Shrink must not
+	// release the handle meanwhile.
+	err = r.useLive(op, b, a, func() error {
+		// The allocation's own handle: retaining another by address
+		// (cuMemRetainAllocationHandle) would need a release that can fail
+		// and leave the memory allocated after Close.
+		var err error
+		if prop, err = r.drv.MemAllocationProperties(a.chunks[0].h); err != nil {
+			return &cuda.OpError{Op: op, Err: fmt.Errorf("%#x: %w", uint64(a.base), err)}
+		}
+		return nil
+	})
 	if err != nil {
-		return cuda.MemAllocationProp{}, &cuda.OpError{Op: op, Err: fmt.Errorf("%#x: %w", uint64(a.base), err)}
+		return cuda.MemAllocationProp{}, err
 	}
 	return prop, nil
 }

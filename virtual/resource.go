@@ -46,6 +46,9 @@ type allocation struct {
 	resv         uint64 // the reservations' total (kept, not summed: a grow step must not cost more as they add up)
 	chunks       []chunk
 	descs        []cuda.MemAccessDesc // access granted on every chunk
+	// resizing is set while a Grow or Shrink owns the allocation (see
+	// beginResize): other changes and frees are refused meanwhile.
+	resizing bool
 }
 
 type span struct {
@@ -239,15 +242,20 @@ type Info struct {
 	Chunks   int    // physical allocations (cuMemCreate handles) held
 }
 
-// Info describes b's allocation.
+// Info describes b's allocation. A buffer closed meanwhile (by Close, or
+// consumed by Grow or Shrink) gives an error matching cuda.ErrClosed.
 func (r *Resource) Info(b *buffer.Buffer) (Info, error) {
-	a, _, err := r.take("Resource.Info", b)
+	const op = "Resource.Info"
+	a, _, err := r.take(op, b)
 	if err != nil {
 		return Info{}, err
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return Info{Size: a.size, Mapped: a.mapped, Reserved: a.reserved(), Chunks: len(a.chunks)}, nil
+	var info Info
+	err = r.useLive(op, b, a, func() error {
+		info = Info{Size: a.size, Mapped: a.mapped, Reserved: a.reserved(), Chunks: len(a.chunks)}
+		return nil
+	})
+	return info, err
 }
 
 // Live returns the base addresses of the resource's live allocations.

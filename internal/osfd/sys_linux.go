@@ -18,3 +18,15 @@ func dupCloexec(fd int) (int, error) {
 		return nfd, nil
 	}
 }
+
+// anonInodeFSMagic is ANON_INODE_FS_MAGIC (linux/magic.h), the statfs type
+// of the anonymous-inode file system.
+const anonInodeFSMagic = 0x09041934
+
+// anonInode reports whether fd's file lives on the anonymous-inode file
+// system (an eventfd, a driver's object fd), whatever mode its inode
+// reports.
+func anonInode(fd int) bool {
+	var fs unix.Statfs_t
+	return unix.Fstatfs(fd, &fs) == nil && fs.Type == anonInodeFSMagic
+}

@@ -305,6 +305,7 @@ typedef struct handle {
 	u64 size;
 	unsigned char prop[32]; /* CUmemAllocationProp as given */
 	int refs, maps, imported, dev_bytes, dev;
+	u64 export_id; /* what its POSIX-fd exports carry (0: never exported) */
 } handle_t;
 #define MAXH 4096
 static handle_t *handles[MAXH];
@@ -1426,14 +1427,23 @@ static CUresult fMemGetAccess(u64 *flags, const loc_t *loc, u64 p) {
 	*flags = (u64)m->access[loc->type == 1 ? loc->id : MAXDEV];
 	RET(OK);
 }
+/* VMM POSIX-fd export (in one process, as pool IPC): the exported fd is an
+   eventfd whose counter is the handle's export id (an anonymous inode, as
+   the real driver's export is not a regular file, pipe or socket, which
+   importers refuse); an import maps the same physical memory (the
+   exporter's memfd) while the exporting handle is live, and reports the
+   exporter's properties, as cuMemGetAllocationPropertiesFromHandle does. */
+static u64 vmm_export_serial;
 static CUresult fMemExportToShareableHandle(void *out, u64 hv, int type, u64 flags) {
 	LOCK();
 	NEED_CTX();
 	if (type == 8) RET(fabric_mem_export(out, hv, flags));
 	handle_t *h = as_handle(hv);
 	if (!out || !h || type != 1 || flags || !(((alloc_prop_t *)h->prop)->handle_types & 1)) RET(E_INVALID_VALUE);
-	int fd = fcntl(h->fd, F_DUPFD_CLOEXEC, 3);
+	if (!h->export_id) h->export_id = ++vmm_export_serial;
+	int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (fd < 0) RET(E_OUT_OF_MEMORY);
+	if (write(fd, &h->export_id, sizeof h->export_id) != sizeof h->export_id) { close(fd); RET(E_OUT_OF_MEMORY); }
 	*(int *)out = fd;
 	RET(OK);
 }
@@ -1442,16 +1452,18 @@ static CUresult fMemImportFromShareableHandle(u64 *out, void *osh, int type) {
 	NEED_CTX();
 	if (type == 8) RET(fabric_mem_import(out, osh));
 	int fd = (int)(intptr_t)osh;
-	struct stat st;
-	if (!out || type != 1 || nhandles == MAXH || fstat(fd, &st) != 0 || st.st_size <= 0 || (u64)st.st_size % GRAN)
-		RET(E_INVALID_VALUE);
-	int nfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	if (!out || type != 1 || nhandles == MAXH) RET(E_INVALID_VALUE);
+	long long id = pool_fd_id(fd); /* any eventfd's counter, read back as pools' are */
+	handle_t *src = 0;
+	for (int i = 0; id > 0 && i < nhandles; i++)
+		if (handles[i]->export_id == (u64)id) src = handles[i];
+	if (!src) RET(E_INVALID_VALUE);
+	int nfd = fcntl(src->fd, F_DUPFD_CLOEXEC, 3);
 	if (nfd < 0) RET(E_OUT_OF_MEMORY);
 	handle_t *h = calloc(1, sizeof *h);
 	if (!h) { close(nfd); RET(E_OUT_OF_MEMORY); }
-	h->fd = nfd, h->size = (u64)st.st_size, h->refs = 1, h->imported = 1, h->dev = current->dev;
-	alloc_prop_t pr = {1, 1, {1, current->dev}, 0, {0}};
-	memcpy(h->prop, &pr, sizeof h->prop);
+	h->fd = nfd, h->size = src->size, h->refs = 1, h->imported = 1, h->dev = current->dev;
+	memcpy(h->prop, src->prop, sizeof h->prop);
 	handles[nhandles++] = h;
 	stats[ST_VMM_HANDLES]++;
 	*out = (u64)h;
