@@ -89,24 +89,42 @@ func (s *Stream) BeginCaptureMode(mode CaptureMode) error {
 	if mode < CaptureModeGlobal || mode > CaptureModeRelaxed {
 		return Errorf(op, ErrInvalidArgument, "unknown capture mode %d (want CaptureModeGlobal, CaptureModeThreadLocal or CaptureModeRelaxed)", int32(mode))
 	}
-	ctx, h, err := s.beginQuery(op)
-	if err != nil {
+	if s == nil || s.dev == nil {
+		_, _, err := s.beginQuery(op) // the zero stream's error
 		return err
 	}
-	defer s.end()
 	if s.IsDefault() {
 		return Errorf(op, ErrInvalidArgument, "the legacy default stream of %v cannot be captured (capture a stream from Device.NewStream)", s.dev)
 	}
+	// Raise the counts first, then wait for the device-wide waits and
+	// legacy-stream calls in flight (drainWaits, capturerule.go): none
+	// can then run into the capture. Lowered again if it does not begin.
+	d := s.dev
+	d.captureBegun()
+	if s.blocking {
+		d.blockingCaptures.Add(1)
+	}
+	unannounce := func() {
+		if s.blocking {
+			d.blockingCaptures.Add(-1)
+		}
+		d.captureOver()
+	}
+	d.drainWaits()
+	ctx, h, err := s.beginQuery(op)
+	if err != nil {
+		unannounce()
+		return err
+	}
+	defer s.end()
 	// Raise the flag before the driver call, so no allocation on another
 	// goroutine slips between the capture starting and the flag.
 	if !s.capState.CompareAndSwap(capNone, capBeginning) {
+		unannounce()
 		return Errorf(op, ErrCapturing, "stream %#x of %v is already capturing (end it with EndCapture first)", h, s.dev)
 	}
+	// From here captureEnded lowers the counts raised above.
 	s.seq.Store(&captureSeq{origin: s})
-	s.dev.captureBegun()
-	if s.blocking {
-		s.dev.blockingCaptures.Add(1)
-	}
 	p := &s.dev.drv.StreamBeginCapture
 	if r := p.CallCtx(ctx, h, uintptr(mode)); !ok(r) {
 		s.captureEnded()

@@ -303,6 +303,51 @@ func (d *Device) DeferWhileCapturing(fn func()) bool {
 	return true
 }
 
+// Starting a capture, and the calls it must not overlap.
+//
+// The rule's checks read counts (captures, blockingCaptures) and then call
+// the driver; a capture begun on another goroutine between the two would
+// be invalidated by the call (a cuCtxSynchronize, or work on the legacy
+// default stream joining a blocking stream's capture). So those calls
+// register first (enterWait), check, call, and unregister (exitWait); and
+// BeginCapture raises the counts first, then waits until no registered
+// call is in flight (drainWaits), and only then begins. Either the call
+// sees the raised count and refuses, or BeginCapture sees the call and
+// waits for it: the atomic operations are sequentially consistent, so
+// both cannot miss each other. BeginCapture waits holding no lock, so a
+// call in flight never waits on it.
+
+// enterWait registers a call that must not overlap the start of a
+// capture; exitWait must follow.
+func (d *Device) enterWait() { d.waits.Add(1) }
+
+// exitWait ends a call registered by enterWait, waking a BeginCapture
+// waiting for the last one.
+func (d *Device) exitWait() {
+	if d.waits.Add(-1) == 0 && d.capWaiters.Load() > 0 {
+		d.capMu.Lock()
+		d.waitsDone.Broadcast()
+		d.capMu.Unlock()
+	}
+}
+
+// drainWaits waits until no call registered by enterWait is in flight.
+// The caller has raised its counts, so no new such call gets past its
+// check; it holds no lock that such a call may need.
+func (d *Device) drainWaits() {
+	if d.waits.Load() == 0 {
+		return
+	}
+	d.capWaiters.Add(1)
+	d.capMu.Lock()
+	d.waitsDone.L = &d.capMu
+	for d.waits.Load() > 0 {
+		d.waitsDone.Wait()
+	}
+	d.capMu.Unlock()
+	d.capWaiters.Add(-1)
+}
+
 // captureBegun counts a capture of d's context.
 func (d *Device) captureBegun() {
 	d.capMu.Lock()

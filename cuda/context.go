@@ -405,7 +405,10 @@ func (c *Context) Close() error {
 	}
 	drv := v.drv
 	// Waiting for the context would invalidate a capture in progress on
-	// one of its streams (the capture rule): end it first.
+	// one of its streams (the capture rule): end it first. No capture
+	// can begin from the check until the context is gone (enterWait).
+	v.enterWait()
+	defer v.exitWait()
 	if err := v.RefuseDeviceWait("Context.Close"); err != nil {
 		return err
 	}

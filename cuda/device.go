@@ -54,6 +54,15 @@ type Device struct {
 	capMu        sync.Mutex
 	afterCapture []func()
 
+	// waits counts the calls in flight that must not overlap the start
+	// of a capture: waits for the whole context and work on the legacy
+	// default stream (enterWait, exitWait). BeginCapture waits on
+	// waitsDone (L is &capMu) until it is 0; capWaiters counts those
+	// waiting, so that the last exitWait wakes them (capturerule.go).
+	waits      atomic.Int32
+	capWaiters atomic.Int32
+	waitsDone  sync.Cond
+
 	waiter waiter // shares cuCtxSynchronize among SyncContext callers
 
 	// features is what Features read, once every attribute it asks for was
@@ -454,6 +463,8 @@ func (d *Device) Sync() error {
 	if err != nil {
 		return err
 	}
+	d.enterWait() // the check and the wait are one step for BeginCapture
+	defer d.exitWait()
 	if err := d.RefuseDeviceWait("Device.Sync"); err != nil {
 		return err
 	}

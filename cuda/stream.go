@@ -166,33 +166,49 @@ func (s *Stream) IsClosed() bool { return s == nil || s.closed.Load() }
 // captures, it refuses with ErrCapturing: any work there would join that
 // capture and invalidate it (the capture rule, capturerule.go).
 func (s *Stream) begin(op string) (ctx, handle uintptr, err error) {
-	if s != nil && s.dev != nil && s.IsDefault() && s.dev.blockingCaptures.Load() > 0 {
+	ctx, handle, err = s.beginQuery(op)
+	if err == nil && s.IsDefault() && s.dev.blockingCaptures.Load() > 0 {
+		// Checked inside beginQuery's enterWait: a blocking stream's
+		// capture cannot begin between this check and the call.
+		s.end()
 		return 0, 0, Errorf(op, ErrCapturing, "the legacy default stream of %v would join the capture of a blocking stream (made without StreamNonBlocking) and invalidate it; use another stream until EndCapture", s.dev)
 	}
-	return s.beginQuery(op)
+	return ctx, handle, err
 }
 
 // beginQuery is begin without the legacy stream's capture check, for the
 // calls that only ask about captures (which the driver answers without
 // harming one).
+//
+// A call on the legacy default stream also counts as a call in flight
+// that a capture's start must not overlap (Device.enterWait), until end.
 func (s *Stream) beginQuery(op string) (ctx, handle uintptr, err error) {
 	if s == nil || s.dev == nil {
 		return 0, 0, errZeroStream(op)
 	}
+	if s.IsDefault() {
+		s.dev.enterWait()
+	}
 	s.mu.RLock()
 	if s.closed.Load() {
-		s.mu.RUnlock()
+		s.end()
 		return 0, 0, &OpError{Op: op, Err: ErrClosed}
 	}
 	ctx, err = s.dev.contextFor(op)
 	if err != nil {
-		s.mu.RUnlock()
+		s.end()
 		return 0, 0, err
 	}
 	return ctx, s.handle, nil
 }
 
-func (s *Stream) end() { s.mu.RUnlock() }
+// end ends a call begun with begin or beginQuery.
+func (s *Stream) end() {
+	s.mu.RUnlock()
+	if s.IsDefault() {
+		s.dev.exitWait()
+	}
+}
 
 // Sync waits until all work submitted to the stream has finished.
 func (s *Stream) Sync() error {

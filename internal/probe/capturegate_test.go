@@ -1,0 +1,65 @@
+package probe
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cudamem/cudamem/cuda"
+)
+
+// raceCaptures begins and ends n captures on s while another goroutine
+// runs other in a loop, and returns how many captures the driver
+// invalidated. The capture rule refuses other while a capture is in
+// progress (ErrCapturing) and lets it run otherwise; a capture that began
+// between the rule's check and other's driver call used to be invalidated
+// by that call (the fake driver invalidates it as the real one does).
+func raceCaptures(t *testing.T, s *cuda.Stream, n int, other func() error) (invalid int) {
+	t.Helper()
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := other(); err != nil {
+				assert.ErrorIs(t, err, cuda.ErrCapturing, "refused by the rule, nothing else")
+			}
+		}
+	}()
+	for range n {
+		require.NoError(t, s.BeginCapture())
+		g, err := s.EndCapture()
+		if err != nil {
+			invalid++
+			continue
+		}
+		require.NoError(t, g.Close())
+	}
+	close(stop)
+	<-done
+	return invalid
+}
+
+// A device-wide wait on one goroutine never invalidates a capture another
+// goroutine begins: BeginCapture waits for a wait that passed the rule's
+// check, and a wait that comes after it is refused.
+func TestCaptureGateDeviceSync(t *testing.T) {
+	d := dev(t, 1)
+	s := newStream(t, d)
+	assert.Zero(t, raceCaptures(t, s, 5000, d.Sync), "captures invalidated by a concurrent Device.Sync")
+}
+
+// The same for work on the legacy default stream while a blocking stream
+// begins capturing: it would join the capture and invalidate it.
+func TestCaptureGateLegacyStream(t *testing.T) {
+	d := dev(t, 1)
+	s, err := d.NewStreamWith(0, 0) // blocking
+	require.NoError(t, err)
+	defer s.Close()
+	assert.Zero(t, raceCaptures(t, s, 5000, d.DefaultStream().Sync), "captures invalidated by a concurrent legacy-stream Sync")
+}
