@@ -110,7 +110,7 @@ func (s *Stream) BeginCaptureMode(mode CaptureMode) error {
 		}
 		d.captureOver()
 	}
-	d.drainWaits()
+	d.drainWaits(s.blocking)
 	ctx, h, err := s.beginQuery(op)
 	if err != nil {
 		unannounce()

@@ -317,31 +317,48 @@ func (d *Device) DeferWhileCapturing(fn func()) bool {
 // both cannot miss each other. BeginCapture waits holding no lock, so a
 // call in flight never waits on it.
 
-// enterWait registers a call that must not overlap the start of a
-// capture; exitWait must follow.
-func (d *Device) enterWait() { d.waits.Add(1) }
+//
+// Every capture waits for the waits for the whole context; only a
+// blocking stream's capture waits for legacy-stream calls, the only ones
+// it refuses: a capture of a non-blocking stream leaves the legacy stream
+// free, and waiting for its calls would let a busy legacy stream hold the
+// capture off indefinitely. A call that comes after the counts were
+// raised is refused and unregisters at once (it does no driver work), so
+// the count a capture waits for drains.
+
+// Kinds of calls registered with enterWait.
+const (
+	waitContext = 0 // waits for the whole context (Device.Sync, Context.Close)
+	waitLegacy  = 1 // calls on the legacy default stream
+)
+
+// enterWait registers a call of kind k that must not overlap the start of
+// a capture; exitWait(k) must follow.
+func (d *Device) enterWait(k int) { d.waits[k].Add(1) }
 
 // exitWait ends a call registered by enterWait, waking a BeginCapture
-// waiting for the last one.
-func (d *Device) exitWait() {
-	if d.waits.Add(-1) == 0 && d.capWaiters.Load() > 0 {
+// waiting for the last one of its kind.
+func (d *Device) exitWait(k int) {
+	if d.waits[k].Add(-1) == 0 && d.capWaiters.Load() > 0 {
 		d.capMu.Lock()
 		d.waitsDone.Broadcast()
 		d.capMu.Unlock()
 	}
 }
 
-// drainWaits waits until no call registered by enterWait is in flight.
-// The caller has raised its counts, so no new such call gets past its
-// check; it holds no lock that such a call may need.
-func (d *Device) drainWaits() {
-	if d.waits.Load() == 0 {
+// drainWaits waits until no call registered by enterWait is in flight: of
+// the context-wide kind, and of the legacy-stream kind too if legacy. The
+// caller has raised its counts, so no new such call gets past its check;
+// it holds no lock that such a call may need.
+func (d *Device) drainWaits(legacy bool) {
+	busy := func() bool { return d.waits[waitContext].Load() > 0 || legacy && d.waits[waitLegacy].Load() > 0 }
+	if !busy() {
 		return
 	}
 	d.capWaiters.Add(1)
 	d.capMu.Lock()
 	d.waitsDone.L = &d.capMu
-	for d.waits.Load() > 0 {
+	for busy() {
 		d.waitsDone.Wait()
 	}
 	d.capMu.Unlock()

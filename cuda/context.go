@@ -407,8 +407,8 @@ func (c *Context) Close() error {
 	// Waiting for the context would invalidate a capture in progress on
 	// one of its streams (the capture rule): end it first. No capture
 	// can begin from the check until the context is gone (enterWait).
-	v.enterWait()
-	defer v.exitWait()
+	v.enterWait(waitContext)
+	defer v.exitWait(waitContext)
 	if err := v.RefuseDeviceWait("Context.Close"); err != nil {
 		return err
 	}

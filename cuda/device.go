@@ -55,11 +55,12 @@ type Device struct {
 	afterCapture []func()
 
 	// waits counts the calls in flight that must not overlap the start
-	// of a capture: waits for the whole context and work on the legacy
-	// default stream (enterWait, exitWait). BeginCapture waits on
-	// waitsDone (L is &capMu) until it is 0; capWaiters counts those
-	// waiting, so that the last exitWait wakes them (capturerule.go).
-	waits      atomic.Int32
+	// of a capture, by kind (waitContext, waitLegacy): waits for the
+	// whole context, and work on the legacy default stream (enterWait,
+	// exitWait). BeginCapture waits on waitsDone (L is &capMu) until the
+	// kinds it cares about are at 0; capWaiters counts those waiting, so
+	// that exitWait wakes them (capturerule.go).
+	waits      [2]atomic.Int32
 	capWaiters atomic.Int32
 	waitsDone  sync.Cond
 
@@ -463,8 +464,8 @@ func (d *Device) Sync() error {
 	if err != nil {
 		return err
 	}
-	d.enterWait() // the check and the wait are one step for BeginCapture
-	defer d.exitWait()
+	d.enterWait(waitContext) // the check and the wait are one step for BeginCapture
+	defer d.exitWait(waitContext)
 	if err := d.RefuseDeviceWait("Device.Sync"); err != nil {
 		return err
 	}

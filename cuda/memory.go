@@ -123,9 +123,21 @@ func (d *Device) MemAdvise(p DevicePtr, size uint64, advice MemAdvice, loc MemLo
 // while a blocking stream of that context captures, the call would join
 // that capture and invalidate it. It is refused then, as work on
 // DefaultStream() is, with an error matching ErrCapturing.
+//
+// The caller makes its driver call before exitLegacy: the check and the
+// call are one step for a BeginCapture on another goroutine (enterWait).
+// A nil error means the caller must call exitLegacy.
 func (d *Device) refuseLegacy(op string) error {
-	return d.DefaultStream().RefuseCapture(op)
+	d.enterWait(waitLegacy)
+	if err, _ := d.DefaultStream().refuseFast(op); err != nil {
+		d.exitWait(waitLegacy)
+		return err
+	}
+	return nil
 }
+
+// exitLegacy ends a legacy-stream call refuseLegacy let through.
+func (d *Device) exitLegacy() { d.exitWait(waitLegacy) }
 
 // MemcpyHtoD copies size bytes from host memory to the device synchronously
 // (cuMemcpyHtoD). From pageable memory the driver stages the copy itself.
@@ -146,6 +158,7 @@ func (d *Device) MemcpyHtoD(dst DevicePtr, src unsafe.Pointer, size uint64) erro
 	if err := d.refuseLegacy("Device.MemcpyHtoD"); err != nil {
 		return err
 	}
+	defer d.exitLegacy()
 	return result(&d.drv.MemcpyHtoD, d.drv.MemcpyHtoD.CallCtx(ctx, uintptr(dst), uintptr(src), uintptr(size)))
 }
 
@@ -166,6 +179,7 @@ func (d *Device) MemcpyDtoH(dst unsafe.Pointer, src DevicePtr, size uint64) erro
 	if err := d.refuseLegacy("Device.MemcpyDtoH"); err != nil {
 		return err
 	}
+	defer d.exitLegacy()
 	return result(&d.drv.MemcpyDtoH, d.drv.MemcpyDtoH.CallCtx(ctx, uintptr(dst), uintptr(src), uintptr(size)))
 }
 

@@ -187,7 +187,7 @@ func (s *Stream) beginQuery(op string) (ctx, handle uintptr, err error) {
 		return 0, 0, errZeroStream(op)
 	}
 	if s.IsDefault() {
-		s.dev.enterWait()
+		s.dev.enterWait(waitLegacy)
 	}
 	s.mu.RLock()
 	if s.closed.Load() {
@@ -206,7 +206,7 @@ func (s *Stream) beginQuery(op string) (ctx, handle uintptr, err error) {
 func (s *Stream) end() {
 	s.mu.RUnlock()
 	if s.IsDefault() {
-		s.dev.exitWait()
+		s.dev.exitWait(waitLegacy)
 	}
 }
 

@@ -3,7 +3,10 @@
 package probe
 
 import (
+	"sync"
 	"testing"
+	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -64,4 +67,65 @@ func TestCaptureGateLegacyStream(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 	assert.Zero(t, raceCaptures(t, s, 5000, d.DefaultStream().Sync), "captures invalidated by a concurrent legacy-stream Sync")
+}
+
+// Synchronous copies run on the legacy stream: their check and their
+// driver call are one step too, so a blocking stream's capture begun on
+// another goroutine is never joined (and invalidated) by one.
+func TestCaptureGateSyncCopies(t *testing.T) {
+	d := dev(t, 1)
+	s, err := d.NewStreamWith(0, 0) // blocking
+	require.NoError(t, err)
+	defer s.Close()
+	p, err := d.MemAlloc(4096)
+	require.NoError(t, err)
+	defer d.MemFree(p)
+	host := make([]byte, 4096)
+	copyIn := func() error { return d.MemcpyHtoD(p, unsafe.Pointer(&host[0]), 4096) }
+	assert.Zero(t, raceCaptures(t, s, 5000, copyIn), "captures invalidated by a concurrent MemcpyHtoD")
+}
+
+// A capture of a non-blocking stream does not wait for legacy-stream work,
+// which it leaves free: goroutines keeping the legacy stream busy cannot
+// hold it off (it waited for them, and starved).
+func TestCaptureGateNonBlockingIgnoresLegacy(t *testing.T) {
+	d := dev(t, 1)
+	s := newStream(t, d)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				assert.NoError(t, d.DefaultStream().Sync(), "the legacy stream is free while a non-blocking stream captures")
+			}
+		}()
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 200 {
+			if !assert.NoError(t, s.BeginCapture()) {
+				return
+			}
+			g, err := s.EndCapture()
+			if assert.NoError(t, err) {
+				assert.NoError(t, g.Close())
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Error("BeginCapture is held off by legacy-stream work")
+	}
+	close(stop)
+	wg.Wait()
+	<-done
 }
