@@ -157,10 +157,18 @@ func (r *Resource) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cu
 // operations and by Reclaim, never released twice), and the error wraps
 // buffer.ErrPartlyFreed, which makes the buffer close anyway.
 //
-// While a Grow or Shrink owns the allocation (a Close of the buffer it
-// consumes racing it), Deallocate refuses, changing nothing: the buffer
-// stays open, and the Grow or Shrink either consumes it or leaves it as
-// it was.
+// While a Grow or Shrink owns the allocation, a Deallocate of it is the
+// free of the buffer that call is consuming (its Close, or the last
+// Release of a Hold if it was closed while held) racing it. It is not
+// refused, which would leave the closed buffer's memory with no owner to
+// free it, nor made to wait for the Grow or Shrink, which waits for the
+// Close to end before it can take the buffer over. Deallocate waits for s
+// as always (if that fails, nothing changes, as above), records the free
+// and returns nil. The buffer being closed, the Grow or Shrink fails, and
+// frees the allocation once it has undone its own work; a failure to free
+// is reported in its error, and what the driver refused is kept for
+// Reclaim. Until then the allocation still counts in Live, and a second
+// Deallocate of it is refused.
 func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	const op = "Resource.Deallocate"
 	if err := r.check(op); err != nil {
@@ -174,27 +182,53 @@ func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 	if err := s.RefuseCapture(op); err != nil {
 		return fmt.Errorf("%w (%#x, %d bytes, stays allocated)", err, uint64(ptr), size)
 	}
+	waited := false
 	r.mu.Lock()
 	a := r.allocs[ptr]
-	if a != nil && a.size != size {
-		// A free of the wrong size is a caller's mistake about what ptr
-		// is: refuse it, leaving the allocation (and its buffer) intact.
+	for a != nil {
+		if a.size != size {
+			// A free of the wrong size is a caller's mistake about what
+			// ptr is: refuse it, leaving the allocation (and its buffer)
+			// intact.
+			r.mu.Unlock()
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "%#x is an allocation of %d bytes, not %d", uint64(ptr), a.size, size)
+		}
+		if !a.resizing {
+			break
+		}
+		if a.freeLater {
+			r.mu.Unlock()
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "%#x (%d bytes) is freed already (the free waits for the end of the Grow or Shrink that owns it)", uint64(ptr), size)
+		}
+		if waited {
+			// A Grow or Shrink owns it and may still have to put it back
+			// as it was: it frees it as it ends (see endResizeLocked).
+			a.freeLater = true
+			r.mu.Unlock()
+			return nil
+		}
+		// Wait first, outside r.mu, as an ordinary free does: its
+		// failure leaves the buffer open (or the Hold live) for a retry,
+		// and the Grow or Shrink need not wait for anything to free.
 		r.mu.Unlock()
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%#x is an allocation of %d bytes, not %d", uint64(ptr), a.size, size)
+		if err := r.wait(op, s); err != nil {
+			return fmt.Errorf("%s %#x (nothing freed; the buffer is intact): %w", op, uint64(ptr), err)
+		}
+		waited = true
+		// Look again: the Grow or Shrink may have ended meanwhile.
+		r.mu.Lock()
+		a = r.allocs[ptr]
 	}
-	if a != nil && a.resizing {
-		// A Grow or Shrink owns it and may still put it back as it was
-		// (a Close of the buffer it consumes raced it): freeing it under
-		// that call would leave its undoing nothing to put back.
+	if a == nil {
 		r.mu.Unlock()
-		return fmt.Errorf("%w (%#x, %d bytes, stays allocated)", errResizing(op, ptr), uint64(ptr), size)
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%#x (%d bytes) is not an allocation of this resource", uint64(ptr), size)
 	}
 	delete(r.allocs, ptr)
 	r.mu.Unlock()
-	if a == nil {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%#x (%d bytes) is not an allocation of this resource", uint64(ptr), size)
+	var err error
+	if !waited {
+		err = r.wait(op, s)
 	}
-	err := r.wait(op, s)
 	freed := false
 	if err == nil {
 		freed, err = r.free(a)
@@ -211,6 +245,41 @@ func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 	r.allocs[ptr] = a
 	r.mu.Unlock()
 	return fmt.Errorf("%s %#x (nothing freed; the buffer is intact): %w", op, uint64(ptr), err)
+}
+
+// freeLeft frees a, whose free a Deallocate left to the Grow or Shrink
+// that owned it (freeLater), once that call has undone its own work and
+// taken a out of r.allocs (endResizeLocked). Deallocate waited for the
+// stream already. No buffer is left to retry a Close, so nothing of a may
+// stay behind: if the driver refuses the first unmap (free then gives
+// nothing back), every mapping, handle and range of a is handed to the
+// leftovers instead, tried once more now and then by later operations and
+// by Reclaim. It returns nil once all of a is given back, else what
+// failed. Called without r.mu.
+func (r *Resource) freeLeft(a *allocation) error {
+	ptr := a.base
+	freed, err := r.free(a)
+	if err == nil {
+		return nil
+	}
+	if !freed {
+		// a is whole: give it up whole.
+		var l leftovers
+		for _, c := range a.chunks {
+			l.maps = append(l.maps, span{a.base + cuda.DevicePtr(c.off), c.size})
+			l.handles = append(l.handles, c.h)
+		}
+		l.spans = append(l.spans, a.reservations...)
+		a.chunks, a.mapped = nil, 0
+		a.setReservations(nil)
+		rerr := reap(r.drv, &l)
+		r.left.keep(&l)
+		if rerr == nil {
+			return nil // given back on the second try
+		}
+		err = errors.Join(err, rerr)
+	}
+	return fmt.Errorf("freeing %#x, which a Close or a Hold's Release left to this call: %w (what was not given back is kept for a retry; see Reclaim)", uint64(ptr), err)
 }
 
 // wait lets the work submitted to s (nil: the legacy default stream) finish

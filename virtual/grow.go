@@ -75,9 +75,12 @@ func (r *Resource) useLive(op string, b *buffer.Buffer, a *allocation, f func() 
 // beginResize claims a for one Grow or Shrink, under r.mu. From here until
 // the operation ends, a stays as it was for everyone else: those calls
 // change nothing of a before they have b.Disown'ed (which can fail: a
-// Hold taken meanwhile), and the claim keeps out what could change a
-// under them or free it (another Grow or Shrink, SetPeerAccess,
-// Deallocate), so that a failed Disown can still put everything back.
+// Hold taken meanwhile, or b closed), and the claim keeps out what could
+// change a under them (another Grow or Shrink, SetPeerAccess), so that a
+// failed Disown can still put everything back. A Deallocate meanwhile
+// (b's Close, or the last Release of a Hold of it) is not kept out but
+// left to the claim's end: it sets a.freeLater, and endResizeLocked hands
+// a back to be freed.
 func (r *Resource) beginResize(op string, ptr cuda.DevicePtr, a *allocation) error {
 	if err := r.live(op, ptr, a); err != nil {
 		return err
@@ -93,11 +96,43 @@ func errResizing(op string, ptr cuda.DevicePtr) error {
 	return cuda.Errorf(op, cuda.ErrInvalidArgument, "allocation %#x is being grown or shrunk by another call (Grow and Shrink consume their buffer: do not use it concurrently)", uint64(ptr))
 }
 
-// endResize drops the claim of beginResize.
-func (r *Resource) endResize(a *allocation) {
-	r.mu.Lock()
+// endResizeLocked drops the claim of beginResize, under r.mu. If a
+// Deallocate came meanwhile (a.freeLater), the Grow or Shrink must not
+// take effect (its caller checks freeLater before it changes anything of
+// a, and undoes what it prepared): a, as it was before the claim, is then
+// taken out of r.allocs and returned, for the caller to free with
+// freeLeft once r.mu is released. Otherwise it returns nil.
+func (r *Resource) endResizeLocked(a *allocation) (toFree *allocation) {
 	a.resizing = false
+	if !a.freeLater {
+		return nil
+	}
+	a.freeLater = false
+	delete(r.allocs, a.base)
+	return a
+}
+
+// abortResize ends a Grow or Shrink that did not happen, for the reason
+// err, once what it prepared is given back: it drops the claim (r.mu is
+// held on entry and released on return) and, if the allocation's free was
+// left to it meanwhile, frees it. what describes the operation for the
+// error.
+func (r *Resource) abortResize(a *allocation, what string, err error) error {
+	toFree := r.endResizeLocked(a)
 	r.mu.Unlock()
+	if toFree == nil {
+		return fmt.Errorf("%s (not done: the allocation is as it was): %w", what, err)
+	}
+	return fmt.Errorf("%s (not done, and the memory freed: the buffer was closed meanwhile, and its free left to this call): %w", what, errors.Join(err, r.freeLeft(toFree)))
+}
+
+// errFreedMeanwhile is the error of a Grow or Shrink that took its buffer
+// over and then found that a Deallocate of the allocation came meanwhile:
+// not from the buffer (a closed buffer cannot be taken over), so from a
+// caller of Deallocate that gave the memory up behind its Buffer's back.
+// That Deallocate returned nil: the memory is freed, not resized.
+func errFreedMeanwhile(op string, ptr cuda.DevicePtr) error {
+	return cuda.Errorf(op, cuda.ErrClosed, "allocation %#x was freed (Deallocate) while being resized", uint64(ptr))
 }
 
 // Grow returns a buffer of newSize bytes holding b's data, and closes b
@@ -107,22 +142,35 @@ func (r *Resource) endResize(a *allocation) {
 // default stream), so work already submitted on it is done before the old
 // addresses are unmapped; work on other streams is the caller's to order,
 // as for Close. A newSize not above b's size returns b unchanged. Grow
-// consumes b: do not use b concurrently with it (a Close, SetPeerAccess,
-// Grow or Shrink of b meanwhile is refused with an error).
+// consumes b: do not use b concurrently with it (a SetPeerAccess, Grow or
+// Shrink of b meanwhile is refused with an error).
 //
-// On error with a nil buffer, the grow did not happen and b is untouched:
-// open, at its address, every byte mapped (anything the undoing could not
-// give back is kept for a retry, see Reclaim). That holds even when a Hold
-// of b is taken while Grow runs (a DLPack export on another goroutine):
-// the new memory is prepared first and b taken over (b.Disown) only before
-// anything of the old allocation changes, so a Hold that came first makes
-// the grow fail and be undone. A non-nil buffer with an error means the
-// grow took effect: b is consumed and the returned buffer is the one to
-// use and close, but some address space or mappings no longer needed (the
-// old range after a move, or a range the driver granted at the wrong
-// address) could not be given back. They are kept and retried by later
-// operations and by Reclaim, and the error wraps buffer.ErrPartlyFreed,
-// so errors.Is(err, buffer.ErrPartlyFreed) tells this case apart.
+// A Close of b before Grow has taken it over is not refused (Close must
+// not fail for that, nor wait for Grow, which waits for it): it wins.
+// Close returns nil (having waited for its stream, as always), b is
+// closed, and Grow, unable to take b over, undoes what it prepared, frees
+// the allocation and returns a nil buffer with an error matching
+// cuda.ErrClosed. A Hold of b taken while Grow runs makes it fail (see
+// below); if b is closed and the Hold released before Grow has undone its
+// work, the free that the Close left to the last Release is left in turn
+// to Grow, and Release returns nil. Either way Grow frees the memory,
+// once; if that fails, its error says so and what the driver refused is
+// kept for Reclaim: the memory is never left allocated with no owner.
+//
+// Other than that, on error with a nil buffer, the grow did not happen
+// and b is untouched: open, at its address, every byte mapped (anything
+// the undoing could not give back is kept for a retry, see Reclaim). That
+// holds even when a Hold of b is taken while Grow runs (a DLPack export
+// on another goroutine): the new memory is prepared first and b taken
+// over (b.Disown) only before anything of the old allocation changes, so
+// a Hold that came first makes the grow fail and be undone. A non-nil
+// buffer with an error means the grow took effect: b is consumed and the
+// returned buffer is the one to use and close, but some address space or
+// mappings no longer needed (the old range after a move, or a range the
+// driver granted at the wrong address) could not be given back. They are
+// kept and retried by later operations and by Reclaim, and the error
+// wraps buffer.ErrPartlyFreed, so errors.Is(err, buffer.ErrPartlyFreed)
+// tells this case apart.
 func (r *Resource) Grow(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error) {
 	const op = "Resource.Grow"
 	a, s, err := r.take(op, b)
@@ -150,6 +198,7 @@ func (r *Resource) Grow(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error
 	g.t.start()
 	if need > a.mapped {
 		if err := r.extend(a, s, g); err != nil {
+			// r.mu was held since beginResize: no free was left to us.
 			a.resizing = false
 			r.mu.Unlock()
 			return nil, fmt.Errorf("%s %#x from %d to %d bytes: %w", op, uint64(oldPtr), oldSize, newSize, err)
@@ -158,19 +207,21 @@ func (r *Resource) Grow(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error
 	r.mu.Unlock()
 	// The new memory is ready and the old allocation untouched. Take b
 	// over now: if that fails (a Hold came, or b was closed), give the new
-	// memory back and b is as it was.
-	if _, _, err := b.Disown(); err != nil {
-		r.mu.Lock()
-		err = r.rollback(&g.t, err)
-		a.resizing = false
-		r.mu.Unlock()
-		return nil, fmt.Errorf("%s %#x from %d to %d bytes (undone: the buffer is as it was): %w", op, uint64(oldPtr), oldSize, newSize, errors.Join(err, g.stray))
-	}
+	// memory back, so the allocation is as it was; and free it if b's
+	// free was left to us meanwhile (abortResize).
+	_, _, err = b.Disown()
 	r.mu.Lock()
+	if err == nil && a.freeLater {
+		err = errFreedMeanwhile(op, oldPtr)
+	}
+	if err != nil {
+		err = r.rollback(&g.t, err)
+		return nil, r.abortResize(a, fmt.Sprintf("%s %#x from %d to %d bytes", op, uint64(oldPtr), oldSize, newSize), errors.Join(err, g.stray))
+	}
 	cleanup := r.commitGrow(a, g)
 	r.rekey(oldPtr, a)
 	a.size = newSize
-	a.resizing = false
+	a.resizing = false // no free was left to it (freeLater checked above, under r.mu since)
 	base := a.base
 	r.mu.Unlock()
 	nb := buffer.Owned(base, newSize, r, s)
@@ -341,21 +392,28 @@ func (r *Resource) commitGrow(a *allocation, g *growth) (cleanup error) {
 // Before unmapping anything it waits for b's stream (nil: the legacy
 // default stream); a shrink that stays within the last chunk unmaps
 // nothing and waits for nothing. Shrink consumes b: do not use b
-// concurrently with it (a Close, SetPeerAccess, Grow or Shrink of b
-// meanwhile is refused with an error).
+// concurrently with it (a SetPeerAccess, Grow or Shrink of b meanwhile is
+// refused with an error). A Close of b before Shrink has taken it over
+// wins, as for Grow: Close returns nil, and Shrink frees the whole
+// allocation, unshrunk, and returns a nil buffer with an error matching
+// cuda.ErrClosed. If a Hold taken while Shrink runs makes it fail (see
+// below), and b is closed and the Hold released before Shrink has undone
+// its work, Release returns nil and leaves the free to Shrink, as for
+// Grow. A failure to free is in Shrink's error, and what the driver
+// refused is kept for Reclaim.
 //
-// On error with a nil buffer, the shrink did not happen and b is
-// untouched. Shrink takes b over (b.Disown) before it unmaps anything, so
-// that holds even when a Hold of b is taken while Shrink runs (a DLPack
-// export on another goroutine): that Hold makes the shrink fail, and no
-// holder is ever left with memory unmapped under it. A non-nil buffer
-// with an error means the shrink took effect (b is consumed and the
-// returned buffer is the one to use and close: nothing addresses the
-// tail) but some chunks past the new size could not be given back: they
-// stay mapped in the allocation (Info counts them; a later Shrink or
-// Close frees them) or are kept and retried by later operations and by
-// Reclaim. That error wraps buffer.ErrPartlyFreed, so errors.Is tells the
-// two apart.
+// Other than that, on error with a nil buffer, the shrink did not happen
+// and b is untouched. Shrink takes b over (b.Disown) before it unmaps
+// anything, so that holds even when a Hold of b is taken while Shrink
+// runs (a DLPack export on another goroutine): that Hold makes the shrink
+// fail, and no holder is ever left with memory unmapped under it. A
+// non-nil buffer with an error means the shrink took effect (b is
+// consumed and the returned buffer is the one to use and close: nothing
+// addresses the tail) but some chunks past the new size could not be
+// given back: they stay mapped in the allocation (Info counts them; a
+// later Shrink or Close frees them) or are kept and retried by later
+// operations and by Reclaim. That error wraps buffer.ErrPartlyFreed, so
+// errors.Is tells the two apart.
 func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error) {
 	const op = "Resource.Shrink"
 	a, s, err := r.take(op, b)
@@ -385,23 +443,26 @@ func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, err
 	i := sort.Search(len(a.chunks), func(i int) bool { return a.chunks[i].off >= need })
 	unmaps := i < len(a.chunks)
 	r.mu.Unlock()
-	// Nothing has changed so far: a failure up to the Disown leaves b as
-	// it was. The wait (for unmapping) is outside r.mu.
+	// Nothing has changed so far: a failure up to the Disown leaves the
+	// allocation as it was (and frees it if b's free was left to us
+	// meanwhile: abortResize). The wait (for unmapping) is outside r.mu.
 	if unmaps {
-		if err := r.wait(op, s); err != nil {
-			r.endResize(a)
-			return nil, fmt.Errorf("%s %#x from %d to %d bytes: %w", op, uint64(oldPtr), oldSize, newSize, err)
-		}
+		err = r.wait(op, s)
 	}
-	if _, _, err := b.Disown(); err != nil {
-		r.endResize(a)
-		return nil, fmt.Errorf("%s %#x from %d to %d bytes (nothing changed): %w", op, uint64(oldPtr), oldSize, newSize, err)
+	if err == nil {
+		_, _, err = b.Disown()
+	}
+	r.mu.Lock()
+	if err == nil && a.freeLater {
+		err = errFreedMeanwhile(op, oldPtr)
+	}
+	if err != nil {
+		return nil, r.abortResize(a, fmt.Sprintf("%s %#x from %d to %d bytes", op, uint64(oldPtr), oldSize, newSize), err)
 	}
 	// b is gone, so the shrink takes effect whatever the driver does: the
 	// size shrinks, so nothing can address a chunk past it. A chunk that
 	// will not unmap stays mapped in the allocation (unmapFrom keeps what
 	// is mapped a prefix), counted in Info, freed by Close.
-	r.mu.Lock()
 	k, err := r.unmapFrom(a, i)
 	var gone leftovers
 	for _, c := range a.chunks[k:] {
@@ -416,7 +477,7 @@ func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, err
 		err = errors.Join(err, rerr)
 	}
 	r.left.keep(&gone)
-	a.resizing = false
+	a.resizing = false // no free was left to it (freeLater checked above, under r.mu since)
 	base, mapped := a.base, a.mapped
 	r.mu.Unlock()
 	nb := buffer.Owned(base, newSize, r, s)

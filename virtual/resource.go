@@ -47,8 +47,13 @@ type allocation struct {
 	chunks       []chunk
 	descs        []cuda.MemAccessDesc // access granted on every chunk
 	// resizing is set while a Grow or Shrink owns the allocation (see
-	// beginResize): other changes and frees are refused meanwhile.
+	// beginResize): other changes are refused meanwhile.
 	resizing bool
+	// freeLater is set by a Deallocate that came while resizing was (a
+	// Close of the buffer being resized, or the last Release of a Hold
+	// of it): the Grow or Shrink frees the allocation as it ends, once
+	// it has undone its own work (see Deallocate and endResizeLocked).
+	freeLater bool
 }
 
 type span struct {
