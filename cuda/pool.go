@@ -128,6 +128,9 @@ func (d *Device) CreateMemPool(props *MemPoolProps) (MemPool, error) {
 		}
 		return MemPool{}, err
 	}
+	if h == 0 {
+		return MemPool{}, zeroHandleErr("Device.CreateMemPool", "cuMemPoolCreate", "memory pool")
+	}
 	return MemPool{handle: h, dev: d}, nil
 }
 
@@ -146,6 +149,9 @@ func (d *Device) ImportMemPoolFD(fd int) (MemPool, error) {
 	p := &d.drv.MemPoolImportFromShareableHandle
 	if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&h)), uintptr(fd), uintptr(MemHandleTypePosixFileDescriptor), 0); !ok(r) {
 		return MemPool{}, fmt.Errorf("fd %d: %w", fd, fail(p, r))
+	}
+	if h == 0 {
+		return MemPool{}, zeroHandleErr("Device.ImportMemPoolFD", "cuMemPoolImportFromShareableHandle", "memory pool")
 	}
 	return MemPool{handle: h, dev: d}, nil
 }

@@ -82,6 +82,12 @@ func TestSuccessWithZeroHandleIsAnError(t *testing.T) {
 			func(d *Device) (any, error) { return d.MemRetainAllocationHandle(0x10000) }},
 		{"cuMemPoolImportFromShareableHandle", func(l *loader.Driver) *loader.Proc { return &l.MemPoolImportFromShareableHandle },
 			func(d *Device) (any, error) { return d.ImportMemPoolFabric(&fh) }},
+		{"cuMemPoolCreate", func(l *loader.Driver) *loader.Proc { return &l.MemPoolCreate },
+			func(d *Device) (any, error) {
+				return d.CreateMemPool(&MemPoolProps{AllocType: MemAllocationTypePinned, Location: MemLocation{Type: MemLocationTypeDevice}})
+			}},
+		{"cuMemPoolImportFromShareableHandle", func(l *loader.Driver) *loader.Proc { return &l.MemPoolImportFromShareableHandle },
+			func(d *Device) (any, error) { return d.ImportMemPoolFD(int(os.Stdin.Fd())) }},
 		{"cuStreamCreateWithPriority", func(l *loader.Driver) *loader.Proc { return &l.StreamCreateWithPriority },
 			func(d *Device) (any, error) { return d.NewStream() }},
 		{"cuEventCreate", func(l *loader.Driver) *loader.Proc { return &l.EventCreate },
