@@ -110,7 +110,7 @@ func (s *Stream) BeginCaptureMode(mode CaptureMode) error {
 		}
 		d.captureOver()
 	}
-	d.drainWaits(s.blocking)
+	d.drainWaits(true, s.blocking)
 	ctx, h, err := s.beginQuery(op)
 	if err != nil {
 		unannounce()

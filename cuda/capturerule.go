@@ -347,11 +347,13 @@ func (d *Device) exitWait(k int) {
 }
 
 // drainWaits waits until no call registered by enterWait is in flight: of
-// the context-wide kind, and of the legacy-stream kind too if legacy. The
-// caller has raised its counts, so no new such call gets past its check;
-// it holds no lock that such a call may need.
-func (d *Device) drainWaits(legacy bool) {
-	busy := func() bool { return d.waits[waitContext].Load() > 0 || legacy && d.waits[waitLegacy].Load() > 0 }
+// the context-wide kind if context, of the legacy-stream kind if legacy.
+// The caller has raised its counts, so no new such call gets past its
+// check; it holds no lock that such a call may need.
+func (d *Device) drainWaits(context, legacy bool) {
+	busy := func() bool {
+		return context && d.waits[waitContext].Load() > 0 || legacy && d.waits[waitLegacy].Load() > 0
+	}
 	if !busy() {
 		return
 	}
@@ -425,6 +427,15 @@ func (c *eventCapture) capID() capID {
 		return capID{}
 	}
 	return capID{capturing: true, seq: c.seq, id: c.id}
+}
+
+// recorded is what e's last record saw of a capture (nil: none, or a nil
+// or zero event, which the caller's own checks report).
+func (e *Event) recorded() *eventCapture {
+	if e == nil {
+		return nil
+	}
+	return e.rec.Load()
 }
 
 // refuseCaptured refuses a host wait or query on e while the capture it

@@ -259,6 +259,20 @@ func (s *Stream) Done() (bool, error) {
 // a blocking stream captures; the captures stay valid.
 func (s *Stream) WaitEvent(e *Event) error {
 	const op = "Stream.WaitEvent"
+	// A blocking stream that joins a capture starts capturing at the
+	// driver call, and from then on legacy-stream work would join the
+	// capture too: as BeginCapture does, raise the count that refuses
+	// such work and wait out the legacy calls in flight first, holding no
+	// lock (capturerule.go). The count is lowered on return, after the
+	// join's own (joinCapture) was raised. Decided from the event's
+	// capture as it is now; a record racing this wait may still escape it.
+	if s != nil && s.dev != nil && s.blocking && !s.IsDefault() {
+		if rec := e.recorded(); rec != nil && rec.active(op) {
+			s.dev.blockingCaptures.Add(1)
+			defer s.dev.blockingCaptures.Add(-1)
+			s.dev.drainWaits(false, true)
+		}
+	}
 	ctx, h, err := s.begin(op)
 	if err != nil {
 		return err

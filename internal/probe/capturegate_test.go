@@ -129,3 +129,45 @@ func TestCaptureGateNonBlockingIgnoresLegacy(t *testing.T) {
 	wg.Wait()
 	<-done
 }
+
+// A blocking stream joining a capture (a wait on the capture's work) is
+// kept apart from legacy-stream work as a blocking stream beginning one
+// is: legacy-stream calls already past their check finish first, and the
+// later ones are refused, so none joins (and invalidates) the capture.
+func TestCaptureGateBlockingJoin(t *testing.T) {
+	d := dev(t, 1)
+	a := newStream(t, d) // the origin, non-blocking
+	b, err := d.NewStreamWith(0, 0)
+	require.NoError(t, err)
+	defer b.Close()
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if err := d.DefaultStream().Sync(); err != nil {
+				assert.ErrorIs(t, err, cuda.ErrCapturing)
+			}
+		}
+	}()
+	invalid := 0
+	for range 3000 {
+		require.NoError(t, a.BeginCapture())
+		require.NoError(t, b.WaitStream(a), "b joins a's capture")
+		werr := a.WaitStream(b) // joined back
+		g, err := a.EndCapture()
+		if g != nil {
+			require.NoError(t, g.Close())
+		}
+		if werr != nil || err != nil {
+			invalid++
+		}
+	}
+	close(stop)
+	<-done
+	assert.Zero(t, invalid, "captures invalidated by legacy-stream work racing a join")
+}
