@@ -3,6 +3,7 @@
 package probe
 
 import (
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -14,13 +15,13 @@ import (
 	"github.com/cudamem/cudamem/cuda"
 )
 
-// raceCaptures begins and ends n captures on s while another goroutine
-// runs other in a loop, and returns how many captures the driver
-// invalidated. The capture rule refuses other while a capture is in
-// progress (ErrCapturing) and lets it run otherwise; a capture that began
-// between the rule's check and other's driver call used to be invalidated
-// by that call (the fake driver invalidates it as the real one does).
-func raceCaptures(t *testing.T, s *cuda.Stream, n int, other func() error) (invalid int) {
+// raceCaptures runs capture n times while another goroutine runs other in
+// a loop, and returns how many captures the driver invalidated (capture's
+// error). The capture rule refuses other while a capture is in progress
+// (ErrCapturing) and lets it run otherwise; a capture that began between
+// the rule's check and other's driver call used to be invalidated by that
+// call (the fake driver invalidates it as the real one does).
+func raceCaptures(t *testing.T, n int, capture func() error, other func() error) (invalid int) {
 	t.Helper()
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
@@ -37,17 +38,26 @@ func raceCaptures(t *testing.T, s *cuda.Stream, n int, other func() error) (inva
 		}
 	}()
 	for range n {
-		require.NoError(t, s.BeginCapture())
-		g, err := s.EndCapture()
-		if err != nil {
+		if capture() != nil {
 			invalid++
-			continue
 		}
-		require.NoError(t, g.Close())
 	}
 	close(stop)
 	<-done
 	return invalid
+}
+
+// captureOn returns a capture of s: begin, end, and close the graph; its
+// error is EndCapture's (an invalidated capture).
+func captureOn(t *testing.T, s *cuda.Stream) func() error {
+	return func() error {
+		require.NoError(t, s.BeginCapture())
+		g, err := s.EndCapture()
+		if err == nil {
+			require.NoError(t, g.Close())
+		}
+		return err
+	}
 }
 
 // A device-wide wait on one goroutine never invalidates a capture another
@@ -56,7 +66,7 @@ func raceCaptures(t *testing.T, s *cuda.Stream, n int, other func() error) (inva
 func TestCaptureGateDeviceSync(t *testing.T) {
 	d := dev(t, 1)
 	s := newStream(t, d)
-	assert.Zero(t, raceCaptures(t, s, 5000, d.Sync), "captures invalidated by a concurrent Device.Sync")
+	assert.Zero(t, raceCaptures(t, 5000, captureOn(t, s), d.Sync), "captures invalidated by a concurrent Device.Sync")
 }
 
 // The same for work on the legacy default stream while a blocking stream
@@ -66,7 +76,7 @@ func TestCaptureGateLegacyStream(t *testing.T) {
 	s, err := d.NewStreamWith(0, 0) // blocking
 	require.NoError(t, err)
 	defer s.Close()
-	assert.Zero(t, raceCaptures(t, s, 5000, d.DefaultStream().Sync), "captures invalidated by a concurrent legacy-stream Sync")
+	assert.Zero(t, raceCaptures(t, 5000, captureOn(t, s), d.DefaultStream().Sync), "captures invalidated by a concurrent legacy-stream Sync")
 }
 
 // Synchronous copies run on the legacy stream: their check and their
@@ -82,7 +92,7 @@ func TestCaptureGateSyncCopies(t *testing.T) {
 	defer d.MemFree(p)
 	host := make([]byte, 4096)
 	copyIn := func() error { return d.MemcpyHtoD(p, unsafe.Pointer(&host[0]), 4096) }
-	assert.Zero(t, raceCaptures(t, s, 5000, copyIn), "captures invalidated by a concurrent MemcpyHtoD")
+	assert.Zero(t, raceCaptures(t, 5000, captureOn(t, s), copyIn), "captures invalidated by a concurrent MemcpyHtoD")
 }
 
 // A capture of a non-blocking stream does not wait for legacy-stream work,
@@ -140,22 +150,7 @@ func TestCaptureGateBlockingJoin(t *testing.T) {
 	b, err := d.NewStreamWith(0, 0)
 	require.NoError(t, err)
 	defer b.Close()
-	stop, done := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			if err := d.DefaultStream().Sync(); err != nil {
-				assert.ErrorIs(t, err, cuda.ErrCapturing)
-			}
-		}
-	}()
-	invalid := 0
-	for range 3000 {
+	join := func() error {
 		require.NoError(t, a.BeginCapture())
 		require.NoError(t, b.WaitStream(a), "b joins a's capture")
 		werr := a.WaitStream(b) // joined back
@@ -163,11 +158,8 @@ func TestCaptureGateBlockingJoin(t *testing.T) {
 		if g != nil {
 			require.NoError(t, g.Close())
 		}
-		if werr != nil || err != nil {
-			invalid++
-		}
+		return errors.Join(werr, err)
 	}
-	close(stop)
-	<-done
+	invalid := raceCaptures(t, 3000, join, d.DefaultStream().Sync)
 	assert.Zero(t, invalid, "captures invalidated by legacy-stream work racing a join")
 }
