@@ -64,15 +64,27 @@ func (r *Limiting) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cu
 		for {
 			used := r.used.Load() // never above r.limit, so the subtraction cannot wrap
 			if size > r.limit-used {
-				return 0, nil, &cuda.OpError{Op: "Limiting.Allocate", Err: fmt.Errorf(
-					"%d bytes would exceed the limit of %d bytes (%d in use): %w", size, r.limit, used, cuda.ErrorOutOfMemory)}
+				var err error = fmt.Errorf("%d bytes would exceed the limit of %d bytes (%d in use): %w", size, r.limit, used, cuda.ErrorOutOfMemory)
+				if size > r.limit {
+					err = neverFits{err} // whatever is freed: no retry can succeed
+				}
+				return 0, nil, &cuda.OpError{Op: "Limiting.Allocate", Err: err}
 			}
 			if r.used.CompareAndSwap(used, used+size) {
 				break
 			}
 		}
 	}
+	// The upstream may be user code that panics: the reservation must not
+	// stay behind (the unlock-on-panic rule, with a count for a lock).
+	returned := false
+	defer func() {
+		if !returned && size > 0 {
+			subSat(&r.used, size)
+		}
+	}()
 	ptr, us, err := r.up.AllocatePtr(size, s)
+	returned = true
 	if err == nil && ptr == 0 && size > 0 {
 		// No memory to free later (a Buffer at address 0 is never
 		// deallocated): the reservation would be lost for good.

@@ -22,6 +22,22 @@ import (
 // sees only the failures nothing could recover from, and its
 // OnOutOfMemory hook can write a profile of what filled the memory.
 
+// neverFits marks an out-of-memory error for a request that no amount of
+// memory given back can satisfy: larger than a SubAllocator's MaxSize, a
+// Limiting's limit or the device. The retries on out-of-memory (a
+// SubAllocator's or a pool's trim, Retrying's RetryFunc) are not made for
+// it: they would give back memory, or have the caller free some, for a
+// retry that must fail. The message is the wrapped error's.
+type neverFits struct{ error }
+
+func (e neverFits) Unwrap() error { return e.error }
+
+// isNeverFits reports whether err is marked neverFits.
+func isNeverFits(err error) bool {
+	var nf neverFits
+	return errors.As(err, &nf)
+}
+
 // RetryFunc decides whether Retrying tries an allocation again after it
 // failed with out-of-memory: size is the request, attempt counts the
 // failures so far (1 after the first). It returns true to try again, false
@@ -30,9 +46,17 @@ type RetryFunc func(size uint64, attempt int) bool
 
 // Retrying is an adaptor that, when its upstream fails an allocation with
 // an error matching cuda.ErrorOutOfMemory, calls a RetryFunc and tries
-// again for as long as it returns true. Other errors are returned at once.
-// The RetryFunc bounds the retries: one that always returns true loops as
-// long as memory stays short.
+// again for as long as it returns true. Other errors are returned at once,
+// and so is an out-of-memory error for a request that can never fit,
+// whatever is freed (larger than a SubAllocator's MaxSize or a Limiting's
+// limit below, or than the device's memory): the RetryFunc is not called
+// for it. The RetryFunc bounds the retries: one that always returns true
+// loops as long as memory stays short.
+//
+// The RetryFunc runs on the allocating goroutine with no lock of the
+// Retrying held: it may block, and it may call the Retrying and its
+// upstream (free memory through them, or allocate). If it panics, the
+// panic goes on to the caller of Allocate, and nothing was allocated.
 //
 // Buffers from Allocate are owned by the Retrying (see the adaptor
 // documentation). It is safe for concurrent use if the RetryFunc is.
@@ -65,7 +89,7 @@ func (r *Retrying) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cu
 	}
 	for attempt := 1; ; attempt++ {
 		ptr, us, err := r.up.AllocatePtr(size, s)
-		if err == nil || r.retry == nil || !errors.Is(err, cuda.ErrorOutOfMemory) || !r.retry(size, attempt) {
+		if err == nil || r.retry == nil || !errors.Is(err, cuda.ErrorOutOfMemory) || isNeverFits(err) || !r.retry(size, attempt) {
 			return ptr, us, err
 		}
 		r.retries.Add(1)

@@ -18,7 +18,17 @@ import (
 // can use it), and tries once more, as PyTorch's caching allocator frees
 // its cached blocks and retries. The pool regrows on later allocations.
 // It runs with the pool acquired.
+//
+// A request larger than the device's memory can never fit: err is
+// returned as it is (marked, so that Retrying makes no retry either),
+// without the wait and the trim, which would cost the pool's cached
+// memory (and the next allocations their driver calls) for nothing.
 func (c *poolCore) retryAfterTrim(s *cuda.Stream, size uint64, err error) (cuda.DevicePtr, error) {
+	if c.kind == "DevicePool" {
+		if total, terr := c.dev.TotalMemory(); terr == nil && size > total {
+			return 0, neverFits{fmt.Errorf("%w (more than the %d bytes of %v)", err, total, c.dev)}
+		}
+	}
 	if serr := s.Sync(); serr != nil {
 		return 0, errors.Join(err, fmt.Errorf("waiting for %v on out-of-memory: %w", s, serr))
 	}

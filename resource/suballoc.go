@@ -61,9 +61,29 @@ type SubAllocatorOptions struct {
 // block stays in use without the hooks' registration (Released is not
 // called for it again).
 //
-// Acquired runs with the SubAllocator's lock held when a block is taken,
-// and while a block is being given back otherwise; Released while a block
-// is being given back. They must not call the SubAllocator.
+// Acquired runs with the SubAllocator's shared lock held when a block is
+// taken (by an Allocate that grows, or NewSubAllocator), so that no other
+// allocation sees the block before it is acquired. Released, and Acquired
+// again for a block that could not be given back, run without that lock,
+// on the goroutine of the Trim, Close or Deallocate that gives the block
+// back, while the block is set aside. A hook may block (a registration
+// may take long), but while Acquired runs, every allocation that its
+// stream's cache cannot serve waits, and while Released runs, Close
+// waits for it. A hook must not call the SubAllocator it serves, nor wait
+// for a goroutine that does: Acquired would wait for the lock it is
+// called under, and a Close reached from Released would wait for that
+// Released to return.
+//
+// A hook that panics leaves the SubAllocator usable, closable and with
+// its books whole; the panic goes on to the caller of the operation that
+// ran the hook. A panic in Acquired when a block is taken is a failed
+// Acquired: the block goes back to the upstream, and the allocation that
+// needed it gets no memory. A panic in Released is a failed Released: the
+// block stays, owned and still acquired, and a later Trim or Close calls
+// Released for it again (as do the other blocks that operation had not
+// given back yet). A Deallocate whose range was the last of its block
+// after Close has freed the range before the hook runs.
+//
 // A SubAllocator that is dropped without Close leaves its blocks to the
 // Buffers' safety net, which frees them without calling Released.
 type SegmentHooks struct {
@@ -300,14 +320,18 @@ func NewSubAllocator(upstream buffer.MemoryResource, opts *SubAllocatorOptions) 
 		if !ok {
 			return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "InitialSize %d overflows when aligned to %d bytes", o.InitialSize, o.Alignment)
 		}
-		a.mu.Lock()
-		err := a.growLocked(op, a.listFor(nil), n, n, nil)
-		a.mu.Unlock()
-		if err != nil {
+		if err := a.growInitial(op, n); err != nil {
 			return nil, err
 		}
 	}
 	return a, nil
+}
+
+// growInitial takes the initial block of n bytes (see NewSubAllocator).
+func (a *SubAllocator) growInitial(op string, n uint64) error {
+	a.mu.Lock()
+	defer a.mu.Unlock() // the upstream and the Acquired hook may panic
+	return a.growLocked(op, a.listFor(nil), n, n, nil)
 }
 
 // alignUp rounds n up to a multiple of the power of two align; ok is false
@@ -334,7 +358,8 @@ func (a *SubAllocator) check(op string) error {
 // A request beyond MaxSize, or one the upstream cannot grow for, fails
 // with an error matching cuda.ErrorOutOfMemory that names the sizes; a
 // size that overflows when aligned matches cuda.ErrInvalidArgument; after
-// Close the error matches cuda.ErrClosed.
+// Close, and on a stream that was closed (whatever the sub-allocator
+// still holds freed on it), the error matches cuda.ErrClosed.
 func (a *SubAllocator) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
 	return buffer.Allocate(a, size, s)
 }
@@ -370,6 +395,12 @@ func (a *SubAllocator) take(size uint64, s *cuda.Stream) (cuda.DevicePtr, error)
 	if !ok {
 		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "%d bytes overflow when aligned to %d bytes", size, a.align)
 	}
+	// A closed stream gets nothing, whether or not a range freed on it
+	// is still cached here: the pools refuse it, and work queued on it
+	// after its Close is an error (one atomic load).
+	if err := refuseClosed(op, s); err != nil {
+		return 0, err
+	}
 	var h uint32 // the shard hint the fast path used, for recordLocked
 	if size > 0 {
 		var addr uint64
@@ -377,13 +408,19 @@ func (a *SubAllocator) take(size uint64, s *cuda.Stream) (cuda.DevicePtr, error)
 			return cuda.DevicePtr(addr), nil
 		}
 	}
+	return a.takeSlow(op, size, n, s, h)
+}
+
+// takeSlow is take past the caches, under the shared lock. The unlock is
+// deferred: growing calls the upstream and the Acquired hook, user code
+// that may panic, and a panic must not leave the lock held.
+func (a *SubAllocator) takeSlow(op string, size, n uint64, s *cuda.Stream, h uint32) (cuda.DevicePtr, error) {
 	a.mu.Lock()
+	defer a.mu.Unlock()
 	if a.closed {
-		a.mu.Unlock()
 		return 0, &cuda.OpError{Op: op, Err: cuda.ErrClosed}
 	}
 	if size == 0 {
-		a.mu.Unlock()
 		return 0, nil
 	}
 	l := a.listFor(s)
@@ -391,7 +428,6 @@ func (a *SubAllocator) take(size uint64, s *cuda.Stream) (cuda.DevicePtr, error)
 	if i == 0 {
 		var err error
 		if i, err = a.slowLocked(l, n, s); err != nil {
-			a.mu.Unlock()
 			return 0, err
 		}
 	}
@@ -402,8 +438,17 @@ func (a *SubAllocator) take(size uint64, s *cuda.Stream) (cuda.DevicePtr, error)
 	a.used += n
 	a.blockTab[c.blk].live++
 	a.recordLocked(s, i, h)
-	a.mu.Unlock()
 	return cuda.DevicePtr(addr), nil
+}
+
+// refuseClosed refuses a stream closed by its owner with the error the
+// pools give for it (cuda.ResolveStream): it matches cuda.ErrClosed.
+func refuseClosed(op string, s *cuda.Stream) error {
+	if s == nil || !s.IsClosed() || s.Device() == nil {
+		return nil
+	}
+	_, err := s.Device().ResolveStream(op, s, false)
+	return err
 }
 
 // Deallocate gives back a range from Allocate, on s (nil: the upstream's
@@ -419,7 +464,9 @@ func (a *SubAllocator) take(size uint64, s *cuda.Stream) (cuda.DevicePtr, error)
 // An address that is not a live allocation of this sub-allocator (never
 // allocated here, or already freed), or a size that does not match the
 // allocation's, is an error matching cuda.ErrInvalidArgument, and nothing
-// changes.
+// changes. A stream that was closed is refused, as the pools refuse it,
+// with an error matching cuda.ErrClosed: the range stays allocated, and
+// may be freed on another stream (Buffer.CloseOn).
 func (a *SubAllocator) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	const op = "SubAllocator.Deallocate"
 	if ptr == 0 {
@@ -429,6 +476,13 @@ func (a *SubAllocator) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 		return err
 	}
 	if err := a.order.admit(op, s, false); err != nil {
+		return fmt.Errorf("%w (%#x, %d bytes, stays allocated)", err, uint64(ptr), size)
+	}
+	// Refused as the pools refuse it, before any cache sees it: nothing
+	// may be ordered on a closed stream any more, so a range freed on it
+	// could be reused only after waiting for its whole device. The range
+	// stays allocated; free it on a live stream (Buffer.CloseOn).
+	if err := refuseClosed(op, s); err != nil {
 		return fmt.Errorf("%w (%#x, %d bytes, stays allocated)", err, uint64(ptr), size)
 	}
 	if done, err := a.fastFree(ptr, size, s); done {

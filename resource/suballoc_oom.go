@@ -16,7 +16,16 @@ import (
 // that fits, as PyTorch's caching allocator frees its cached blocks and
 // retries. So Trim, and if it gave anything back, take once more. The
 // error of a failed retry is returned joined with Trim's, if any.
+//
+// Only when trimming can make the request fit: a request that exceeds
+// MaxSize alone, or with the blocks that have live allocations, fails
+// with err as it is (the state that refused it), and every block stays.
+// Giving back memory that the next allocations would take again, for a
+// retry that must fail, would only cost them the upstream calls.
 func (a *SubAllocator) retryAfterTrim(size uint64, s *cuda.Stream, err error) (cuda.DevicePtr, error) {
+	if isNeverFits(err) || !a.trimMayFit(size) {
+		return 0, err
+	}
 	gave, terr := a.trim()
 	if gave == 0 {
 		// Nothing went back: the retry would fail the same way.
@@ -29,8 +38,42 @@ func (a *SubAllocator) retryAfterTrim(size uint64, s *cuda.Stream, err error) (c
 	a.oomTrim++
 	a.mu.Unlock()
 	ptr, rerr := a.take(size, s)
-	if rerr != nil && terr != nil {
-		rerr = errors.Join(rerr, fmt.Errorf("giving back free blocks on out-of-memory: %w", terr))
+	if rerr != nil {
+		// The retry's error describes the state it failed in, after the
+		// trim; say that one was made.
+		rerr = fmt.Errorf("%w (after giving back %d bytes of entirely free blocks on out-of-memory)", rerr, gave)
+		if terr != nil {
+			rerr = errors.Join(rerr, fmt.Errorf("giving back free blocks on out-of-memory: %w", terr))
+		}
 	}
 	return ptr, rerr
+}
+
+// trimMayFit reports whether giving back the entirely free blocks (what
+// trim gives back) can leave room under MaxSize for a block of size
+// bytes. Without a cap it is always worth trying: then the upstream
+// refused, and memory given back to it may be what it lacked.
+func (a *SubAllocator) trimMayFit(size uint64) bool {
+	if a.max == 0 {
+		return true
+	}
+	n, ok := alignUp(size, a.align)
+	if !ok {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed {
+		return false
+	}
+	// A range a cache holds counts as live in its block: back in the
+	// books, the blocks entirely free are seen (trim flushes them too).
+	a.flushAllLocked()
+	kept := a.held // what stays held after the trim
+	for _, b := range a.blocks {
+		if b.live == 0 && !b.releasing {
+			kept -= b.size
+		}
+	}
+	return n+a.alignExtra() <= a.max-min(a.max, kept)
 }

@@ -16,14 +16,17 @@ import (
 // s and adds it to l. Within MaxSize, want shrinks to what is left; if the
 // upstream refuses want it is asked for n alone.
 func (a *SubAllocator) growLocked(op string, l *subList, n, want uint64, s *cuda.Stream) error {
-	extra := uint64(0)
-	if a.align > subUpstreamAlign {
-		extra = a.align - subUpstreamAlign
-	}
+	extra := a.alignExtra()
 	// n and want are multiples of the alignment, and extra is less than
 	// it, so the sums below cannot overflow.
 	want = max(want, n)
 	if a.max != 0 {
+		if n+extra > a.max {
+			// Whatever is given back, this never fits: the error says
+			// so, and no retry is made for it (neverFits).
+			return &cuda.OpError{Op: op, Err: neverFits{fmt.Errorf("%d bytes on %s: a block for them takes %d bytes, more than MaxSize %d (%d reserved, %d of it free): %w",
+				n, streamName(s), n+extra, a.max, a.held, a.freeBytesLocked(), cuda.ErrorOutOfMemory)}}
+		}
 		left := a.max - min(a.max, a.held)
 		if n+extra > left {
 			return &cuda.OpError{Op: op, Err: fmt.Errorf("%d bytes on %s: a new block of %d bytes would exceed MaxSize %d (%d reserved, %d of it free in ranges too small or fragmented): %w",
@@ -45,6 +48,15 @@ func (a *SubAllocator) growLocked(op string, l *subList, n, want uint64, s *cuda
 	return &cuda.OpError{Op: op, Err: fmt.Errorf("%d bytes on %s: grow from %v: %w", n, streamName(s), a.up, err)}
 }
 
+// alignExtra is how much more than a block's size is asked of the
+// upstream, to align the block's start.
+func (a *SubAllocator) alignExtra() uint64 {
+	if a.align > subUpstreamAlign {
+		return a.align - subUpstreamAlign
+	}
+	return 0
+}
+
 // addBlockLocked adds the upstream buffer ub (of size bytes, asked for to
 // hold n) as a block whose aligned range is free on l.
 func (a *SubAllocator) addBlockLocked(op string, l *subList, ub *buffer.Buffer, size, n uint64) error {
@@ -63,11 +75,7 @@ func (a *SubAllocator) addBlockLocked(op string, l *subList, ub *buffer.Buffer, 
 		return a.rejectBlock(op, ub, fmt.Errorf("upstream %v returned %#x (%d bytes), which cannot hold %d bytes aligned to %d", a.up, base, size, n, a.align))
 	}
 	b := &subBlock{buf: ub, base: base, size: size}
-	if err := a.acquired(b); err != nil {
-		err = &cuda.OpError{Op: op, Err: err}
-		if cerr := ub.Close(); cerr != nil {
-			return errors.Join(err, fmt.Errorf("give the block back: %w", cerr))
-		}
+	if err := a.acquireNew(op, b); err != nil {
 		return err
 	}
 	if k := len(a.freeBlk); k > 0 {
@@ -94,6 +102,30 @@ func (a *SubAllocator) addBlockLocked(op string, l *subList, ub *buffer.Buffer, 
 	a.held += size
 	a.freeLocked(l, i)
 	return nil
+}
+
+// acquireNew runs the Acquired hook for b, a block just taken from the
+// upstream and not yet in the books. If the hook fails, or panics, the
+// block goes back to the upstream (a panic then goes on to the caller),
+// so that nothing is held that the books do not know.
+func (a *SubAllocator) acquireNew(op string, b *subBlock) error {
+	returned := false
+	defer func() {
+		if !returned {
+			// The hook's panic is what the caller sees; a failure to
+			// give the block back now is left to the safety net.
+			_ = b.buf.Close()
+		}
+	}()
+	err := a.acquired(b)
+	returned = true
+	if err != nil {
+		err = &cuda.OpError{Op: op, Err: err}
+		if cerr := b.buf.Close(); cerr != nil {
+			return errors.Join(err, fmt.Errorf("give the block back: %w", cerr))
+		}
+	}
+	return err
 }
 
 // rejectBlock gives back an upstream buffer that cannot serve as a block
@@ -198,8 +230,24 @@ type subGiven struct {
 //     wanted when memory is short), and the errors are joined.
 //
 // It returns what was given back and the error; the lock is not held.
+//
+// The hooks and the upstream are user code: if one panics, the blocks not
+// yet dealt with (the one in hand included, still owned: a block is
+// dropped only once its memory is gone) go back on the lists before the
+// panic goes on, so that the books stay whole, a later Trim or Close
+// retries them, and Close does not wait for them forever.
 func (a *SubAllocator) giveBack(rs []subRelease) (subGiven, error) {
 	var g subGiven
+	done := 0 // rs[done:] are still detached
+	defer func() {
+		if done < len(rs) {
+			a.mu.Lock()
+			for _, r := range rs[done:] {
+				a.restoreLocked(r)
+			}
+			a.mu.Unlock()
+		}
+	}()
 	var streams []*cuda.Stream
 	var total uint64
 	for _, r := range rs {
@@ -216,6 +264,7 @@ func (a *SubAllocator) giveBack(rs []subRelease) (subGiven, error) {
 			for _, r := range rs {
 				a.restoreLocked(r)
 			}
+			done = len(rs)
 			a.mu.Unlock()
 			g.kept = len(rs)
 			what := fmt.Sprintf("%d blocks (%d bytes)", len(rs), total)
@@ -238,6 +287,7 @@ func (a *SubAllocator) giveBack(rs []subRelease) (subGiven, error) {
 			a.restoreLocked(r)
 			g.kept++
 		}
+		done++
 		a.mu.Unlock()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("give back %#x (%d bytes) to %v: %w", b.base, b.size, a.up, err))
