@@ -34,6 +34,12 @@ import (
 // returned unchanged (they already name the operation and the sizes), so a
 // stack of adaptors does not pile prefixes onto an out-of-memory error.
 //
+// An upstream may be user code, and user code may panic: a panic goes on
+// to the caller, and the adaptor's books stay as if the call had failed
+// (a Limiting's reservation is given back, a Tracking's or a Fallback's
+// record of a free that panicked is kept). No adaptor holds a lock while
+// it calls its upstream or a user function.
+//
 // An allocation at address 0 (what size 0 gives) owns no memory and is
 // not counted: Buffer.Close never calls Deallocate for it, so counting it
 // would leave it live forever.

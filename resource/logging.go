@@ -45,6 +45,13 @@ type LoggingOptions struct {
 // allocate record before the old deallocate record; RMM logs frees
 // before freeing. Order by time minus duration when replaying such logs.
 //
+// The logger's handler runs on the goroutine of each call, with no lock
+// of the Logging held, after the upstream call it records. It may block
+// (the call waits for it) and may use the Logging. If it panics, the
+// panic goes on to the caller: an allocation it was recording is first
+// given back to the upstream (the caller gets no memory); a free it was
+// recording is done.
+//
 // Buffers from Allocate are owned by the Logging, so that their Close is
 // logged. Logging is safe for concurrent use (slog handlers are).
 type Logging struct {
@@ -120,7 +127,17 @@ func (r *Logging) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cud
 	if err == nil {
 		s = us // the stream the upstream chose for nil
 	}
+	// The handler is user code: if it panics, the memory it was logging
+	// would reach no caller. It goes back to the upstream, and the panic
+	// goes on.
+	logged := false
+	defer func() {
+		if !logged && err == nil && ptr != 0 {
+			_ = r.up.Deallocate(ptr, size, us)
+		}
+	}()
 	r.log(l, "allocate", size, ptr, s, d, err)
+	logged = true
 	return ptr, us, err
 }
 

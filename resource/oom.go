@@ -225,12 +225,18 @@ func (f *Fallback) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 	if !alt {
 		return f.up.Deallocate(ptr, size, s)
 	}
+	// Not freed (the fallback failed, or panicked): the address stays
+	// the fallback's, so that a retried free goes there again.
+	freed := false
+	defer func() {
+		if !freed {
+			f.mu.Lock()
+			f.fell[ptr] = size
+			f.mu.Unlock()
+		}
+	}()
 	err := f.alt.Deallocate(ptr, size, s)
-	if err != nil && !errors.Is(err, buffer.ErrPartlyFreed) {
-		f.mu.Lock()
-		f.fell[ptr] = size
-		f.mu.Unlock()
-	}
+	freed = err == nil || errors.Is(err, buffer.ErrPartlyFreed)
 	return err
 }
 

@@ -30,6 +30,10 @@ type TrackingOptions struct {
 	// allocation with an error matching cuda.ErrorOutOfMemory, after the
 	// failure and outside the Tracking's lock, with the Tracking, the size
 	// asked for and the error (which Allocate then returns unchanged).
+	// It runs on the allocating goroutine with no lock of the Tracking
+	// held, so it may block and may call the Tracking (Live, Sites, or
+	// free memory through it); if it panics, the panic goes on to the
+	// caller of Allocate, and nothing was allocated.
 	// Put the Tracking above any retrying or fallback adaptor, so that
 	// the hook sees only the failures nothing below could recover from;
 	// the live allocations at that moment are what filled the memory
@@ -214,14 +218,19 @@ func (r *Tracking) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 	delete(r.live, ptr)
 	r.bytes -= min(r.bytes, size)
 	r.mu.Unlock()
+	// Not freed (the upstream failed, or panicked: it may be user code):
+	// back on the books, for a retry.
+	freed := false
+	defer func() {
+		if !freed {
+			r.mu.Lock()
+			r.live[ptr] = rec
+			r.bytes = satAdd(r.bytes, size)
+			r.mu.Unlock()
+		}
+	}()
 	err := r.up.Deallocate(ptr, size, s)
-	if err != nil && !errors.Is(err, buffer.ErrPartlyFreed) {
-		// Not freed: back on the books, for a retry.
-		r.mu.Lock()
-		r.live[ptr] = rec
-		r.bytes = satAdd(r.bytes, size)
-		r.mu.Unlock()
-	}
+	freed = err == nil || errors.Is(err, buffer.ErrPartlyFreed)
 	// An error wrapping buffer.ErrPartlyFreed says the memory is gone
 	// (its Buffer closes anyway): it stays off the books.
 	return err
