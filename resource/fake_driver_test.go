@@ -68,16 +68,27 @@ func TestSubAllocatorClosedStreamFake(t *testing.T) {
 	s2, err := dev.NewStream()
 	require.NoError(t, err)
 
-	// A small range freed into s's cache, a large one (past the cache's
-	// share of GrowSize) onto s's list, and one still live on s2.
+	// One allocation live on s2 (first: s then takes the block's free
+	// range), a small range freed into s's cache, and a large one (past
+	// the cache's share of GrowSize) onto s's list.
+	live, err := sa.Allocate(saKiB, s2)
+	require.NoError(t, err)
 	small, err := sa.Allocate(saKiB, s)
 	require.NoError(t, err)
 	require.NoError(t, small.Close())
 	large, err := sa.Allocate(2*saMiB, s)
 	require.NoError(t, err)
 	require.NoError(t, large.Close())
-	live, err := sa.Allocate(saKiB, s2)
-	require.NoError(t, err)
+	sa.mu.Lock()
+	onList := sa.lists[s] != nil && sa.lists[s].bytes >= 2*saMiB
+	sa.mu.Unlock()
+	require.True(t, onList, "the large range is on s's list")
+	c := sa.cacheOf(s)
+	require.NotNil(t, c)
+	c.own.mu.Lock()
+	cached := len(c.own.free)
+	c.own.mu.Unlock()
+	require.Equal(t, 1, cached, "the small range is in s's cache")
 	require.NoError(t, s.Close())
 	require.NoError(t, s2.Close())
 

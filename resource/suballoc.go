@@ -27,7 +27,9 @@ type SubAllocatorOptions struct {
 	// MaxSize caps the bytes held from the upstream; 0 means no cap.
 	// Beyond it Allocate fails with an error matching
 	// cuda.ErrorOutOfMemory, and the sub-allocator keeps working for
-	// requests that fit.
+	// requests that fit. The free blocks are given back on such a
+	// failure only when that can make room under the cap for the
+	// request (see SubAllocatorStats.OutOfMemoryTrims).
 	MaxSize uint64
 	// Alignment of every allocation's address and size, a power of two; 0
 	// means 256 bytes, what cudaMalloc guarantees and what RMM uses.
@@ -259,7 +261,10 @@ type SubAllocatorStats struct {
 	// fragmentation.
 	FreeRanges int
 	// OutOfMemoryTrims counts the allocations that ran out of memory,
-	// gave back the entirely free blocks (Trim) and tried again.
+	// gave back the entirely free blocks (Trim) and tried again. An
+	// allocation that giving them back cannot help (one that would not
+	// fit under MaxSize with only the blocks in use held) fails at once,
+	// with every block kept.
 	OutOfMemoryTrims uint64
 }
 

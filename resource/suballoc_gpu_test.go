@@ -148,6 +148,50 @@ func TestSubAllocatorGPUTrimClose(t *testing.T) {
 	assert.Zero(t, sa.Stats())
 }
 
+// A stream that was closed gets no memory, from its cache, its free list
+// or for size 0, as the pool refuses it; a free on it is refused with the
+// buffer left open, and the ranges freed on it before serve another
+// stream, whose kernel sees its own data there.
+func TestSubAllocatorGPUClosedStream(t *testing.T) {
+	dev := cudatest.Device(t)
+	k := cudatest.LoadKernels(t, dev)
+	sa := gpuSub(t, dev, &resource.SubAllocatorOptions{GrowSize: 4 * mib})
+	pool := sa.Upstream()
+	s, err := dev.NewStream()
+	require.NoError(t, err)
+	s2, err := dev.NewStream()
+	require.NoError(t, err)
+	live, err := sa.Allocate(kib, s2) // first: s then takes the block's free range
+	require.NoError(t, err)
+	small, err := sa.Allocate(kib, s) // freed into s's cache
+	require.NoError(t, err)
+	closeBuf(t, small)
+	large, err := sa.Allocate(2*mib, s) // freed onto s's list (past the cache's share)
+	require.NoError(t, err)
+	require.NoError(t, k.Write(s, large.Ptr(), large.Size(), 3))
+	closeBuf(t, large)
+	require.NoError(t, s.Close())
+	require.NoError(t, s2.Close())
+
+	for _, size := range []uint64{kib, 2 * mib, 0} {
+		_, err := sa.Allocate(size, s)
+		require.ErrorIs(t, err, cuda.ErrClosed, "%d bytes on a closed stream", size)
+		_, err = buffer.Allocate(pool, size, s)
+		require.ErrorIs(t, err, cuda.ErrClosed, "the pool's answer for %d bytes", size)
+	}
+	require.ErrorIs(t, live.Close(), cuda.ErrClosed)
+	assert.False(t, live.IsClosed(), "the buffer stays open")
+	require.NoError(t, live.CloseOn(dev.DefaultStream()))
+
+	other := cudatest.Stream(t, dev)
+	b, err := sa.Allocate(2*mib, other)
+	require.NoError(t, err)
+	require.NoError(t, k.Write(other, b.Ptr(), b.Size(), 4))
+	k.RequireCheck(t, other, b.Ptr(), b.Size(), 4)
+	closeBuf(t, b)
+	assert.Equal(t, 1, sa.Stats().Blocks, "no growth")
+}
+
 // BenchmarkSubAllocatorPair: one allocate+free pair on one stream through
 // a SubAllocator over the device's current pool, beside the same pair
 // through the DevicePool itself.

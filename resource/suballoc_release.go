@@ -22,10 +22,17 @@ func (a *SubAllocator) growLocked(op string, l *subList, n, want uint64, s *cuda
 	want = max(want, n)
 	if a.max != 0 {
 		if n+extra > a.max {
-			// Whatever is given back, this never fits: the error says
-			// so, and no retry is made for it (neverFits).
-			return &cuda.OpError{Op: op, Err: neverFits{fmt.Errorf("%d bytes on %s: a block for them takes %d bytes, more than MaxSize %d (%d reserved, %d of it free): %w",
-				n, streamName(s), n+extra, a.max, a.held, a.freeBytesLocked(), cuda.ErrorOutOfMemory)}}
+			// No new block can hold the request, whatever is given
+			// back: no trim is made for it. Only past MaxSize itself is
+			// it marked neverFits (no retry at all): below, a block
+			// already held whose start happens to be aligned may hold
+			// it once its allocations are freed.
+			var err error = fmt.Errorf("%d bytes on %s: a block for them takes %d bytes, more than MaxSize %d (%d reserved, %d of it free): %w",
+				n, streamName(s), n+extra, a.max, a.held, a.freeBytesLocked(), cuda.ErrorOutOfMemory)
+			if n > a.max {
+				err = neverFits{err}
+			}
+			return &cuda.OpError{Op: op, Err: err}
 		}
 		left := a.max - min(a.max, a.held)
 		if n+extra > left {
