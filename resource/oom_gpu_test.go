@@ -64,3 +64,29 @@ func TestSubAllocatorGPUOutOfMemoryReleasesCache(t *testing.T) {
 	require.NoError(t, sa.Deallocate(p, big, s))
 	require.NoError(t, s.Sync())
 }
+
+// A DevicePool request larger than the device fails at once: the pool
+// keeps what it caches (no wait and no trim for a retry that must fail),
+// and a Retrying above it does not call its RetryFunc.
+func TestDevicePoolGPUOutOfMemoryBeyondDevice(t *testing.T) {
+	dev := cudatest.Device(t)
+	pool := ownedPool(t, dev, &resource.DevicePoolOptions{})
+	b, err := pool.Allocate(4*mib, nil)
+	require.NoError(t, err)
+	closeBuf(t, b)
+	syncAll(t, dev)
+	before, err := pool.Attributes()
+	require.NoError(t, err)
+	require.NotZero(t, before.ReservedMemCurrent, "the freed memory stays cached")
+
+	total, err := dev.TotalMemory()
+	require.NoError(t, err)
+	calls := 0
+	r := resource.NewRetrying(pool, func(uint64, int) bool { calls++; return calls < 3 })
+	_, err = r.Allocate(total+1, nil)
+	require.ErrorIs(t, err, cuda.ErrorOutOfMemory)
+	assert.Zero(t, calls, "no retry")
+	after, err := pool.Attributes()
+	require.NoError(t, err)
+	assert.Equal(t, before.ReservedMemCurrent, after.ReservedMemCurrent, "not trimmed")
+}
