@@ -75,8 +75,8 @@ func (r *Limiting) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cu
 			}
 		}
 	}
-	// The upstream may be user code that panics: the reservation must not
-	// stay behind (the unlock-on-panic rule, with a count for a lock).
+	// The upstream may be user code, and panic: the reservation is then
+	// given back, as when it fails, or the budget would shrink for good.
 	returned := false
 	defer func() {
 		if !returned && size > 0 {

@@ -76,15 +76,16 @@ type SubAllocatorOptions struct {
 // called under, and a Close reached from Released would wait for that
 // Released to return.
 //
-// A hook that panics leaves the SubAllocator usable, closable and with
-// its books whole; the panic goes on to the caller of the operation that
-// ran the hook. A panic in Acquired when a block is taken is a failed
-// Acquired: the block goes back to the upstream, and the allocation that
-// needed it gets no memory. A panic in Released is a failed Released: the
-// block stays, owned and still acquired, and a later Trim or Close calls
-// Released for it again (as do the other blocks that operation had not
-// given back yet). A Deallocate whose range was the last of its block
-// after Close has freed the range before the hook runs.
+// A hook that panics counts as one that failed, and leaves the
+// SubAllocator usable, closable and with its books whole; the panic goes
+// on to the caller of the operation that ran the hook (Allocate,
+// NewSubAllocator, Trim, Close, Deallocate). After a panicking Acquired
+// on a new block, the block has gone back to the upstream and the
+// allocation that needed it gets no memory. After a panicking Released,
+// its block stays, owned and still acquired, and so do the blocks the
+// operation had not given back yet; a later Trim or Close calls Released
+// for each of them. A Deallocate that runs Released (for the last
+// allocation of a block, after Close) has freed its range first.
 //
 // A SubAllocator that is dropped without Close leaves its blocks to the
 // Buffers' safety net, which frees them without calling Released.

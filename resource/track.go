@@ -28,12 +28,12 @@ type TrackingOptions struct {
 
 	// OnOutOfMemory, if set, is called when the upstream fails an
 	// allocation with an error matching cuda.ErrorOutOfMemory, after the
-	// failure and outside the Tracking's lock, with the Tracking, the size
-	// asked for and the error (which Allocate then returns unchanged).
-	// It runs on the allocating goroutine with no lock of the Tracking
-	// held, so it may block and may call the Tracking (Live, Sites, or
-	// free memory through it); if it panics, the panic goes on to the
-	// caller of Allocate, and nothing was allocated.
+	// failure, with the Tracking, the size asked for and the error (which
+	// Allocate then returns unchanged). It runs on the allocating
+	// goroutine with no lock of the Tracking held, so it may block and
+	// may call the Tracking (Live, Sites, or free memory through it); if
+	// it panics, the panic goes on to the caller of Allocate, and nothing
+	// was allocated.
 	// Put the Tracking above any retrying or fallback adaptor, so that
 	// the hook sees only the failures nothing below could recover from;
 	// the live allocations at that moment are what filled the memory
