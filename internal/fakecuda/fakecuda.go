@@ -45,6 +45,20 @@ func Build(dir string) (string, error) {
 	return out, nil
 }
 
+// Is reports whether the library at path is the fake driver (it exports
+// the fake's own test entry points). A library already loaded, as the
+// driver cudamem uses, is not loaded a second time: dlopen of one path
+// shares one copy.
+func Is(path string) bool {
+	l, err := loader.OpenLibrary(path)
+	if err != nil {
+		return false
+	}
+	defer l.Close()
+	_, err = l.Lookup("fakecuda_stat")
+	return err == nil
+}
+
 // Stat names one counter of the fake driver.
 type Stat int
 
