@@ -33,8 +33,8 @@
 // Graph launches run the copies, fills and kernels captured into them.
 //
 // Not emulated: other kernels, asynchrony (every call completes before
-// it returns), cross-process sharing (pool and legacy IPC work inside one
-// process only), CUDA 13 host/managed default pools (cuMemGetDefaultMemPool
+// it returns), cross-process sharing other than pool IPC (legacy IPC and
+// VMM handle exports work inside one process only), CUDA 13 host/managed default pools (cuMemGetDefaultMemPool
 // and friends are absent, so they report "not supported").
 //
 // Environment: FAKECUDA_DEVICES (1 or 2, default 1), FAKECUDA_VERSION
@@ -48,6 +48,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -207,6 +208,7 @@ typedef struct pool {
 	int access[MAXDEV];    /* CUmemAccess_flags per device */
 	int live;
 	int doomed;            /* fabric handles made without IMEX: destroying it is a crash */
+	int remote_pid;        /* an import of another process's pool: that process (0: this one) */
 } pool_t;
 #define MAXPOOLS 4096
 static pool_t *pools[MAXPOOLS];
@@ -231,6 +233,7 @@ typedef struct alloc {
 	u64 base, size, maplen;
 	int kind, dev;
 	pool_t *pool;
+	int memfd1; /* the memfd backing it, plus one (0: none; see new_alloc) */
 } alloc_t;
 static alloc_t *allocs;
 static int nallocs, capallocs;
@@ -286,9 +289,23 @@ static CUresult new_alloc(u64 *out, u64 size, int kind, int dev, pool_t *p) {
 		allocs = a, capallocs = c;
 	}
 	u64 len = round_up(size, PAGE);
-	void *m = map_shared(len);
-	if (!m) return E_OUT_OF_MEMORY;
-	allocs[nallocs++] = (alloc_t){(u64)m, size, len, kind, dev, p};
+	void *m = 0;
+	int memfd = -1;
+	if (kind == K_POOL && (p->handle_types & 1) && !p->imported) {
+		/* A pool another process may import: its memory is a memfd, which
+		   the importer maps through /proc (see fMemPoolImportPointer). */
+		memfd = memfd_create("fakecuda-pool", MFD_CLOEXEC);
+		if (memfd < 0) return E_OUT_OF_MEMORY;
+		if (ftruncate(memfd, (off_t)len) == 0) {
+			m = mmap(0, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+			if (m == MAP_FAILED) m = 0;
+		}
+		if (!m) { close(memfd); return E_OUT_OF_MEMORY; }
+	} else {
+		m = map_shared(len);
+		if (!m) return E_OUT_OF_MEMORY;
+	}
+	allocs[nallocs++] = (alloc_t){(u64)m, size, len, kind, dev, p, memfd + 1};
 	add_bytes(kind, dev, p, (long long)size);
 	stats[ST_ALLOCS]++;
 	*out = (u64)m;
@@ -297,6 +314,7 @@ static CUresult new_alloc(u64 *out, u64 size, int kind, int dev, pool_t *p) {
 
 static void drop_alloc(alloc_t *a) {
 	if (a->kind != K_REGISTERED) munmap((void *)a->base, a->maplen);
+	if (a->memfd1) close(a->memfd1 - 1);
 	add_bytes(a->kind, a->dev, a->pool, -(long long)a->size);
 	if (a->kind == K_REGISTERED) stats[ST_REGISTERED]--;
 	else stats[ST_ALLOCS]--;
@@ -1189,20 +1207,26 @@ static CUresult fMemFreeAsync(u64 ptr, void *s) {
 	RET(OK);
 }
 
-/* Pool IPC (in one process): the exported fd is an eventfd whose counter
-   is the pool's id (an anonymous inode, as the real driver's export is not
-   a regular file, pipe or socket); an imported pool refers to the
-   exporting pool by that id; an imported pointer is a second mapping of
-   the same shared pages. */
+/* Pool IPC: the exported fd is an eventfd whose counter is the exporting
+   process's id and the pool's (an anonymous inode, as the real driver's
+   export is not a regular file, pipe or socket); an imported pool refers
+   to the exporting pool by that id. In the same process an imported
+   pointer is a second mapping of the same shared pages. In another
+   process, it maps the memfd that backs the allocation in the exporter
+   (an exported pointer names it), opened through /proc/PID/fd: so pool
+   IPC works between processes of one user, while the exporter lives. */
+#define POOL_ID_BITS 24
+#define POOL_ID_MASK ((1ll << POOL_ID_BITS) - 1)
 static CUresult fMemPoolExportToShareableHandle(void *out, void *h, int type, u64 flags) {
 	LOCK();
 	NEED_CTX();
 	if (type == 8) RET(fabric_pool_export(out, h, flags));
 	pool_t *p = as_pool(h);
-	if (!out || !p || type != 1 || flags || !(p->handle_types & 1) || p->id <= 0) RET(E_INVALID_VALUE);
+	if (!out || !p || type != 1 || flags || !(p->handle_types & 1) || p->id <= 0 || p->id > POOL_ID_MASK) RET(E_INVALID_VALUE);
+	if (p->imported) RET(E_INVALID_VALUE); /* only the owner exports */
 	int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (fd < 0) RET(E_OUT_OF_MEMORY);
-	uint64_t id = (uint64_t)p->id;
+	uint64_t id = ((uint64_t)getpid() << POOL_ID_BITS) | (uint64_t)p->id;
 	if (write(fd, &id, sizeof id) != sizeof id) { close(fd); RET(E_OUT_OF_MEMORY); }
 	*(int *)out = fd;
 	RET(OK);
@@ -1224,6 +1248,22 @@ static CUresult fMemPoolImportFromShareableHandle(void **out, void *osh, int typ
 	long long id = 0;
 	if (!out || type != 1 || flags || npools == MAXPOOLS) RET(E_INVALID_VALUE);
 	if ((id = pool_fd_id(fd)) <= 0) RET(E_INVALID_VALUE);
+	int pid = (int)(id >> POOL_ID_BITS);
+	id &= POOL_ID_MASK;
+	if (pid <= 0 || id == 0) RET(E_INVALID_VALUE);
+	if (pid != getpid()) {
+		/* Another process's pool: its memory is reached through its
+		   exported pointers. */
+		pool_t *p = calloc(1, sizeof *p);
+		if (!p) RET(E_OUT_OF_MEMORY);
+		*p = (pool_t){.alloc_type = 1, .handle_types = 1, .loc_type = 1, .loc_id = current->dev, .reuse = {1, 1, 1},
+			.imported = 1, .live = 1, .id = id, .remote_pid = pid};
+		p->access[p->loc_id] = 3;
+		pools[npools++] = p;
+		stats[ST_POOLS]++;
+		*out = p;
+		RET(OK);
+	}
 	pool_t *origin = 0;
 	for (int i = 0; i < npools; i++)
 		if (pools[i]->id == id && !pools[i]->imported) origin = pools[i];
@@ -1239,7 +1279,10 @@ static CUresult fMemPoolImportFromShareableHandle(void **out, void *osh, int typ
 	*out = p;
 	RET(OK);
 }
-typedef struct { u64 magic; long long pool; u64 ptr, size; unsigned char pad[32]; } export_t;
+/* An exported pointer (CUmemPoolPtrExportData, 64 bytes): the pool's id,
+   the pointer and its size, and the exporting process and the memfd
+   backing the allocation there (0 and -1 when none). */
+typedef struct { u64 magic; long long pool; u64 ptr, size; int pid, memfd; unsigned char pad[24]; } export_t;
 #define EXPORT_MAGIC 0x66616b6563756461ull
 static CUresult fMemPoolExportPointer(export_t *out, u64 ptr) {
 	LOCK();
@@ -1247,14 +1290,42 @@ static CUresult fMemPoolExportPointer(export_t *out, u64 ptr) {
 	alloc_t *a = find_base(ptr);
 	if (!out || !a || a->kind != K_POOL || !(a->pool->handle_types & 9)) RET(E_INVALID_VALUE);
 	memset(out, 0, sizeof *out);
-	*out = (export_t){EXPORT_MAGIC, a->pool->id, ptr, a->size, {0}};
+	*out = (export_t){EXPORT_MAGIC, a->pool->id, ptr, a->size, getpid(), a->memfd1 - 1, {0}};
 	RET(OK);
+}
+/* import_remote maps an allocation of another process's pool: the memfd
+   the descriptor names, opened through /proc (it must be one the fake
+   made for a pool, as large as the allocation). Called with the lock held. */
+static CUresult import_remote(u64 *out, pool_t *p, const export_t *d) {
+	if (d->pid != p->remote_pid || d->memfd < 0 || d->size == 0 || d->size > total_mem) return E_INVALID_VALUE;
+	char path[64], target[64] = {0};
+	snprintf(path, sizeof path, "/proc/%d/fd/%d", d->pid, d->memfd);
+	if (readlink(path, target, sizeof target - 1) < 0 || strncmp(target, "/memfd:fakecuda-pool", 20)) return E_INVALID_VALUE;
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0) return E_INVALID_VALUE; /* the exporter exited, or freed it */
+	u64 len = round_up(d->size, PAGE);
+	struct stat st;
+	void *m = MAP_FAILED;
+	if (fstat(fd, &st) == 0 && (u64)st.st_size >= len) m = mmap(0, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED) return E_INVALID_VALUE;
+	if (nallocs == capallocs) {
+		int c = capallocs ? capallocs * 2 : 64;
+		alloc_t *na = realloc(allocs, c * sizeof *na);
+		if (!na) { munmap(m, len); return E_OUT_OF_MEMORY; }
+		allocs = na, capallocs = c;
+	}
+	allocs[nallocs++] = (alloc_t){(u64)m, d->size, len, K_IMPORT, p->loc_id, p};
+	stats[ST_ALLOCS]++;
+	*out = (u64)m;
+	return OK;
 }
 static CUresult fMemPoolImportPointer(u64 *out, void *h, const export_t *d) {
 	LOCK();
 	NEED_CTX();
 	pool_t *p = as_pool(h);
 	if (!out || !d || !p || !p->imported || d->magic != EXPORT_MAGIC || d->pool != p->id) RET(E_INVALID_VALUE);
+	if (p->remote_pid) RET(import_remote(out, p, d));
 	alloc_t *a = find_base(d->ptr);
 	if (!a || a->kind != K_POOL || a->pool->id != p->id || a->size != d->size) RET(E_INVALID_VALUE);
 	if (nallocs == capallocs) {
