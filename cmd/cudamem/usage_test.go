@@ -28,7 +28,11 @@ func TestMain(m *testing.M) {
 	if os.Getenv(envRunCLI) == "1" {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if fakeBuild.dir != "" {
+		os.RemoveAll(fakeBuild.dir)
+	}
+	os.Exit(code)
 }
 
 // runProcess runs cudamem args in a process of its own, with env added,
