@@ -9,7 +9,10 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"sync"
+	"syscall"
 )
 
 // outFile is an output file named on the command line. It is opened
@@ -76,7 +79,12 @@ func createTemp(path string, mode fs.FileMode) (*os.File, error) {
 		var r [6]byte
 		_, _ = rand.Read(r[:]) // never fails
 		name := filepath.Join(dir, "."+base+".tmp-"+hex.EncodeToString(r[:]))
+		temps.Lock() // held across the create, so an interrupt sees it listed
 		f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+		if err == nil {
+			temps.names[name] = true
+		}
+		temps.Unlock()
 		if errors.Is(err, fs.ErrExist) {
 			continue
 		}
@@ -119,7 +127,7 @@ func (o *outFile) write(fill func(io.Writer) error) (err error) {
 	f := o.tmp
 	defer func() {
 		if err != nil {
-			os.Remove(f.Name())
+			removeTemp(f.Name())
 		}
 	}()
 	bw := bufio.NewWriter(f)
@@ -132,7 +140,13 @@ func (o *outFile) write(fill func(io.Writer) error) (err error) {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("writing %s: %w", o.name, err)
 	}
-	if err := os.Rename(f.Name(), o.path); err != nil {
+	temps.Lock()
+	err = os.Rename(f.Name(), o.path)
+	if err == nil {
+		delete(temps.names, f.Name())
+	}
+	temps.Unlock()
+	if err != nil {
 		return fmt.Errorf("writing %s: %w", o.name, err)
 	}
 	return nil
@@ -148,10 +162,55 @@ func (o *outFile) discard() {
 	o.done = true
 	if o.tmp != nil {
 		o.tmp.Close()
-		os.Remove(o.tmp.Name())
+		removeTemp(o.tmp.Name())
 	}
 	if o.direct != nil {
 		o.direct.Close()
+	}
+}
+
+// temps are the temporary files of outputs not yet in place: an
+// interrupted command removes them (see removeTempsOnSignal).
+var temps = struct {
+	sync.Mutex
+	names map[string]bool
+}{names: map[string]bool{}}
+
+func removeTemp(name string) {
+	temps.Lock()
+	defer temps.Unlock()
+	os.Remove(name)
+	delete(temps.names, name)
+}
+
+// removeTempsOnSignal makes an interrupt or a SIGTERM remove the
+// temporary files of the outputs not yet written, say so and exit with
+// the status a shell gives a process killed by the signal (130 for an
+// interrupt): a stopped command leaves no partial file either. stop ends
+// that, for the normal exit.
+func removeTempsOnSignal(stderr io.Writer) (stop func()) {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-c:
+			temps.Lock() // held to the exit: no rename or create after this
+			for name := range temps.names {
+				os.Remove(name)
+			}
+			fmt.Fprintf(stderr, "cudamem: %v: stopped; no partial output is left\n", sig)
+			code := 130
+			if s, ok := sig.(syscall.Signal); ok {
+				code = 128 + int(s)
+			}
+			os.Exit(code)
+		case <-done:
+		}
+	}()
+	return func() {
+		signal.Stop(c)
+		close(done)
 	}
 }
 

@@ -146,9 +146,13 @@ func runTimeline(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	if *out != "-" {
-		fmt.Fprintf(stdout, "%s: %s\n", *out, traceSummary(tr))
+	// The summary goes where no output does: to stderr when one is on
+	// standard output.
+	summary := stdout
+	if *out == "-" || *jsonOut == "-" || *chromeOut == "-" {
+		summary = stderr
 	}
+	fmt.Fprintf(summary, "%s: %s\n", *out, traceSummary(tr))
 	return nil
 }
 

@@ -26,7 +26,7 @@ const envRunCLI = "CUDAMEM_TEST_RUN_CLI"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(envRunCLI) == "1" {
-		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+		main()
 	}
 	code := m.Run()
 	if fakeBuild.dir != "" {
