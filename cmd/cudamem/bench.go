@@ -250,9 +250,9 @@ func runBench(args []string, stdout, stderr io.Writer) (err error) {
 		}
 		defer prof.discard()
 	}
-	dev, err := cuda.GetDevice(f.device)
+	dev, err := deviceFlag(f.device)
 	if err != nil {
-		return describeLoadError(err)
+		return err
 	}
 	s, err := dev.NewStream()
 	if err != nil {

@@ -174,6 +174,15 @@ func TestCommandsOnFakeDriver(t *testing.T) {
 	require.NoError(t, err)
 	assert.Positive(t, countBands(t, data))
 
+	// A -device the machine does not have is a bad flag, named as such.
+	for _, args := range [][]string{{"timeline", "-device", "5", "-o", "d.svg"}, {"bench", "-device", "5", "-only", "trivial"}} {
+		code, stdout, stderr = runProcess(t, dir, env, args...)
+		assert.Equal(t, 2, code, "%q: %s", args, stderr)
+		assert.Empty(t, stdout)
+		assert.True(t, strings.HasPrefix(stderr, "cudamem "+args[0]+": bad -device 5: this machine has 2 GPU(s), ordinals from 0\n"), "%q: %s", args, stderr)
+	}
+	assert.NoFileExists(t, filepath.Join(dir, "d.svg"))
+
 	// The real driver's machines say nothing of the kind.
 	withSource(t, fakeSource{})
 	code, stdout, _ = runCmd("info")

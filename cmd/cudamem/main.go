@@ -285,3 +285,20 @@ func plainError(err error) error {
 
 // argPrefix is an operation name and the ErrInvalidArgument text after it.
 var argPrefix = regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_.]*: )?` + regexp.QuoteMeta(cuda.ErrInvalidArgument.Error()+": "))
+
+// deviceFlag is cuda.GetDevice for a -device flag's ordinal: one the
+// machine does not have is a usage error naming the flag, a missing
+// driver the paths tried.
+func deviceFlag(ordinal int) (*cuda.Device, error) {
+	dev, err := cuda.GetDevice(ordinal)
+	switch {
+	case err == nil:
+		return dev, nil
+	case errors.Is(err, cuda.ErrInvalidArgument):
+		if n, nerr := cuda.DeviceCount(); nerr == nil {
+			return nil, fmt.Errorf("%w: bad -device %d: this machine has %d GPU(s), ordinals from 0", errUsage, ordinal, n)
+		}
+		return nil, fmt.Errorf("%w: bad -device %d: %w", errUsage, ordinal, plainError(err))
+	}
+	return nil, describeLoadError(err)
+}

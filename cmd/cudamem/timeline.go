@@ -13,7 +13,6 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/cudamem/cudamem/buffer"
-	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/resource"
 	"github.com/cudamem/cudamem/resource/gpuprof"
 	"github.com/cudamem/cudamem/resource/timeline"
@@ -213,9 +212,9 @@ func traceSummary(tr *timeline.Trace) string {
 // wantProf, a Tracking with stacks sits on top of each path, and the
 // profile of what is live at the end (both merged) is returned too.
 func timelineDemo(ordinal, steps, capacity int, seed uint64, stacks, wantProf bool) (tr *timeline.Trace, prof *profile.Profile, err error) {
-	dev, err := cuda.GetDevice(ordinal)
+	dev, err := deviceFlag(ordinal)
 	if err != nil {
-		return nil, nil, describeLoadError(err) // lists the paths tried
+		return nil, nil, err
 	}
 	pool, err := resource.CurrentDevicePool(dev) // the current pool, not owned
 	if err != nil {
