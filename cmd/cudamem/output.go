@@ -29,6 +29,7 @@ type outFile struct {
 	path   string   // where the output goes: name with symbolic links resolved
 	tmp    *os.File // the temporary file (regular outputs), until write or discard
 	direct *os.File // a file that is not regular, written in place
+	ready  bool     // prepared: the temporary file holds the output
 	done   bool     // written or discarded
 }
 
@@ -102,17 +103,28 @@ func createTemp(path string, mode fs.FileMode) (*os.File, error) {
 }
 
 // write fills the output with what fill writes and, for a regular file,
-// puts it in place. On any failure the output is discarded: the file
-// named keeps what it held before.
-func (o *outFile) write(fill func(io.Writer) error) (err error) {
-	if o.done {
+// puts it in place: prepare, then commit. On any failure the output is
+// discarded: the file named keeps what it held before.
+func (o *outFile) write(fill func(io.Writer) error) error {
+	if err := o.prepare(fill); err != nil {
+		return err
+	}
+	return o.commit()
+}
+
+// prepare fills the output with what fill writes: a regular file's
+// temporary file, which commit then puts in place; standard output and
+// files that are not regular at once. On failure the output is discarded.
+func (o *outFile) prepare(fill func(io.Writer) error) (err error) {
+	if o.done || o.ready {
 		return fmt.Errorf("%s %s: already written", o.flag, o.name)
 	}
-	o.done = true
 	switch {
 	case o.name == "-":
+		o.done = true
 		return fill(o.stdout)
 	case o.direct != nil:
+		o.done = true
 		bw := bufio.NewWriter(o.direct)
 		err := fill(bw)
 		if err == nil {
@@ -127,6 +139,7 @@ func (o *outFile) write(fill func(io.Writer) error) (err error) {
 	f := o.tmp
 	defer func() {
 		if err != nil {
+			o.done = true
 			removeTemp(f.Name())
 		}
 	}()
@@ -140,13 +153,29 @@ func (o *outFile) write(fill func(io.Writer) error) (err error) {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("writing %s: %w", o.name, err)
 	}
+	o.ready = true
+	return nil
+}
+
+// commit puts a prepared output in place (renames its temporary file over
+// the file named). It does nothing for outputs written at prepare.
+func (o *outFile) commit() error {
+	if o.done {
+		return nil
+	}
+	if !o.ready {
+		return fmt.Errorf("%s %s: not prepared", o.flag, o.name)
+	}
+	o.done = true
+	name := o.tmp.Name()
 	temps.Lock()
-	err = os.Rename(f.Name(), o.path)
+	err := os.Rename(name, o.path)
 	if err == nil {
-		delete(temps.names, f.Name())
+		delete(temps.names, name)
 	}
 	temps.Unlock()
 	if err != nil {
+		removeTemp(name)
 		return fmt.Errorf("writing %s: %w", o.name, err)
 	}
 	return nil
@@ -161,7 +190,7 @@ func (o *outFile) discard() {
 	}
 	o.done = true
 	if o.tmp != nil {
-		o.tmp.Close()
+		o.tmp.Close() // already closed once prepared: harmless
 		removeTemp(o.tmp.Name())
 	}
 	if o.direct != nil {

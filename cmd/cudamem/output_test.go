@@ -195,6 +195,20 @@ func TestOutFile(t *testing.T) {
 	assert.Equal(t, []string{"out.txt"}, dirNames(t, dir))
 	assert.ErrorContains(t, o.write(fill("late")), "already written")
 
+	// Prepared but not committed, then discarded (a later output of the
+	// same command failed): nothing in place, nothing left.
+	o, err = openOut("-o", filepath.Join(dir, "first.txt"), nil)
+	require.NoError(t, err)
+	require.NoError(t, o.prepare(fill("first")))
+	o2, err := openOut("-json", name, nil)
+	require.NoError(t, err)
+	require.ErrorIs(t, o2.prepare(func(io.Writer) error { return boom }), boom)
+	o2.discard()
+	o.discard()
+	assert.Equal(t, []string{"out.txt"}, dirNames(t, dir))
+	assert.NoError(t, o.commit(), "a discarded output commits nothing")
+	assert.Equal(t, []string{"out.txt"}, dirNames(t, dir))
+
 	// Through a symbolic link: the file it leads to is replaced, the link
 	// stays a link.
 	link := filepath.Join(dir, "link.txt")

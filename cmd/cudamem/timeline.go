@@ -112,8 +112,8 @@ func runTimeline(args []string, stdout, stderr io.Writer) error {
 	if *in != "" {
 		opts.Title = "cudamem memory timeline: " + *in
 	}
-	// Every output is made in memory first: one that cannot be drawn
-	// leaves none written.
+	// Every output is made first, then all are put in place: one that
+	// cannot be drawn or written leaves none written.
 	outs := []struct {
 		o    *outFile
 		fill func(io.Writer) error
@@ -128,21 +128,37 @@ func runTimeline(args []string, stdout, stderr io.Writer) error {
 			fill func(io.Writer) error
 		}{pprofFile, prof.Write})
 	}
-	bufs := make([]bytes.Buffer, len(outs))
-	for i, o := range outs {
+	for _, o := range outs {
 		if o.o == nil {
 			continue
 		}
-		if err := plainError(o.fill(&bufs[i])); err != nil {
-			return fmt.Errorf("%s %s: %w", o.o.flag, o.o.name, err)
+		// Standard output is written at prepare: last, once every file
+		// is made, so that a failure leaves nothing half written there.
+		if o.o.name == "-" {
+			continue
+		}
+		if err := o.o.prepare(func(w io.Writer) error { return plainError(o.fill(w)) }); err != nil {
+			return err
 		}
 	}
-	for i, o := range outs {
-		if o.o == nil {
+	for _, o := range outs {
+		if o.o == nil || o.o.name != "-" {
 			continue
 		}
-		if err := o.o.write(func(w io.Writer) error { _, err := w.Write(bufs[i].Bytes()); return err }); err != nil {
+		// To memory first: an error leaves standard output untouched.
+		var b bytes.Buffer
+		if err := plainError(o.fill(&b)); err != nil {
+			return fmt.Errorf("%s -: %w", o.o.flag, err)
+		}
+		if err := o.o.prepare(func(w io.Writer) error { _, err := w.Write(b.Bytes()); return err }); err != nil {
 			return err
+		}
+	}
+	for _, o := range outs {
+		if o.o != nil {
+			if err := o.o.commit(); err != nil {
+				return err
+			}
 		}
 	}
 	// The summary goes where no output does: to stderr when one is on
@@ -151,7 +167,11 @@ func runTimeline(args []string, stdout, stderr io.Writer) error {
 	if *out == "-" || *jsonOut == "-" || *chromeOut == "-" {
 		summary = stderr
 	}
-	fmt.Fprintf(summary, "%s: %s\n", *out, traceSummary(tr))
+	label := *out
+	if label == "-" {
+		label = "timeline"
+	}
+	fmt.Fprintf(summary, "%s: %s\n", label, traceSummary(tr))
 	return nil
 }
 
