@@ -34,8 +34,9 @@
 //
 // Not emulated: other kernels, asynchrony (every call completes before
 // it returns), cross-process sharing other than pool IPC (legacy IPC and
-// VMM handle exports work inside one process only), CUDA 13 host/managed default pools (cuMemGetDefaultMemPool
-// and friends are absent, so they report "not supported").
+// VMM handle exports work inside one process only), CUDA 13 host/managed
+// default pools (cuMemGetDefaultMemPool and friends are absent, so they
+// report "not supported").
 //
 // Environment: FAKECUDA_DEVICES (1 or 2, default 1), FAKECUDA_VERSION
 // (default 13000), FAKECUDA_TOTAL_MEM (bytes per device, default 4 GiB),
