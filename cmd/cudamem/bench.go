@@ -161,15 +161,15 @@ func parseSize(s string) (uint64, error) {
 func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	f := &benchFlags{growTo: 8 << 30}
 	fs := newFlagSet("bench", stderr)
-	fs.IntVar(&f.device, "device", 0, "device `ordinal`")
+	fs.IntVar(&f.device, "device", 0, "run on the GPU with ordinal `ORDINAL`")
 	fs.StringVar(&f.only, "only", "", "run only measurements whose name starts with `PREFIX`")
 	fs.Float64Var(&f.scale, "iters", 1, "multiply iteration counts by `X`")
-	fs.StringVar(&f.baseline, "cgo", "", "`path` of the C baseline program (testdata/cgobench); default: cgo-baseline beside this binary, if present")
+	fs.StringVar(&f.baseline, "cgo", "", "`PATH` of the C baseline program (testdata/cgobench); default: cgo-baseline beside this binary, if present")
 	asJSON := fs.Bool("json", false, "print JSON lines (one per repetition) instead of a table; the same as -format json")
-	fs.StringVar(&f.format, "format", "table", "output `format`: table (medians, spreads and ratios), benchstat (Go benchmark lines, one per repetition) or json")
+	fs.StringVar(&f.format, "format", "table", "output `FORMAT`: table (medians, spreads and ratios), benchstat (Go benchmark lines, one per repetition) or json")
 	fs.BoolVar(&f.lock, "lock", false, "lock the benchmarking goroutine to one OS thread (as the C baseline is); cudamem never needs it, this shows what thread affinity is worth")
 	fs.IntVar(&f.count, "count", 1, "run each measurement (ours and the baseline's) `N` times; the table shows medians and min–max")
-	fs.StringVar(&f.svg, "svg", "", "also write an SVG bar chart of the ratios to `FILE`")
+	fs.StringVar(&f.svg, "svg", "", "also write an SVG bar chart of the ratios to the C baseline to `FILE` (needs the baseline)")
 	fs.StringVar(&f.cpuProf, "cpuprofile", "", "also write a CPU profile of cudamem's side of the measurements to `FILE`, for go tool pprof (the C baseline runs in a process of its own)")
 	fs.Var(sizeFlag{&f.growTo}, "grow-to", "`SIZE` vmm/growstep grows one allocation to, in 2 MiB steps (e.g. 8GiB, 1GiB)")
 	if err := parseFlags(fs, args); err != nil {
@@ -201,8 +201,17 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	if f.cpuProf == "-" {
 		return nil, fmt.Errorf("%w: -cpuprofile - would mix a binary profile into the output (want a file name)", errUsage)
 	}
+	if f.svg == "-" {
+		return nil, fmt.Errorf("%w: -svg - would mix the chart into the %s output on standard output (want a file name)", errUsage, f.format)
+	}
 	if f.growTo < minGrowTo || f.growTo%vmmStep != 0 {
 		return nil, fmt.Errorf("%w: bad -grow-to %s (want a multiple of %s, at least %s)", errUsage, sizeLabel(f.growTo), sizeLabel(vmmStep), sizeLabel(minGrowTo))
+	}
+	if grow := growStepName(f.growTo); setFlags(fs)["grow-to"] && !strings.HasPrefix(grow, f.only) {
+		return nil, fmt.Errorf("%w: -grow-to sets the size of %s, which -only %q leaves out", errUsage, grow, f.only)
+	}
+	if err := checkFiles([]namedFile{{"-cgo", f.baseline}}, []namedFile{{"-svg", f.svg}, {"-cpuprofile", f.cpuProf}}); err != nil {
+		return nil, err
 	}
 	return f, nil
 }
@@ -222,24 +231,28 @@ func runBench(args []string, stdout, stderr io.Writer) (err error) {
 		defer runtime.UnlockOSThread()
 	}
 	// The chart's file is opened before the measurements run, so a name
-	// that cannot be written fails at once.
+	// that cannot be written fails at once; and the chart, which draws
+	// the ratios to the C baseline, needs the baseline program.
 	var svg *outFile
 	if f.svg != "" {
-		if svg, err = openOut(f.svg, stdout); err != nil {
+		if svg, err = openOut("-svg", f.svg, stdout); err != nil {
 			return err
 		}
 		defer svg.discard()
+		if _, err := baselinePath(f); err != nil {
+			return fmt.Errorf("-svg draws the ratios to the C baseline, and there is none: %w", err)
+		}
 	}
 	var prof *outFile
 	if f.cpuProf != "" {
-		if prof, err = openOut(f.cpuProf, stdout); err != nil {
+		if prof, err = openOut("-cpuprofile", f.cpuProf, stdout); err != nil {
 			return err
 		}
 		defer prof.discard()
 	}
-	dev, err := cuda.GetDevice(f.device)
+	dev, err := deviceFlag(f.device)
 	if err != nil {
-		return describeLoadError(err)
+		return err
 	}
 	s, err := dev.NewStream()
 	if err != nil {
@@ -303,21 +316,25 @@ func report(format string, svg *outFile, ms []measurement, ours, base []result, 
 	default:
 		printBench(stdout, ms, ours, base)
 	}
-	if svg != nil {
-		if err := svg.write(func(w io.Writer) error { return writeSVG(w, ratioRows(ms, ours, base)) }); err != nil {
-			return err
-		}
-		if svg.name != "-" {
-			fmt.Fprintf(stderr, "bench: wrote %s\n", svg.name)
-		}
-	}
 	switch {
 	case baseErr != nil && len(base) == 0:
 		fmt.Fprintf(stderr, "cudamem bench: no C baseline: %v\n", baseErr)
 	case baseErr != nil:
 		fmt.Fprintf(stderr, "cudamem bench: the C baseline stopped early (its figures so far are shown): %v\n", baseErr)
 	}
-	return failures(ms, ours)
+	var chartErr error
+	if svg != nil {
+		// A chart of ratios with no ratio in it says nothing: not drawn.
+		if rows := ratioRows(ms, ours, base); !slices.ContainsFunc(rows, charted) {
+			svg.discard()
+			chartErr = fmt.Errorf("-svg %s not written: no measurement has both a figure of its own and a C baseline figure to compare it with", svg.name)
+		} else if err := svg.write(func(w io.Writer) error { return writeSVG(w, rows) }); err != nil {
+			chartErr = err
+		} else {
+			fmt.Fprintf(stderr, "bench: wrote %s\n", svg.name)
+		}
+	}
+	return errors.Join(chartErr, failures(ms, ours))
 }
 
 // failures returns an error listing the measurements that failed, or nil.
@@ -438,18 +455,9 @@ func baselineNames(ms []measurement) []string {
 // runBaseline runs the C baseline program for the given measurements and
 // reads its JSON lines. Its progress lines go on to stderr.
 func runBaseline(f *benchFlags, names []string, stderr io.Writer) ([]result, error) {
-	path := f.baseline
-	if path == "" {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
-		path = filepath.Join(filepath.Dir(exe), "cgo-baseline")
-		if _, err := os.Stat(path); err != nil {
-			return nil, fmt.Errorf("%s not found: build it in a clone of the repository with "+
-				"'CGO_ENABLED=1 go build -o cgo-baseline ./testdata/cgobench' (needs a C compiler, no CUDA toolkit) "+
-				"and put it beside this binary, or pass -cgo PATH", path)
-		}
+	path, err := baselinePath(f)
+	if err != nil {
+		return nil, err
 	}
 	var tail tailBuffer
 	cmd := exec.Command(path, baselineArgs(f, names)...)
@@ -464,6 +472,25 @@ func runBaseline(f *benchFlags, names []string, stderr io.Writer) ([]result, err
 		return res, fmt.Errorf("%s: %w", path, err)
 	}
 	return parseResults(path, out)
+}
+
+// baselinePath is the C baseline program's path: -cgo's, or cgo-baseline
+// beside this binary, which must exist.
+func baselinePath(f *benchFlags) (string, error) {
+	if f.baseline != "" {
+		return f.baseline, nil
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(filepath.Dir(exe), "cgo-baseline")
+	if _, err := os.Stat(path); err != nil {
+		return "", fmt.Errorf("%s not found: build it in a clone of the repository with "+
+			"'CGO_ENABLED=1 go build -o cgo-baseline ./testdata/cgobench' (needs a C compiler, no CUDA toolkit) "+
+			"and put it beside this binary, or pass -cgo PATH", path)
+	}
+	return path, nil
 }
 
 // baselineArgs is the baseline program's command line for f and names.

@@ -201,6 +201,13 @@ func TestWriteSVG(t *testing.T) {
 	assert.Contains(t, joined, "poolpair/go/1MiB")
 	assert.Contains(t, joined, "C 700.0 ns/op", "the C figure is labelled")
 	assert.Contains(t, joined, "÷", "text is written as UTF-8")
+	// The legend says what the colours and the dashed line mean.
+	assert.Equal(t, 3, strings.Count(b.String(), `<g class="legend">`))
+	for _, label := range []string{"cudamem within 1.2x of C", "more than 1.2x C's time", "1.0x: as fast as C"} {
+		assert.Contains(t, texts, label)
+	}
+	assert.Contains(t, b.String(), `fill="`+svgFillNear+`"/><text`, "the legend's swatches are the bars' colours")
+	assert.Contains(t, b.String(), `fill="`+svgFillSlow+`"/><text`)
 
 	// Names that need escaping, and no rows at all.
 	b.Reset()
@@ -416,7 +423,7 @@ func TestBenchKeepsResultsWhenOneFails(t *testing.T) {
 
 	// The chart: a bar for each measurement that has both figures.
 	dir := t.TempDir()
-	svg, err := openOut(filepath.Join(dir, "r.svg"), nil)
+	svg, err := openOut("-svg", filepath.Join(dir, "r.svg"), nil)
 	require.NoError(t, err)
 	stderr.Reset()
 	require.Error(t, report("table", svg, ms, ours, base, nil, io.Discard, &stderr))

@@ -84,7 +84,7 @@ func vmmMeasurements(e *benchEnv) []measurement {
 			},
 		})
 	}
-	grow := "vmm/growstep/to" + sizeLabel(e.growTo)
+	grow := growStepPrefix(e.growTo)
 	last := &side{name: grow + "/last16", baseline: "vmm/growstep/c/to" + sizeLabel(e.growTo) + "/last16"}
 	ms = append(ms, measurement{
 		name: grow + "/first16", baseline: "vmm/growstep/c/to" + sizeLabel(e.growTo) + "/first16", iters: 1, perIter: vmmWindow,
@@ -164,3 +164,11 @@ func fmtBytes(n uint64) string {
 	}
 	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
+
+// growStepPrefix is the start of the names of the vmm/growstep
+// measurements for a -grow-to of size.
+func growStepPrefix(size uint64) string { return "vmm/growstep/to" + sizeLabel(size) }
+
+// growStepName is the vmm/growstep measurement's name for a -grow-to of
+// size (its side figure is .../last16).
+func growStepName(size uint64) string { return growStepPrefix(size) + "/first16" }

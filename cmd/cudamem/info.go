@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/fakecuda"
 	"github.com/cudamem/cudamem/loader"
 )
 
@@ -23,6 +24,9 @@ type DriverInfo struct {
 	Version string   `json:"version"` // e.g. "13.0"
 	Raw     int      `json:"version_number"`
 	Missing []string `json:"missing_entry_points,omitempty"`
+	// Fake is set when the library is cudamem's fake driver (host
+	// memory, no GPU: see cudamem fake-driver).
+	Fake bool `json:"fake,omitempty"`
 }
 
 // DeviceInfo describes one device.
@@ -148,6 +152,13 @@ type infoSource interface {
 // source is the driver info reads; tests replace it.
 var source infoSource = cudaSource{}
 
+// isFake reports whether the driver library at path is cudamem's fake
+// driver; tests replace it.
+var isFake = fakecuda.Is
+
+// fakeNote is what info, selftest and version say of the fake driver.
+const fakeNote = "cudamem's fake driver: host memory, no GPU (unset CUDAMEM_DRIVER for the real one)"
+
 // cudaSource is the real driver.
 type cudaSource struct{}
 
@@ -212,7 +223,7 @@ func collectInfo(src infoSource) (*Info, error) {
 		return nil, err
 	}
 	missing, _ := src.Missing() // the driver loaded, so this cannot fail
-	info := &Info{Driver: DriverInfo{Path: path, Version: cuda.VersionString(version), Raw: version, Missing: missing}}
+	info := &Info{Driver: DriverInfo{Path: path, Version: cuda.VersionString(version), Raw: version, Missing: missing, Fake: isFake(path)}}
 	devs, err := src.Devices()
 	if err != nil {
 		return nil, fmt.Errorf("driver %s (CUDA %s) loaded, but listing its devices failed: %w", path, cuda.VersionString(version), err)
@@ -261,6 +272,9 @@ func yes(b bool) string {
 
 func printInfo(w io.Writer, info *Info) {
 	fmt.Fprintf(w, "driver:  %s (CUDA %s)\n", info.Driver.Path, info.Driver.Version)
+	if info.Driver.Fake {
+		fmt.Fprintf(w, "note:    this is %s\n", fakeNote)
+	}
 	if len(info.Driver.Missing) > 0 {
 		fmt.Fprintf(w, "missing: %s\n", strings.Join(info.Driver.Missing, ", "))
 	}

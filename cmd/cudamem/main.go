@@ -1,12 +1,13 @@
 // Command cudamem reports on the CUDA driver and devices, and measures
 // cudamem's costs beside a C baseline.
 //
-//	cudamem info [-json]      driver, devices, memory features, peers
-//	cudamem bench [flags]     driver-call and memory benchmarks, with ratios to C
-//	cudamem selftest          check every device's memory paths end to end
-//	cudamem timeline [flags]  a memory timeline (SVG) of a demo run or a JSON trace
-//	cudamem version           cudamem's module version and the driver's (also -version)
-//	cudamem help [command]    this list, or a command's usage and flags
+//	cudamem info [-json]           driver, devices, memory features, peers
+//	cudamem bench [flags]          driver-call and memory benchmarks, with ratios to C
+//	cudamem selftest               check every device's memory paths end to end
+//	cudamem timeline [flags]       a memory timeline (SVG) of a demo run or a JSON trace
+//	cudamem fake-driver [-o DIR]   build the fake driver, to try cudamem without a GPU
+//	cudamem version                cudamem's module version and the driver's (also -version)
+//	cudamem help [COMMAND]         this list, or a command's usage and flags
 //
 // It needs no CUDA toolkit: the driver library is loaded at run time.
 // Without a driver, the commands that need one say which paths they
@@ -21,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -30,7 +32,10 @@ import (
 )
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	stop := removeTempsOnSignal(os.Stderr)
+	code := run(os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
 // command is one subcommand.
@@ -49,6 +54,7 @@ func init() {
 		{"bench", "[flags]", "measure driver calls, pool allocation and copies beside a C baseline", runBench},
 		{"selftest", "", "allocate, copy and check memory on every device (pools, pinned, managed, VMM, peers)", runSelftest},
 		{"timeline", "[flags]", "draw a memory timeline (SVG) of a demo workload, or of a JSON trace with -in", runTimeline},
+		{"fake-driver", "[-o DIR]", "build cudamem's fake CUDA driver (host memory, no GPU; needs a C compiler) and say how to use it", runFakeDriver},
 		{"version", "", "print cudamem's version and the driver's (also -version)", runVersion},
 	}
 }
@@ -64,12 +70,12 @@ func findCommand(name string) *command {
 
 func usage() string {
 	var b strings.Builder
-	b.WriteString("usage: cudamem <command> [flags]\n       cudamem -version\n\ncommands:\n")
+	b.WriteString("usage: cudamem COMMAND [flags]\n       cudamem -version\n\ncommands:\n")
 	for _, c := range commands {
-		fmt.Fprintf(&b, "  %-9s %s\n", c.name, c.summary)
+		fmt.Fprintf(&b, "  %-12s %s\n", c.name, c.summary)
 	}
-	b.WriteString("  help      show this help, or a command's (cudamem help <command>)\n\n")
-	b.WriteString("Run 'cudamem <command> -h' for a command's flags.\n")
+	fmt.Fprintf(&b, "  %-12s %s\n\n", "help", "show this help, or a command's (cudamem help COMMAND)")
+	b.WriteString("Run 'cudamem COMMAND -h' for a command's flags.\n")
 	return b.String()
 }
 
@@ -128,7 +134,7 @@ func runHelp(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage())
 		return 0
 	case len(args) > 1:
-		fmt.Fprintf(stderr, "cudamem help: takes one command name, got %q\nusage: cudamem help [command]\n", args)
+		fmt.Fprintf(stderr, "cudamem help: takes one command name, got %q\nusage: cudamem help [COMMAND]\n", args)
 		return 2
 	}
 	name := strings.TrimLeft(args[0], "-")
@@ -249,6 +255,9 @@ func printVersion(w io.Writer) {
 		fmt.Fprintln(w, "driver:  no driver ('cudamem info' lists the paths tried)")
 	case d != nil:
 		fmt.Fprintf(w, "driver:  CUDA %s (%s)", cuda.VersionString(d.Version), d.Path)
+		if isFake(d.Path) {
+			fmt.Fprintf(w, ", %s", fakeNote)
+		}
 		if err != nil {
 			fmt.Fprintf(w, "; %v", err)
 		}
@@ -256,4 +265,40 @@ func printVersion(w io.Writer) {
 	default:
 		fmt.Fprintf(w, "driver:  no driver (%v)\n", err)
 	}
+}
+
+// plainError turns an argument error from cudamem's packages (it matches
+// cuda.ErrInvalidArgument and names the method that refused, as a library
+// error should) into the plain reason, for errors about the command line
+// or a file it names, which are no CUDA errors: "trace version 9; this
+// reader knows version 1", not "timeline.ReadJSON: cuda: invalid argument:
+// trace version 9; ...". Every such prefix goes, also those an error
+// message carries inside as text (a JSON decoder's error quotes the
+// UnmarshalText error of a field). Other errors, and nil, are returned as
+// they are.
+func plainError(err error) error {
+	if err == nil || !errors.Is(err, cuda.ErrInvalidArgument) {
+		return err
+	}
+	return errors.New(argPrefix.ReplaceAllString(err.Error(), ""))
+}
+
+// argPrefix is an operation name and the ErrInvalidArgument text after it.
+var argPrefix = regexp.MustCompile(`([A-Za-z_][A-Za-z0-9_.]*: )?` + regexp.QuoteMeta(cuda.ErrInvalidArgument.Error()+": "))
+
+// deviceFlag is cuda.GetDevice for a -device flag's ordinal: one the
+// machine does not have is a usage error naming the flag, a missing
+// driver the paths tried.
+func deviceFlag(ordinal int) (*cuda.Device, error) {
+	dev, err := cuda.GetDevice(ordinal)
+	switch {
+	case err == nil:
+		return dev, nil
+	case errors.Is(err, cuda.ErrInvalidArgument):
+		if n, nerr := cuda.DeviceCount(); nerr == nil {
+			return nil, fmt.Errorf("%w: bad -device %d: this machine has %d GPU(s), ordinals from 0", errUsage, ordinal, n)
+		}
+		return nil, fmt.Errorf("%w: bad -device %d: %w", errUsage, ordinal, plainError(err))
+	}
+	return nil, describeLoadError(err)
 }

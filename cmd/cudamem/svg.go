@@ -15,18 +15,35 @@ const (
 	svgNoteW  = 330 // the ratio and both figures
 	svgRowH   = 22
 	svgTop    = 48
-	svgBottom = 36
+	svgBottom = 64 // the axis labels, then the legend
+	// slowRatio is the ratio above which a bar is drawn in the "slower"
+	// colour.
+	slowRatio = 1.2
 )
+
+// Bar colours: within slowRatio of the baseline, and beyond it.
+const (
+	svgFillNear = "#4c78a8"
+	svgFillSlow = "#e45756"
+)
+
+// charted reports whether r gets a bar: our measurement and its baseline
+// both have a figure, and the ratio is a finite positive number.
+func charted(r ratioRow) bool {
+	ratio := r.Ratio()
+	return r.Ours.Err == "" && r.HasBase() && ratio > 0 && !math.IsInf(ratio, 0) && !math.IsNaN(ratio)
+}
 
 // writeSVG draws one horizontal bar per measurement that has a baseline
 // figure: its length is the ratio of median times (cudamem ÷ baseline),
 // a dashed line marks 1.0x, and the text beside it gives the ratio and
 // both figures (the C baseline's labelled as such). It is plain SVG 1.1,
-// written by hand, with every text escaped.
+// written by hand, with every text escaped. A legend under the axis says
+// what the colours and the dashed line mean.
 func writeSVG(w io.Writer, rows []ratioRow) error {
 	var bars []ratioRow
 	for _, r := range rows {
-		if r.Ours.Err == "" && r.HasBase() && r.Ratio() > 0 && !math.IsInf(r.Ratio(), 0) && !math.IsNaN(r.Ratio()) {
+		if charted(r) {
 			bars = append(bars, r)
 		}
 	}
@@ -58,9 +75,9 @@ func writeSVG(w io.Writer, rows []ratioRow) error {
 	}
 	for i, r := range bars {
 		y := svgTop + i*svgRowH
-		fill := "#4c78a8"
-		if r.Ratio() > 1.2 {
-			fill = "#e45756"
+		fill := svgFillNear
+		if r.Ratio() > slowRatio {
+			fill = svgFillSlow
 		}
 		ours, _ := cell(r.Ours, r.Rate)
 		base, _ := cell(r.Base, r.Rate)
@@ -82,6 +99,20 @@ func writeSVG(w io.Writer, rows []ratioRow) error {
 		fmt.Fprintf(&b, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>
 `, x(t), axisY+16, esc(fmt.Sprintf("%gx", t)))
 	}
+	// The legend: what the colours and the dashed line mean.
+	ly := axisY + 40
+	lx := svgLabelW
+	item := func(mark, label string) {
+		fmt.Fprintf(&b, `<g class="legend">%s<text x="%d" y="%d">%s</text></g>
+`, mark, lx+22, ly+4, esc(label))
+		lx += 22 + 7*len([]rune(label)) + 24
+	}
+	item(fmt.Sprintf(`<rect x="%d" y="%d" width="16" height="10" fill="%s"/>`, lx, ly-5, svgFillNear),
+		fmt.Sprintf("cudamem within %.1fx of C", slowRatio))
+	item(fmt.Sprintf(`<rect x="%d" y="%d" width="16" height="10" fill="%s"/>`, lx, ly-5, svgFillSlow),
+		fmt.Sprintf("more than %.1fx C's time", slowRatio))
+	item(fmt.Sprintf(`<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black" stroke-dasharray="4 3"/>`, lx, ly, lx+16, ly),
+		"1.0x: as fast as C")
 	b.WriteString("</svg>\n")
 	_, err := w.Write(b.Bytes())
 	return err

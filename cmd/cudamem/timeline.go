@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -11,7 +13,6 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/cudamem/cudamem/buffer"
-	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/resource"
 	"github.com/cudamem/cudamem/resource/gpuprof"
 	"github.com/cudamem/cudamem/resource/timeline"
@@ -22,19 +23,19 @@ import (
 // needs no GPU).
 func runTimeline(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("timeline", stderr)
-	in := fs.String("in", "", "draw the JSON trace in `file` (from Trace.WriteJSON or -json) instead of running the demo; needs no GPU")
-	out := fs.String("o", "timeline.svg", "write the SVG to `file` (- for standard output)")
-	jsonOut := fs.String("json", "", "also write the trace as JSON to `file`")
-	chromeOut := fs.String("chrome", "", "also write the trace as Chrome trace-event JSON to `file` (for ui.perfetto.dev or chrome://tracing)")
-	pprofOut := fs.String("pprof", "", "also write a pprof profile of the demo's live GPU memory by allocating stack to `file` (open with go tool pprof -http=: file); needs the demo, not -in")
-	dev := fs.Int("device", 0, "GPU `ordinal` of the demo workload")
-	steps := fs.Int("steps", 12, "iterations of the demo workload (0 or more)")
-	capacity := fs.Int("capacity", 0, "events the demo's log keeps (0: the default, 65536)")
-	seed := fs.Uint64("seed", 1, "seed of the demo's random sizes")
-	stacks := fs.Bool("stacks", false, "capture call stacks in the demo (shown in the SVG's tooltips)")
+	in := fs.String("in", "", "draw the JSON trace in `FILE` (from Trace.WriteJSON or -json) instead of running the demo; needs no GPU")
+	out := fs.String("o", "timeline.svg", "write the SVG to `FILE` (- for standard output)")
+	jsonOut := fs.String("json", "", "also write the trace as JSON to `FILE`")
+	chromeOut := fs.String("chrome", "", "also write the trace as Chrome trace-event JSON to `FILE` (for ui.perfetto.dev or chrome://tracing)")
+	pprofOut := fs.String("pprof", "", "demo only: also write a pprof profile of the demo's live GPU memory by allocating stack to `FILE` (open with go tool pprof -http=: FILE)")
+	dev := fs.Int("device", 0, "demo only: GPU `ORDINAL` of the demo workload")
+	steps := fs.Int("steps", 12, "demo only: `N` iterations of the demo workload (0 or more)")
+	capacity := fs.Int("capacity", 0, "demo only: `N` events the demo's log keeps (0: the default, 65536)")
+	seed := fs.Uint64("seed", 1, "demo only: `SEED` of the demo's random sizes")
+	stacks := fs.Bool("stacks", false, "demo only: capture call stacks in the demo (shown in the SVG's tooltips)")
 	byEvent := fs.Bool("by-event", false, "space the x axis by event instead of time")
-	maxBands := fs.Int("max-bands", 0, "allocations drawn as bands of their own per resource (0: 500)")
-	at := fs.Uint64("at", 0, "draw the blocks after the event with this `seq` (0: at the peak)")
+	maxBands := fs.Int("max-bands", 0, "draw `N` allocations as bands of their own per resource (0: 500)")
+	at := fs.Uint64("at", 0, "draw the blocks after the event with sequence number `SEQ` (0: at the peak)")
 	// Without -in, a demo workload runs on a GPU: a sub-allocator over
 	// the device's pool, with recorders above and below it, and large
 	// buffers straight from the pool. (-h prints the flags the way every
@@ -42,56 +43,56 @@ func runTimeline(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	set := setFlags(fs)
 	switch {
 	case fs.NArg() > 0:
 		return fmt.Errorf("%w: takes no arguments, got %q", errUsage, fs.Args())
 	case *out == "":
 		return fmt.Errorf("%w: -o needs a file name (or - for standard output)", errUsage)
-	case *out == *jsonOut:
-		return fmt.Errorf("%w: -o and -json name the same output %q", errUsage, *out)
-	case *chromeOut != "" && (*chromeOut == *out || *chromeOut == *jsonOut):
-		return fmt.Errorf("%w: -chrome names the same output %q as -o or -json", errUsage, *chromeOut)
-	case *pprofOut != "" && (*pprofOut == *out || *pprofOut == *jsonOut || *pprofOut == *chromeOut):
-		return fmt.Errorf("%w: -pprof names the same output %q as another flag", errUsage, *pprofOut)
-	case *pprofOut != "" && *in != "":
-		return fmt.Errorf("%w: -pprof profiles the demo run; a JSON trace read with -in has no live allocations to profile", errUsage)
+	case *in != "":
+		// The demo's flags shape a run that -in does not make: refused
+		// rather than ignored.
+		for _, name := range []string{"pprof", "device", "steps", "capacity", "seed", "stacks"} {
+			if set[name] {
+				return fmt.Errorf("%w: -%s applies to the demo run; -in draws a trace that was already recorded", errUsage, name)
+			}
+		}
+	case *pprofOut == "-":
+		return fmt.Errorf("%w: -pprof - would mix a binary profile into standard output (want a file name)", errUsage)
 	case *dev < 0:
 		return fmt.Errorf("%w: bad -device %d (want a device ordinal, 0 or more)", errUsage, *dev)
 	case *steps < 0:
 		return fmt.Errorf("%w: bad -steps %d (want 0 or more)", errUsage, *steps)
 	case *capacity < 0:
 		return fmt.Errorf("%w: bad -capacity %d (want 0 for the default, or more)", errUsage, *capacity)
-	case *maxBands < 0:
+	}
+	if *maxBands < 0 {
 		return fmt.Errorf("%w: bad -max-bands %d (want 0 for the default, or more)", errUsage, *maxBands)
+	}
+	if err := checkFiles([]namedFile{{"-in", *in}},
+		[]namedFile{{"-o", *out}, {"-json", *jsonOut}, {"-chrome", *chromeOut}, {"-pprof", *pprofOut}}); err != nil {
+		return err
 	}
 
 	// Open the outputs first: a name that cannot be written fails before
-	// the demo runs. A file made here is removed again if nothing is
-	// written to it.
-	svgOut, err := openOut(*out, stdout)
+	// the demo runs. Each is written in full or not at all.
+	svgOut, err := openOut("-o", *out, stdout)
 	if err != nil {
 		return err
 	}
 	defer svgOut.discard()
-	var jsonFile *outFile
-	if *jsonOut != "" {
-		if jsonFile, err = openOut(*jsonOut, stdout); err != nil {
+	var jsonFile, chromeFile, pprofFile *outFile
+	for _, o := range []struct {
+		f          **outFile
+		flag, name string
+	}{{&jsonFile, "-json", *jsonOut}, {&chromeFile, "-chrome", *chromeOut}, {&pprofFile, "-pprof", *pprofOut}} {
+		if o.name == "" {
+			continue
+		}
+		if *o.f, err = openOut(o.flag, o.name, stdout); err != nil {
 			return err
 		}
-		defer jsonFile.discard()
-	}
-	var chromeFile, pprofFile *outFile
-	if *chromeOut != "" {
-		if chromeFile, err = openOut(*chromeOut, stdout); err != nil {
-			return err
-		}
-		defer chromeFile.discard()
-	}
-	if *pprofOut != "" {
-		if pprofFile, err = openOut(*pprofOut, stdout); err != nil {
-			return err
-		}
-		defer pprofFile.discard()
+		defer (*o.f).discard()
 	}
 
 	var tr *timeline.Trace
@@ -104,43 +105,102 @@ func runTimeline(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if jsonFile != nil {
-		if err := jsonFile.write(tr.WriteJSON); err != nil {
-			return err
-		}
-	}
-	if chromeFile != nil {
-		if err := chromeFile.write(tr.WriteChromeTrace); err != nil {
-			return err
-		}
-	}
-	if pprofFile != nil {
-		if err := pprofFile.write(prof.Write); err != nil {
-			return err
-		}
+	if *at != 0 && !slices.ContainsFunc(tr.Events, func(e timeline.Event) bool { return e.Seq == *at }) {
+		return fmt.Errorf("%w: -at %d is no event of the trace (%s)", errUsage, *at, seqRange(tr))
 	}
 	opts := &timeline.SVGOptions{ByEvent: *byEvent, MaxBands: *maxBands, SegmentsAt: *at}
 	if *in != "" {
 		opts.Title = "cudamem memory timeline: " + *in
 	}
-	if err := svgOut.write(func(w io.Writer) error { return tr.WriteSVG(w, opts) }); err != nil {
-		return err
+	// Every output is made first, then all are put in place: one that
+	// cannot be drawn or written leaves none written.
+	outs := []struct {
+		o    *outFile
+		fill func(io.Writer) error
+	}{
+		{svgOut, func(w io.Writer) error { return tr.WriteSVG(w, opts) }},
+		{jsonFile, tr.WriteJSON},
+		{chromeFile, tr.WriteChromeTrace},
 	}
-	if *out != "-" {
-		fmt.Fprintf(stdout, "%s: %s\n", *out, traceSummary(tr))
+	if pprofFile != nil {
+		outs = append(outs, struct {
+			o    *outFile
+			fill func(io.Writer) error
+		}{pprofFile, prof.Write})
 	}
+	for _, o := range outs {
+		if o.o == nil {
+			continue
+		}
+		// Standard output is written at prepare: last, once every file
+		// is made, so that a failure leaves nothing half written there.
+		if o.o.name == "-" {
+			continue
+		}
+		if err := o.o.prepare(func(w io.Writer) error { return plainError(o.fill(w)) }); err != nil {
+			return err
+		}
+	}
+	for _, o := range outs {
+		if o.o == nil || o.o.name != "-" {
+			continue
+		}
+		// To memory first: an error leaves standard output untouched.
+		var b bytes.Buffer
+		if err := plainError(o.fill(&b)); err != nil {
+			return fmt.Errorf("%s -: %w", o.o.flag, err)
+		}
+		if err := o.o.prepare(func(w io.Writer) error { _, err := w.Write(b.Bytes()); return err }); err != nil {
+			return err
+		}
+	}
+	for _, o := range outs {
+		if o.o != nil {
+			if err := o.o.commit(); err != nil {
+				return err
+			}
+		}
+	}
+	// The summary goes where no output does: to stderr when one is on
+	// standard output.
+	summary := stdout
+	if *out == "-" || *jsonOut == "-" || *chromeOut == "-" {
+		summary = stderr
+	}
+	label := *out
+	if label == "-" {
+		label = "timeline"
+	}
+	fmt.Fprintf(summary, "%s: %s\n", label, traceSummary(tr))
 	return nil
 }
 
+// setFlags is the set of flags given on the command line.
+func setFlags(fs *flag.FlagSet) map[string]bool {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	return set
+}
+
+// seqRange describes the sequence numbers of tr's events, for errors.
+func seqRange(tr *timeline.Trace) string {
+	if len(tr.Events) == 0 {
+		return "it has no events"
+	}
+	return fmt.Sprintf("its events are %d to %d", tr.Events[0].Seq, tr.Events[len(tr.Events)-1].Seq)
+}
+
+// readTrace reads the JSON trace in the file name. Its errors say what
+// failed: the file, or what in it is not a trace.
 func readTrace(name string) (*timeline.Trace, error) {
 	f, err := os.Open(name)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the trace: %w", err) // *fs.PathError: names the file
 	}
 	defer f.Close()
 	tr, err := timeline.ReadJSON(f)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, fmt.Errorf("reading the trace %s: %w", name, plainError(err))
 	}
 	return tr, nil
 }
@@ -172,9 +232,9 @@ func traceSummary(tr *timeline.Trace) string {
 // wantProf, a Tracking with stacks sits on top of each path, and the
 // profile of what is live at the end (both merged) is returned too.
 func timelineDemo(ordinal, steps, capacity int, seed uint64, stacks, wantProf bool) (tr *timeline.Trace, prof *profile.Profile, err error) {
-	dev, err := cuda.GetDevice(ordinal)
+	dev, err := deviceFlag(ordinal)
 	if err != nil {
-		return nil, nil, describeLoadError(err) // lists the paths tried
+		return nil, nil, err
 	}
 	pool, err := resource.CurrentDevicePool(dev) // the current pool, not owned
 	if err != nil {

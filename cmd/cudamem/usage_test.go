@@ -3,15 +3,20 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cudamem/cudamem/cuda"
 )
 
 // envRunCLI makes the test binary run the command line instead of the
@@ -21,9 +26,13 @@ const envRunCLI = "CUDAMEM_TEST_RUN_CLI"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(envRunCLI) == "1" {
-		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+		main()
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if fakeBuild.dir != "" {
+		os.RemoveAll(fakeBuild.dir)
+	}
+	os.Exit(code)
 }
 
 // runProcess runs cudamem args in a process of its own, with env added,
@@ -87,7 +96,7 @@ func TestHelpCommand(t *testing.T) {
 	assert.Contains(t, stderr, `unknown command "frobnicate"`)
 	code, _, stderr = runCmd("help", "info", "bench")
 	assert.Equal(t, 2, code)
-	assert.Contains(t, stderr, "usage: cudamem help [command]")
+	assert.Contains(t, stderr, "usage: cudamem help [COMMAND]")
 }
 
 // A bad flag, a bad flag value or a bad argument prints the error and the
@@ -200,4 +209,126 @@ func TestTimelineNoDriverListsPaths(t *testing.T) {
 		assert.Equal(t, 1, code, "%q: %s", args, stderr)
 		assert.True(t, strings.HasPrefix(stderr, "cudamem "+args[0]+": no CUDA driver found\n  tried "+missing), "%q: %s", args, stderr)
 	}
+}
+
+// One style of placeholders everywhere: every flag that takes a value
+// names it with an upper-case word in its usage (-o FILE, -device
+// ORDINAL), never the flag package's type names (-o string, -steps int),
+// and the usage lines use the same (COMMAND, DIR), never <command>.
+func TestUsagePlaceholderStyle(t *testing.T) {
+	flagLine := regexp.MustCompile(`^  -([a-z][a-z0-9-]*)(?: (\S+))?$`)
+	placeholder := regexp.MustCompile(`^[A-Z][A-Z0-9_]*$`)
+	texts := []string{usage()}
+	for _, c := range commands {
+		code, stdout, stderr := runCmd(c.name, "-h")
+		require.Equal(t, 0, code, stderr)
+		texts = append(texts, stdout)
+		flags := 0
+		for _, line := range strings.Split(stdout, "\n") {
+			if !strings.HasPrefix(line, "  -") {
+				continue
+			}
+			m := flagLine.FindStringSubmatch(line)
+			if assert.NotNil(t, m, "%s: flag line %q", c.name, line) && m[2] != "" {
+				assert.Regexp(t, placeholder, m[2], "%s -%s: placeholder", c.name, m[1])
+			}
+			flags++
+		}
+		// The usage line names the same placeholders as the flags do.
+		for _, m := range regexp.MustCompile(`-([a-z-]+) ([A-Za-z]+)\]`).FindAllStringSubmatch(usageLine(c.name), -1) {
+			assert.Regexp(t, placeholder, m[2], "%s usage line: -%s", c.name, m[1])
+			assert.Contains(t, stdout, "  -"+m[1]+" "+m[2]+"\n", "%s: the usage line's placeholder is the flag's", c.name)
+		}
+		t.Logf("%s: %d flags", c.name, flags)
+	}
+	for _, text := range texts {
+		assert.NotRegexp(t, `<[a-z]+>`, text)
+		assert.NotContains(t, text, "[command]")
+	}
+}
+
+// The demo's flags do nothing to a trace read with -in: refused, naming
+// the flag, instead of being silently ignored (-in t.json -stacks was
+// accepted). -pprof - (a binary profile on standard output) is refused.
+func TestTimelineRefusesFlagsThatDoNothing(t *testing.T) {
+	dir := t.TempDir()
+	in := filepath.Join(dir, "t.json")
+	writeTrace(t, in)
+	for _, demo := range [][]string{
+		{"-stacks"}, {"-device", "0"}, {"-steps", "3"}, {"-capacity", "100"}, {"-seed", "7"},
+		{"-pprof", filepath.Join(dir, "p.pb.gz")},
+	} {
+		args := append([]string{"timeline", "-in", in, "-o", filepath.Join(dir, "x.svg")}, demo...)
+		code, stdout, stderr := runCmd(args...)
+		assert.Equal(t, 2, code, "%q: %s", demo, stderr)
+		assert.Empty(t, stdout)
+		assert.Contains(t, stderr, "cudamem timeline: "+demo[0]+" applies to the demo run; -in draws a trace that was already recorded\n", demo)
+	}
+	code, _, stderr := runCmd("timeline", "-pprof", "-")
+	assert.Equal(t, 2, code, stderr)
+	assert.Contains(t, stderr, "-pprof - would mix a binary profile")
+	assert.Equal(t, []string{"t.json"}, dirNames(t, dir))
+	// The flags that shape the picture go with -in.
+	code, _, stderr = runCmd("timeline", "-in", in, "-o", filepath.Join(dir, "x.svg"), "-by-event", "-max-bands", "3", "-at", "2")
+	assert.Equal(t, 0, code, stderr)
+}
+
+// bench: -grow-to sets the size of one measurement; with an -only that
+// leaves it out it would do nothing, and is refused.
+func TestBenchRefusesFlagsThatDoNothing(t *testing.T) {
+	for _, args := range [][]string{{"-grow-to", "1GiB", "-only", "trivial"}, {"-grow-to", "1GiB", "-only", "vmm/growstep/to8GiB"}} {
+		code, stdout, stderr := runCmd(append([]string{"bench"}, args...)...)
+		assert.Equal(t, 2, code, "%q: %s", args, stderr)
+		assert.Empty(t, stdout)
+		assert.Contains(t, stderr, "-grow-to sets the size of vmm/growstep/to1GiB/first16, which -only", args)
+	}
+	for _, args := range [][]string{{"-grow-to", "1GiB", "-only", "vmm/grow"}, {"-grow-to", "1GiB"}, {"-only", "trivial"}} {
+		_, err := parseBenchFlags(args, io.Discard)
+		assert.NoError(t, err, "%q", args)
+	}
+}
+
+// bench -svg draws ratios to the C baseline: without one it says so, at
+// once, instead of drawing an empty chart, and leaves no file.
+func TestBenchSVGNeedsBaseline(t *testing.T) {
+	exe, err := os.Executable()
+	require.NoError(t, err)
+	if _, err := os.Stat(filepath.Join(filepath.Dir(exe), "cgo-baseline")); err == nil {
+		t.Skip("a cgo-baseline lies beside the test binary")
+	}
+	dir := t.TempDir()
+	chart := filepath.Join(dir, "chart.svg")
+	code, stdout, stderr := runCmd("bench", "-svg", chart, "-only", "trivial")
+	assert.Equal(t, 1, code, stderr)
+	assert.Empty(t, stdout)
+	assert.True(t, strings.HasPrefix(stderr, "cudamem bench: -svg draws the ratios to the C baseline, and there is none: "), stderr)
+	assert.Contains(t, stderr, "CGO_ENABLED=1 go build -o cgo-baseline ./testdata/cgobench")
+	assert.Empty(t, dirNames(t, dir), "no chart, no temporary file")
+
+	// A baseline that ran but gave no figure for what ran: no chart
+	// either, and the command fails saying why.
+	ms := []measurement{{name: "trivial/go", baseline: "trivial/cgo"}}
+	ours := []result{{Name: "trivial/go", NsPerOp: 90, Rep: 1}}
+	svg, err := openOut("-svg", chart, nil)
+	require.NoError(t, err)
+	err = report("table", svg, ms, ours, nil, errors.New("cgo-baseline: exit status 1"), io.Discard, io.Discard)
+	assert.ErrorContains(t, err, "-svg "+chart+" not written: no measurement has both a figure of its own and a C baseline figure")
+	assert.Empty(t, dirNames(t, dir))
+}
+
+// A check the device or driver cannot run is a skip whose line carries
+// the error once, not "not supported: cuda: not supported: ...".
+func TestSelftestStepLines(t *testing.T) {
+	var b bytes.Buffer
+	failed := runSteps(&b, []step{
+		{"fine", func() error { return nil }},
+		{"no VMM", func() error { return fmt.Errorf("virtual.New: %w", cuda.ErrNotSupported) }},
+		{"broken", func() error { return errors.New("the host reads different bytes") }},
+	})
+	assert.Equal(t, 1, failed)
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	require.Len(t, lines, 3)
+	assert.Regexp(t, `^ok   fine\s+\d+\.\d\d ms$`, lines[0])
+	assert.Regexp(t, `^skip no VMM\s+\d+\.\d\d ms  virtual.New: cuda: not supported$`, lines[1])
+	assert.Regexp(t, `^FAIL broken\s+\d+\.\d\d ms  the host reads different bytes$`, lines[2])
 }

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -112,11 +113,36 @@ func bind(dev *cuda.Device, c *cublas) (*bound, error) {
 }
 
 func main() {
-	m := flag.Int("m", 512, "rows of A and C")
-	n := flag.Int("n", 384, "columns of B and C")
-	k := flag.Int("k", 256, "columns of A, rows of B")
-	reps := flag.Int("reps", 20, "timed SGEMMs per run")
-	flag.Parse()
+	fs := flag.NewFlagSet("cublas-sgemm", flag.ContinueOnError)
+	m := fs.Int("m", 512, "`M` rows of A and C")
+	n := fs.Int("n", 384, "`N` columns of B and C")
+	k := fs.Int("k", 256, "`K` columns of A, rows of B")
+	reps := fs.Int("reps", 20, "`N` timed SGEMMs per run")
+	usage := func() {
+		fmt.Fprint(os.Stderr, "usage: cublas-sgemm [-m M] [-n N] [-k K] [-reps N]\n\n"+
+			"Multiplies two random matrices with cuBLAS on cudamem memory and checks the product\n"+
+			"against the CPU. Needs a driver and cuBLAS.\n\nflags:\n")
+		fs.SetOutput(os.Stderr)
+		fs.PrintDefaults()
+	}
+	fs.SetOutput(io.Discard) // the errors are printed below, once
+	err := fs.Parse(os.Args[1:])
+	switch {
+	case err != nil:
+	case fs.NArg() > 0:
+		err = fmt.Errorf("takes no arguments, got %q", fs.Args())
+	case *m <= 0 || *n <= 0 || *k <= 0 || *reps <= 0:
+		err = fmt.Errorf("sizes and reps must be positive (-m %d -n %d -k %d -reps %d)", *m, *n, *k, *reps)
+	}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		usage()
+		os.Exit(0)
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "cublas-sgemm: %v\n", err)
+		usage()
+		os.Exit(2)
+	}
 	if err := run(*m, *n, *k, *reps); err != nil {
 		fmt.Fprintln(os.Stderr, "cublas-sgemm:", err)
 		os.Exit(1)
@@ -129,14 +155,14 @@ func run(m, n, k, reps int) error {
 	}
 	devs, err := cuda.Devices()
 	if err != nil {
-		return fmt.Errorf("no usable CUDA driver: %w", err)
+		return err // says what failed: no driver, and the paths tried
 	}
 	if len(devs) == 0 {
 		return errors.New("no CUDA devices")
 	}
 	c, path, err := openCublas()
 	if err != nil {
-		return fmt.Errorf("no cuBLAS: %w", err)
+		return err // names the library and the paths tried, and how to add one
 	}
 	fmt.Printf("cuBLAS: %s\n", path)
 

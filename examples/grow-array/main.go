@@ -9,14 +9,16 @@
 // moved.
 //
 // It needs a device with virtual memory management; without a driver it
-// says what was tried and exits 1.
+// says what was tried and exits 1. It takes no flags: -h prints its usage.
 //
 //	go run ./examples/grow-array
 package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 
 	"github.com/cudamem/cudamem/buffer"
@@ -24,7 +26,27 @@ import (
 	"github.com/cudamem/cudamem/virtual"
 )
 
+const usage = `usage: grow-array
+
+Grows an array of uint32 in GPU virtual memory, in place and by
+remapping, never copying, and checks every value. It takes no flags.
+`
+
 func main() {
+	fs := flag.NewFlagSet("grow-array", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // the errors are printed below, once
+	err := fs.Parse(os.Args[1:])
+	if err == nil && fs.NArg() > 0 {
+		err = fmt.Errorf("takes no arguments, got %q", fs.Args())
+	}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(0)
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "grow-array: %v\n%s", err, usage)
+		os.Exit(2)
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "grow-array:", err)
 		os.Exit(1)

@@ -15,7 +15,8 @@
 // child starts (and theirs) inherits and which /proc/PID/environ shows.
 //
 // It needs Linux and a device that can export pools as POSIX file
-// descriptors; without a driver it says what was tried and exits 1.
+// descriptors; without a driver it says what was tried and exits 1. It
+// takes no flags: -h prints its usage.
 //
 //	go run ./examples/ipc-two-process
 package main
@@ -24,7 +25,9 @@ import (
 	"bufio"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -40,8 +43,27 @@ const (
 	envRole = "IPC_EXAMPLE_ROLE" // not a secret: says which side to run
 )
 
+const usage = `usage: ipc-two-process
+
+Shares GPU memory with a child process through an IPC pool; each side
+writes a pattern and checks the other's. It takes no flags.
+`
+
 func main() {
-	var err error
+	fs := flag.NewFlagSet("ipc-two-process", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // the errors are printed below, once
+	err := fs.Parse(os.Args[1:])
+	if err == nil && fs.NArg() > 0 {
+		err = fmt.Errorf("takes no arguments, got %q", fs.Args())
+	}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(0)
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "ipc-two-process: %v\n%s", err, usage)
+		os.Exit(2)
+	}
 	if os.Getenv(envRole) == "child" {
 		err = child()
 	} else {

@@ -79,31 +79,62 @@ func main() {
 // that run ranks (-ranks), which a test replaces.
 func realMain(args []string, stdout, stderr io.Writer, start starter) int {
 	fs := flag.NewFlagSet("nccl-allreduce", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	mib := fs.Int("mib", 64, "MiB per rank to all-reduce")
-	iters := fs.Int("iters", 20, "timed allreduces per phase")
-	gpus := fs.Int("gpus", 0, "one process: ranks, one per local GPU; 0: every GPU")
-	ranks := fs.Int("ranks", 0, "one process per rank (and GPU): how many; the program starts them unless -rank is given")
-	rankN := fs.Int("rank", -1, "with -ranks: run this rank only, in this process")
-	id := fs.String("id", "", "with -rank: the file through which rank 0 gives the other ranks its ncclUniqueId (must not exist yet)")
-	device := fs.Int("device", -1, "with -rank: the GPU's ordinal; -1: the rank modulo the local GPU count")
-	timeout := fs.Duration("timeout", 5*time.Minute, "with -ranks: how long the ranks may take, and how long ranks wait for the id file")
-	if err := fs.Parse(args); err != nil {
+	mib := fs.Int("mib", 64, "all-reduce `N` MiB per rank")
+	iters := fs.Int("iters", 20, "`N` timed allreduces per phase")
+	gpus := fs.Int("gpus", 0, "one process: `N` ranks, one per local GPU; 0: every GPU")
+	ranks := fs.Int("ranks", 0, "one process per rank (and GPU): `N` ranks in all; the program starts them unless -rank is given")
+	rankN := fs.Int("rank", -1, "with -ranks: run rank `I` only, in this process")
+	id := fs.String("id", "", "with -rank: the `FILE` through which rank 0 gives the other ranks its ncclUniqueId (must not exist yet)")
+	device := fs.Int("device", -1, "with -rank: the GPU's `ORDINAL`; -1: the rank modulo the local GPU count")
+	timeout := fs.Duration("timeout", 5*time.Minute, "with -ranks: how long (a `DURATION`) the ranks may take, and ranks wait for the id file")
+	usage := func() {
+		fmt.Fprint(stderr, "usage: nccl-allreduce [-mib N] [-iters N] [-gpus N]\n"+
+			"       nccl-allreduce -ranks N [-mib N] [-iters N] [-timeout DURATION]\n"+
+			"       nccl-allreduce -ranks N -rank I -id FILE [-device ORDINAL] [-mib N] [-iters N] [-timeout DURATION]\n\n"+
+			"All-reduces cudamem buffers with NCCL and checks every element. Needs a driver and NCCL.\n\nflags:\n")
+		fs.SetOutput(stderr)
+		fs.PrintDefaults()
+	}
+	fs.SetOutput(io.Discard) // the errors are printed below, once
+	err := fs.Parse(args)
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	rankMode := set["rank"] || set["id"] || set["device"]
+	switch {
+	case err != nil:
+	case fs.NArg() > 0:
+		err = fmt.Errorf("takes no arguments, got %q", fs.Args())
+	case *mib < 1:
+		err = fmt.Errorf("-mib %d: want at least 1", *mib)
+	case *iters < 1:
+		err = fmt.Errorf("-iters %d: want at least 1", *iters)
+	case set["gpus"] && set["ranks"]:
+		err = errors.New("-gpus is for the one-process mode; with -ranks each process drives one GPU")
+	case rankMode && *ranks < 1:
+		err = errors.New("-rank, -id and -device need -ranks (how many ranks in all)")
+	case rankMode && (*rankN < 0 || *rankN >= *ranks):
+		err = fmt.Errorf("-rank %d of -ranks %d: want 0 ≤ rank < ranks", *rankN, *ranks)
+	case rankMode && *id == "":
+		err = errors.New("-rank needs -id, the file through which rank 0 gives the others its ncclUniqueId")
+	case set["timeout"] && *ranks < 1:
+		err = errors.New("-timeout applies to -ranks")
+	}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		usage()
+		return 0
+	case err != nil:
+		fmt.Fprintf(stderr, "nccl-allreduce: %v\n", err)
+		usage()
 		return 2
 	}
 	fail := func(err error) int {
 		fmt.Fprintln(stderr, "nccl-allreduce:", oneLine(err))
 		return 1
 	}
-	if *mib < 1 {
-		return fail(fmt.Errorf("-mib %d: want at least 1", *mib))
-	}
 	size := uint64(*mib) << 20
 	switch {
-	case *rankN >= 0 || *id != "":
-		if *ranks < 1 {
-			return fail(errors.New("-rank needs -ranks (how many ranks in all)"))
-		}
+	case rankMode:
 		res, err := runRank(rankConfig{rank: *rankN, ranks: *ranks, device: *device, idPath: *id, size: size, iters: *iters, idWait: *timeout})
 		if err != nil {
 			return fail(err)
@@ -167,7 +198,7 @@ func run(size uint64, iters, gpus int) (res Result, err error) {
 	}
 	devs, err := cuda.Devices()
 	if err != nil {
-		return res, fmt.Errorf("no CUDA driver or device: %w", err)
+		return res, devicesErr(err)
 	}
 	if gpus <= 0 || gpus > len(devs) {
 		gpus = len(devs)
@@ -175,7 +206,7 @@ func run(size uint64, iters, gpus int) (res Result, err error) {
 	devs = devs[:gpus]
 	n, err := openNCCL()
 	if err != nil {
-		return res, fmt.Errorf("NCCL not found (install it, or name its directory in CUDAMEM_LIBRARY_PATH): %w", err)
+		return res, err // names the library and the paths tried, and how to add one
 	}
 	if err := n.need("the one-process mode needs it (use -ranks)", &n.commInitAll); err != nil {
 		return res, err
@@ -215,4 +246,13 @@ func run(size uint64, iters, gpus int) (res Result, err error) {
 	}
 	err = g.phases(&res, size, iters)
 	return res, err
+}
+
+// devicesErr labels an error from cuda.Devices. One that means there is
+// no driver says so itself, and names the paths tried.
+func devicesErr(err error) error {
+	if errors.Is(err, cuda.ErrNoDriver) {
+		return err
+	}
+	return fmt.Errorf("listing the CUDA devices: %w", err)
 }

@@ -228,20 +228,36 @@ func TestRunRefusesBadSizes(t *testing.T) {
 	}
 }
 
-// Bad rank flags are refused before anything is opened.
+// Bad flags, and flags that contradict each other or apply to another
+// mode, are refused before anything is opened: the error and the usage
+// on stderr, status 2. -h prints the usage, status 0.
 func TestRankFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-rank", "0"}, // no -ranks
 		{"-rank", "2", "-ranks", "2", "-id", "x"}, // out of range
 		{"-rank", "0", "-ranks", "1"},             // no -id
+		{"-device", "0"},                          // a rank's flag without -ranks
+		{"-id", "x", "-ranks", "2"},               // -id without -rank
+		{"-gpus", "2", "-ranks", "2"},             // the one-process mode's flag with -ranks
+		{"-timeout", "1m"},                        // -ranks' flag without it
 		{"-mib", "0"},
+		{"-iters", "0"},
+		{"-no-such-flag"},
+		{"extra"},
 	} {
 		var stdout, stderr bytes.Buffer
-		if code := realMain(args, &stdout, &stderr, nil); code != 1 {
-			t.Errorf("%v: exit %d, want 1 (stderr %q)", args, code, stderr.String())
+		if code := realMain(args, &stdout, &stderr, nil); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (stderr %q)", args, code, stderr.String())
 		}
-		if !strings.HasPrefix(stderr.String(), "nccl-allreduce: ") || strings.Count(stderr.String(), "\n") != 1 {
-			t.Errorf("%v: stderr %q, want one line", args, stderr.String())
+		if first, _, _ := strings.Cut(stderr.String(), "\n"); !strings.HasPrefix(first, "nccl-allreduce: ") ||
+			!strings.Contains(stderr.String(), "\nusage: nccl-allreduce") || stdout.Len() > 0 {
+			t.Errorf("%v: stdout %q, stderr %q; want the error, then the usage", args, stdout.String(), stderr.String())
+		}
+	}
+	for _, h := range []string{"-h", "-help", "--help"} {
+		var stdout, stderr bytes.Buffer
+		if code := realMain([]string{h}, &stdout, &stderr, nil); code != 0 || !strings.HasPrefix(stderr.String(), "usage: nccl-allreduce") || stdout.Len() > 0 {
+			t.Errorf("%s: exit %d, stdout %q, stderr %q; want 0 and the usage on stderr", h, code, stdout.String(), stderr.String())
 		}
 	}
 }
@@ -377,5 +393,37 @@ func TestLaunchWithoutDriver(t *testing.T) {
 	_, err := launch(2, 1, 1, time.Minute, func([]string) (*exec.Cmd, error) { started = true; return nil, errors.New("no") }, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "no CUDA driver") || started {
 		t.Errorf("launch without a driver: %v (started a rank: %v)", err, started)
+	}
+}
+
+// Without a driver, each mode says so in one line that names the path
+// tried and says "CUDA driver" once (no prefix repeating the error).
+func TestNoDriverOneLine(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "no-such-libcuda.so.1")
+	for _, args := range [][]string{{}, {"-ranks", "2"}, {"-ranks", "2", "-rank", "1", "-id", filepath.Join(dir, "id")}} {
+		j, err := json.Marshal(args)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(exe)
+		cmd.Env = append(os.Environ(), envChild+"="+string(j), "CUDAMEM_DRIVER="+missing)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err = cmd.Run()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			t.Errorf("%q: %v, want status 1 (stderr %q)", args, err, stderr.String())
+			continue
+		}
+		msg := stderr.String()
+		if !strings.HasPrefix(msg, "nccl-allreduce: ") || strings.Count(msg, "\n") != 1 ||
+			strings.Count(msg, "CUDA driver") != 1 || !strings.Contains(msg, missing) || stdout.Len() > 0 {
+			t.Errorf("%q: stdout %q, stderr %q; want one line naming %s, saying \"CUDA driver\" once", args, stdout.String(), msg, missing)
+		}
 	}
 }

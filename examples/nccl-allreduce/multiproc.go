@@ -44,7 +44,7 @@ func runRank(c rankConfig) (res Result, err error) {
 	}
 	devs, err := cuda.Devices()
 	if err != nil {
-		return res, fmt.Errorf("no CUDA driver or device: %w", err)
+		return res, devicesErr(err)
 	}
 	ord := c.device
 	if ord < 0 {
@@ -56,7 +56,7 @@ func runRank(c rankConfig) (res Result, err error) {
 	dev := devs[ord]
 	n, err := openNCCL()
 	if err != nil {
-		return res, fmt.Errorf("NCCL not found (install it, or name its directory in CUDAMEM_LIBRARY_PATH): %w", err)
+		return res, err // names the library and the paths tried, and how to add one
 	}
 	if err := n.need("one process per rank needs NCCL 2.23 or later (ncclCommInitRank takes the 128-byte ncclUniqueId by value, which cudamem's calls, integer and pointer arguments only, cannot pass; ncclCommInitRankScalable takes it by pointer)",
 		&n.getUniqueID, &n.commInitRankScalable); err != nil {
@@ -171,14 +171,14 @@ func selfStarter(args []string) (*exec.Cmd, error) {
 func launch(ranks, mib, iters int, timeout time.Duration, start starter, out io.Writer) ([]Result, error) {
 	devs, err := cuda.Devices()
 	if err != nil {
-		return nil, fmt.Errorf("no CUDA driver or device: %w", err)
+		return nil, devicesErr(err)
 	}
 	if ranks > len(devs) {
 		return nil, fmt.Errorf("-ranks %d needs %d GPUs (one per rank: NCCL refuses two ranks on one GPU); this machine has %d", ranks, ranks, len(devs))
 	}
 	n, err := openNCCL()
 	if err != nil {
-		return nil, fmt.Errorf("NCCL not found (install it, or name its directory in CUDAMEM_LIBRARY_PATH): %w", err)
+		return nil, err // names the library and the paths tried, and how to add one
 	}
 	if err := n.need("one process per rank needs NCCL 2.23 or later (ncclCommInitRank takes the 128-byte ncclUniqueId by value, which cudamem's calls cannot pass)",
 		&n.getUniqueID, &n.commInitRankScalable); err != nil {

@@ -12,14 +12,17 @@
 // driver allocation at all. It prints OK with the peak memory and how many
 // blocks the sub-allocator took from the pool.
 //
-// Without a driver it says what was tried and exits 1.
+// Without a driver it says what was tried and exits 1. It takes no
+// flags: -h prints its usage.
 //
 //	go run ./examples/streaming-pipeline
 package main
 
 import (
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 
@@ -35,7 +38,28 @@ const (
 	batchSize = batchLen * 4
 )
 
+const usage = `usage: streaming-pipeline
+
+Streams batches through the GPU on three workers' streams, with a shared
+sub-allocator serving every buffer, and checks every batch. It takes no
+flags.
+`
+
 func main() {
+	fs := flag.NewFlagSet("streaming-pipeline", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // the errors are printed below, once
+	err := fs.Parse(os.Args[1:])
+	if err == nil && fs.NArg() > 0 {
+		err = fmt.Errorf("takes no arguments, got %q", fs.Args())
+	}
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(os.Stderr, usage)
+		os.Exit(0)
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "streaming-pipeline: %v\n%s", err, usage)
+		os.Exit(2)
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "streaming-pipeline:", err)
 		os.Exit(1)

@@ -5,6 +5,10 @@
 // that memory and handles return to their baseline. See fakecuda.c for
 // what it emulates and how strict it is.
 //
+// It is also how cudamem is tried without a GPU: `cudamem fake-driver`
+// builds it (Build) and prints the CUDAMEM_DRIVER setting that selects it,
+// and cudamem info and selftest say when it is the driver loaded (Is).
+//
 // Tests point the loader at it with the CUDAMEM_DRIVER environment variable
 // before anything loads the driver:
 //

@@ -22,16 +22,26 @@ var ErrNoCompiler = errors.New("fakecuda: no C compiler")
 // skipping them (CUDAMEM_REQUIRE_CC set, as CI does).
 func Required() bool { return os.Getenv("CUDAMEM_REQUIRE_CC") != "" }
 
-// Build compiles the fake driver into dir with $CC (default cc) and returns
-// the library's path. The error wraps ErrNoCompiler when there is no
-// compiler.
-func Build(dir string) (string, error) {
+// Compiler returns the C compiler Build uses: $CC, default cc, found on
+// the PATH. The error wraps ErrNoCompiler.
+func Compiler() (string, error) {
 	cc := os.Getenv("CC")
 	if cc == "" {
 		cc = "cc"
 	}
 	if _, err := exec.LookPath(cc); err != nil {
 		return "", fmt.Errorf("%w (%s): %v", ErrNoCompiler, cc, err)
+	}
+	return cc, nil
+}
+
+// Build compiles the fake driver into dir with $CC (default cc) and returns
+// the library's path. The error wraps ErrNoCompiler when there is no
+// compiler.
+func Build(dir string) (string, error) {
+	cc, err := Compiler()
+	if err != nil {
+		return "", err
 	}
 	src := filepath.Join(dir, "fakecuda.c")
 	if err := os.WriteFile(src, source, 0o644); err != nil {
@@ -43,6 +53,20 @@ func Build(dir string) (string, error) {
 		return "", fmt.Errorf("fakecuda: %s failed: %v\n%s", cc, err, b)
 	}
 	return out, nil
+}
+
+// Is reports whether the library at path is the fake driver (it exports
+// the fake's own test entry points). A library already loaded, as the
+// driver cudamem uses, is not loaded a second time: dlopen of one path
+// shares one copy.
+func Is(path string) bool {
+	l, err := loader.OpenLibrary(path)
+	if err != nil {
+		return false
+	}
+	defer l.Close()
+	_, err = l.Lookup("fakecuda_stat")
+	return err == nil
 }
 
 // Stat names one counter of the fake driver.

@@ -28,10 +28,15 @@
 // not tied to contexts. fakecuda_set_ctx_reuse makes new contexts take the
 // addresses of destroyed ones, as a real driver may.
 //
-// Not emulated: kernels and modules, asynchrony (every call completes before
-// it returns), cross-process sharing (pool and legacy IPC work inside one
-// process only), CUDA 13 host/managed default pools (cuMemGetDefaultMemPool
-// and friends are absent, so they report "not supported").
+// Modules and kernels: PTX loads, and cudamem's own test kernels
+// (internal/kernels) run on the host; other kernels are not emulated.
+// Graph launches run the copies, fills and kernels captured into them.
+//
+// Not emulated: other kernels, asynchrony (every call completes before
+// it returns), cross-process sharing other than pool IPC (legacy IPC and
+// VMM handle exports work inside one process only), CUDA 13 host/managed
+// default pools (cuMemGetDefaultMemPool and friends are absent, so they
+// report "not supported").
 //
 // Environment: FAKECUDA_DEVICES (1 or 2, default 1), FAKECUDA_VERSION
 // (default 13000), FAKECUDA_TOTAL_MEM (bytes per device, default 4 GiB),
@@ -44,6 +49,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
@@ -203,6 +209,7 @@ typedef struct pool {
 	int access[MAXDEV];    /* CUmemAccess_flags per device */
 	int live;
 	int doomed;            /* fabric handles made without IMEX: destroying it is a crash */
+	int remote_pid;        /* an import of another process's pool: that process (0: this one) */
 } pool_t;
 #define MAXPOOLS 4096
 static pool_t *pools[MAXPOOLS];
@@ -227,6 +234,7 @@ typedef struct alloc {
 	u64 base, size, maplen;
 	int kind, dev;
 	pool_t *pool;
+	int memfd1; /* the memfd backing it, plus one (0: none; see new_alloc) */
 } alloc_t;
 static alloc_t *allocs;
 static int nallocs, capallocs;
@@ -282,9 +290,23 @@ static CUresult new_alloc(u64 *out, u64 size, int kind, int dev, pool_t *p) {
 		allocs = a, capallocs = c;
 	}
 	u64 len = round_up(size, PAGE);
-	void *m = map_shared(len);
-	if (!m) return E_OUT_OF_MEMORY;
-	allocs[nallocs++] = (alloc_t){(u64)m, size, len, kind, dev, p};
+	void *m = 0;
+	int memfd = -1;
+	if (kind == K_POOL && (p->handle_types & 1) && !p->imported) {
+		/* A pool another process may import: its memory is a memfd, which
+		   the importer maps through /proc (see fMemPoolImportPointer). */
+		memfd = memfd_create("fakecuda-pool", MFD_CLOEXEC);
+		if (memfd < 0) return E_OUT_OF_MEMORY;
+		if (ftruncate(memfd, (off_t)len) == 0) {
+			m = mmap(0, len, PROT_READ | PROT_WRITE, MAP_SHARED, memfd, 0);
+			if (m == MAP_FAILED) m = 0;
+		}
+		if (!m) { close(memfd); return E_OUT_OF_MEMORY; }
+	} else {
+		m = map_shared(len);
+		if (!m) return E_OUT_OF_MEMORY;
+	}
+	allocs[nallocs++] = (alloc_t){(u64)m, size, len, kind, dev, p, memfd + 1};
 	add_bytes(kind, dev, p, (long long)size);
 	stats[ST_ALLOCS]++;
 	*out = (u64)m;
@@ -293,6 +315,7 @@ static CUresult new_alloc(u64 *out, u64 size, int kind, int dev, pool_t *p) {
 
 static void drop_alloc(alloc_t *a) {
 	if (a->kind != K_REGISTERED) munmap((void *)a->base, a->maplen);
+	if (a->memfd1) close(a->memfd1 - 1);
 	add_bytes(a->kind, a->dev, a->pool, -(long long)a->size);
 	if (a->kind == K_REGISTERED) stats[ST_REGISTERED]--;
 	else stats[ST_ALLOCS]--;
@@ -426,6 +449,22 @@ static CUresult capture_alloc(u64 *out, size_t n, void *s, int *captured);
 static CUresult capture_free(u64 ptr, void *s, int *handled);
 static int global_captures;
 static void invalidate_global(void);
+/* gop_t is a data node: what a captured copy, fill or kernel launch does
+   when the graph runs. */
+enum { GOP_COPY, GOP_FILL, GOP_KERNEL };
+typedef struct gop {
+	int kind;
+	u64 dst, src, n; /* copy: bytes; fill: elements of w bytes */
+	int dk, sk;      /* copy: what dst and src may be (see copy) */
+	unsigned v; int w; /* fill: the value and its width */
+	int kern; u64 args[4]; /* kernel: which (see kernels) and its parameters */
+} gop_t;
+/* graph_add_op appends a data node to the graph stream s captures into;
+   op_check reports whether op's memory is there to run it (a node's may
+   have been freed since its capture); op_run runs it. */
+static CUresult graph_add_op(void *s, const gop_t *op);
+static CUresult op_check(const gop_t *op);
+static void op_run(const gop_t *op);
 static stream_t *streams[MAXS];
 static int nstreams;
 typedef struct {
@@ -509,7 +548,8 @@ static CUresult fDeviceGet(int *d, int ord) {
 static CUresult fDeviceGetName(char *buf, int len, int d) {
 	if (bad_dev(d)) return E_INVALID_DEVICE;
 	if (!buf || len <= 0) return E_INVALID_VALUE;
-	const char *name = d == 0 ? "fakecuda GPU 0" : "fakecuda GPU 1";
+	/* Says what it is wherever a device's name is shown. */
+	const char *name = d == 0 ? "cudamem fake GPU 0 (host memory)" : "cudamem fake GPU 1 (host memory)";
 	strncpy(buf, name, len - 1);
 	buf[len - 1] = 0;
 	return OK;
@@ -957,8 +997,14 @@ static CUresult copy(u64 dst, u64 src, size_t n, int dk, int sk, void *s, int as
 	if (r) RET(r);
 	r = sk == 0 ? device_range(src, n, 0) : sk == 2 ? any_range(src, n, 0) : OK;
 	if (r) RET(r);
-	if (captured) RET(OK); /* a memcpy node: not run (launches do not replay data) */
-	memmove((void *)dst, (void *)src, n);
+	gop_t op = {.kind = GOP_COPY, .dst = dst, .src = src, .n = n, .dk = dk, .sk = sk};
+	/* A node keeps what its operands were at capture: memory the driver
+	   knew must still be there at each launch (not be taken for pageable
+	   host memory once freed). */
+	if (dk == 2 && (find_alloc(dst) || covered(dst, 1))) op.dk = 0;
+	if (sk == 2 && (find_alloc(src) || covered(src, 1))) op.sk = 0;
+	if (captured) RET(graph_add_op(s, &op)); /* a memcpy node, run by each launch */
+	op_run(&op);
 	RET(OK);
 }
 static CUresult fMemcpy(u64 d, u64 s, size_t n) { return copy(d, s, n, 2, 2, 0, 0); }
@@ -985,10 +1031,9 @@ static CUresult fill(u64 p, unsigned v, size_t n, int w, void *s, int async) {
 	if (n > (~0ull) / w || p % w) RET(E_INVALID_VALUE);
 	CUresult r = device_range(p, n * w, 1);
 	if (r) RET(r);
-	if (captured) RET(OK); /* a memset node */
-	if (w == 1) memset((void *)p, (int)(v & 0xff), n);
-	else if (w == 2) for (size_t i = 0; i < n; i++) ((uint16_t *)p)[i] = (uint16_t)v;
-	else for (size_t i = 0; i < n; i++) ((uint32_t *)p)[i] = (uint32_t)v;
+	gop_t op = {.kind = GOP_FILL, .dst = p, .n = n, .v = v, .w = w};
+	if (captured) RET(graph_add_op(s, &op)); /* a memset node, run by each launch */
+	op_run(&op);
 	RET(OK);
 }
 static CUresult fMemsetD8(u64 p, unsigned char v, size_t n) { return fill(p, v, n, 1, 0, 0); }
@@ -1163,20 +1208,26 @@ static CUresult fMemFreeAsync(u64 ptr, void *s) {
 	RET(OK);
 }
 
-/* Pool IPC (in one process): the exported fd is an eventfd whose counter
-   is the pool's id (an anonymous inode, as the real driver's export is not
-   a regular file, pipe or socket); an imported pool refers to the
-   exporting pool by that id; an imported pointer is a second mapping of
-   the same shared pages. */
+/* Pool IPC: the exported fd is an eventfd whose counter is the exporting
+   process's id and the pool's (an anonymous inode, as the real driver's
+   export is not a regular file, pipe or socket); an imported pool refers
+   to the exporting pool by that id. In the same process an imported
+   pointer is a second mapping of the same shared pages. In another
+   process, it maps the memfd that backs the allocation in the exporter
+   (an exported pointer names it), opened through /proc/PID/fd: so pool
+   IPC works between processes of one user, while the exporter lives. */
+#define POOL_ID_BITS 24
+#define POOL_ID_MASK ((1ll << POOL_ID_BITS) - 1)
 static CUresult fMemPoolExportToShareableHandle(void *out, void *h, int type, u64 flags) {
 	LOCK();
 	NEED_CTX();
 	if (type == 8) RET(fabric_pool_export(out, h, flags));
 	pool_t *p = as_pool(h);
-	if (!out || !p || type != 1 || flags || !(p->handle_types & 1) || p->id <= 0) RET(E_INVALID_VALUE);
+	if (!out || !p || type != 1 || flags || !(p->handle_types & 1) || p->id <= 0 || p->id > POOL_ID_MASK) RET(E_INVALID_VALUE);
+	if (p->imported) RET(E_INVALID_VALUE); /* only the owner exports */
 	int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (fd < 0) RET(E_OUT_OF_MEMORY);
-	uint64_t id = (uint64_t)p->id;
+	uint64_t id = ((uint64_t)getpid() << POOL_ID_BITS) | (uint64_t)p->id;
 	if (write(fd, &id, sizeof id) != sizeof id) { close(fd); RET(E_OUT_OF_MEMORY); }
 	*(int *)out = fd;
 	RET(OK);
@@ -1198,6 +1249,22 @@ static CUresult fMemPoolImportFromShareableHandle(void **out, void *osh, int typ
 	long long id = 0;
 	if (!out || type != 1 || flags || npools == MAXPOOLS) RET(E_INVALID_VALUE);
 	if ((id = pool_fd_id(fd)) <= 0) RET(E_INVALID_VALUE);
+	int pid = (int)(id >> POOL_ID_BITS);
+	id &= POOL_ID_MASK;
+	if (pid <= 0 || id == 0) RET(E_INVALID_VALUE);
+	if (pid != getpid()) {
+		/* Another process's pool: its memory is reached through its
+		   exported pointers. */
+		pool_t *p = calloc(1, sizeof *p);
+		if (!p) RET(E_OUT_OF_MEMORY);
+		*p = (pool_t){.alloc_type = 1, .handle_types = 1, .loc_type = 1, .loc_id = current->dev, .reuse = {1, 1, 1},
+			.imported = 1, .live = 1, .id = id, .remote_pid = pid};
+		p->access[p->loc_id] = 3;
+		pools[npools++] = p;
+		stats[ST_POOLS]++;
+		*out = p;
+		RET(OK);
+	}
 	pool_t *origin = 0;
 	for (int i = 0; i < npools; i++)
 		if (pools[i]->id == id && !pools[i]->imported) origin = pools[i];
@@ -1213,7 +1280,10 @@ static CUresult fMemPoolImportFromShareableHandle(void **out, void *osh, int typ
 	*out = p;
 	RET(OK);
 }
-typedef struct { u64 magic; long long pool; u64 ptr, size; unsigned char pad[32]; } export_t;
+/* An exported pointer (CUmemPoolPtrExportData, 64 bytes): the pool's id,
+   the pointer and its size, and the exporting process and the memfd
+   backing the allocation there (0 and -1 when none). */
+typedef struct { u64 magic; long long pool; u64 ptr, size; int pid, memfd; unsigned char pad[24]; } export_t;
 #define EXPORT_MAGIC 0x66616b6563756461ull
 static CUresult fMemPoolExportPointer(export_t *out, u64 ptr) {
 	LOCK();
@@ -1221,14 +1291,42 @@ static CUresult fMemPoolExportPointer(export_t *out, u64 ptr) {
 	alloc_t *a = find_base(ptr);
 	if (!out || !a || a->kind != K_POOL || !(a->pool->handle_types & 9)) RET(E_INVALID_VALUE);
 	memset(out, 0, sizeof *out);
-	*out = (export_t){EXPORT_MAGIC, a->pool->id, ptr, a->size, {0}};
+	*out = (export_t){EXPORT_MAGIC, a->pool->id, ptr, a->size, getpid(), a->memfd1 - 1, {0}};
 	RET(OK);
+}
+/* import_remote maps an allocation of another process's pool: the memfd
+   the descriptor names, opened through /proc (it must be one the fake
+   made for a pool, as large as the allocation). Called with the lock held. */
+static CUresult import_remote(u64 *out, pool_t *p, const export_t *d) {
+	if (d->pid != p->remote_pid || d->memfd < 0 || d->size == 0 || d->size > total_mem) return E_INVALID_VALUE;
+	char path[64], target[64] = {0};
+	snprintf(path, sizeof path, "/proc/%d/fd/%d", d->pid, d->memfd);
+	if (readlink(path, target, sizeof target - 1) < 0 || strncmp(target, "/memfd:fakecuda-pool", 20)) return E_INVALID_VALUE;
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	if (fd < 0) return E_INVALID_VALUE; /* the exporter exited, or freed it */
+	u64 len = round_up(d->size, PAGE);
+	struct stat st;
+	void *m = MAP_FAILED;
+	if (fstat(fd, &st) == 0 && (u64)st.st_size >= len) m = mmap(0, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (m == MAP_FAILED) return E_INVALID_VALUE;
+	if (nallocs == capallocs) {
+		int c = capallocs ? capallocs * 2 : 64;
+		alloc_t *na = realloc(allocs, c * sizeof *na);
+		if (!na) { munmap(m, len); return E_OUT_OF_MEMORY; }
+		allocs = na, capallocs = c;
+	}
+	allocs[nallocs++] = (alloc_t){(u64)m, d->size, len, K_IMPORT, p->loc_id, p};
+	stats[ST_ALLOCS]++;
+	*out = (u64)m;
+	return OK;
 }
 static CUresult fMemPoolImportPointer(u64 *out, void *h, const export_t *d) {
 	LOCK();
 	NEED_CTX();
 	pool_t *p = as_pool(h);
 	if (!out || !d || !p || !p->imported || d->magic != EXPORT_MAGIC || d->pool != p->id) RET(E_INVALID_VALUE);
+	if (p->remote_pid) RET(import_remote(out, p, d));
 	alloc_t *a = find_base(d->ptr);
 	if (!a || a->kind != K_POOL || a->pool->id != p->id || a->size != d->size) RET(E_INVALID_VALUE);
 	if (nallocs == capallocs) {
@@ -1805,14 +1903,20 @@ static void *ctx_proc(const char *sym, int ver) {
    A capture records, per stream, a graph: allocation nodes (their
    addresses are mapped at capture time, so later nodes can be checked
    against them, but count as graph memory only while a launch holds
-   them), free nodes, and a count of other nodes (copies and fills are
-   validated, not run: launches emulate the memory lifecycle, not data).
-   A launch allocates each allocation node (it fails if the memory from
-   the previous launch is still allocated, unless the exec was
-   instantiated with auto-free-on-launch) and frees each free node's
-   address. cuMemFreeAsync outside a capture frees a launch's allocation.
-   Graph memory is reserved at first use and given back by
-   cuDeviceGraphMemTrim when no launch holds it. */
+   them), free nodes, data nodes (copies, fills and kernel launches, each
+   checked at capture and kept with its operands), and a count of the
+   other nodes. A launch runs on the launching stream, in its order (every
+   call of the fake completes before it returns): it allocates each
+   allocation node (it fails if the memory from the previous launch is
+   still allocated, unless the exec was instantiated with
+   auto-free-on-launch), runs the data nodes in the order they were
+   captured, as a real launch moves the data, and frees each free node's
+   address. Every data node is checked again before the launch changes
+   anything (its memory may have been freed since the capture): a launch
+   that would touch memory no longer there fails whole. cuMemFreeAsync
+   outside a capture frees a launch's allocation. Graph memory is reserved
+   at first use and given back by cuDeviceGraphMemTrim when no launch
+   holds it. */
 #define MAXG 1024
 #define MAXGN 64
 typedef struct graph {
@@ -1820,7 +1924,21 @@ typedef struct graph {
 	int nalloc, nfree, nodes, execs;
 	u64 alloc[MAXGN];
 	u64 freep[MAXGN];
+	gop_t *ops; /* data nodes, in capture order */
+	int nops, capops;
 } graph_t;
+static CUresult graph_add_op(void *s, const gop_t *op) {
+	graph_t *g = ((stream_t *)s)->cg;
+	if (g->nops == g->capops) {
+		int c = g->capops ? g->capops * 2 : 16;
+		gop_t *n = realloc(g->ops, c * sizeof *n);
+		if (!n) return E_OUT_OF_MEMORY;
+		g->ops = n, g->capops = c;
+	}
+	g->ops[g->nops++] = *op;
+	return OK;
+}
+
 static graph_t *graphs[MAXG];
 static int ngraphs;
 typedef struct exec {
@@ -1890,6 +2008,7 @@ static void graph_free(graph_t *g) {
 	graph_release(g);
 	for (int i = 0; i < ngraphs; i++)
 		if (graphs[i] == g) { graphs[i] = graphs[--ngraphs]; break; }
+	free(g->ops);
 	free(g);
 	stats[ST_GRAPHS]--;
 }
@@ -2087,8 +2206,11 @@ static CUresult fGraphInstantiateWithFlags(void **out, void *h, u64 flags) {
 	if (nexecs == MAXG) RET(E_OUT_OF_MEMORY);
 	exec_t *e = calloc(1, sizeof *e);
 	graph_t *copy = malloc(sizeof *copy);
-	if (!e || !copy) { free(e); free(copy); RET(E_OUT_OF_MEMORY); }
+	gop_t *ops = g->nops ? malloc(g->nops * sizeof *ops) : 0;
+	if (!e || !copy || (g->nops && !ops)) { free(e); free(copy); free(ops); RET(E_OUT_OF_MEMORY); }
 	*copy = *g;
+	if (g->nops) memcpy(ops, g->ops, g->nops * sizeof *ops);
+	copy->ops = ops, copy->capops = g->nops;
 	graph_hold(copy);
 	g->execs++;
 	e->dev = g->dev, e->g = copy, e->src = g, e->flags = flags;
@@ -2105,6 +2227,7 @@ static CUresult fGraphExecDestroy(void *h) {
 	/* The source graph, if it lives, may be instantiated again. */
 	if (e->src) e->src->execs--;
 	graph_release(e->g);
+	free(e->g->ops);
 	free(e->g);
 	for (int i = 0; i < nexecs; i++)
 		if (execs[i] == e) { execs[i] = execs[--nexecs]; break; }
@@ -2130,6 +2253,8 @@ static CUresult fGraphLaunch(void *h, void *s) {
 		if (!m) RET(E_INVALID_VALUE);
 		if (m->live && !(e->flags & 1)) RET(E_INVALID_VALUE); /* the last launch's memory is still allocated */
 	}
+	for (int i = 0; i < g->nops; i++)
+		if ((r = op_check(&g->ops[i]))) RET(r);
 	for (int i = 0; i < g->nalloc; i++) {
 		gmem_t *m = as_gmem(g->alloc[i]);
 		if (m->live) { m->live = 0; gm_used[m->dev] -= m->size; stats[ST_GRAPH_USED] -= m->size; }
@@ -2142,6 +2267,7 @@ static CUresult fGraphLaunch(void *h, void *s) {
 		stats[ST_GRAPH_USED] += m->size;
 		gm_stat(m->dev);
 	}
+	for (int i = 0; i < g->nops; i++) op_run(&g->ops[i]);
 	for (int i = 0; i < g->nfree; i++) {
 		gmem_t *m = as_gmem(g->freep[i]);
 		if (!m || !m->live) continue; /* freed twice: a real driver faults; we skip */
@@ -2248,6 +2374,199 @@ static void *batch_proc(int ver) {
 	if (ver >= 13000) return (void *)fMemcpyBatchAsync_v2;
 	if (ver >= 12080) return (void *)fMemcpyBatchAsync_v1;
 	return 0;
+}
+
+/* Modules and kernels.
+
+   The fake runs no device code, but it knows cudamem's own test kernels
+   (internal/kernels: the pattern write and check, the word add and fill)
+   by name and runs them on the host, so that what uses them (cudamem
+   selftest, the GPU tests' helpers) works here too. cuModuleLoadData
+   takes any PTX text (it must say ".version"); cuModuleGetFunction finds
+   the known kernels an image defines, and answers NOT_SUPPORTED for any
+   other kernel it defines (its code cannot run here) and NOT_FOUND for a
+   name it does not. cuLaunchKernel checks the stream, the shape, the
+   parameters and the memory each kernel touches (as a copy does), then
+   runs it, or, under capture, records it as a node each launch of the
+   graph runs. */
+enum { KN_PATTERN_WRITE, KN_PATTERN_CHECK, KN_ADD_U32, KN_FILL_U32, KN_COUNT };
+static const char *const kernel_names[KN_COUNT] = {
+	"cudamem_pattern_write", "cudamem_pattern_check", "cudamem_add_u32", "cudamem_fill_u32"};
+/* Parameter sizes in bytes, in order (see internal/kernels/README.md). */
+static const int kernel_params[KN_COUNT][4] = {{8, 8, 4, 0}, {8, 8, 4, 8}, {8, 8, 4, 0}, {8, 8, 4, 0}};
+static const int kernel_nparams[KN_COUNT] = {3, 4, 3, 3};
+#define E_INVALID_PTX 218
+#define E_NOT_FOUND 500
+#define E_INVALID_IMAGE 200
+typedef struct module module_t;
+typedef struct { module_t *m; int kern; } func_t;
+struct module {
+	ctx_t *ctx;
+	char *img;         /* the PTX text, for the kernels it defines */
+	int has[KN_COUNT]; /* the image defines the kernel */
+	func_t funcs[KN_COUNT];
+};
+#define MAXM 1024
+static module_t *modules[MAXM];
+static int nmodules;
+static module_t *as_module(void *h) {
+	for (int i = 0; i < nmodules; i++)
+		if (modules[i] == h) return modules[i];
+	return 0;
+}
+static func_t *as_func(void *h) {
+	for (int i = 0; i < nmodules; i++)
+		for (int k = 0; k < KN_COUNT; k++)
+			if ((void *)&modules[i]->funcs[k] == h && modules[i]->has[k]) return &modules[i]->funcs[k];
+	return 0;
+}
+/* defines reports whether PTX text img has an entry named name. */
+static int defines(const char *img, const char *name) {
+	size_t n = strlen(name);
+	for (const char *p = strstr(img, ".entry"); p; p = strstr(p + 1, ".entry")) {
+		const char *q = p + 6;
+		while (*q == ' ' || *q == '\t') q++;
+		if (!strncmp(q, name, n) && (q[n] == '(' || q[n] == ' ' || q[n] == '\t' || q[n] == '\n' || q[n] == '\r')) return 1;
+	}
+	return 0;
+}
+static CUresult fModuleLoadData(void **out, const void *image) {
+	LOCK();
+	NEED_CTX();
+	if (!out || !image) RET(E_INVALID_VALUE);
+	const char *img = image;
+	if (!strstr(img, ".version")) RET(E_INVALID_PTX); /* not PTX text (cubins are not emulated) */
+	if (nmodules == MAXM) RET(E_OUT_OF_MEMORY);
+	module_t *m = calloc(1, sizeof *m);
+	char *copy = strdup(img);
+	if (!m || !copy) { free(m); free(copy); RET(E_OUT_OF_MEMORY); }
+	m->ctx = current, m->img = copy;
+	for (int k = 0; k < KN_COUNT; k++) {
+		m->has[k] = defines(img, kernel_names[k]);
+		m->funcs[k] = (func_t){m, k};
+	}
+	modules[nmodules++] = m;
+	*out = m;
+	RET(OK);
+}
+static CUresult fModuleUnload(void *h) {
+	LOCK();
+	NEED_CTX();
+	for (int i = 0; i < nmodules; i++)
+		if (modules[i] == h) {
+			free(modules[i]->img);
+			free(h);
+			modules[i] = modules[--nmodules];
+			RET(OK);
+		}
+	RET(E_INVALID_HANDLE);
+}
+static CUresult fModuleGetFunction(void **out, void *h, const char *name) {
+	LOCK();
+	NEED_CTX();
+	module_t *m = as_module(h);
+	if (!m) RET(E_INVALID_HANDLE);
+	if (!out || !name) RET(E_INVALID_VALUE);
+	for (int k = 0; k < KN_COUNT; k++)
+		if (!strcmp(name, kernel_names[k])) {
+			if (!m->has[k]) RET(E_NOT_FOUND);
+			*out = &m->funcs[k];
+			RET(OK);
+		}
+	RET(defines(m->img, name) ? E_NOT_SUPPORTED : E_NOT_FOUND); /* a kernel of its own: cannot run here */
+}
+/* kernel_range checks memory a kernel touches: like a copy's device
+   operand, but a miss is an illegal address, as on a GPU. */
+static CUresult kernel_range(u64 p, u64 n, int write) {
+	if (n == 0) return OK;
+	return device_range(p, n, write) ? E_ILLEGAL_ADDRESS : OK;
+}
+static CUresult kernel_check(int kern, const u64 *a) {
+	switch (kern) {
+	case KN_PATTERN_WRITE: return kernel_range(a[0], a[1], 1);
+	case KN_PATTERN_CHECK: {
+		CUresult r = kernel_range(a[0], a[1], 0);
+		if (r || a[1] == 0) return r;
+		if (a[3] % 4) return E_ILLEGAL_ADDRESS; /* misaligned atomic */
+		return kernel_range(a[3], 4, 1);
+	}
+	default: /* the word kernels */
+		if (a[1] > (~0ull) / 4 || (a[1] && a[0] % 4)) return E_ILLEGAL_ADDRESS;
+		return kernel_range(a[0], a[1] * 4, 1);
+	}
+}
+static void kernel_run(int kern, const u64 *a) {
+	uint32_t seed = (uint32_t)a[2];
+	switch (kern) {
+	case KN_PATTERN_WRITE:
+		for (u64 i = 0; i < a[1]; i++) ((uint8_t *)a[0])[i] = (uint8_t)((uint32_t)i * 31u + seed);
+		break;
+	case KN_PATTERN_CHECK: {
+		uint32_t bad = 0;
+		for (u64 i = 0; i < a[1]; i++)
+			if (((uint8_t *)a[0])[i] != (uint8_t)((uint32_t)i * 31u + seed)) bad++;
+		if (a[1]) *(uint32_t *)a[3] += bad;
+		break;
+	}
+	case KN_ADD_U32:
+		for (u64 i = 0; i < a[1]; i++) ((uint32_t *)a[0])[i] += seed;
+		break;
+	case KN_FILL_U32:
+		for (u64 i = 0; i < a[1]; i++) ((uint32_t *)a[0])[i] = seed;
+		break;
+	}
+}
+static CUresult fLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+			      unsigned shmem, void *s, void **params, void **extra) {
+	LOCK();
+	NEED_CTX();
+	NEED_STREAM(s);
+	func_t *fn = as_func(f);
+	if (!fn) RET(E_INVALID_HANDLE);
+	if (fn->m->ctx != current) RET(E_INVALID_CONTEXT); /* a kernel runs in its module's context */
+	stream_t *st = as_stream(s);
+	if (st && st->ctx != current) RET(E_INVALID_HANDLE);
+	if (!gx || !gy || !gz || !bx || !by || !bz || (u64)bx * by * bz > 1024 || shmem > 48 * 1024) RET(E_INVALID_VALUE);
+	if (extra) RET(E_NOT_SUPPORTED); /* parameters by buffer are not emulated */
+	int k = fn->kern;
+	if (!params) RET(E_INVALID_VALUE);
+	gop_t op = {.kind = GOP_KERNEL, .kern = k};
+	for (int i = 0; i < kernel_nparams[k]; i++) {
+		if (!params[i]) RET(E_INVALID_VALUE);
+		op.args[i] = kernel_params[k][i] == 4 ? *(uint32_t *)params[i] : *(u64 *)params[i];
+	}
+	int captured = 0;
+	CUresult r = capture_op(s, &captured);
+	if (r) RET(r);
+	if ((r = kernel_check(k, op.args))) RET(r);
+	if (captured) RET(graph_add_op(s, &op)); /* a kernel node, run by each launch */
+	kernel_run(k, op.args);
+	RET(OK);
+}
+
+/* Data nodes (see "Stream capture and graphs"): checked as the call that
+   made them was, and run the same way. */
+static CUresult op_check(const gop_t *op) {
+	CUresult r = OK;
+	switch (op->kind) {
+	case GOP_COPY:
+		r = op->dk == 0 ? device_range(op->dst, op->n, 1) : op->dk == 2 ? any_range(op->dst, op->n, 1) : OK;
+		if (!r) r = op->sk == 0 ? device_range(op->src, op->n, 0) : op->sk == 2 ? any_range(op->src, op->n, 0) : OK;
+		return r;
+	case GOP_FILL: return device_range(op->dst, op->n * op->w, 1);
+	}
+	return kernel_check(op->kern, op->args);
+}
+static void op_run(const gop_t *op) {
+	switch (op->kind) {
+	case GOP_COPY: memmove((void *)op->dst, (void *)op->src, op->n); return;
+	case GOP_FILL:
+		if (op->w == 1) memset((void *)op->dst, (int)(op->v & 0xff), op->n);
+		else if (op->w == 2) for (u64 i = 0; i < op->n; i++) ((uint16_t *)op->dst)[i] = (uint16_t)op->v;
+		else for (u64 i = 0; i < op->n; i++) ((uint32_t *)op->dst)[i] = (uint32_t)op->v;
+		return;
+	}
+	kernel_run(op->kern, op->args);
 }
 
 /* Fabric handles. */
@@ -2490,6 +2809,11 @@ static const struct { const char *name; void *fn; } table[] = {
 	{"cuDeviceGraphMemTrim", (void *)fDeviceGraphMemTrim},
 	{"cuDeviceGetGraphMemAttribute", (void *)fDeviceGetGraphMemAttribute},
 	{"cuDeviceSetGraphMemAttribute", (void *)fDeviceSetGraphMemAttribute},
+	/* Modules and kernels: cudamem's own test kernels only. */
+	{"cuModuleLoadData", (void *)fModuleLoadData},
+	{"cuModuleUnload", (void *)fModuleUnload},
+	{"cuModuleGetFunction", (void *)fModuleGetFunction},
+	{"cuLaunchKernel", (void *)fLaunchKernel},
 	/* Batched copies. */
 };
 
