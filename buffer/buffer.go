@@ -320,6 +320,11 @@ func (b *Buffer) CloseOn(s *cuda.Stream) error {
 	if !b.beginClose() {
 		return nil // closed already
 	}
+	// The free runs the resource's code, which may be a user's and may
+	// panic: the deferred endClose then leaves the buffer open, so that
+	// the panic propagates without wedging every later Close.
+	closed := false
+	defer func() { b.endClose(closed) }()
 	if b.mr != nil && b.ptr != 0 {
 		if s == nil {
 			s = b.stream
@@ -327,19 +332,18 @@ func (b *Buffer) CloseOn(s *cuda.Stream) error {
 		if deferred, err := b.deferFree(s); err != nil || deferred {
 			// Held (exported): the last Release frees, on s; or s is one
 			// it could never free on, and the buffer stays open.
-			b.endClose(err == nil)
+			closed = err == nil
 			return err
 		}
 		if err := deallocate(b.mr, b.ptr, b.size, s, b.word.Load()); err != nil {
-			err = fmt.Errorf("buffer close (%#x, %d bytes): %w", uint64(b.ptr), b.size, err)
 			// Still open unless the memory is gone: the caller may retry
 			// (on another stream, say). Memory that is gone must not be
 			// used again, whatever the resource failed to tidy up.
-			b.endClose(errors.Is(err, ErrPartlyFreed))
-			return err
+			closed = errors.Is(err, ErrPartlyFreed)
+			return fmt.Errorf("buffer close (%#x, %d bytes): %w", uint64(b.ptr), b.size, err)
 		}
 	}
-	b.endClose(true)
+	closed = true
 	return nil
 }
 

@@ -15,7 +15,10 @@ import (
 // any fake address could reach the driver.
 const noDevice = 1 << 20
 
-var errFakeFree = errors.New("fake: deallocate failed")
+var (
+	errFakeFree  = errors.New("fake: deallocate failed")
+	errFakePanic = errors.New("fake: deallocate panicked")
+)
 
 // fakeResource hands out fake addresses and counts what it frees. Buffers
 // from it must never reach the driver: CPU tests exercise only what Go
@@ -34,6 +37,9 @@ type fakeResource struct {
 	// fail with an error wrapping buffer.ErrPartlyFreed, as a resource
 	// whose cleanup after the free failed does.
 	partlyFrees int
+	// panicFrees: this many Deallocate calls panic, as a user's resource
+	// may.
+	panicFrees int
 }
 
 func newFake() *fakeResource {
@@ -52,6 +58,10 @@ func (m *fakeResource) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr,
 func (m *fakeResource) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.panicFrees > 0 {
+		m.panicFrees--
+		panic(errFakePanic)
+	}
 	if m.failFrees > 0 {
 		m.failFrees--
 		return errFakeFree

@@ -122,15 +122,20 @@ func (h *Hold) Release() error {
 		return nil // others still hold, or the buffer is open: Close frees
 	}
 	// Count zero and heldFree set: Close left the free to us, and no hold
-	// can come again (the buffer is closed).
-	err := freeOrFallback(x.freeMR, r.ptr, r.size, x.freeStream, r.word.Load())
-	if err != nil {
-		if !errors.Is(err, ErrPartlyFreed) {
-			// Nothing was freed: the hold is this caller's again, so a
-			// later Release (once the capture is over, say) tries again.
+	// can come again (the buffer is closed). Until the free has answered,
+	// the hold counts as this caller's again: if nothing was freed (an
+	// error, or a panic in the resource's code), a later Release (once the
+	// capture is over, say) tries again.
+	freed := false
+	defer func() {
+		if !freed {
 			x.holds.Add(1)
 			h.done.Store(false)
 		}
+	}()
+	err := freeOrFallback(x.freeMR, r.ptr, r.size, x.freeStream, r.word.Load())
+	freed = err == nil || errors.Is(err, ErrPartlyFreed)
+	if err != nil {
 		return fmt.Errorf("buffer close (%#x, %d bytes), left to the last Hold's Release: %w", uint64(r.ptr), r.size, err)
 	}
 	return nil
