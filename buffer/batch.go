@@ -89,7 +89,8 @@ func CopyBatch(s *cuda.Stream, copies []Copy) error {
 	// buffers (blocks of a few large allocations, the common case) holds
 	// each once and takes its address once: the host time between two
 	// batches is time the copy engine may run dry, and a batch submitted
-	// to an idle engine ran several times slower per copy (BENCHMARKS.md).
+	// to an idle engine ran several times slower per copy
+	// (testdata/figures/HISTORY.md).
 	sc := getScratch(n)
 	defer putScratch(sc)
 	held := sc.held[:0]
@@ -195,7 +196,7 @@ func batchLoc(op string, b *Buffer, dev, i, n int, what string) (cuda.MemLocatio
 		return cuda.MemLocation{}, cuda.BatchErrorf(op, i, n, cuda.ErrInvalidArgument, "the %s %v is on GPU %d, the stream on GPU %d (copy between devices with Buffer.CopyTo)", what, b, p.device, dev)
 	case !(p.hostAcc && p.device >= 0):
 		// Not managed memory: the driver has no use for a hint, and one
-		// made large H→D batches slower (BENCHMARKS.md).
+		// made large H→D batches slower (testdata/figures/HISTORY.md).
 		return cuda.MemLocation{}, nil
 	}
 	return cuda.MemLocation{Type: cuda.MemLocationTypeDevice, ID: int32(p.device)}, nil

@@ -74,6 +74,11 @@ var leaks, leaksKept atomic.Int64
 // Leaks returns how many owned buffers were garbage collected without
 // Close. The safety net frees their memory, except for those counted by
 // [LeaksKept]. Tests assert it stays 0.
+//
+// The net watches owned buffers in groups made together (one finalizer
+// for many, which keeps it off the allocation fast path), so a lost
+// buffer is found, freed and counted only once every buffer of its group
+// is unreachable: possibly long after it was lost.
 func Leaks() int64 { return leaks.Load() }
 
 // LeaksKept returns how many of the buffers counted by [Leaks] kept their

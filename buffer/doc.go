@@ -1,8 +1,10 @@
-// Package buffer holds [Buffer], a range of memory a CUDA device or the host
-// can use, and the [MemoryResource] interface that hands buffers out. It is
-// the Go counterpart of cuda.core's Buffer and MemoryResource; the
-// resources themselves (device pools, pinned, managed, synchronous, and
-// adaptors) live in package resource.
+// Package buffer holds [Buffer], a range of memory a CUDA device or the
+// host can use, with its copies (to and from Go slices, between buffers,
+// batched), fills and slices, and the [MemoryResource] interface that
+// hands buffers out. It is the Go counterpart of cuda.core's Buffer and
+// MemoryResource; the resources themselves (device pools, pinned, managed,
+// synchronous, and adaptors) live in package resource. The package
+// example copies data to the device, between two buffers and back.
 //
 // # Buffers and ownership
 //
@@ -132,10 +134,9 @@
 // stream and counted by [Leaks]; tests can assert the count stays zero. Do
 // not rely on it: the garbage collector may run late or never, and device
 // memory is invisible to it, so a program can run out of device memory
-// long before the collector sees a reason to run. (Owned buffers are
-// carved from slabs of 73 watched by one finalizer each, which keeps the
-// net off the allocation fast path: a leak is freed once its whole slab
-// is unreachable.) A lost buffer whose memory a host view may still reach
+// long before the collector sees a reason to run, and the net frees a
+// lost buffer only once the buffers made around it are lost too (see
+// [Leaks]). A lost buffer whose memory a host view may still reach
 // ([Buffer.Bytes]), or whose resource refuses to free it, is not freed:
 // it stays allocated, counted by [Leaks] and [LeaksKept].
 //

@@ -25,7 +25,8 @@ import (
 // run (see stagePool).
 
 // Below about 4 MiB staging gains nothing over the driver's own path,
-// and above it gains more with size (BENCHMARKS.md has the figures), so
+// and above it gains more with size (testdata/figures/HISTORY.md has
+// the figures), so
 // staging starts at 4 MiB.
 const (
 	// stageMinBytes is the smallest copy worth staging.

@@ -290,7 +290,7 @@ func packBatch(dsts, srcs []DevicePtr, sizes []uint64, attrs []MemcpyAttributes,
 // call of 10,000 copies of 4 KiB made after a pause of the host (the
 // checks CopyBatch makes first, say) ran up to twice as slowly per copy
 // as one made straight after the last; in calls of 1,000 the pause cost
-// nothing (BENCHMARKS.md, "The last speed gaps, where they stand"): the
+// nothing (testdata/figures/HISTORY.md): the
 // copy engine starts on the first chunk while the driver takes in the
 // next.
 const batchChunk = 1024

@@ -422,8 +422,8 @@ func (s *Stream) CaptureID() (CaptureStatus, uint64, error) {
 // resource's Allocate). A stream whose flag says it captures is confirmed
 // with the driver (cuStreamIsCapturing), since the capture may have been
 // ended through another Stream value of the same handle (WrapStream); so
-// is every borrowed stream, whose capture other code may have begun (see
-// BenchmarkCaptureCheck for the cost of the query). The legacy default
+// is every borrowed stream, whose capture other code may have begun (a
+// driver call of its own). The legacy default
 // stream reports true while a blocking stream of its device that cudamem
 // saw begin a capture is capturing, since work on it would join that
 // capture. Nil, zero and closed streams report false.

@@ -108,7 +108,7 @@ func await(ctx context.Context, op string, w *waiter, done func() (bool, error),
 // context.DeadlineExceeded); the work goes on on the GPU. Waiting callers
 // share one goroutine per stream that makes the blocking call, so a
 // cancelled wait leaves nothing of its own behind, and a finished one
-// wakes about as fast as Sync (BENCHMARKS.md has the figures). A Close
+// wakes about as fast as Sync. A Close
 // of the stream waits for that goroutine's call, that is, for the work
 // already submitted.
 func (s *Stream) SyncContext(ctx context.Context) error {

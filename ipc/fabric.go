@@ -9,7 +9,7 @@ import (
 
 // FabricHandle is a pool exported as a fabric handle
 // (CU_MEM_HANDLE_TYPE_FABRIC), for processes on other nodes of a
-// multi-node NVLink domain (GB200 NVL72 and later) as well as this one:
+// multi-node NVLink domain as well as this one:
 // the driver's 64-byte handle, the pool's UUID and, for pools exported by
 // this package, the pool's key. Unlike a Handle it holds no file
 // descriptor: MarshalBinary makes plain bytes that travel over any channel

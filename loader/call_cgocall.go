@@ -58,8 +58,7 @@ func runtime_cgocall(fn uintptr, arg unsafe.Pointer) int32
 // call begins, nor during it unless the C function calls back into Go
 // (see frame, and the package doc on callbacks). It is also norace: the
 // race detector's instrumentation would otherwise insert calls that can
-// grow (and so move) the stack, losing the driver's writes (seen in -race
-// builds, and caught by TestCallSurvivesStackGrowth).
+// grow (and so move) the stack, losing the driver's writes.
 //
 //go:nosplit
 //go:norace

@@ -57,8 +57,8 @@
 //
 // Built with -tags cudamemfault, the loader can make the k-th driver call
 // fail with a chosen CUresult without calling the driver ([FailCall],
-// [FailEvery], [FaultCalls], [FaultReset]): internal/faultsweep uses it to
-// run every public operation with each of its driver calls failing in turn.
+// [FailEvery], [FaultCalls], [FaultReset]): the project's fault sweeps use it
+// to run every public operation with each of its driver calls failing in turn.
 // In normal builds the hook is a constant false and compiles away; the
 // call path is unchanged ([FaultInjection] reports which build this is).
 package loader

@@ -27,8 +27,7 @@ type DevicePoolOptions struct {
 	IPC bool
 	// Fabric adds fabric handles (CU_MEM_HANDLE_TYPE_FABRIC) to the pool's
 	// handle types, so package ipc can export it (ipc.ExportPoolFabric) to
-	// processes on other nodes of a multi-node NVLink domain (GB200 NVL72
-	// and later). It needs the IMEX service: without it NewDevicePool fails
+	// processes on other nodes of a multi-node NVLink domain. It needs the IMEX service: without it NewDevicePool fails
 	// with an error matching cuda.ErrNotSupported that names IMEX. It may
 	// be set with or without IPC; either makes the pool IPC-enabled.
 	Fabric bool
@@ -508,6 +507,10 @@ func (p *DevicePool) revokePeers() error {
 //
 // Close waits for calls in progress on p (a Use callback among them) to
 // return first; it must not be called from inside Use's callback.
+//
+// The driver permits destroying a pool whose allocations are live, but a
+// later synchronization can then crash the process; so, as in cuda.core,
+// a pool lives as long as its buffers do.
 func (p *DevicePool) Close() error {
 	if p == nil || !p.core.initialized() {
 		return nil

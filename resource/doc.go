@@ -1,7 +1,10 @@
 // Package resource provides memory resources: implementations of
 // buffer.MemoryResource that hand out owned buffers of device, pinned host
-// or managed memory. It brings cuda.core's memory resources to Go, with
-// RMM's conveniences where cuda.core lacks them.
+// or managed memory, a fast Go-side sub-allocator, and adaptors that
+// limit, count, track and log what goes through them. It brings
+// cuda.core's memory resources to Go, with RMM's conveniences where
+// cuda.core lacks them. The package example stacks a sub-allocator and
+// statistics over the device's pool.
 //
 // # Choosing a resource
 //
@@ -72,18 +75,16 @@
 // included, returns an error matching cuda.ErrClosed, except Deallocate, so
 // buffers may outlive their resource. An owned pool is destroyed only when
 // none of its buffers is live and its device's work has finished: by Close
-// when nothing is allocated, else by the last buffer's Close. (The driver
-// documents destroying a pool with live allocations as allowed, but a
-// later synchronization was seen to crash after it; cuda.core also keeps
-// pools alive while their buffers are.) An owned DevicePool revokes its
-// peer access before it is destroyed.
+// when nothing is allocated, else by the last buffer's Close (see
+// [DevicePool.Close]). An owned DevicePool revokes its peer access before
+// it is destroyed.
 //
 // Close waits for the calls in progress on the pool to return before it
 // destroys anything, so a call never finds its pool destroyed under it.
 // [DevicePool.Use] and [PinnedPool.Use] extend that to code outside the
 // package: the callback gets the driver pool and runs with the pool held
-// open (package ipc exports pools this way). The lifecycle itself lives in
-// internal/poolcore, shared with the imported pools of package ipc.
+// open (package ipc exports pools this way). The imported pools of
+// package ipc follow the same lifecycle.
 //
 // Constructors either return a working resource or leave nothing behind:
 // a pool created before a later step failed is destroyed, and an error

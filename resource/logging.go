@@ -35,8 +35,8 @@ type LoggingOptions struct {
 //
 // The records are at Debug (LoggingOptions.Level). When the logger's
 // handler does not take that level, a call costs one Enabled check more
-// than the upstream's: no clock reading, no attributes and no allocation
-// (see BenchmarkLoggingPair), so the adaptor can stay in a production
+// than the upstream's: no clock reading, no attributes and no allocation,
+// so the adaptor can stay in a production
 // stack and be turned on with a *slog.LevelVar when needed.
 //
 // A deallocate record is written after the upstream call returns (it

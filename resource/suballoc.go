@@ -111,8 +111,8 @@ const (
 // carving a range out of memory already held is a few dozen nanoseconds
 // of Go. Allocate and Deallocate on one stream never call the driver once
 // the sub-allocator holds enough memory; the pair, Buffer included, stays
-// well under 0.2 µs (see BenchmarkSubAllocatorPair), and scales with
-// goroutines on their own streams (BenchmarkSubAllocatorParallel).
+// well under 0.2 µs, and scales with goroutines on their own streams
+// (BENCHMARKS.md has the figures).
 //
 // # Streams
 //

@@ -47,7 +47,7 @@ func (r *Resource) newChunk(t *txn, ptr cuda.DevicePtr, size uint64, descs []cud
 // more), as the C baseline does: every mapping must start on a granule.
 // (Alignment 0, the driver's default, made the 1 GiB allocate+close cycle
 // about twice as slow as C's with the granularity passed; see
-// BENCHMARKS.md.) A range the driver put off the alignment anyway is
+// testdata/figures/HISTORY.md.) A range the driver put off the alignment anyway is
 // given back (kept as a leftover if that fails) and the reservation fails.
 func (r *Resource) reserveRange(t *txn, size uint64, hint cuda.DevicePtr) (cuda.DevicePtr, error) {
 	p, err := r.drv.MemAddressReserve(size, r.reserveAlign, hint)

@@ -3,7 +3,9 @@
 // address ranges. Its Resource is a buffer.MemoryResource whose
 // allocations can grow without copying, shrink, change peer access, and be
 // exported to other processes as file descriptors, or to other nodes of a
-// multi-node NVLink domain as fabric handles.
+// multi-node NVLink domain as fabric handles; NCCLOptions makes buffers
+// NCCL can register. The package example grows an allocation in place and
+// checks that its data stayed.
 //
 // # Growing
 //
@@ -33,7 +35,7 @@
 // allocations exportable as fabric handles: Resource.ExportFabric returns
 // one FabricChunk per physical chunk, plain bytes (MarshalBinary) that any
 // channel carries to a process on another node of the same multi-node
-// NVLink domain (GB200 NVL72), where Resource.ImportFabric maps them.
+// NVLink domain, where Resource.ImportFabric maps them.
 // Imports follow the fd path's rules: the chunk list is checked whole
 // before the driver sees it, the driver refuses handles it did not make,
 // the imported memory's properties are read back from the driver (memory

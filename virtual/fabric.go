@@ -86,7 +86,7 @@ func (c FabricChunk) String() string {
 
 // ExportFabric exports b's physical memory as fabric handles, one per
 // physical chunk in address order, for a process on this node or another
-// of the same multi-node NVLink domain (GB200 NVL72 and later), which maps
+// of the same multi-node NVLink domain, which maps
 // them with ImportFabric. The resource's HandleType must include fabric
 // handles (HandleFabric or HandlePosixFDAndFabric). Without the IMEX
 // service the driver refuses, and the error matches cuda.ErrNotSupported

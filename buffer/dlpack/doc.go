@@ -2,6 +2,7 @@
 // and takes memory from them, as DLPack tensors: the C ABI structs of
 // dlpack.h (DLManagedTensorVersioned, and the older DLManagedTensor),
 // which PyTorch, CuPy, JAX, TVM and many C and C++ libraries exchange.
+// The package example hands a buffer out as a tensor and takes it back.
 //
 // # Export
 //

@@ -116,7 +116,7 @@ func anchors(md []byte) map[string]bool {
 func TestDocLinks(t *testing.T) {
 	root := repoRoot(t)
 	checked := 0
-	for _, file := range userDocs(t, root) {
+	for _, file := range append(userDocs(t, root), "BENCHMARKS.md", "testdata/README.md", "testdata/figures/README.md", "testdata/figures/HISTORY.md") {
 		md, err := os.ReadFile(filepath.Join(root, file))
 		if err != nil {
 			t.Error(err)
@@ -204,11 +204,12 @@ func TestNoPathsOutsideRepository(t *testing.T) {
 }
 
 // The README and docs/ are library documentation: no machine names,
-// driver versions or issue numbers (those belong in tests, BENCHMARKS.md
-// and commit messages). Code blocks are not checked.
+// driver versions, issue numbers, leases, dates or what was once seen
+// (those belong in tests, BENCHMARKS.md, testdata/figures/HISTORY.md and
+// commit messages). Code blocks are not checked.
 func TestDocsNameNoMachinesOrIssues(t *testing.T) {
 	root := repoRoot(t)
-	bad := regexp.MustCompile(`\b(A100|H100|H200|B200|GB200)\b|\bdriver (version )?\d{3}\b|\b[Ii]ssues? #?\d+|(^|[\s(])#\d+\b`)
+	bad := history
 	for _, file := range userDocs(t, root) {
 		if file == "CHANGELOG.md" {
 			continue // a history: what changed, which may name what it was found on
@@ -221,9 +222,33 @@ func TestDocsNameNoMachinesOrIssues(t *testing.T) {
 		lines, numbers := prose(md)
 		for i, l := range lines {
 			if m := bad.FindString(l); m != "" {
-				t.Errorf("%s:%d: %q (no machine names, driver versions or issue numbers in the docs)", file, numbers[i], strings.TrimSpace(m))
+				t.Errorf("%s:%d: %q (no machine names, driver versions, issue numbers or history in the docs)", file, numbers[i], strings.TrimSpace(m))
 			}
 		}
+	}
+}
+
+// workLog matches what makes a page a work log rather than a summary:
+// leases, sessions, issue numbers, what the morning's code did, what was
+// once seen. BENCHMARKS.md names the machine it measured on; the log of
+// how the figures came about is testdata/figures/HISTORY.md.
+var workLog = regexp.MustCompile(`\b[Ll]eases?\b|\bthis session\b|\b(the )?morning\b|\bw(as|ere) seen\b|\b[Ii]ssues? #?\d+|(^|[\s(])#\d+\b|\breverted\b`)
+
+// BENCHMARKS.md is one page a user reads in a few minutes, not a log.
+func TestBenchmarksIsNoWorkLog(t *testing.T) {
+	root := repoRoot(t)
+	md, err := os.ReadFile(filepath.Join(root, "BENCHMARKS.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, numbers := prose(md)
+	for i, l := range lines {
+		if m := workLog.FindString(l); m != "" {
+			t.Errorf("BENCHMARKS.md:%d: %q (the work log is testdata/figures/HISTORY.md)", numbers[i], strings.TrimSpace(m))
+		}
+	}
+	if n := len(strings.Fields(string(md))); n > 1500 {
+		t.Errorf("BENCHMARKS.md has %d words; keep it a page (1,500 at most) and the detail in testdata/figures/", n)
 	}
 }
 

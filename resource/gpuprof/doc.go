@@ -16,5 +16,6 @@
 //	// go tool pprof -http=: http://host/debug/pprof/gpuheap
 //
 // Unlike the Go heap profile, nothing is sampled: every allocation is
-// counted, with its exact size.
+// counted, with its exact size. The package example serves
+// and writes the profile of a tracked device pool.
 package gpuprof

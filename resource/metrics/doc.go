@@ -2,7 +2,8 @@
 // monitoring already reads: an [expvar.Var] (JSON under /debug/vars) and
 // an [net/http.Handler] serving the Prometheus text exposition format,
 // version 0.0.4. It uses the standard library only; no client library is
-// needed to be scraped.
+// needed to be scraped. The package example serves a device pool's
+// counters both ways.
 //
 // A [Registry] holds named sources, read afresh at every scrape:
 //

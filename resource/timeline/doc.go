@@ -1,4 +1,9 @@
-// Package timeline records where memory goes over time and draws it.
+// Package timeline records where memory goes over time and draws it: a
+// Recorder between a program and its memory resource logs every
+// allocation and free, and the trace it makes is written as JSON and drawn
+// as SVG (memory over time, stacked by allocation, and the blocks at one
+// moment with their used and free ranges). The package example records a
+// device pool and draws it.
 //
 // A [Recorder] is a memory resource adaptor (a buffer.MemoryResource over
 // an upstream, like the adaptors of package resource) that records every
@@ -36,12 +41,13 @@
 // device pool's, say) are grouped into address ranges inferred from the
 // allocations themselves, labelled as inferred.
 //
-//	log := timeline.NewLog(0)
-//	blocks := timeline.NewRecorder(pool, log, &timeline.RecorderOptions{Name: "pool"})
-//	sub, _ := resource.NewSubAllocator(blocks, nil)
-//	mr := timeline.NewRecorder(sub, log, &timeline.RecorderOptions{Name: "suballocator"})
+//	events := timeline.NewLog(0)
+//	blocks := timeline.NewRecorder(pool, events, &timeline.RecorderOptions{Name: "pool"})
+//	sub, err := resource.NewSubAllocator(blocks, nil)
+//	...
+//	mr := timeline.NewRecorder(sub, events, &timeline.RecorderOptions{Name: "suballocator"})
 //	// ... allocate through mr ...
-//	log.Trace().WriteSVG(f, nil)
+//	err = events.Trace().WriteSVG(f, nil)
 //
 // # JSON
 //
@@ -63,11 +69,9 @@
 // A Recorder costs, per allocate or free, the Log's mutex and a clock
 // reading, and taking the upstream's buffer apart (Buffer.Disown) to wrap
 // its memory in one of its own; with CaptureStacks, a runtime.Callers and
-// a small allocation. On a shared 2-core CPU machine a pair over a
-// do-nothing upstream took about 2 µs (0.4-0.8 µs bare), 7-9 µs with
-// stacks (BenchmarkRecorderPair): next to a driver pool's pair, a few
-// hundred nanoseconds, that is several times the cost, so the Recorder
-// is a tool for understanding a workload, for a test or a profiling
-// run. For always-on numbers use resource.Statistics with package
-// resource/metrics, and resource.Logging (nearly free while off).
+// a small allocation. That is a few microseconds a pair, several times a
+// driver pool's pair, so the Recorder is a tool for understanding a
+// workload, for a test or a profiling run. For always-on numbers use
+// resource.Statistics with package resource/metrics, and resource.Logging
+// (nearly free while off).
 package timeline

@@ -107,7 +107,7 @@ type liveKey struct {
 //
 // Recording an event costs a clock reading and the Log's mutex, held for
 // a copy into the ring and, once the ring is full, a map update for the
-// event it drops: 100-300 ns (see BenchmarkRecorderPair).
+// event it drops: a few hundred nanoseconds.
 // The zero value is an empty Log of DefaultCapacity, its clock starting
 // at the first event. Log is safe for concurrent use.
 type Log struct {
