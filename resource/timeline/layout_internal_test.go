@@ -166,7 +166,7 @@ func TestLayoutMatchesStatistics(t *testing.T) {
 			for k, u := range usage {
 				require.Equal(t, want[k], u.Bytes, "step %d", k)
 			}
-			assert.Equal(t, usage, tr.Usage(""), "one resource: the same")
+			assert.Equal(t, usage, tr.TotalUsage(), "one resource: the same")
 			allocs := tr.Allocations()
 			if tc.capacity > 0 {
 				require.NotEmpty(t, tr.Before, "allocations from before the window")

@@ -172,11 +172,11 @@ func TestRing(t *testing.T) {
 	require.Len(t, tr.Before, 2, "the two live allocations whose Alloc events were dropped")
 	assert.Equal(t, uint64(100), tr.Before[0].Size)
 	assert.Equal(t, uint64(101), tr.Before[1].Size)
-	assert.Equal(t, uint64(201), tr.Usage("")[0].Bytes)
+	assert.Equal(t, uint64(201), tr.TotalUsage()[0].Bytes)
 	for _, b := range keep {
 		require.NoError(t, b.Close())
 	}
-	assert.Equal(t, uint64(0), log.Trace().Usage("")[8].Bytes)
+	assert.Equal(t, uint64(0), log.Trace().TotalUsage()[8].Bytes)
 	log.Reset()
 	assert.Zero(t, log.Len())
 	assert.Zero(t, log.Dropped())
@@ -447,7 +447,7 @@ func TestConcurrent(t *testing.T) {
 	wg.Wait()
 	tr := log.Trace()
 	assert.Equal(t, uint64(3200-1024), tr.Dropped)
-	u := tr.Usage("")
+	u := tr.TotalUsage()
 	assert.Zero(t, u[len(u)-1].Bytes)
 	// Allocations made before the window are carried only while their
 	// Free is in it.
