@@ -96,7 +96,7 @@ func (t *Trace) chromeEvents() []chromeEvent {
 		return tid
 	}
 
-	label := chromeNames(t.Resources())
+	label := resourceLabels(t.Resources())
 	var end time.Duration
 	if n := len(t.Events); n > 0 {
 		end = t.Events[n-1].Time
@@ -155,10 +155,11 @@ func (t *Trace) chromeEvents() []chromeEvent {
 	return append(append([]chromeEvent{}, meta...), evs...) // [] rather than null when empty
 }
 
-// chromeNames names each resource's counter: a viewer needs a name, and
-// tells counters apart by it, so a resource named "" gets one no other
-// resource of the trace has.
-func chromeNames(resources []string) map[string]string {
+// resourceLabels names each resource for a viewer (a Chrome trace's
+// counters, the SVG's labels): a viewer needs a name, and tells counters
+// apart by it, so a resource named "" gets one no other resource of the
+// trace has.
+func resourceLabels(resources []string) map[string]string {
 	out := make(map[string]string, len(resources))
 	for _, r := range resources {
 		out[r] = r
