@@ -86,7 +86,9 @@ func Leaks() int64 { return leaks.Load() }
 // ([Buffer.Bytes]) that was handed out, because the []byte does not keep
 // the Buffer alive and may still be in use; and it gives up when the
 // resource refuses to free (on the allocation stream and on the default
-// one). That memory stays allocated for the life of the process.
+// one). That memory stays allocated for the life of the process. A free
+// whose error wraps [ErrPartlyFreed] gave the memory back, and is not
+// counted here.
 func LeaksKept() int64 { return leaksKept.Load() }
 
 // The state word (Buffer.word) of an owner or a borrowed buffer: the

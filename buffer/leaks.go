@@ -2,6 +2,7 @@ package buffer
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -195,7 +196,9 @@ func collectSlab(s *slab) {
 			leaksKept.Add(1)
 			continue
 		}
-		if freeOrFallback(b.mr, b.ptr, b.size, b.stream, w) != nil {
+		// A free that failed after the memory was gone (ErrPartlyFreed)
+		// freed it: only a free that left it allocated keeps it.
+		if err := freeOrFallback(b.mr, b.ptr, b.size, b.stream, w); err != nil && !errors.Is(err, ErrPartlyFreed) {
 			leaksKept.Add(1)
 		}
 	}
@@ -205,13 +208,18 @@ func collectSlab(s *slab) {
 // resource's default stream (nil). A free refused for any other reason (s
 // capturing now, say) must not turn into a free on the legacy stream,
 // unordered after the work on s; nor one that freed part of the memory
-// (ErrPartlyFreed) into a second free.
+// (ErrPartlyFreed) into a second free. When the fallback fails too, the
+// error holds both, so that it wraps ErrPartlyFreed if the fallback's
+// free got that far: the memory is gone then, and no caller may count it
+// as allocated or free it again.
 func freeOrFallback(mr MemoryResource, p cuda.DevicePtr, n uint64, s *cuda.Stream, w uint64) error {
 	err := deallocate(mr, p, n, s, w)
 	if err != nil && s != nil && errors.Is(err, cuda.ErrClosed) && !errors.Is(err, ErrPartlyFreed) {
-		if deallocate(mr, p, n, nil, w) == nil {
+		ferr := deallocate(mr, p, n, nil, w)
+		if ferr == nil {
 			return nil
 		}
+		return fmt.Errorf("%w; then on the default stream: %w", err, ferr)
 	}
 	return err
 }

@@ -243,17 +243,9 @@ func (r *Tracking) Live() []Allocation {
 		return nil
 	}
 	r.mu.Lock()
-	if len(r.live) == 0 {
-		r.mu.Unlock()
-		return nil
-	}
-	out := make([]Allocation, 0, len(r.live))
-	for p, rec := range r.live {
-		out = append(out, Allocation{Ptr: p, Size: rec.size, Stream: rec.stream, Time: rec.time, Callers: rec.callers})
-	}
+	out := r.liveLocked()
 	r.mu.Unlock()
-	slices.SortFunc(out, func(a, b Allocation) int { return cmp.Compare(a.Ptr, b.Ptr) })
-	return out
+	return sortLive(out)
 }
 
 // Sites returns the allocation totals per call stack since the Tracking
@@ -265,14 +257,54 @@ func (r *Tracking) Sites() []AllocationSite {
 		return nil
 	}
 	r.mu.Lock()
+	out := r.sitesLocked()
+	r.mu.Unlock()
+	return sortSites(out)
+}
+
+// Snapshot returns Sites and Live as of one moment, read under one hold
+// of the lock: every live allocation is among its site's totals, which
+// two separate calls racing allocations on other goroutines do not
+// promise (a profile built from them could show more in use at a site
+// than was ever allocated there).
+func (r *Tracking) Snapshot() (sites []AllocationSite, live []Allocation) {
+	if r == nil {
+		return nil, nil
+	}
+	r.mu.Lock()
+	sites, live = r.sitesLocked(), r.liveLocked()
+	r.mu.Unlock()
+	return sortSites(sites), sortLive(live)
+}
+
+func (r *Tracking) liveLocked() []Allocation {
+	if len(r.live) == 0 {
+		return nil
+	}
+	out := make([]Allocation, 0, len(r.live))
+	for p, rec := range r.live {
+		out = append(out, Allocation{Ptr: p, Size: rec.size, Stream: rec.stream, Time: rec.time, Callers: rec.callers})
+	}
+	return out
+}
+
+func sortLive(out []Allocation) []Allocation {
+	slices.SortFunc(out, func(a, b Allocation) int { return cmp.Compare(a.Ptr, b.Ptr) })
+	return out
+}
+
+func (r *Tracking) sitesLocked() []AllocationSite {
+	if len(r.sites) == 0 {
+		return nil
+	}
 	out := make([]AllocationSite, 0, len(r.sites))
 	for _, st := range r.sites {
 		out = append(out, *st)
 	}
-	r.mu.Unlock()
-	if len(out) == 0 {
-		return nil
-	}
+	return out
+}
+
+func sortSites(out []AllocationSite) []AllocationSite {
 	slices.SortFunc(out, func(a, b AllocationSite) int {
 		return cmp.Or(cmp.Compare(b.Bytes, a.Bytes), cmp.Compare(b.Count, a.Count), slices.Compare(a.Callers, b.Callers))
 	})

@@ -8,8 +8,11 @@
 // and alloc_space and alloc_objects (every allocation since the Tracking
 // was made). Stacks come from TrackingOptions.CaptureStacks; without it
 // every allocation is in one sample with no stack. The frames of package
-// resource and of buffer.Allocate at the top of each stack are left out:
-// they are the same for every allocation.
+// resource, the timeline's Recorder and package buffer at the top of each
+// stack are left out: they are the same for every allocation. Below the
+// top they stay (an allocation made in a Retrying's callback shows the
+// Retrying that called it). A profile is one snapshot of the Tracking:
+// nothing shows more in use than was allocated at its site.
 //
 //	t := resource.NewTracking(pool, &resource.TrackingOptions{CaptureStacks: true})
 //	http.Handle("/debug/pprof/gpuheap", gpuprof.Handler(t))

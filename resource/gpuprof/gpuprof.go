@@ -22,15 +22,18 @@ func Profile(t *resource.Tracking) (*profile.Profile, error) {
 		return nil, cuda.Errorf("gpuprof.Profile", cuda.ErrInvalidArgument, "nil Tracking")
 	}
 	b := newBuilder()
-	// The totals first, then the live allocations: a live allocation's
-	// site is always among the totals' (a site is never forgotten), so
-	// the samples come out in the totals' order, largest first.
-	for _, st := range t.Sites() {
+	// One snapshot of the totals and the live allocations, so that no
+	// site shows more in use than was allocated there. The totals first:
+	// a live allocation's site is always among them (a site is never
+	// forgotten), so the samples come out in the totals' order, largest
+	// first.
+	sites, live := t.Snapshot()
+	for _, st := range sites {
 		s := b.sample(st.Callers)
 		s.Value[2] = clampInt(st.Count)
 		s.Value[3] = clampInt(st.Bytes)
 	}
-	for _, a := range t.Live() {
+	for _, a := range live {
 		s := b.sample(a.Callers)
 		s.Value[0]++
 		s.Value[1] = satAdd(s.Value[1], clampInt(a.Size))
@@ -104,13 +107,31 @@ func WriteOnOutOfMemory(name string, report func(error)) func(*resource.Tracking
 }
 
 // builder assembles a profile: one sample per distinct stack, one
-// location per program counter, one function per name and file.
+// location per program counter (and, for the first program counter of a
+// stack whose inlined frames begin with cudamem's own, one without them),
+// one function per name and file.
 type builder struct {
 	p       *profile.Profile
 	mapping *profile.Mapping
 	samples map[string]*profile.Sample
-	locs    map[uintptr]*profile.Location
+	frames  map[uintptr][]frame
+	locs    map[locKey]*profile.Location
 	funcs   map[[2]string]*profile.Function
+}
+
+// frame is one frame of a program counter (several when calls were
+// inlined there).
+type frame struct {
+	fn   *profile.Function
+	line int64
+	own  bool // a frame of cudamem's own, left out at the top of a stack
+}
+
+// locKey is a location: the frames of pc from the from'th on (from > 0
+// only at the top of a stack, past cudamem's own inlined frames).
+type locKey struct {
+	pc   uintptr
+	from int
 }
 
 func newBuilder() *builder {
@@ -132,10 +153,14 @@ func newBuilder() *builder {
 		Mapping:           []*profile.Mapping{m},
 		Comments:          []string{"GPU memory allocated through a cudamem resource.Tracking"},
 	}
-	return &builder{p: p, mapping: m, samples: map[string]*profile.Sample{}, locs: map[uintptr]*profile.Location{}, funcs: map[[2]string]*profile.Function{}}
+	return &builder{p: p, mapping: m, samples: map[string]*profile.Sample{}, frames: map[uintptr][]frame{},
+		locs: map[locKey]*profile.Location{}, funcs: map[[2]string]*profile.Function{}}
 }
 
-// sample returns the sample of the stack pcs, made on first use.
+// sample returns the sample of the stack pcs, made on first use. The
+// frames of cudamem's own packages at the top of the stack are left out,
+// and only those: the same frames further down (an allocation made inside
+// a callback that a Retrying called) are part of the allocation site.
 func (b *builder) sample(pcs []uintptr) *profile.Sample {
 	key := stackKey(pcs)
 	if s := b.samples[key]; s != nil {
@@ -144,12 +169,18 @@ func (b *builder) sample(pcs []uintptr) *profile.Sample {
 	s := &profile.Sample{Value: make([]int64, 4)}
 	top := true
 	for _, pc := range pcs {
-		loc := b.location(pc)
-		if top && loc == nil {
-			continue // a frame of package resource at the top
+		fr := b.framesOf(pc)
+		from := 0
+		if top {
+			for from < len(fr) && fr[from].own {
+				from++
+			}
+			if from == len(fr) {
+				continue // all cudamem's own (or nothing to show)
+			}
+			top = false
 		}
-		top = false
-		if loc != nil {
+		if loc := b.location(pc, fr, from); loc != nil {
 			s.Location = append(s.Location, loc)
 		}
 	}
@@ -158,31 +189,45 @@ func (b *builder) sample(pcs []uintptr) *profile.Sample {
 	return s
 }
 
-// location returns the location of pc with its frames (inlined calls
-// expanded, innermost first); nil for a pc whose frames all belong to
-// package resource or the runtime's goroutine exit.
-func (b *builder) location(pc uintptr) *profile.Location {
-	if loc, ok := b.locs[pc]; ok {
-		return loc
+// framesOf returns the frames of pc, innermost first (inlined calls
+// expanded), without the runtime's goroutine exit and frames with no
+// function name, which say nothing about the allocation.
+func (b *builder) framesOf(pc uintptr) []frame {
+	if fr, ok := b.frames[pc]; ok {
+		return fr
 	}
-	loc := &profile.Location{Mapping: b.mapping, Address: uint64(pc)}
+	var out []frame
 	frames := runtime.CallersFrames([]uintptr{pc})
 	for {
 		f, more := frames.Next()
-		if f.Function != "" && !skipFrame(f.Function) {
-			loc.Line = append(loc.Line, profile.Line{Function: b.function(f), Line: int64(f.Line)})
+		if f.Function != "" && f.Function != "runtime.goexit" {
+			out = append(out, frame{fn: b.function(f), line: int64(f.Line), own: ownFrame(f.Function)})
 		}
 		if !more {
 			break
 		}
 	}
-	if len(loc.Line) == 0 {
-		b.locs[pc] = nil
+	b.frames[pc] = out
+	return out
+}
+
+// location returns the location of pc's frames fr[from:]; nil if there
+// are none.
+func (b *builder) location(pc uintptr, fr []frame, from int) *profile.Location {
+	k := locKey{pc, from}
+	if loc, ok := b.locs[k]; ok {
+		return loc
+	}
+	if from >= len(fr) {
+		b.locs[k] = nil
 		return nil
 	}
-	loc.ID = uint64(len(b.p.Location) + 1)
+	loc := &profile.Location{ID: uint64(len(b.p.Location) + 1), Mapping: b.mapping, Address: uint64(pc)}
+	for _, f := range fr[from:] {
+		loc.Line = append(loc.Line, profile.Line{Function: f.fn, Line: f.line})
+	}
 	b.p.Location = append(b.p.Location, loc)
-	b.locs[pc] = loc
+	b.locs[k] = loc
 	return loc
 }
 
@@ -197,14 +242,24 @@ func (b *builder) function(f runtime.Frame) *profile.Function {
 	return fn
 }
 
-// skipFrame reports whether a frame says nothing about the allocation
-// site: the adaptors, sub-allocator and pools of package resource, the
-// timeline's Recorder and buffer.Allocate sit on top of every stack, and runtime.goexit at the
-// bottom of every goroutine's.
-func skipFrame(fn string) bool {
-	return strings.HasPrefix(fn, "github.com/cudamem/cudamem/resource.") ||
-		strings.HasPrefix(fn, "github.com/cudamem/cudamem/resource/timeline.") ||
-		fn == "github.com/cudamem/cudamem/buffer.Allocate" || fn == "runtime.goexit"
+// ownPackages are the packages whose frames sit on top of every stack a
+// Tracking captures and say nothing about the allocation site: the
+// adaptors, sub-allocator and pools of package resource, the timeline's
+// Recorder, and package buffer (Allocate, and the methods that allocate
+// through it).
+var ownPackages = []string{
+	"github.com/cudamem/cudamem/resource.",
+	"github.com/cudamem/cudamem/resource/timeline.",
+	"github.com/cudamem/cudamem/buffer.",
+}
+
+func ownFrame(fn string) bool {
+	for _, pkg := range ownPackages {
+		if strings.HasPrefix(fn, pkg) {
+			return true
+		}
+	}
+	return false
 }
 
 func stackKey(pcs []uintptr) string {

@@ -269,3 +269,168 @@ func TestProfileOpensInGoToolPprof(t *testing.T) {
 	require.NoError(t, w.Close())
 	require.NoError(t, mr.Deallocate(s, 5<<20, nil))
 }
+
+//go:noinline
+func allocKept(mr *resource.Tracking, size uint64) (cuda.DevicePtr, error) {
+	p, _, err := mr.AllocatePtr(size, nil)
+	return p, err
+}
+
+//go:noinline
+func allocChurn(mr *resource.Tracking, size uint64) (cuda.DevicePtr, error) {
+	p, _, err := mr.AllocatePtr(size, nil)
+	return p, err
+}
+
+// A profile is one snapshot: taken while goroutines allocate (and free),
+// no sample shows more in use than was ever allocated at its site, in
+// objects or bytes, and the live set of every profile is within the
+// totals. Read under two locks, the totals and the live set let through
+// allocations made between them: a site that frees nothing then showed
+// more in use than allocated.
+func TestProfileIsOneSnapshot(t *testing.T) {
+	mr := resource.NewTracking(newFake(), &resource.TrackingOptions{CaptureStacks: true})
+	const workers, perWorker = 4, 20000
+	var (
+		wg    sync.WaitGroup
+		start sync.WaitGroup
+		mu    sync.Mutex
+		kept  []keptAlloc
+	)
+	start.Add(workers)
+	for g := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []keptAlloc
+			defer func() {
+				mu.Lock()
+				kept = append(kept, mine...)
+				mu.Unlock()
+			}()
+			start.Done()
+			for i := range perWorker {
+				if g%2 == 0 {
+					// Never freed while profiles are taken: in use equals
+					// allocated at this site, so that any allocation a
+					// profile counts live but not in the totals shows.
+					size := uint64(1 + i%512)
+					p, err := allocKept(mr, size)
+					if !assert.NoError(t, err) {
+						return
+					}
+					mine = append(mine, keptAlloc{p, size})
+					continue
+				}
+				p, err := allocChurn(mr, 4096)
+				if !assert.NoError(t, err) {
+					return
+				}
+				if i%2 == 1 {
+					if !assert.NoError(t, mr.Deallocate(p, 4096, nil)) {
+						return
+					}
+				} else {
+					mine = append(mine, keptAlloc{p, 4096})
+				}
+			}
+		}()
+	}
+
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	start.Wait()
+	bad, profiles := 0, 0
+	for running := true; running || profiles == 0; profiles++ {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		n := profiles
+		p, err := gpuprof.Profile(mr)
+		require.NoError(t, err)
+		var inuse, alloc [2]int64
+		for _, s := range p.Sample {
+			if s.Value[0] > s.Value[2] || s.Value[1] > s.Value[3] {
+				if bad++; bad <= 5 {
+					t.Errorf("profile %d: in use %d objects, %d bytes; allocated %d, %d bytes", n, s.Value[0], s.Value[1], s.Value[2], s.Value[3])
+				}
+			}
+			inuse[0], inuse[1] = inuse[0]+s.Value[0], inuse[1]+s.Value[1]
+			alloc[0], alloc[1] = alloc[0]+s.Value[2], alloc[1]+s.Value[3]
+		}
+		assert.LessOrEqual(t, inuse[0], alloc[0], "profile %d: objects in use within those allocated", n)
+		assert.LessOrEqual(t, inuse[1], alloc[1], "profile %d: bytes in use within those allocated", n)
+	}
+	assert.Zero(t, bad, "samples with more in use than allocated, in %d profiles", profiles)
+
+	t.Logf("%d profiles, %d allocations live at the end", profiles, mr.LiveCount())
+	for _, a := range kept {
+		require.NoError(t, mr.Deallocate(a.p, a.size, nil))
+	}
+	assert.Zero(t, mr.LiveCount())
+}
+
+type keptAlloc struct {
+	p    cuda.DevicePtr
+	size uint64
+}
+
+// oomOnce fails its first allocation with out-of-memory, as a full device
+// does, and forwards the rest to a fake.
+type oomOnce struct {
+	*fakeMR
+	failed bool
+}
+
+func (o *oomOnce) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+	if !o.failed {
+		o.failed = true
+		return 0, nil, &cuda.OpError{Op: "oomOnce.Allocate", Err: cuda.ErrorOutOfMemory}
+	}
+	return o.fakeMR.AllocatePtr(size, s)
+}
+
+//go:noinline
+func allocThroughRetrying(t *testing.T, r *resource.Retrying) *buffer.Buffer {
+	b, err := r.Allocate(1<<20, nil)
+	require.NoError(t, err)
+	return b
+}
+
+// Only the frames of cudamem at the top of a stack are left out: an
+// allocation made inside a Retrying's callback keeps the frames of the
+// Retrying (and of buffer.Allocate) below the callback, which are where it
+// was made from; those frames were dropped wherever they were.
+func TestProfileKeepsCudamemFramesBelowTheTop(t *testing.T) {
+	mr := resource.NewTracking(newFake(), &resource.TrackingOptions{CaptureStacks: true})
+	var inCallback *buffer.Buffer
+	retry := resource.NewRetrying(&oomOnce{fakeMR: newFake()}, func(size uint64, attempt int) bool {
+		inCallback = allocWeights(t, mr, 4096) // as a callback that takes memory for a cache would
+		return attempt == 1
+	})
+	outer := allocThroughRetrying(t, retry)
+	require.NotNil(t, inCallback)
+
+	p, err := gpuprof.Profile(mr)
+	require.NoError(t, err)
+	require.Len(t, p.Sample, 1)
+	s := p.Sample[0]
+	assert.Equal(t, []int64{1, 4096, 1, 4096}, s.Value)
+	var names []string
+	for _, loc := range s.Location {
+		for _, l := range loc.Line {
+			names = append(names, l.Function.Name)
+		}
+	}
+	require.NotEmpty(t, names)
+	assert.Equal(t, "github.com/cudamem/cudamem/resource/gpuprof_test.allocWeights", names[0], "the top frames of package resource and buffer.Allocate are left out: %q", names)
+	assert.Contains(t, names, "github.com/cudamem/cudamem/resource.(*Retrying).AllocatePtr", "the Retrying that called the callback: %q", names)
+	assert.Contains(t, names, "github.com/cudamem/cudamem/buffer.Allocate", "below the Retrying: %q", names)
+	assert.Contains(t, names, "github.com/cudamem/cudamem/resource/gpuprof_test.allocThroughRetrying", names)
+	assert.Contains(t, names, "github.com/cudamem/cudamem/resource/gpuprof_test.TestProfileKeepsCudamemFramesBelowTheTop", names)
+
+	require.NoError(t, inCallback.Close())
+	require.NoError(t, outer.Close())
+}

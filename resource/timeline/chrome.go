@@ -30,7 +30,8 @@ type chromeEvent struct {
 //   - one process per device ("device N", or "host" for host memory),
 //   - a counter track per resource ("C" events, args bytes and
 //     allocations) with what is live after each of its events, the
-//     numbers Trace.Usage gives,
+//     numbers Trace.Usage gives (a resource named "" is labelled
+//     "(unnamed)", a name no other resource of the trace has),
 //   - one thread per stream ("stream 0x..."), and on it one span ("X"
 //     event) per allocation, from its Alloc to its Free (to the end of
 //     the trace if it is still live; from the start for one made before
@@ -95,6 +96,7 @@ func (t *Trace) chromeEvents() []chromeEvent {
 		return tid
 	}
 
+	label := resourceLabels(t.Resources())
 	var end time.Duration
 	if n := len(t.Events); n > 0 {
 		end = t.Events[n-1].Time
@@ -114,12 +116,12 @@ func (t *Trace) chromeEvents() []chromeEvent {
 			args["stack"] = strings.Join(a.Stack, "\n")
 		}
 		evs = append(evs, chromeEvent{
-			Name: fmt.Sprintf("%s %d B", a.Resource, a.Size), Cat: "allocation", Ph: "X",
+			Name: fmt.Sprintf("%s %d B", label[a.Resource], a.Size), Cat: "allocation", Ph: "X",
 			Ts: micros(start), Dur: &dur, Pid: pidOf(a.Device), Tid: tidOf(a.Device, a.Stream), Args: args,
 		})
 	}
 	// A resource's counter lives in the process of its device (the device
-	// of its first event).
+	// of its first event), and holds its own usage, whatever its name.
 	devOf := map[string]int{}
 	for _, evs := range [][]Event{t.Before, t.Events} {
 		for _, e := range evs {
@@ -135,7 +137,7 @@ func (t *Trace) chromeEvents() []chromeEvent {
 			if u.Index >= 0 {
 				ts = u.Time
 			}
-			evs = append(evs, chromeEvent{Name: r, Cat: "memory", Ph: "C", Ts: micros(ts), Pid: pid, Args: map[string]any{"bytes": u.Bytes, "allocations": u.Count}})
+			evs = append(evs, chromeEvent{Name: label[r], Cat: "memory", Ph: "C", Ts: micros(ts), Pid: pid, Args: map[string]any{"bytes": u.Bytes, "allocations": u.Count}})
 		}
 	}
 	// Viewers sort by time themselves, but a file in time order is easier
@@ -151,4 +153,23 @@ func (t *Trace) chromeEvents() []chromeEvent {
 		return 0
 	})
 	return append(append([]chromeEvent{}, meta...), evs...) // [] rather than null when empty
+}
+
+// resourceLabels names each resource for a viewer (a Chrome trace's
+// counters, the SVG's labels): a viewer needs a name, and tells counters
+// apart by it, so a resource named "" gets one no other resource of the
+// trace has.
+func resourceLabels(resources []string) map[string]string {
+	out := make(map[string]string, len(resources))
+	for _, r := range resources {
+		out[r] = r
+	}
+	if _, ok := out[""]; ok {
+		name := "(unnamed)"
+		for i := 2; slices.Contains(resources, name); i++ {
+			name = fmt.Sprintf("(unnamed %d)", i)
+		}
+		out[""] = name
+	}
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -116,4 +117,57 @@ func TestChromeTraceEmptyAndErrors(t *testing.T) {
 	}
 	err := (&timeline.Trace{}).WriteChromeTrace(nil)
 	assert.True(t, errors.Is(err, cuda.ErrInvalidArgument), "%v", err)
+}
+
+// Each resource's counter holds its own usage, whatever its name: one
+// named "" got the usage of every resource together (Usage("") meant all
+// of them), and a counter with no name.
+func TestChromeTraceUnnamedResource(t *testing.T) {
+	ev := func(seq uint64, k timeline.Kind, addr, size uint64, res string) timeline.Event {
+		return timeline.Event{Seq: seq, Time: time.Duration(seq) * time.Microsecond, Kind: k, Addr: addr, Size: size, Resource: res}
+	}
+	tr := &timeline.Trace{Version: timeline.TraceVersion, Events: []timeline.Event{
+		ev(1, timeline.Alloc, 0x1000, 100, ""),
+		ev(2, timeline.Alloc, 0x2000, 200, "(unnamed)"),
+		ev(3, timeline.Alloc, 0x3000, 400, "b"),
+		ev(4, timeline.Free, 0x1000, 100, ""),
+		ev(5, timeline.Free, 0x3000, 400, "b"),
+	}}
+	assert.Equal(t, []string{"", "(unnamed)", "b"}, tr.Resources())
+	for r, want := range map[string][]uint64{"": {0, 100, 0}, "(unnamed)": {0, 200}, "b": {0, 400, 0}} {
+		var got []uint64
+		for _, u := range tr.Usage(r) {
+			got = append(got, u.Bytes)
+		}
+		assert.Equal(t, want, got, "Usage(%q) is that resource's own", r)
+	}
+	var total []uint64
+	for _, u := range tr.TotalUsage() {
+		total = append(total, u.Bytes)
+	}
+	assert.Equal(t, []uint64{0, 100, 300, 700, 600, 200}, total)
+
+	var buf bytes.Buffer
+	require.NoError(t, tr.WriteChromeTrace(&buf))
+	counters := map[string][]float64{}
+	spans := map[string]string{} // addr -> span name
+	for _, e := range readChrome(t, buf.Bytes()) {
+		switch e["ph"] {
+		case "C":
+			name := e["name"].(string)
+			counters[name] = append(counters[name], e["args"].(map[string]any)["bytes"].(float64))
+		case "X":
+			args := e["args"].(map[string]any)
+			spans[args["addr"].(string)] = e["name"].(string)
+			if args["addr"] == "0x1000" {
+				assert.Equal(t, "", args["resource"], "the span keeps the resource's own name")
+			}
+		}
+	}
+	assert.Equal(t, map[string][]float64{
+		"(unnamed 2)": {0, 100, 0},
+		"(unnamed)":   {0, 200},
+		"b":           {0, 400, 0},
+	}, counters, "one counter per resource, each with its own usage")
+	assert.Equal(t, "(unnamed 2) 100 B", spans["0x1000"])
 }

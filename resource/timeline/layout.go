@@ -2,8 +2,12 @@ package timeline
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"sort"
+	"strconv"
+	"time"
+	"unicode/utf8"
 )
 
 // This file computes what the SVG draws, apart from drawing it, so that
@@ -368,3 +372,197 @@ func leafPeak(t *Trace, allocs []Allocation) int {
 	}
 	return at
 }
+
+// axis is the x axis of the timelines: it starts at the window's first
+// event (the state before it, the window's start, is drawn there too) and
+// ends at its last, and is marked at round values.
+type axis struct {
+	byEvent bool // positions by event index, not time
+	// origin and end are the times of the first and the last event;
+	// times in the picture are given from origin.
+	origin, end time.Duration
+	events      int
+	ticks       []tick
+	title       string
+}
+
+// tick is a mark on the axis at fraction f of its length.
+type tick struct {
+	f     float64
+	value float64 // nanoseconds since origin, or events since the window's start
+	label string
+}
+
+// layoutAxis lays out the x axis of t with at most maxTicks intervals
+// between ticks. By time, it spans the first event to the last, ticked at
+// round durations from the first; by event (or when every event has one
+// time), it spans the events, ticked at round counts.
+func layoutAxis(t *Trace, byEvent bool, maxTicks int) axis {
+	a := axis{events: len(t.Events), byEvent: byEvent}
+	if n := len(t.Events); n > 0 {
+		a.origin, a.end = t.Events[0].Time, t.Events[n-1].Time
+	}
+	if a.end <= a.origin {
+		a.byEvent = true
+	}
+	if a.byEvent {
+		span := float64(a.events)
+		step := max(niceStep(span, maxTicks), 1)
+		for _, v := range tickValues(span, step) {
+			a.ticks = append(a.ticks, tick{f: v / max(span, 1), value: v, label: strconv.FormatFloat(v, 'f', 0, 64)})
+		}
+		a.title = "events since the window's start"
+		return a
+	}
+	span := float64(a.end - a.origin)
+	step := max(niceStep(span, maxTicks), 1)
+	values := tickValues(span, step)
+	unit, name := durUnit(values[len(values)-1], step)
+	dec := decimals(step / unit)
+	for _, v := range values {
+		a.ticks = append(a.ticks, tick{f: v / span, value: v, label: strconv.FormatFloat(v/unit, 'f', dec, 64) + " " + name})
+	}
+	a.title = "time since the first event"
+	return a
+}
+
+// frac is the position, as a fraction of the axis, of the state after
+// trace event i (-1: the window's start; len(Events): the end).
+func (a *axis) frac(t *Trace, i int) float64 {
+	var f float64
+	if a.byEvent {
+		f = float64(i+1) / float64(max(a.events, 1))
+	} else {
+		tm := a.origin
+		switch {
+		case i >= a.events:
+			tm = a.end
+		case i >= 0:
+			tm = t.Events[i].Time
+		}
+		f = float64(tm-a.origin) / float64(a.end-a.origin)
+	}
+	return math.Min(math.Max(f, 0), 1)
+}
+
+// niceStep is the smallest of 1, 2 and 5 times a power of ten that cuts
+// span into at most maxTicks intervals (1 for an empty span).
+func niceStep(span float64, maxTicks int) float64 {
+	raw := span / float64(max(maxTicks, 1))
+	if !(raw > 0) || math.IsInf(raw, 0) {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(raw)))
+	for _, m := range []float64{1, 2, 5} {
+		if m*p >= raw*(1-1e-12) {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+// tickValues are the multiples of step from 0 to span.
+func tickValues(span, step float64) []float64 {
+	out := []float64{0}
+	for k := 1; float64(k)*step <= span*(1+1e-12); k++ {
+		out = append(out, float64(k)*step)
+	}
+	return out
+}
+
+// durUnit is the unit for ticks up to top nanoseconds apart by step: the
+// largest of ns, µs, ms and s not above top (nor, for top 0, step).
+func durUnit(top, step float64) (float64, string) {
+	if top <= 0 {
+		top = step
+	}
+	units := []struct {
+		ns   float64
+		name string
+	}{{1e9, "s"}, {1e6, "ms"}, {1e3, "µs"}}
+	for _, u := range units {
+		if top >= u.ns {
+			return u.ns, u.name
+		}
+	}
+	return 1, "ns"
+}
+
+// decimals is how many decimals show multiples of v exactly (v one of 1,
+// 2 and 5 times a power of ten).
+func decimals(v float64) int {
+	for d := 0; d < 9; d++ {
+		s := v * math.Pow(10, float64(d))
+		if math.Abs(s-math.Round(s)) < 1e-6*s {
+			return d
+		}
+	}
+	return 9
+}
+
+// byteTicks marks a panel's byte axis, 0 to peak, with at most maxTicks
+// intervals at round sizes: 1, 2 or 5 times a power of ten of the largest
+// of B, KiB, MiB, GiB, TiB, PiB and EiB that peak reaches (0.5 MiB, not
+// 512 KiB, nor a step of a fraction of a byte); f is the fraction of peak.
+func byteTicks(peak uint64, maxTicks int) []tick {
+	if peak == 0 {
+		return []tick{{label: "0 B"}}
+	}
+	span := float64(peak)
+	names := []string{"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	u, unit := 0, 1.0
+	for u+1 < len(names) && span >= unit*1024 {
+		u, unit = u+1, unit*1024
+	}
+	step := niceStep(span/unit, maxTicks)
+	if u == 0 {
+		step = max(step, 1)
+	}
+	dec := decimals(step)
+	var out []tick
+	for _, v := range tickValues(span/unit, step) {
+		out = append(out, tick{f: v * unit / span, value: v * unit, label: strconv.FormatFloat(v, 'f', dec, 64) + " " + names[u]})
+	}
+	return out
+}
+
+// legendEntry is one line of the picture's legend: what a kind of mark
+// means. kind is "allocation", "other" or "free".
+type legendEntry struct {
+	kind, text string
+	x, row     int // position: pixels from the legend's left, row from 0
+}
+
+// legendCharW estimates the width of a character of the legend's text,
+// which has no font metrics to go by: the average of 11 px sans-serif.
+const legendCharW = 6
+
+// layoutLegend says what the marks drawn mean: only those that are drawn
+// (the grey band of smaller allocations, the free ranges of blocks), laid
+// out left to right in rows no wider than width pixels.
+func layoutLegend(panels []panel, segs []segment, width int) []legendEntry {
+	out := []legendEntry{{kind: "allocation", text: "an allocation, from its alloc to its free; the same colour in the blocks (hover for details)"}}
+	if slices.ContainsFunc(panels, func(p panel) bool { return p.other > 0 }) {
+		out = append(out, legendEntry{kind: "other", text: "smaller allocations, drawn together"})
+	}
+	if slices.ContainsFunc(segs, func(s segment) bool { return s.freeRanges > 0 }) {
+		out = append(out, legendEntry{kind: "free", text: "free range of a block"})
+	}
+	x, row := 0, 0
+	for i := range out {
+		w := legendSwatchW + 4 + int(math.Ceil(float64(utf8.RuneCountInString(out[i].text))*legendCharW))
+		if x > 0 && x+w > width {
+			x, row = 0, row+1
+		}
+		out[i].x, out[i].row = x, row
+		x += w + legendGap
+	}
+	return out
+}
+
+// Legend geometry, in pixels.
+const (
+	legendSwatchW = 24
+	legendGap     = 20
+	legendRowH    = 16
+)

@@ -2,10 +2,13 @@ package timeline
 
 import (
 	"cmp"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -166,7 +169,7 @@ func TestLayoutMatchesStatistics(t *testing.T) {
 			for k, u := range usage {
 				require.Equal(t, want[k], u.Bytes, "step %d", k)
 			}
-			assert.Equal(t, usage, tr.Usage(""), "one resource: the same")
+			assert.Equal(t, usage, tr.TotalUsage(), "one resource: the same")
 			allocs := tr.Allocations()
 			if tc.capacity > 0 {
 				require.NotEmpty(t, tr.Before, "allocations from before the window")
@@ -281,4 +284,189 @@ func TestSegmentsInferred(t *testing.T) {
 	assert.Equal(t, uint64(4<<10), segs[1].size)
 	assert.Zero(t, segs[1].freeRanges)
 	assert.Equal(t, 2, leafPeak(&Trace{Events: make([]Event, 3)}, allocs[:3]))
+}
+
+// isRound reports whether v is 1, 2 or 5 times a power of ten.
+func isRound(v float64) bool {
+	if v <= 0 {
+		return false
+	}
+	m := v / math.Pow(10, math.Floor(math.Log10(v)+1e-9))
+	for _, r := range []float64{1, 2, 5} {
+		if math.Abs(m-r) < 1e-6 {
+			return true
+		}
+	}
+	return false
+}
+
+// checkTicks asserts ticks from 0 at a round step, at most maxTicks
+// intervals, covering span (the last within it, one more step past it).
+func checkTicks(t *testing.T, ticks []tick, span float64, maxTicks int) float64 {
+	t.Helper()
+	require.NotEmpty(t, ticks)
+	assert.Zero(t, ticks[0].value, "the first tick is at the axis's start")
+	assert.Zero(t, ticks[0].f)
+	assert.LessOrEqual(t, len(ticks)-1, maxTicks, "at most %d intervals", maxTicks)
+	if len(ticks) == 1 {
+		return 0
+	}
+	step := ticks[1].value
+	assert.True(t, isRound(step), "step %v is 1, 2 or 5 times a power of ten", step)
+	for k, tk := range ticks {
+		assert.InDelta(t, float64(k)*step, tk.value, step*1e-9, "tick %d", k)
+		assert.InDelta(t, tk.value/span, tk.f, 1e-9, "tick %d's position", k)
+	}
+	last := ticks[len(ticks)-1].value
+	assert.LessOrEqual(t, last, span*(1+1e-9))
+	assert.Greater(t, last+step, span, "no room left for another tick")
+	return step
+}
+
+// The time axis starts at the first event, not at the Log's clock origin
+// (12.41 ms earlier here: the axis showed nothing but empty room before
+// it), and is marked at round durations from there; by event, at round
+// counts.
+func TestAxisStartsAtFirstEventWithRoundTicks(t *testing.T) {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	tr := &Trace{Events: []Event{
+		{Seq: 1, Time: ms(12.41), Kind: Alloc, Addr: 0x1000, Size: 10},
+		{Seq: 2, Time: ms(13), Kind: Alloc, Addr: 0x2000, Size: 10},
+		{Seq: 3, Time: ms(15.2), Kind: Free, Addr: 0x1000, Size: 10},
+		{Seq: 4, Time: ms(17.76), Kind: Free, Addr: 0x2000, Size: 10},
+	}}
+	a := layoutAxis(tr, false, 10)
+	assert.False(t, a.byEvent)
+	assert.Equal(t, ms(12.41), a.origin)
+	assert.Zero(t, a.frac(tr, -1), "the window's start at the left end")
+	assert.Zero(t, a.frac(tr, 0), "the first event at the left end")
+	assert.InDelta(t, (15.2-12.41)/(17.76-12.41), a.frac(tr, 2), 1e-9)
+	assert.Equal(t, 1.0, a.frac(tr, 3), "the last event at the right end")
+	assert.Equal(t, 1.0, a.frac(tr, 4), "the end")
+	var labels []string
+	for _, tk := range a.ticks {
+		labels = append(labels, tk.label)
+	}
+	assert.Equal(t, []string{"0 ms", "1 ms", "2 ms", "3 ms", "4 ms", "5 ms"}, labels)
+	assert.Equal(t, float64(time.Millisecond), checkTicks(t, a.ticks, float64(ms(17.76-12.41)), 10))
+	assert.Equal(t, "time since the first event", a.title)
+
+	// Fewer ticks: the step grows to the next round one; decimals where
+	// the step is a fraction of the unit.
+	labels = nil
+	for _, tk := range layoutAxis(tr, false, 2).ticks {
+		labels = append(labels, tk.label)
+	}
+	assert.Equal(t, []string{"0 ms", "5 ms"}, labels)
+	short := &Trace{Events: []Event{{Seq: 1, Time: ms(3)}, {Seq: 2, Time: ms(4.5)}}}
+	labels = nil
+	for _, tk := range layoutAxis(short, false, 4).ticks {
+		labels = append(labels, tk.label)
+	}
+	assert.Equal(t, []string{"0.0 ms", "0.5 ms", "1.0 ms", "1.5 ms"}, labels)
+
+	// By event: round counts of events.
+	many := &Trace{Events: make([]Event, 437)}
+	for i := range many.Events {
+		many.Events[i] = Event{Seq: uint64(i + 1), Time: time.Duration(i) * time.Microsecond}
+	}
+	e := layoutAxis(many, true, 10)
+	assert.True(t, e.byEvent)
+	assert.Equal(t, 50.0, checkTicks(t, e.ticks, 437, 10))
+	assert.Equal(t, "400", e.ticks[len(e.ticks)-1].label)
+	assert.Equal(t, "events since the window's start", e.title)
+	assert.Zero(t, e.frac(many, -1))
+	assert.Equal(t, 1.0, e.frac(many, 436))
+
+	// Every event at one time: by event, whatever was asked.
+	same := &Trace{Events: []Event{{Seq: 1, Time: ms(2)}, {Seq: 2, Time: ms(2)}}}
+	assert.True(t, layoutAxis(same, false, 10).byEvent)
+	assert.Equal(t, []tick{{label: "0"}}, layoutAxis(&Trace{}, false, 10).ticks, "no events: one tick")
+}
+
+// Over spans from a nanosecond to days and any number of ticks, the
+// ticks are round, cover the span and fit.
+func TestAxisTicksProperties(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	for range 2000 {
+		span := time.Duration(math.Pow(10, rng.Float64()*14)) + 1
+		maxTicks := 1 + rng.IntN(15)
+		tr := &Trace{Events: []Event{{Seq: 1, Time: 7 * time.Second}, {Seq: 2, Time: 7*time.Second + span}}}
+		a := layoutAxis(tr, false, maxTicks)
+		require.False(t, a.byEvent)
+		step := checkTicks(t, a.ticks, float64(span), maxTicks)
+		for _, tk := range a.ticks {
+			require.NotContains(t, tk.label, "e", "no exponents: %q", tk.label)
+		}
+		if len(a.ticks) > 1 {
+			require.NotEqual(t, a.ticks[0].label, a.ticks[1].label, "labels tell ticks apart (step %v)", step)
+		}
+		if t.Failed() {
+			t.Fatalf("span %v, %d ticks", span, maxTicks)
+		}
+	}
+}
+
+// The byte axis is marked at round sizes in binary units.
+func TestByteTicks(t *testing.T) {
+	labels := func(peak uint64, n int) []string {
+		var out []string
+		ticks := byteTicks(peak, n)
+		for _, tk := range ticks {
+			out = append(out, tk.label)
+			assert.LessOrEqual(t, tk.value, float64(peak))
+			assert.InDelta(t, tk.value/float64(max(peak, 1)), tk.f, 1e-12)
+		}
+		assert.LessOrEqual(t, len(ticks)-1, n)
+		return out
+	}
+	assert.Equal(t, []string{"0 MiB", "10 MiB", "20 MiB"}, labels(28_200<<10, 4))
+	assert.Equal(t, []string{"0 B", "200 B", "400 B", "600 B"}, labels(700, 4))
+	assert.Equal(t, []string{"0 KiB", "1 KiB", "2 KiB", "3 KiB"}, labels(3<<10, 4))
+	assert.Equal(t, []string{"0.0 MiB", "0.5 MiB", "1.0 MiB"}, labels(1102336, 4), "in the largest unit reached")
+	assert.Equal(t, []string{"0 KiB", "500 KiB", "1000 KiB"}, labels(1000<<10, 4), "below 1 MiB")
+	assert.Equal(t, []string{"0 B", "1 B", "2 B", "3 B"}, labels(3, 10), "no fractions of a byte")
+	assert.Equal(t, []string{"0 B"}, labels(0, 4))
+	assert.Equal(t, []string{"0 EiB", "5 EiB", "10 EiB", "15 EiB"}, labels(^uint64(0), 4))
+}
+
+// The legend names what is drawn, and only that: the grey band only when
+// some allocations are drawn together, free ranges only when a block has
+// one; it wraps into rows no wider than the plot.
+func TestLegend(t *testing.T) {
+	kinds := func(es []legendEntry) []string {
+		var out []string
+		for _, e := range es {
+			out = append(out, e.kind)
+		}
+		return out
+	}
+	one := []panel{{resource: "a"}}
+	assert.Equal(t, []string{"allocation"}, kinds(layoutLegend(one, nil, 1100)))
+	grey := []panel{{resource: "a"}, {resource: "b", other: 3}}
+	full := []segment{{freeRanges: 0}}
+	holey := []segment{{freeRanges: 0}, {freeRanges: 2}}
+	assert.Equal(t, []string{"allocation", "other"}, kinds(layoutLegend(grey, full, 1100)))
+	assert.Equal(t, []string{"allocation", "free"}, kinds(layoutLegend(one, holey, 1100)))
+	all := layoutLegend(grey, holey, 1100)
+	assert.Equal(t, []string{"allocation", "other", "free"}, kinds(all))
+	for _, e := range all {
+		assert.Zero(t, e.row, "one row at 1100 px")
+	}
+	assert.Less(t, all[0].x, all[1].x)
+	assert.Less(t, all[1].x, all[2].x)
+
+	narrow := layoutLegend(grey, holey, 400)
+	for i, e := range narrow {
+		w := legendSwatchW + 4 + int(math.Ceil(float64(utf8.RuneCountInString(e.text))*legendCharW))
+		if e.x > 0 {
+			assert.LessOrEqual(t, e.x+w, 400, "entry %d fits its row", i)
+		} else {
+			assert.Zero(t, e.x)
+		}
+		if i > 0 && e.row == narrow[i-1].row {
+			assert.Greater(t, e.x, narrow[i-1].x)
+		}
+	}
+	assert.Greater(t, narrow[len(narrow)-1].row, 0, "wrapped")
 }

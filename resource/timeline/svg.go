@@ -28,7 +28,8 @@ type SVGOptions struct {
 	// one band on top. 0 means 500.
 	MaxBands int
 	// ByEvent spaces the x axis by event, not by time: bursts of
-	// allocations spread out, idle times vanish.
+	// allocations spread out, idle times vanish. (A trace whose events
+	// all have one time is drawn so too.)
 	ByEvent bool
 	// Resources are the resources to draw a timeline of, in order; nil
 	// means each resource of the trace, in the order it first appears.
@@ -75,12 +76,13 @@ func (o *SVGOptions) withDefaults() SVGOptions {
 
 // Picture geometry, in pixels.
 const (
-	marginL  = 80
-	marginR  = 20
-	titleH   = 40
-	panelGap = 50
-	rowH     = 34
-	barH     = 16
+	marginL   = 80
+	marginR   = 20
+	legendTop = 40 // the legend's first row, under the title and summary
+	panelGap  = 50
+	rowH      = 34
+	barH      = 16
+	tickSpace = 100 // the least room between two ticks of the time axis
 )
 
 // palette holds the band colours (a band's colour follows from its
@@ -117,11 +119,19 @@ func colour(seq uint64) string {
 //     block are grouped into address ranges inferred from the
 //     allocations themselves (gaps up to 2 MiB), labelled as such.
 //
+// A legend says what the marks drawn mean. The time axis starts at the
+// window's first event and is marked at round durations from it (1, 2 or
+// 5 times a power of ten), and every time the picture gives is from that
+// event; the byte axes are marked at round sizes. A resource named "" is
+// labelled "(unnamed)".
+//
 // Every band is a <path class="band"> with data-resource, data-addr,
 // data-size, data-alloc-seq and data-free-seq (0 when live at the end)
 // attributes and a <title> for tooltips; the block rows are <g
 // class="segment"> with data-addr, data-size, data-used, data-free and
-// data-free-ranges, so the picture can be checked or scraped.
+// data-free-ranges, and the time axis's ticks are <text class="tick">
+// with data-value (nanoseconds from the first event, or events), so the
+// picture can be checked or scraped.
 func (t *Trace) WriteSVG(w io.Writer, opts *SVGOptions) error {
 	if w == nil {
 		return cuda.Errorf("Trace.WriteSVG", cuda.ErrInvalidArgument, "nil writer")
@@ -149,25 +159,31 @@ func (t *Trace) WriteSVG(w io.Writer, opts *SVGOptions) error {
 	segs := layoutSegments(allocs, m, o.Alignment)
 	shown := min(len(segs), o.MaxSegments)
 
-	d := &drawing{w: bufio.NewWriter(w), o: o, t: t, allocs: allocs}
+	d := &drawing{w: bufio.NewWriter(w), o: o, t: t, allocs: allocs, names: resourceLabels(t.Resources())}
 	d.x0, d.x1 = float64(marginL), float64(o.Width-marginR)
-	d.domain()
-	segTop := titleH + len(panels)*(o.PanelHeight+panelGap)
+	d.ax = layoutAxis(t, o.ByEvent, max(2, int(d.x1-d.x0)/tickSpace))
+	legend := layoutLegend(panels, segs[:shown], int(d.x1-d.x0))
+	head := legendTop + (legend[len(legend)-1].row+1)*legendRowH + 4
+	segTop := head + len(panels)*(o.PanelHeight+panelGap)
 	height := segTop + 30 + shown*rowH + 20
 	if shown < len(segs) {
 		height += rowH
 	}
 	d.printf(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="11">`+"\n", o.Width, height, o.Width, height)
-	d.printf("<style>.band{stroke:#fff;stroke-width:0.3}.other{fill:#ccc}.free{fill:#eee;stroke:#bbb;stroke-width:0.5}.axis{stroke:#444;stroke-width:1}.grid{stroke:#ddd;stroke-width:0.5}text.h{font-size:14px;font-weight:bold}</style>\n")
+	d.printf("<style>.band{stroke:#fff;stroke-width:0.3}.other{fill:#ccc}.free{fill:#eee;stroke:#bbb;stroke-width:0.5}.axis{stroke:#444;stroke-width:1}.grid{stroke:#ddd;stroke-width:0.5}text.h{font-size:14px;font-weight:bold}text.axis-title{fill:#555}</style>\n")
 	d.printf(`<rect width="100%%" height="100%%" fill="#fff"/>` + "\n")
 	summary := plural(len(t.Events), "event") + ", " + plural(len(allocs), "allocation")
 	if t.Dropped > 0 {
 		summary += fmt.Sprintf(", %d older events dropped (%d allocations from before the window)", t.Dropped, len(t.Before))
 	}
+	if d.ax.origin > 0 {
+		summary += fmt.Sprintf("; times are from the first event, %s after the log started", durStr(d.ax.origin))
+	}
 	d.printf(`<text class="h" x="%d" y="20">%s</text>`, marginL, esc(o.Title))
 	d.printf(`<text x="%d" y="34">%s</text>`+"\n", marginL, esc(summary))
+	d.legend(legend)
 	for i := range panels {
-		d.panel(&panels[i], titleH+i*(o.PanelHeight+panelGap)+20)
+		d.panel(&panels[i], head+i*(o.PanelHeight+panelGap)+20)
 	}
 	d.segments(segs[:shown], len(segs), m, segTop)
 	d.printf("</svg>\n")
@@ -186,9 +202,9 @@ type drawing struct {
 	o      SVGOptions
 	t      *Trace
 	allocs []Allocation
-	x0, x1 float64       // plot range in pixels
-	tmin   time.Duration // time of step 0
-	tmax   time.Duration
+	names  map[string]string // resource -> label (resourceLabels)
+	x0, x1 float64           // plot range in pixels
+	ax     axis
 }
 
 func (d *drawing) printf(format string, args ...any) {
@@ -197,42 +213,45 @@ func (d *drawing) printf(format string, args ...any) {
 	}
 }
 
-// domain sets the x axis: time (or event index) from the window's start
-// to its last event.
-func (d *drawing) domain() {
-	if n := len(d.t.Events); n > 0 {
-		d.tmax = d.t.Events[n-1].Time
-		if d.t.Dropped > 0 || len(d.t.Before) > 0 {
-			d.tmin = d.t.Events[0].Time
-		}
-	}
-}
-
 // xOf is the x position of the state after trace event i (-1: the start;
 // len(Events): the end).
 func (d *drawing) xOf(i int) float64 {
-	n := len(d.t.Events)
-	var f float64
-	if d.o.ByEvent {
-		f = float64(i+1) / float64(max(n, 1))
-	} else {
-		var tm time.Duration
-		switch {
-		case i < 0:
-			tm = d.tmin
-		case i >= n:
-			tm = d.tmax
-		default:
-			tm = d.t.Events[i].Time
-		}
-		span := d.tmax - d.tmin
-		if span <= 0 {
-			f = float64(i+1) / float64(max(n, 1))
-		} else {
-			f = float64(tm-d.tmin) / float64(span)
-		}
+	return d.x0 + d.ax.frac(d.t, i)*(d.x1-d.x0)
+}
+
+// at is a time of the trace as the picture gives it: from the first event.
+func (d *drawing) at(tm time.Duration) string { return durStr(tm - d.ax.origin) }
+
+// name labels a resource ("" gets a name of its own).
+func (d *drawing) name(r string) string {
+	if l, ok := d.names[r]; ok {
+		return l
 	}
-	return d.x0 + math.Min(math.Max(f, 0), 1)*(d.x1-d.x0)
+	if r == "" {
+		return "(unnamed)"
+	}
+	return r
+}
+
+// legend draws what the marks mean.
+func (d *drawing) legend(entries []legendEntry) {
+	d.printf(`<g class="legend">` + "\n")
+	for _, e := range entries {
+		x, y := d.x0+float64(e.x), float64(legendTop+e.row*legendRowH)
+		d.printf(`<g class="legend-entry" data-kind="%s">`, e.kind)
+		switch e.kind {
+		case "allocation":
+			for i := range 3 {
+				d.printf(`<rect x="%.1f" y="%.1f" width="8" height="10" fill="%s"/>`, x+float64(8*i), y, palette[i])
+			}
+		case "other":
+			d.printf(`<rect x="%.1f" y="%.1f" width="%d" height="10" fill="#ccc"/>`, x, y, legendSwatchW)
+		case "free":
+			d.printf(`<rect x="%.1f" y="%.1f" width="%d" height="10" fill="#eee" stroke="#bbb" stroke-width="0.5"/>`, x, y, legendSwatchW)
+		}
+		d.printf(`<text x="%.1f" y="%.1f">%s</text></g>`+"\n", x+legendSwatchW+4, y+9, esc(e.text))
+	}
+	d.printf("</g>\n")
 }
 
 // stepX is the x position of a panel's step k.
@@ -257,7 +276,7 @@ func (d *drawing) panel(p *panel, top int) {
 		drawn--
 	}
 	d.printf(`<g class="panel" data-resource="%s" data-peak="%d" data-allocations="%d" data-bands="%d">`+"\n", esc(p.resource), p.peak, p.count, drawn)
-	label := fmt.Sprintf("%s: active memory, peak %s", p.resource, bytesStr(p.peak))
+	label := fmt.Sprintf("%s: active memory, peak %s", d.name(p.resource), bytesStr(p.peak))
 	if p.peakStep > 0 {
 		label += " at " + d.stepLabel(p, p.peakStep)
 	}
@@ -267,23 +286,24 @@ func (d *drawing) panel(p *panel, top int) {
 	}
 	d.printf(`<text class="h" x="%.0f" y="%d">%s</text>`+"\n", d.x0, top+8, esc(label))
 	// Axes and grid.
-	for i := 0; i <= 4; i++ {
-		v := uint64(float64(p.peak) * float64(i) / 4)
-		yy := y(v)
-		d.printf(`<line class="grid" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f"/><text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n",
-			d.x0, yy, d.x1, yy, d.x0-4, yy+4, esc(bytesStr(v)))
+	for _, tk := range byteTicks(p.peak, max(2, int(plotH)/60)) {
+		yy := bottom - tk.f*plotH
+		d.printf(`<line class="grid" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f"/><text class="ytick" data-value="%s" x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n",
+			d.x0, yy, d.x1, yy, strconv.FormatFloat(tk.value, 'f', -1, 64), d.x0-4, yy+4, esc(tk.label))
 	}
-	for i := 0; i <= 5; i++ {
-		xx := d.x0 + float64(i)/5*(d.x1-d.x0)
+	for _, tk := range d.ax.ticks {
+		xx := d.x0 + tk.f*(d.x1-d.x0)
 		anchor := "middle"
-		switch i {
-		case 0:
+		switch {
+		case tk.f == 0:
 			anchor = "start"
-		case 5:
+		case tk.f > 0.98:
 			anchor = "end"
 		}
-		d.printf(`<text x="%.1f" y="%.1f" text-anchor="%s">%s</text>`+"\n", xx, bottom+14, anchor, esc(d.axisLabel(float64(i)/5)))
+		d.printf(`<line class="grid" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f"/><text class="tick" data-value="%s" x="%.1f" y="%.1f" text-anchor="%s">%s</text>`+"\n",
+			xx, plotTop, xx, bottom+4, strconv.FormatFloat(tk.value, 'f', -1, 64), xx, bottom+14, anchor, esc(tk.label))
 	}
+	d.printf(`<text class="axis-title" x="%.1f" y="%.1f" text-anchor="middle">%s</text>`+"\n", (d.x0+d.x1)/2, bottom+28, esc(d.ax.title))
 	d.printf(`<line class="axis" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f"/><line class="axis" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f"/>`+"\n",
 		d.x0, plotTop, d.x0, bottom, d.x0, bottom, d.x1, bottom)
 	for bi := range p.bands {
@@ -339,19 +359,19 @@ func (d *drawing) aggregate(p *panel, b *band, y func(uint64) float64) {
 	}
 	sb.WriteString("H" + xs(pts[0].step) + "Z")
 	d.printf(`<path class="other" data-resource="%s" data-count="%d" d="%s"><title>%d smaller allocations of %s</title></path>`+"\n",
-		esc(p.resource), p.other, sb.String(), p.other, esc(p.resource))
+		esc(p.resource), p.other, sb.String(), p.other, esc(d.name(p.resource)))
 }
 
 func (d *drawing) describe(a Allocation) string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "%s %#x, %s (%d bytes), stream %#x, device %d\n", a.Resource, a.Addr, bytesStr(a.Size), a.Size, a.Stream, a.Device)
+	fmt.Fprintf(&sb, "%s %#x, %s (%d bytes), stream %#x, device %d\n", d.name(a.Resource), a.Addr, bytesStr(a.Size), a.Size, a.Stream, a.Device)
 	if a.Alloc >= 0 {
-		fmt.Fprintf(&sb, "allocated at %s (event %d)\n", durStr(d.t.Events[a.Alloc].Time), a.AllocSeq)
+		fmt.Fprintf(&sb, "allocated at %s (event %d)\n", d.at(d.t.Events[a.Alloc].Time), a.AllocSeq)
 	} else {
 		fmt.Fprintf(&sb, "allocated before the window (event %d)\n", a.AllocSeq)
 	}
 	if a.Free >= 0 {
-		fmt.Fprintf(&sb, "freed at %s (event %d)\n", durStr(d.t.Events[a.Free].Time), d.t.Events[a.Free].Seq)
+		fmt.Fprintf(&sb, "freed at %s (event %d)\n", d.at(d.t.Events[a.Free].Time), d.t.Events[a.Free].Seq)
 	} else {
 		sb.WriteString("live at the end\n")
 	}
@@ -363,15 +383,7 @@ func (d *drawing) describe(a Allocation) string {
 
 func (d *drawing) stepLabel(p *panel, k int) string {
 	e := d.t.Events[p.events[k-1]]
-	return fmt.Sprintf("%s (event %d)", durStr(e.Time), e.Seq)
-}
-
-// axisLabel labels the x axis at fraction f of its length.
-func (d *drawing) axisLabel(f float64) string {
-	if d.o.ByEvent {
-		return "event " + strconv.Itoa(int(math.Round(f*float64(len(d.t.Events)))))
-	}
-	return durStr(d.tmin + time.Duration(f*float64(d.tmax-d.tmin)))
+	return fmt.Sprintf("%s (event %d)", d.at(e.Time), e.Seq)
 }
 
 func (d *drawing) segments(segs []segment, total, m int, top int) {
@@ -380,7 +392,7 @@ func (d *drawing) segments(segs []segment, total, m int, top int) {
 	if m >= 0 {
 		e := d.t.Events[m]
 		seq = e.Seq
-		at = fmt.Sprintf("after event %d (%s)", e.Seq, durStr(e.Time))
+		at = fmt.Sprintf("after event %d (%s)", e.Seq, d.at(e.Time))
 	}
 	d.printf(`<g class="segments" data-seq="%d" data-segments="%d">`+"\n", seq, total)
 	head := fmt.Sprintf("Blocks %s: used and free ranges (from the recorded events; no resource exposes its block map)", at)
@@ -395,7 +407,7 @@ func (d *drawing) segments(segs []segment, total, m int, top int) {
 			kind = "address range inferred from its allocations"
 		}
 		label := fmt.Sprintf("%s %s %#x, %s: %s used in %s, ",
-			s.resource, kind, s.addr, bytesStr(s.size), bytesStr(s.used), plural(len(s.spans)-s.freeRanges, "range"))
+			d.name(s.resource), kind, s.addr, bytesStr(s.size), bytesStr(s.used), plural(len(s.spans)-s.freeRanges, "range"))
 		if s.freeRanges == 0 {
 			label += "nothing free"
 		} else {
@@ -458,7 +470,7 @@ func bytesStr(n uint64) string {
 func durStr(d time.Duration) string {
 	switch {
 	case d < time.Microsecond:
-		return d.String()
+		return strconv.FormatInt(int64(d), 10) + " ns"
 	case d < time.Millisecond:
 		return strconv.FormatFloat(float64(d)/1e3, 'f', 1, 64) + " µs"
 	case d < time.Second:

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -172,11 +173,11 @@ func TestRing(t *testing.T) {
 	require.Len(t, tr.Before, 2, "the two live allocations whose Alloc events were dropped")
 	assert.Equal(t, uint64(100), tr.Before[0].Size)
 	assert.Equal(t, uint64(101), tr.Before[1].Size)
-	assert.Equal(t, uint64(201), tr.Usage("")[0].Bytes)
+	assert.Equal(t, uint64(201), tr.TotalUsage()[0].Bytes)
 	for _, b := range keep {
 		require.NoError(t, b.Close())
 	}
-	assert.Equal(t, uint64(0), log.Trace().Usage("")[8].Bytes)
+	assert.Equal(t, uint64(0), log.Trace().TotalUsage()[8].Bytes)
 	log.Reset()
 	assert.Zero(t, log.Len())
 	assert.Zero(t, log.Dropped())
@@ -245,6 +246,9 @@ type svgDoc struct {
 	panels   []map[string]string
 	segments []map[string]string
 	root     map[string]string
+	legend   []string // the kinds of the legend's entries
+	ticks    []string // the values of the time axis's ticks, panel after panel
+	labels   []string // their labels
 }
 
 // parseSVG decodes the picture with encoding/xml (so it is well-formed
@@ -281,6 +285,14 @@ func parseSVG(t *testing.T, data []byte) svgDoc {
 				doc.panels = append(doc.panels, attrs)
 			case "segment":
 				doc.segments = append(doc.segments, attrs)
+			case "legend-entry":
+				doc.legend = append(doc.legend, attrs["kind"])
+			case "tick":
+				doc.ticks = append(doc.ticks, attrs["value"])
+				var label string
+				require.NoError(t, dec.DecodeElement(&label, &el))
+				doc.labels = append(doc.labels, label)
+				depth--
 			}
 		case xml.EndElement:
 			depth--
@@ -288,6 +300,48 @@ func parseSVG(t *testing.T, data []byte) svgDoc {
 	}
 	require.Zero(t, depth)
 	return doc
+}
+
+// The picture says what its marks mean, and its time axis starts at the
+// first event with round ticks: it started at the Log's clock origin
+// (12.41 ms of nothing before the first event here) with ticks at fifths
+// of the span (3.55 ms, 7.10 ms, ...), and had no legend.
+func TestSVGLegendAndAxis(t *testing.T) {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	tr := &timeline.Trace{Version: timeline.TraceVersion}
+	var seq uint64
+	add := func(at float64, k timeline.Kind, addr, size uint64) {
+		seq++
+		tr.Events = append(tr.Events, timeline.Event{Seq: seq, Time: ms(at), Kind: k, Addr: addr, Size: size, Resource: "pool"})
+	}
+	add(12.41, timeline.Alloc, 0x1000, 1<<20)
+	for i := range 20 {
+		add(13+float64(i)*0.2, timeline.Alloc, 0x200000+uint64(i)<<12, uint64(i+1)*256)
+	}
+	add(17.76, timeline.Free, 0x1000, 1<<20)
+
+	var out bytes.Buffer
+	require.NoError(t, tr.WriteSVG(&out, &timeline.SVGOptions{MaxBands: 5}))
+	doc := parseSVG(t, out.Bytes())
+	assert.Equal(t, []string{"allocation", "other", "free"}, doc.legend, "allocations, the grey band of the smaller ones, free ranges")
+	assert.Equal(t, []string{"0", "500000", "1000000", "1500000", "2000000", "2500000", "3000000", "3500000", "4000000", "4500000", "5000000"},
+		doc.ticks, "ticks every half millisecond from the first event")
+	assert.Equal(t, []string{"0.0 ms", "0.5 ms", "1.0 ms", "1.5 ms", "2.0 ms", "2.5 ms", "3.0 ms", "3.5 ms", "4.0 ms", "4.5 ms", "5.0 ms"}, doc.labels)
+	assert.True(t, strings.Contains(out.String(), "time since the first event"), "time since the first event")
+	assert.True(t, strings.Contains(out.String(), "times are from the first event, 12.41 ms after the log started"), "times are from the first event, 12.41 ms after the log started")
+	assert.True(t, strings.Contains(out.String(), "peak 1.1 MiB at 4.39 ms (event 21)"), "times from the first event")
+	assert.True(t, strings.Contains(out.String(), "allocated at 0 ns (event 1)"), "allocated at 0 ns (event 1)")
+	for _, b := range doc.bands {
+		if b["alloc-seq"] == "1" {
+			assert.True(t, strings.HasPrefix(b["d"], "M80.00 "), "the first event's band starts at the axis's start: %s", b["d"])
+		}
+	}
+
+	// Without smaller allocations drawn together or free ranges, the
+	// legend has only what is drawn.
+	out.Reset()
+	require.NoError(t, tr.WriteSVG(&out, &timeline.SVGOptions{SegmentsAt: 1}))
+	assert.Equal(t, []string{"allocation"}, parseSVG(t, out.Bytes()).legend)
 }
 
 func num(t *testing.T, s string) uint64 {
@@ -447,7 +501,7 @@ func TestConcurrent(t *testing.T) {
 	wg.Wait()
 	tr := log.Trace()
 	assert.Equal(t, uint64(3200-1024), tr.Dropped)
-	u := tr.Usage("")
+	u := tr.TotalUsage()
 	assert.Zero(t, u[len(u)-1].Bytes)
 	// Allocations made before the window are carried only while their
 	// Free is in it.

@@ -189,12 +189,22 @@ type Usage struct {
 }
 
 // Usage returns the bytes and allocations live through the resource
-// named resource ("" for every resource together) at the start of the
+// named resource (whatever its name, "" included) at the start of the
 // window and after each of its events: the first entry is the start, one
 // entry follows per event of that resource. The numbers are those a
 // resource.Statistics over the same Recorder reports (current bytes and
-// count) at the same moments.
+// count) at the same moments. TotalUsage gives every resource together.
 func (t *Trace) Usage(resource string) []Usage {
+	return t.usage(func(r string) bool { return r == resource })
+}
+
+// TotalUsage is Usage of every resource of the trace together: one entry
+// for the start and one per event.
+func (t *Trace) TotalUsage() []Usage {
+	return t.usage(func(string) bool { return true })
+}
+
+func (t *Trace) usage(mine func(resource string) bool) []Usage {
 	if t == nil {
 		return nil
 	}
@@ -204,7 +214,7 @@ func (t *Trace) Usage(resource string) []Usage {
 	freeAt := map[int]int{} // event index of a free -> allocation
 	allocAt := map[int]int{}
 	for j, a := range allocs {
-		if resource != "" && a.Resource != resource {
+		if !mine(a.Resource) {
 			continue
 		}
 		if a.Alloc < 0 {
@@ -219,7 +229,7 @@ func (t *Trace) Usage(resource string) []Usage {
 	}
 	out := []Usage{cur}
 	for i, e := range t.Events {
-		if resource != "" && e.Resource != resource {
+		if !mine(e.Resource) {
 			continue
 		}
 		// An Alloc over a live address ends the old allocation and
