@@ -198,10 +198,28 @@ func collectSlab(s *slab) {
 		}
 		// A free that failed after the memory was gone (ErrPartlyFreed)
 		// freed it: only a free that left it allocated keeps it.
-		if err := freeOrFallback(b.mr, b.ptr, b.size, b.stream, w); err != nil && !errors.Is(err, ErrPartlyFreed) {
+		if err := netFree(b, w); err != nil && !errors.Is(err, ErrPartlyFreed) {
 			leaksKept.Add(1)
 		}
 	}
+}
+
+// errFreePanicked stands for a free whose resource panicked in the safety
+// net.
+var errFreePanicked = errors.New("the resource's Deallocate panicked")
+
+// netFree is the safety net's free of a leaked buffer. It runs on the
+// runtime's cleanup goroutine, where a panic would end the program and
+// leave the slab's other leaks unfreed: a resource (a user's) whose
+// Deallocate panics there keeps that memory, counted in LeaksKept, and
+// the net goes on.
+func netFree(b *Buffer, w uint64) (err error) {
+	defer func() {
+		if recover() != nil {
+			err = errFreePanicked
+		}
+	}()
+	return freeOrFallback(b.mr, b.ptr, b.size, b.stream, w)
 }
 
 // freeOrFallback frees on s, or, only if s is closed by now, on the

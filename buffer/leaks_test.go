@@ -34,8 +34,10 @@ func TestLeaksKeptCountsOnlyMemoryLeftAllocated(t *testing.T) {
 		onStream bool // allocated on a (closed) stream: the net falls back to the default one
 		partly   int  // frees that free, then fail with ErrPartlyFreed
 		fail     int  // frees that fail, freeing nothing
+		panics   int  // frees that panic (a user's resource), freeing nothing
 		kept     bool
 	}{
+		{name: "panicked", panics: 1, kept: true},
 		{name: "partly freed", partly: 1},
 		{name: "partly freed on the fallback", onStream: true, partly: 1},
 		{name: "refused", fail: 1, kept: true},
@@ -53,7 +55,7 @@ func TestLeaksKeptCountsOnlyMemoryLeftAllocated(t *testing.T) {
 			p, _, err := fake.AllocatePtr(64, s)
 			require.NoError(t, err)
 			fake.mu.Lock()
-			fake.partlyFrees, fake.failFrees = tc.partly, tc.fail
+			fake.partlyFrees, fake.failFrees, fake.panicFrees = tc.partly, tc.fail, tc.panics
 			fake.mu.Unlock()
 
 			leaks, kept := buffer.Leaks(), buffer.LeaksKept()
