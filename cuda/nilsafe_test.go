@@ -26,7 +26,7 @@ func init() {
 	for _, v := range []any{
 		cuda.Device{}, cuda.DeviceAttribute(0), cuda.DevicePtr(0), cuda.Dim3{}, cuda.Event{},
 		cuda.EventFlags(0), cuda.Features{}, cuda.Function{},
-		cuda.IPCMemFlags(0), cuda.IPCMemHandle{}, cuda.MemAccessDesc{},
+		cuda.IPCMemFlags(0), cuda.IPCMemHandle{}, cuda.IPCEventHandle{}, cuda.MemAccessDesc{},
 		cuda.MemAccessFlags(0), cuda.MemAdvice(0), cuda.MemAllocationCompType(0),
 		cuda.MemAllocationGranularity(0), cuda.MemAllocationProp{}, cuda.MemAllocationPropFlags{},
 		cuda.MemAllocationType(0), cuda.MemAttachFlags(0), cuda.MemFabricHandle{}, cuda.MemHandle(0),

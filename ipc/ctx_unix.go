@@ -22,7 +22,7 @@ import (
 func ReceiveFDsContext(ctx context.Context, conn *net.UnixConn, maxPayload int) (payload []byte, fds []int, err error) {
 	const op = "ipc.ReceiveFDsContext"
 	if err := withReadContext(ctx, op, conn, func() error {
-		payload, fds, err = ReceiveFDs(conn, maxPayload)
+		payload, fds, err = receiveFDs(op, conn, maxPayload, MaxFDs)
 		return err
 	}); err != nil {
 		return nil, nil, err
@@ -35,7 +35,7 @@ func ReceiveFDsContext(ctx context.Context, conn *net.UnixConn, maxPayload int) 
 func ReceiveHandleContext(ctx context.Context, conn *net.UnixConn) (h *Handle, err error) {
 	const op = "ipc.ReceiveHandleContext"
 	if err := withReadContext(ctx, op, conn, func() error {
-		h, err = ReceiveHandle(conn)
+		h, err = receiveHandle(op, conn)
 		return err
 	}); err != nil {
 		return nil, err

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"syscall"
+	"unsafe"
 
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/osfd"
@@ -100,20 +101,32 @@ func SendFDs(conn *net.UnixConn, payload []byte, fds ...int) error {
 }
 
 // recvmsg is one recvmsg call on conn, waiting for data as the net
-// package does.
+// package does. The socket is refused before anything is read when the
+// kernel would attach control messages of its own (checkRecvOpts, by the
+// options it reports; peekOwnControl, by a look at the next message that
+// takes nothing off the socket): they would take the room kept for the
+// descriptors, so the kernel would drop those and truncate the control
+// data, losing the message.
 func recvmsg(conn *net.UnixConn, buf, oob []byte) (n, oobn, flags int, err error) {
 	rc, err := conn.SyscallConn()
 	if err != nil {
 		return 0, 0, 0, err
 	}
 	var rerr error
-	if err := rc.Control(func(fd uintptr) { rerr = checkRecvOpts(int(fd)) }); err != nil {
-		return 0, 0, 0, err
-	}
-	if rerr != nil {
-		return 0, 0, 0, rerr
+	if !skipRecvChecks {
+		if err := rc.Control(func(fd uintptr) { rerr = checkRecvOpts(int(fd)) }); err != nil {
+			return 0, 0, 0, err
+		}
+		if rerr != nil {
+			return 0, 0, 0, rerr
+		}
 	}
 	err = rc.Read(func(fd uintptr) bool {
+		if !skipRecvChecks {
+			if rerr = peekOwnControl(int(fd)); rerr != nil {
+				return true
+			}
+		}
 		for {
 			n, oobn, flags, _, rerr = syscall.Recvmsg(int(fd), buf, oob, recvFlags)
 			if rerr != syscall.EINTR {
@@ -128,24 +141,54 @@ func recvmsg(conn *net.UnixConn, buf, oob []byte) (n, oobn, flags int, err error
 	return n, oobn, flags, err
 }
 
-// rights collects the descriptors in the control bytes. Descriptors are
-// appended even when an error is returned, so the caller can close them.
+// skipRecvChecks turns off recvmsg's checks before the read, so that
+// tests can have the kernel's control messages arrive, as they do when an
+// option is set between the checks and the read.
+var skipRecvChecks bool
+
+// rights collects the descriptors in the control bytes the kernel wrote
+// (oob, as long as the recvmsg said). Every descriptor that arrived is
+// appended to fds, also when an error is returned, so that the caller
+// closes them all: those of SCM_RIGHTS, and those of any other control
+// message that carries some (the sender's pidfd, on Linux), which is
+// refused. A control message of another kind (the kernel's own, from a
+// socket option set while the receive was under way) is refused too,
+// naming the option where it is known. A message the kernel cut short
+// (truncated control data) still gives up the whole descriptors it
+// holds; a header too short to be one ends the walk, with an error.
 func rights(oob []byte, fds []int) ([]int, error) {
-	msgs, err := syscall.ParseSocketControlMessage(oob)
-	if err != nil {
-		return fds, fmt.Errorf("control message: %w", err)
-	}
-	for i := range msgs {
-		if msgs[i].Header.Level != syscall.SOL_SOCKET || msgs[i].Header.Type != syscall.SCM_RIGHTS {
-			continue
+	var err error
+	data := syscall.CmsgLen(0) // where a message's data starts
+	for len(oob) >= syscall.SizeofCmsghdr {
+		h := (*syscall.Cmsghdr)(unsafe.Pointer(&oob[0]))
+		size := uint64(h.Len)
+		if size < uint64(syscall.SizeofCmsghdr) {
+			return fds, errors.Join(err, fmt.Errorf("%w: control message of %d bytes, shorter than its header", cuda.ErrInvalidArgument, size))
 		}
-		got, err := syscall.ParseUnixRights(&msgs[i])
-		if err != nil {
-			return fds, fmt.Errorf("control message: %w", err)
+		end := len(oob)
+		if size < uint64(end) {
+			end = int(size)
 		}
-		fds = append(fds, got...)
+		if controlFDs(h.Level, h.Type) {
+			for i := data; i+4 <= end; i += 4 {
+				if fd := int(int32(binary.NativeEndian.Uint32(oob[i:]))); fd >= 0 {
+					fds = append(fds, fd)
+				}
+			}
+		}
+		if (h.Level != syscall.SOL_SOCKET || h.Type != syscall.SCM_RIGHTS) && err == nil {
+			err = errControlMessage(h.Level, h.Type)
+		}
+		if size >= uint64(len(oob)) {
+			break
+		}
+		next := syscall.CmsgSpace(int(size)) - syscall.CmsgSpace(0) // size, aligned
+		if next >= len(oob) {
+			break
+		}
+		oob = oob[next:]
 	}
-	return fds, nil
+	return fds, err
 }
 
 // ReceiveFDs receives one message sent with SendFDs: its payload (up to
@@ -157,10 +200,21 @@ func rights(oob []byte, fds []int) ([]int, error) {
 // frame's. After an error on a stream socket the connection's position in
 // the byte stream is unknown: close it.
 //
-// A receiving socket with SO_PASSCRED, SO_PASSPIDFD, SO_PASSSEC or a
-// receive timestamp option set is refused (ErrInvalidArgument, naming the
-// option) before anything is read: the kernel would attach control
-// messages of its own, taking the room kept for the frame's descriptors.
+// A receiving socket that makes the kernel attach control messages of its
+// own to what it receives is refused (ErrInvalidArgument, naming the
+// option) before anything is read, and the message stays on the socket:
+// those messages would take the room kept for the frame's descriptors, so
+// the kernel would drop the descriptors and the message would be lost. On
+// Linux that is SO_PASSCRED, SO_PASSPIDFD, SO_PASSSEC, the receive
+// timestamp options in their old and new (64-bit time) numbers
+// (SO_TIMESTAMP, SO_TIMESTAMPNS, SO_TIMESTAMPING and their _NEW forms),
+// SO_INQ, and the kernel's other receive control messages (SO_RXQ_OVFL,
+// SO_WIFI_STATUS, SO_RCVMARK, SO_RCVPRIORITY); before each read the next
+// message is also looked at without being taken, so that an option the
+// kernel does not report (SO_INQ) or one unknown here is refused the same
+// way. If such a message arrives anyway (the option set during the
+// receive), it is refused after the read, and every descriptor that came
+// with it, the sender's pidfd included, is closed.
 //
 // The peer is not trusted to behave. On a stream socket SendFDs attaches
 // a frame's descriptors to its first bytes, so they arrive with the first
@@ -226,7 +280,7 @@ func checkHeader(h []byte, maxPayload, maxFDs int) (n, nfds int, err error) {
 
 func checkTrunc(flags, maxFDs int) error {
 	if flags&syscall.MSG_CTRUNC != 0 {
-		return fmt.Errorf("%w: control data truncated (more than %d file descriptors; the kernel closed the rest)", errBadFrame, maxFDs)
+		return fmt.Errorf("%w: control data truncated (more than %d file descriptors, or a control message of the kernel's own that did not fit; the kernel closed the descriptors it had no room for)", errBadFrame, maxFDs)
 	}
 	return nil
 }
@@ -416,7 +470,11 @@ func SendHandle(conn *net.UnixConn, h *Handle) error {
 // However many descriptors the peer attaches, one call installs at most
 // two (the kernel closes the rest) and closes those on refusal.
 func ReceiveHandle(conn *net.UnixConn) (*Handle, error) {
-	const op = "ipc.ReceiveHandle"
+	return receiveHandle("ipc.ReceiveHandle", conn)
+}
+
+// receiveHandle is ReceiveHandle, its errors naming op.
+func receiveHandle(op string, conn *net.UnixConn) (*Handle, error) {
 	// One descriptor expected: control space for one, so a peer attaching
 	// more has the rest closed by the kernel, never installed here.
 	payload, fds, err := receiveFDs(op, conn, handleMsgSize, 1)

@@ -2,7 +2,12 @@
 
 package ipc
 
-import "syscall"
+import (
+	"fmt"
+	"syscall"
+
+	"github.com/cudamem/cudamem/cuda"
+)
 
 const recvFlags = 0
 
@@ -16,5 +21,21 @@ func setCloexec(fds []int) error {
 }
 
 // checkRecvOpts checks nothing: the options that attach control messages
-// of the kernel's own are Linux's.
+// of the kernel's own are known here for Linux only. A control message
+// other than SCM_RIGHTS that arrives is still refused (errControlMessage).
 func checkRecvOpts(int) error { return nil }
+
+// peekOwnControl checks nothing before the read (see checkRecvOpts).
+func peekOwnControl(int) error { return nil }
+
+// errControlMessage names a control message other than SCM_RIGHTS that
+// arrived with a message.
+func errControlMessage(level, typ int32) error {
+	return fmt.Errorf("%w: the kernel attached a control message of level %d, type %d to the message (a socket option of the receiving socket asks for it): clear that option before receiving", cuda.ErrInvalidArgument, level, typ)
+}
+
+// controlFDs reports whether a control message carries descriptors:
+// SCM_RIGHTS.
+func controlFDs(level, typ int32) bool {
+	return level == syscall.SOL_SOCKET && typ == syscall.SCM_RIGHTS
+}

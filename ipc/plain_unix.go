@@ -84,10 +84,11 @@ func SendMsg(conn *net.UnixConn, data []byte, fds ...int) error {
 // data longer than maxData on a datagram socket, or malformed control
 // data are refused with an error matching ErrInvalidArgument, and every
 // descriptor that arrived with the message is closed first. maxData must
-// be 1 to 1 GiB and maxFDs 0 to MaxFDs. A receiving socket with
-// SO_PASSCRED, SO_PASSPIDFD, SO_PASSSEC or a receive timestamp option set
-// is refused the same way before anything is read (the kernel's own
-// control messages would take the descriptors' room).
+// be 1 to 1 GiB and maxFDs 0 to MaxFDs. A receiving socket whose kernel
+// attaches control messages of its own (SO_PASSCRED, a receive timestamp
+// option, SO_INQ: see ReceiveFDs for the list) is refused the same way
+// before anything is read, and the message stays on the socket (those
+// messages would take the descriptors' room).
 func ReceiveMsg(conn *net.UnixConn, maxData, maxFDs int) (data []byte, fds []int, err error) {
 	const op = "ipc.ReceiveMsg"
 	switch {
@@ -113,7 +114,7 @@ func ReceiveMsg(conn *net.UnixConn, maxData, maxFDs int) (data []byte, fds []int
 	case rerr != nil:
 		err = rerr
 	case flags&syscall.MSG_CTRUNC != 0:
-		err = fmt.Errorf("%w: control data truncated (more than %d file descriptors; the kernel closed the rest)", cuda.ErrInvalidArgument, maxFDs)
+		err = fmt.Errorf("%w: control data truncated (more than %d file descriptors, or a control message of the kernel's own that did not fit; the kernel closed the descriptors it had no room for)", cuda.ErrInvalidArgument, maxFDs)
 	case len(fds) > maxFDs:
 		err = fmt.Errorf("%w: %d file descriptors, at most %d expected", cuda.ErrInvalidArgument, len(fds), maxFDs)
 	case flags&syscall.MSG_TRUNC != 0:

@@ -206,7 +206,20 @@ func ExportBuffer(b *buffer.Buffer) (Descriptor, error) {
 	if !b.IsOwned() || b.Size() == 0 {
 		return Descriptor{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "%v is a view, borrowed or empty: export a whole allocation", b)
 	}
-	switch mr := b.Resource().(type) {
+	// The resource is read with b held open: read bare, a Close racing
+	// this call made it nil, and the buffer "not of an exportable pool".
+	// Held open, an owned buffer has its resource unless a Close has
+	// begun (it waits for this call): that Close wins.
+	var res buffer.MemoryResource
+	if err := b.Use(op, func(cuda.DevicePtr) error {
+		if res = b.Resource(); res == nil {
+			return &cuda.OpError{Op: op, Err: cuda.ErrClosed}
+		}
+		return nil
+	}); err != nil {
+		return Descriptor{}, err
+	}
+	switch mr := res.(type) {
 	case *ImportedPool:
 		return mr.descriptor(b)
 	case ExportablePool:

@@ -338,8 +338,13 @@ func TestPythonExportsToGo(t *testing.T) {
 }
 
 // PyTorch shares a tensor as torch.multiprocessing does; Go maps it with
-// OpenTorch, checks it and writes it; the tensor in Python shows Go's
-// data.
+// OpenTorch (having waited for the producer's event), checks it and
+// writes it, and closes it; the tensor in Python shows Go's data. The
+// close released the share as torch's own consumer does: its counter is
+// 0, the producer's memory is back to where it started once it drops the
+// tensor, and it does not warn at exit that shared tensors were not
+// released (before, Go released nothing: the memory stayed allocated
+// until the producer exited, which then warned).
 func TestPythonTorchSharesWithGo(t *testing.T) {
 	d := cudatest.Device(t)
 	py, mods := python(t)
@@ -369,16 +374,23 @@ func TestPythonTorchSharesWithGo(t *testing.T) {
 		t.Fatalf("torch_share.py sent no handle: %q %v", line, err)
 	}
 	var msg struct {
-		Handle string `json:"handle"`
-		Offset uint64 `json:"offset"`
-		Size   uint64 `json:"size"`
+		Handle     string `json:"handle"`
+		Offset     uint64 `json:"offset"`
+		Size       uint64 `json:"size"`
+		RefCounter string `json:"ref_counter"`
+		RefOffset  uint64 `json:"ref_counter_offset"`
+		Event      string `json:"event"`
+		EventSync  bool   `json:"event_sync"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(line), &msg))
 	raw, err := hex.DecodeString(msg.Handle)
 	require.NoError(t, err)
-	th, err := ipc.NewTorchHandle(raw, msg.Offset, msg.Size)
+	ev, err := hex.DecodeString(msg.Event)
 	require.NoError(t, err)
-	t.Logf("torch storage: %d bytes at offset %d of its segment", msg.Size, msg.Offset)
+	th, err := ipc.NewTorchShare(raw, msg.Offset, msg.Size, []byte(msg.RefCounter), msg.RefOffset, ev, msg.EventSync)
+	require.NoError(t, err)
+	t.Logf("torch storage: %d bytes at offset %d of its segment; counter %d of %s; event to wait for: %v",
+		msg.Size, msg.Offset, msg.RefOffset, msg.RefCounter, msg.EventSync)
 	require.Equal(t, uint64(pySize), th.Size)
 
 	b, err := ipc.OpenTorch(d, th)
@@ -386,11 +398,18 @@ func TestPythonTorchSharesWithGo(t *testing.T) {
 	s := cudatest.Stream(t, d)
 	requirePattern(t, b, s, 31, "the tensor seen from Go")
 	fillHost(t, b, s, 32)
-	require.NoError(t, b.Close())
 
-	// A handle claiming more than the segment holds is refused.
+	// An open share is released by its Buffer's Close, not ReleaseTorch.
+	assert.ErrorIs(t, ipc.ReleaseTorch(th), cuda.ErrInvalidArgument)
+	require.NoError(t, b.Close())
+	// Released once: a second release finds nothing to release.
+	assert.ErrorIs(t, ipc.ReleaseTorch(th), cuda.ErrInvalidArgument)
+
+	// A handle claiming more than the segment holds is refused (without
+	// the share's counter, released already, and the event, waited for).
 	big := th
 	big.Size = 1 << 40
+	big.RefCounter, big.EventSync = "", false
 	_, err = ipc.OpenTorch(d, big)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 
@@ -400,6 +419,8 @@ func TestPythonTorchSharesWithGo(t *testing.T) {
 	err = cmd.Wait()
 	waited = true
 	pyResult(t, "torch_share.py", err, append(rest, stderr.Bytes()...))
+	assert.NotContains(t, stderr.String(), "Producer process has been terminated before all shared CUDA tensors released",
+		"torch's producer warned at exit that a share was not released")
 }
 
 // Go shares cuMemAlloc memory (a view inside an allocation) with

@@ -17,13 +17,38 @@ import (
 // its size in bytes (storage_offset_bytes, storage_size_bytes). The
 // tensor's own offset, shape and strides apply on top of the storage.
 //
+// It also returns what torch's consumers use to tell the producer they
+// are done, and to wait for the producer's work: the name of the
+// producer's reference-counter file and this share's counter in it
+// (ref_counter_handle, ref_counter_offset: RefCounter, RefCounterOffset),
+// and an interprocess event recorded after the work that made the tensor
+// (event_handle, event_sync_required: Event, EventSync). NewTorchShare
+// takes all of them. With RefCounter set, closing the Buffer that
+// OpenTorch returns releases the share, and the producer frees the memory
+// once it has dropped the tensor (at its next free, or
+// torch.cuda.ipc_collect()); without it the producer keeps the memory
+// until it exits, and then warns that shared CUDA tensors were not
+// released.
+//
 // Like every legacy IPC handle, its bytes carry no key and cannot be
 // authenticated: take them only from a process this one trusts (see the
-// package documentation's threat model).
+// package documentation's threat model). The counter's name and index are
+// still checked before anything is written: a name of torch's form only,
+// naming a regular file of counters that holds the index.
 type TorchHandle struct {
 	Handle cuda.IPCMemHandle // the segment's cudaIpcMemHandle_t
 	Offset uint64            // where the storage starts in the segment
 	Size   uint64            // the storage's size in bytes
+	// RefCounter is the producer's reference-counter file, a
+	// shared-memory object named "/torch_<pid>_<number>" (empty: none);
+	// RefCounterOffset is the index of this share's counter in it.
+	RefCounter       string
+	RefCounterOffset uint64
+	// Event is the producer's interprocess event; OpenTorch waits for it
+	// when EventSync is set (torch sets it unless it synchronized its
+	// stream instead, having used too many events).
+	Event     cuda.IPCEventHandle
+	EventSync bool
 }
 
 // NewTorchHandle builds a TorchHandle from the raw values
@@ -35,9 +60,13 @@ type TorchHandle struct {
 // PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) are not legacy IPC
 // and are refused with an error matching cuda.ErrNotSupported; other
 // lengths, unknown versions or types, and a zero size with one matching
-// cuda.ErrInvalidArgument.
+// cuda.ErrInvalidArgument. The handle has no reference counter: its
+// producer keeps the memory until it exits (use NewTorchShare).
 func NewTorchHandle(handle []byte, offset, size uint64) (TorchHandle, error) {
-	const op = "ipc.NewTorchHandle"
+	return newTorchHandle("ipc.NewTorchHandle", handle, offset, size)
+}
+
+func newTorchHandle(op string, handle []byte, offset, size uint64) (TorchHandle, error) {
 	if size == 0 {
 		return TorchHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "size 0")
 	}
@@ -59,6 +88,38 @@ func NewTorchHandle(handle []byte, offset, size uint64) (TorchHandle, error) {
 	return h, nil
 }
 
+// NewTorchShare builds a TorchHandle from everything _share_cuda_()
+// returns but the device: the storage handle, the storage's offset and
+// size (as NewTorchHandle takes them), the reference counter's file name
+// and index, the event handle and whether to wait for it. The name must
+// have torch's form, "/torch_<pid>_<number>" (an error matching
+// cuda.ErrInvalidArgument otherwise); the event handle must have 64 bytes
+// when eventSync is set (torch sends 64 zero bytes when it is not, which
+// are taken, as is an empty one).
+func NewTorchShare(handle []byte, offset, size uint64, refCounter []byte, refCounterOffset uint64, event []byte, eventSync bool) (TorchHandle, error) {
+	const op = "ipc.NewTorchShare"
+	h, err := newTorchHandle(op, handle, offset, size)
+	if err != nil {
+		return TorchHandle{}, err
+	}
+	name := string(refCounter)
+	if err := checkTorchRefName(op, name); err != nil {
+		return TorchHandle{}, err
+	}
+	if refCounterOffset >= torchRefMaxCounters {
+		return TorchHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "torch reference counter %d of %s: at most %d counters in a file", refCounterOffset, name, torchRefMaxCounters)
+	}
+	switch {
+	case len(event) == cuda.IPCHandleSize:
+		copy(h.Event.Reserved[:], event)
+	case len(event) == 0 && !eventSync:
+	default:
+		return TorchHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "event handle of %d bytes (event_sync_required %v): want %d", len(event), eventSync, cuda.IPCHandleSize)
+	}
+	h.RefCounter, h.RefCounterOffset, h.EventSync = name, refCounterOffset, eventSync
+	return h, nil
+}
+
 // OpenTorch maps the storage h describes (from a tensor another process
 // shared through torch.multiprocessing) on dev and returns a Buffer of
 // exactly its Offset..Offset+Size range of the segment. The memory stays
@@ -68,11 +129,24 @@ func NewTorchHandle(handle []byte, offset, size uint64) (TorchHandle, error) {
 // mapping the driver made: a handle claiming more than the segment holds
 // is refused (and the mapping closed).
 //
-// The exporting process must keep the tensor alive while the Buffer is
-// open, and its work on the tensor must be finished (or waited for: when
-// _share_cuda_() says event_sync_required, the producer recorded an IPC
-// event) before this process reads it: torch.cuda.synchronize() in the
-// producer before sharing is the simple way.
+// With h.EventSync, OpenTorch first waits for the producer's event (the
+// work that made the tensor is then done: any stream may use the Buffer).
+// With h.RefCounter, it first opens and checks the producer's counter
+// file (see TorchHandle), and the Buffer's Close, once its stream has
+// finished and the memory is unmapped, decrements the counter, as torch's
+// own consumer does: the producer may then free the memory. It may drop
+// the tensor before that: torch keeps the memory of a shared storage
+// whose counter is not 0. Opening one share twice (two Buffers) releases
+// it once, at the last Close. If the release fails (the counter or its
+// file changed under it), the Buffer is closed all the same and Close
+// reports it, wrapping buffer.ErrPartlyFreed. When OpenTorch fails, the
+// share is left as it was (not released): open it again, or give it up
+// with ReleaseTorch.
+//
+// Without a reference counter (NewTorchHandle), the exporting process
+// must keep the tensor alive while the Buffer is open, and its work on
+// the tensor must be finished before this process reads it:
+// torch.cuda.synchronize() in the producer before sharing.
 func OpenTorch(dev *cuda.Device, h TorchHandle) (*buffer.Buffer, error) {
 	const op = "ipc.OpenTorch"
 	if dev == nil {
@@ -81,9 +155,30 @@ func OpenTorch(dev *cuda.Device, h TorchHandle) (*buffer.Buffer, error) {
 	if h.Size == 0 || h.Offset > math.MaxUint64-h.Size {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "storage of %d bytes at offset %d", h.Size, h.Offset)
 	}
+	var ref *torchRef
+	if h.RefCounter != "" {
+		var err error
+		if ref, err = acquireTorchRef(op, h.RefCounter, h.RefCounterOffset); err != nil {
+			return nil, err
+		}
+	}
+	// undo leaves the share as it was, for a retry or ReleaseTorch.
+	undo := func(err error) (*buffer.Buffer, error) {
+		if ref != nil {
+			if derr := ref.drop(); derr != nil {
+				err = errors.Join(err, derr)
+			}
+		}
+		return nil, err
+	}
+	if h.EventSync {
+		if err := dev.IPCWaitEvent(h.Event); err != nil {
+			return undo(fmt.Errorf("%s (%d bytes at offset %d): waiting for the producer's event: %w", op, h.Size, h.Offset, err))
+		}
+	}
 	base, err := dev.IPCOpenMemHandle(h.Handle, cuda.IPCMemLazyEnablePeerAccess)
 	if err != nil {
-		return nil, fmt.Errorf("%s (%d bytes at offset %d): %w", op, h.Size, h.Offset, err)
+		return undo(fmt.Errorf("%s (%d bytes at offset %d): %w", op, h.Size, h.Offset, err))
 	}
 	rbase, rsize, qerr := mappingOf(dev, base)
 	start := base + cuda.DevicePtr(h.Offset)
@@ -98,16 +193,17 @@ func OpenTorch(dev *cuda.Device, h TorchHandle) (*buffer.Buffer, error) {
 		if cerr := dev.IPCCloseMemHandle(base); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("unmapping the refused handle: %w", cerr))
 		}
-		return nil, err
+		return undo(err)
 	}
-	return buffer.Owned(start, h.Size, &torchMapping{dev: dev, base: base, start: start}, dev.DefaultStream()), nil
+	return buffer.Owned(start, h.Size, &torchMapping{dev: dev, base: base, start: start, ref: ref}, dev.DefaultStream()), nil
 }
 
 // torchMapping is the MemoryResource behind one OpenTorch Buffer: it only
-// unmaps, once.
+// unmaps, once, and then releases the share's reference counter.
 type torchMapping struct {
 	dev         *cuda.Device
 	base, start cuda.DevicePtr
+	ref         *torchRef // nil: no counter to release
 
 	mu     sync.Mutex
 	closed bool
@@ -118,7 +214,10 @@ func (m *torchMapping) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr,
 }
 
 // Deallocate waits for s (nil: the legacy default stream) and unmaps the
-// segment: cuIpcCloseMemHandle is not stream-ordered.
+// segment: cuIpcCloseMemHandle is not stream-ordered. Then, the memory
+// being neither used nor mapped here any more, it releases the share's
+// reference counter; a failure there closes the Buffer anyway (the error
+// wraps buffer.ErrPartlyFreed).
 func (m *torchMapping) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	const op = "ipc.torchMapping.Deallocate"
 	if m == nil || m.dev == nil {
@@ -139,6 +238,11 @@ func (m *torchMapping) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream)
 		return err
 	}
 	m.closed = true
+	if m.ref != nil {
+		if err := m.ref.release(); err != nil {
+			return fmt.Errorf("%s %#x (%d bytes, unmapped): %w: %w", op, uint64(p), size, buffer.ErrPartlyFreed, err)
+		}
+	}
 	return nil
 }
 

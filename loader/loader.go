@@ -226,8 +226,8 @@ type Driver struct {
 	MemRetainAllocationHandle, MemGetAllocationPropertiesFromHandle Proc
 
 	// Legacy IPC.
-	IpcGetMemHandle, IpcCloseMemHandle Proc
-	IpcOpenMemHandle                   Proc `dlsym:"cuIpcOpenMemHandle_v2"`
+	IpcGetMemHandle, IpcCloseMemHandle, IpcOpenEventHandle Proc
+	IpcOpenMemHandle                                       Proc `dlsym:"cuIpcOpenMemHandle_v2"`
 
 	// Modules and launches (tests and tools run small kernels).
 	ModuleLoadData, ModuleUnload, ModuleGetFunction, LaunchKernel Proc

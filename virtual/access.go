@@ -15,7 +15,7 @@ import (
 // consuming is refused.
 func (r *Resource) SetPeerAccess(b *buffer.Buffer, access Access, peers ...*cuda.Device) error {
 	const op = "Resource.SetPeerAccess"
-	a, _, err := r.take(op, b)
+	a, _, _, err := r.take(op, b)
 	if err != nil {
 		return err
 	}
@@ -100,7 +100,7 @@ func (a *allocation) setDesc(d cuda.MemAccessDesc) {
 // Access reports how dev may access b's memory.
 func (r *Resource) Access(b *buffer.Buffer, dev *cuda.Device) (Access, error) {
 	const op = "Resource.Access"
-	a, _, err := r.take(op, b)
+	a, _, _, err := r.take(op, b)
 	if err != nil {
 		return NoAccess, err
 	}

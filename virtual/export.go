@@ -45,7 +45,7 @@ func CloseChunkFDs(chunks []Chunk) error {
 // so a concurrent Close waits for the export.
 func (r *Resource) Export(b *buffer.Buffer) ([]Chunk, error) {
 	const op = "Resource.Export"
-	a, _, err := r.take(op, b)
+	a, _, _, err := r.take(op, b)
 	if err != nil {
 		return nil, err
 	}

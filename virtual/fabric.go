@@ -95,7 +95,7 @@ func (c FabricChunk) String() string {
 // on their side), so free b only once importers are done with it.
 func (r *Resource) ExportFabric(b *buffer.Buffer) ([]FabricChunk, error) {
 	const op = "Resource.ExportFabric"
-	a, _, err := r.take(op, b)
+	a, _, _, err := r.take(op, b)
 	if err != nil {
 		return nil, err
 	}

@@ -10,28 +10,48 @@ import (
 )
 
 // take finds b's allocation and hands b's ownership to the caller: b must
-// be a live, owned buffer from this resource.
-func (r *Resource) take(op string, b *buffer.Buffer) (*allocation, *cuda.Stream, error) {
+// be a live, owned buffer from this resource. It also returns b's address.
+// Everything it reads of b (its resource, address and ownership) is read
+// with b held open (b.Use), so a Close racing it gives cuda.ErrClosed,
+// never a lookup of the zero address a closed buffer reports ("not a whole
+// allocation"). The caller rechecks, under r.mu and with b held again
+// (useLive, beginResize), that the allocation is still filed: a Close may
+// come between the two.
+func (r *Resource) take(op string, b *buffer.Buffer) (*allocation, cuda.DevicePtr, *cuda.Stream, error) {
 	if err := r.check(op); err != nil {
-		return nil, nil, err
+		return nil, 0, nil, err
 	}
 	if b == nil {
-		return nil, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil buffer")
+		return nil, 0, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil buffer")
 	}
-	if b.Resource() != buffer.MemoryResource(r) {
-		if b.IsClosed() {
-			return nil, nil, &cuda.OpError{Op: op, Err: cuda.ErrClosed}
+	var a *allocation
+	var ptr cuda.DevicePtr
+	err := b.Use(op, func(p cuda.DevicePtr) error {
+		if !b.IsOwned() {
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer %v is a view or borrowed, not a whole allocation of this resource", b)
 		}
-		return nil, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer %v does not belong to this resource", b)
+		// b is held open, so an owned b has its resource, unless a Close
+		// has begun (it waits for this call, then frees): that Close wins.
+		switch mr := b.Resource(); mr {
+		case nil:
+			return &cuda.OpError{Op: op, Err: cuda.ErrClosed}
+		case buffer.MemoryResource(r):
+		default:
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer %v does not belong to this resource", b)
+		}
+		r.mu.Lock()
+		a = r.allocs[p]
+		r.mu.Unlock()
+		if a == nil {
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer %v is not a whole allocation of this resource", b)
+		}
+		ptr = p
+		return nil
+	})
+	if err != nil {
+		return nil, 0, nil, err
 	}
-	ptr := b.Ptr()
-	r.mu.Lock()
-	a := r.allocs[ptr]
-	r.mu.Unlock()
-	if a == nil || !b.IsOwned() {
-		return nil, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer %v is not a whole allocation of this resource", b)
-	}
-	return a, b.Stream(), nil
+	return a, ptr, b.Stream(), nil
 }
 
 // refuseHeld refuses to move or unmap b's memory while a Hold (a DLPack
@@ -173,7 +193,7 @@ func errFreedMeanwhile(op string, ptr cuda.DevicePtr) error {
 // tells this case apart.
 func (r *Resource) Grow(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error) {
 	const op = "Resource.Grow"
-	a, s, err := r.take(op, b)
+	a, oldPtr, s, err := r.take(op, b)
 	if err == nil {
 		err = refuseHeld(op, b)
 	}
@@ -188,7 +208,7 @@ func (r *Resource) Grow(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "size %d rounded up to the granularity %d overflows", newSize, r.gran)
 	}
 	r.retryLeftovers()
-	oldPtr, oldSize := b.Ptr(), b.Size() // before r.mu: Buffer locks are never taken under r.mu
+	oldSize := b.Size() // before r.mu: Buffer locks are never taken under r.mu
 	r.mu.Lock()
 	if err := r.beginResize(op, oldPtr, a); err != nil {
 		r.mu.Unlock()
@@ -416,7 +436,7 @@ func (r *Resource) commitGrow(a *allocation, g *growth) (cleanup error) {
 // errors.Is tells the two apart.
 func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error) {
 	const op = "Resource.Shrink"
-	a, s, err := r.take(op, b)
+	a, oldPtr, s, err := r.take(op, b)
 	if err == nil {
 		err = refuseHeld(op, b)
 	}
@@ -430,7 +450,6 @@ func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, err
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "new size 0 for buffer %v: close the buffer instead", b)
 	}
 	r.retryLeftovers()
-	oldPtr := b.Ptr()
 	oldSize := b.Size()
 	need, _ := r.roundUp(newSize) // below b's size, which was rounded up once already
 	r.mu.Lock()

@@ -97,7 +97,7 @@ func probeFabric(drv driver, dev *cuda.Device, rdma bool) error {
 func (r *Resource) AllocationProperties(b *buffer.Buffer) (cuda.MemAllocationProp, error) {
 	const op = "Resource.AllocationProperties"
 	var prop cuda.MemAllocationProp
-	a, _, err := r.take(op, b)
+	a, _, _, err := r.take(op, b)
 	if err != nil {
 		return prop, err
 	}

@@ -251,7 +251,7 @@ type Info struct {
 // consumed by Grow or Shrink) gives an error matching cuda.ErrClosed.
 func (r *Resource) Info(b *buffer.Buffer) (Info, error) {
 	const op = "Resource.Info"
-	a, _, err := r.take(op, b)
+	a, _, _, err := r.take(op, b)
 	if err != nil {
 		return Info{}, err
 	}

@@ -1624,6 +1624,28 @@ static CUresult fIpcCloseMemHandle(u64 p) {
 	RET(OK);
 }
 
+/* An interprocess event handle the fake opens: the magic, then bytes that
+   must arrive as the test wrote them (the handle travels by value), the
+   last one 0x5a. The opened event is a completed one. */
+#define IPC_EVENT_MAGIC 0x746e657663706966ull /* "fipcvent" */
+typedef struct { u64 magic; unsigned char pad[55]; unsigned char tail; } ipc_event_handle_t;
+static CUresult fIpcOpenEventHandle(void **e, ipc_event_handle_t h) {
+	LOCK();
+	NEED_CTX();
+	if (!e || h.magic != IPC_EVENT_MAGIC || h.tail != 0x5a || nevents == MAXS) RET(E_INVALID_VALUE);
+	for (int i = 0; i < (int)sizeof h.pad; i++)
+		if (h.pad[i] != (unsigned char)i) RET(E_INVALID_VALUE);
+	event_t *ev = calloc(1, sizeof *ev);
+	if (!ev) RET(E_OUT_OF_MEMORY);
+	ev->dev = current->dev;
+	ev->ctx = current;
+	ev->recorded = 1;
+	events[nevents++] = ev;
+	stats[ST_EVENTS]++;
+	*e = ev;
+	RET(OK);
+}
+
 static CUresult fGetErrorName(int r, const char **s) {
 	if (!s) return E_INVALID_VALUE;
 	*s = "CUDA_ERROR_FAKE";
@@ -2785,6 +2807,7 @@ static const struct { const char *name; void *fn; } table[] = {
 	{"cuIpcGetMemHandle", (void *)fIpcGetMemHandle},
 	{"cuIpcOpenMemHandle", (void *)fIpcOpenMemHandle},
 	{"cuIpcCloseMemHandle", (void *)fIpcCloseMemHandle},
+	{"cuIpcOpenEventHandle", (void *)fIpcOpenEventHandle},
 	/* Contexts made elsewhere. */
 	{"cuCtxDestroy", (void *)fCtxDestroy},
 	{"cuCtxPopCurrent", (void *)fCtxPopCurrent},
