@@ -103,9 +103,11 @@
 //     [ImportedPool.ImportForeign] each buffer's parts.
 //   - PyTorch tensors: torch.multiprocessing shares a storage as a legacy
 //     IPC handle of the caching allocator's segment plus the storage's
-//     offset and size (UntypedStorage._share_cuda_()). [OpenTorch] maps one
-//     as a Buffer, and [ExportTorch] describes cuMemAlloc memory the same
-//     way for a Python process.
+//     offset and size, with a reference counter and an event
+//     (UntypedStorage._share_cuda_()). [NewTorchShare] takes them all,
+//     [OpenTorch] maps the storage as a Buffer whose Close releases the
+//     share to torch, and [ExportTorch] describes cuMemAlloc memory the
+//     same way for a Python process.
 //   - CuPy and C programs share cudaMalloc allocations as legacy IPC
 //     handles: [OpenLegacy] and [ExportLegacy].
 //
