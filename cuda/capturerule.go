@@ -241,15 +241,24 @@ func (s *Stream) captureAsk(op string, ctx, h uintptr) (capID, error) {
 	return capID{capturing: true, seq: s.seq.Load(), id: id}, nil
 }
 
-// describe names a stream for the rule's messages.
+// describe names a stream and its device (and, for a view, its context)
+// for messages.
 func (s *Stream) describe() string {
 	if s == nil || s.dev == nil {
 		return "a nil or zero stream"
 	}
-	if s.IsDefault() {
-		return fmt.Sprintf("the legacy default stream of %v", s.dev)
+	return fmt.Sprintf("%s of %v", s.name(), s.dev)
+}
+
+// name names a stream alone, for messages that name its context apart.
+func (s *Stream) name() string {
+	switch {
+	case s == nil || s.dev == nil:
+		return "a nil or zero stream"
+	case s.IsDefault():
+		return "the legacy default stream"
 	}
-	return fmt.Sprintf("stream %#x of %v", s.handle, s.dev)
+	return fmt.Sprintf("stream %#x", s.handle)
 }
 
 // RefuseOrder returns nil if work on waiter may be ordered after the work
