@@ -342,15 +342,17 @@ func (d *Device) errLegacyCapture(op string) error {
 // context first (a pool's) is put off rather than refused when it comes
 // from a free that already succeeded.
 //
-// fn runs before the EndCapture (or Stream.Close) that ends the last such
-// capture returns, on that goroutine, with no lock of this package held;
-// so once that call returns, what was deferred is done (or deferred again,
-// if fn found another capture begun meanwhile). A capture that ended
-// without cudamem ending it (the driver reported it over) runs fn on a
-// goroutine of its own. fn never runs while a capture is in flight: a
-// BeginCapture waits for it, as for a Device.Sync. fn never runs on the
-// caller's goroutine inside this call, so it may take the caller's locks;
-// it must not end a capture or close a stream itself.
+// fn has run when the EndCapture (or Stream.Close) that ends the last
+// such capture returns: it runs on that goroutine, or on one the ending
+// started, which that call waits for; no lock of this package is held.
+// So once that call returns, what was deferred is done (or deferred
+// again, if fn found another capture begun meanwhile). After a capture
+// that ended without a call of this package ending it (the driver
+// reported it over), fn runs on a goroutine of its own. fn never runs
+// while a capture is in flight: a BeginCapture waits for it, as for a
+// Device.Sync. fn never runs on the caller's goroutine inside this call,
+// so it may take the caller's locks; it must not end a capture or close a
+// stream itself.
 func (d *Device) DeferWhileCapturing(fn func()) bool {
 	if !d.valid() || fn == nil {
 		return false
