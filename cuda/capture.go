@@ -97,26 +97,19 @@ func (s *Stream) BeginCaptureMode(mode CaptureMode) error {
 		return Errorf(op, ErrInvalidArgument, "the legacy default stream of %v cannot be captured (capture a stream from Device.NewStream)", s.dev)
 	}
 	// Raise the counts first, then wait for the device-wide waits and
-	// legacy-stream calls in flight (drainWaits, capturerule.go): none
-	// can then run into the capture. Lowered again if it does not begin.
+	// legacy-stream calls in flight (the gate, capturerule.go): none can
+	// then run into the capture. Lowered again if it does not begin; what
+	// was deferred meanwhile runs then, after the stream's lock is let go.
 	d := s.dev
-	d.captureBegun()
-	if s.blocking {
-		d.blockingCaptures.Add(1)
-	}
-	unannounce := func() {
-		if s.blocking {
-			d.blockingCaptures.Add(-1)
-		}
-		d.captureOver()
-	}
-	d.drainWaits(true, s.blocking)
+	defer d.gate.runDeferred()
+	d.gate.raise(true, s.blocking)
+	unannounce := func() { d.gate.lower(true, s.blocking) }
 	ctx, h, err := s.beginQuery(op)
 	if err != nil {
 		unannounce()
 		return err
 	}
-	defer s.end()
+	defer s.endQuery()
 	// Raise the flag before the driver call, so no allocation on another
 	// goroutine slips between the capture starting and the flag.
 	if !s.capState.CompareAndSwap(capNone, capBeginning) {
@@ -150,12 +143,15 @@ func (s *Stream) captureEnded() {
 	if s.capState.Swap(capNone) == capNone {
 		return
 	}
-	if s.blocking {
-		s.dev.blockingCaptures.Add(-1)
-	}
-	if c := s.seq.Swap(nil); c != nil && c.origin == s {
+	c := s.seq.Swap(nil)
+	origin := c != nil && c.origin == s
+	s.dev.gate.lower(false, s.blocking)
+	switch {
+	case origin:
 		c.finish()
-		s.dev.captureOver()
+		s.dev.gate.lower(true, false)
+	case c != nil && s.crossContext(c):
+		s.dev.gate.lower(true, false)
 	}
 }
 
@@ -169,28 +165,32 @@ func (s *Stream) captureEndedIf(seen *captureSeq) {
 		// one it joined through such a stream): only the flag to clear.
 		if s.capState.CompareAndSwap(capActive, capNone) {
 			if s.seq.Load() != nil { // a capture began meanwhile: restore
-				if !s.capState.CompareAndSwap(capNone, capActive) && s.blocking {
+				if !s.capState.CompareAndSwap(capNone, capActive) {
 					// The other side set the flag and counted itself:
 					// this flag's count goes.
-					s.dev.blockingCaptures.Add(-1)
+					s.dev.gate.lower(false, s.blocking)
 				}
 				return
 			}
-			if s.blocking {
-				s.dev.blockingCaptures.Add(-1)
-			}
+			s.dev.gate.lower(false, s.blocking)
 		}
 		return
 	}
 	if !s.seq.CompareAndSwap(seen, nil) {
 		return
 	}
-	if s.capState.Swap(capNone) != capNone && s.blocking {
-		s.dev.blockingCaptures.Add(-1)
+	if s.capState.Swap(capNone) != capNone {
+		s.dev.gate.lower(false, s.blocking)
 	}
-	if seen.origin == s {
+	switch {
+	case seen.origin == s:
+		// Found over, not ended here: no call of this package's returns
+		// at its end, and the work it leaves due runs on a goroutine of
+		// its own (lower).
 		seen.finish()
-		s.dev.captureOver()
+		s.dev.gate.lower(true, false)
+	case s.crossContext(seen):
+		s.dev.gate.lower(true, false)
 	}
 }
 
@@ -220,33 +220,50 @@ func (s *Stream) joinedTo() *Stream {
 // ErrCapturing (the capture goes on) and ErrInvalidArgument (the call
 // belongs on the origin stream).
 func (s *Stream) EndCapture() (*Graph, error) {
+	g, seq, err := s.endCaptureCall()
+	// The work deferred until no capture is in flight runs here, with the
+	// stream's lock let go, so that it has run when EndCapture returns.
+	seq.settle()
+	if s != nil && s.dev != nil {
+		s.dev.gate.runDeferred()
+	}
+	return g, err
+}
+
+// endCaptureCall is EndCapture but for the deferred work; seq is the
+// capture it may have ended (nil if none).
+func (s *Stream) endCaptureCall() (_ *Graph, seq *captureSeq, _ error) {
 	const op = "Stream.EndCapture"
 	ctx, h, err := s.beginQuery(op)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	defer s.end()
+	defer s.endQuery()
 	if s.capState.Load() == capNone && !s.borrowed {
-		return nil, Errorf(op, ErrInvalidArgument, "stream %#x of %v is not capturing (begin with BeginCapture)", h, s.dev)
+		return nil, nil, Errorf(op, ErrInvalidArgument, "stream %#x of %v is not capturing (begin with BeginCapture)", h, s.dev)
 	}
 	if o := s.joinedTo(); o != nil {
-		return nil, s.errJoined(op, true, o.describe())
+		return nil, nil, s.errJoined(op, true, o.describe())
 	}
 	if s.capState.Load() != capNone && s.seq.Load() == nil {
 		// Joined a capture cudamem did not see begin: ending it here
 		// would invalidate it, unless the driver says it is over.
 		if err := s.refuseOpenCapture(op, true); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		if !s.borrowed {
-			return nil, Errorf(op, ErrInvalidArgument, "stream %#x of %v is not capturing: the capture it joined is over", h, s.dev)
+			return nil, nil, Errorf(op, ErrInvalidArgument, "stream %#x of %v is not capturing: the capture it joined is over", h, s.dev)
 		}
+	}
+	seq = s.seq.Load()
+	if seq != nil && seq.origin != s {
+		seq = nil
 	}
 	g, err := s.endCapture(ctx, h)
 	if err != nil {
-		return nil, &OpError{Op: op, Err: fmt.Errorf("stream %#x of %v: %w", h, s.dev, err)}
+		return nil, seq, &OpError{Op: op, Err: fmt.Errorf("stream %#x of %v: %w", h, s.dev, err)}
 	}
-	return g, nil
+	return g, seq, nil
 }
 
 // errJoined refuses Close or EndCapture (op; end for EndCapture) of s,
@@ -386,7 +403,7 @@ func (s *Stream) CaptureStatus() (CaptureStatus, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer s.end()
+	defer s.endQuery()
 	st, err := s.status(ctx, h)
 	if err != nil {
 		return 0, &OpError{Op: op, Err: err}
@@ -403,7 +420,7 @@ func (s *Stream) CaptureID() (CaptureStatus, uint64, error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	defer s.end()
+	defer s.endQuery()
 	var st int32
 	var id uint64
 	p := &s.dev.drv.StreamGetCaptureInfo
@@ -454,7 +471,7 @@ func (s *Stream) RefuseCapture(op string) error {
 	if err != nil {
 		return nil // closed meanwhile: the operation reports it
 	}
-	defer s.end()
+	defer s.endQuery()
 	return s.refuseAsk(op, ctx, h)
 }
 
@@ -472,8 +489,8 @@ func (s *Stream) refuseFast(op string) (err error, ask bool) {
 		// work forever.
 		return nil, true
 	case s.IsDefault():
-		if s.dev.blockingCaptures.Load() > 0 {
-			return Errorf(op, ErrCapturing, "the legacy default stream of %v would join the capture of a blocking stream (made without StreamNonBlocking) and invalidate it; use another stream until EndCapture", s.dev), false
+		if s.dev.gate.blocking.Load() > 0 {
+			return s.dev.errLegacyCapture(op), false
 		}
 		return nil, false
 	}

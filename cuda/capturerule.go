@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"unsafe"
@@ -43,7 +44,10 @@ type captureSeq struct {
 	origin *Stream
 	mu     sync.Mutex
 	joined []*Stream // streams pulled in by a wait; they leave when it ends
-	over   atomic.Bool
+	// gates are those of the other contexts whose streams joined: the
+	// capture counts there too while they are in it.
+	gates []*captureGate
+	over  atomic.Bool
 }
 
 // finish ends the sequence: the joined streams stop capturing with it.
@@ -60,11 +64,34 @@ func (c *captureSeq) finish() {
 	}
 }
 
+// settle runs the work deferred on the gates of every context the ended
+// capture involved, once no capture is left there (gate.runDeferred).
+// The caller holds no lock of this package.
+func (c *captureSeq) settle() {
+	if c == nil {
+		return
+	}
+	c.origin.dev.gate.runDeferred()
+	c.mu.Lock()
+	gates := c.gates
+	c.mu.Unlock()
+	for _, g := range gates {
+		g.runDeferred()
+	}
+}
+
+// crossContext reports whether s, joining capture c, is of another
+// context than the capture's origin: the capture then counts in s's
+// context too (a wait for that whole context would invalidate it).
+func (s *Stream) crossContext(c *captureSeq) bool {
+	return c != nil && c.origin.dev != s.dev
+}
+
 // leave clears s's capture flag if s is in capture c as a joined stream.
 func (s *Stream) leave(c *captureSeq) {
 	if s.seq.CompareAndSwap(c, nil) {
-		if s.capState.Swap(capNone) != capNone && s.blocking {
-			s.dev.blockingCaptures.Add(-1)
+		if s.capState.Swap(capNone) != capNone {
+			s.dev.gate.lower(s.crossContext(c), s.blocking)
 		}
 	}
 }
@@ -78,13 +105,22 @@ func (s *Stream) join(c *captureSeq) {
 		s.seq.CompareAndSwap(c, nil)
 		return
 	}
+	cross := s.crossContext(c)
+	if cross {
+		s.dev.gate.mu.Lock() // ordered with deferWork, as raise is
+		s.dev.gate.captures.Add(1)
+		s.dev.gate.mu.Unlock()
+	}
 	if s.blocking {
-		s.dev.blockingCaptures.Add(1)
+		s.dev.gate.blocking.Add(1)
 	}
 	c.mu.Lock()
 	over := c.over.Load()
 	if !over {
 		c.joined = append(c.joined, s)
+		if cross && !slices.Contains(c.gates, &s.dev.gate) {
+			c.gates = append(c.gates, &s.dev.gate)
+		}
 	}
 	c.mu.Unlock()
 	if over { // ended meanwhile: the driver's join ended with it
@@ -104,7 +140,7 @@ func (s *Stream) joinCapture(rec *eventCapture) {
 	if s.capState.CompareAndSwap(capNone, capActive) {
 		s.joinedID.Store(rec.id)
 		if s.blocking {
-			s.dev.blockingCaptures.Add(1)
+			s.dev.gate.blocking.Add(1)
 		}
 	}
 }
@@ -146,7 +182,7 @@ func (s *Stream) captureOf(op string) (capID, error) {
 	if err != nil {
 		return capID{}, nil // closed meanwhile: the operation reports it
 	}
-	defer s.end()
+	defer s.endQuery()
 	return s.captureAsk(op, ctx, h)
 }
 
@@ -168,7 +204,7 @@ func (s *Stream) captureFast() (c capID, ask bool) {
 	case st == capBeginning:
 		return capID{capturing: true, seq: s.seq.Load()}, false
 	case st == capNone && s.IsDefault():
-		if s.dev.blockingCaptures.Load() > 0 {
+		if s.dev.gate.blocking.Load() > 0 {
 			return capID{capturing: true, legacy: true}, false
 		}
 		return capID{}, false
@@ -205,15 +241,24 @@ func (s *Stream) captureAsk(op string, ctx, h uintptr) (capID, error) {
 	return capID{capturing: true, seq: s.seq.Load(), id: id}, nil
 }
 
-// describe names a stream for the rule's messages.
+// describe names a stream and its device (and, for a view, its context)
+// for messages.
 func (s *Stream) describe() string {
 	if s == nil || s.dev == nil {
 		return "a nil or zero stream"
 	}
-	if s.IsDefault() {
-		return fmt.Sprintf("the legacy default stream of %v", s.dev)
+	return fmt.Sprintf("%s of %v", s.name(), s.dev)
+}
+
+// name names a stream alone, for messages that name its context apart.
+func (s *Stream) name() string {
+	switch {
+	case s == nil || s.dev == nil:
+		return "a nil or zero stream"
+	case s.IsDefault():
+		return "the legacy default stream"
 	}
-	return fmt.Sprintf("stream %#x of %v", s.handle, s.dev)
+	return fmt.Sprintf("stream %#x", s.handle)
 }
 
 // RefuseOrder returns nil if work on waiter may be ordered after the work
@@ -257,6 +302,8 @@ func decideOrder(op string, waiter *Stream, w capID, what string, d capID, mayJo
 		return false, Errorf(op, ErrCapturing, "ordering %v after %s: the legacy default stream would join the capture of a blocking stream (made without StreamNonBlocking) and invalidate it; use another stream until EndCapture", waiter.describe(), what)
 	case !w.capturing && !d.capturing, w.same(d):
 		return false, nil
+	case !w.capturing && waiter.IsDefault():
+		return false, Errorf(op, ErrCapturing, "%v cannot join the capture that %s is in: the driver would refuse the wait and invalidate the capture; wait from a stream made by Device.NewStream, or after EndCapture", waiter.describe(), what)
 	case !w.capturing && mayJoin:
 		return true, nil
 	case !w.capturing:
@@ -269,122 +316,254 @@ func decideOrder(op string, waiter *Stream, w capID, what string, d capID, mayJo
 
 // RefuseDeviceWait returns nil if the host may wait for all work of d's
 // context (cuCtxSynchronize), and otherwise an error naming op that
-// matches ErrCapturing: a stream of the context that cudamem saw begin a
-// capture is capturing, and the wait would invalidate that capture.
-// (Captures that foreign code began on streams cudamem never saw are not
-// counted.)
+// matches ErrCapturing: a capture that cudamem saw begin involves a
+// stream of the context (begun there, beginning, or joined by a wait),
+// and the wait would invalidate it. (Captures that foreign code began on
+// streams cudamem never saw are not counted.)
 func (d *Device) RefuseDeviceWait(op string) error {
-	if !d.valid() {
+	if !d.valid() || d.gate.captures.Load() == 0 {
 		return nil
 	}
-	if n := d.captures.Load(); n > 0 {
-		return Errorf(op, ErrCapturing, "%d stream(s) of %v are capturing, and waiting for the whole context would invalidate their captures; do it after EndCapture", n, d)
-	}
-	return nil
+	return d.errContextWait(op)
 }
 
-// DeferWhileCapturing arranges for fn to run, on a new goroutine, once no
-// stream of d's context that cudamem saw begin a capture is capturing,
-// and returns true; with no capture in flight it returns false and does
-// nothing, so the caller goes ahead itself. It is how a destruction that
-// must wait for the whole context first (a pool's) is put off rather than
-// refused when it comes from a free that already succeeded. fn never runs
-// on the caller's goroutine, so it may take the caller's locks.
+func (d *Device) errContextWait(op string) error {
+	return Errorf(op, ErrCapturing, "a stream of %v is capturing a graph (or beginning to), and waiting for the whole context would invalidate the capture; do it after EndCapture", d)
+}
+
+func (d *Device) errLegacyCapture(op string) error {
+	return Errorf(op, ErrCapturing, "the legacy default stream of %v would join the capture of a blocking stream (made without StreamNonBlocking) and invalidate it; use another stream until EndCapture", d)
+}
+
+// DeferWhileCapturing arranges for fn to run once no capture that
+// cudamem saw begin involves a stream of d's context, and returns true;
+// with none in flight it returns false and does nothing, so the caller
+// goes ahead itself. It is how a destruction that must wait for the whole
+// context first (a pool's) is put off rather than refused when it comes
+// from a free that already succeeded.
+//
+// fn has run when the EndCapture (or Stream.Close) that ends the last
+// such capture returns: it runs on that goroutine, or on one the ending
+// started, which that call waits for; no lock of this package is held.
+// So once that call returns, what was deferred is done (or deferred
+// again, if fn found another capture begun meanwhile). After a capture
+// that ended without a call of this package ending it (the driver
+// reported it over), fn runs on a goroutine of its own. fn never runs
+// while a capture is in flight: a BeginCapture waits for it, as for a
+// Device.Sync. fn never runs on the caller's goroutine inside this call,
+// so it may take the caller's locks; it must not end a capture or close a
+// stream itself.
 func (d *Device) DeferWhileCapturing(fn func()) bool {
 	if !d.valid() || fn == nil {
 		return false
 	}
-	d.capMu.Lock()
-	defer d.capMu.Unlock()
-	if d.captures.Load() == 0 {
+	return d.gate.deferWork(fn)
+}
+
+// The gate.
+//
+// The rule's checks read counts and then call the driver; a capture begun
+// on another goroutine between the two would be invalidated by the call
+// (a cuCtxSynchronize, or work on the legacy default stream joining a
+// blocking stream's capture). So such a call enters the gate (which
+// checks the count and counts the call in flight), calls the driver, and
+// leaves; and a capture raises the counts first, then waits until no
+// admitted call of the kinds it refuses is in flight, and only then
+// begins. Either the call sees the raised count and is refused, or the
+// capture sees the call and waits for it: the atomic operations are
+// sequentially consistent, so both cannot miss each other. The capture
+// waits holding no lock, so a call in flight never waits on it.
+//
+// The gate is fair to a capture: a call that finds a count raised is
+// refused before it counts itself, so once a capture has raised its
+// counts, the calls it waits for are only those admitted before, and at
+// most one late check per goroutine that had passed the first; no stream
+// of new or retried calls can hold it off. Every capture refuses waits for
+// the whole context; only a blocking stream's capture (or join) refuses
+// legacy-stream calls, and only it waits for them: a non-blocking
+// stream's capture leaves the legacy stream free.
+
+// Kinds of calls that enter the gate.
+const (
+	callContext = 0 // waits for the whole context (Device.Sync, Context.Close)
+	callLegacy  = 1 // calls on the legacy default stream
+)
+
+// captureGate is the capture rule's state for one context (one Device value:
+// each view of a context has its own).
+type captureGate struct {
+	// captures counts the captures cudamem saw begin that involve the
+	// context: begun (or beginning) on one of its streams, or joined by
+	// one of its streams from another context. While it is above zero,
+	// calls of kind callContext are refused.
+	captures atomic.Int32
+	// blocking counts the context's blocking streams (made without
+	// StreamNonBlocking) that capture or are about to (begin or join):
+	// while it is above zero, calls of kind callLegacy are refused.
+	blocking atomic.Int32
+	// calls counts the admitted calls in flight, by kind. A capture waits
+	// on idle (L is &mu) until the kinds it refuses are at 0; waiters
+	// counts those waiting, so that leave wakes them.
+	calls   [2]atomic.Int32
+	waiters atomic.Int32
+	mu      sync.Mutex
+	idle    sync.Cond
+	// after holds the work deferred until captures is zero
+	// (DeferWhileCapturing), written under mu; pending counts that work
+	// until it has run, so that a caller of runDeferred finds it done;
+	// runMu serializes the runs.
+	after   []func()
+	pending atomic.Int32
+	runMu   sync.Mutex
+}
+
+// bar is the count that refuses calls of kind k.
+func (g *captureGate) bar(k int) *atomic.Int32 {
+	if k == callContext {
+		return &g.captures
+	}
+	return &g.blocking
+}
+
+// enter admits a call of kind k, which must then leave; false means a
+// capture in flight or beginning refuses it, and nothing was counted.
+func (g *captureGate) enter(k int) bool {
+	bar := g.bar(k)
+	if bar.Load() > 0 {
+		return false // refused before it counts: a capture never waits for it
+	}
+	g.calls[k].Add(1)
+	if bar.Load() > 0 { // raised meanwhile: the capture may be waiting
+		g.leave(k)
 		return false
 	}
-	d.afterCapture = append(d.afterCapture, fn)
 	return true
 }
 
-// Starting a capture, and the calls it must not overlap.
-//
-// The rule's checks read counts (captures, blockingCaptures) and then call
-// the driver; a capture begun on another goroutine between the two would
-// be invalidated by the call (a cuCtxSynchronize, or work on the legacy
-// default stream joining a blocking stream's capture). So those calls
-// register first (enterWait), check, call, and unregister (exitWait); and
-// BeginCapture raises the counts first, then waits until no registered
-// call is in flight (drainWaits), and only then begins. Either the call
-// sees the raised count and refuses, or BeginCapture sees the call and
-// waits for it: the atomic operations are sequentially consistent, so
-// both cannot miss each other. BeginCapture waits holding no lock, so a
-// call in flight never waits on it.
-
-//
-// Every capture waits for the waits for the whole context; only a
-// blocking stream's capture waits for legacy-stream calls, the only ones
-// it refuses: a capture of a non-blocking stream leaves the legacy stream
-// free, and waiting for its calls would let a busy legacy stream hold the
-// capture off indefinitely. A call that comes after the counts were
-// raised is refused and unregisters at once (it does no driver work), so
-// the count a capture waits for drains.
-
-// Kinds of calls registered with enterWait.
-const (
-	waitContext = 0 // waits for the whole context (Device.Sync, Context.Close)
-	waitLegacy  = 1 // calls on the legacy default stream
-)
-
-// enterWait registers a call of kind k that must not overlap the start of
-// a capture; exitWait(k) must follow.
-func (d *Device) enterWait(k int) { d.waits[k].Add(1) }
-
-// exitWait ends a call registered by enterWait, waking a BeginCapture
-// waiting for the last one of its kind.
-func (d *Device) exitWait(k int) {
-	if d.waits[k].Add(-1) == 0 && d.capWaiters.Load() > 0 {
-		d.capMu.Lock()
-		d.waitsDone.Broadcast()
-		d.capMu.Unlock()
+// leave ends a call that enter admitted, waking a capture waiting for the
+// last one of its kind.
+func (g *captureGate) leave(k int) {
+	if g.calls[k].Add(-1) == 0 && g.waiters.Load() > 0 {
+		g.mu.Lock()
+		g.idle.Broadcast()
+		g.mu.Unlock()
 	}
 }
 
-// drainWaits waits until no call registered by enterWait is in flight: of
-// the context-wide kind if context, of the legacy-stream kind if legacy.
-// The caller has raised its counts, so no new such call gets past its
-// check; it holds no lock that such a call may need.
-func (d *Device) drainWaits(context, legacy bool) {
+// raise counts a capture about to involve the context (context: begun on
+// one of its streams or joined from another context; blocking: by one of
+// its blocking streams), then waits until no admitted call it refuses is
+// in flight. The caller holds no lock such a call may need; lower undoes
+// it.
+func (g *captureGate) raise(context, blocking bool) {
+	if context {
+		g.mu.Lock() // ordered with deferWork
+		g.captures.Add(1)
+		g.mu.Unlock()
+	}
+	if blocking {
+		g.blocking.Add(1)
+	}
 	busy := func() bool {
-		return context && d.waits[waitContext].Load() > 0 || legacy && d.waits[waitLegacy].Load() > 0
+		return context && g.calls[callContext].Load() > 0 || blocking && g.calls[callLegacy].Load() > 0
 	}
 	if !busy() {
 		return
 	}
-	d.capWaiters.Add(1)
-	d.capMu.Lock()
-	d.waitsDone.L = &d.capMu
+	g.waiters.Add(1)
+	g.mu.Lock()
+	g.idle.L = &g.mu
 	for busy() {
-		d.waitsDone.Wait()
+		g.idle.Wait()
 	}
-	d.capMu.Unlock()
-	d.capWaiters.Add(-1)
+	g.mu.Unlock()
+	g.waiters.Add(-1)
 }
 
-// captureBegun counts a capture of d's context.
-func (d *Device) captureBegun() {
-	d.capMu.Lock()
-	d.captures.Add(1)
-	d.capMu.Unlock()
+// lower uncounts what raise (or a join) counted. Once no capture is left,
+// the deferred work is due: it is started on a goroutine of its own, so
+// that none is stranded whatever path ended the capture, and the calls
+// that end captures (EndCapture, Stream.Close) run runDeferred before
+// they return, which runs it or waits for that goroutine's run.
+func (g *captureGate) lower(context, blocking bool) {
+	if blocking {
+		g.blocking.Add(-1)
+	}
+	if !context {
+		return
+	}
+	g.mu.Lock()
+	due := g.captures.Add(-1) == 0 && len(g.after) > 0
+	g.mu.Unlock()
+	if due {
+		go g.runDeferred()
+	}
 }
 
-// captureOver uncounts a capture of d's context, and runs what was
-// deferred once none is left.
-func (d *Device) captureOver() {
-	d.capMu.Lock()
-	var run []func()
-	if d.captures.Add(-1) == 0 {
-		run, d.afterCapture = d.afterCapture, nil
+// deferWork queues fn until no capture is counted, reporting false (fn
+// not queued) when none is.
+func (g *captureGate) deferWork(fn func()) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.captures.Load() == 0 {
+		return false
 	}
-	d.capMu.Unlock()
-	for _, fn := range run {
-		go fn()
+	g.after = append(g.after, fn)
+	g.pending.Add(1)
+	return true
+}
+
+// runDeferred runs the deferred work if no capture is counted, on the
+// calling goroutine, and returns once it has run (also when another
+// goroutine was running it). It runs as a call of kind callContext, so a
+// capture beginning meanwhile waits for it, and stops as soon as one is
+// counted: what is left (or deferred again) runs when that one is over.
+// The caller holds no lock of this package. With nothing deferred it
+// costs one atomic load.
+func (g *captureGate) runDeferred() {
+	if g.pending.Load() == 0 {
+		return
+	}
+	g.runMu.Lock()
+	defer g.runMu.Unlock()
+	if !g.enter(callContext) {
+		return
+	}
+	defer g.leave(callContext)
+	for {
+		g.mu.Lock()
+		if g.captures.Load() > 0 || len(g.after) == 0 {
+			g.mu.Unlock()
+			return
+		}
+		run := g.after
+		g.after = nil
+		g.mu.Unlock()
+		g.run(run)
+	}
+}
+
+// run runs the deferred work taken from after. If one panics, the panic
+// goes on to the caller, and the rest is queued again and run on a
+// goroutine of its own, so that none is lost or left counted.
+func (g *captureGate) run(work []func()) {
+	done := 0
+	defer func() {
+		if done == len(work) {
+			return
+		}
+		g.pending.Add(-1) // the one that panicked
+		if rest := work[done+1:]; len(rest) > 0 {
+			g.mu.Lock()
+			g.after = append(g.after, rest...)
+			g.mu.Unlock()
+			go g.runDeferred()
+		}
+	}()
+	for _, fn := range work {
+		fn()
+		g.pending.Add(-1)
+		done++
 	}
 }
 

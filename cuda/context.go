@@ -406,12 +406,11 @@ func (c *Context) Close() error {
 	drv := v.drv
 	// Waiting for the context would invalidate a capture in progress on
 	// one of its streams (the capture rule): end it first. No capture
-	// can begin from the check until the context is gone (enterWait).
-	v.enterWait(waitContext)
-	defer v.exitWait(waitContext)
-	if err := v.RefuseDeviceWait("Context.Close"); err != nil {
-		return err
+	// can begin from the check until the context is gone (the gate).
+	if !v.gate.enter(callContext) {
+		return v.errContextWait(op)
 	}
+	defer v.gate.leave(callContext)
 	// Finish submitted work first; a sticky error here (a faulted kernel)
 	// must not keep the context alive, so it is only reported.
 	serr := result(&drv.CtxSynchronize, drv.CtxSynchronize.CallCtx(v.ctx))

@@ -41,28 +41,10 @@ type Device struct {
 
 	defaultStream Stream
 
-	// blockingCaptures counts this device's blocking streams (made
-	// without StreamNonBlocking) that are capturing: while one is, the
-	// legacy default stream must not be used (capture.go).
-	blockingCaptures atomic.Int32
-
-	// captures counts the captures of this context that cudamem saw
-	// begin; while one is in flight the context must not be waited for
-	// as a whole (capturerule.go), and afterCapture holds what waits for
-	// none to be left (DeferWhileCapturing). capMu orders the two.
-	captures     atomic.Int32
-	capMu        sync.Mutex
-	afterCapture []func()
-
-	// waits counts the calls in flight that must not overlap the start
-	// of a capture, by kind (waitContext, waitLegacy): waits for the
-	// whole context, and work on the legacy default stream (enterWait,
-	// exitWait). BeginCapture waits on waitsDone (L is &capMu) until the
-	// kinds it cares about are at 0; capWaiters counts those waiting, so
-	// that exitWait wakes them (capturerule.go).
-	waits      [2]atomic.Int32
-	capWaiters atomic.Int32
-	waitsDone  sync.Cond
+	// gate is the capture rule's state for the context: the captures in
+	// flight, the calls they must not overlap, and the work deferred
+	// until none is left (capturerule.go).
+	gate captureGate
 
 	waiter waiter // shares cuCtxSynchronize among SyncContext callers
 
@@ -464,11 +446,10 @@ func (d *Device) Sync() error {
 	if err != nil {
 		return err
 	}
-	d.enterWait(waitContext) // the check and the wait are one step for BeginCapture
-	defer d.exitWait(waitContext)
-	if err := d.RefuseDeviceWait("Device.Sync"); err != nil {
-		return err
+	if !d.gate.enter(callContext) { // the check and the wait are one step for BeginCapture
+		return d.errContextWait("Device.Sync")
 	}
+	defer d.gate.leave(callContext)
 	return result(&d.drv.CtxSynchronize, d.drv.CtxSynchronize.CallCtx(ctx))
 }
 

@@ -121,7 +121,7 @@ func (e *Event) Record(s *Stream) error {
 	if ectx, err := e.dev.contextFor(op); err != nil {
 		return err
 	} else if ectx != ctx {
-		return Errorf(op, ErrInvalidArgument, "event of %v (context %s) recorded on %v (context %s): an event and the stream it is recorded on must belong to the same context", e.dev, describeContext(ectx), s.describe(), describeContext(ctx))
+		return Errorf(op, ErrInvalidArgument, "event of %s recorded on %s of %s: an event and the stream it is recorded on must belong to the same context", e.dev.contextName(), s.name(), s.dev.contextName())
 	}
 	c, err := s.captureOfLocked(op, ctx, sh)
 	if err != nil {

@@ -256,7 +256,7 @@ func (e *GraphExec) Launch(s *Stream) error {
 	}
 	defer s.end()
 	if s.dev != e.dev {
-		return Errorf(op, ErrInvalidArgument, "graph of %v launched on a stream of %v", e.dev, s.dev)
+		return Errorf(op, ErrInvalidArgument, "graph exec of %s launched on %s of %s", e.dev.contextName(), s.name(), s.dev.contextName())
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()

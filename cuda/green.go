@@ -195,7 +195,7 @@ func WrapGreenContext(h uintptr) (*Device, error) {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("green context %#x: %w", h, err)}
 	}
 	if v.bind == nil {
-		return nil, &OpError{Op: op, Err: fmt.Errorf("%w: green context %#x converts to %v's primary context", ErrorUnknown, h, v)}
+		return nil, &OpError{Op: op, Err: fmt.Errorf("%w: green context %#x converts to %s", ErrorUnknown, h, v.contextName())}
 	}
 	views.mu.Lock()
 	defer views.mu.Unlock()

@@ -54,7 +54,7 @@ func (d *Device) Do(f func() error) (err error) {
 		return &OpError{Op: op, Err: fmt.Errorf("reading the thread's current context: %w", fail(&d.drv.CtxGetCurrent, r))}
 	}
 	if r := d.drv.CtxSetCurrent.Call(ctx); !ok(r) {
-		return &OpError{Op: op, Err: fmt.Errorf("making %v's primary context current: %w", d, fail(&d.drv.CtxSetCurrent, r))}
+		return &OpError{Op: op, Err: fmt.Errorf("making %s current: %w", d.contextName(), fail(&d.drv.CtxSetCurrent, r))}
 	}
 	defer func() {
 		if r := d.drv.CtxSetCurrent.Call(prev); !ok(r) {
@@ -181,7 +181,7 @@ func (f *ForeignFunc) classify(r uintptr) error {
 	if again := set.Call(f.ctx); ok(again) {
 		return nil // the context can be set: r is the function's own
 	}
-	return &OpError{Op: f.p.Name(), Err: fmt.Errorf("not called: making %v's primary context current failed: %w", f.dev, fail(set, uintptr(uint32(r))))}
+	return &OpError{Op: f.p.Name(), Err: fmt.Errorf("not called: making %s current failed: %w", f.dev.contextName(), fail(set, uintptr(uint32(r))))}
 }
 
 // String names the function and its device.
@@ -287,22 +287,22 @@ func (d *Device) streamInContext(op string, h uintptr) error {
 	case mine != 0 && green == mine:
 		return nil // a green context's stream reports the primary context in c
 	case green != 0:
-		return Errorf(op, ErrInvalidArgument, "stream %#x belongs to green context %#x, not to %v (context %#x)", h, green, d, ctx)
+		return Errorf(op, ErrInvalidArgument, "stream %#x belongs to green context %#x, not to %s", h, green, d.contextName())
 	case mine != 0:
-		return Errorf(op, ErrInvalidArgument, "stream %#x belongs to context %#x%s, not to %v (green context %#x)", h, c, describeContext(c), d, mine)
+		return Errorf(op, ErrInvalidArgument, "stream %#x belongs to %s, not to %s", h, describeContext(c), d.contextName())
 	case c != ctx:
-		return Errorf(op, ErrInvalidArgument, "stream %#x belongs to context %#x%s, not to %v (context %#x): wrap it with that context's Device (cuda.WrapContext)", h, c, describeContext(c), d, ctx)
+		return Errorf(op, ErrInvalidArgument, "stream %#x belongs to %s, not to %s: wrap it with that context's Device (cuda.WrapContext)", h, describeContext(c), d.contextName())
 	}
 	return nil
 }
 
-// describeContext names the view of context c if cudamem knows one
-// (" (GPU 1)", " (GPU 0 (context 0x...))"), else "".
+// describeContext names context c for messages: its handle, and which
+// view of which GPU it is when cudamem has one (see Device.contextName).
 func describeContext(c uintptr) string {
 	if ds := devTable.list.Load(); ds != nil {
 		for _, d := range *ds {
 			if d.ctxOK.Load() && d.ctx == c {
-				return fmt.Sprintf(" (%v's primary context)", d)
+				return d.contextName()
 			}
 		}
 	}
@@ -310,7 +310,25 @@ func describeContext(c uintptr) string {
 	v := views.m[c]
 	views.mu.Unlock()
 	if v != nil {
-		return fmt.Sprintf(" (%v)", v)
+		return v.contextName()
 	}
-	return ""
+	return fmt.Sprintf("context %#x", c)
+}
+
+// contextName names d's context for messages, each handle once: "context
+// 0x... (GPU 0's primary context)", "context 0x... (GPU 0, not its primary
+// context)", "context 0x... (green context 0x... of GPU 0)". (d's String
+// names the GPU and, for a view, the context: "GPU 0 (context 0x...)".)
+func (d *Device) contextName() string {
+	switch {
+	case !d.valid():
+		return "no context (a nil or zero Device)"
+	case d.bind != nil && d.green() != 0:
+		return fmt.Sprintf("context %#x (green context %#x of GPU %d)", d.ctx, d.green(), d.ordinal)
+	case d.bind != nil:
+		return fmt.Sprintf("context %#x (GPU %d, not its primary context)", d.ctx, d.ordinal)
+	case !d.ctxOK.Load():
+		return fmt.Sprintf("GPU %d's primary context (not retained yet)", d.ordinal)
+	}
+	return fmt.Sprintf("context %#x (GPU %d's primary context)", d.ctx, d.ordinal)
 }

@@ -125,19 +125,17 @@ func (d *Device) MemAdvise(p DevicePtr, size uint64, advice MemAdvice, loc MemLo
 // DefaultStream() is, with an error matching ErrCapturing.
 //
 // The caller makes its driver call before exitLegacy: the check and the
-// call are one step for a BeginCapture on another goroutine (enterWait).
-// A nil error means the caller must call exitLegacy.
+// call are one step for a BeginCapture on another goroutine (the gate,
+// capturerule.go). A nil error means the caller must call exitLegacy.
 func (d *Device) refuseLegacy(op string) error {
-	d.enterWait(waitLegacy)
-	if err, _ := d.DefaultStream().refuseFast(op); err != nil {
-		d.exitWait(waitLegacy)
-		return err
+	if !d.gate.enter(callLegacy) {
+		return d.errLegacyCapture(op)
 	}
 	return nil
 }
 
 // exitLegacy ends a legacy-stream call refuseLegacy let through.
-func (d *Device) exitLegacy() { d.exitWait(waitLegacy) }
+func (d *Device) exitLegacy() { d.gate.leave(callLegacy) }
 
 // MemcpyHtoD copies size bytes from host memory to the device synchronously
 // (cuMemcpyHtoD). From pageable memory the driver stages the copy itself.

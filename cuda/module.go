@@ -194,7 +194,7 @@ func (f *Function) Launch(s *Stream, grid, block Dim3, sharedMem uint32, params 
 	}
 	if s.dev != f.mod.dev {
 		s.end()
-		return Errorf("cuLaunchKernel", ErrInvalidArgument, "kernel %s is loaded on %v, stream belongs to %v", f.name, f.mod.dev, s.dev)
+		return Errorf("cuLaunchKernel", ErrInvalidArgument, "kernel %s is loaded in %s, and %s belongs to %s", f.name, f.mod.dev.contextName(), s.name(), s.dev.contextName())
 	}
 	drv := f.mod.dev.drv
 	r := drv.LaunchKernel.CallCtx(ctx, f.handle, uintptr(grid.X), uintptr(grid.Y), uintptr(grid.Z),

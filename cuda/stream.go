@@ -163,50 +163,54 @@ func (s *Stream) IsClosed() bool { return s == nil || s.closed.Load() }
 // begin returns the context and handle for a call on s, holding a read
 // lock that end releases, so Close cannot destroy the stream mid-call.
 // On the legacy default stream while a blocking stream of its context
-// captures, it refuses with ErrCapturing: any work there would join that
-// capture and invalidate it (the capture rule, capturerule.go).
+// captures (or is about to), it refuses with ErrCapturing: any work there
+// would join that capture and invalidate it. A call on the legacy stream
+// it lets through is a call in flight that a blocking stream's capture
+// waits for before it begins, until end (the gate, capturerule.go).
 func (s *Stream) begin(op string) (ctx, handle uintptr, err error) {
+	if s == nil || s.dev == nil {
+		return 0, 0, errZeroStream(op)
+	}
+	legacy := s.IsDefault()
+	if legacy && !s.dev.gate.enter(callLegacy) {
+		return 0, 0, s.dev.errLegacyCapture(op)
+	}
 	ctx, handle, err = s.beginQuery(op)
-	if err == nil && s.IsDefault() && s.dev.blockingCaptures.Load() > 0 {
-		// Checked inside beginQuery's enterWait: a blocking stream's
-		// capture cannot begin between this check and the call.
-		s.end()
-		return 0, 0, Errorf(op, ErrCapturing, "the legacy default stream of %v would join the capture of a blocking stream (made without StreamNonBlocking) and invalidate it; use another stream until EndCapture", s.dev)
+	if err != nil && legacy {
+		s.dev.gate.leave(callLegacy)
 	}
 	return ctx, handle, err
 }
 
 // beginQuery is begin without the legacy stream's capture check, for the
 // calls that only ask about captures (which the driver answers without
-// harming one).
-//
-// A call on the legacy default stream also counts as a call in flight
-// that a capture's start must not overlap (Device.enterWait), until end.
+// harming one) and for BeginCapture and EndCapture, which are never work
+// on the legacy stream; endQuery must follow.
 func (s *Stream) beginQuery(op string) (ctx, handle uintptr, err error) {
 	if s == nil || s.dev == nil {
 		return 0, 0, errZeroStream(op)
 	}
-	if s.IsDefault() {
-		s.dev.enterWait(waitLegacy)
-	}
 	s.mu.RLock()
 	if s.closed.Load() {
-		s.end()
+		s.mu.RUnlock()
 		return 0, 0, &OpError{Op: op, Err: ErrClosed}
 	}
 	ctx, err = s.dev.contextFor(op)
 	if err != nil {
-		s.end()
+		s.mu.RUnlock()
 		return 0, 0, err
 	}
 	return ctx, s.handle, nil
 }
 
-// end ends a call begun with begin or beginQuery.
+// endQuery ends a call begun with beginQuery.
+func (s *Stream) endQuery() { s.mu.RUnlock() }
+
+// end ends a call begun with begin.
 func (s *Stream) end() {
 	s.mu.RUnlock()
 	if s.IsDefault() {
-		s.dev.exitWait(waitLegacy)
+		s.dev.gate.leave(callLegacy)
 	}
 }
 
@@ -256,21 +260,30 @@ func (s *Stream) Done() (bool, error) {
 // ends. A capturing s waiting on an event recorded outside its capture,
 // or into another capture, is refused with an error matching
 // ErrCapturing, as is any wait involving the legacy default stream while
-// a blocking stream captures; the captures stay valid.
+// a blocking stream captures, and a wait of the legacy default stream on
+// an event recorded into any capture (it cannot join one: the driver
+// would invalidate the capture); the captures stay valid. A stream of
+// another context that joins a capture counts as capturing in its own
+// context too: Device.Sync there is refused until the capture ends.
 func (s *Stream) WaitEvent(e *Event) error {
 	const op = "Stream.WaitEvent"
-	// A blocking stream that joins a capture starts capturing at the
-	// driver call, and from then on legacy-stream work would join the
-	// capture too: as BeginCapture does, raise the count that refuses
-	// such work and wait out the legacy calls in flight first, holding no
-	// lock (capturerule.go). The count is lowered on return, after the
-	// join's own (joinCapture) was raised. Decided from the event's
-	// capture as it is now; a record racing this wait may still escape it.
-	if s != nil && s.dev != nil && s.blocking && !s.IsDefault() {
+	// A stream that joins a capture starts capturing at the driver call:
+	// from then on, legacy-stream work would join the capture too if s is
+	// blocking, and a wait for s's whole context would invalidate it if s
+	// is of another context than the capture's origin. As BeginCapture
+	// does, raise the counts that refuse such calls and wait out those in
+	// flight first, holding no lock (the gate, capturerule.go). They are
+	// lowered on return, after the join's own were raised (join), and the
+	// work deferred meanwhile then runs. Decided from the event's capture
+	// as it is now; a record racing this wait may still escape it.
+	if s != nil && s.dev != nil && !s.IsDefault() {
 		if rec := e.recorded(); rec != nil && rec.active(op) {
-			s.dev.blockingCaptures.Add(1)
-			defer s.dev.blockingCaptures.Add(-1)
-			s.dev.drainWaits(false, true)
+			if cross := s.crossContext(rec.seq); s.blocking || cross {
+				g := &s.dev.gate
+				defer g.runDeferred()
+				g.raise(cross, s.blocking)
+				defer g.lower(cross, s.blocking)
+			}
 		}
 	}
 	ctx, h, err := s.begin(op)
@@ -312,7 +325,9 @@ func (s *Stream) WaitEvent(e *Event) error {
 }
 
 // WaitStream makes future work on s wait for all work submitted to other
-// so far (through a temporary event).
+// so far (through a temporary event). Under capture it follows
+// WaitEvent's rules; a wait WaitEvent would refuse is refused before the
+// event is made.
 func (s *Stream) WaitStream(other *Stream) error {
 	const op = "Stream.WaitStream"
 	// Check both streams before creating anything: a nil or zero stream
@@ -326,6 +341,20 @@ func (s *Stream) WaitStream(other *Stream) error {
 	}
 	dev := other.dev
 	other.end()
+	// Refused before anything is recorded where WaitEvent would refuse
+	// the wait (the legacy stream joining a capture, a capture waiting on
+	// work outside it): the temporary event is not made for nothing.
+	w, err := s.captureOf(op)
+	if err != nil {
+		return err
+	}
+	o, err := other.captureOf(op)
+	if err != nil {
+		return err
+	}
+	if _, err := decideOrder(op, s, w, other.describe(), o, true); err != nil {
+		return err
+	}
 	e, err := dev.NewEvent(EventDisableTiming)
 	if err != nil {
 		return err
@@ -370,10 +399,20 @@ func (s *Stream) Close() error {
 	if s == nil || s.dev == nil || !s.owned && !s.borrowed {
 		return nil
 	}
+	// A capture this Close ends may leave deferred work due: it runs
+	// before Close returns, after the lock is let go (as for EndCapture).
+	var ended *captureSeq
+	defer func() {
+		ended.settle()
+		s.dev.gate.runDeferred()
+	}()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed.Load() {
 		return s.diedErr
+	}
+	if c := s.seq.Load(); c != nil && c.origin == s {
+		ended = c
 	}
 	if s.dev.contextClosedDone() {
 		// Nothing of a destroyed context may reach the driver; any

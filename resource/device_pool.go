@@ -505,6 +505,12 @@ func (p *DevicePool) revokePeers() error {
 // fails, Close (or, for a deferred destruction, the next Close) returns
 // the error, and calling Close again retries.
 //
+// Waiting for the device while one of its streams captures a graph would
+// invalidate the capture: the destruction is then put off, Close (or that
+// Deallocate) returns at once, and the pool is destroyed before the
+// cuda.Stream.EndCapture (or Stream.Close) that ends the last such
+// capture returns.
+//
 // Close waits for calls in progress on p (a Use callback among them) to
 // return first; it must not be called from inside Use's callback.
 //

@@ -75,7 +75,9 @@ type poolCore struct {
 // work on the quiesce devices is waited for, then destroy runs. While a
 // stream of one of those devices captures, waiting for the device would
 // invalidate the capture: the destruction is put off until no capture is
-// in flight (Close still returns at once, and the pool is closed).
+// in flight (Close still returns at once, and the pool is closed), and
+// runs before the EndCapture that ends the last one returns
+// (cuda.Device.DeferWhileCapturing).
 func (c *poolCore) own(quiesce []*cuda.Device, destroy func() error) {
 	retry := func() { _ = c.life.Retry() }
 	c.life.SetDestroy(func() error {

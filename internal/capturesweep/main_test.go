@@ -43,7 +43,7 @@ func TestCaptureSweep(t *testing.T) {
 				}
 			}
 		}
-		c.PoolsGone = func() bool { return fake.Snapshot()[fakecuda.Pools] == 0 }
+		c.Pools = func() int64 { return fake.Snapshot()[fakecuda.Pools] }
 	}
 	Run(t, cudatest.Device(t), c)
 }

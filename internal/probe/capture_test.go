@@ -4,7 +4,6 @@ package probe
 
 import (
 	"testing"
-	"time"
 
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/fakecuda"
@@ -60,25 +59,75 @@ func TestCaptureForkUnjoined(t *testing.T) {
 
 // Closing an idle owned pool while another stream of its device captures
 // puts the destruction off until the capture ends; the capture stays
-// valid and the pool is destroyed then.
+// valid, and the destruction has run when the call that ends the capture
+// (EndCapture, or Close of the capturing stream) returns: the driver's
+// counts are back then, with nothing to wait for. The same for the pool
+// closed with a buffer live, whose last free comes during the capture,
+// and for a PinnedPool.
 func TestCapturePoolCloseDeferred(t *testing.T) {
 	d := dev(t, 0)
-	s := newStream(t, d)
-	check := baseline(t)
-	pools := fake.Snapshot()[fakecuda.Pools]
-	p, err := resource.NewDevicePool(d, &resource.DevicePoolOptions{MaxSize: 1 << 20})
-	require.NoError(t, err)
-	require.NoError(t, s.BeginCapture())
-	require.NoError(t, p.Close(), "Close returns at once")
-	require.Equal(t, pools+1, fake.Snapshot()[fakecuda.Pools], "destruction deferred while the capture runs")
-	_, err = p.Allocate(1, nil)
-	require.ErrorIs(t, err, cuda.ErrClosed, "the pool is closed for use")
-	g, err := s.EndCapture()
-	require.NoError(t, err, "the capture stays valid")
-	require.NoError(t, g.Close())
-	require.Eventually(t, func() bool { return fake.Snapshot()[fakecuda.Pools] == pools }, 5*time.Second, time.Millisecond, "destroyed once the capture ended")
-	require.NoError(t, p.Close(), "idempotent; no deferred error")
-	check()
+	type pool interface{ Close() error }
+	kinds := map[string]func(t *testing.T) (pool, func()){
+		"DevicePool/idle": func(t *testing.T) (pool, func()) {
+			p, err := resource.NewDevicePool(d, &resource.DevicePoolOptions{MaxSize: 1 << 20})
+			require.NoError(t, err)
+			return p, func() { require.NoError(t, p.Close(), "Close returns at once") }
+		},
+		"PinnedPool/idle": func(t *testing.T) (pool, func()) {
+			p, err := resource.NewPinnedPool(&resource.PinnedPoolOptions{MaxSize: 1 << 20})
+			require.NoError(t, err)
+			return p, func() { require.NoError(t, p.Close(), "Close returns at once") }
+		},
+		"DevicePool/last buffer": func(t *testing.T) (pool, func()) {
+			p, err := resource.NewDevicePool(d, &resource.DevicePoolOptions{MaxSize: 1 << 20})
+			require.NoError(t, err)
+			b, err := p.Allocate(1<<10, nil)
+			require.NoError(t, err)
+			require.NoError(t, p.Close(), "closed with a buffer live: the last free destroys it")
+			return p, func() { require.NoError(t, b.Close(), "the free succeeds; the destruction waits") }
+		},
+	}
+	ends := map[string]func(t *testing.T, s *cuda.Stream){
+		"EndCapture": func(t *testing.T, s *cuda.Stream) {
+			g, err := s.EndCapture()
+			require.NoError(t, err, "the capture stays valid")
+			require.NoError(t, g.Close())
+		},
+		"Stream.Close": func(t *testing.T, s *cuda.Stream) {
+			require.NoError(t, s.Close(), "Close ends the capture and discards its graph")
+		},
+	}
+	for kind, mk := range kinds {
+		for end, finish := range ends {
+			t.Run(kind+"/"+end, func(t *testing.T) {
+				check := baseline(t)
+				pools := fake.Snapshot()[fakecuda.Pools]
+				s, err := d.NewStream()
+				require.NoError(t, err)
+				defer s.Close()
+				p, closeIt := mk(t)
+				for range 20 { // the destruction must be done each time, not just soon
+					require.NoError(t, s.BeginCapture())
+					pools := fake.Snapshot()[fakecuda.Pools]
+					closeIt()
+					require.Equal(t, pools, fake.Snapshot()[fakecuda.Pools], "destruction deferred while the capture runs")
+					finish(t, s)
+					require.Equal(t, pools-1, fake.Snapshot()[fakecuda.Pools], "destroyed when the capture's end returned")
+					require.NoError(t, p.Close(), "idempotent; no deferred error")
+					if end == "Stream.Close" {
+						s, err = d.NewStream()
+						require.NoError(t, err)
+					}
+					p, closeIt = mk(t)
+				}
+				closeIt() // no capture: at once
+				require.NoError(t, p.Close())
+				require.Equal(t, pools, fake.Snapshot()[fakecuda.Pools])
+				require.NoError(t, s.Close())
+				check()
+			})
+		}
+	}
 }
 
 // An event of one context recorded on a stream of another is refused by
