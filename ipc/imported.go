@@ -168,14 +168,19 @@ func newImportedPool(dev *cuda.Device, pool cuda.MemPool, drv importDriver, u UU
 	p.life.SetDestroy(func() error {
 		// Waiting for the device during a capture of its context would
 		// invalidate the capture: the destruction waits for it to end.
-		if dev.DeferWhileCapturing(func() { _ = p.life.Retry() }) {
-			return poolcore.ErrDeferred
-		}
-		if err := drv.destroy(); err != nil {
-			if errors.Is(err, cuda.ErrCapturing) && dev.DeferWhileCapturing(func() { _ = p.life.Retry() }) {
-				return poolcore.ErrDeferred // a capture began since the check
+		for {
+			if dev.DeferWhileCapturing(func() { _ = p.life.Retry() }) {
+				return poolcore.ErrDeferred
 			}
-			return err
+			err := drv.destroy()
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, cuda.ErrCapturing) {
+				return err
+			}
+			// A capture began since the check, and may have ended
+			// since the refusal: look again (defer, or destroy now).
 		}
 		registry.Lock()
 		if registry.pools[u] == p {
