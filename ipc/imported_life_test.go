@@ -377,3 +377,16 @@ func TestReimportWhileBuffersOpen(t *testing.T) {
 	assert.Nil(t, got)
 	assert.NoError(t, err, "ImportPool would map it afresh")
 }
+
+// TestDestroyRefusedByAnEndedCapture: a destroy refused because a capture
+// began after the check, which has ended by the time the refusal is looked
+// at, is tried again at once: Close succeeds and the pool is destroyed
+// (it used to return ErrCapturing and leave the pool for the next Close).
+func TestDestroyRefusedByAnEndedCapture(t *testing.T) {
+	p, f := fakePool(t)
+	f.capturedDestroys = 1
+	require.NoError(t, p.Close())
+	_, _, destroyed := f.counts()
+	assert.Equal(t, 2, destroyed, "refused once, then destroyed")
+	assert.True(t, f.gone)
+}

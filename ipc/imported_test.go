@@ -36,6 +36,10 @@ type fakeImport struct {
 	failRange error
 
 	failDestroy error // destroy fails with it while set
+	// capturedDestroys: this many destroys fail with cuda.ErrCapturing, as
+	// when a capture begins after the gate's check and ends before the
+	// refusal is looked at.
+	capturedDestroys int
 	gone        bool  // destroyed successfully
 	lateCalls   int   // driver calls on the pool after it was destroyed
 	// entered, when set, receives once an importPointer call begins, which
@@ -129,6 +133,10 @@ func (f *fakeImport) destroy() error {
 	}
 	if len(f.size) != 0 {
 		return fmt.Errorf("pool destroyed with %d mappings live", len(f.size))
+	}
+	if f.capturedDestroys > 0 {
+		f.capturedDestroys--
+		return &cuda.OpError{Op: "cuMemPoolDestroy", Err: cuda.ErrCapturing}
 	}
 	if f.failDestroy != nil {
 		return f.failDestroy
