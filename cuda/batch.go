@@ -77,7 +77,7 @@ func (p MemcpyBatchPath) String() string {
 
 // batchPathOf picks the path for driver d; enumerate stores it in every
 // Device, so the choice is made once per driver.
-func batchPathOf(d *loader.Driver) MemcpyBatchPath {
+func batchPathOf(d *driver) MemcpyBatchPath {
 	switch {
 	case d.MemcpyBatchAsync.Found():
 		return MemcpyBatchV2

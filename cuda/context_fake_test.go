@@ -36,7 +36,7 @@ func newCtxFake(t *testing.T, version string) *ctxFake {
 	require.NoError(t, err)
 	t.Setenv("FAKECUDA_VERSION", version)
 	t.Setenv("FAKECUDA_DEVICES", "2")
-	drv, err := loader.Open(path)
+	drv, err := openDriver(path)
 	require.NoError(t, err)
 	ds, err := enumerate(drv)
 	require.NoError(t, err)

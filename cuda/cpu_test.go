@@ -114,7 +114,7 @@ func TestZeroValuesRejected(t *testing.T) {
 // loader.NotFound) but whose context is already "retained", so calls get
 // past the Go-side checks and stop at the first driver call.
 func fakeDevice() *Device {
-	d := &Device{drv: &loader.Driver{}}
+	d := &Device{drv: &driver{}}
 	d.setContext(1)
 	d.defaultStream = Stream{dev: d}
 	return d

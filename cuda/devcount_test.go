@@ -17,7 +17,7 @@ import (
 func withDeviceCount(t *testing.T, n int32) {
 	t.Helper()
 	saved := deviceCount
-	deviceCount = func(*loader.Driver) (int32, uintptr) { return n, 0 }
+	deviceCount = func(*driver) (int32, uintptr) { return n, 0 }
 	t.Cleanup(func() { deviceCount = saved })
 }
 
@@ -29,7 +29,7 @@ func TestNegativeDeviceCountIsAnError(t *testing.T) {
 		withDeviceCount(t, n)
 		var devs []*Device
 		var err error
-		require.NotPanics(t, func() { devs, err = enumerate(&loader.Driver{}) }, "count %d", n)
+		require.NotPanics(t, func() { devs, err = enumerate(&driver{}) }, "count %d", n)
 		require.Error(t, err, "count %d", n)
 		assert.Nil(t, devs)
 		assert.ErrorIs(t, err, ErrorUnknown)
@@ -38,7 +38,7 @@ func TestNegativeDeviceCountIsAnError(t *testing.T) {
 	}
 	// A driver that says 0 devices is believed: an empty list.
 	withDeviceCount(t, 0)
-	devs, err := enumerate(&loader.Driver{})
+	devs, err := enumerate(&driver{})
 	require.NoError(t, err)
 	assert.Empty(t, devs)
 }
@@ -74,7 +74,7 @@ func TestFakeDriverDeviceCounts(t *testing.T) {
 	require.NoError(t, err)
 	set, err := lib.Lookup("fake_set_device_count")
 	require.NoError(t, err)
-	drv, err := loader.Open(path)
+	drv, err := openDriver(path)
 	require.NoError(t, err)
 
 	for _, tc := range []struct {
@@ -119,7 +119,7 @@ func TestFakeDriverBoundsNumbers(t *testing.T) {
 	path := fakeDriverPath(t)
 	lib, err := loader.OpenLibrary(path)
 	require.NoError(t, err)
-	drv, err := loader.Open(path)
+	drv, err := openDriver(path)
 	require.NoError(t, err)
 	d := &Device{drv: drv}
 	d.setContext(0x1234)
@@ -155,9 +155,9 @@ func FuzzDeviceCount(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, n int32) {
 		saved := deviceCount
-		deviceCount = func(*loader.Driver) (int32, uintptr) { return n, 0 }
+		deviceCount = func(*driver) (int32, uintptr) { return n, 0 }
 		defer func() { deviceCount = saved }()
-		devs, err := enumerate(&loader.Driver{})
+		devs, err := enumerate(&driver{})
 		switch {
 		case n < 0 || n > maxDevices:
 			if !errors.Is(err, ErrorUnknown) || devs != nil {

@@ -6,8 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
-
-	"github.com/cudamem/cudamem/loader"
 )
 
 // Device is one CUDA device, identified by its ordinal, seen through one
@@ -24,7 +22,7 @@ import (
 type Device struct {
 	ordinal int
 	handle  int32 // CUdevice
-	drv     *loader.Driver
+	drv     *driver
 
 	// bind is set for a view of a context other than the primary one
 	// (WrapContext, NewContext): ctx is then that context, set at
@@ -66,7 +64,7 @@ const maxDevices = 1 << 12
 
 // deviceCount asks the driver how many devices it has. Tests replace it to
 // play a driver that reports nonsense.
-var deviceCount = func(d *loader.Driver) (int32, uintptr) {
+var deviceCount = func(d *driver) (int32, uintptr) {
 	var n int32
 	r := d.DeviceGetCount.Call(uintptr(unsafe.Pointer(&n)))
 	return n, r
@@ -97,7 +95,7 @@ func devices() ([]*Device, error) { return devTable.get(load) }
 
 // get returns the device list, enumerating the driver from load if no
 // enumeration has succeeded yet. The fast path is one atomic load.
-func (t *deviceTable) get(load func() (*loader.Driver, error)) ([]*Device, error) {
+func (t *deviceTable) get(load func() (*driver, error)) ([]*Device, error) {
 	if l := t.list.Load(); l != nil {
 		return *l, nil
 	}
@@ -119,7 +117,7 @@ func (t *deviceTable) get(load func() (*loader.Driver, error)) ([]*Device, error
 }
 
 // enumerate builds the device table of driver d.
-func enumerate(d *loader.Driver) ([]*Device, error) {
+func enumerate(d *driver) ([]*Device, error) {
 	n, r := deviceCount(d)
 	if !ok(r) {
 		return nil, fail(&d.DeviceGetCount, r)

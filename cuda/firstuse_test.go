@@ -21,15 +21,15 @@ func TestDeviceTableRetriesFailure(t *testing.T) {
 	var calls atomic.Int32
 	saved := deviceCount
 	t.Cleanup(func() { deviceCount = saved })
-	deviceCount = func(*loader.Driver) (int32, uintptr) {
+	deviceCount = func(*driver) (int32, uintptr) {
 		if calls.Add(1) == 1 {
 			return 0, uintptr(ErrorOutOfMemory) // the first call fails
 		}
 		return 0, 0 // a driver with no device: an empty, successful list
 	}
-	drv := &loader.Driver{}
+	drv := &driver{}
 	var tab deviceTable
-	load := func() (*loader.Driver, error) { return drv, nil }
+	load := func() (*driver, error) { return drv, nil }
 
 	_, err := tab.get(load)
 	require.ErrorIs(t, err, ErrorOutOfMemory)
@@ -45,7 +45,7 @@ func TestDeviceTableRetriesFailure(t *testing.T) {
 
 	// A failed load is passed through and not kept either.
 	var tab2 deviceTable
-	_, err = tab2.get(func() (*loader.Driver, error) { return nil, ErrNoDriver })
+	_, err = tab2.get(func() (*driver, error) { return nil, ErrNoDriver })
 	assert.ErrorIs(t, err, ErrNoDriver)
 	_, err = tab2.get(load)
 	assert.NoError(t, err)
@@ -66,9 +66,9 @@ func TestDeviceTableRetriesFailureFakeDriver(t *testing.T) {
 	require.NoError(t, err)
 	setLimit, err := lib.Lookup("fake_set_device_get_limit")
 	require.NoError(t, err)
-	drv, err := loader.Open(path)
+	drv, err := openDriver(path)
 	require.NoError(t, err)
-	load := func() (*loader.Driver, error) { return drv, nil }
+	load := func() (*driver, error) { return drv, nil }
 
 	setCount.Call(2)
 	setLimit.Call(1)
@@ -98,15 +98,15 @@ func TestDeviceTableConcurrent(t *testing.T) {
 	var calls atomic.Int32
 	saved := deviceCount
 	t.Cleanup(func() { deviceCount = saved })
-	deviceCount = func(*loader.Driver) (int32, uintptr) {
+	deviceCount = func(*driver) (int32, uintptr) {
 		if calls.Add(1) <= 3 {
 			return 0, uintptr(ErrorOutOfMemory)
 		}
 		return 0, 0
 	}
 	var tab deviceTable
-	drv := &loader.Driver{}
-	load := func() (*loader.Driver, error) { return drv, nil }
+	drv := &driver{}
+	load := func() (*driver, error) { return drv, nil }
 	var wg sync.WaitGroup
 	var fails, oks atomic.Int32
 	for range 64 {
@@ -150,7 +150,7 @@ func TestContextRetainRetriesFailure(t *testing.T) {
 		}
 		return 0x77, nil
 	}
-	d := &Device{drv: &loader.Driver{}}
+	d := &Device{drv: &driver{}}
 	_, err := d.Context()
 	require.ErrorIs(t, err, ErrorOutOfMemory)
 	assert.Contains(t, err.Error(), "cuDevicePrimaryCtxRetain")
@@ -178,7 +178,7 @@ func TestContextRetainConcurrent(t *testing.T) {
 		retained.Add(1)
 		return 0x99, nil
 	}
-	d := &Device{drv: &loader.Driver{}}
+	d := &Device{drv: &driver{}}
 	var wg sync.WaitGroup
 	var fails atomic.Int32
 	for range 64 {

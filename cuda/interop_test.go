@@ -24,7 +24,7 @@ func fakeInteropDevice(t *testing.T, ctx uintptr) *Device {
 	if _, err := loader.OpenLibrary("libc.so.6"); err != nil {
 		t.Skipf("no dlopen here: %v", err)
 	}
-	drv, err := loader.Open(fakeDriverPath(t))
+	drv, err := openDriver(fakeDriverPath(t))
 	require.NoError(t, err)
 	d := &Device{drv: drv}
 	d.setContext(ctx)

@@ -3,8 +3,6 @@ package cuda
 import (
 	"fmt"
 	"unsafe"
-
-	"github.com/cudamem/cudamem/loader"
 )
 
 // MemPool is a CUmemoryPool handle: the driver's stream-ordered allocator
@@ -24,7 +22,7 @@ func (p MemPool) Device() *Device { return p.dev }
 // IsZero reports whether p is the zero MemPool.
 func (p MemPool) IsZero() bool { return p.handle == 0 }
 
-func (p MemPool) drv() *loader.Driver { return p.dev.drv }
+func (p MemPool) drv() *driver { return p.dev.drv }
 
 func (p MemPool) ctx(op string) (uintptr, error) {
 	if p.handle == 0 || !p.dev.valid() {

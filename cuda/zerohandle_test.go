@@ -44,7 +44,7 @@ func TestZeroMemHandleRefusedBeforeTheDriver(t *testing.T) {
 // CUDA_SUCCESS and writes nothing (libc's sched_yield, whose extra
 // arguments the C calling convention ignores): a driver that reports
 // success but hands back a zero handle.
-func zeroingDevice(t *testing.T, fk *ctxFake, pick func(*loader.Driver) *loader.Proc) *Device {
+func zeroingDevice(t *testing.T, fk *ctxFake, pick func(*driver) *loader.Proc) *Device {
 	t.Helper()
 	libc, err := loader.OpenLibrary("libc.so.6")
 	require.NoError(t, err)
@@ -69,32 +69,32 @@ func TestSuccessWithZeroHandleIsAnError(t *testing.T) {
 	prop := &MemAllocationProp{Type: MemAllocationTypePinned, Location: MemLocation{Type: MemLocationTypeDevice}}
 	for _, c := range []struct {
 		name string // the entry point, named in the error
-		pick func(*loader.Driver) *loader.Proc
+		pick func(*driver) *loader.Proc
 		call func(d *Device) (any, error)
 	}{
-		{"cuMemCreate", func(l *loader.Driver) *loader.Proc { return &l.MemCreate },
+		{"cuMemCreate", func(l *driver) *loader.Proc { return &l.MemCreate },
 			func(d *Device) (any, error) { return d.MemCreate(2<<20, prop) }},
-		{"cuMemImportFromShareableHandle", func(l *loader.Driver) *loader.Proc { return &l.MemImportFromShareableHandle },
+		{"cuMemImportFromShareableHandle", func(l *driver) *loader.Proc { return &l.MemImportFromShareableHandle },
 			func(d *Device) (any, error) { return d.MemImportFD(int(os.Stdin.Fd())) }},
-		{"cuMemImportFromShareableHandle", func(l *loader.Driver) *loader.Proc { return &l.MemImportFromShareableHandle },
+		{"cuMemImportFromShareableHandle", func(l *driver) *loader.Proc { return &l.MemImportFromShareableHandle },
 			func(d *Device) (any, error) { return d.MemImportFabric(&fh) }},
-		{"cuMemRetainAllocationHandle", func(l *loader.Driver) *loader.Proc { return &l.MemRetainAllocationHandle },
+		{"cuMemRetainAllocationHandle", func(l *driver) *loader.Proc { return &l.MemRetainAllocationHandle },
 			func(d *Device) (any, error) { return d.MemRetainAllocationHandle(0x10000) }},
-		{"cuMemPoolImportFromShareableHandle", func(l *loader.Driver) *loader.Proc { return &l.MemPoolImportFromShareableHandle },
+		{"cuMemPoolImportFromShareableHandle", func(l *driver) *loader.Proc { return &l.MemPoolImportFromShareableHandle },
 			func(d *Device) (any, error) { return d.ImportMemPoolFabric(&fh) }},
-		{"cuMemPoolCreate", func(l *loader.Driver) *loader.Proc { return &l.MemPoolCreate },
+		{"cuMemPoolCreate", func(l *driver) *loader.Proc { return &l.MemPoolCreate },
 			func(d *Device) (any, error) {
 				return d.CreateMemPool(&MemPoolProps{AllocType: MemAllocationTypePinned, Location: MemLocation{Type: MemLocationTypeDevice}})
 			}},
-		{"cuMemPoolImportFromShareableHandle", func(l *loader.Driver) *loader.Proc { return &l.MemPoolImportFromShareableHandle },
+		{"cuMemPoolImportFromShareableHandle", func(l *driver) *loader.Proc { return &l.MemPoolImportFromShareableHandle },
 			func(d *Device) (any, error) { return d.ImportMemPoolFD(int(os.Stdin.Fd())) }},
-		{"cuStreamCreateWithPriority", func(l *loader.Driver) *loader.Proc { return &l.StreamCreateWithPriority },
+		{"cuStreamCreateWithPriority", func(l *driver) *loader.Proc { return &l.StreamCreateWithPriority },
 			func(d *Device) (any, error) { return d.NewStream() }},
-		{"cuEventCreate", func(l *loader.Driver) *loader.Proc { return &l.EventCreate },
+		{"cuEventCreate", func(l *driver) *loader.Proc { return &l.EventCreate },
 			func(d *Device) (any, error) { return d.NewEvent(EventDisableTiming) }},
-		{"cuModuleLoadData", func(l *loader.Driver) *loader.Proc { return &l.ModuleLoadData },
+		{"cuModuleLoadData", func(l *driver) *loader.Proc { return &l.ModuleLoadData },
 			func(d *Device) (any, error) { return d.LoadModule([]byte("ptx")) }},
-		{"cuGraphInstantiateWithFlags", func(l *loader.Driver) *loader.Proc { return &l.GraphInstantiateWithFlags },
+		{"cuGraphInstantiateWithFlags", func(l *driver) *loader.Proc { return &l.GraphInstantiateWithFlags },
 			func(d *Device) (any, error) {
 				s, err := d.NewStream()
 				require.NoError(t, err)
@@ -137,12 +137,12 @@ func TestGreenSuccessWithZeroHandleIsAnError(t *testing.T) {
 		assert.Contains(t, err.Error(), "reported success but returned")
 	}
 
-	d := zeroingDevice(t, fk, func(l *loader.Driver) *loader.Proc { return &l.GreenCtxCreate })
+	d := zeroingDevice(t, fk, func(l *driver) *loader.Proc { return &l.GreenCtxCreate })
 	c, err := d.NewGreenContext(8)
 	assert.Nil(t, c)
 	check("cuGreenCtxCreate", err)
 
-	d = zeroingDevice(t, fk, func(l *loader.Driver) *loader.Proc { return &l.GreenCtxStreamCreate })
+	d = zeroingDevice(t, fk, func(l *driver) *loader.Proc { return &l.GreenCtxStreamCreate })
 	c, err = d.NewGreenContext(8)
 	require.NoError(t, err)
 	s, err := c.Device().NewStream()
@@ -150,7 +150,7 @@ func TestGreenSuccessWithZeroHandleIsAnError(t *testing.T) {
 	check("cuGreenCtxStreamCreate", err)
 	require.NoError(t, c.Close())
 
-	d = zeroingDevice(t, fk, func(l *loader.Driver) *loader.Proc { return &l.CtxFromGreenCtx })
+	d = zeroingDevice(t, fk, func(l *driver) *loader.Proc { return &l.CtxFromGreenCtx })
 	restore := useDevices(t, []*Device{d})
 	defer restore()
 	v, err := WrapGreenContext(0x4321)

@@ -1,43 +1,43 @@
-// Package loader finds and opens the NVIDIA CUDA driver library at run time
-// and calls into it without cgo.
+// Package loader opens shared libraries at run time and calls their C
+// functions from Go without cgo. Package cuda reaches the NVIDIA driver
+// through it; programs call it directly to use other CUDA libraries the
+// purego way, for example cuBLAS, cuFFT, NCCL or nvrtc, in a binary built
+// with CGO_ENABLED=0.
 //
-// It is the lowest layer of cudamem and knows nothing of CUDA's meaning: it
-// speaks raw ABI values (uintptr, 64-bit integers, pointers to caller
-// memory). Package cuda gives those values types, errors and contexts; use
-// that package unless you are adding an entry point.
+// [OpenCUDALibrary] opens a CUDA library by its short name ("cublas"),
+// looking where CUDA installs put it ([LibraryCandidates] lists the
+// places, in order; CUDAMEM_LIBRARY_PATH adds directories before them).
+// [Library.Lookup] finds a function, and [Proc.Call] calls it with
+// integer and pointer arguments and returns its result register:
 //
-// # Search order
+//	lib, err := loader.OpenCUDALibrary("cublas")
+//	if err != nil {
+//		return err // a *LibraryError: every path tried, and why each failed
+//	}
+//	getProperty, err := lib.Lookup("cublasGetProperty")
+//	if err != nil {
+//		return err
+//	}
+//	var major int32
+//	status := getProperty.Call(0, uintptr(unsafe.Pointer(&major))) // MAJOR_VERSION
 //
-// [Load] opens the first of [SearchPaths] that loads: the path in the
-// CUDAMEM_DRIVER environment variable if set (and nothing else); otherwise
-// libcuda.so.1, libcuda.so and /usr/lib/wsl/lib/libcuda.so.1 (WSL) on Linux,
-// nvcuda.dll on Windows, from the system directory only (a DLL of that name
-// in the working directory or on PATH is never loaded). Other systems have
-// no CUDA driver: Load reports that. A failed load returns a [*LoadError]
-// listing every path tried and why each failed, and how to change the
-// search.
+// A library that is not found is a [*LibraryError] matching
+// [ErrLibraryNotFound]; a nil, zero or closed Library refuses every call
+// with [ErrInvalidArgument] or [ErrClosed]. Nothing here panics, and
+// importing the package has no side effects.
 //
-// # Entry points
-//
-// Only cuGetProcAddress (v2, then v1), cuDriverGetVersion and cuInit are
-// looked up with dlsym. Every other entry point is resolved by base name
-// through cuGetProcAddress at the ABI version our Go calls match, so a
-// newer driver keeps serving the signature we were written against. An
-// entry point the driver lacks (or only offers with a different ABI) is left
-// unresolved: calling it returns [NotFound] and package cuda reports
-// cuda.ErrNotSupported. Nothing here panics and importing the package has no
-// side effects; loading happens once, on first use, safely from any
-// goroutine.
+// Functions that need a CUDA context current (most of cuBLAS's) are best
+// bound with package cuda's Device.Foreign, which makes the device's
+// context current inside each call.
 //
 // # Calls
 //
 // [Proc.Call] and [Proc.CallCtx] enter C through the runtime's cgocall path
 // (the one cgo and purego use) with a small assembly trampoline on
 // linux/amd64 and linux/arm64: no reflection, no variadic boxing and no heap
-// allocation per call, so a call costs about what a cgo call costs. CallCtx
-// also makes a CUDA context current on the very OS thread that runs the
-// call, inside the same crossing, so callers never lock OS threads.
-// Windows uses syscall.SyscallN.
+// allocation per call, so a call costs about what a cgo call costs.
+// Windows uses syscall.SyscallN. A call passes at most [MaxArgs] integer
+// arguments; an unresolved Proc returns [NotFound].
 //
 // Pointer arguments are passed as uintptr. Write the conversion
 // uintptr(unsafe.Pointer(p)) directly in the argument list of Call: both
@@ -53,12 +53,22 @@
 // that may call back into Go must be given heap (or C) memory, never the
 // address of a variable on the goroutine stack.
 //
-// # Fault injection
+// # The CUDA driver
 //
-// Built with -tags cudamemfault, the loader can make the k-th driver call
-// fail with a chosen CUresult without calling the driver ([FailCall],
-// [FailEvery], [FaultCalls], [FaultReset]): the project's fault sweeps use it
-// to run every public operation with each of its driver calls failing in turn.
-// In normal builds the hook is a constant false and compiles away; the
-// call path is unchanged ([FaultInjection] reports which build this is).
+// [Load] opens the driver once per process, safely from any goroutine: the
+// path in the CUDAMEM_DRIVER environment variable if set (and nothing
+// else); otherwise libcuda.so.1, libcuda.so and
+// /usr/lib/wsl/lib/libcuda.so.1 (WSL) on Linux, nvcuda.dll on Windows,
+// from the system directory only (a DLL of that name in the working
+// directory or on PATH is never loaded). Other systems have no CUDA
+// driver: Load reports that. A failed load returns a [*LoadError] listing
+// every path tried and why each failed, and how to change the search.
+//
+// [Driver.Resolve] fills a caller's table of entry points, a struct of
+// Proc fields named after them, through the driver's cuGetProcAddress at
+// the ABI version the caller's calls are written against; package cuda
+// keeps its table that way. [Proc.CallCtx] makes a CUDA context current
+// on the very OS thread that runs the call, inside the same crossing into
+// C, so callers never lock OS threads; [Driver.Bind] gives a function from
+// another library the same path.
 package loader

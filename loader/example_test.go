@@ -9,43 +9,71 @@ import (
 	"github.com/cudamem/cudamem/loader"
 )
 
-// Load the driver (once per process, from any goroutine) and report what
-// it is. Most programs use package cuda, which loads it the same way.
-func ExampleLoad() {
+// Call a cuBLAS function without cgo: open the library by its short name,
+// look the function up and call it with raw C values. cublasGetProperty
+// needs no GPU, handle or context.
+func ExampleOpenCUDALibrary() {
+	lib, err := loader.OpenCUDALibrary("cublas")
+	if err != nil {
+		log.Fatal(err) // every path tried, and why each failed
+	}
+	getProperty, err := lib.Lookup("cublasGetProperty")
+	if err != nil {
+		log.Fatal(err)
+	}
+	var major, minor int32
+	// libraryPropertyType: 0 is MAJOR_VERSION, 1 MINOR_VERSION. The result
+	// is a C enum: only its low 32 bits mean anything.
+	if r := getProperty.Call(0, uintptr(unsafe.Pointer(&major))); uint32(r) != 0 {
+		log.Fatalf("cublasGetProperty: status %d", int32(r))
+	}
+	getProperty.Call(1, uintptr(unsafe.Pointer(&minor)))
+	fmt.Printf("cuBLAS %d.%d from %s\n", major, minor, lib.Path())
+}
+
+// A library that is not installed: the error matches ErrLibraryNotFound
+// and lists each place tried (LibraryCandidates lists them beforehand).
+func ExampleOpenCUDALibrary_notFound() {
+	_, err := loader.OpenCUDALibrary("cudamem-example-absent")
+	fmt.Println(errors.Is(err, loader.ErrLibraryNotFound))
+	var le *loader.LibraryError
+	if errors.As(err, &le) {
+		fmt.Println(le.Name, len(le.Attempts) == len(loader.LibraryCandidates(le.Name)))
+	}
+	// Output:
+	// true
+	// cudamem-example-absent true
+}
+
+// Resolve a table of driver entry points, as package cuda does: each Proc
+// field is the entry point "cu" and its name; tags choose the ABI.
+func ExampleDriver_Resolve() {
 	d, err := loader.Load()
 	var le *loader.LoadError
 	if errors.As(err, &le) {
-		for _, a := range le.Attempts {
-			fmt.Printf("tried %s: %s\n", a.Path, a.Reason())
-		}
 		fmt.Println(le.Hint())
 		return
 	}
 	if err != nil {
 		log.Fatal(err) // *loader.InitError: the driver loaded but cuInit failed
 	}
-	found, total := d.Resolved()
-	fmt.Printf("%s: CUDA %d.%d, %d of %d entry points\n", d.Path, d.Version/1000, d.Version%1000/10, found, total)
-	if missing := d.Missing(); len(missing) > 0 {
-		fmt.Println("calls to these report not supported:", missing)
+	var drv struct {
+		DeviceGetCount loader.Proc
+		MemGetInfo     loader.Proc `dlsym:"cuMemGetInfo_v2"`
 	}
-}
-
-// Call an entry point directly: raw ABI values in, a raw CUresult out.
-func ExampleProc_Call() {
-	d, err := loader.Load()
+	missing, err := d.Resolve(&drv)
 	if err != nil {
 		log.Fatal(err)
 	}
 	var n int32
-	if r := d.DeviceGetCount.Call(uintptr(unsafe.Pointer(&n))); r != 0 {
-		log.Fatalf("cuDeviceGetCount: CUresult %d", int32(r)) // NotFound if unresolved
+	if r := drv.DeviceGetCount.Call(uintptr(unsafe.Pointer(&n))); r != 0 {
+		log.Fatalf("cuDeviceGetCount: CUresult %d", int32(r))
 	}
-	fmt.Println(n, "devices")
+	fmt.Printf("CUDA %d.%d at %s: %d devices; missing %v\n", d.Version/1000, d.Version%1000/10, d.Path, n, missing)
 }
 
-// Open a particular library: a tool or test that must not search. The
-// error lists what was tried and why it failed.
+// Open a particular driver library: a tool or test that must not search.
+// The error lists what was tried and why it failed.
 func ExampleOpen() {
 	_, err := loader.Open("/nonexistent/libcuda.so.1")
 	var le *loader.LoadError

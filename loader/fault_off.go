@@ -3,8 +3,8 @@
 package loader
 
 // faultEnabled is false in normal builds: the fault-injection branch in the
-// call path is compiled away. Build with -tags cudamemfault for the
-// injection API (FailCall and friends).
+// call path is compiled away (build with -tags cudamemfault for
+// internal/faultinject).
 const faultEnabled = false
 
 // faultHit is never called in normal builds; it exists so the call path
@@ -13,3 +13,5 @@ const faultEnabled = false
 //go:nosplit
 //go:norace
 func faultHit(fn uintptr) (uintptr, bool) { return 0, false }
+
+func faultNote(uintptr, string) {}

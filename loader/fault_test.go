@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unsafe"
 
+	"github.com/cudamem/cudamem/internal/faultinject"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -14,9 +15,9 @@ import (
 func TestFaultFailCallOneShot(t *testing.T) {
 	d, err := openFake(t, fakeDriver(t), 12040, 0)
 	require.NoError(t, err)
-	t.Cleanup(FaultReset)
+	t.Cleanup(faultinject.Reset)
 
-	FailCall(2, 2) // CUDA_ERROR_OUT_OF_MEMORY on the second call
+	faultinject.FailCall(2, 2) // CUDA_ERROR_OUT_OF_MEMORY on the second call
 	var n int32
 	assert.Equal(t, uintptr(0), d.DeviceGetCount.Call(uintptr(unsafe.Pointer(&n))), "call 1 reaches the driver")
 	assert.Equal(t, int32(3), n)
@@ -25,24 +26,24 @@ func TestFaultFailCallOneShot(t *testing.T) {
 	assert.Equal(t, int32(-1), n, "a failed call must not reach the driver")
 	assert.Equal(t, uintptr(0), d.DeviceGetCount.Call(uintptr(unsafe.Pointer(&n))), "one-shot: call 3 reaches the driver")
 	assert.Equal(t, int32(3), n)
-	assert.Equal(t, int64(3), FaultCalls())
-	fired, addr := FaultFired()
+	assert.Equal(t, int64(3), faultinject.Calls())
+	fired, addr := faultinject.Fired()
 	assert.Equal(t, int64(1), fired)
 	assert.Equal(t, d.DeviceGetCount.Addr(), addr)
-	assert.Equal(t, "cuDeviceGetCount", d.ProcName(addr))
-	assert.False(t, FaultArmed())
+	assert.Equal(t, "cuDeviceGetCount", faultinject.ProcName(addr))
+	assert.False(t, faultinject.Armed())
 }
 
 func TestFaultCountsContextCallsAndSkipsTheDriver(t *testing.T) {
 	d, err := openFake(t, fakeDriver(t), 12040, 0)
 	require.NoError(t, err)
-	t.Cleanup(FaultReset)
+	t.Cleanup(faultinject.Reset)
 
 	var got uintptr
 	require.Equal(t, uintptr(0), d.CtxGetCurrent.CallCtx(0x1111, uintptr(unsafe.Pointer(&got))))
 	require.Equal(t, uintptr(0x1111), got)
 
-	FailCall(1, 201)
+	faultinject.FailCall(1, 201)
 	got = 0
 	r := d.CtxGetCurrent.CallCtx(0x2222, uintptr(unsafe.Pointer(&got)))
 	assert.Equal(t, int32(201), int32(r))
@@ -51,22 +52,22 @@ func TestFaultCountsContextCallsAndSkipsTheDriver(t *testing.T) {
 	// Nor was cuCtxSetCurrent: the context is still the one set before.
 	require.Equal(t, uintptr(0), d.CtxGetCurrent.Call(uintptr(unsafe.Pointer(&got))))
 	assert.Equal(t, uintptr(0x1111), got, "the failed call must not have switched the context")
-	assert.Equal(t, int64(2), FaultCalls(), "CallCtx and Call each count once")
+	assert.Equal(t, int64(2), faultinject.Calls(), "CallCtx and Call each count once")
 
 	// A negative CUresult survives the trip as its low 32 bits.
-	FailCall(1, -7)
+	faultinject.FailCall(1, -7)
 	assert.Equal(t, int32(-7), int32(d.CtxGetCurrent.Call(uintptr(unsafe.Pointer(&got)))))
 }
 
 func TestFaultUnresolvedAndBadCallsAreNotCounted(t *testing.T) {
 	d, err := openFake(t, fakeDriver(t), 12040, 0)
 	require.NoError(t, err)
-	t.Cleanup(FaultReset)
-	FailCall(1, 2)
+	t.Cleanup(faultinject.Reset)
+	faultinject.FailCall(1, 2)
 	assert.Equal(t, NotFound, d.MemGetInfo.Call(0, 0), "unresolved: NotFound, not the injected result")
 	assert.Equal(t, NotFound, d.LaunchKernel.Call(make([]uintptr, MaxArgs+1)...))
-	assert.Equal(t, int64(0), FaultCalls())
-	assert.True(t, FaultArmed(), "still waiting for a real driver call")
+	assert.Equal(t, int64(0), faultinject.Calls())
+	assert.True(t, faultinject.Armed(), "still waiting for a real driver call")
 	var n int32
 	assert.Equal(t, uintptr(2), d.DeviceGetCount.Call(uintptr(unsafe.Pointer(&n))))
 }
@@ -74,35 +75,50 @@ func TestFaultUnresolvedAndBadCallsAreNotCounted(t *testing.T) {
 func TestFaultFailEvery(t *testing.T) {
 	d, err := openFake(t, fakeDriver(t), 12040, 0)
 	require.NoError(t, err)
-	t.Cleanup(FaultReset)
-	p, ok := d.ProcByName("cuDeviceGetCount")
-	require.True(t, ok)
-	FailEvery(p.Addr(), 999)
+	t.Cleanup(faultinject.Reset)
+	faultinject.FailEvery(d.DeviceGetCount.Addr(), 999)
 	var n int32
 	var c uintptr
 	for i := 0; i < 3; i++ {
 		assert.Equal(t, uintptr(999), d.DeviceGetCount.Call(uintptr(unsafe.Pointer(&n))))
 		assert.Equal(t, uintptr(0), d.CtxGetCurrent.Call(uintptr(unsafe.Pointer(&c))), "other entry points still work")
 	}
-	fired, addr := FaultFired()
+	fired, addr := faultinject.Fired()
 	assert.Equal(t, int64(3), fired)
-	assert.Equal(t, "cuDeviceGetCount", d.ProcName(addr))
-	FaultReset()
+	assert.Equal(t, "cuDeviceGetCount", faultinject.ProcName(addr))
+	faultinject.Reset()
 	assert.Equal(t, uintptr(0), d.DeviceGetCount.Call(uintptr(unsafe.Pointer(&n))))
 	assert.Equal(t, int32(3), n)
-	_, ok = d.ProcByName("cuMemGetInfo")
-	assert.False(t, ok, "unresolved in the fake")
-	assert.Equal(t, "cuInit", d.ProcName(d.cuInit.Addr()))
-	assert.Equal(t, "0x1", d.ProcName(1))
-	assert.Equal(t, "", d.ProcName(0))
+	assert.Equal(t, "cuInit", faultinject.ProcName(d.cuInit.Addr()))
+	assert.Equal(t, "0x1", faultinject.ProcName(1))
+	assert.Equal(t, "", faultinject.ProcName(0))
+}
+
+// The trace names each call by the entry point the loader resolved at its
+// address, whichever table or bootstrap step resolved it.
+func TestFaultTraceNamesCalls(t *testing.T) {
+	d, err := openFake(t, fakeDriver(t), 12040, 0)
+	require.NoError(t, err)
+	t.Cleanup(faultinject.Reset)
+	var n int32
+	var c uintptr
+	faultinject.TraceStart()
+	d.DeviceGetCount.Call(uintptr(unsafe.Pointer(&n)))
+	d.CtxGetCurrent.CallCtx(0x1111, uintptr(unsafe.Pointer(&c)))
+	d.DriverGetVersion.Call(uintptr(unsafe.Pointer(&n)))
+	d.MemGetInfo.Call(0, 0) // unresolved: never reaches the hook
+	assert.Equal(t, []string{"cuDeviceGetCount", "cuCtxGetCurrent", "cuDriverGetVersion"}, faultinject.TraceStop())
+	d.DeviceGetCount.Call(uintptr(unsafe.Pointer(&n)))
+	faultinject.TraceStart()
+	assert.Empty(t, faultinject.TraceStop(), "calls between traces are not recorded")
 }
 
 func TestFaultOneShotUnderConcurrency(t *testing.T) {
 	// Exactly one of many racing calls is failed.
 	d, err := openFake(t, fakeDriver(t), 12040, 0)
 	require.NoError(t, err)
-	t.Cleanup(FaultReset)
-	FailCall(500, 2)
+	t.Cleanup(faultinject.Reset)
+	faultinject.FailCall(500, 2)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	failed := 0
@@ -122,13 +138,13 @@ func TestFaultOneShotUnderConcurrency(t *testing.T) {
 	}
 	wg.Wait()
 	assert.Equal(t, 1, failed)
-	assert.Equal(t, int64(1600), FaultCalls())
+	assert.Equal(t, int64(1600), faultinject.Calls())
 }
 
 func TestFaultPathAllocatesNothingAndKeepsStackWrites(t *testing.T) {
 	memset := lookup(t, libc(t), "memset")
-	t.Cleanup(FaultReset)
-	FailCall(1<<40, 2) // armed, never reached: every call takes the counting path
+	t.Cleanup(faultinject.Reset)
+	faultinject.FailCall(1<<40, 2) // armed, never reached: every call takes the counting path
 	var x uint64
 	allocs := testing.AllocsPerRun(1000, func() { memset.Call(uintptr(unsafe.Pointer(&x)), 0, 8) })
 	assert.Zero(t, allocs)
@@ -143,7 +159,7 @@ func TestFaultPathAllocatesNothingAndKeepsStackWrites(t *testing.T) {
 
 func BenchmarkCallLabsFaultHook(b *testing.B) {
 	labs := lookup(b, libc(b), "labs")
-	FaultReset()
+	faultinject.Reset()
 	b.ReportAllocs()
 	for b.Loop() {
 		labs.Call(7)

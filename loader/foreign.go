@@ -15,10 +15,10 @@ package loader
 // Device.Foreign does the telling (see cuda.ForeignFunc.Call); use it
 // rather than Bind unless you manage contexts yourself.
 func (d *Driver) Bind(p Proc) Proc {
-	if d == nil || d.CtxSetCurrent.addr == 0 {
+	if d == nil || d.ctxSetCurrent.addr == 0 {
 		return p
 	}
-	p.setCtx = d.CtxSetCurrent.addr
+	p.setCtx = d.ctxSetCurrent.addr
 	return p
 }
 

@@ -24,10 +24,6 @@ const abiVersion = 12000
 // MaxArgs is the most integer arguments a call may pass.
 const MaxArgs = 16
 
-// FaultInjection reports whether this binary was built with the
-// cudamemfault tag, so FailCall and friends work.
-const FaultInjection = faultEnabled
-
 // NotFound is what a call to an unresolved entry point returns instead of a
 // CUresult. No CUresult has this value.
 const NotFound = ^uintptr(0)
@@ -161,185 +157,105 @@ func (p *Proc) Addr() uintptr {
 	return p.addr
 }
 
-// Driver is the opened driver library and its resolved entry points. Each
-// exported Proc field is the entry point named "cu" and the field's name
-// (less a V<n> suffix, which marks another ABI of the same base name), and
-// is all there is to add one: its tags say how it resolves (see symbol).
-// See [Load].
+// Driver is an opened CUDA driver library, from Load or Open. Its entry
+// points are resolved into a table of the caller's with Resolve.
 type Driver struct {
 	Path    string // the library path that loaded
 	Version int    // cuDriverGetVersion: 1000*major + 10*minor
 	lib     *Library
 
-	// Bootstrap, found with dlsym.
-	getProcAddress, cuInit Proc
-	DriverGetVersion       Proc `bootstrap:"dlsym"`
-
-	// Devices.
-	DeviceGet, DeviceGetCount, DeviceGetName, DeviceGetAttribute,
-	DeviceCanAccessPeer, DeviceGetPCIBusId, DeviceGetDefaultMemPool,
-	DeviceGetMemPool, DeviceSetMemPool Proc
-	DeviceGetUuid  Proc `dlsym:"cuDeviceGetUuid_v2"`
-	DeviceTotalMem Proc `dlsym:"cuDeviceTotalMem_v2"`
-
-	// Contexts.
-	DevicePrimaryCtxRetain, CtxSetCurrent, CtxGetCurrent, CtxGetDevice,
-	CtxSynchronize, CtxEnablePeerAccess, CtxGetStreamPriorityRange Proc
-
-	// Streams and events.
-	StreamCreateWithPriority, StreamSynchronize, StreamQuery,
-	StreamWaitEvent, StreamGetFlags, EventCreate, EventRecord,
-	EventSynchronize, EventQuery, EventElapsedTime Proc
-	StreamDestroy Proc `dlsym:"cuStreamDestroy_v2"`
-	EventDestroy  Proc `dlsym:"cuEventDestroy_v2"`
-
-	// Memory.
-	MemFreeHost, MemHostAlloc, MemHostUnregister, MemAllocManaged,
-	PointerGetAttribute, MemcpyAsync, MemcpyPeerAsync, MemsetD8Async,
-	MemsetD16Async, MemsetD32Async Proc
-	MemGetInfo         Proc `dlsym:"cuMemGetInfo_v2"`
-	MemAlloc           Proc `dlsym:"cuMemAlloc_v2"`
-	MemFree            Proc `dlsym:"cuMemFree_v2"`
-	MemHostRegister    Proc `dlsym:"cuMemHostRegister_v2"`
-	MemGetAddressRange Proc `dlsym:"cuMemGetAddressRange_v2"`
-	MemcpyHtoD         Proc `dlsym:"cuMemcpyHtoD_v2"`
-	MemcpyDtoH         Proc `dlsym:"cuMemcpyDtoH_v2"`
-	MemcpyHtoDAsync    Proc `dlsym:"cuMemcpyHtoDAsync_v2"`
-	MemcpyDtoHAsync    Proc `dlsym:"cuMemcpyDtoHAsync_v2"`
-	// CUDA 12.2 changed these two to take a CUmemLocation; we speak that.
-	MemPrefetchAsync Proc `since:"12020" dlsym:"cuMemPrefetchAsync_v2"`
-	MemAdvise        Proc `since:"12020" dlsym:"cuMemAdvise_v2"`
-
-	// Stream-ordered pools.
-	MemAllocAsync, MemFreeAsync, MemAllocFromPoolAsync, MemPoolCreate,
-	MemPoolDestroy, MemPoolSetAttribute, MemPoolGetAttribute, MemPoolTrimTo,
-	MemPoolSetAccess, MemPoolGetAccess, MemPoolExportToShareableHandle,
-	MemPoolImportFromShareableHandle, MemPoolExportPointer,
-	MemPoolImportPointer Proc
-	// New in CUDA 13.0 (pools for host and managed locations).
-	MemGetDefaultMemPool Proc `since:"13000"`
-
-	// Virtual memory management.
-	MemCreate, MemRelease, MemAddressReserve, MemAddressFree, MemMap,
-	MemUnmap, MemSetAccess, MemGetAccess, MemGetAllocationGranularity,
-	MemExportToShareableHandle, MemImportFromShareableHandle,
-	MemRetainAllocationHandle, MemGetAllocationPropertiesFromHandle Proc
-
-	// Legacy IPC.
-	IpcGetMemHandle, IpcCloseMemHandle, IpcOpenEventHandle Proc
-	IpcOpenMemHandle                                       Proc `dlsym:"cuIpcOpenMemHandle_v2"`
-
-	// Modules and launches (tests and tools run small kernels).
-	ModuleLoadData, ModuleUnload, ModuleGetFunction, LaunchKernel Proc
-
-	// Contexts made elsewhere (cuCtxCreate, green contexts).
-	// cuGetProcAddress takes base names, the version choosing the ABI (a
-	// name with a _vN suffix resolves to nothing on some drivers):
-	// "cuCtxCreate" at our ABI (12.0) is cuCtxCreate_v2 (pctx, flags, dev),
-	// at 13.0 (whose header maps cuCtxCreate to it) cuCtxCreate_v4 (pctx,
-	// params, flags, dev). "cuStreamGetCtx" at 12.5 is cuStreamGetCtx_v2,
-	// which also reports a green context.
-	StreamGetCtx   Proc
-	CtxCreate      Proc `dlsym:"cuCtxCreate_v2"`
-	CtxCreateV4    Proc `since:"13000" dlsym:"cuCtxCreate_v4"`
-	CtxDestroy     Proc `dlsym:"cuCtxDestroy_v2"`
-	CtxPopCurrent  Proc `dlsym:"cuCtxPopCurrent_v2"`
-	CtxGetId       Proc `since:"12000"`
-	StreamGetCtxV2 Proc `since:"12050" dlsym:"cuStreamGetCtx_v2"`
-
-	// Green contexts: CUDA 12.4 (cuGreenCtxStreamCreate 12.5).
-	DeviceGetDevResource      Proc `since:"12040"`
-	DevSmResourceSplitByCount Proc `since:"12040"`
-	DevResourceGenerateDesc   Proc `since:"12040"`
-	GreenCtxCreate            Proc `since:"12040"`
-	GreenCtxDestroy           Proc `since:"12040"`
-	CtxFromGreenCtx           Proc `since:"12040"`
-	GreenCtxStreamCreate      Proc `since:"12050"`
-
-	// Stream capture and graphs. cuStreamBeginCapture's base name gives the
-	// _v2 ABI (with a capture mode) at 12.0; cuStreamGetCaptureInfo's last
-	// ABI change (_v3, edge data) came in 12.3: we pass NULL for everything
-	// but the status and id, but must call the signature we get.
-	StreamEndCapture, StreamIsCapturing, GraphInstantiateWithFlags,
-	GraphLaunch, GraphDestroy, GraphExecDestroy, DeviceGraphMemTrim,
-	DeviceGetGraphMemAttribute, DeviceSetGraphMemAttribute Proc
-	StreamBeginCapture   Proc `dlsym:"cuStreamBeginCapture_v2"`
-	StreamGetCaptureInfo Proc `since:"12030" dlsym:"cuStreamGetCaptureInfo_v3"`
-
-	// Batched copies. cuMemcpyBatchAsync changed ABI at CUDA 13.0: 12.8
-	// and 12.9 take a size_t *failIdx before the stream; 13.0
-	// (cuMemcpyBatchAsync_v2) dropped it. Both are resolved (a 13.x driver
-	// gives both); package cuda picks one, or its loop of cuMemcpyAsync,
-	// once per driver.
-	MemcpyBatchAsync   Proc `since:"13000" dlsym:"cuMemcpyBatchAsync_v2"` // no failIdx
-	MemcpyBatchAsyncV1 Proc `since:"12080" dlsym:"cuMemcpyBatchAsync"`    // with failIdx
+	// The entry points the loader itself needs: getProcAddress resolves
+	// the rest, and ctxSetCurrent is what CallCtx calls first.
+	getProcAddress, driverGetVersion, cuInit, ctxSetCurrent Proc
 }
 
-// symbol describes how to resolve one entry point, a Proc field of Driver.
+// symbol describes how to resolve one entry point.
 type symbol struct {
-	off  uintptr // the field's offset in Driver
-	name string  // base name, for cuGetProcAddress
+	name string // base name, for cuGetProcAddress
 	// since (tag since) is the CUDA version whose ABI our call speaks,
 	// when newer than abiVersion: the entry point is requested at it, and
 	// older drivers lack it.
 	since int
 	dlsym string // explicit versioned name for the dlsym fallback (tag dlsym)
+	only  bool   // dlsym alone, never cuGetProcAddress (tag lookup:"dlsym")
 }
 
-// symbols lists Driver's entry points, read once from its fields.
-var symbols = sync.OnceValue(func() []symbol {
-	var out []symbol
-	t := reflect.TypeFor[Driver]()
+// Resolve fills table, a pointer to a struct, with the driver's entry
+// points and returns the base names of those the driver does not provide.
+// Each exported field of type Proc is the entry point named "cu" and the
+// field's name, less a V<n> suffix, which marks another ABI of the same
+// base name (MemcpyBatchAsyncV1 is cuMemcpyBatchAsync); other fields are
+// left alone. Entry points are requested from cuGetProcAddress by base
+// name at the ABI of CUDA 12.0, or at the driver's own version when that
+// is older, so a newer driver keeps serving the signature the caller was
+// written against. Struct tags refine that:
+//
+//   - since:"12020": the call speaks the ABI of that CUDA version (here
+//     12.2), newer than 12.0: the entry point is requested at it, and an
+//     older driver lacks it.
+//   - dlsym:"cuMemAlloc_v2": the exported symbol to look up when
+//     cuGetProcAddress is unavailable or refuses the name (default: the
+//     base name).
+//   - lookup:"dlsym": look the base name up with dlsym only, for the
+//     entry points every driver exports by that name (cuDriverGetVersion).
+//
+// An entry point the driver lacks, or only offers with another ABI, is
+// left unresolved: calling it returns NotFound. Resolved entry points are
+// bound to the driver (see Bind). Resolve refuses a table that is not a
+// non-nil pointer to a struct with at least one such field, or a tag it
+// cannot read, with ErrInvalidArgument, before writing anything.
+func (d *Driver) Resolve(table any) (missing []string, err error) {
+	if d == nil {
+		return nil, fmt.Errorf("Driver.Resolve: %w: nil Driver", ErrInvalidArgument)
+	}
+	v := reflect.ValueOf(table)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return nil, fmt.Errorf("Driver.Resolve: %w: table is %T, not a non-nil pointer to a struct", ErrInvalidArgument, table)
+	}
+	v = v.Elem()
+	t := v.Type()
+	var fields []int
+	var syms []symbol
 	for i := range t.NumField() {
 		f := t.Field(i)
-		if f.Type != reflect.TypeFor[Proc]() || !f.IsExported() || f.Tag.Get("bootstrap") != "" {
+		if f.Type != reflect.TypeFor[Proc]() || !f.IsExported() {
 			continue
 		}
-		since, _ := strconv.Atoi(f.Tag.Get("since"))
-		out = append(out, symbol{off: f.Offset, name: baseName(f.Name), since: since, dlsym: f.Tag.Get("dlsym")})
+		s := symbol{name: baseName(f.Name), dlsym: f.Tag.Get("dlsym")}
+		if tag := f.Tag.Get("since"); tag != "" {
+			if s.since, err = strconv.Atoi(tag); err != nil {
+				return nil, fmt.Errorf("Driver.Resolve: %w: %s.%s: since tag %q is not a CUDA version", ErrInvalidArgument, t, f.Name, tag)
+			}
+		}
+		switch tag := f.Tag.Get("lookup"); tag {
+		case "":
+		case "dlsym":
+			s.only = true
+		default:
+			return nil, fmt.Errorf("Driver.Resolve: %w: %s.%s: lookup tag %q (only \"dlsym\" is known)", ErrInvalidArgument, t, f.Name, tag)
+		}
+		fields, syms = append(fields, i), append(syms, s)
 	}
-	return out
-})
+	if len(fields) == 0 {
+		return nil, fmt.Errorf("Driver.Resolve: %w: %s has no exported Proc fields", ErrInvalidArgument, t)
+	}
+	for j, i := range fields {
+		p := d.resolve(syms[j])
+		if !p.Found() {
+			missing = append(missing, p.name)
+		}
+		v.Field(i).Set(reflect.ValueOf(p))
+	}
+	return missing, nil
+}
 
-// baseName is the entry point of a Driver field: "cu" and the field's name,
+// baseName is the entry point of a table field: "cu" and the field's name,
 // less a V<n> suffix (MemcpyBatchAsyncV1 is cuMemcpyBatchAsync).
 func baseName(field string) string {
 	if t := strings.TrimRight(field, "0123456789"); t != field && strings.HasSuffix(t, "V") {
 		field = t[:len(t)-1]
 	}
 	return "cu" + field
-}
-
-// proc is d's entry point s.
-func (d *Driver) proc(s symbol) *Proc { return (*Proc)(unsafe.Add(unsafe.Pointer(d), s.off)) }
-
-// Missing lists the entry points the driver did not provide. A nil Driver
-// has none to list.
-func (d *Driver) Missing() []string {
-	if d == nil {
-		return nil
-	}
-	var out []string
-	for _, s := range symbols() {
-		if !d.proc(s).Found() {
-			out = append(out, s.name)
-		}
-	}
-	return out
-}
-
-// Resolved counts the entry points the driver provided (bootstrap excluded).
-func (d *Driver) Resolved() (found, total int) {
-	if d == nil {
-		return 0, 0
-	}
-	for _, s := range symbols() {
-		total++
-		if d.proc(s).Found() {
-			found++
-		}
-	}
-	return found, total
 }
 
 // SearchPaths returns the paths Load tries, in order.
@@ -372,9 +288,9 @@ func search(env string) (*Driver, error) {
 // the path and version.
 func Load() (*Driver, error) { return load() }
 
-// Open loads the first of paths that opens as the CUDA driver, initializes
-// it with cuInit(0) and resolves every entry point. Most code wants Load;
-// Open exists for tools and tests that need a particular library.
+// Open loads the first of paths that opens as the CUDA driver and
+// initializes it with cuInit(0). Most code wants Load; Open exists for
+// tools and tests that need a particular library.
 func Open(paths ...string) (*Driver, error) {
 	if len(paths) == 0 {
 		return nil, &LoadError{Reason: noDriverReason}
@@ -400,7 +316,7 @@ func Open(paths ...string) (*Driver, error) {
 func bootstrap(lib *Library) (*Driver, error) {
 	d := &Driver{Path: lib.Path(), lib: lib}
 	var err error
-	if d.DriverGetVersion, err = lib.Lookup("cuDriverGetVersion"); err != nil {
+	if d.driverGetVersion, err = lib.Lookup("cuDriverGetVersion"); err != nil {
 		return nil, fmt.Errorf("not a CUDA driver: %w", err)
 	}
 	if d.cuInit, err = lib.Lookup("cuInit"); err != nil {
@@ -413,27 +329,22 @@ func bootstrap(lib *Library) (*Driver, error) {
 		d.getProcAddress = Proc{}
 	}
 	var v int32
-	if r := d.DriverGetVersion.Call(uintptr(unsafe.Pointer(&v))); r != 0 {
+	if r := d.driverGetVersion.Call(uintptr(unsafe.Pointer(&v))); r != 0 {
 		return nil, fmt.Errorf("cuDriverGetVersion returned CUresult %d", int32(r))
 	}
 	d.Version = int(v)
 	return d, nil
 }
 
-// init runs cuInit(0) and resolves the entry points. Resolution happens
-// even when cuInit fails, so a tool can still describe the driver.
+// init runs cuInit(0) and resolves cuCtxSetCurrent, which CallCtx needs.
+// Resolution happens even when cuInit fails, so a tool can still describe
+// the driver.
 func (d *Driver) init() error {
 	r := int32(d.cuInit.Call(0))
-	for _, s := range symbols() {
-		*d.proc(s) = d.resolve(s)
-	}
-	// Each entry point carries its own driver's cuCtxSetCurrent, so
-	// drivers opened side by side (tests, tools) never mix.
-	for _, s := range symbols() {
-		d.proc(s).setCtx = d.CtxSetCurrent.addr
-	}
-	for _, p := range []*Proc{&d.getProcAddress, &d.DriverGetVersion, &d.cuInit} {
-		p.setCtx = d.CtxSetCurrent.addr
+	d.ctxSetCurrent = d.resolve(symbol{name: "cuCtxSetCurrent"})
+	for _, p := range []*Proc{&d.getProcAddress, &d.driverGetVersion, &d.cuInit, &d.ctxSetCurrent} {
+		p.setCtx = d.ctxSetCurrent.addr
+		faultNote(p.addr, p.name)
 	}
 	if r != 0 {
 		return &InitError{Path: d.Path, Code: r}
@@ -445,12 +356,20 @@ const (
 	procLegacyStream = 1 // CU_GET_PROC_ADDRESS_LEGACY_STREAM
 )
 
+// resolve finds entry point s, bound to d's cuCtxSetCurrent.
 func (d *Driver) resolve(s symbol) Proc {
+	p := d.find(s)
+	p.name, p.setCtx = s.name, d.ctxSetCurrent.addr
+	faultNote(p.addr, p.name)
+	return p
+}
+
+func (d *Driver) find(s symbol) Proc {
 	if s.since > d.Version {
-		return Proc{name: s.name}
+		return Proc{}
 	}
 	ver := min(max(s.since, abiVersion), d.Version)
-	if d.getProcAddress.Found() {
+	if d.getProcAddress.Found() && !s.only {
 		name := append([]byte(s.name), 0)
 		var fn uintptr
 		var status int32
@@ -465,19 +384,19 @@ func (d *Driver) resolve(s symbol) Proc {
 		runtime.KeepAlive(name)
 		if int32(r) == 0 {
 			// Success with a NULL pointer means no function with our ABI.
-			return Proc{addr: fn, name: s.name}
+			return Proc{addr: fn}
 		}
 	}
-	// No resolver (a very old driver) or it refused: plain dlsym of the
-	// explicitly versioned name.
+	// No resolver (a very old driver), it refused, or dlsym was asked
+	// for: plain dlsym of the explicitly versioned name.
 	n := s.dlsym
 	if n == "" {
 		n = s.name
 	}
 	if p, err := d.lib.Lookup(n); err == nil {
-		return Proc{addr: p.addr, name: s.name}
+		return p
 	}
-	return Proc{name: s.name}
+	return Proc{}
 }
 
 // errNoSymbol is wrapped by Library.Lookup failures.

@@ -6,9 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -186,7 +184,29 @@ func fakeDriver(t *testing.T) string {
 	return out
 }
 
-func openFake(t *testing.T, path string, version, initResult int) (*Driver, error) {
+// fakeTable is an entry-point table as a caller of Resolve writes one: a
+// few entry points the fake provides, one it lacks, one per tag, the
+// Driver embedded (as package cuda does) and fields Resolve must leave
+// alone.
+type fakeTable struct {
+	*Driver
+	DriverGetVersion Proc `lookup:"dlsym"`
+	CtxSetCurrent, CtxGetCurrent, DeviceGetCount, DeviceGetName,
+	LaunchKernel Proc
+	MemGetInfo Proc `dlsym:"cuMemGetInfo_v2"`
+	MemAdvise  Proc `since:"12020" dlsym:"cuMemAdvise_v2"`
+	// cuDeviceGet again, as another ABI would be named.
+	DeviceGetV2 Proc
+	// Requested at a version newer than any driver.
+	DeviceGetAttribute Proc `since:"99000"`
+
+	deviceGet Proc // unexported: not an entry point
+	Count     int  // not a Proc
+}
+
+// openFake opens the fake at path as a driver of the given version whose
+// cuInit returns initResult, and resolves a fakeTable from it.
+func openFake(t *testing.T, path string, version, initResult int) (*fakeTable, error) {
 	t.Helper()
 	l, err := OpenLibrary(path)
 	require.NoError(t, err)
@@ -194,7 +214,14 @@ func openFake(t *testing.T, path string, version, initResult int) (*Driver, erro
 	setI := lookup(t, l, "fake_set_init_result")
 	setV.Call(uintptr(version))
 	setI.Call(uintptr(initResult))
-	return Open(path)
+	d, err := Open(path)
+	if d == nil {
+		return nil, err
+	}
+	tab := &fakeTable{Driver: d, Count: 7}
+	_, rerr := d.Resolve(tab)
+	require.NoError(t, rerr)
+	return tab, err
 }
 
 func TestFakeDriverResolution(t *testing.T) {
@@ -207,24 +234,76 @@ func TestFakeDriverResolution(t *testing.T) {
 
 	var n int32
 	require.True(t, d.DeviceGetCount.Found())
+	assert.Equal(t, "cuDeviceGetCount", d.DeviceGetCount.Name())
 	assert.Equal(t, uintptr(0), d.DeviceGetCount.Call(uintptr(unsafe.Pointer(&n))))
 	assert.Equal(t, int32(3), n)
 
-	// Entry points the fake lacks are unresolved, report NotFound, and are listed.
+	// Entry points the fake lacks are unresolved, report NotFound, and are
+	// listed, by base name, in field order.
 	assert.False(t, d.MemGetInfo.Found())
+	assert.Equal(t, "cuMemGetInfo", d.MemGetInfo.Name())
 	assert.Equal(t, NotFound, d.MemGetInfo.Call(0, 0))
-	assert.Contains(t, d.Missing(), "cuMemGetInfo")
-	found, total := d.Resolved()
-	assert.Equal(t, 9, found, "the fake provides cuCtxSetCurrent, cuCtxGetCurrent, cuDeviceGetCount, cuDeviceGet, cuDeviceGetName, cuDeviceGetAttribute, cuMemGetAllocationGranularity, cuMemAdvise and cuLaunchKernel")
-	assert.Greater(t, total, 90)
+	missing, err := d.Resolve(&fakeTable{})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"cuMemGetInfo", "cuDeviceGetAttribute"}, missing)
 
-	// Bootstrap entry points (found with dlsym) can take the context path too.
+	// A V<n> suffix names the same base entry point at another ABI.
+	assert.Equal(t, "cuDeviceGet", d.DeviceGetV2.Name())
+	assert.True(t, d.DeviceGetV2.Found())
+	// Fields that are not exported Procs are left as they were.
+	assert.False(t, d.deviceGet.Found())
+	assert.Equal(t, 7, d.Count)
+
+	// lookup:"dlsym" finds what the fake's cuGetProcAddress does not serve,
+	// and the bootstrap entry points take the context path too.
 	var v int32
+	require.True(t, d.DriverGetVersion.Found())
 	assert.Equal(t, uintptr(0), d.DriverGetVersion.CallCtx(0x1234, uintptr(unsafe.Pointer(&v))))
 	assert.Equal(t, int32(12040), v)
+	for _, p := range []Proc{d.DeviceGetCount, d.MemGetInfo, d.DriverGetVersion} {
+		assert.True(t, p.Bound(), "%s is bound to the driver", p.Name())
+	}
 
 	// cuMemAdvise is requested at the CUDA 12.2 ABI (CUmemLocation by value).
 	assert.Equal(t, uintptr(1002), d.MemAdvise.Call(0, 0, 0, 0))
+}
+
+// Resolve refuses what is not a table, and a malformed tag, before
+// writing anything.
+func TestResolveRefusesBadTables(t *testing.T) {
+	d, err := openFake(t, fakeDriver(t), 12040, 0)
+	require.NoError(t, err)
+	var nd *Driver
+	_, err = nd.Resolve(&fakeTable{})
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+	assert.ErrorContains(t, err, "nil Driver")
+	var nilTable *fakeTable
+	var proc Proc
+	for _, table := range []any{nil, fakeTable{}, nilTable, new(int)} {
+		_, err := d.Resolve(table)
+		assert.ErrorIs(t, err, ErrInvalidArgument, "%T", table)
+		assert.ErrorContains(t, err, "not a non-nil pointer to a struct")
+	}
+	// A pointer to some other struct (a Proc itself, say) is no table.
+	for _, table := range []any{&proc, &struct{ N int }{}} {
+		_, err := d.Resolve(table)
+		assert.ErrorIs(t, err, ErrInvalidArgument, "%T", table)
+		assert.ErrorContains(t, err, "has no exported Proc fields")
+	}
+	badSince := &struct {
+		DeviceGetCount Proc
+		MemAdvise      Proc `since:"12.2"`
+	}{}
+	_, err = d.Resolve(badSince)
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+	assert.ErrorContains(t, err, `MemAdvise: since tag "12.2"`)
+	assert.False(t, badSince.DeviceGetCount.Found(), "nothing is written")
+	badLookup := &struct {
+		DeviceGetCount Proc `lookup:"dlopen"`
+	}{}
+	_, err = d.Resolve(badLookup)
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+	assert.ErrorContains(t, err, `lookup tag "dlopen"`)
 }
 
 func TestFakeDriverOldVersion(t *testing.T) {
@@ -256,12 +335,12 @@ func TestCallCtxSetsContextOnSameThread(t *testing.T) {
 	// Call through the context-setting path with ctxfn = the fake's
 	// cuCtxSetCurrent, whatever the package-level one is.
 	var got uintptr
-	r := call(get.addr, d.CtxSetCurrent.addr, 0x1234, []uintptr{uintptr(unsafe.Pointer(&got))})
+	r := call(get.addr, d.ctxSetCurrent.addr, 0x1234, []uintptr{uintptr(unsafe.Pointer(&got))})
 	assert.Equal(t, uintptr(0), r)
 	assert.Equal(t, uintptr(0x1234), got)
 	// A failing cuCtxSetCurrent stops the call and returns its result.
 	got = 0
-	r = call(get.addr, d.CtxSetCurrent.addr, 0xbad, []uintptr{uintptr(unsafe.Pointer(&got))})
+	r = call(get.addr, d.ctxSetCurrent.addr, 0xbad, []uintptr{uintptr(unsafe.Pointer(&got))})
 	assert.Equal(t, uintptr(201), r&0xffffffff)
 	assert.Equal(t, uintptr(0), got, "the entry point was not called")
 }
@@ -308,7 +387,7 @@ func TestStackAlignedForC(t *testing.T) {
 	require.NoError(t, err)
 	p := lookup(t, l, "fake_stack_misalignment")
 	assert.Equal(t, uintptr(0), p.Call(), "direct")
-	assert.Equal(t, uintptr(0), call(p.addr, d.CtxSetCurrent.addr, 0x1234, nil), "through the context path")
+	assert.Equal(t, uintptr(0), call(p.addr, d.ctxSetCurrent.addr, 0x1234, nil), "through the context path")
 	assert.Equal(t, NotFound, p.CallCtx(0), "a plain library symbol has no context setter")
 	assert.Equal(t, uintptr(0), call(p.addr, 0, 0, make([]uintptr, MaxArgs)), "with stack arguments")
 }
@@ -366,37 +445,10 @@ func TestProcAt(t *testing.T) {
 	assert.Equal(t, NotFound, zero.Call(), "a zero address is unresolved")
 }
 
-// Each entry point is named once, by its Driver field: the table read
-// from the fields names the base entry points, keeps the tags, and holds
-// every name once per ABI (a V<n> field is the same base name again).
-func TestSymbolsFromFields(t *testing.T) {
+func TestBaseName(t *testing.T) {
 	assert.Equal(t, "cuMemcpyBatchAsync", baseName("MemcpyBatchAsyncV1"))
 	assert.Equal(t, "cuCtxCreate", baseName("CtxCreateV4"))
 	assert.Equal(t, "cuMemsetD32Async", baseName("MemsetD32Async"))
 	assert.Equal(t, "cuMemcpyHtoD", baseName("MemcpyHtoD"))
-	seen := map[string]int{}
-	for _, s := range symbols() {
-		seen[s.name]++
-		switch s.name {
-		case "cuMemAdvise":
-			assert.Equal(t, symbol{s.off, "cuMemAdvise", 12020, "cuMemAdvise_v2"}, s)
-		case "cuMemAlloc":
-			assert.Equal(t, symbol{s.off, "cuMemAlloc", 0, "cuMemAlloc_v2"}, s)
-		}
-	}
-	for name, n := range seen {
-		want := 1
-		if name == "cuCtxCreate" || name == "cuStreamGetCtx" || name == "cuMemcpyBatchAsync" {
-			want = 2
-		}
-		assert.Equal(t, want, n, name)
-	}
-	assert.NotContains(t, seen, "cuDriverGetVersion", "bootstrap entry points are found with dlsym")
-	for i := range reflect.TypeFor[Driver]().NumField() {
-		f := reflect.TypeFor[Driver]().Field(i)
-		if tag := f.Tag.Get("since"); tag != "" {
-			_, err := strconv.Atoi(tag)
-			assert.NoError(t, err, f.Name)
-		}
-	}
+	assert.Equal(t, "cuV", baseName("V"))
 }

@@ -44,9 +44,9 @@ func TestNilProcDriverAndErrors(t *testing.T) {
 	assert.False(t, p.Found())
 	assert.Zero(t, p.Addr())
 	var d *Driver
-	assert.Nil(t, d.Missing())
-	found, total := d.Resolved()
-	assert.Zero(t, found+total)
+	missing, err := d.Resolve(&struct{ DeviceGet Proc }{})
+	assert.ErrorIs(t, err, ErrInvalidArgument)
+	assert.Nil(t, missing)
 	var le *LoadError
 	var ie *InitError
 	assert.Equal(t, "<nil>", le.Error())

@@ -12,8 +12,8 @@ import (
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/faultinject"
 	"github.com/cudamem/cudamem/ipc"
-	"github.com/cudamem/cudamem/loader"
 	"github.com/cudamem/cudamem/resource"
 	"github.com/cudamem/cudamem/virtual"
 )
@@ -33,13 +33,13 @@ import (
 // trace runs op with the loader's call trace on and returns the calls.
 func trace(t *testing.T, op func() error) []string {
 	t.Helper()
-	drv, err := loader.Load()
+	_, _, err := cuda.Driver() // load and resolve the driver before counting calls
 	if err != nil {
 		t.Fatal(err)
 	}
-	loader.TraceStart()
+	faultinject.TraceStart()
 	err = op()
-	calls := drv.TraceStop()
+	calls := faultinject.TraceStop()
 	if err != nil {
 		t.Fatalf("%v (calls %v)", err, calls)
 	}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/loader"
+	"github.com/cudamem/cudamem/internal/faultinject"
 	"github.com/cudamem/cudamem/resource"
 )
 
@@ -103,11 +103,11 @@ func copyCase(name string, size uint64, da, db int, op func(p *pair) error, chk 
 		return &fixture{
 			op: func() error { return op(p) },
 			verify: func() error {
-				loader.FaultReset()
+				faultinject.Reset()
 				if err := op(p); err != nil {
 					return fmt.Errorf("the operation fails after the failure: %w", err)
 				}
-				switch got := loader.FaultCalls(); {
+				switch got := faultinject.Calls(); {
 				case want < 0:
 					want = got
 				case got < want/2 || got > 2*want:

@@ -14,7 +14,7 @@ import (
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/loader"
+	"github.com/cudamem/cudamem/internal/faultinject"
 	"github.com/cudamem/cudamem/resource"
 )
 
@@ -87,19 +87,21 @@ var firstUseAbsorbed = map[string]string{
 // first use and prints what it found on lines starting with childPrefix.
 func firstUseChild(k int64) int {
 	say := func(format string, args ...any) { fmt.Printf(childPrefix+" "+format+"\n", args...) }
-	drv, err := loader.Load() // loading itself is not swept: a failed load is final by design
+	// Loading (opening the driver and resolving its entry points) is not
+	// swept: a failed load is final by design.
+	_, _, err := cuda.Driver()
 	if err != nil {
 		say("problem load: %v", err)
 		return 1
 	}
-	loader.FailCall(k, int32(injected))
+	faultinject.FailCall(k, int32(injected))
 	err1 := firstUse()
-	calls1 := loader.FaultCalls()
-	fired, addr := loader.FaultFired()
-	loader.FaultReset()
-	failed := drv.ProcName(addr)
+	calls1 := faultinject.Calls()
+	fired, addr := faultinject.Fired()
+	faultinject.Reset()
+	failed := faultinject.ProcName(addr)
 	err2 := firstUse()
-	calls2 := loader.FaultCalls()
+	calls2 := faultinject.Calls()
 	say("calls %d %d", calls1, calls2)
 	if fired == 0 {
 		if err1 != nil {

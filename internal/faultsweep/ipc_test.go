@@ -9,8 +9,8 @@ import (
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/faultinject"
 	"github.com/cudamem/cudamem/ipc"
-	"github.com/cudamem/cudamem/loader"
 	"github.com/cudamem/cudamem/resource"
 )
 
@@ -358,9 +358,9 @@ func TestIPCForgedDescriptorsNoDriverCall(t *testing.T) {
 	for name, m := range forge {
 		d := f.desc
 		m(&d)
-		loader.FaultReset()
+		faultinject.Reset()
 		b, err := f.imp.Import(d, f.s)
-		calls := loader.FaultCalls()
+		calls := faultinject.Calls()
 		if err == nil {
 			_ = b.Close()
 			t.Fatalf("%s: forged descriptor imported", name)
@@ -372,12 +372,12 @@ func TestIPCForgedDescriptorsNoDriverCall(t *testing.T) {
 			t.Errorf("%s: %d driver calls for a forged descriptor, want 0", name, calls)
 		}
 	}
-	loader.FaultReset()
+	faultinject.Reset()
 	b, err := f.imp.Import(f.desc, f.s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if loader.FaultCalls() == 0 {
+	if faultinject.Calls() == 0 {
 		t.Error("the genuine import made no driver call: the count sees nothing")
 	}
 	if err := errors.Join(check(b, f.s, f.want), b.Close()); err != nil {

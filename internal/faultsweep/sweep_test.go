@@ -15,8 +15,8 @@ import (
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/fakecuda"
+	"github.com/cudamem/cudamem/internal/faultinject"
 	"github.com/cudamem/cudamem/internal/testutil"
-	"github.com/cudamem/cudamem/loader"
 )
 
 // injected is the CUresult every swept call fails with. Out of memory is
@@ -174,7 +174,7 @@ func sweep(t *testing.T, c sweepCase) {
 	if fake == nil && c.gpuSkip != "" {
 		t.Skip(c.gpuSkip)
 	}
-	drv, err := loader.Load()
+	_, _, err := cuda.Driver() // load and resolve the driver before counting calls
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,9 +188,9 @@ func sweep(t *testing.T, c sweepCase) {
 		}
 		t.Fatalf("%s setup: %v", c.name, err)
 	}
-	loader.FaultReset()
+	faultinject.Reset()
 	err, _ = guard(t, c.name+" warm-up", f.op)
-	n := loader.FaultCalls()
+	n := faultinject.Calls()
 	if err != nil {
 		_, _ = guard(t, c.name+" cleanup", f.cleanup)
 		if errors.Is(err, cuda.ErrNotSupported) {
@@ -230,11 +230,11 @@ func sweep(t *testing.T, c sweepCase) {
 		if f.state != nil {
 			before = f.state()
 		}
-		loader.FailCall(k, int32(injected)) // k = 0 disarms
+		faultinject.FailCall(k, int32(injected)) // k = 0 disarms
 		opErr, panicked := guard(t, c.name, f.op)
-		fired, addr := loader.FaultFired()
-		loader.FaultReset()
-		failed := drv.ProcName(addr)
+		fired, addr := faultinject.Fired()
+		faultinject.Reset()
+		failed := faultinject.ProcName(addr)
 		switch {
 		case panicked:
 			report(k, failed, "panic: %v", opErr)
