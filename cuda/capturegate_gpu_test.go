@@ -48,6 +48,9 @@ func TestLegacyStreamCannotJoinCaptureGPU(t *testing.T) {
 	g, err := s.EndCapture()
 	require.NoError(t, err)
 	require.NoError(t, g.Close())
+	// The event's record above was a node of the graph, not a record:
+	// record it for real before waiting on it.
+	require.NoError(t, e.Record(s))
 	require.NoError(t, legacy.WaitEvent(e))
 	require.NoError(t, legacy.WaitStream(s))
 	require.NoError(t, legacy.Sync())

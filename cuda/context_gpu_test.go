@@ -6,6 +6,7 @@ package cuda_test
 
 import (
 	"fmt"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -176,7 +177,10 @@ func TestGPUNewContextResources(t *testing.T) {
 	// Refused by a view of another context, naming both.
 	_, err = d.WrapStream(rh)
 	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
-	assert.Contains(t, err.Error(), v.String())
+	// v.String() is "GPU n (context 0x…)": the message names that handle.
+	vctx := regexp.MustCompile(`context 0x[0-9a-f]+`).FindString(v.String())
+	require.NotEmpty(t, vctx, v.String())
+	assert.Contains(t, err.Error(), "belongs to "+vctx)
 	ps := cudatest.Stream(t, d)
 	_, err = v.WrapStream(ps.Handle())
 	require.ErrorIs(t, err, cuda.ErrInvalidArgument)

@@ -29,19 +29,20 @@ const (
 	// A larger file (a later torch) is accepted up to this many, and a
 	// counter index is checked against the file's actual size.
 	torchRefMaxCounters = 1 << 20
-	// torchRefMaxName bounds a name: "/torch_" and two numbers.
+	// torchRefMaxName bounds a name: "/torch_" and up to three numbers.
 	torchRefMaxName = 64
 )
 
 // checkTorchRefName accepts exactly the names torch gives its counter
-// files: "/torch_", a decimal number (the producer's pid), "_" and another
-// (a random or running number), each of at most 20 digits. The name comes
+// files: "/torch_", a decimal number (the producer's pid), then one or two
+// more, each after a "_" (a random number and a running one, in the
+// releases that add the second), each of at most 20 digits. The name comes
 // from another process and becomes a path below the shared-memory
 // directory: nothing else (no other slash, no dots, no NUL) may pass.
 func checkTorchRefName(op, name string) error {
 	const prefix = "/torch_"
 	bad := func(why string) error {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "torch reference-counter name %q: %s (want /torch_<pid>_<number>)", truncName(name), why)
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "torch reference-counter name %q: %s (want /torch_<pid>_<number>[_<number>])", truncName(name), why)
 	}
 	if len(name) > torchRefMaxName {
 		return bad(fmt.Sprintf("%d bytes, at most %d", len(name), torchRefMaxName))
@@ -58,14 +59,14 @@ func checkTorchRefName(op, name string) error {
 			if digits > 20 {
 				return bad("a number of more than 20 digits")
 			}
-		case c == '_' && parts == 1 && digits > 0:
-			parts, digits = 2, 0
+		case c == '_' && parts < 3 && digits > 0:
+			parts, digits = parts+1, 0
 		default:
-			return bad(fmt.Sprintf("byte %d (%q) is not a digit or the one '_'", i, c))
+			return bad(fmt.Sprintf("byte %d (%q) is not a digit or a '_' between numbers", i, c))
 		}
 	}
-	if parts != 2 || digits == 0 {
-		return bad("not two numbers")
+	if parts < 2 || digits == 0 {
+		return bad("not two or three numbers")
 	}
 	return nil
 }

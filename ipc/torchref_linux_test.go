@@ -137,7 +137,7 @@ func TestTorchRefReleaseTorchRefusesOpenShare(t *testing.T) {
 func TestTorchRefDropLeavesShare(t *testing.T) {
 	dir := fakeTorchRefs(t)
 	fds := testutil.FDs(t)
-	const name = "/torch_7_7"
+	const name = "/torch_7_1094690702_0" // the form torch 2.11 names its files
 	f := newRefFile(t, dir, name, 1, 8, map[int]int64{5: 1})
 	r, err := acquireTorchRef("test", name, 5)
 	require.NoError(t, err)
@@ -166,7 +166,7 @@ func TestTorchRefHostileNames(t *testing.T) {
 	require.NoError(t, os.Mkdir(sub, 0o700))
 	newRefFile(t, sub, "/x", 1, 8, map[int]int64{0: 1})
 	for _, name := range []string{
-		"torch_1_2", "/torch_1", "/torch_1_2_3", "/torch__2", "/torch_1_", "/torch_",
+		"torch_1_2", "/torch_1", "/torch_1_2_3_4", "/torch_1_2_", "/torch__2", "/torch_1_", "/torch_",
 		"/torch_9_9/x", "/torch_1_2/../torch_1_2", "/../torch_1_2", "/torch_1_2\x00", "/torch_1_2\n",
 		"/torch_a_2", "/torch_-1_2", "/torch_+1_2", "/TORCH_1_2", "//torch_1_2", "/torch_1 _2",
 		"/torch_" + strings.Repeat("1", 21) + "_2", "/torch_1_" + strings.Repeat("9", 60),

@@ -88,5 +88,7 @@ func TestDevicePoolGPUOutOfMemoryBeyondDevice(t *testing.T) {
 	assert.Zero(t, calls, "no retry")
 	after, err := pool.Attributes()
 	require.NoError(t, err)
-	assert.Equal(t, before.ReservedMemCurrent, after.ReservedMemCurrent, "not trimmed")
+	// The driver may reserve address space for the failed request and
+	// keep it: only a trim would lower what the pool holds.
+	assert.GreaterOrEqual(t, after.ReservedMemCurrent, before.ReservedMemCurrent, "not trimmed")
 }
