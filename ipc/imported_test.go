@@ -40,8 +40,8 @@ type fakeImport struct {
 	// when a capture begins after the gate's check and ends before the
 	// refusal is looked at.
 	capturedDestroys int
-	gone        bool  // destroyed successfully
-	lateCalls   int   // driver calls on the pool after it was destroyed
+	gone             bool // destroyed successfully
+	lateCalls        int  // driver calls on the pool after it was destroyed
 	// entered, when set, receives once an importPointer call begins, which
 	// then waits for release to be closed (a call held in progress).
 	entered chan struct{}
