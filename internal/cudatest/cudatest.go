@@ -29,7 +29,7 @@ func Devices(t testing.TB, n int) []*cuda.Device {
 		if Required() {
 			t.Fatalf("GPU required (%s=1): %v", EnvRequireGPU, err)
 		}
-		t.Skipf("no usable CUDA driver: %v", err)
+		t.Skipf("GPU test: %v", err) // the error says no driver, and what was tried
 	}
 	if len(ds) == 0 {
 		if Required() {
