@@ -182,7 +182,7 @@ func newDevicePool(op string, dev *cuda.Device, opts *DevicePoolOptions) (*Devic
 		// constructor leaves nothing behind.
 		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%v: %w", dev, discard(pool, clean, err))}
 	}
-	p.core.pool, p.core.ipc, p.handles = pool, opts.IPC || opts.Fabric, props.HandleTypes
+	p.core.pool, p.core.ipc, p.core.maxSize, p.handles = pool, opts.IPC || opts.Fabric, opts.MaxSize, props.HandleTypes
 	p.core.own([]*cuda.Device{dev}, func() error {
 		if err := p.revokePeers(); err != nil {
 			return fmt.Errorf("revoke peer access: %w", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/fakecuda"
 )
@@ -158,4 +159,50 @@ func TestDevicePoolOOMBeyondDeviceFake(t *testing.T) {
 	require.ErrorIs(t, err, cuda.ErrorOutOfMemory)
 	assert.Equal(t, 3, calls)
 	require.NoError(t, held.Close())
+}
+
+// A request over an owned pool's MaxSize can never fit: the pool neither
+// waits nor trims (it keeps what it caches), and Retrying calls no
+// RetryFunc. Both kinds of pool.
+func TestPoolOOMBeyondMaxSizeFake(t *testing.T) {
+	if !onFakeDriver(t) {
+		return
+	}
+	dev, err := cuda.GetDevice(0)
+	require.NoError(t, err)
+	const max = 8 * saMiB
+	dp, err := NewDevicePool(dev, &DevicePoolOptions{MaxSize: max})
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, dp.Close()) }()
+	pp, err := NewPinnedPool(&PinnedPoolOptions{MaxSize: max})
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, pp.Close()) }()
+	for _, tc := range []struct {
+		name  string
+		pool  buffer.MemoryResource
+		attrs func() (PoolAttributes, error)
+	}{
+		{"DevicePool", dp, dp.Attributes},
+		{"PinnedPool", pp, pp.Attributes},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, _, err := tc.pool.AllocatePtr(saMiB, nil)
+			require.NoError(t, err)
+			require.NoError(t, tc.pool.Deallocate(p, saMiB, nil))
+			require.NoError(t, dev.Sync())
+			before, err := tc.attrs()
+			require.NoError(t, err)
+			require.NotZero(t, before.ReservedMemCurrent, "the freed memory stays cached")
+
+			calls := 0
+			r := NewRetrying(tc.pool, func(uint64, int) bool { calls++; return calls < 3 })
+			_, _, err = r.AllocatePtr(max+1, nil)
+			require.ErrorIs(t, err, cuda.ErrorOutOfMemory)
+			assert.Contains(t, err.Error(), "MaxSize")
+			assert.Zero(t, calls, "no retry")
+			after, err := tc.attrs()
+			require.NoError(t, err)
+			assert.Equal(t, before.ReservedMemCurrent, after.ReservedMemCurrent, "not trimmed")
+		})
+	}
 }

@@ -172,7 +172,7 @@ func NewPinnedPool(opts *PinnedPoolOptions) (*PinnedPool, error) {
 		// the devices goes with it).
 		return nil, &cuda.OpError{Op: op, Err: discard(pool, clean, err)}
 	}
-	p := &PinnedPool{core: poolCore{kind: "PinnedPool", dev: dev, pool: pool, ipc: opts.IPC}, loc: loc}
+	p := &PinnedPool{core: poolCore{kind: "PinnedPool", dev: dev, pool: pool, ipc: opts.IPC, maxSize: opts.MaxSize}, loc: loc}
 	// Frees may have been ordered on any device's streams.
 	p.core.own(devs, pool.Destroy)
 	return p, nil

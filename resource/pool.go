@@ -64,8 +64,11 @@ type poolCore struct {
 	dev  *cuda.Device // serves the pool's calls; its default stream is the nil-stream default
 	pool cuda.MemPool
 	ipc  bool
-	life poolcore.Core
-	ptrs ptrSet // the live allocations' addresses: Deallocate frees only these
+	// maxSize is an owned pool's MaxSize (0: none): a request above it
+	// can never fit.
+	maxSize uint64
+	life    poolcore.Core
+	ptrs    ptrSet // the live allocations' addresses: Deallocate frees only these
 	// export is package ipc's state for the pool (UUID and key), kept here
 	// so that it lives and dies with the pool.
 	export poolexport.Slot

@@ -19,11 +19,15 @@ import (
 // its cached blocks and retries. The pool regrows on later allocations.
 // It runs with the pool acquired.
 //
-// A request larger than the device's memory can never fit: err is
-// returned as it is (marked, so that Retrying makes no retry either),
-// without the wait and the trim, which would cost the pool's cached
-// memory (and the next allocations their driver calls) for nothing.
+// A request larger than the pool's MaxSize or the device's memory can
+// never fit: err is returned as it is (marked, so that Retrying makes no
+// retry either), without the wait and the trim, which would cost the
+// pool's cached memory (and the next allocations their driver calls) for
+// nothing.
 func (c *poolCore) retryAfterTrim(s *cuda.Stream, size uint64, err error) (cuda.DevicePtr, error) {
+	if c.maxSize != 0 && size > c.maxSize {
+		return 0, neverFits{fmt.Errorf("%w (more than the pool's MaxSize, %d bytes)", err, c.maxSize)}
+	}
 	if c.kind == "DevicePool" {
 		if total, terr := c.dev.TotalMemory(); terr == nil && size > total {
 			return 0, neverFits{fmt.Errorf("%w (more than the %d bytes of %v)", err, total, c.dev)}
