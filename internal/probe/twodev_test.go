@@ -39,7 +39,7 @@ func TestTwoDevicesPeerCopy(t *testing.T) {
 	const n = 1 << 12
 	src := make([]uint32, n)
 	for i := range src {
-		src[i] = uint32(i*2654435761) ^ 0x5eed
+		src[i] = uint32(i)*2654435761 ^ 0x5eed
 	}
 	a, err := p0.Allocate(4*n, s0)
 	if err != nil {
