@@ -61,7 +61,8 @@ func runOnTwoFakeDevices(t *testing.T, tests ...string) {
 // for that peer (a kernel of device 1 writes device 0's memory, device 0
 // checks it), Access reads the peer's access back from the driver,
 // SetPeerAccess revokes it, and the resource's own device is refused as a
-// peer.
+// peer; NCCLOptions with a peer gives the peer read-write access, read
+// back from the driver.
 func TestTwoDevicesVirtualFake(t *testing.T) {
-	runOnTwoFakeDevices(t, "TestPeerAccessOnVMM")
+	runOnTwoFakeDevices(t, "TestPeerAccessOnVMM", "TestGPUNCCLOptions")
 }
