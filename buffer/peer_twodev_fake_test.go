@@ -61,7 +61,8 @@ func runOnTwoFakeDevices(t *testing.T, tests ...string) {
 // devices (on either device's stream, views at odd offsets, the nil
 // stream), each checked by a kernel of the destination device and read
 // back to the host; a CopyBatch with a buffer of the other device refused
-// before anything is submitted.
+// before anything is submitted; concurrent staged host copies on both
+// devices.
 func TestTwoDevicesBufferFake(t *testing.T) {
-	runOnTwoFakeDevices(t, "TestBufferPeerCopy", "TestGPUCopyBatchWrongDevice")
+	runOnTwoFakeDevices(t, "TestBufferPeerCopy", "TestGPUCopyBatchWrongDevice", "TestCopyHostConcurrent")
 }

@@ -61,7 +61,8 @@ func runOnTwoFakeDevices(t *testing.T, tests ...string) {
 // back through PeerAccess and the pool's own query, a kernel of device 1
 // writing device 0's pool memory, revoked, revoked by Close, not cached
 // between two resources on the current pool), and a pool refusing a
-// stream of the other device.
+// stream of the other device; SetDefault refusing a resource of the
+// other device.
 func TestTwoDevicesPoolsFake(t *testing.T) {
-	runOnTwoFakeDevices(t, "TestDevicePoolPeerAccess", "TestDevicePoolOtherDeviceStream")
+	runOnTwoFakeDevices(t, "TestDevicePoolPeerAccess", "TestDevicePoolOtherDeviceStream", "TestDefault")
 }
