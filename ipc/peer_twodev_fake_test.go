@@ -27,8 +27,8 @@ const twoDevChildEnv = "CUDAMEM_IPC_TWODEV_CHILD"
 // runOnTwoFakeDevices runs the named GPU tests (top-level test functions)
 // in a child process over the fake driver with two devices, and fails
 // unless each passed with none of its subtests skipped: on the fake
-// nothing a second GPU would provide is missing. In the child it does
-// nothing (the GPU tests run there by name, not this one).
+// nothing a second GPU would provide is missing. In the child it skips
+// (the GPU tests run there by name, not this one).
 func runOnTwoFakeDevices(t *testing.T, tests ...string) {
 	t.Helper()
 	if os.Getenv(twoDevChildEnv) == "1" {
