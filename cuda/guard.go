@@ -18,41 +18,65 @@ import (
 // The zero Guard is open and ready. A Guard must not be copied after first
 // use. Enter and Leave cost one atomic add each.
 type Guard struct {
-	state atomic.Int64 // guardClosed | calls in flight
-	mu    sync.Mutex   // the waits of Close
-	idle  sync.Cond    // broadcast when the last call leaves a closing Guard; L is &mu
+	state atomic.Int64 // guardClosed | guardClosing | calls in flight
+	mu    sync.Mutex   // the waits of Close, Lock and of Enter while locked
+	idle  sync.Cond    // broadcast when the last call leaves a closing Guard, and at Unlock; L is &mu
 }
 
-// guardClosed marks a Guard whose Close has begun; the bits below count the
-// calls in flight.
-const guardClosed = 1 << 62
+// The state's high bits: Close has begun (for good), or a Lock holds calls
+// off until its Unlock decides. The bits below count the calls in flight.
+const (
+	guardClosed  = 1 << 62
+	guardClosing = 1 << 61
+	guardCalls   = guardClosing - 1
+)
 
 // Enter starts a call: it returns false once Close has begun (there is
-// nothing to Leave then), and true otherwise, after which Leave must follow.
-// It never blocks. Calls may nest.
+// nothing to Leave then), and true otherwise, after which Leave must
+// follow. It does not block, except while a Lock holds calls off: it then
+// waits for the Unlock, and is refused if that closed the Guard. Calls may
+// nest, but not across a Lock (the Lock would wait for the outer call, and
+// the inner one for the Lock).
 func (g *Guard) Enter() bool {
-	if g.state.Add(1)&guardClosed != 0 {
-		g.Leave() // undo at once: Close, waiting for the count, waits at most for this
-		return false
-	}
-	return true
-}
-
-// Leave ends a call that Enter let in. The last call to leave after Close
-// began wakes Close.
-func (g *Guard) Leave() {
-	if g.state.Add(-1) == guardClosed {
+	for {
+		s := g.state.Add(1)
+		if s&(guardClosed|guardClosing) == 0 {
+			return true
+		}
+		g.Leave() // undo at once: a Close or Lock waiting for the count waits at most for this
+		if s&guardClosed != 0 {
+			return false
+		}
 		g.mu.Lock()
 		g.idle.L = &g.mu
-		g.idle.Broadcast()
+		for g.state.Load()&guardClosing != 0 {
+			g.idle.Wait()
+		}
 		g.mu.Unlock()
 	}
 }
 
-// Close refuses later calls, then waits until the calls in flight have left.
-// It reports whether this was the first Close; every Close waits, so any
-// caller may destroy the handle's resources once its Close returned true,
-// and a later Close that returns false finds them no longer in use.
+// Leave ends a call that Enter let in. The last call to leave while a
+// Close or Lock waits wakes it.
+func (g *Guard) Leave() {
+	if s := g.state.Add(-1); s&guardCalls == 0 && s&(guardClosed|guardClosing) != 0 {
+		g.broadcast()
+	}
+}
+
+func (g *Guard) broadcast() {
+	g.mu.Lock()
+	g.idle.L = &g.mu
+	g.idle.Broadcast()
+	g.mu.Unlock()
+}
+
+// Close refuses later calls at once, then waits until the calls in flight
+// have left. It reports whether this was the first Close; every Close
+// waits, so any caller may destroy the handle's resources once its Close
+// returned true, and a later Close that returns false finds them no longer
+// in use. Close is for a handle whose closing cannot fail; one whose
+// destruction may fail and leave it open uses Lock and Unlock.
 //
 // Close must not be called between an Enter and its Leave on the same
 // Guard: it would wait for itself.
@@ -69,12 +93,57 @@ func (g *Guard) Close() (first bool) {
 	}
 	g.mu.Lock()
 	g.idle.L = &g.mu
-	for g.state.Load() != guardClosed {
+	for g.state.Load()&guardCalls != 0 {
 		g.idle.Wait()
 	}
 	g.mu.Unlock()
 	return first
 }
 
-// IsClosed reports whether Close has begun.
+// Lock is the first half of a Close that may fail: it waits until no call
+// is in flight and holds new ones off (their Enter waits) until Unlock. It
+// reports whether the Guard was closed already. Between the two the caller
+// alone uses the handle: it destroys what the handle owns, then calls
+// Unlock(true) to close the Guard for good, or Unlock(false) if the
+// destruction failed and the handle stays open. Locks exclude each other.
+// Like Close, Lock must not be called between an Enter and its Leave.
+func (g *Guard) Lock() (closed bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.idle.L = &g.mu
+	for {
+		s := g.state.Load()
+		if s&guardClosing != 0 {
+			g.idle.Wait() // another Lock holds the Guard
+			continue
+		}
+		if g.state.CompareAndSwap(s, s|guardClosing) {
+			closed = s&guardClosed != 0
+			break
+		}
+	}
+	for g.state.Load()&guardCalls != 0 {
+		g.idle.Wait()
+	}
+	return closed
+}
+
+// Unlock ends what Lock began: with close, the Guard is closed for good and
+// the calls waiting in Enter are refused; without, they go ahead.
+func (g *Guard) Unlock(close bool) {
+	for {
+		s := g.state.Load()
+		n := s &^ guardClosing
+		if close {
+			n |= guardClosed
+		}
+		if g.state.CompareAndSwap(s, n) {
+			break
+		}
+	}
+	g.broadcast()
+}
+
+// IsClosed reports whether Close has begun, or an Unlock(true) closed the
+// Guard.
 func (g *Guard) IsClosed() bool { return g.state.Load()&guardClosed != 0 }

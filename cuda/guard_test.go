@@ -85,3 +85,89 @@ func TestGuardRace(t *testing.T) {
 		}
 	}
 }
+
+// Lock holds calls off until Unlock decides: Unlock(false) lets the
+// waiting calls in (the handle stayed open), Unlock(true) refuses them.
+func TestGuardLockUnlock(t *testing.T) {
+	for _, close := range []bool{false, true} {
+		var g cuda.Guard
+		if !g.Enter() {
+			t.Fatal("Enter refused on an open Guard")
+		}
+		locked := make(chan bool)
+		go func() { locked <- g.Lock() }()
+		select {
+		case <-locked:
+			t.Fatal("Lock returned with a call in flight")
+		case <-time.After(20 * time.Millisecond):
+		}
+		entered := make(chan bool)
+		go func() {
+			ok := g.Enter()
+			if ok {
+				g.Leave()
+			}
+			entered <- ok
+		}()
+		g.Leave()
+		if was := <-locked; was {
+			t.Fatal("Lock reported an open Guard closed")
+		}
+		select {
+		case <-entered:
+			t.Fatal("Enter went ahead while the Guard was locked")
+		case <-time.After(20 * time.Millisecond):
+		}
+		g.Unlock(close)
+		if ok := <-entered; ok == close {
+			t.Fatalf("after Unlock(%v), Enter returned %v", close, ok)
+		}
+		if g.IsClosed() != close {
+			t.Fatalf("after Unlock(%v), IsClosed is %v", close, g.IsClosed())
+		}
+		if was := g.Lock(); was != close {
+			t.Fatalf("a second Lock reported closed=%v after Unlock(%v)", was, close)
+		}
+		g.Unlock(close)
+	}
+}
+
+// Many goroutines entering while several lock, unlock and close: calls and
+// locks never overlap, and nothing hangs.
+func TestGuardLockRace(t *testing.T) {
+	var g cuda.Guard
+	var inFlight, locked atomic.Int64
+	var wg sync.WaitGroup
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 300; j++ {
+				if !g.Enter() {
+					return
+				}
+				inFlight.Add(1)
+				if locked.Load() != 0 {
+					t.Error("a call is in flight while the Guard is locked")
+				}
+				inFlight.Add(-1)
+				g.Leave()
+			}
+		}()
+	}
+	for i := 0; i < 3; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := 0; j < 50; j++ {
+				g.Lock()
+				if locked.Add(1) != 1 || inFlight.Load() != 0 {
+					t.Error("two Locks, or a Lock and a call, overlap")
+				}
+				locked.Add(-1)
+				g.Unlock(i == 2 && j == 49)
+			}
+		}()
+	}
+	wg.Wait()
+}
