@@ -102,8 +102,8 @@ func (s *Stream) BeginCaptureMode(mode CaptureMode) error {
 	// was deferred meanwhile runs then, after the stream's lock is let go.
 	d := s.dev
 	defer d.gate.runDeferred()
-	d.gate.raise(true, s.blocking)
-	unannounce := func() { d.gate.lower(true, s.blocking) }
+	d.gate.raise(true, s.capture.blocking)
+	unannounce := func() { d.gate.lower(true, s.capture.blocking) }
 	ctx, h, err := s.beginQuery(op)
 	if err != nil {
 		unannounce()
@@ -112,18 +112,18 @@ func (s *Stream) BeginCaptureMode(mode CaptureMode) error {
 	defer s.endQuery()
 	// Raise the flag before the driver call, so no allocation on another
 	// goroutine slips between the capture starting and the flag.
-	if !s.capState.CompareAndSwap(capNone, capBeginning) {
+	if !s.capture.state.CompareAndSwap(capNone, capBeginning) {
 		unannounce()
 		return Errorf(op, ErrCapturing, "stream %#x of %v is already capturing (end it with EndCapture first)", h, s.dev)
 	}
 	// From here captureEnded lowers the counts raised above.
-	s.seq.Store(&captureSeq{origin: s})
+	s.capture.seq.Store(&captureSeq{origin: s})
 	p := &s.dev.drv.StreamBeginCapture
 	if r := p.CallCtx(ctx, h, uintptr(mode)); !ok(r) {
 		s.captureEnded()
 		return &OpError{Op: op, Err: fmt.Errorf("stream %#x of %v, %v mode: %w", h, s.dev, mode, fail(p, r))}
 	}
-	s.capState.Store(capActive)
+	s.capture.state.Store(capActive)
 	return nil
 }
 
@@ -140,12 +140,12 @@ const (
 // joined it stop capturing, and the context's count of captures drops
 // (running what waited for it to reach zero).
 func (s *Stream) captureEnded() {
-	if s.capState.Swap(capNone) == capNone {
+	if s.capture.state.Swap(capNone) == capNone {
 		return
 	}
-	c := s.seq.Swap(nil)
+	c := s.capture.seq.Swap(nil)
 	origin := c != nil && c.origin == s
-	s.dev.gate.lower(false, s.blocking)
+	s.dev.gate.lower(false, s.capture.blocking)
 	switch {
 	case origin:
 		c.finish()
@@ -163,24 +163,24 @@ func (s *Stream) captureEndedIf(seen *captureSeq) {
 	if seen == nil {
 		// A capture cudamem did not see begin (a borrowed stream's, or
 		// one it joined through such a stream): only the flag to clear.
-		if s.capState.CompareAndSwap(capActive, capNone) {
-			if s.seq.Load() != nil { // a capture began meanwhile: restore
-				if !s.capState.CompareAndSwap(capNone, capActive) {
+		if s.capture.state.CompareAndSwap(capActive, capNone) {
+			if s.capture.seq.Load() != nil { // a capture began meanwhile: restore
+				if !s.capture.state.CompareAndSwap(capNone, capActive) {
 					// The other side set the flag and counted itself:
 					// this flag's count goes.
-					s.dev.gate.lower(false, s.blocking)
+					s.dev.gate.lower(false, s.capture.blocking)
 				}
 				return
 			}
-			s.dev.gate.lower(false, s.blocking)
+			s.dev.gate.lower(false, s.capture.blocking)
 		}
 		return
 	}
-	if !s.seq.CompareAndSwap(seen, nil) {
+	if !s.capture.seq.CompareAndSwap(seen, nil) {
 		return
 	}
-	if s.capState.Swap(capNone) != capNone {
-		s.dev.gate.lower(false, s.blocking)
+	if s.capture.state.Swap(capNone) != capNone {
+		s.dev.gate.lower(false, s.capture.blocking)
 	}
 	switch {
 	case seen.origin == s:
@@ -197,7 +197,7 @@ func (s *Stream) captureEndedIf(seen *captureSeq) {
 // joinedTo returns the stream whose capture s joined (nil if s began its
 // capture, or is not capturing).
 func (s *Stream) joinedTo() *Stream {
-	if c := s.seq.Load(); c != nil && c.origin != s {
+	if c := s.capture.seq.Load(); c != nil && c.origin != s {
 		return c.origin
 	}
 	return nil
@@ -239,13 +239,13 @@ func (s *Stream) endCaptureCall() (_ *Graph, seq *captureSeq, _ error) {
 		return nil, nil, err
 	}
 	defer s.endQuery()
-	if s.capState.Load() == capNone && !s.borrowed {
+	if s.capture.state.Load() == capNone && !s.borrowed {
 		return nil, nil, Errorf(op, ErrInvalidArgument, "stream %#x of %v is not capturing (begin with BeginCapture)", h, s.dev)
 	}
 	if o := s.joinedTo(); o != nil {
 		return nil, nil, s.errJoined(op, true, o.describe())
 	}
-	if s.capState.Load() != capNone && s.seq.Load() == nil {
+	if s.capture.state.Load() != capNone && s.capture.seq.Load() == nil {
 		// Joined a capture cudamem did not see begin: ending it here
 		// would invalidate it, unless the driver says it is over.
 		if err := s.refuseOpenCapture(op, true); err != nil {
@@ -255,7 +255,7 @@ func (s *Stream) endCaptureCall() (_ *Graph, seq *captureSeq, _ error) {
 			return nil, nil, Errorf(op, ErrInvalidArgument, "stream %#x of %v is not capturing: the capture it joined is over", h, s.dev)
 		}
 	}
-	seq = s.seq.Load()
+	seq = s.capture.seq.Load()
 	if seq != nil && seq.origin != s {
 		seq = nil
 	}
@@ -296,13 +296,13 @@ func (s *Stream) refuseOpenCapture(op string, end bool) error {
 	if err != nil {
 		return err
 	}
-	seen := s.seq.Load()
+	seen := s.capture.seq.Load()
 	c, err := s.captureAsk(op, ctx, s.handle)
 	if err != nil {
 		return err
 	}
 	if c.capturing && seen == nil {
-		if j := s.joinedID.Load(); j != 0 && c.id != 0 && c.id != j {
+		if j := s.capture.joinedID.Load(); j != 0 && c.id != 0 && c.id != j {
 			// The capture s joined is over and another began on the
 			// handle since (not by a wait of s): the join flag is stale.
 			s.captureEndedIf(nil)
@@ -354,17 +354,57 @@ func (s *Stream) endCapture(ctx, h uintptr) (*Graph, error) {
 	return nil, err
 }
 
+// closeCapture is the capture rule's part of Close (dead: the context was
+// destroyed), before anything is destroyed: it refuses a Close that would
+// end a capture it must not (see Stream.Close), and it notes the capture
+// the stream began, whose deferred work settleClose runs. The caller holds
+// the guard's Lock.
+func (s *Stream) closeCapture(op string, dead bool) error {
+	if c := s.capture.seq.Load(); c != nil && c.origin == s {
+		s.capture.closed.Store(c)
+	}
+	if dead {
+		// Any capture of the context ended with it.
+		if s.capture.state.Load() != capNone {
+			s.captureEnded()
+		}
+		return nil
+	}
+	if o := s.joinedTo(); o != nil {
+		// The driver cannot destroy a stream in the middle of a capture,
+		// and only the stream that began it can end it.
+		return s.errJoined(op, false, o.describe())
+	}
+	if s.capture.state.Load() != capNone && (s.borrowed || s.capture.seq.Load() == nil) {
+		// A capture this Close must not end, unless the driver says it
+		// is over.
+		return s.refuseOpenCapture(op, false)
+	}
+	return nil
+}
+
+// settleClose runs, once Close has unlocked the stream, the work deferred
+// until the capture it ended (if any) is over.
+func (s *Stream) settleClose() {
+	s.capture.closed.Swap(nil).settle()
+	s.dev.gate.runDeferred()
+}
+
 // abandonCapture ends an open capture before the stream is destroyed,
-// discarding its graph. Called by Close under the write lock.
+// discarding its graph, or retries destroying the graph of one an earlier
+// Close ended. The caller holds the guard's Lock.
 func (s *Stream) abandonCapture(ctx uintptr) error {
+	if s.capture.state.Load() == capNone {
+		return s.closeAbandoned()
+	}
 	g, err := s.endCapture(ctx, s.handle)
-	if err != nil && s.capState.Load() != capNone {
+	if err != nil && s.capture.state.Load() != capNone {
 		return &OpError{Op: "Stream.Close", Err: fmt.Errorf("ending the open capture: %w", err)}
 	}
 	// The capture is over (an invalidated capture ends with an error):
 	// the stream can be destroyed once its graph is.
 	if g != nil {
-		s.abandoned = g
+		s.capture.abandoned = g
 	}
 	return s.closeAbandoned()
 }
@@ -373,13 +413,13 @@ func (s *Stream) abandonCapture(ctx uintptr) error {
 // fails to go is kept for the next Close to retry (the stream stays open
 // meanwhile, so the failure is reported, not leaked).
 func (s *Stream) closeAbandoned() error {
-	if s.abandoned == nil {
+	if s.capture.abandoned == nil {
 		return nil
 	}
-	if err := s.abandoned.Close(); err != nil {
+	if err := s.capture.abandoned.Close(); err != nil {
 		return &OpError{Op: "Stream.Close", Err: fmt.Errorf("destroying the graph of the capture it ended: %w", err)}
 	}
-	s.abandoned = nil
+	s.capture.abandoned = nil
 	return nil
 }
 
@@ -461,7 +501,7 @@ func (s *Stream) IsCapturing() bool { return s.RefuseCapture("Stream.IsCapturing
 // capture begun there with the raw handle, is not seen: wrap the handle
 // with WrapStream to have the driver asked.
 func (s *Stream) RefuseCapture(op string) error {
-	if s == nil || s.dev == nil || s.closed.Load() {
+	if s == nil || s.dev == nil || s.guard.IsClosed() {
 		return nil
 	}
 	if err, ask := s.refuseFast(op); !ask {
@@ -479,7 +519,7 @@ func (s *Stream) RefuseCapture(op string) error {
 // the driver must be asked (refuseAsk) because the flag says capturing
 // (to confirm it) or the stream is borrowed.
 func (s *Stream) refuseFast(op string) (err error, ask bool) {
-	switch st := s.capState.Load(); {
+	switch st := s.capture.state.Load(); {
 	case st == capBeginning:
 		return s.errCapturing(op), false
 	case st == capActive:
@@ -500,7 +540,7 @@ func (s *Stream) refuseFast(op string) (err error, ask bool) {
 // refuseAsk is the driver-asking half of RefuseCapture, for a caller
 // inside begin/end.
 func (s *Stream) refuseAsk(op string, ctx, h uintptr) error {
-	if s.capState.Load() == capActive {
+	if s.capture.state.Load() == capActive {
 		return s.confirmCapture(op, ctx, h)
 	}
 	return s.refuseBorrowed(op, ctx, h)
@@ -514,7 +554,7 @@ func (s *Stream) errCapturing(op string) error {
 // capturing: still capturing (or the query failed) refuses; ended
 // elsewhere clears the flag.
 func (s *Stream) confirmCapture(op string, ctx, h uintptr) error {
-	seen := s.seq.Load()
+	seen := s.capture.seq.Load()
 	st, err := s.status(ctx, h)
 	if err == nil && st == CaptureStatusNone {
 		s.captureEndedIf(seen)
@@ -547,3 +587,136 @@ func (s *Stream) refuseBorrowed(op string, ctx, h uintptr) error {
 	}
 	return nil
 }
+
+// WaitEvent makes future work on s wait until e has completed.
+//
+// Under capture it follows the driver's rules (see RefuseOrder): waiting
+// on an event recorded into a capture pulls s into that capture (how a
+// capture forks into several streams; s must then be joined back into
+// the capturing stream, through an event recorded on s and waited on
+// there, before EndCapture), and s stops capturing when the capture
+// ends. A capturing s waiting on an event recorded outside its capture,
+// or into another capture, is refused with an error matching
+// ErrCapturing, as is any wait involving the legacy default stream while
+// a blocking stream captures, and a wait of the legacy default stream on
+// an event recorded into any capture (it cannot join one: the driver
+// would invalidate the capture); the captures stay valid. A stream of
+// another context that joins a capture counts as capturing in its own
+// context too: Device.Sync there is refused until the capture ends.
+func (s *Stream) WaitEvent(e *Event) error {
+	const op = "Stream.WaitEvent"
+	// A stream that joins a capture starts capturing at the driver call:
+	// from then on, legacy-stream work would join the capture too if s is
+	// blocking, and a wait for s's whole context would invalidate it if s
+	// is of another context than the capture's origin. As BeginCapture
+	// does, raise the counts that refuse such calls and wait out those in
+	// flight first, holding no lock (the gate, capturerule.go). They are
+	// lowered on return, after the join's own were raised (join), and the
+	// work deferred meanwhile then runs. Decided from the event's capture
+	// as it is now; a record racing this wait may still escape it.
+	if s != nil && s.dev != nil && !s.IsDefault() {
+		if rec := e.recorded(); rec != nil && rec.active(op) {
+			if cross := s.crossContext(rec.seq); s.capture.blocking || cross {
+				g := &s.dev.gate
+				defer g.runDeferred()
+				g.raise(cross, s.capture.blocking)
+				defer g.lower(cross, s.capture.blocking)
+			}
+		}
+	}
+	ctx, h, err := s.begin(op)
+	if err != nil {
+		return err
+	}
+	defer s.end()
+	eh, err := e.get(op)
+	if err != nil {
+		return err
+	}
+	defer e.end()
+	if err := e.dev.contextClosed(op); err != nil { // the event went with its context
+		return err
+	}
+	w, err := s.captureOfLocked(op, ctx, h)
+	if err != nil {
+		return err
+	}
+	rec := e.rec.Load()
+	if !rec.activeLocked(op, s, ctx, h) {
+		rec = nil
+	}
+	what := "an event recorded outside any capture"
+	if rec != nil {
+		what = fmt.Sprintf("an event recorded into the capture on %v", rec.stream.describe())
+	}
+	join, err := decideOrder(op, s, w, what, rec.capID(), true)
+	if err != nil {
+		return err
+	}
+	if err := result(&s.dev.drv.StreamWaitEvent, s.dev.drv.StreamWaitEvent.CallCtx(ctx, h, eh, 0)); err != nil {
+		return err
+	}
+	if join {
+		s.joinCapture(rec)
+	}
+	return nil
+}
+
+// WaitStream makes future work on s wait for all work submitted to other
+// so far (through a temporary event). Under capture it follows
+// WaitEvent's rules; a wait WaitEvent would refuse is refused before the
+// event is made.
+func (s *Stream) WaitStream(other *Stream) error {
+	const op = "Stream.WaitStream"
+	// Check both streams before creating anything: a nil or zero stream
+	// has no device to make the event on.
+	if _, _, err := s.begin(op); err != nil {
+		return err
+	}
+	s.end()
+	if _, _, err := other.begin(op); err != nil {
+		return err
+	}
+	dev := other.dev
+	other.end()
+	// Refused before anything is recorded where WaitEvent would refuse
+	// the wait (the legacy stream joining a capture, a capture waiting on
+	// work outside it): the temporary event is not made for nothing.
+	w, err := s.captureOf(op)
+	if err != nil {
+		return err
+	}
+	o, err := other.captureOf(op)
+	if err != nil {
+		return err
+	}
+	if _, err := decideOrder(op, s, w, other.describe(), o, true); err != nil {
+		return err
+	}
+	e, err := dev.NewEvent(EventDisableTiming)
+	if err != nil {
+		return err
+	}
+	err = e.Record(other)
+	if err == nil {
+		err = s.WaitEvent(e)
+	}
+	// The event may be destroyed at once: the driver keeps the wait alive.
+	if cerr := e.Close(); cerr != nil {
+		err = errors.Join(err, fmt.Errorf("%s: destroying the temporary event: %w", op, cerr))
+	}
+	return err
+}
+
+// refuseContextWait enters the gate (capturerule.go) for a wait for the whole context of d
+// (cuCtxSynchronize) named op; a nil error means the caller must call
+// exitContextWait after its driver call.
+func (d *Device) refuseContextWait(op string) error {
+	if !d.gate.enter(callContext) {
+		return d.errContextWait(op)
+	}
+	return nil
+}
+
+// exitContextWait ends a wait refuseContextWait let through.
+func (d *Device) exitContextWait() { d.gate.leave(callContext) }

@@ -37,6 +37,34 @@ import (
 // destruction that needs the context quiet waits with
 // Device.DeferWhileCapturing until no capture is in flight.
 
+// streamCapture is a stream's part in the capture rule.
+type streamCapture struct {
+	// state is capBeginning from just before BeginCapture's driver call,
+	// capActive once it succeeded (or the stream joined a capture), and
+	// capNone once the capture has ended, so resources can refuse the
+	// stream with one atomic load instead of a driver query.
+	state atomic.Int32
+	// blocking records that the stream synchronizes with the legacy
+	// default stream (made without StreamNonBlocking): while it captures,
+	// work on the legacy stream would join the capture and invalidate it.
+	blocking bool
+	// seq is the capture the stream is in while state is not capNone: one
+	// it began, or one it joined by waiting on its work (nil for a capture
+	// cudamem did not see begin).
+	seq atomic.Pointer[captureSeq]
+	// joinedID is the driver's id of the capture cudamem did not see begin
+	// that the stream joined by a wait (joinCapture; 0 when the driver
+	// could not say), so that Close and EndCapture can tell that capture
+	// from a later one on the same handle.
+	joinedID atomic.Uint64
+	// abandoned is the graph of a capture Close ended but could not
+	// destroy; the next Close retries (written under the guard's Lock).
+	abandoned *Graph
+	// closed is the capture a Close ended, whose deferred work runs once
+	// that Close has unlocked the stream (settleClose).
+	closed atomic.Pointer[captureSeq]
+}
+
 // captureSeq is one capture sequence that cudamem saw begin
 // (Stream.BeginCapture): the origin stream and the streams that joined it
 // through Stream.WaitEvent or Stream.WaitStream on its work.
@@ -89,20 +117,20 @@ func (s *Stream) crossContext(c *captureSeq) bool {
 
 // leave clears s's capture flag if s is in capture c as a joined stream.
 func (s *Stream) leave(c *captureSeq) {
-	if s.seq.CompareAndSwap(c, nil) {
-		if s.capState.Swap(capNone) != capNone {
-			s.dev.gate.lower(s.crossContext(c), s.blocking)
+	if s.capture.seq.CompareAndSwap(c, nil) {
+		if s.capture.state.Swap(capNone) != capNone {
+			s.dev.gate.lower(s.crossContext(c), s.capture.blocking)
 		}
 	}
 }
 
 // join records that s joined capture c (a wait on c's work succeeded).
 func (s *Stream) join(c *captureSeq) {
-	if c == nil || c.over.Load() || !s.seq.CompareAndSwap(nil, c) {
+	if c == nil || c.over.Load() || !s.capture.seq.CompareAndSwap(nil, c) {
 		return
 	}
-	if !s.capState.CompareAndSwap(capNone, capActive) {
-		s.seq.CompareAndSwap(c, nil)
+	if !s.capture.state.CompareAndSwap(capNone, capActive) {
+		s.capture.seq.CompareAndSwap(c, nil)
 		return
 	}
 	cross := s.crossContext(c)
@@ -111,7 +139,7 @@ func (s *Stream) join(c *captureSeq) {
 		s.dev.gate.captures.Add(1)
 		s.dev.gate.mu.Unlock()
 	}
-	if s.blocking {
+	if s.capture.blocking {
 		s.dev.gate.blocking.Add(1)
 	}
 	c.mu.Lock()
@@ -137,9 +165,9 @@ func (s *Stream) joinCapture(rec *eventCapture) {
 	// A capture cudamem did not see begin: flag s so the driver is asked
 	// from now on; the flag clears when the driver says it is over. Its
 	// id tells Close and EndCapture that capture from a later one.
-	if s.capState.CompareAndSwap(capNone, capActive) {
-		s.joinedID.Store(rec.id)
-		if s.blocking {
+	if s.capture.state.CompareAndSwap(capNone, capActive) {
+		s.capture.joinedID.Store(rec.id)
+		if s.capture.blocking {
 			s.dev.gate.blocking.Add(1)
 		}
 	}
@@ -197,12 +225,12 @@ func (s *Stream) captureOfLocked(op string, ctx, h uintptr) (capID, error) {
 
 // captureFast answers from the flags; ask says the driver must be asked.
 func (s *Stream) captureFast() (c capID, ask bool) {
-	if s == nil || s.dev == nil || s.closed.Load() {
+	if s == nil || s.dev == nil || s.guard.IsClosed() {
 		return capID{}, false
 	}
-	switch st := s.capState.Load(); {
+	switch st := s.capture.state.Load(); {
 	case st == capBeginning:
-		return capID{capturing: true, seq: s.seq.Load()}, false
+		return capID{capturing: true, seq: s.capture.seq.Load()}, false
 	case st == capNone && s.IsDefault():
 		if s.dev.gate.blocking.Load() > 0 {
 			return capID{capturing: true, legacy: true}, false
@@ -217,7 +245,7 @@ func (s *Stream) captureFast() (c capID, ask bool) {
 // captureAsk asks the driver which capture s is in (its id where the
 // driver can say).
 func (s *Stream) captureAsk(op string, ctx, h uintptr) (capID, error) {
-	seen := s.seq.Load()
+	seen := s.capture.seq.Load()
 	var status int32
 	var id uint64
 	p := &s.dev.drv.StreamGetCaptureInfo
@@ -233,12 +261,12 @@ func (s *Stream) captureAsk(op string, ctx, h uintptr) (capID, error) {
 		status = int32(st)
 	}
 	if CaptureStatus(status) == CaptureStatusNone {
-		if s.capState.Load() == capActive {
+		if s.capture.state.Load() == capActive {
 			s.captureEndedIf(seen) // ended through another value of the handle
 		}
 		return capID{}, nil
 	}
-	return capID{capturing: true, seq: s.seq.Load(), id: id}, nil
+	return capID{capturing: true, seq: s.capture.seq.Load(), id: id}, nil
 }
 
 // describe names a stream and its device (and, for a view, its context)
@@ -625,3 +653,24 @@ func (e *Event) refuseCaptured(op string) error {
 	}
 	return nil
 }
+
+// The calls that enter the gate from outside this file.
+
+// refuseLegacy applies the capture rule to a synchronous call named op:
+// the driver runs it on the legacy default stream of d's context, so
+// while a blocking stream of that context captures, the call would join
+// that capture and invalidate it. It is refused then, as work on
+// DefaultStream() is, with an error matching ErrCapturing.
+//
+// The caller makes its driver call before exitLegacy: the check and the
+// call are one step for a BeginCapture on another goroutine (the gate,
+// capturerule.go). A nil error means the caller must call exitLegacy.
+func (d *Device) refuseLegacy(op string) error {
+	if !d.gate.enter(callLegacy) {
+		return d.errLegacyCapture(op)
+	}
+	return nil
+}
+
+// exitLegacy ends a legacy-stream call refuseLegacy let through.
+func (d *Device) exitLegacy() { d.gate.leave(callLegacy) }

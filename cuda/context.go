@@ -407,10 +407,10 @@ func (c *Context) Close() error {
 	// Waiting for the context would invalidate a capture in progress on
 	// one of its streams (the capture rule): end it first. No capture
 	// can begin from the check until the context is gone (the gate).
-	if !v.gate.enter(callContext) {
-		return v.errContextWait(op)
+	if err := v.refuseContextWait(op); err != nil {
+		return err
 	}
-	defer v.gate.leave(callContext)
+	defer v.exitContextWait()
 	// Finish submitted work first; a sticky error here (a faulted kernel)
 	// must not keep the context alive, so it is only reported.
 	serr := result(&drv.CtxSynchronize, drv.CtxSynchronize.CallCtx(v.ctx))

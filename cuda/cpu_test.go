@@ -13,7 +13,7 @@ import (
 
 func TestClosedStreamReturnsErrClosed(t *testing.T) {
 	s := &Stream{dev: &Device{}, owned: true}
-	s.closed.Store(true)
+	s.guard.Close()
 	for name, err := range map[string]error{
 		"Sync":           s.Sync(),
 		"MemsetD32Async": s.MemsetD32Async(0, 0, 1),
@@ -48,7 +48,7 @@ func TestNilStreamAndEvent(t *testing.T) {
 
 func TestClosedEventReturnsErrClosed(t *testing.T) {
 	e := &Event{dev: &Device{}}
-	e.closed.Store(true)
+	e.guard.Close()
 	assert.ErrorIs(t, e.Sync(), ErrClosed)
 	assert.ErrorIs(t, e.Record(&Stream{dev: &Device{}}), ErrClosed)
 	_, err := e.Done()
@@ -131,7 +131,7 @@ func TestWaitStreamZeroStream(t *testing.T) {
 		assert.Contains(t, err.Error(), "Stream.WaitStream")
 	}
 	closed := &Stream{dev: fakeDevice(), owned: true}
-	closed.closed.Store(true)
+	closed.guard.Close()
 	assert.ErrorIs(t, s.WaitStream(closed), ErrClosed)
 	assert.ErrorIs(t, closed.WaitStream(s), ErrClosed)
 	// Both valid: the event creation fails (the fake resolves nothing) and
@@ -215,7 +215,8 @@ func second[T any](_ T, err error) error { return err }
 // otherwise hand the driver a dangling function handle.
 func TestClosedModule(t *testing.T) {
 	d := fakeDevice()
-	m := &Module{dev: d, handle: 1, closed: true}
+	m := &Module{dev: d, handle: 1}
+	m.guard.Close()
 	_, err := m.Function("k")
 	assert.ErrorIs(t, err, ErrClosed)
 	f := &Function{mod: m, name: "k", handle: 2}

@@ -444,10 +444,11 @@ func (d *Device) Sync() error {
 	if err != nil {
 		return err
 	}
-	if !d.gate.enter(callContext) { // the check and the wait are one step for BeginCapture
-		return d.errContextWait("Device.Sync")
+	// The check and the wait are one step for a BeginCapture.
+	if err := d.refuseContextWait("Device.Sync"); err != nil {
+		return err
 	}
-	defer d.gate.leave(callContext)
+	defer d.exitContextWait()
 	return result(&d.drv.CtxSynchronize, d.drv.CtxSynchronize.CallCtx(ctx))
 }
 

@@ -2,7 +2,6 @@ package cuda
 
 import (
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -15,8 +14,7 @@ type Event struct {
 	dev    *Device
 	handle uintptr
 
-	mu     sync.RWMutex
-	closed atomic.Bool // written under mu; read anywhere
+	guard Guard // calls in flight, then Close
 	// diedErr is what Close reports, each time, for an event closed after
 	// Context.Close destroyed its green context (Device.diedWith).
 	diedErr error
@@ -48,25 +46,23 @@ func (e *Event) get(op string) (uintptr, error) {
 	if e == nil || e.dev == nil {
 		return 0, Errorf(op, ErrInvalidArgument, "nil or zero event (use Device.NewEvent)")
 	}
-	e.mu.RLock()
-	if e.closed.Load() {
-		e.mu.RUnlock()
+	if !e.guard.Enter() {
 		return 0, &OpError{Op: op, Err: ErrClosed}
 	}
 	if err := e.dev.check(op); err != nil {
-		e.mu.RUnlock()
+		e.guard.Leave()
 		return 0, err
 	}
 	return e.handle, nil
 }
 
-func (e *Event) end() { e.mu.RUnlock() }
+func (e *Event) end() { e.guard.Leave() }
 
 // Handle is the CUevent handle: 0 for a nil, zero or closed Event, so a
 // destroyed handle is never handed out (HandleErr says why). The handle is
 // valid only while the event stays open.
 func (e *Event) Handle() uintptr {
-	if e == nil || e.closed.Load() {
+	if e == nil || e.guard.IsClosed() {
 		return 0
 	}
 	return e.handle
@@ -79,14 +75,14 @@ func (e *Event) HandleErr() (uintptr, error) {
 	switch {
 	case e == nil || e.dev == nil:
 		return 0, Errorf(op, ErrInvalidArgument, "nil or zero event (use Device.NewEvent)")
-	case e.closed.Load():
+	case e.guard.IsClosed():
 		return 0, &OpError{Op: op, Err: fmt.Errorf("%w: event of %v", ErrClosed, e.dev)}
 	}
 	return e.handle, nil
 }
 
 // IsClosed reports whether Close was called (true for a nil Event).
-func (e *Event) IsClosed() bool { return e == nil || e.closed.Load() }
+func (e *Event) IsClosed() bool { return e == nil || e.guard.IsClosed() }
 
 // Record marks the event at the current end of stream s. The event and
 // the stream must belong to the same context (an error matching
@@ -96,7 +92,7 @@ func (e *Event) IsClosed() bool { return e == nil || e.closed.Load() }
 // Stream.WaitEvent), but not synchronized or queried (see Sync).
 func (e *Event) Record(s *Stream) error {
 	const op = "Event.Record"
-	if e == nil || e.dev == nil || e.closed.Load() {
+	if e == nil || e.dev == nil || e.guard.IsClosed() {
 		_, err := e.get(op) // fails (a closed event stays closed), holding nothing
 		return err
 	}
@@ -242,23 +238,10 @@ func (e *Event) Close() error {
 	if e == nil || e.dev == nil {
 		return nil
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed.Load() {
-		return e.diedErr
-	}
-	if e.dev.contextClosedDone() { // nothing of that context may be touched
-		e.diedErr = e.dev.diedWith("Event.Close", "event", e.handle)
-		e.closed.Store(true)
-		return e.diedErr
-	}
-	ctx, err := e.dev.contextFor("Event.Close")
-	if err != nil {
-		return err
-	}
-	if r := e.dev.drv.EventDestroy.CallCtx(ctx, e.handle); !ok(r) {
-		return fail(&e.dev.drv.EventDestroy, r)
-	}
-	e.closed.Store(true)
-	return nil
+	return closeHandle(&e.guard, e.dev, "Event.Close", "event", e.handle, &e.diedErr, func(ctx uintptr) error {
+		if r := e.dev.drv.EventDestroy.CallCtx(ctx, e.handle); !ok(r) {
+			return fail(&e.dev.drv.EventDestroy, r)
+		}
+		return nil
+	})
 }

@@ -3,7 +3,6 @@ package cuda
 import (
 	"fmt"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"unsafe"
 
@@ -35,11 +34,10 @@ type graphObj struct {
 	handle  uintptr
 	destroy *loader.Proc // cuGraphDestroy or cuGraphExecDestroy
 
-	mu     sync.RWMutex
-	closed atomic.Bool // written under mu
+	guard Guard // calls in flight, then Close
 	// diedErr is what Close reports, each time, for an object closed
 	// because Context.Close destroyed its green context first (diedWith);
-	// nil otherwise. Written under mu.
+	// nil otherwise. Written under the guard's Lock.
 	diedErr error
 
 	cleanup runtime.Cleanup
@@ -98,7 +96,7 @@ func (o *graphObj) arm(ctx uintptr) {
 
 // handleOrZero is the handle, 0 once closed.
 func (o *graphObj) handleOrZero() uintptr {
-	if o.closed.Load() {
+	if o.guard.IsClosed() {
 		return 0
 	}
 	return o.handle
@@ -114,41 +112,28 @@ func (o *graphObj) close(op, what string) error {
 	if o.dev == nil {
 		return nil
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.closed.Load() {
-		return o.diedErr
+	err := closeHandle(&o.guard, o.dev, op, what, o.handle, &o.diedErr, func(ctx uintptr) error {
+		if r := o.destroy.CallCtx(ctx, o.handle); !ok(r) {
+			return &OpError{Op: op, Err: fail(o.destroy, r)}
+		}
+		return nil
+	})
+	if o.guard.IsClosed() {
+		o.cleanup.Stop() // the safety net has nothing left to destroy
 	}
-	if o.dev.contextClosedDone() {
-		o.diedErr = o.dev.diedWith(op, what, o.handle)
-		o.cleanup.Stop()
-		o.closed.Store(true)
-		return o.diedErr
-	}
-	ctx, err := o.dev.contextFor(op)
-	if err != nil {
-		return err
-	}
-	if r := o.destroy.CallCtx(ctx, o.handle); !ok(r) {
-		return &OpError{Op: op, Err: fail(o.destroy, r)}
-	}
-	o.cleanup.Stop()
-	o.closed.Store(true)
-	return nil
+	return err
 }
 
 func (g *Graph) begin(op string) (uintptr, uintptr, error) {
 	if g == nil || g.dev == nil {
 		return 0, 0, Errorf(op, ErrInvalidArgument, "nil or zero graph (make one with Stream.EndCapture)")
 	}
-	g.mu.RLock()
-	if g.closed.Load() {
-		g.mu.RUnlock()
+	if !g.guard.Enter() {
 		return 0, 0, &OpError{Op: op, Err: fmt.Errorf("%w: graph of %v", ErrClosed, g.dev)}
 	}
 	ctx, err := g.dev.contextFor(op)
 	if err != nil {
-		g.mu.RUnlock()
+		g.guard.Leave()
 		return 0, 0, err
 	}
 	return ctx, g.handle, nil
@@ -189,7 +174,7 @@ func (g *Graph) Instantiate(flags GraphInstantiateFlags) (*GraphExec, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer g.mu.RUnlock()
+	defer g.guard.Leave()
 	var eh uintptr
 	p := &g.dev.drv.GraphInstantiateWithFlags
 	if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&eh)), h, uintptr(flags)); !ok(r) {
@@ -258,11 +243,10 @@ func (e *GraphExec) Launch(s *Stream) error {
 	if s.dev != e.dev {
 		return Errorf(op, ErrInvalidArgument, "graph exec of %s launched on %s of %s", e.dev.contextName(), s.name(), s.dev.contextName())
 	}
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if e.closed.Load() {
+	if !e.guard.Enter() {
 		return &OpError{Op: op, Err: fmt.Errorf("%w: graph exec of %v", ErrClosed, e.dev)}
 	}
+	defer e.guard.Leave()
 	p := &e.dev.drv.GraphLaunch
 	if r := p.CallCtx(ctx, e.handle, sh); !ok(r) {
 		return &OpError{Op: op, Err: fmt.Errorf("exec %#x on stream %#x of %v: %w", e.handle, sh, e.dev, fail(p, r))}

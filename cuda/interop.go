@@ -257,7 +257,9 @@ func (d *Device) WrapStream(h uintptr) (*Stream, error) {
 		}
 		blocking = StreamFlags(flags)&StreamNonBlocking == 0
 	}
-	return &Stream{dev: d, handle: h, borrowed: true, blocking: blocking}, nil
+	s := &Stream{dev: d, handle: h, borrowed: true}
+	s.capture.blocking = blocking
+	return s, nil
 }
 
 // streamInContext checks that stream h belongs to d's context.

@@ -118,25 +118,6 @@ func (d *Device) MemAdvise(p DevicePtr, size uint64, advice MemAdvice, loc MemLo
 	return result(&d.drv.MemAdvise, d.drv.MemAdvise.CallCtx(ctx, uintptr(p), uintptr(size), uintptr(advice), uintptr(loc.Pack())))
 }
 
-// refuseLegacy applies the capture rule to a synchronous call named op:
-// the driver runs it on the legacy default stream of d's context, so
-// while a blocking stream of that context captures, the call would join
-// that capture and invalidate it. It is refused then, as work on
-// DefaultStream() is, with an error matching ErrCapturing.
-//
-// The caller makes its driver call before exitLegacy: the check and the
-// call are one step for a BeginCapture on another goroutine (the gate,
-// capturerule.go). A nil error means the caller must call exitLegacy.
-func (d *Device) refuseLegacy(op string) error {
-	if !d.gate.enter(callLegacy) {
-		return d.errLegacyCapture(op)
-	}
-	return nil
-}
-
-// exitLegacy ends a legacy-stream call refuseLegacy let through.
-func (d *Device) exitLegacy() { d.gate.leave(callLegacy) }
-
 // MemcpyHtoD copies size bytes from host memory to the device synchronously
 // (cuMemcpyHtoD). From pageable memory the driver stages the copy itself.
 // It runs on the legacy default stream: while a blocking stream of the

@@ -3,7 +3,6 @@ package cuda
 import (
 	"fmt"
 	"runtime"
-	"sync"
 	"unsafe"
 )
 
@@ -18,8 +17,7 @@ type Module struct {
 	dev    *Device
 	handle uintptr
 
-	mu     sync.RWMutex // held for reading across calls that use handle
-	closed bool
+	guard Guard // calls in flight, then Close
 	// diedErr is what Close reports, each time, for a module closed after
 	// Context.Close destroyed its green context (Device.diedWith).
 	diedErr error
@@ -57,19 +55,17 @@ func (m *Module) begin(op string) (ctx uintptr, err error) {
 	if m == nil || m.dev == nil {
 		return 0, Errorf(op, ErrInvalidArgument, "nil or zero module (use Device.LoadModule)")
 	}
-	m.mu.RLock()
-	if m.closed {
-		m.mu.RUnlock()
+	if !m.guard.Enter() {
 		return 0, &OpError{Op: op, Err: ErrClosed}
 	}
 	if ctx, err = m.dev.contextFor(op); err != nil {
-		m.mu.RUnlock()
+		m.guard.Leave()
 		return 0, err
 	}
 	return ctx, nil
 }
 
-func (m *Module) end() { m.mu.RUnlock() }
+func (m *Module) end() { m.guard.Leave() }
 
 // Close unloads the module. It is idempotent; closing a nil or zero Module
 // does nothing. If unloading fails the module stays open.
@@ -84,25 +80,12 @@ func (m *Module) Close() error {
 	if m == nil || m.dev == nil {
 		return nil
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.closed {
-		return m.diedErr
-	}
-	if m.dev.contextClosedDone() { // nothing of that context may be touched
-		m.diedErr = m.dev.diedWith("Module.Close", "module", m.handle)
-		m.closed = true
-		return m.diedErr
-	}
-	ctx, err := m.dev.contextFor("Module.Close")
-	if err != nil {
-		return err
-	}
-	if r := m.dev.drv.ModuleUnload.CallCtx(ctx, m.handle); !ok(r) {
-		return fail(&m.dev.drv.ModuleUnload, r)
-	}
-	m.closed = true
-	return nil
+	return closeHandle(&m.guard, m.dev, "Module.Close", "module", m.handle, &m.diedErr, func(ctx uintptr) error {
+		if r := m.dev.drv.ModuleUnload.CallCtx(ctx, m.handle); !ok(r) {
+			return fail(&m.dev.drv.ModuleUnload, r)
+		}
+		return nil
+	})
 }
 
 // Function is a kernel in a Module.

@@ -1,10 +1,7 @@
 package cuda
 
 import (
-	"errors"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"unsafe"
 )
 
@@ -28,35 +25,15 @@ type Stream struct {
 	owned    bool
 	borrowed bool // from WrapStream: never destroyed here
 
-	mu     sync.RWMutex
-	closed atomic.Bool // written under mu; read anywhere
+	guard Guard // calls in flight, then Close
 
 	waiter waiter // the blocking wait SyncContext callers share
 
-	// capState is capBeginning from just before BeginCapture's driver
-	// call, capActive once it succeeded, and capNone once the capture has
-	// ended (see capture.go), so resources can refuse the stream with one
-	// atomic load instead of a driver query. blocking
-	// records that the stream synchronizes with the legacy default stream
-	// (created without StreamNonBlocking): while it captures, work on the
-	// legacy stream would join the capture and invalidate it.
-	capState atomic.Int32
-	blocking bool
-	// seq is the capture the stream is in while capState is not capNone:
-	// one it began, or one it joined by waiting on its work (nil for a
-	// capture cudamem did not see begin).
-	seq atomic.Pointer[captureSeq]
-	// joinedID is the driver's id of the capture cudamem did not see
-	// begin that s joined by a wait (joinCapture; 0 when the driver could
-	// not say), so that Close and EndCapture can tell that capture from a
-	// later one on the same handle.
-	joinedID atomic.Uint64
-	// abandoned is the graph of a capture Close ended but could not
-	// destroy; the next Close retries (written under mu's write lock).
-	abandoned *Graph
+	// capture is the stream's part in the capture rule (capturerule.go).
+	capture streamCapture
 	// diedErr is what Close reports, each time, for an owned stream
 	// closed after Context.Close destroyed its green context
-	// (Device.diedWith). Written under mu's write lock.
+	// (Device.diedWith). Written under the guard's Lock.
 	diedErr error
 }
 
@@ -71,7 +48,8 @@ func (d *Device) NewStreamWith(flags StreamFlags, priority int) (*Stream, error)
 	if err != nil {
 		return nil, err
 	}
-	s := &Stream{dev: d, owned: true, blocking: flags&StreamNonBlocking == 0}
+	s := &Stream{dev: d, owned: true}
+	s.capture.blocking = flags&StreamNonBlocking == 0
 	if g := d.green(); g != 0 {
 		// A green context's streams come from cuGreenCtxStreamCreate,
 		// which takes non-blocking streams only.
@@ -129,7 +107,7 @@ func (s *Stream) Device() *Device {
 // HandleErr where a closed stream must be told apart. The handle is valid
 // only while the stream stays open.
 func (s *Stream) Handle() uintptr {
-	if s == nil || s.closed.Load() {
+	if s == nil || s.guard.IsClosed() {
 		return 0
 	}
 	return s.handle
@@ -143,7 +121,7 @@ func (s *Stream) HandleErr() (uintptr, error) {
 	switch {
 	case s == nil || s.dev == nil:
 		return 0, errZeroStream(op)
-	case s.closed.Load():
+	case s.guard.IsClosed():
 		return 0, &OpError{Op: op, Err: fmt.Errorf("%w: stream of %v", ErrClosed, s.dev)}
 	}
 	return s.handle, nil
@@ -158,7 +136,7 @@ func (s *Stream) IsBorrowed() bool { return s != nil && s.borrowed }
 
 // IsClosed reports whether Close was called on an owned or borrowed
 // stream (true for a nil Stream; a default stream is never closed).
-func (s *Stream) IsClosed() bool { return s == nil || s.closed.Load() }
+func (s *Stream) IsClosed() bool { return s == nil || s.guard.IsClosed() }
 
 // begin returns the context and handle for a call on s, holding a read
 // lock that end releases, so Close cannot destroy the stream mid-call.
@@ -172,12 +150,14 @@ func (s *Stream) begin(op string) (ctx, handle uintptr, err error) {
 		return 0, 0, errZeroStream(op)
 	}
 	legacy := s.IsDefault()
-	if legacy && !s.dev.gate.enter(callLegacy) {
-		return 0, 0, s.dev.errLegacyCapture(op)
+	if legacy {
+		if err := s.dev.refuseLegacy(op); err != nil {
+			return 0, 0, err
+		}
 	}
 	ctx, handle, err = s.beginQuery(op)
 	if err != nil && legacy {
-		s.dev.gate.leave(callLegacy)
+		s.dev.exitLegacy()
 	}
 	return ctx, handle, err
 }
@@ -190,27 +170,25 @@ func (s *Stream) beginQuery(op string) (ctx, handle uintptr, err error) {
 	if s == nil || s.dev == nil {
 		return 0, 0, errZeroStream(op)
 	}
-	s.mu.RLock()
-	if s.closed.Load() {
-		s.mu.RUnlock()
+	if !s.guard.Enter() {
 		return 0, 0, &OpError{Op: op, Err: ErrClosed}
 	}
 	ctx, err = s.dev.contextFor(op)
 	if err != nil {
-		s.mu.RUnlock()
+		s.guard.Leave()
 		return 0, 0, err
 	}
 	return ctx, s.handle, nil
 }
 
 // endQuery ends a call begun with beginQuery.
-func (s *Stream) endQuery() { s.mu.RUnlock() }
+func (s *Stream) endQuery() { s.guard.Leave() }
 
 // end ends a call begun with begin.
 func (s *Stream) end() {
-	s.mu.RUnlock()
+	s.guard.Leave()
 	if s.IsDefault() {
-		s.dev.gate.leave(callLegacy)
+		s.dev.exitLegacy()
 	}
 }
 
@@ -250,126 +228,6 @@ func (s *Stream) Done() (bool, error) {
 	return false, fail(&s.dev.drv.StreamQuery, r)
 }
 
-// WaitEvent makes future work on s wait until e has completed.
-//
-// Under capture it follows the driver's rules (see RefuseOrder): waiting
-// on an event recorded into a capture pulls s into that capture (how a
-// capture forks into several streams; s must then be joined back into
-// the capturing stream, through an event recorded on s and waited on
-// there, before EndCapture), and s stops capturing when the capture
-// ends. A capturing s waiting on an event recorded outside its capture,
-// or into another capture, is refused with an error matching
-// ErrCapturing, as is any wait involving the legacy default stream while
-// a blocking stream captures, and a wait of the legacy default stream on
-// an event recorded into any capture (it cannot join one: the driver
-// would invalidate the capture); the captures stay valid. A stream of
-// another context that joins a capture counts as capturing in its own
-// context too: Device.Sync there is refused until the capture ends.
-func (s *Stream) WaitEvent(e *Event) error {
-	const op = "Stream.WaitEvent"
-	// A stream that joins a capture starts capturing at the driver call:
-	// from then on, legacy-stream work would join the capture too if s is
-	// blocking, and a wait for s's whole context would invalidate it if s
-	// is of another context than the capture's origin. As BeginCapture
-	// does, raise the counts that refuse such calls and wait out those in
-	// flight first, holding no lock (the gate, capturerule.go). They are
-	// lowered on return, after the join's own were raised (join), and the
-	// work deferred meanwhile then runs. Decided from the event's capture
-	// as it is now; a record racing this wait may still escape it.
-	if s != nil && s.dev != nil && !s.IsDefault() {
-		if rec := e.recorded(); rec != nil && rec.active(op) {
-			if cross := s.crossContext(rec.seq); s.blocking || cross {
-				g := &s.dev.gate
-				defer g.runDeferred()
-				g.raise(cross, s.blocking)
-				defer g.lower(cross, s.blocking)
-			}
-		}
-	}
-	ctx, h, err := s.begin(op)
-	if err != nil {
-		return err
-	}
-	defer s.end()
-	eh, err := e.get(op)
-	if err != nil {
-		return err
-	}
-	defer e.end()
-	if err := e.dev.contextClosed(op); err != nil { // the event went with its context
-		return err
-	}
-	w, err := s.captureOfLocked(op, ctx, h)
-	if err != nil {
-		return err
-	}
-	rec := e.rec.Load()
-	if !rec.activeLocked(op, s, ctx, h) {
-		rec = nil
-	}
-	what := "an event recorded outside any capture"
-	if rec != nil {
-		what = fmt.Sprintf("an event recorded into the capture on %v", rec.stream.describe())
-	}
-	join, err := decideOrder(op, s, w, what, rec.capID(), true)
-	if err != nil {
-		return err
-	}
-	if err := result(&s.dev.drv.StreamWaitEvent, s.dev.drv.StreamWaitEvent.CallCtx(ctx, h, eh, 0)); err != nil {
-		return err
-	}
-	if join {
-		s.joinCapture(rec)
-	}
-	return nil
-}
-
-// WaitStream makes future work on s wait for all work submitted to other
-// so far (through a temporary event). Under capture it follows
-// WaitEvent's rules; a wait WaitEvent would refuse is refused before the
-// event is made.
-func (s *Stream) WaitStream(other *Stream) error {
-	const op = "Stream.WaitStream"
-	// Check both streams before creating anything: a nil or zero stream
-	// has no device to make the event on.
-	if _, _, err := s.begin(op); err != nil {
-		return err
-	}
-	s.end()
-	if _, _, err := other.begin(op); err != nil {
-		return err
-	}
-	dev := other.dev
-	other.end()
-	// Refused before anything is recorded where WaitEvent would refuse
-	// the wait (the legacy stream joining a capture, a capture waiting on
-	// work outside it): the temporary event is not made for nothing.
-	w, err := s.captureOf(op)
-	if err != nil {
-		return err
-	}
-	o, err := other.captureOf(op)
-	if err != nil {
-		return err
-	}
-	if _, err := decideOrder(op, s, w, other.describe(), o, true); err != nil {
-		return err
-	}
-	e, err := dev.NewEvent(EventDisableTiming)
-	if err != nil {
-		return err
-	}
-	err = e.Record(other)
-	if err == nil {
-		err = s.WaitEvent(e)
-	}
-	// The event may be destroyed at once: the driver keeps the wait alive.
-	if cerr := e.Close(); cerr != nil {
-		err = errors.Join(err, fmt.Errorf("%s: destroying the temporary event: %w", op, cerr))
-	}
-	return err
-}
-
 // Close destroys an owned stream after work already submitted completes
 // (cuStreamDestroy does not wait, but the driver finishes the work). It is
 // idempotent; closing a default stream does nothing, and closing a
@@ -394,71 +252,55 @@ func (s *Stream) WaitStream(other *Stream) error {
 // from NewContext (the stream died with it), and for an owned stream of a
 // green context, which CUDA leaks, an error matching ErrClosed that says
 // so, on this and every later Close.
+//
+// Calls on the stream made while Close runs wait for its outcome: they go
+// ahead if Close fails, and are refused with ErrClosed if it succeeds.
 func (s *Stream) Close() error {
 	const op = "Stream.Close"
 	if s == nil || s.dev == nil || !s.owned && !s.borrowed {
 		return nil
 	}
-	// A capture this Close ends may leave deferred work due: it runs
-	// before Close returns, after the lock is let go (as for EndCapture).
-	var ended *captureSeq
-	defer func() {
-		ended.settle()
-		s.dev.gate.runDeferred()
-	}()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed.Load() {
+	if s.guard.lock() {
+		s.guard.unlock(true)
 		return s.diedErr
 	}
-	if c := s.seq.Load(); c != nil && c.origin == s {
-		ended = c
+	closed, err := s.closeLocked(op)
+	s.guard.unlock(closed)
+	// A capture this Close ended may leave deferred work due: it runs
+	// before Close returns, with the guard unlocked (as at EndCapture).
+	s.settleClose()
+	return err
+}
+
+// closeLocked is Close with the guard locked: closed reports whether the
+// stream is closed now.
+func (s *Stream) closeLocked(op string) (closed bool, err error) {
+	dead := s.dev.contextClosedDone()
+	if err := s.closeCapture(op, dead); err != nil {
+		return false, err
 	}
-	if s.dev.contextClosedDone() {
-		// Nothing of a destroyed context may reach the driver; any
-		// capture of the context ended with it.
-		if s.capState.Load() != capNone {
-			s.captureEnded()
-		}
+	if dead {
+		// Nothing of a destroyed context may reach the driver.
 		if s.owned {
 			s.diedErr = s.dev.diedWith(op, "stream", s.handle)
 		}
-		s.closed.Store(true)
-		return s.diedErr
-	}
-	if o := s.joinedTo(); o != nil {
-		// The driver cannot destroy a stream in the middle of a capture,
-		// and only the stream that began it can end it.
-		return s.errJoined(op, false, o.describe())
-	}
-	if s.capState.Load() != capNone && (s.borrowed || s.seq.Load() == nil) {
-		// A capture this Close must not end (see above), unless the
-		// driver says it is over.
-		if err := s.refuseOpenCapture(op, false); err != nil {
-			return err
-		}
+		return true, s.diedErr
 	}
 	if s.borrowed { // nothing of ours to destroy
-		s.closed.Store(true)
-		return nil
+		return true, nil
 	}
 	ctx, err := s.dev.contextFor(op)
 	if err != nil {
-		return err
+		return false, err
 	}
-	// A capture still open is ended and its graph discarded first: the
-	// driver cannot destroy a stream in the middle of a capture sequence.
-	if s.capState.Load() != capNone {
-		if err := s.abandonCapture(ctx); err != nil {
-			return err
-		}
-	} else if err := s.closeAbandoned(); err != nil {
-		return err
+	// The driver cannot destroy a stream in the middle of a capture
+	// sequence: one still open is ended and its graph discarded first.
+	if err := s.abandonCapture(ctx); err != nil {
+		return false, err
 	}
 	if r := s.dev.drv.StreamDestroy.CallCtx(ctx, s.handle); !ok(r) {
-		return fail(&s.dev.drv.StreamDestroy, r)
+		return false, fail(&s.dev.drv.StreamDestroy, r)
 	}
 	streamClosed(s)
-	s.closed.Store(true)
-	return nil
+	return true, nil
 }

@@ -124,7 +124,7 @@ func TestSyncContextOnNilAndClosed(t *testing.T) {
 	var s *Stream
 	assert.ErrorIs(t, s.SyncContext(ctx), ErrInvalidArgument)
 	closed := &Stream{dev: &Device{}, owned: true}
-	closed.closed.Store(true)
+	closed.guard.Close()
 	assert.ErrorIs(t, closed.SyncContext(ctx), ErrClosed)
 	var e *Event
 	assert.ErrorIs(t, e.SyncContext(ctx), ErrInvalidArgument)

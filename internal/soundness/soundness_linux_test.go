@@ -48,7 +48,7 @@ func register(pkg string, values ...any) {
 func init() {
 	register("cuda",
 		cuda.Device{}, cuda.DeviceAttribute(0), cuda.DevicePtr(0), cuda.Dim3{}, cuda.Event{},
-		cuda.EventFlags(0), cuda.Features{}, cuda.Function{},
+		cuda.EventFlags(0), cuda.Features{}, cuda.Function{}, cuda.Guard{},
 		cuda.IPCMemFlags(0), cuda.IPCMemHandle{}, cuda.IPCEventHandle{}, cuda.MemAccessDesc{},
 		cuda.MemAccessFlags(0), cuda.MemAdvice(0), cuda.MemAllocationCompType(0),
 		cuda.MemAllocationGranularity(0), cuda.MemAllocationProp{}, cuda.MemAllocationPropFlags{},
