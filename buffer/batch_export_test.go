@@ -3,24 +3,24 @@ package buffer
 import (
 	"slices"
 	"time"
+	_ "unsafe" // for go:linkname
 
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/batchhook"
 )
 
 // ForceBatchLoop sends every batch down the loop of cuMemcpyAsync (on or
-// off); the returned function restores the previous setting.
-func ForceBatchLoop(on bool) (restore func()) {
-	old := batchhook.ForceLoop.Swap(on)
-	return func() { batchhook.ForceLoop.Store(old) }
-}
+// off); the returned function restores the previous setting. It is package
+// cuda's test switch (cuda/batch.go), reached by name.
+//
+//go:linkname ForceBatchLoop github.com/cudamem/cudamem/cuda.forceBatchLoop
+func ForceBatchLoop(on bool) (restore func())
 
 // SetBatchChunk makes n the most copies one driver call of a batch carries
 // (0: the default); the returned function restores the previous setting.
-func SetBatchChunk(n int) (restore func()) {
-	old := batchhook.Chunk.Swap(int64(n))
-	return func() { batchhook.Chunk.Store(old) }
-}
+// It is package cuda's test switch (cuda/batch.go), reached by name.
+//
+//go:linkname SetBatchChunk github.com/cudamem/cudamem/cuda.setBatchChunk
+func SetBatchChunk(n int) (restore func())
 
 // BatchArrays returns copies of the arrays CopyBatch passes to the driver
 // for copies, without submitting them (not safe for concurrent use).

@@ -279,165 +279,54 @@ const (
 	pointerAttrMemPoolHandle  pointerAttr = 17
 )
 
-// DeviceAttribute is a CUdevice_attribute, queried with cuDeviceGetAttribute.
-// Every value of the CUDA 13.0 header is here; deprecated names that only
-// alias another value are left out in favor of the current name.
+// DeviceAttribute is a CUdevice_attribute, queried with [Device.Attribute].
+// Only the attributes this module reads and those about memory are named;
+// any other attribute of the driver API is DeviceAttribute(n), with n its
+// value in the CUDA header, and String names every value of the CUDA 13.0
+// header.
 type DeviceAttribute int32
 
 // Device attributes.
 const (
-	DeviceAttrMaxThreadsPerBlock                       DeviceAttribute = 1
-	DeviceAttrMaxBlockDimX                             DeviceAttribute = 2
-	DeviceAttrMaxBlockDimY                             DeviceAttribute = 3
-	DeviceAttrMaxBlockDimZ                             DeviceAttribute = 4
-	DeviceAttrMaxGridDimX                              DeviceAttribute = 5
-	DeviceAttrMaxGridDimY                              DeviceAttribute = 6
-	DeviceAttrMaxGridDimZ                              DeviceAttribute = 7
-	DeviceAttrMaxSharedMemoryPerBlock                  DeviceAttribute = 8
-	DeviceAttrTotalConstantMemory                      DeviceAttribute = 9
-	DeviceAttrWarpSize                                 DeviceAttribute = 10
-	DeviceAttrMaxPitch                                 DeviceAttribute = 11
-	DeviceAttrMaxRegistersPerBlock                     DeviceAttribute = 12
-	DeviceAttrClockRate                                DeviceAttribute = 13
-	DeviceAttrTextureAlignment                         DeviceAttribute = 14
-	DeviceAttrGPUOverlap                               DeviceAttribute = 15
-	DeviceAttrMultiprocessorCount                      DeviceAttribute = 16
-	DeviceAttrKernelExecTimeout                        DeviceAttribute = 17
-	DeviceAttrIntegrated                               DeviceAttribute = 18
-	DeviceAttrCanMapHostMemory                         DeviceAttribute = 19
-	DeviceAttrComputeMode                              DeviceAttribute = 20
-	DeviceAttrMaximumTexture1DWidth                    DeviceAttribute = 21
-	DeviceAttrMaximumTexture2DWidth                    DeviceAttribute = 22
-	DeviceAttrMaximumTexture2DHeight                   DeviceAttribute = 23
-	DeviceAttrMaximumTexture3DWidth                    DeviceAttribute = 24
-	DeviceAttrMaximumTexture3DHeight                   DeviceAttribute = 25
-	DeviceAttrMaximumTexture3DDepth                    DeviceAttribute = 26
-	DeviceAttrMaximumTexture2DLayeredWidth             DeviceAttribute = 27
-	DeviceAttrMaximumTexture2DLayeredHeight            DeviceAttribute = 28
-	DeviceAttrMaximumTexture2DLayeredLayers            DeviceAttribute = 29
-	DeviceAttrSurfaceAlignment                         DeviceAttribute = 30
-	DeviceAttrConcurrentKernels                        DeviceAttribute = 31
-	DeviceAttrECCEnabled                               DeviceAttribute = 32
-	DeviceAttrPCIBusID                                 DeviceAttribute = 33
-	DeviceAttrPCIDeviceID                              DeviceAttribute = 34
-	DeviceAttrTCCDriver                                DeviceAttribute = 35
-	DeviceAttrMemoryClockRate                          DeviceAttribute = 36
-	DeviceAttrGlobalMemoryBusWidth                     DeviceAttribute = 37
-	DeviceAttrL2CacheSize                              DeviceAttribute = 38
-	DeviceAttrMaxThreadsPerMultiprocessor              DeviceAttribute = 39
-	DeviceAttrAsyncEngineCount                         DeviceAttribute = 40
-	DeviceAttrUnifiedAddressing                        DeviceAttribute = 41
-	DeviceAttrMaximumTexture1DLayeredWidth             DeviceAttribute = 42
-	DeviceAttrMaximumTexture1DLayeredLayers            DeviceAttribute = 43
-	DeviceAttrCanTex2DGather                           DeviceAttribute = 44
-	DeviceAttrMaximumTexture2DGatherWidth              DeviceAttribute = 45
-	DeviceAttrMaximumTexture2DGatherHeight             DeviceAttribute = 46
-	DeviceAttrMaximumTexture3DWidthAlternate           DeviceAttribute = 47
-	DeviceAttrMaximumTexture3DHeightAlternate          DeviceAttribute = 48
-	DeviceAttrMaximumTexture3DDepthAlternate           DeviceAttribute = 49
-	DeviceAttrPCIDomainID                              DeviceAttribute = 50
-	DeviceAttrTexturePitchAlignment                    DeviceAttribute = 51
-	DeviceAttrMaximumTextureCubemapWidth               DeviceAttribute = 52
-	DeviceAttrMaximumTextureCubemapLayeredWidth        DeviceAttribute = 53
-	DeviceAttrMaximumTextureCubemapLayeredLayers       DeviceAttribute = 54
-	DeviceAttrMaximumSurface1DWidth                    DeviceAttribute = 55
-	DeviceAttrMaximumSurface2DWidth                    DeviceAttribute = 56
-	DeviceAttrMaximumSurface2DHeight                   DeviceAttribute = 57
-	DeviceAttrMaximumSurface3DWidth                    DeviceAttribute = 58
-	DeviceAttrMaximumSurface3DHeight                   DeviceAttribute = 59
-	DeviceAttrMaximumSurface3DDepth                    DeviceAttribute = 60
-	DeviceAttrMaximumSurface1DLayeredWidth             DeviceAttribute = 61
-	DeviceAttrMaximumSurface1DLayeredLayers            DeviceAttribute = 62
-	DeviceAttrMaximumSurface2DLayeredWidth             DeviceAttribute = 63
-	DeviceAttrMaximumSurface2DLayeredHeight            DeviceAttribute = 64
-	DeviceAttrMaximumSurface2DLayeredLayers            DeviceAttribute = 65
-	DeviceAttrMaximumSurfaceCubemapWidth               DeviceAttribute = 66
-	DeviceAttrMaximumSurfaceCubemapLayeredWidth        DeviceAttribute = 67
-	DeviceAttrMaximumSurfaceCubemapLayeredLayers       DeviceAttribute = 68
-	DeviceAttrMaximumTexture1DLinearWidth              DeviceAttribute = 69
-	DeviceAttrMaximumTexture2DLinearWidth              DeviceAttribute = 70
-	DeviceAttrMaximumTexture2DLinearHeight             DeviceAttribute = 71
-	DeviceAttrMaximumTexture2DLinearPitch              DeviceAttribute = 72
-	DeviceAttrMaximumTexture2DMipmappedWidth           DeviceAttribute = 73
-	DeviceAttrMaximumTexture2DMipmappedHeight          DeviceAttribute = 74
-	DeviceAttrComputeCapabilityMajor                   DeviceAttribute = 75
-	DeviceAttrComputeCapabilityMinor                   DeviceAttribute = 76
-	DeviceAttrMaximumTexture1DMipmappedWidth           DeviceAttribute = 77
-	DeviceAttrStreamPrioritiesSupported                DeviceAttribute = 78
-	DeviceAttrGlobalL1CacheSupported                   DeviceAttribute = 79
-	DeviceAttrLocalL1CacheSupported                    DeviceAttribute = 80
-	DeviceAttrMaxSharedMemoryPerMultiprocessor         DeviceAttribute = 81
-	DeviceAttrMaxRegistersPerMultiprocessor            DeviceAttribute = 82
-	DeviceAttrManagedMemory                            DeviceAttribute = 83
-	DeviceAttrMultiGPUBoard                            DeviceAttribute = 84
-	DeviceAttrMultiGPUBoardGroupID                     DeviceAttribute = 85
-	DeviceAttrHostNativeAtomicSupported                DeviceAttribute = 86
-	DeviceAttrSingleToDoublePrecisionPerfRatio         DeviceAttribute = 87
-	DeviceAttrPageableMemoryAccess                     DeviceAttribute = 88
-	DeviceAttrConcurrentManagedAccess                  DeviceAttribute = 89
-	DeviceAttrComputePreemptionSupported               DeviceAttribute = 90
-	DeviceAttrCanUseHostPointerForRegisteredMem        DeviceAttribute = 91
-	DeviceAttrCanUseStreamMemOpsV1                     DeviceAttribute = 92
-	DeviceAttrCanUse64BitStreamMemOpsV1                DeviceAttribute = 93
-	DeviceAttrCanUseStreamWaitValueNORV1               DeviceAttribute = 94
-	DeviceAttrCooperativeLaunch                        DeviceAttribute = 95
-	DeviceAttrCooperativeMultiDeviceLaunch             DeviceAttribute = 96
-	DeviceAttrMaxSharedMemoryPerBlockOptin             DeviceAttribute = 97
-	DeviceAttrCanFlushRemoteWrites                     DeviceAttribute = 98
-	DeviceAttrHostRegisterSupported                    DeviceAttribute = 99
-	DeviceAttrPageableMemoryAccessUsesHostPageTables   DeviceAttribute = 100
-	DeviceAttrDirectManagedMemAccessFromHost           DeviceAttribute = 101
-	DeviceAttrVirtualMemoryManagementSupported         DeviceAttribute = 102
-	DeviceAttrHandleTypePosixFileDescriptorSupported   DeviceAttribute = 103
-	DeviceAttrHandleTypeWin32HandleSupported           DeviceAttribute = 104
-	DeviceAttrHandleTypeWin32KMTHandleSupported        DeviceAttribute = 105
-	DeviceAttrMaxBlocksPerMultiprocessor               DeviceAttribute = 106
-	DeviceAttrGenericCompressionSupported              DeviceAttribute = 107
-	DeviceAttrMaxPersistingL2CacheSize                 DeviceAttribute = 108
-	DeviceAttrMaxAccessPolicyWindowSize                DeviceAttribute = 109
-	DeviceAttrGPUDirectRDMAWithCUDAVMMSupported        DeviceAttribute = 110
-	DeviceAttrReservedSharedMemoryPerBlock             DeviceAttribute = 111
-	DeviceAttrSparseCUDAArraySupported                 DeviceAttribute = 112
-	DeviceAttrReadOnlyHostRegisterSupported            DeviceAttribute = 113
-	DeviceAttrTimelineSemaphoreInteropSupported        DeviceAttribute = 114
-	DeviceAttrMemoryPoolsSupported                     DeviceAttribute = 115
-	DeviceAttrGPUDirectRDMASupported                   DeviceAttribute = 116
-	DeviceAttrGPUDirectRDMAFlushWritesOptions          DeviceAttribute = 117
-	DeviceAttrGPUDirectRDMAWritesOrdering              DeviceAttribute = 118
-	DeviceAttrMemPoolSupportedHandleTypes              DeviceAttribute = 119
-	DeviceAttrClusterLaunch                            DeviceAttribute = 120
-	DeviceAttrDeferredMappingCUDAArraySupported        DeviceAttribute = 121
-	DeviceAttrCanUse64BitStreamMemOps                  DeviceAttribute = 122
-	DeviceAttrCanUseStreamWaitValueNOR                 DeviceAttribute = 123
-	DeviceAttrDMABufSupported                          DeviceAttribute = 124
-	DeviceAttrIPCEventSupported                        DeviceAttribute = 125
-	DeviceAttrMemSyncDomainCount                       DeviceAttribute = 126
-	DeviceAttrTensorMapAccessSupported                 DeviceAttribute = 127
-	DeviceAttrHandleTypeFabricSupported                DeviceAttribute = 128
-	DeviceAttrUnifiedFunctionPointers                  DeviceAttribute = 129
-	DeviceAttrNUMAConfig                               DeviceAttribute = 130
-	DeviceAttrNUMAID                                   DeviceAttribute = 131
-	DeviceAttrMulticastSupported                       DeviceAttribute = 132
-	DeviceAttrMPSEnabled                               DeviceAttribute = 133
-	DeviceAttrHostNUMAID                               DeviceAttribute = 134
-	DeviceAttrD3D12CIGSupported                        DeviceAttribute = 135
-	DeviceAttrMemDecompressAlgorithmMask               DeviceAttribute = 136
-	DeviceAttrMemDecompressMaximumLength               DeviceAttribute = 137
-	DeviceAttrVulkanCIGSupported                       DeviceAttribute = 138
-	DeviceAttrGPUPCIDeviceID                           DeviceAttribute = 139
-	DeviceAttrGPUPCISubsystemID                        DeviceAttribute = 140
-	DeviceAttrHostNUMAVirtualMemoryManagementSupported DeviceAttribute = 141
-	DeviceAttrHostNUMAMemoryPoolsSupported             DeviceAttribute = 142
-	DeviceAttrHostNUMAMultinodeIPCSupported            DeviceAttribute = 143
-	DeviceAttrHostMemoryPoolsSupported                 DeviceAttribute = 144
-	DeviceAttrHostVirtualMemoryManagementSupported     DeviceAttribute = 145
-	DeviceAttrHostAllocDMABufSupported                 DeviceAttribute = 146
-	DeviceAttrOnlyPartialHostNativeAtomicSupported     DeviceAttribute = 147
+	DeviceAttrIntegrated                             DeviceAttribute = 18
+	DeviceAttrCanMapHostMemory                       DeviceAttribute = 19
+	DeviceAttrGlobalMemoryBusWidth                   DeviceAttribute = 37
+	DeviceAttrL2CacheSize                            DeviceAttribute = 38
+	DeviceAttrAsyncEngineCount                       DeviceAttribute = 40
+	DeviceAttrUnifiedAddressing                      DeviceAttribute = 41
+	DeviceAttrComputeCapabilityMajor                 DeviceAttribute = 75
+	DeviceAttrComputeCapabilityMinor                 DeviceAttribute = 76
+	DeviceAttrManagedMemory                          DeviceAttribute = 83
+	DeviceAttrPageableMemoryAccess                   DeviceAttribute = 88
+	DeviceAttrConcurrentManagedAccess                DeviceAttribute = 89
+	DeviceAttrCanUseHostPointerForRegisteredMem      DeviceAttribute = 91
+	DeviceAttrHostRegisterSupported                  DeviceAttribute = 99
+	DeviceAttrPageableMemoryAccessUsesHostPageTables DeviceAttribute = 100
+	DeviceAttrDirectManagedMemAccessFromHost         DeviceAttribute = 101
+	DeviceAttrVirtualMemoryManagementSupported       DeviceAttribute = 102
+	DeviceAttrHandleTypePosixFileDescriptorSupported DeviceAttribute = 103
+	DeviceAttrHandleTypeWin32HandleSupported         DeviceAttribute = 104
+	DeviceAttrGenericCompressionSupported            DeviceAttribute = 107
+	DeviceAttrGPUDirectRDMAWithCUDAVMMSupported      DeviceAttribute = 110
+	DeviceAttrReadOnlyHostRegisterSupported          DeviceAttribute = 113
+	DeviceAttrMemoryPoolsSupported                   DeviceAttribute = 115
+	DeviceAttrGPUDirectRDMASupported                 DeviceAttribute = 116
+	DeviceAttrMemPoolSupportedHandleTypes            DeviceAttribute = 119
+	DeviceAttrDMABufSupported                        DeviceAttribute = 124
+	DeviceAttrIPCEventSupported                      DeviceAttribute = 125
+	DeviceAttrHandleTypeFabricSupported              DeviceAttribute = 128
+	DeviceAttrNUMAConfig                             DeviceAttribute = 130
+	DeviceAttrNUMAID                                 DeviceAttribute = 131
+	DeviceAttrMulticastSupported                     DeviceAttribute = 132
+	DeviceAttrHostNUMAID                             DeviceAttribute = 134
+	DeviceAttrHostMemoryPoolsSupported               DeviceAttribute = 144
+	DeviceAttrHostVirtualMemoryManagementSupported   DeviceAttribute = 145
 )
 
-// deviceAttrNames holds the names of DeviceAttribute values 1, 2, 3, ... in order:
-// each constant's name without its DeviceAttr prefix (abi_test.go checks the
-// list against the constants).
+// deviceAttrNames holds the names of DeviceAttribute values 1, 2, 3, ... in
+// order: the attribute's name in Go form, which for a named constant is its
+// name without the DeviceAttr prefix (abi_test.go checks the list against the
+// constants and the header).
 var deviceAttrNames = strings.Fields(`
 	MaxThreadsPerBlock MaxBlockDimX MaxBlockDimY MaxBlockDimZ MaxGridDimX MaxGridDimY
 	MaxGridDimZ MaxSharedMemoryPerBlock TotalConstantMemory WarpSize MaxPitch

@@ -3,9 +3,9 @@ package cuda
 import (
 	"fmt"
 	"runtime"
-	"unsafe"
+	"sync/atomic"
+	"unsafe" // also for go:linkname
 
-	"github.com/cudamem/cudamem/internal/batchhook"
 	"github.com/cudamem/cudamem/loader"
 )
 
@@ -192,7 +192,7 @@ func (s *Stream) MemcpyBatchAsync(dsts, srcs []DevicePtr, sizes []uint64, attrs 
 		return nil
 	}
 	path := s.dev.batch
-	if legacyStream(h) || batchhook.ForceLoop.Load() {
+	if legacyStream(h) || batchForceLoop.Load() {
 		path = MemcpyBatchLoop
 	}
 	if path != MemcpyBatchLoop {
@@ -295,12 +295,41 @@ func packBatch(dsts, srcs []DevicePtr, sizes []uint64, attrs []MemcpyAttributes,
 // next.
 const batchChunk = 1024
 
+// Test switches of the batched copy, so that on a driver with
+// cuMemcpyBatchAsync tests still cover the loop older drivers take, and
+// benchmarks compare chunk sizes. Only tests set them, through the setters
+// below: other packages' tests (buffer's, the probe and fault sweep of
+// CopyBatch) reach the setters by go:linkname, which fails their build if
+// a setter is renamed.
+var (
+	batchForceLoop     atomic.Bool  // while true, every batch takes the loop
+	batchChunkOverride atomic.Int64 // while above 0, it replaces batchChunk
+)
+
+// forceBatchLoop sends every batch down the loop (on) or not; restore puts
+// the previous setting back.
+//
+//go:linkname forceBatchLoop
+func forceBatchLoop(on bool) (restore func()) {
+	old := batchForceLoop.Swap(on)
+	return func() { batchForceLoop.Store(old) }
+}
+
+// setBatchChunk makes n the most copies one driver call carries (0: the
+// default); restore puts the previous setting back.
+//
+//go:linkname setBatchChunk
+func setBatchChunk(n int) (restore func()) {
+	old := batchChunkOverride.Swap(int64(n))
+	return func() { batchChunkOverride.Store(old) }
+}
+
 // memcpyBatch submits b (n copies as the caller counts them, empty ones
 // included) through the batched entry point of path, batchChunk copies a
 // call, under the caller's stream hold. It stops at the first failure.
 func (s *Stream) memcpyBatch(ctx, h uintptr, path MemcpyBatchPath, b *batch, n int) error {
 	size := batchChunk
-	if c := batchhook.Chunk.Load(); c > 0 {
+	if c := batchChunkOverride.Load(); c > 0 {
 		size = int(min(c, int64(len(b.dsts))))
 	}
 	return b.chunks(size, func(lo, hi int, attrs []MemcpyAttributes, idxs []uintptr) error {

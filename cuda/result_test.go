@@ -113,7 +113,7 @@ func TestResultTable(t *testing.T) {
 		assert.Equal(t, e.name, e.code.Name())
 	}
 
-	// Spot checks of constants against the values the driver returns.
+	// Every named constant against the value and name the driver uses.
 	for _, tc := range []struct {
 		r    Result
 		code int32
@@ -123,22 +123,33 @@ func TestResultTable(t *testing.T) {
 		{ErrorInvalidValue, 1, "CUDA_ERROR_INVALID_VALUE"},
 		{ErrorOutOfMemory, 2, "CUDA_ERROR_OUT_OF_MEMORY"},
 		{ErrorNotInitialized, 3, "CUDA_ERROR_NOT_INITIALIZED"},
+		{ErrorDeinitialized, 4, "CUDA_ERROR_DEINITIALIZED"},
 		{ErrorNoDevice, 100, "CUDA_ERROR_NO_DEVICE"},
+		{ErrorInvalidDevice, 101, "CUDA_ERROR_INVALID_DEVICE"},
 		{ErrorInvalidContext, 201, "CUDA_ERROR_INVALID_CONTEXT"},
 		{ErrorInvalidHandle, 400, "CUDA_ERROR_INVALID_HANDLE"},
+		{ErrorIllegalState, 401, "CUDA_ERROR_ILLEGAL_STATE"},
 		{ErrorNotFound, 500, "CUDA_ERROR_NOT_FOUND"},
 		{ErrorNotReady, 600, "CUDA_ERROR_NOT_READY"},
 		{ErrorIllegalAddress, 700, "CUDA_ERROR_ILLEGAL_ADDRESS"},
 		{ErrorPeerAccessAlreadyEnabled, 704, "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED"},
+		{ErrorPeerAccessNotEnabled, 705, "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED"},
+		{ErrorContextIsDestroyed, 709, "CUDA_ERROR_CONTEXT_IS_DESTROYED"},
+		{ErrorLaunchFailed, 719, "CUDA_ERROR_LAUNCH_FAILED"},
 		{ErrorNotPermitted, 800, "CUDA_ERROR_NOT_PERMITTED"},
 		{ErrorNotSupported, 801, "CUDA_ERROR_NOT_SUPPORTED"},
-		{ErrorMPSConnectionFailed, 805, "CUDA_ERROR_MPS_CONNECTION_FAILED"},
-		{ErrorJITCompilerNotFound, 221, "CUDA_ERROR_JIT_COMPILER_NOT_FOUND"},
-		{ErrorNVLinkUncorrectable, 220, "CUDA_ERROR_NVLINK_UNCORRECTABLE"},
+		{ErrorStreamCaptureUnsupported, 900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED"},
+		{ErrorStreamCaptureInvalidated, 901, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED"},
+		{ErrorStreamCaptureImplicit, 906, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT"},
 		{ErrorUnknown, 999, "CUDA_ERROR_UNKNOWN"},
+		// Codes without a Go constant keep their names.
+		{Result(805), 805, "CUDA_ERROR_MPS_CONNECTION_FAILED"},
+		{Result(221), 221, "CUDA_ERROR_JIT_COMPILER_NOT_FOUND"},
+		{Result(220), 220, "CUDA_ERROR_NVLINK_UNCORRECTABLE"},
 	} {
 		assert.Equal(t, tc.code, int32(tc.r), tc.name)
 		assert.Equal(t, tc.name, tc.r.Name())
+		assert.Equal(t, tc.name, tc.r.Error())
 	}
 }
 
@@ -174,7 +185,7 @@ func TestResultErrorsIs(t *testing.T) {
 	assert.ErrorIs(t, &OpError{Op: "cuMemPoolCreate", Err: ErrorNotSupported}, ErrNotSupported)
 	assert.ErrorIs(t, fmt.Errorf("pool: %w", &OpError{Op: "cuMemPoolCreate", Err: ErrorNotSupported}), ErrNotSupported)
 	assert.NotErrorIs(t, ErrorOutOfMemory, ErrNotSupported)
-	assert.NotErrorIs(t, ErrorCallRequiresNewerDriver, ErrNotSupported)
+	assert.NotErrorIs(t, Result(36), ErrNotSupported) // CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER
 	assert.NotErrorIs(t, ErrorNotSupported, ErrInvalidArgument)
 	assert.NotErrorIs(t, ErrorNotSupported, ErrorInvalidValue)
 }

@@ -1,6 +1,7 @@
 package resource
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -44,15 +45,17 @@ import (
 // not counted: Buffer.Close never calls Deallocate for it, so counting it
 // would leave it live forever.
 
-// adaptor is the base the adaptors of this package embed: the upstream
-// and the methods that forward to it. Its methods are safe on a nil
-// *adaptor, and each adaptor's exported method is a one-line call of one
-// through its base method, which is nil for a nil adaptor: a method
-// promoted from an embedded field would not be safe on a nil pointer (Go
-// dereferences it to reach the field).
+// adaptor is the base the adaptors of this package embed: the upstream,
+// what every adaptor answers from it, and the free through it. The
+// forwarding is said here once: an adaptor's Upstream, DeviceAccessible,
+// HostAccessible and DeviceID are one-line calls of these through its
+// base(), which is nil for a nil adaptor, and these answer nil, false,
+// false and -1 without an upstream. Each adaptor still declares the four
+// because a method promoted from an embedded field is not safe on a nil
+// pointer (Go dereferences it to reach the field), and every handle of
+// this module is.
 type adaptor struct{ up buffer.MemoryResource }
 
-// Upstream is the resource allocations come from (nil if none).
 func (a *adaptor) upstream() buffer.MemoryResource {
 	if a == nil {
 		return nil
@@ -60,22 +63,24 @@ func (a *adaptor) upstream() buffer.MemoryResource {
 	return a.up
 }
 
-// DeviceAccessible reports the upstream's answer (false without one).
-func (a *adaptor) deviceAccessible() bool {
-	return a != nil && a.up != nil && a.up.DeviceAccessible()
-}
+func (a *adaptor) deviceAccessible() bool { return a != nil && a.up != nil && a.up.DeviceAccessible() }
+func (a *adaptor) hostAccessible() bool   { return a != nil && a.up != nil && a.up.HostAccessible() }
 
-// HostAccessible reports the upstream's answer (false without one).
-func (a *adaptor) hostAccessible() bool {
-	return a != nil && a.up != nil && a.up.HostAccessible()
-}
-
-// DeviceID is the upstream's device (-1 without an upstream).
 func (a *adaptor) deviceID() int {
 	if a == nil || a.up == nil {
 		return -1
 	}
 	return a.up.DeviceID()
+}
+
+// deallocate frees through the upstream and reports whether the memory is
+// gone, so that the adaptor takes it off its books: on success, and on an
+// error wrapping buffer.ErrPartlyFreed (its Buffer closes anyway). A free
+// that failed otherwise leaves the memory held, and a retried Close may
+// free it.
+func (a *adaptor) deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) (gone bool, err error) {
+	err = a.up.Deallocate(ptr, size, s)
+	return err == nil || errors.Is(err, buffer.ErrPartlyFreed), err
 }
 
 // adaptorUpstream is what constructors store: a nil pointer of any type

@@ -939,3 +939,52 @@ func ExampleNewTracking_compose() {
 	buf.Close() // frees through Tracking, Statistics and Limiting, then the pool
 	fmt.Println(stats.Stats())
 }
+
+// partlyFreeing is an upstream whose frees release the memory but report
+// an error wrapping buffer.ErrPartlyFreed (a free that got the memory back
+// but failed a later step).
+type partlyFreeing struct{ *recordingResource }
+
+func (p partlyFreeing) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
+	if err := p.recordingResource.Deallocate(ptr, size, s); err != nil {
+		return err
+	}
+	return fmt.Errorf("fake.Deallocate: %w", buffer.ErrPartlyFreed)
+}
+
+// TestAdaptorsBooksOnPartlyFreed: a free that reports the memory gone
+// (buffer.ErrPartlyFreed) takes it off each adaptor's books, and a free
+// that failed otherwise keeps it there, for a retried Close.
+func TestAdaptorsBooksOnPartlyFreed(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		wrap  func(up buffer.MemoryResource) buffer.MemoryResource
+		books func(mr buffer.MemoryResource) uint64 // bytes the adaptor counts live
+	}{
+		{"Limiting", func(up buffer.MemoryResource) buffer.MemoryResource { return resource.NewLimiting(up, 1<<20) },
+			func(mr buffer.MemoryResource) uint64 { return mr.(*resource.Limiting).Used() }},
+		{"Statistics", func(up buffer.MemoryResource) buffer.MemoryResource { return resource.NewStatistics(up) },
+			func(mr buffer.MemoryResource) uint64 { return mr.(*resource.Statistics).Stats().CurrentBytes }},
+		{"Tracking", func(up buffer.MemoryResource) buffer.MemoryResource { return resource.NewTracking(up, nil) },
+			func(mr buffer.MemoryResource) uint64 { return mr.(*resource.Tracking).LiveBytes() }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := newRecording()
+			mr := tc.wrap(partlyFreeing{rec})
+			b := allocOK(t, mr, 4096)
+			require.Equal(t, uint64(4096), tc.books(mr))
+			require.ErrorIs(t, b.Close(), buffer.ErrPartlyFreed)
+			assert.Zero(t, tc.books(mr), "the memory is gone: off the books")
+			rec.requireEmpty(t)
+
+			mr = tc.wrap(rec)
+			b = allocOK(t, mr, 4096)
+			rec.fail(0, 1)
+			require.ErrorIs(t, b.Close(), cuda.ErrorInvalidValue)
+			assert.Equal(t, uint64(4096), tc.books(mr), "the memory is still held: still on the books")
+			require.NoError(t, b.Close(), "a retried Close frees it")
+			assert.Zero(t, tc.books(mr))
+			rec.requireEmpty(t)
+		})
+	}
+}

@@ -1,7 +1,6 @@
 package resource
 
 import (
-	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -111,13 +110,10 @@ func (r *Limiting) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 	if r == nil || r.up == nil {
 		return errNoUpstream("Limiting", "Deallocate")
 	}
-	// An error wrapping buffer.ErrPartlyFreed says the memory is gone
-	// (and its Buffer closes anyway): it is off the books too.
-	err := r.up.Deallocate(ptr, size, s)
-	if err != nil && !errors.Is(err, buffer.ErrPartlyFreed) {
-		return err
+	gone, err := r.deallocate(ptr, size, s)
+	if gone {
+		subSat(&r.used, size)
 	}
-	subSat(&r.used, size)
 	return err
 }
 
@@ -138,24 +134,19 @@ func (r *Limiting) Limit() uint64 {
 	return r.limit
 }
 
+// Upstream, DeviceAccessible, HostAccessible and DeviceID forward to the
+// upstream, as every adaptor's do (see [adaptor]).
+func (r *Limiting) Upstream() buffer.MemoryResource { return r.base().upstream() }
+func (r *Limiting) DeviceAccessible() bool          { return r.base().deviceAccessible() }
+func (r *Limiting) HostAccessible() bool            { return r.base().hostAccessible() }
+func (r *Limiting) DeviceID() int                   { return r.base().deviceID() }
+
 func (r *Limiting) base() *adaptor {
 	if r == nil {
 		return nil
 	}
 	return &r.adaptor
 }
-
-// Upstream is the resource allocations come from (nil if none).
-func (r *Limiting) Upstream() buffer.MemoryResource { return r.base().upstream() }
-
-// DeviceAccessible reports the upstream's answer (false without one).
-func (r *Limiting) DeviceAccessible() bool { return r.base().deviceAccessible() }
-
-// HostAccessible reports the upstream's answer (false without one).
-func (r *Limiting) HostAccessible() bool { return r.base().hostAccessible() }
-
-// DeviceID is the upstream's device (-1 without an upstream).
-func (r *Limiting) DeviceID() int { return r.base().deviceID() }
 
 // String describes the resource for logs.
 func (r *Limiting) String() string {

@@ -187,24 +187,19 @@ func (r *Logging) log(l *slog.Logger, msg string, size uint64, ptr cuda.DevicePt
 
 func hex(v uint64) string { return "0x" + strconv.FormatUint(v, 16) }
 
+// Upstream, DeviceAccessible, HostAccessible and DeviceID forward to the
+// upstream, as every adaptor's do (see [adaptor]).
+func (r *Logging) Upstream() buffer.MemoryResource { return r.base().upstream() }
+func (r *Logging) DeviceAccessible() bool          { return r.base().deviceAccessible() }
+func (r *Logging) HostAccessible() bool            { return r.base().hostAccessible() }
+func (r *Logging) DeviceID() int                   { return r.base().deviceID() }
+
 func (r *Logging) base() *adaptor {
 	if r == nil {
 		return nil
 	}
 	return &r.adaptor
 }
-
-// Upstream is the resource allocations come from (nil if none).
-func (r *Logging) Upstream() buffer.MemoryResource { return r.base().upstream() }
-
-// DeviceAccessible reports the upstream's answer (false without one).
-func (r *Logging) DeviceAccessible() bool { return r.base().deviceAccessible() }
-
-// HostAccessible reports the upstream's answer (false without one).
-func (r *Logging) HostAccessible() bool { return r.base().hostAccessible() }
-
-// DeviceID is the upstream's device (-1 without an upstream).
-func (r *Logging) DeviceID() int { return r.base().deviceID() }
 
 // String describes the resource for logs.
 func (r *Logging) String() string {

@@ -115,24 +115,19 @@ func (r *Retrying) Retries() uint64 {
 	return r.retries.Load()
 }
 
+// Upstream, DeviceAccessible, HostAccessible and DeviceID forward to the
+// upstream, as every adaptor's do (see [adaptor]).
+func (r *Retrying) Upstream() buffer.MemoryResource { return r.base().upstream() }
+func (r *Retrying) DeviceAccessible() bool          { return r.base().deviceAccessible() }
+func (r *Retrying) HostAccessible() bool            { return r.base().hostAccessible() }
+func (r *Retrying) DeviceID() int                   { return r.base().deviceID() }
+
 func (r *Retrying) base() *adaptor {
 	if r == nil {
 		return nil
 	}
 	return &r.adaptor
 }
-
-// Upstream is the resource allocations come from (nil if none).
-func (r *Retrying) Upstream() buffer.MemoryResource { return r.base().upstream() }
-
-// DeviceAccessible reports the upstream's answer (false without one).
-func (r *Retrying) DeviceAccessible() bool { return r.base().deviceAccessible() }
-
-// HostAccessible reports the upstream's answer (false without one).
-func (r *Retrying) HostAccessible() bool { return r.base().hostAccessible() }
-
-// DeviceID is the upstream's device (-1 without an upstream).
-func (r *Retrying) DeviceID() int { return r.base().deviceID() }
 
 // String describes the resource for logs.
 func (r *Retrying) String() string {

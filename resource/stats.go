@@ -1,7 +1,6 @@
 package resource
 
 import (
-	"errors"
 	"fmt"
 	"sync/atomic"
 
@@ -103,14 +102,11 @@ func (r *Statistics) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream)
 	if r == nil || r.up == nil {
 		return errNoUpstream("Statistics", "Deallocate")
 	}
-	// An error wrapping buffer.ErrPartlyFreed says the memory is gone
-	// (and its Buffer closes anyway): it is off the books too.
-	err := r.up.Deallocate(ptr, size, s)
-	if err != nil && !errors.Is(err, buffer.ErrPartlyFreed) {
-		return err
+	gone, err := r.deallocate(ptr, size, s)
+	if gone {
+		subSat(&r.curBytes, size)
+		subSat(&r.curCount, 1)
 	}
-	subSat(&r.curBytes, size)
-	subSat(&r.curCount, 1)
 	return err
 }
 
@@ -146,24 +142,19 @@ func (r *Statistics) ResetPeak() {
 	r.peakCount.Store(r.curCount.Load())
 }
 
+// Upstream, DeviceAccessible, HostAccessible and DeviceID forward to the
+// upstream, as every adaptor's do (see [adaptor]).
+func (r *Statistics) Upstream() buffer.MemoryResource { return r.base().upstream() }
+func (r *Statistics) DeviceAccessible() bool          { return r.base().deviceAccessible() }
+func (r *Statistics) HostAccessible() bool            { return r.base().hostAccessible() }
+func (r *Statistics) DeviceID() int                   { return r.base().deviceID() }
+
 func (r *Statistics) base() *adaptor {
 	if r == nil {
 		return nil
 	}
 	return &r.adaptor
 }
-
-// Upstream is the resource allocations come from (nil if none).
-func (r *Statistics) Upstream() buffer.MemoryResource { return r.base().upstream() }
-
-// DeviceAccessible reports the upstream's answer (false without one).
-func (r *Statistics) DeviceAccessible() bool { return r.base().deviceAccessible() }
-
-// HostAccessible reports the upstream's answer (false without one).
-func (r *Statistics) HostAccessible() bool { return r.base().hostAccessible() }
-
-// DeviceID is the upstream's device (-1 without an upstream).
-func (r *Statistics) DeviceID() int { return r.base().deviceID() }
 
 // String describes the resource for logs.
 func (r *Statistics) String() string {

@@ -229,10 +229,7 @@ func (r *Tracking) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 			r.mu.Unlock()
 		}
 	}()
-	err := r.up.Deallocate(ptr, size, s)
-	freed = err == nil || errors.Is(err, buffer.ErrPartlyFreed)
-	// An error wrapping buffer.ErrPartlyFreed says the memory is gone
-	// (its Buffer closes anyway): it stays off the books.
+	freed, err := r.deallocate(ptr, size, s)
 	return err
 }
 
@@ -440,24 +437,19 @@ func writeStack(sb *strings.Builder, pcs []uintptr, indent string) {
 	}
 }
 
+// Upstream, DeviceAccessible, HostAccessible and DeviceID forward to the
+// upstream, as every adaptor's do (see [adaptor]).
+func (r *Tracking) Upstream() buffer.MemoryResource { return r.base().upstream() }
+func (r *Tracking) DeviceAccessible() bool          { return r.base().deviceAccessible() }
+func (r *Tracking) HostAccessible() bool            { return r.base().hostAccessible() }
+func (r *Tracking) DeviceID() int                   { return r.base().deviceID() }
+
 func (r *Tracking) base() *adaptor {
 	if r == nil {
 		return nil
 	}
 	return &r.adaptor
 }
-
-// Upstream is the resource allocations come from (nil if none).
-func (r *Tracking) Upstream() buffer.MemoryResource { return r.base().upstream() }
-
-// DeviceAccessible reports the upstream's answer (false without one).
-func (r *Tracking) DeviceAccessible() bool { return r.base().deviceAccessible() }
-
-// HostAccessible reports the upstream's answer (false without one).
-func (r *Tracking) HostAccessible() bool { return r.base().hostAccessible() }
-
-// DeviceID is the upstream's device (-1 without an upstream).
-func (r *Tracking) DeviceID() int { return r.base().deviceID() }
 
 // String describes the resource for logs.
 func (r *Tracking) String() string {

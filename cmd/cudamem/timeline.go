@@ -13,6 +13,7 @@ import (
 	"github.com/google/pprof/profile"
 
 	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/cmd/cudamem/internal/timelinesvg"
 	"github.com/cudamem/cudamem/resource"
 	"github.com/cudamem/cudamem/resource/gpuprof"
 	"github.com/cudamem/cudamem/resource/timeline"
@@ -108,7 +109,7 @@ func runTimeline(args []string, stdout, stderr io.Writer) error {
 	if *at != 0 && !slices.ContainsFunc(tr.Events, func(e timeline.Event) bool { return e.Seq == *at }) {
 		return fmt.Errorf("%w: -at %d is no event of the trace (%s)", errUsage, *at, seqRange(tr))
 	}
-	opts := &timeline.SVGOptions{ByEvent: *byEvent, MaxBands: *maxBands, SegmentsAt: *at}
+	opts := &timelinesvg.Options{ByEvent: *byEvent, MaxBands: *maxBands, SegmentsAt: *at}
 	if *in != "" {
 		opts.Title = "cudamem memory timeline: " + *in
 	}
@@ -118,7 +119,7 @@ func runTimeline(args []string, stdout, stderr io.Writer) error {
 		o    *outFile
 		fill func(io.Writer) error
 	}{
-		{svgOut, func(w io.Writer) error { return tr.WriteSVG(w, opts) }},
+		{svgOut, func(w io.Writer) error { return timelinesvg.Write(w, tr, opts) }},
 		{jsonFile, tr.WriteJSON},
 		{chromeFile, tr.WriteChromeTrace},
 	}

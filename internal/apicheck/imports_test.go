@@ -19,7 +19,7 @@ const modulePath = "github.com/cudamem/cudamem"
 // (faultImports).
 var internalImports = map[string][]string{
 	"buffer":   {"ownedmem"},
-	"cuda":     {"batchhook"},
+	"cuda":     {},
 	"ipc":      {"osfd", "poolcore", "poolexport"},
 	"resource": {"ownedmem", "poolcore", "poolexport"},
 	"virtual":  {"osfd"},

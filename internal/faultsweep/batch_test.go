@@ -4,10 +4,17 @@ package faultsweep
 
 import (
 	"testing"
+	_ "unsafe" // for go:linkname
 
 	"github.com/cudamem/cudamem/buffer"
-	"github.com/cudamem/cudamem/internal/batchhook"
 )
+
+// forceBatchLoop is package cuda's test switch that sends every batch down
+// the loop of cuMemcpyAsync (cuda/batch.go); restore puts the previous
+// setting back.
+//
+//go:linkname forceBatchLoop github.com/cudamem/cudamem/cuda.forceBatchLoop
+func forceBatchLoop(on bool) (restore func())
 
 // TestFaultSweepCopyBatch: a batch of copies through the batched call and
 // through the loop, each driver call failing in turn.
@@ -15,8 +22,7 @@ func TestFaultSweepCopyBatch(t *testing.T) {
 	const size, block = 64 << 10, 4 << 10
 	batch := func(loop bool) func(p *pair) error {
 		return func(p *pair) error {
-			batchhook.ForceLoop.Store(loop)
-			defer batchhook.ForceLoop.Store(false)
+			defer forceBatchLoop(loop)()
 			var copies []buffer.Copy
 			for o := uint64(0); o < size; o += block {
 				copies = append(copies, buffer.Copy{Dst: p.b, Src: p.a, DstOffset: o, SrcOffset: o, Size: block})

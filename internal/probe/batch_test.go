@@ -12,16 +12,23 @@ import (
 	"sync"
 	"testing"
 	"time"
+	_ "unsafe" // for go:linkname
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/batchhook"
 	"github.com/cudamem/cudamem/loader"
 	"github.com/cudamem/cudamem/resource"
 )
+
+// forceBatchLoop is package cuda's test switch that sends every batch down
+// the loop of cuMemcpyAsync (cuda/batch.go); restore puts the previous
+// setting back.
+//
+//go:linkname forceBatchLoop github.com/cudamem/cudamem/cuda.forceBatchLoop
+func forceBatchLoop(on bool) (restore func())
 
 // envBatchPath names the path the batch tests expect, for the runs of this
 // binary as an older driver (TestBatchCopyOlderDrivers); unset: the fake's
@@ -102,8 +109,7 @@ func TestBatchCopyData(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			defer baseline(t)()
-			batchhook.ForceLoop.Store(tc.loop)
-			defer batchhook.ForceLoop.Store(false)
+			defer forceBatchLoop(tc.loop)()
 			const n, size = 300, 64 << 10
 			src, err := pinned.Allocate(size, nil)
 			require.NoError(t, err)
@@ -225,8 +231,7 @@ func TestBatchCopyDriverErrors(t *testing.T) {
 	bad := buffer.Copy{Dst: over, Src: a, DstOffset: 4090, Size: 100}
 	for _, loop := range []bool{false, true} {
 		t.Run(fmt.Sprintf("loop=%v", loop), func(t *testing.T) {
-			batchhook.ForceLoop.Store(loop)
-			defer batchhook.ForceLoop.Store(false)
+			defer forceBatchLoop(loop)()
 			err := buffer.CopyBatch(s, []buffer.Copy{ok, empty, empty, bad, ok})
 			require.Error(t, err)
 			assert.ErrorIs(t, err, cuda.ErrorInvalidValue)

@@ -82,7 +82,7 @@ func init() {
 	register("resource/metrics", metrics.Registry{}, metrics.Snapshot{})
 	register("resource/timeline",
 		timeline.Kind(0), timeline.Event{}, timeline.Log{}, timeline.RecorderOptions{}, timeline.Recorder{},
-		timeline.Trace{}, timeline.Allocation{}, timeline.Usage{}, timeline.SVGOptions{},
+		timeline.Trace{}, timeline.Allocation{}, timeline.Usage{},
 	)
 	register("ipc", ipc.Descriptor{}, ipc.Handle{}, ipc.LegacyHandle{}, ipc.ImportedPool{}, ipc.UUID{}, ipc.TorchHandle{},
 		ipc.FabricHandle{})

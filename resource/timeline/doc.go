@@ -1,9 +1,10 @@
-// Package timeline records where memory goes over time and draws it: a
-// Recorder between a program and its memory resource logs every
-// allocation and free, and the trace it makes is written as JSON and drawn
-// as SVG (memory over time, stacked by allocation, and the blocks at one
-// moment with their used and free ranges). The package example records a
-// device pool and draws it.
+// Package timeline records where memory goes over time: a Recorder between
+// a program and its memory resource logs every allocation and free, and the
+// trace it makes is written as JSON (for `cudamem timeline`, which draws it
+// as SVG: memory over time, stacked by allocation, and the blocks at one
+// moment with their used and free ranges) or as a Chrome trace (for
+// chrome://tracing and Perfetto). The package example records a device
+// pool and keeps its trace.
 //
 // A [Recorder] is a memory resource adaptor (a buffer.MemoryResource over
 // an upstream, like the adaptors of package resource) that records every
@@ -12,34 +13,24 @@
 // The Log is a bounded ring: when full, each new event drops the oldest,
 // and Dropped counts them. Allocations whose Alloc event was dropped
 // while they were still live are kept aside, one entry each, so that the
-// picture of the window that is left stays exact.
+// bytes live in what is left of the window stay exact.
 //
 // [Log.Trace] copies the events out. A [Trace] is written as JSON
 // ([Trace.WriteJSON]) and read back ([ReadJSON]), so a program can dump
 // its trace and a tool can draw it later, elsewhere (`cudamem timeline
-// -in trace.json -o trace.svg`). [Trace.Usage] gives the bytes and
-// allocations live after each event: the numbers a resource.Statistics
-// over the same Recorder reports at the same moments.
-//
-// [Trace.WriteSVG] draws, in hand-written SVG:
-//
-//   - for each resource, its active memory over time, as PyTorch's
-//     _memory_viz "active memory timeline" does: each allocation is a
-//     band from its alloc to its free, stacked on the live allocations
-//     made before it, so that the outline is the memory in use and the
-//     bands show who holds it;
-//   - the blocks at one moment (by default, the peak) with their used and
-//     free ranges: fragmentation at a glance.
+// -in trace.json -o trace.svg`); [Trace.WriteChromeTrace] writes it for a
+// trace viewer. [Trace.Allocations] pairs each Alloc with its Free, and
+// [Trace.Usage] gives the bytes and allocations live after each event:
+// the numbers a resource.Statistics over the same Recorder reports at the
+// same moments.
 //
 // Neither the driver's pools nor resource.SubAllocator expose a map of
 // their blocks (the sub-allocator's Stats has only totals: reserved,
-// used, free, blocks, free ranges), so the block view is built from the
+// used, free, blocks, free ranges), so a block view is built from the
 // recorded events: put one Recorder below a SubAllocator (it records the
 // upstream blocks) and one above (it records the allocations carved out
-// of them), sharing a Log, and each upstream block is drawn with the
-// allocations inside it. Allocations that lie in no recorded block (a
-// device pool's, say) are grouped into address ranges inferred from the
-// allocations themselves, labelled as inferred.
+// of them), sharing a Log, and each upstream block's allocations are the
+// ones inside it.
 //
 //	events := timeline.NewLog(0)
 //	blocks := timeline.NewRecorder(pool, events, &timeline.RecorderOptions{Name: "pool"})
@@ -47,7 +38,7 @@
 //	...
 //	mr := timeline.NewRecorder(sub, events, &timeline.RecorderOptions{Name: "suballocator"})
 //	// ... allocate through mr ...
-//	err = events.Trace().WriteSVG(f, nil)
+//	err = events.Trace().WriteJSON(f)
 //
 // # JSON
 //

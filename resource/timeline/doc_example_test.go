@@ -9,9 +9,9 @@ import (
 	"github.com/cudamem/cudamem/resource/timeline"
 )
 
-// Record what a workload does with the device's pool, then draw it and
-// keep the trace: `cudamem timeline -in trace.json` draws it again later,
-// on any machine.
+// Record what a workload does with the device's pool, then keep the trace
+// for chrome://tracing or Perfetto, and as JSON: `cudamem timeline -in
+// trace.json` draws it later, on any machine.
 func Example() {
 	dev, err := cuda.GetDevice(0)
 	if err != nil {
@@ -40,12 +40,12 @@ func Example() {
 	}
 
 	tr := events.Trace()
-	svg, err := os.Create("timeline.svg")
+	chrome, err := os.Create("trace.chrome.json")
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer svg.Close()
-	if err := tr.WriteSVG(svg, &timeline.SVGOptions{Title: "one workload"}); err != nil {
+	defer chrome.Close()
+	if err := tr.WriteChromeTrace(chrome); err != nil {
 		log.Fatal(err)
 	}
 	js, err := os.Create("trace.json")

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log"
 	"os"
-	"strings"
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
@@ -14,8 +13,8 @@ import (
 	"github.com/cudamem/cudamem/resource/timeline"
 )
 
-// Record allocations, read back what was live after each event, and draw
-// the timeline.
+// Record allocations, read back what was live after each event, and sum
+// up the allocations the trace holds.
 func ExampleRecorder() {
 	// The upstream hands out made-up addresses, so the example runs
 	// without a GPU; a program would record a device pool
@@ -34,11 +33,7 @@ func ExampleRecorder() {
 	for _, u := range tr.Usage("scratch") {
 		fmt.Printf("after event %d: %d bytes in %d allocations\n", u.Seq, u.Bytes, u.Count)
 	}
-	var svg bytes.Buffer
-	if err := tr.WriteSVG(&svg, nil); err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println(strings.Count(svg.String(), `class="band"`), "bands")
+	fmt.Println(len(tr.Allocations()), "allocations")
 	// Output:
 	// event 1: alloc 3145728 bytes at 0x7f0000000000 (scratch)
 	// event 2: alloc 1048576 bytes at 0x7f0000300000 (scratch)
@@ -49,7 +44,7 @@ func ExampleRecorder() {
 	// after event 2: 4194304 bytes in 2 allocations
 	// after event 3: 1048576 bytes in 1 allocations
 	// after event 4: 0 bytes in 0 allocations
-	// 2 bands
+	// 2 allocations
 }
 
 // Dump a trace as JSON and read it back: a program writes it, a tool
@@ -74,9 +69,9 @@ func ExampleReadJSON() {
 }
 
 // On a GPU: record the upstream blocks of a sub-allocator and the
-// allocations carved from them in one Log, and draw both, with the
-// blocks' used and free ranges at the peak. (Needs a GPU, so it has no
-// Output.)
+// allocations carved from them in one Log, and dump the trace: `cudamem
+// timeline -in trace.json` draws both, with the blocks' used and free
+// ranges at the peak. (Needs a GPU, so it has no Output.)
 func ExampleRecorder_subAllocator() {
 	dev, err := cuda.GetDevice(0)
 	if err != nil {
@@ -109,12 +104,12 @@ func ExampleRecorder_subAllocator() {
 	for _, b := range live {
 		b.Close()
 	}
-	f, err := os.Create("timeline.svg")
+	f, err := os.Create("trace.json")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer f.Close()
-	if err := events.Trace().WriteSVG(f, nil); err != nil {
+	if err := events.Trace().WriteJSON(f); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -31,7 +31,7 @@ const stackDepth = 32
 // its name and optionally the call stack. Several Recorders may share a
 // Log; put one above and one below a resource.SubAllocator to see both
 // the allocations and the upstream blocks they are carved from (the
-// segment view of WriteSVG draws one inside the other).
+// segment view of `cudamem timeline` draws one inside the other).
 //
 // A Free is recorded before the upstream frees, so that another
 // goroutine cannot be handed the same address, and record it, first. If

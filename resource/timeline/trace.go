@@ -17,7 +17,7 @@ const TraceVersion = 1
 // Trace is a copy of a Log's contents: the events in its window, oldest
 // first, and the allocations live when the window starts whose Alloc
 // events were dropped. It is what WriteJSON writes and ReadJSON reads,
-// and what WriteSVG draws.
+// and what `cudamem timeline -in` draws.
 type Trace struct {
 	Version int `json:"version"`
 	// Start is the wall-clock time of the Log's clock origin (the zero

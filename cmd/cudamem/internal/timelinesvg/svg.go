@@ -1,4 +1,8 @@
-package timeline
+// Package timelinesvg draws a timeline.Trace as the SVG picture that
+// `cudamem timeline` writes: each resource's memory over time, stacked by
+// allocation, and the blocks at one moment with their used and free
+// ranges (see Write).
+package timelinesvg
 
 import (
 	"bufio"
@@ -13,10 +17,11 @@ import (
 	"time"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/resource/timeline"
 )
 
-// SVGOptions configures WriteSVG. A nil *SVGOptions means the zero value.
-type SVGOptions struct {
+// Options configures Write. A nil *Options means the zero value.
+type Options struct {
 	// Title heads the picture; "" means "cudamem memory timeline".
 	Title string
 	// Width is the picture's width in pixels; 0 means 1200.
@@ -46,8 +51,8 @@ type SVGOptions struct {
 	Alignment uint64
 }
 
-func (o *SVGOptions) withDefaults() SVGOptions {
-	var v SVGOptions
+func (o *Options) withDefaults() Options {
+	var v Options
 	if o != nil {
 		v = *o
 	}
@@ -103,7 +108,7 @@ func colour(seq uint64) string {
 	return palette[h.Sum32()%uint32(len(palette))]
 }
 
-// WriteSVG draws the trace as an SVG picture, hand-written (no
+// Write draws trace t on w as an SVG picture, hand-written (no
 // dependency):
 //
 //   - for each resource, its active memory over time, as PyTorch's
@@ -112,7 +117,7 @@ func colour(seq uint64) string {
 //     stack's outline is the bytes in use;
 //   - a segment view: each block live at one moment (SegmentsAt) as a bar
 //     of its used and free ranges. A block is an allocation of a resource
-//     whose allocations contain others' (a Recorder below a
+//     whose allocations contain others' (a timeline.Recorder below a
 //     SubAllocator records its upstream blocks); neither the driver's
 //     pools nor resource.SubAllocator expose a block map, so the view is
 //     built from the recorded events. Allocations inside no recorded
@@ -132,12 +137,12 @@ func colour(seq uint64) string {
 // data-free-ranges, and the time axis's ticks are <text class="tick">
 // with data-value (nanoseconds from the first event, or events), so the
 // picture can be checked or scraped.
-func (t *Trace) WriteSVG(w io.Writer, opts *SVGOptions) error {
+func Write(w io.Writer, t *timeline.Trace, opts *Options) error {
 	if w == nil {
-		return cuda.Errorf("Trace.WriteSVG", cuda.ErrInvalidArgument, "nil writer")
+		return cuda.Errorf("timelinesvg.Write", cuda.ErrInvalidArgument, "nil writer")
 	}
 	if t == nil {
-		t = &Trace{Version: TraceVersion}
+		t = &timeline.Trace{Version: timeline.TraceVersion}
 	}
 	o := opts.withDefaults()
 	allocs := t.Allocations()
@@ -151,9 +156,9 @@ func (t *Trace) WriteSVG(w io.Writer, opts *SVGOptions) error {
 	}
 	m := leafPeak(t, allocs)
 	if o.SegmentsAt != 0 {
-		m = slices.IndexFunc(t.Events, func(e Event) bool { return e.Seq >= o.SegmentsAt })
+		m = slices.IndexFunc(t.Events, func(e timeline.Event) bool { return e.Seq >= o.SegmentsAt })
 		if m < 0 || t.Events[m].Seq != o.SegmentsAt {
-			return cuda.Errorf("Trace.WriteSVG", cuda.ErrInvalidArgument, "SegmentsAt %d is no event of the trace", o.SegmentsAt)
+			return cuda.Errorf("timelinesvg.Write", cuda.ErrInvalidArgument, "SegmentsAt %d is no event of the trace", o.SegmentsAt)
 		}
 	}
 	segs := layoutSegments(allocs, m, o.Alignment)
@@ -188,10 +193,10 @@ func (t *Trace) WriteSVG(w io.Writer, opts *SVGOptions) error {
 	d.segments(segs[:shown], len(segs), m, segTop)
 	d.printf("</svg>\n")
 	if d.err != nil {
-		return &cuda.OpError{Op: "Trace.WriteSVG", Err: d.err}
+		return &cuda.OpError{Op: "timelinesvg.Write", Err: d.err}
 	}
 	if err := d.w.Flush(); err != nil {
-		return &cuda.OpError{Op: "Trace.WriteSVG", Err: err}
+		return &cuda.OpError{Op: "timelinesvg.Write", Err: err}
 	}
 	return nil
 }
@@ -199,9 +204,9 @@ func (t *Trace) WriteSVG(w io.Writer, opts *SVGOptions) error {
 type drawing struct {
 	w      *bufio.Writer
 	err    error
-	o      SVGOptions
-	t      *Trace
-	allocs []Allocation
+	o      Options
+	t      *timeline.Trace
+	allocs []timeline.Allocation
 	names  map[string]string // resource -> label (resourceLabels)
 	x0, x1 float64           // plot range in pixels
 	ax     axis
@@ -362,7 +367,7 @@ func (d *drawing) aggregate(p *panel, b *band, y func(uint64) float64) {
 		esc(p.resource), p.other, sb.String(), p.other, esc(d.name(p.resource)))
 }
 
-func (d *drawing) describe(a Allocation) string {
+func (d *drawing) describe(a timeline.Allocation) string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "%s %#x, %s (%d bytes), stream %#x, device %d\n", d.name(a.Resource), a.Addr, bytesStr(a.Size), a.Size, a.Stream, a.Device)
 	if a.Alloc >= 0 {
@@ -477,4 +482,22 @@ func durStr(d time.Duration) string {
 		return strconv.FormatFloat(float64(d)/1e6, 'f', 2, 64) + " ms"
 	}
 	return strconv.FormatFloat(d.Seconds(), 'f', 3, 64) + " s"
+}
+
+// resourceLabels names each resource for the picture, as the Chrome trace
+// export of package timeline does: a resource named "" gets a name no other
+// resource of the trace has.
+func resourceLabels(resources []string) map[string]string {
+	out := make(map[string]string, len(resources))
+	for _, r := range resources {
+		out[r] = r
+	}
+	if _, ok := out[""]; ok {
+		name := "(unnamed)"
+		for i := 2; slices.Contains(resources, name); i++ {
+			name = fmt.Sprintf("(unnamed %d)", i)
+		}
+		out[""] = name
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package timeline
+package timelinesvg
 
 import (
 	"cmp"
@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/cudamem/cudamem/resource/timeline"
 )
 
 // This file computes what the SVG draws, apart from drawing it, so that
@@ -50,7 +52,7 @@ type panel struct {
 // placed on top of those allocated before it that are still live, so
 // that the stack's height at every step is the bytes in use; the others
 // together form one band on top.
-func layoutPanel(t *Trace, allocs []Allocation, resource string, maxBands int) panel {
+func layoutPanel(t *timeline.Trace, allocs []timeline.Allocation, resource string, maxBands int) panel {
 	p := panel{resource: resource}
 	var mine []int // indices into allocs
 	for j, a := range allocs {
@@ -168,8 +170,8 @@ func layoutPanel(t *Trace, allocs []Allocation, resource string, maxBands int) p
 
 // parents lists the resources some of whose allocations contain an
 // allocation of another resource: the upstream blocks of a
-// sub-allocator, when a Recorder sits below it too.
-func parents(allocs []Allocation) map[string]bool {
+// sub-allocator, when a timeline.Recorder sits below it too.
+func parents(allocs []timeline.Allocation) map[string]bool {
 	type iv struct{ start, end uint64 }
 	by := map[string][]iv{}
 	for _, a := range allocs {
@@ -234,7 +236,7 @@ const inferGap = 2 << 20
 
 // liveAt reports whether allocation a is live after event m (-1: at the
 // window's start).
-func liveAt(a Allocation, m int) bool {
+func liveAt(a timeline.Allocation, m int) bool {
 	return a.Alloc <= m && (a.Free < 0 || a.Free > m)
 }
 
@@ -243,7 +245,7 @@ func liveAt(a Allocation, m int) bool {
 // other resources inside it (rounded up to align) are its used ranges
 // and the rest is free. Live allocations inside no block are grouped per
 // resource into inferred ranges.
-func layoutSegments(allocs []Allocation, m int, align uint64) []segment {
+func layoutSegments(allocs []timeline.Allocation, m int, align uint64) []segment {
 	par := parents(allocs)
 	var segs []segment
 	var loose []int
@@ -258,7 +260,7 @@ func layoutSegments(allocs []Allocation, m int, align uint64) []segment {
 	slices.SortFunc(segs, func(a, b segment) int {
 		return cmp.Or(cmp.Compare(a.resource, b.resource), cmp.Compare(a.addr, b.addr))
 	})
-	inside := func(a Allocation) int {
+	inside := func(a timeline.Allocation) int {
 		for i := range segs {
 			s := &segs[i]
 			if s.resource != a.Resource && a.Addr >= s.addr && a.Addr+a.Size <= s.addr+s.size {
@@ -345,7 +347,7 @@ func roundUp(n, align uint64) uint64 {
 // leafPeak is the event after which the allocations of the resources
 // that are not parents hold the most bytes together (-1 when nothing is
 // ever live): the default moment of the segment view.
-func leafPeak(t *Trace, allocs []Allocation) int {
+func leafPeak(t *timeline.Trace, allocs []timeline.Allocation) int {
 	par := parents(allocs)
 	delta := make([]int64, len(t.Events))
 	var cur int64
@@ -397,7 +399,7 @@ type tick struct {
 // between ticks. By time, it spans the first event to the last, ticked at
 // round durations from the first; by event (or when every event has one
 // time), it spans the events, ticked at round counts.
-func layoutAxis(t *Trace, byEvent bool, maxTicks int) axis {
+func layoutAxis(t *timeline.Trace, byEvent bool, maxTicks int) axis {
 	a := axis{events: len(t.Events), byEvent: byEvent}
 	if n := len(t.Events); n > 0 {
 		a.origin, a.end = t.Events[0].Time, t.Events[n-1].Time
@@ -428,7 +430,7 @@ func layoutAxis(t *Trace, byEvent bool, maxTicks int) axis {
 
 // frac is the position, as a fraction of the axis, of the state after
 // trace event i (-1: the window's start; len(Events): the end).
-func (a *axis) frac(t *Trace, i int) float64 {
+func (a *axis) frac(t *timeline.Trace, i int) float64 {
 	var f float64
 	if a.byEvent {
 		f = float64(i+1) / float64(max(a.events, 1))
@@ -566,3 +568,11 @@ const (
 	legendGap     = 20
 	legendRowH    = 16
 )
+
+// satAdd is a+b, stopping at the largest uint64 rather than wrapping.
+func satAdd(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return ^uint64(0)
+}

@@ -1,4 +1,4 @@
-package timeline
+package timelinesvg
 
 import (
 	"cmp"
@@ -16,6 +16,7 @@ import (
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/resource"
+	"github.com/cudamem/cudamem/resource/timeline"
 )
 
 // heap is a fake upstream: first-fit addresses in a large made-up range,
@@ -137,7 +138,7 @@ func checkPanel(t *testing.T, p panel, want []uint64) {
 	}
 }
 
-// TestLayoutMatchesStatistics: a Statistics over a Recorder, random
+// TestLayoutMatchesStatistics: a Statistics over a timeline.Recorder, random
 // allocations and frees; after every step the trace's usage, and the
 // height of the stacked bands, equal what Statistics reports.
 func TestLayoutMatchesStatistics(t *testing.T) {
@@ -152,8 +153,8 @@ func TestLayoutMatchesStatistics(t *testing.T) {
 		{"dropped+aggregated", 64, 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			log := NewLog(tc.capacity)
-			rec := NewRecorder(newHeap(), log, &RecorderOptions{Name: "heap"})
+			log := timeline.NewLog(tc.capacity)
+			rec := timeline.NewRecorder(newHeap(), log, &timeline.RecorderOptions{Name: "heap"})
 			stats := resource.NewStatistics(rec)
 			want := []uint64{0}
 			run(t, stats, 400, 1, func() { want = append(want, stats.Stats().CurrentBytes) })
@@ -187,14 +188,14 @@ func TestLayoutMatchesStatistics(t *testing.T) {
 }
 
 // TestLayoutTwoLevels: Recorders above and below a SubAllocator share a
-// Log; each level's usage matches its own Statistics, and the segment
+// timeline.Log; each level's usage matches its own Statistics, and the segment
 // view's blocks match the sub-allocator's books.
 func TestLayoutTwoLevels(t *testing.T) {
-	log := NewLog(0)
-	below := resource.NewStatistics(NewRecorder(newHeap(), log, &RecorderOptions{Name: "blocks"}))
+	log := timeline.NewLog(0)
+	below := resource.NewStatistics(timeline.NewRecorder(newHeap(), log, &timeline.RecorderOptions{Name: "blocks"}))
 	sa, err := resource.NewSubAllocator(below, &resource.SubAllocatorOptions{GrowSize: 256 << 10})
 	require.NoError(t, err)
-	above := resource.NewStatistics(NewRecorder(sa, log, &RecorderOptions{Name: "sub"}))
+	above := resource.NewStatistics(timeline.NewRecorder(sa, log, &timeline.RecorderOptions{Name: "sub"}))
 	var wantAbove, wantBelow []uint64
 	wantAbove = append(wantAbove, 0)
 	wantBelow = append(wantBelow, 0)
@@ -217,10 +218,10 @@ func TestLayoutTwoLevels(t *testing.T) {
 // TestSegments: at a moment with allocations live, the blocks drawn are
 // the sub-allocator's: as many, as large, as full.
 func TestSegments(t *testing.T) {
-	log := NewLog(0)
-	sa, err := resource.NewSubAllocator(NewRecorder(newHeap(), log, &RecorderOptions{Name: "blocks"}), &resource.SubAllocatorOptions{GrowSize: 256 << 10})
+	log := timeline.NewLog(0)
+	sa, err := resource.NewSubAllocator(timeline.NewRecorder(newHeap(), log, &timeline.RecorderOptions{Name: "blocks"}), &resource.SubAllocatorOptions{GrowSize: 256 << 10})
 	require.NoError(t, err)
-	mr := NewRecorder(sa, log, &RecorderOptions{Name: "sub"})
+	mr := timeline.NewRecorder(sa, log, &timeline.RecorderOptions{Name: "sub"})
 	rng := rand.New(rand.NewPCG(3, 3))
 	var held []*buffer.Buffer
 	for i := range 200 {
@@ -268,7 +269,7 @@ func TestSegments(t *testing.T) {
 // TestSegmentsInferred: without a recorded block, live allocations close
 // together form one inferred range, far apart two.
 func TestSegmentsInferred(t *testing.T) {
-	allocs := []Allocation{
+	allocs := []timeline.Allocation{
 		{Resource: "pool", Addr: 0x1000000, Size: 1 << 20, Alloc: 0, Free: -1},
 		{Resource: "pool", Addr: 0x1000000 + 3<<20, Size: 1 << 20, Alloc: 1, Free: -1},   // 2 MiB gap: same range
 		{Resource: "pool", Addr: 0x1000000 + 100<<20, Size: 4 << 10, Alloc: 2, Free: -1}, // far: a new one
@@ -283,7 +284,7 @@ func TestSegmentsInferred(t *testing.T) {
 	assert.Equal(t, 1, segs[0].freeRanges)
 	assert.Equal(t, uint64(4<<10), segs[1].size)
 	assert.Zero(t, segs[1].freeRanges)
-	assert.Equal(t, 2, leafPeak(&Trace{Events: make([]Event, 3)}, allocs[:3]))
+	assert.Equal(t, 2, leafPeak(&timeline.Trace{Events: make([]timeline.Event, 3)}, allocs[:3]))
 }
 
 // isRound reports whether v is 1, 2 or 5 times a power of ten.
@@ -323,17 +324,17 @@ func checkTicks(t *testing.T, ticks []tick, span float64, maxTicks int) float64 
 	return step
 }
 
-// The time axis starts at the first event, not at the Log's clock origin
+// The time axis starts at the first event, not at the timeline.Log's clock origin
 // (12.41 ms earlier here: the axis showed nothing but empty room before
 // it), and is marked at round durations from there; by event, at round
 // counts.
 func TestAxisStartsAtFirstEventWithRoundTicks(t *testing.T) {
 	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
-	tr := &Trace{Events: []Event{
-		{Seq: 1, Time: ms(12.41), Kind: Alloc, Addr: 0x1000, Size: 10},
-		{Seq: 2, Time: ms(13), Kind: Alloc, Addr: 0x2000, Size: 10},
-		{Seq: 3, Time: ms(15.2), Kind: Free, Addr: 0x1000, Size: 10},
-		{Seq: 4, Time: ms(17.76), Kind: Free, Addr: 0x2000, Size: 10},
+	tr := &timeline.Trace{Events: []timeline.Event{
+		{Seq: 1, Time: ms(12.41), Kind: timeline.Alloc, Addr: 0x1000, Size: 10},
+		{Seq: 2, Time: ms(13), Kind: timeline.Alloc, Addr: 0x2000, Size: 10},
+		{Seq: 3, Time: ms(15.2), Kind: timeline.Free, Addr: 0x1000, Size: 10},
+		{Seq: 4, Time: ms(17.76), Kind: timeline.Free, Addr: 0x2000, Size: 10},
 	}}
 	a := layoutAxis(tr, false, 10)
 	assert.False(t, a.byEvent)
@@ -358,7 +359,7 @@ func TestAxisStartsAtFirstEventWithRoundTicks(t *testing.T) {
 		labels = append(labels, tk.label)
 	}
 	assert.Equal(t, []string{"0 ms", "5 ms"}, labels)
-	short := &Trace{Events: []Event{{Seq: 1, Time: ms(3)}, {Seq: 2, Time: ms(4.5)}}}
+	short := &timeline.Trace{Events: []timeline.Event{{Seq: 1, Time: ms(3)}, {Seq: 2, Time: ms(4.5)}}}
 	labels = nil
 	for _, tk := range layoutAxis(short, false, 4).ticks {
 		labels = append(labels, tk.label)
@@ -366,9 +367,9 @@ func TestAxisStartsAtFirstEventWithRoundTicks(t *testing.T) {
 	assert.Equal(t, []string{"0.0 ms", "0.5 ms", "1.0 ms", "1.5 ms"}, labels)
 
 	// By event: round counts of events.
-	many := &Trace{Events: make([]Event, 437)}
+	many := &timeline.Trace{Events: make([]timeline.Event, 437)}
 	for i := range many.Events {
-		many.Events[i] = Event{Seq: uint64(i + 1), Time: time.Duration(i) * time.Microsecond}
+		many.Events[i] = timeline.Event{Seq: uint64(i + 1), Time: time.Duration(i) * time.Microsecond}
 	}
 	e := layoutAxis(many, true, 10)
 	assert.True(t, e.byEvent)
@@ -379,9 +380,9 @@ func TestAxisStartsAtFirstEventWithRoundTicks(t *testing.T) {
 	assert.Equal(t, 1.0, e.frac(many, 436))
 
 	// Every event at one time: by event, whatever was asked.
-	same := &Trace{Events: []Event{{Seq: 1, Time: ms(2)}, {Seq: 2, Time: ms(2)}}}
+	same := &timeline.Trace{Events: []timeline.Event{{Seq: 1, Time: ms(2)}, {Seq: 2, Time: ms(2)}}}
 	assert.True(t, layoutAxis(same, false, 10).byEvent)
-	assert.Equal(t, []tick{{label: "0"}}, layoutAxis(&Trace{}, false, 10).ticks, "no events: one tick")
+	assert.Equal(t, []tick{{label: "0"}}, layoutAxis(&timeline.Trace{}, false, 10).ticks, "no events: one tick")
 }
 
 // Over spans from a nanosecond to days and any number of ticks, the
@@ -391,7 +392,7 @@ func TestAxisTicksProperties(t *testing.T) {
 	for range 2000 {
 		span := time.Duration(math.Pow(10, rng.Float64()*14)) + 1
 		maxTicks := 1 + rng.IntN(15)
-		tr := &Trace{Events: []Event{{Seq: 1, Time: 7 * time.Second}, {Seq: 2, Time: 7*time.Second + span}}}
+		tr := &timeline.Trace{Events: []timeline.Event{{Seq: 1, Time: 7 * time.Second}, {Seq: 2, Time: 7*time.Second + span}}}
 		a := layoutAxis(tr, false, maxTicks)
 		require.False(t, a.byEvent)
 		step := checkTicks(t, a.ticks, float64(span), maxTicks)
