@@ -101,7 +101,7 @@ func Owned(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream) *
 
 func owned(ptr cuda.DevicePtr, size uint64, mr, free MemoryResource, s *cuda.Stream) *Buffer {
 	w := initBit | ownedBit | badBits(ptr, size)
-	if ptr != 0 {
+	if ptr != 0 && disownedViews.n.Load() > 0 {
 		w |= disownedViews.take(ptr)
 	}
 	b := carve(mr, free, s)
@@ -152,14 +152,14 @@ func badBits(ptr cuda.DevicePtr, size uint64) uint64 {
 // The zero Buffer is not usable: its methods return an error matching
 // cuda.ErrInvalidArgument (Close returns nil, and accessors zero values).
 //
-// An owned Buffer is one 40-byte object in a slab (see leaks.go), and
-// points at a home its allocation shares with those made before it.
+// An owned Buffer is one 40-byte object (on 64-bit targets); the Buffers
+// made one after another from one resource and stream share one record of
+// both.
 type Buffer struct {
-	// word is the lifecycle, lock-free rather than a cuda.Guard because a
-	// Guard's mutex and condition variable would triple the Buffer, and
-	// its Enter, Leave and Close cost the pair more than one
-	// compare-and-swap and one add; views hold only initBit, viewBit and
-	// their own closedBit, and count their calls on their root's.
+	// word is the lifecycle (see the state word), lock-free rather than a
+	// cuda.Guard because a Guard would triple the Buffer and cost a pair
+	// more than the word's one compare-and-swap and one add. Views hold
+	// only initBit, viewBit and their own closedBit in it.
 	word atomic.Uint64
 	ptr  cuda.DevicePtr // this buffer's address (a view's: its root's plus its offset)
 	size uint64         // this buffer's (or view's) size

@@ -16,13 +16,15 @@ import (
 // A runtime.AddCleanup per Buffer costs about as much as the driver's
 // whole allocate+free pair, and a record of each allocation beside the
 // Buffer doubles the garbage. Instead, owned Buffers are carved out of
-// slabs that fill a 4 KiB size class, and a finalizer watches each slab.
-// It runs once no Buffer of the slab is reachable, and reads the Buffers
+// slabs of 16 KiB (409 Buffers), and a finalizer watches each slab. It
+// runs once no Buffer of the slab is reachable, and reads the Buffers
 // themselves (a finalizer, unlike a cleanup, gets its object): it frees
 // every allocation whose Buffer was never closed (or disowned) and counts
 // it in Leaks. The cost: a long-lived Buffer keeps its slab's memory
 // alive, and a leaked allocation is freed only when its whole slab is
-// collected. For a safety net both are fine.
+// collected. For a safety net both are fine. The size is the collector's
+// trade: each slab's finalizer costs it a setting, a root to mark each
+// cycle and a call, and 4 KiB slabs paid those on every 102 pairs.
 //
 // A slab reachable from itself is never finalized. So a closed Buffer
 // reaches nothing (its home is nil): a closed Buffer whose SubAllocator
@@ -67,9 +69,11 @@ func Leaks() int64 { return leaks.Load() }
 // counted here.
 func LeaksKept() int64 { return leaksKept.Load() }
 
-// slabSize fills a 4 KiB size class: a slab has pointers and is over 512
-// bytes, so the allocator puts an 8-byte type header before it.
-const slabSize = (4096 - 8) / int(unsafe.Sizeof(Buffer{}))
+// slabSize fills the slabBytes size class: a slab has pointers and is
+// over 512 bytes, so the allocator puts an 8-byte type header before it.
+const slabSize = (slabBytes - 8) / int(unsafe.Sizeof(Buffer{}))
+
+const slabBytes = 16 << 10
 
 type slab [slabSize]Buffer
 
@@ -260,8 +264,8 @@ func freeOrFallback(mr MemoryResource, p cuda.DevicePtr, n uint64, s *cuda.Strea
 
 // disownedViews holds the addresses of viewed allocations that were
 // disowned: the next Owned buffer at such an address inherits the mark.
-// n counts the entries, so that Owned pays one atomic load while there
-// are none. An entry whose memory is freed some other way stays until an
+// n counts the entries, so that Owned pays one load while there are
+// none. An entry whose memory is freed some other way stays until an
 // allocation at that address comes along; it then only keeps the net from
 // freeing that allocation if it leaks (a leak, never a use after free).
 var disownedViews viewMarks
@@ -281,11 +285,9 @@ func (v *viewMarks) add(ptr cuda.DevicePtr) {
 // take returns viewedBit if a disowned viewed allocation left its mark at
 // ptr (and takes the mark), else 0.
 func (v *viewMarks) take(ptr cuda.DevicePtr) uint64 {
-	if v.n.Load() > 0 {
-		if _, ok := v.m.LoadAndDelete(ptr); ok {
-			v.n.Add(-1)
-			return viewedBit
-		}
+	if _, ok := v.m.LoadAndDelete(ptr); ok {
+		v.n.Add(-1)
+		return viewedBit
 	}
 	return 0
 }
