@@ -18,11 +18,10 @@ func (p props) hostOnly() bool { return p.hostAcc && !p.devAcc }
 
 // props asks the resource, or for borrowed memory the driver (once per
 // allocation). Call it within a call on b (acquire, use): Close clears an
-// owner's resource (so that a closed Buffer in a slab keeps nothing
-// reachable), and waits for the calls in progress first. The driver's
-// answer is cached in the root's ext.
+// owner's home (so that a closed Buffer in a slab keeps nothing
+// reachable), and waits for the calls in progress first.
 func (b *Buffer) props() props {
-	if mr := b.mr; mr != nil {
+	if mr := b.resource(); mr != nil {
 		return props{device: mr.DeviceID(), devAcc: mr.DeviceAccessible(), hostAcc: mr.HostAccessible()}
 	}
 	info, err := b.rootOf().pointerInfo()
@@ -94,7 +93,7 @@ func (b *Buffer) Device() (*cuda.Device, error) {
 // could use it.
 func (b *Buffer) streamFor(op string, s *cuda.Stream) (*cuda.Stream, error) {
 	if s == nil {
-		s = b.stream
+		s = b.stream()
 	}
 	var d *cuda.Device
 	if s == nil {
@@ -123,4 +122,24 @@ func (b *Buffer) pinnedHost() bool {
 		return !p.devAcc
 	}
 	return info.Type == cuda.MemoryTypeHost && !info.Managed
+}
+
+// pointerInfo returns the driver's description of the allocation (r is a
+// root: an owner or a borrowed buffer). Racing first calls may both ask
+// the driver; the answers are the same. Only an answer is kept: a failed
+// query (no driver yet, memory the driver does not know, a transient
+// error) is asked again next time, so that one failure does not decide
+// the buffer's accessibility for good.
+func (r *Buffer) pointerInfo() (cuda.PointerInfo, error) {
+	if x := r.ext.Load(); x != nil {
+		if pi := x.info.Load(); pi != nil {
+			return *pi, nil
+		}
+	}
+	info, err := cuda.QueryPointer(r.ptr)
+	if err != nil {
+		return cuda.PointerInfo{}, err
+	}
+	r.makeExt().info.Store(&info)
+	return info, nil
 }

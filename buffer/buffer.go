@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/ownedmem"
 )
 
 // MemoryResource hands out and takes back memory, as addresses: the
@@ -44,6 +44,24 @@ type MemoryResource interface {
 	DeviceID() int
 }
 
+// recordingResource is implemented by resources that record every address
+// they hand out as a plain pointer, so that Deallocate can refuse any
+// other (package resource's pools: the driver's stream-ordered free takes
+// memory of any pool). A Buffer from Allocate is the record of its memory
+// already, so Allocate takes that memory from ForBuffers' resource, which
+// allocates and frees without the record, and Disown hands the address to
+// the record (its Record method). It is an interface here, rather than
+// functions the resource package registers, so that the dependency reads
+// where the call is made.
+type recordingResource interface {
+	ForBuffers() MemoryResource
+}
+
+// recorder is ForBuffers' resource as Disown sees it.
+type recorder interface {
+	Record(ptr cuda.DevicePtr, size uint64)
+}
+
 // Allocate returns a new Buffer of exactly size bytes from mr, owned by mr
 // (its Close calls mr.Deallocate): the one place Buffers are built from a
 // resource. Size 0 is allowed and returns an empty buffer. Errors from mr
@@ -52,142 +70,67 @@ func Allocate(mr MemoryResource, size uint64, s *cuda.Stream) (*Buffer, error) {
 	if mr == nil {
 		return nil, cuda.Errorf("buffer.Allocate", cuda.ErrInvalidArgument, "nil MemoryResource")
 	}
-	if ptr, rs, ok, err := ownedmem.Allocate(mr, size, s); ok {
-		// A pool resource's memory, not recorded as a plain pointer: the
-		// Buffer is the record (see package ownedmem).
-		if err != nil {
-			return nil, err
+	free := mr
+	if r, ok := mr.(recordingResource); ok {
+		if f := r.ForBuffers(); f != nil {
+			free = f
 		}
-		return owned(ptr, size, mr, rs, unrecordedBit), nil
 	}
-	ptr, s, err := mr.AllocatePtr(size, s)
+	ptr, s, err := free.AllocatePtr(size, s)
 	if err != nil {
 		return nil, err
 	}
-	return Owned(ptr, size, mr, s), nil
+	return owned(ptr, size, mr, free, s), nil
 }
 
-// leaks counts buffers garbage collected without Close; leaksKept counts
-// those among them whose memory the safety net did not free.
-var leaks, leaksKept atomic.Int64
-
-// Leaks returns how many owned buffers were garbage collected without
-// Close. The safety net frees their memory, except for those counted by
-// [LeaksKept]. Tests assert it stays 0.
-//
-// The net watches owned buffers in groups made together (one finalizer
-// for many, which keeps it off the allocation fast path), so a lost
-// buffer is found, freed and counted only once every buffer of its group
-// is unreachable: possibly long after it was lost.
-func Leaks() int64 { return leaks.Load() }
-
-// LeaksKept returns how many of the buffers counted by [Leaks] kept their
-// memory instead: the safety net never frees memory under a host view
-// ([Buffer.Bytes]) that was handed out, because the []byte does not keep
-// the Buffer alive and may still be in use; and it gives up when the
-// resource refuses to free (on the allocation stream and on the default
-// one). That memory stays allocated for the life of the process. A free
-// whose error wraps [ErrPartlyFreed] gave the memory back, and is not
-// counted here.
-func LeaksKept() int64 { return leaksKept.Load() }
-
-// The state word (Buffer.word) of an owner or a borrowed buffer: the
-// count of calls in progress in the low bits, then flags. It replaces a
-// lock, and costs the hot path (Allocate, Close; acquire and release
-// around each call) one atomic operation each.
-//
-// The word never makes a call wait for another call. acquire adds one to
-// the count and fails (undoing the add) while a Close or Disown holds
-// closing or after closed, reporting the buffer closed. So a call that
-// holds one buffer and takes another (a copy, a Use whose function
-// touches other buffers) never waits behind a pending Close, and no order
-// among buffers is needed. Only Close and Disown wait: for the calls in
-// progress, and for another Close of the same buffer; they block on the
-// lazily made ext's condition variable, with waiters set so that the
-// release that lets them go wakes them.
-//
-// A view's word holds only initBit, viewBit and closedBit (its own
-// Close); calls on a view count on its root's word.
-const (
-	readerMask = 1<<32 - 1
-	closingBit = uint64(1) << 32 // a Close or Disown owns the buffer: calls fail, other closers wait
-	closedBit  = uint64(1) << 33 // closed or disowned (views: closed by their own Close)
-	waitersBit = uint64(1) << 34 // a closer waits on ext.cond: releases and the end of a Close broadcast
-	viewedBit  = uint64(1) << 35 // a host view (Bytes) was handed out: the safety net never frees it
-	ownedBit   = uint64(1) << 36 // made with a resource: Close frees through it
-	badBit     = uint64(1) << 37 // no use is valid: a null address, or a range past 2^64
-	initBit    = uint64(1) << 38 // made by a constructor (the zero Buffer lacks it)
-	viewBit    = uint64(1) << 39 // a view (Slice): its ext holds its root and parent
-	// unrecordedBit: made by Allocate through package ownedmem, so the
-	// memory is freed through it too (the resource keeps no record of the
-	// address; Disown makes it one).
-	unrecordedBit = uint64(1) << 40
-)
-
-// ext is what few buffers need, made on first need so that the common
-// owned buffer is one small object: a view's link to the buffer it was
-// sliced from; an owner's (or borrowed buffer's) Holds, the closers'
-// waiting room, and the driver's description of the memory.
-type ext struct {
-	// Views: the owner or borrowed buffer whose memory they share, and
-	// the buffer they were sliced from. Kept here rather than in the
-	// Buffer, which views are few of: the owned Buffer, made on every
-	// allocation, is a pointer smaller.
-	root, parent *Buffer
-
-	mu   sync.Mutex // with cond: closers wait here (see the state word)
-	cond sync.Cond
-
-	// holds counts the live Holds (the low bits) and has heldFree set
-	// once a Close found holds and left the free to the last Release;
-	// freeMR and freeStream are then the resource and the stream that
-	// Close would have freed on. See hold.go.
-	holds      atomic.Uint64
-	freeMR     MemoryResource
-	freeStream *cuda.Stream
-
-	// The driver's description of the allocation (cuPointerGetAttribute),
-	// asked when needed and kept once answered: for borrowed buffers'
-	// accessors, and to tell pinned from managed memory in host copies.
-	info atomic.Pointer[pointerInfo]
+// Owned wraps memory that mr allocated or mapped: Close will call
+// mr.Deallocate(ptr, size, s), on s unless CloseOn names another stream.
+// Resources that map memory they did not allocate (imports) use it. A
+// range no memory can have (address 0 with a nonzero size, or ptr+size
+// past 2^64) makes a buffer whose every use but Close fails with an error
+// matching cuda.ErrInvalidArgument.
+func Owned(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream) *Buffer {
+	if mr == nil {
+		// Nothing to free: a borrowed buffer that remembers its stream.
+		b := FromPointer(ptr, size)
+		b.home = &home{stream: s}
+		return b
+	}
+	return owned(ptr, size, mr, mr, s)
 }
 
-// ext returns b's ext, making it if it has none. Racing first calls agree
-// on one.
-func (b *Buffer) ext() *ext {
-	if x := b.x.Load(); x != nil {
-		return x
+func owned(ptr cuda.DevicePtr, size uint64, mr, free MemoryResource, s *cuda.Stream) *Buffer {
+	w := initBit | ownedBit | badBits(ptr, size)
+	if ptr != 0 && disownedViews.n.Load() > 0 {
+		w |= disownedViews.take(ptr)
 	}
-	x := new(ext)
-	x.cond.L = &x.mu
-	if b.x.CompareAndSwap(nil, x) {
-		return x
-	}
-	return b.x.Load()
+	b := carve(mr, free, s)
+	b.ptr, b.size = ptr, size
+	// A plain store: nothing else can see the Buffer yet, and an atomic
+	// one would cost the pair a full barrier.
+	*(*uint64)(unsafe.Pointer(&b.word)) = w
+	return b
 }
 
-type pointerInfo struct {
-	info cuda.PointerInfo
+// FromPointer wraps memory owned elsewhere (another library, a kernel's
+// output, an imported mapping). The Buffer never frees it; Close only stops
+// further use. Accessibility and device are asked of the driver. A range
+// no memory can have (address 0 with a nonzero size, or ptr+size past
+// 2^64) makes a buffer whose every use fails with an error matching
+// cuda.ErrInvalidArgument.
+func FromPointer(ptr cuda.DevicePtr, size uint64) *Buffer {
+	b := &Buffer{ptr: ptr, size: size}
+	b.word.Store(initBit | badBits(ptr, size))
+	return b
 }
 
-// pointerInfo returns the driver's description of the allocation (r is
-// a root: an owner or a borrowed buffer). Racing first calls may both ask
-// the driver; the answers are the same. Only an answer is kept: a failed
-// query (no driver yet, memory the driver does not know, a transient
-// error) is asked again next time, so that one failure does not decide
-// the buffer's accessibility for good.
-func (r *Buffer) pointerInfo() (cuda.PointerInfo, error) {
-	if x := r.x.Load(); x != nil {
-		if pi := x.info.Load(); pi != nil {
-			return pi.info, nil
-		}
+// badBits is badBit for a range no memory can have: a null address with a
+// size (no allocator hands out address 0), or one that wraps past 2^64.
+func badBits(ptr cuda.DevicePtr, size uint64) uint64 {
+	if ptr == 0 && size > 0 || uint64(ptr)+size < uint64(ptr) {
+		return badBit
 	}
-	info, err := cuda.QueryPointer(r.ptr)
-	if err != nil {
-		return cuda.PointerInfo{}, err
-	}
-	r.ext().info.Store(&pointerInfo{info: info})
-	return info, nil
+	return 0
 }
 
 // Buffer is a range of memory: device, pinned host, managed, or anything a
@@ -209,15 +152,88 @@ func (r *Buffer) pointerInfo() (cuda.PointerInfo, error) {
 // The zero Buffer is not usable: its methods return an error matching
 // cuda.ErrInvalidArgument (Close returns nil, and accessors zero values).
 //
-// An owned Buffer is one 56-byte object (a view or a held buffer adds an
-// ext): the fields below, nothing behind pointers.
+// An owned Buffer is one 40-byte object (on 64-bit targets); the Buffers
+// made one after another from one resource and stream share one record of
+// both.
 type Buffer struct {
-	word   atomic.Uint64       // see the state word; views: their own closedBit, and viewBit
-	ptr    cuda.DevicePtr      // this buffer's address (a view's: its root's plus its offset)
-	size   uint64              // this buffer's (or view's) size
-	mr     MemoryResource      // the resource that frees it (views: their root's); never changes
-	stream *cuda.Stream        // the allocation stream (views: their root's)
-	x      atomic.Pointer[ext] // views: set by Slice, before the view is shared; others: made on first need
+	// word is the lifecycle (see the state word), lock-free rather than a
+	// cuda.Guard because a Guard would triple the Buffer and cost a pair
+	// more than the word's one compare-and-swap and one add. Views hold
+	// only initBit, viewBit and their own closedBit in it.
+	word atomic.Uint64
+	ptr  cuda.DevicePtr // this buffer's address (a view's: its root's plus its offset)
+	size uint64         // this buffer's (or view's) size
+	// home is an owner's resources and stream, read only within a call
+	// (or by the closer); nil for views, borrowed buffers, and once closed.
+	home *home
+	ext  atomic.Pointer[ext] // views: set by Slice, before the view is shared; others: made on first need
+}
+
+// home is what an owner's Close needs besides its range: the resource that
+// owns the memory (Buffer.Resource), the one that frees it (the same, but
+// for a recordingResource's Buffers from Allocate), and the allocation
+// stream. It never changes, so each P's cursor gives the same home to
+// every Buffer it makes while the three match (leaks.go): a pair of
+// Allocate and Close allocates no home. Close and Disown set the Buffer's
+// pointer to nil, so that a closed Buffer keeps nothing reachable.
+type home struct {
+	mr, free MemoryResource
+	stream   *cuda.Stream
+}
+
+// The state word: the count of calls in progress in the low bits, then
+// flags. acquire adds one to the count and fails (undoing the add) while a
+// Close or Disown holds closingBit or after closedBit, so a call never
+// waits for another: a call that holds one buffer and takes another (a
+// copy, a Use whose function touches other buffers) never waits behind a
+// pending Close, and no order among buffers is needed. Only closers wait:
+// for the calls in progress, and for another closer of the same buffer, on
+// the ext's condition variable, with waitersBit set so that whoever lets
+// them go wakes them.
+const (
+	readerMask = 1<<32 - 1
+	closingBit = uint64(1) << 32 // a Close or Disown owns the buffer: calls fail, other closers wait
+	closedBit  = uint64(1) << 33 // closed or disowned (views: closed by their own Close)
+	waitersBit = uint64(1) << 34 // a closer waits on ext.cond
+	viewedBit  = uint64(1) << 35 // a host view (Bytes) was handed out: the safety net never frees it
+	ownedBit   = uint64(1) << 36 // made with a resource: Close frees through it
+	badBit     = uint64(1) << 37 // no use is valid: a null address, or a range past 2^64
+	initBit    = uint64(1) << 38 // made by a constructor (the zero Buffer lacks it)
+	viewBit    = uint64(1) << 39 // a view (Slice): its ext holds its root and parent
+)
+
+// ext is what few buffers need, made on first need so that the common
+// owned buffer is one small object.
+type ext struct {
+	root, parent *Buffer // views: the owner or borrowed buffer, and the buffer sliced from
+
+	mu   sync.Mutex // with cond: closers wait here (see the state word)
+	cond sync.Cond
+
+	// holds counts the live Holds and has heldFree set once a Close left
+	// the free to the last Release, on freeStream through freeBy (see
+	// hold.go).
+	holds      atomic.Uint64
+	freeBy     MemoryResource
+	freeStream *cuda.Stream
+
+	// The driver's description of the allocation, kept once answered
+	// (access.go).
+	info atomic.Pointer[cuda.PointerInfo]
+}
+
+// makeExt returns b's ext, making it if it has none. Racing first calls
+// agree on one.
+func (b *Buffer) makeExt() *ext {
+	if x := b.ext.Load(); x != nil {
+		return x
+	}
+	x := new(ext)
+	x.cond.L = &x.mu
+	if b.ext.CompareAndSwap(nil, x) {
+		return x
+	}
+	return b.ext.Load()
 }
 
 // isView reports whether b was made by Slice.
@@ -227,7 +243,7 @@ func (b *Buffer) isView() bool { return b.word.Load()&viewBit != 0 }
 // view, b itself otherwise.
 func (b *Buffer) rootOf() *Buffer {
 	if b.isView() {
-		return b.x.Load().root
+		return b.ext.Load().root
 	}
 	return b
 }
@@ -235,58 +251,20 @@ func (b *Buffer) rootOf() *Buffer {
 // off is b's offset in its root's range (0 but for views).
 func (b *Buffer) off() uint64 { return uint64(b.ptr - b.rootOf().ptr) }
 
-// Owned wraps memory that mr allocated or mapped: Close will call
-// mr.Deallocate(ptr, size, s), on s unless CloseOn names another stream.
-// [Allocate] uses it; resources that map memory they did not allocate
-// (imports) use it directly. A range no memory
-// can have (address 0 with a nonzero size, or ptr+size past 2^64) makes a
-// buffer whose every use but Close fails with an error matching
-// cuda.ErrInvalidArgument.
-func Owned(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream) *Buffer {
-	return owned(ptr, size, mr, s, 0)
+// resource and stream are the root's home's, within a call (nil for
+// borrowed memory).
+func (b *Buffer) resource() MemoryResource {
+	if h := b.rootOf().home; h != nil {
+		return h.mr
+	}
+	return nil
 }
 
-// owned is Owned with extra bits for the state word.
-func owned(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream, extra uint64) *Buffer {
-	w := initBit | extra
-	if badRange(ptr, size) {
-		w |= badBit
+func (b *Buffer) stream() *cuda.Stream {
+	if h := b.rootOf().home; h != nil {
+		return h.stream
 	}
-	var b *Buffer
-	if mr == nil || ptr == 0 {
-		b = new(Buffer)
-	} else {
-		b = newTracked()
-		w |= inheritViewed(ptr)
-	}
-	if mr != nil {
-		w |= ownedBit
-	}
-	b.ptr, b.size, b.mr, b.stream = ptr, size, mr, s
-	b.word.Store(w)
-	return b
-}
-
-// FromPointer wraps memory owned elsewhere (another library, a kernel's
-// output, an imported mapping). The Buffer never frees it; Close only stops
-// further use. Accessibility and device are asked of the driver. A range
-// no memory can have (address 0 with a nonzero size, or ptr+size past
-// 2^64) makes a buffer whose every use fails with an error matching
-// cuda.ErrInvalidArgument.
-func FromPointer(ptr cuda.DevicePtr, size uint64) *Buffer {
-	b := &Buffer{ptr: ptr, size: size}
-	w := initBit
-	if badRange(ptr, size) {
-		w |= badBit
-	}
-	b.word.Store(w)
-	return b
-}
-
-// badRange reports a range no memory can have: a null address with a
-// size (no allocator hands out address 0), or one that wraps past 2^64.
-func badRange(ptr cuda.DevicePtr, size uint64) bool {
-	return ptr == 0 && size > 0 || uint64(ptr)+size < uint64(ptr)
+	return nil
 }
 
 // Close frees an owned buffer on its allocation stream (or the resource's
@@ -317,99 +295,109 @@ var ErrPartlyFreed = errors.New("memory freed, but cleaning up after it failed")
 // stream goes to the resource's Deallocate as it is: the resource judges
 // it (a failed Deallocate leaves the buffer open).
 func (b *Buffer) CloseOn(s *cuda.Stream) error {
-	if b == nil || b.word.Load()&initBit == 0 {
+	if b == nil {
 		return nil
 	}
-	if b.isView() {
-		b.word.Or(closedBit) // views never free; they only stop being usable
+	w := b.word.Load()
+	if w&(initBit|viewBit) != initBit {
+		if w&viewBit != 0 {
+			b.word.Or(closedBit) // views never free; they only stop being usable
+		}
 		return nil
 	}
-	if !b.beginClose() {
+	if !b.beginClose(w) {
 		return nil // closed already
 	}
-	// The free runs the resource's code, which may be a user's and may
-	// panic: the deferred endClose then leaves the buffer open, so that
-	// the panic propagates without wedging every later Close.
-	closed := false
-	defer func() { b.endClose(closed) }()
-	if b.mr != nil && b.ptr != 0 {
-		if s == nil {
-			s = b.stream
-		}
-		if deferred, err := b.deferFree(s); err != nil || deferred {
+	h := b.home
+	if h == nil || h.free == nil || b.ptr == 0 {
+		b.endClose(true) // borrowed, or nothing to free
+		return nil
+	}
+	if s == nil {
+		s = h.stream
+	}
+	if x := b.ext.Load(); x != nil {
+		if deferred, err := b.deferFree(x, h, s); err != nil || deferred {
 			// Held (exported): the last Release frees, on s; or s is one
 			// it could never free on, and the buffer stays open.
-			closed = err == nil
+			b.endClose(err == nil)
 			return err
 		}
-		if err := deallocate(b.mr, b.ptr, b.size, s, b.word.Load()); err != nil {
-			// Still open unless the memory is gone: the caller may retry
-			// (on another stream, say). Memory that is gone must not be
-			// used again, whatever the resource failed to tidy up.
-			closed = errors.Is(err, ErrPartlyFreed)
-			return fmt.Errorf("buffer close (%#x, %d bytes): %w", uint64(b.ptr), b.size, err)
-		}
 	}
-	closed = true
+	// The free runs the resource's code, which may be a user's and may
+	// panic: the buffer then stays open, so that the panic propagates
+	// without wedging every later Close.
+	done := false
+	defer func() {
+		if !done {
+			b.endClose(false)
+		}
+	}()
+	err := h.free.Deallocate(b.ptr, b.size, s)
+	// Still open unless the memory is gone: the caller may retry (on
+	// another stream, say). Memory that is gone must not be used again,
+	// whatever the resource failed to tidy up.
+	done = err == nil || errors.Is(err, ErrPartlyFreed)
+	if done {
+		b.endClose(true)
+	}
+	if err != nil {
+		return fmt.Errorf("buffer close (%#x, %d bytes): %w", uint64(b.ptr), b.size, err)
+	}
 	return nil
 }
 
-// beginClose makes the caller (Close or Disown of root r) the buffer's one
-// closer: it sets closingBit, so that new calls fail, then waits for the
-// calls in progress. It waits for another closer first. It reports false,
-// owning nothing, if the buffer is closed. endClose must follow a true.
-func (r *Buffer) beginClose() bool {
+// beginClose makes the caller (Close or Disown of root r, whose word was
+// w) the buffer's one closer: it sets closingBit, so that new calls fail,
+// then waits for the calls in progress. It waits for another closer
+// first. It reports false, owning nothing, if the buffer is closed.
+// endClose must follow a true.
+func (r *Buffer) beginClose(w uint64) bool {
+	if w&(closingBit|closedBit|readerMask) == 0 && r.word.CompareAndSwap(w, w|closingBit) {
+		return true // the common case: no call, no other closer
+	}
 	for {
 		w := r.word.Load()
-		if w&closedBit != 0 {
+		switch {
+		case w&closedBit != 0:
 			return false
-		}
-		if w&closingBit == 0 {
-			if !r.word.CompareAndSwap(w, w|closingBit) {
-				continue
-			}
-			if w&readerMask != 0 {
-				r.waitUntil(func(w uint64) bool { return w&readerMask == 0 })
-			}
+		case w&closingBit != 0:
+			// Another closer is under way: wait for its end, then look
+			// again (it may have failed and left the buffer open).
+			r.waitUntil(func(w uint64) bool { return w&closingBit == 0 })
+		case r.word.CompareAndSwap(w, w|closingBit):
+			r.waitUntil(func(w uint64) bool { return w&readerMask == 0 })
 			return true
 		}
-		// Another Close or Disown is under way: wait for its end, then
-		// look again (it may have failed and left the buffer open).
-		r.waitUntil(func(w uint64) bool { return w&closingBit == 0 })
 	}
 }
 
-// endClose ends beginClose: the buffer is closed, or open again, and the
-// closers waiting for this one are woken.
+// endClose ends beginClose: the buffer is closed (its home gone), or open
+// again, and the closers waiting for this one are woken.
 func (r *Buffer) endClose(closed bool) {
-	for {
-		w := r.word.Load()
-		nw := w &^ (closingBit | waitersBit)
-		if closed {
-			nw |= closedBit
-			// Nothing reads it from now on (every reader is within a
-			// call, and none is in progress or can start), and a closed
-			// Buffer must not keep its resource reachable: a slab whose
-			// closed Buffer holds a SubAllocator holding its block's
-			// Buffer in the same slab would reach itself and never be
-			// finalized.
-			r.mr = nil
+	var w uint64
+	if closed {
+		r.home = nil
+		w = r.word.Add(closedBit - closingBit) // closing becomes closed
+		if w&waitersBit != 0 {
+			r.word.And(^waitersBit)
 		}
-		if r.word.CompareAndSwap(w, nw) {
-			if w&waitersBit != 0 {
-				r.wake()
-			}
-			return
+	} else {
+		for w = r.word.Load(); !r.word.CompareAndSwap(w, w&^(closingBit|waitersBit)); {
+			w = r.word.Load()
 		}
+	}
+	if w&waitersBit != 0 {
+		r.wake()
 	}
 }
 
 // waitUntil blocks until ok(word) holds. It sets waitersBit under the
-// ext's lock before sleeping, and whoever changes the word afterwards
-// (a release, endClose) sees it and broadcasts under the same lock, so
-// no wake-up is lost.
+// ext's lock before sleeping, and whoever changes the word afterwards (a
+// call ending, endClose) sees it and broadcasts under the same lock, so no
+// wake-up is lost.
 func (r *Buffer) waitUntil(ok func(uint64) bool) {
-	x := r.ext()
+	x := r.makeExt()
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	for {
@@ -425,10 +413,53 @@ func (r *Buffer) waitUntil(ok func(uint64) bool) {
 }
 
 func (r *Buffer) wake() {
-	x := r.x.Load() // made by the waiter before it set waitersBit
+	x := r.ext.Load() // made by the waiter before it set waitersBit
 	x.mu.Lock()
 	x.cond.Broadcast()
 	x.mu.Unlock()
+}
+
+// Disown hands an owned buffer's memory to the caller: the buffer becomes
+// closed (later use returns cuda.ErrClosed) without freeing anything, and
+// the garbage-collection safety net is stopped. Resources use it to move
+// memory into a new Buffer, as when a virtual-memory allocation grows.
+// Views and borrowed buffers cannot be disowned, nor can a buffer with
+// live Holds ([Buffer.Hold]): their holders rely on the memory staying
+// put. If a host view ([Buffer.Bytes]) of the memory was handed out, the
+// next buffer Owned at the same address inherits that, so its safety net
+// will not free under the view either.
+func (b *Buffer) Disown() (ptr cuda.DevicePtr, size uint64, err error) {
+	const op = "Buffer.Disown"
+	switch {
+	case b == nil:
+		return 0, 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil buffer")
+	case b.isZero():
+		return 0, 0, zeroErr(op)
+	case !b.IsOwned():
+		return 0, 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer %#x (%d bytes) is a view or borrowed", uint64(b.ptr), b.size)
+	case !b.beginClose(b.word.Load()):
+		return 0, 0, closedErr(op)
+	}
+	if n := b.holds(); n > 0 {
+		// The memory must stay where the holders saw it: moving it on (a
+		// virtual allocation's remap) would pull it from under them.
+		b.endClose(false)
+		return 0, 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer %#x (%d bytes) is held by %d Hold(s) (an export, such as DLPack's): release them first", uint64(b.ptr), b.size, n)
+	}
+	if b.ptr != 0 {
+		if b.word.Load()&viewedBit != 0 {
+			disownedViews.add(b.ptr)
+		}
+		// Memory a recordingResource's Buffer kept out of its record
+		// becomes a plain pointer of the resource, for its Deallocate.
+		if h := b.home; !sameResource(h.free, h.mr) {
+			if r, ok := h.free.(recorder); ok {
+				r.Record(b.ptr, b.size)
+			}
+		}
+	}
+	b.endClose(true)
+	return b.ptr, b.size, nil
 }
 
 // acquire starts a call on the buffer: it fails with cuda.ErrClosed after
@@ -441,14 +472,22 @@ func (b *Buffer) acquire(op string) (cuda.DevicePtr, error) {
 	if b.use() {
 		return b.ptr, nil
 	}
-	switch w := b.rootOf().word.Load(); {
-	case w&initBit == 0:
-		return 0, zeroErr(op)
-	case w&badBit != 0:
-		r := b.rootOf()
-		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "the buffer's range (%#x, %d bytes) is at address 0 or wraps around the address space", uint64(r.ptr), r.size)
+	if err := b.invalid(op); err != nil {
+		return 0, err
 	}
 	return 0, closedErr(op)
+}
+
+// invalid is the error for a zero Buffer, or one whose range no memory
+// can have; nil for others.
+func (b *Buffer) invalid(op string) error {
+	switch r := b.rootOf(); {
+	case r.word.Load()&initBit == 0:
+		return zeroErr(op)
+	case r.word.Load()&badBit != 0:
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "the buffer's range (%#x, %d bytes) is at address 0 or wraps around the address space", uint64(r.ptr), r.size)
+	}
+	return nil
 }
 
 // use is acquire's test: it counts a call on b's root and reports true,
@@ -491,7 +530,7 @@ func checkStream(op string, s *cuda.Stream) error {
 
 // viewClosed reports whether b, or a view it was sliced from, was closed.
 func (b *Buffer) viewClosed() bool {
-	for v := b; v.isView(); v = v.x.Load().parent {
+	for v := b; v.isView(); v = v.ext.Load().parent {
 		if v.word.Load()&closedBit != 0 {
 			return true
 		}
@@ -533,15 +572,17 @@ func (b *Buffer) Resource() MemoryResource {
 		return nil
 	}
 	defer b.release()
-	return b.mr
+	return b.resource()
 }
 
-// Stream is the stream the buffer was allocated on (nil if none).
+// Stream is the stream the buffer was allocated on, or nil if none (for
+// borrowed buffers, and for every buffer once closed).
 func (b *Buffer) Stream() *cuda.Stream {
-	if b.isZero() {
+	if b == nil || !b.use() {
 		return nil
 	}
-	return b.stream
+	defer b.release()
+	return b.stream()
 }
 
 // IsOwned reports whether Close frees the memory.

@@ -49,6 +49,7 @@ func TestFakeCloseOnStream(t *testing.T) {
 	require.NoError(t, err)
 	assert.Same(t, alloc, a.Stream())
 	require.NoError(t, a.Close())
+	assert.Nil(t, a.Stream(), "a closed buffer keeps no stream")
 
 	b, err := buffer.Allocate(mr, 64, alloc)
 	require.NoError(t, err)

@@ -19,18 +19,15 @@ func procPin() int
 //go:linkname procUnpin runtime.procUnpin
 func procUnpin()
 
-// perP holds one cursor per P, indexed by the P's id (below GOMAXPROCS);
-// growCursors makes it, and replaces it when GOMAXPROCS grows. It is nil
-// until then: pin, which reads it while pinned, where a nil dereference
-// would be fatal, takes nil for "no cursor yet".
+// perP holds one cursor per P, indexed by the P's id; growCursors makes it,
+// and replaces it when GOMAXPROCS grows (dropping the old cursors' slabs).
 var perP atomic.Pointer[[]cursor]
 
 func init() { growCursors() }
 
-// pin pins the goroutine to its P and returns its cursor, or nil if the
-// P has none yet (GOMAXPROCS grew: unpin, growCursors, pin again). unpin
-// must follow, soon: the goroutine cannot be preempted meanwhile, so
-// nothing between may block or allocate.
+// pin pins the goroutine to its P and returns its cursor, or nil if the P
+// has none yet (GOMAXPROCS grew: unpin, growCursors, pin again). unpin
+// must follow soon: nothing between may block or allocate.
 func pin() *cursor {
 	id := procPin()
 	if p := perP.Load(); p != nil && uint(id) < uint(len(*p)) {
@@ -41,8 +38,6 @@ func pin() *cursor {
 
 func unpin(*cursor) { procUnpin() }
 
-// growCursors makes a cursor for each P. The cursors it replaces are
-// dropped, with the slabs they held.
 func growCursors() {
 	for {
 		old := perP.Load()
@@ -57,8 +52,8 @@ func growCursors() {
 	}
 }
 
-// eachCursor calls f on every cursor (dropSlabs; f must be safe against
-// the cursor's owner, which is not locked out).
+// eachCursor calls f on every cursor (f must be safe against the cursor's
+// owner, which is not locked out).
 func eachCursor(f func(*cursor)) {
 	if p := perP.Load(); p != nil {
 		for i := range *p {
@@ -67,7 +62,8 @@ func eachCursor(f func(*cursor)) {
 	}
 }
 
-// cursorCount is how many Ps have a cursor (tests).
+// cursorCount is how many cursors there are, and cursorsPerP whether they
+// follow GOMAXPROCS (tests).
 func cursorCount() int {
 	if p := perP.Load(); p != nil {
 		return len(*p)
@@ -75,5 +71,4 @@ func cursorCount() int {
 	return 0
 }
 
-// cursorsPerP: the cursors follow GOMAXPROCS (tests).
 const cursorsPerP = true

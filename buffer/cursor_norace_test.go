@@ -18,7 +18,7 @@ func TestCursorsGrowOnAMissingCursor(t *testing.T) {
 	empty := []cursor{}
 	perP.Store(&empty)
 	require.Nil(t, func() *cursor { c := pin(); unpin(c); return c }(), "no cursor for any P")
-	b := newTracked()
+	b := carve(nil, nil, nil)
 	require.NotNil(t, b)
 	assert.GreaterOrEqual(t, cursorCount(), runtime.GOMAXPROCS(0), "the slow path grew the table")
 }

@@ -40,9 +40,8 @@ func eachCursor(f func(*cursor)) {
 	}
 }
 
-// cursorCount is how many cursors there are (tests): under the race
-// detector a fixed number of shards, whatever GOMAXPROCS is.
+// cursorCount and cursorsPerP (tests): a fixed number of shards,
+// whatever GOMAXPROCS is.
 func cursorCount() int { return len(raceShards) }
 
-// cursorsPerP: the shards do not follow GOMAXPROCS (tests).
 const cursorsPerP = false

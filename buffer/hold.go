@@ -67,7 +67,7 @@ func (b *Buffer) Hold(op string) (*Hold, error) {
 	// Within a call: no Close is running, so heldFree is not being
 	// decided (see the comment on heldFree).
 	r := b.rootOf()
-	r.ext().holds.Add(1)
+	r.makeExt().holds.Add(1)
 	return &Hold{r: r, ptr: ptr, size: b.size}, nil
 }
 
@@ -78,11 +78,15 @@ func (b *Buffer) Holds() int {
 	if b.isZero() {
 		return 0
 	}
-	x := b.rootOf().x.Load()
-	if x == nil {
-		return 0
+	return int(b.rootOf().holds())
+}
+
+// holds is root r's count of live Holds.
+func (r *Buffer) holds() uint64 {
+	if x := r.ext.Load(); x != nil {
+		return x.holds.Load() & holdCount
 	}
-	return int(x.holds.Load() & holdCount)
+	return 0
 }
 
 // Ptr is the address of the held range (that of the buffer Hold was
@@ -117,7 +121,7 @@ func (h *Hold) Release() error {
 		return nil
 	}
 	r := h.r
-	x := r.x.Load() // made by Hold
+	x := r.ext.Load() // made by Hold
 	if x.holds.Add(^uint64(0)) != heldFree {
 		return nil // others still hold, or the buffer is open: Close frees
 	}
@@ -133,7 +137,7 @@ func (h *Hold) Release() error {
 			h.done.Store(false)
 		}
 	}()
-	err := freeOrFallback(x.freeMR, r.ptr, r.size, x.freeStream, r.word.Load())
+	err := freeOrFallback(x.freeBy, r.ptr, r.size, x.freeStream)
 	freed = err == nil || errors.Is(err, ErrPartlyFreed)
 	if err != nil {
 		return fmt.Errorf("buffer close (%#x, %d bytes), left to the last Hold's Release: %w", uint64(r.ptr), r.size, err)
@@ -142,18 +146,15 @@ func (h *Hold) Release() error {
 }
 
 // deferFree is Close's half: called by the closer (beginClose) of an open
-// owned buffer, it leaves the free to the last Release if any hold is
-// live, recording s as the stream to free on, and reports whether it did.
-// A zero Stream is refused then: the resource would refuse it at Release
-// (no device made it, so no resource can order a free on it), every
-// Release would fail, and the memory would never be freed; refused now,
-// the buffer stays open for a Close on a real stream. (Unheld, the
-// resource judges s itself, and its refusal leaves the buffer open too.)
-func (r *Buffer) deferFree(s *cuda.Stream) (bool, error) {
-	x := r.x.Load() // a Hold made it before its call ended, so before beginClose returned
-	if x == nil {
-		return false, nil
-	}
+// owned buffer homed at h, whose ext is x, it leaves the free to the last
+// Release if any hold is live, recording s as the stream to free on, and
+// reports whether it did. A zero Stream is refused then: the resource
+// would refuse it at Release (no device made it, so no resource can order
+// a free on it), every Release would fail, and the memory would never be
+// freed; refused now, the buffer stays open for a Close on a real stream.
+// (Unheld, the resource judges s itself, and its refusal leaves the
+// buffer open too.)
+func (r *Buffer) deferFree(x *ext, h *home, s *cuda.Stream) (bool, error) {
 	for {
 		v := x.holds.Load()
 		if v&holdCount == 0 {
@@ -163,9 +164,9 @@ func (r *Buffer) deferFree(s *cuda.Stream) (bool, error) {
 			return false, cuda.Errorf("Buffer.CloseOn", cuda.ErrInvalidArgument,
 				"zero cuda.Stream for the free of %#x (%d bytes), which %d Hold(s) leave to their last Release (use a stream a device made, or nil)", uint64(r.ptr), r.size, v&holdCount)
 		}
-		// Written before the swap publishes heldFree; Release reads it
+		// Written before the swap publishes heldFree; Release reads them
 		// only after seeing the flag.
-		x.freeMR, x.freeStream = r.mr, s
+		x.freeBy, x.freeStream = h.free, s
 		if x.holds.CompareAndSwap(v, v|heldFree) {
 			return true, nil
 		}

@@ -9,28 +9,26 @@ import (
 	"unsafe"
 
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/ownedmem"
 )
 
 // The garbage-collection safety net.
 //
 // A runtime.AddCleanup per Buffer costs about as much as the driver's
-// whole allocate+free pair on a busy machine (two span-lock round trips,
-// plus collector work), and a record of each allocation beside the Buffer
-// doubles the garbage. Instead, owned Buffers are carved out of slabs of
-// slabSize, and a finalizer watches each slab. It runs once no Buffer of
-// the slab is reachable, and reads the Buffers themselves (a finalizer,
-// unlike a cleanup, gets its object): it frees every allocation whose
-// Buffer was never closed (or disowned) and counts it in Leaks. No record
-// is kept besides the Buffer, so an owned Buffer costs its 56 bytes of
-// heap (and a 73rd of the slab's finalizer record) and nothing else. The
-// cost: a long-lived Buffer keeps its slab's memory (4 KiB) alive, and a
-// leaked allocation is freed only when its whole slab is collected. For a
-// safety net both are fine.
+// whole allocate+free pair, and a record of each allocation beside the
+// Buffer doubles the garbage. Instead, owned Buffers are carved out of
+// slabs of 16 KiB (409 Buffers), and a finalizer watches each slab. It
+// runs once no Buffer of the slab is reachable, and reads the Buffers
+// themselves (a finalizer, unlike a cleanup, gets its object): it frees
+// every allocation whose Buffer was never closed (or disowned) and counts
+// it in Leaks. The cost: a long-lived Buffer keeps its slab's memory
+// alive, and a leaked allocation is freed only when its whole slab is
+// collected. For a safety net both are fine. The size is the collector's
+// trade: each slab's finalizer costs it a setting, a root to mark each
+// cycle and a call, and 4 KiB slabs paid those on every 102 pairs.
 //
-// A slab reachable from itself is never finalized. So Close (and Disown)
-// clear the Buffer's resource: a closed Buffer whose SubAllocator holds
-// its block's Buffer in the same slab would otherwise keep the slab
+// A slab reachable from itself is never finalized. So a closed Buffer
+// reaches nothing (its home is nil): a closed Buffer whose SubAllocator
+// holds its block's Buffer in the same slab would otherwise keep the slab
 // alive. A leaked (never closed) Buffer whose resource holds Buffers of
 // the same slab (a SubAllocator's block Buffers often are: they are made
 // just before the allocation carved from them) is neither freed nor
@@ -44,95 +42,81 @@ import (
 // viewed allocation is counted (Leaks, LeaksKept) but left allocated.
 // Explicit Close still frees: closing is the caller's promise that no view
 // is used any more. The mark follows the memory through Disown into the
-// next Owned buffer of the same address (see handoff), as when a virtual
-// allocation grows in place.
+// next Owned buffer of the same address (disownedViews), as when a
+// virtual allocation grows in place.
 
-// slabSize fills a 4 KiB size class exactly: a slab has pointers and is
-// over 512 bytes, so the allocator puts an 8-byte type header before it,
-// and 64 Buffers of 64 bytes and that header took the next class (4864
-// bytes, 12 bytes a Buffer wasted).
-const slabSize = (4096 - 8) / int(unsafe.Sizeof(Buffer{}))
+// leaks counts buffers garbage collected without Close; leaksKept counts
+// those among them whose memory the safety net did not free.
+var leaks, leaksKept atomic.Int64
+
+// Leaks returns how many owned buffers were garbage collected without
+// Close. The safety net frees their memory, except for those counted by
+// [LeaksKept]. Tests assert it stays 0.
+//
+// The net watches owned buffers in groups made together (one finalizer
+// for many, which keeps it off the allocation fast path), so a lost
+// buffer is found, freed and counted only once every buffer of its group
+// is unreachable: possibly long after it was lost.
+func Leaks() int64 { return leaks.Load() }
+
+// LeaksKept returns how many of the buffers counted by [Leaks] kept their
+// memory instead: the safety net never frees memory under a host view
+// ([Buffer.Bytes]) that was handed out, because the []byte does not keep
+// the Buffer alive and may still be in use; and it gives up when the
+// resource refuses to free (on the allocation stream and on the default
+// one). That memory stays allocated for the life of the process. A free
+// whose error wraps [ErrPartlyFreed] gave the memory back, and is not
+// counted here.
+func LeaksKept() int64 { return leaksKept.Load() }
+
+// slabSize fills the slabBytes size class: a slab has pointers and is
+// over 512 bytes, so the allocator puts an 8-byte type header before it.
+const slabSize = (slabBytes - 8) / int(unsafe.Sizeof(Buffer{}))
+
+const slabBytes = 16 << 10
 
 type slab [slabSize]Buffer
 
-// inheritViewed returns viewedBit if a disowned viewed allocation left its
-// mark at ptr (and takes the mark), else 0.
-func inheritViewed(ptr cuda.DevicePtr) uint64 {
-	if handoffs.Load() > 0 {
-		if _, ok := handoff.LoadAndDelete(ptr); ok {
-			handoffs.Add(-1)
-			return viewedBit
-		}
-	}
-	return 0
-}
-
-// markViewed records that a host view of root r's memory was handed out.
-func (r *Buffer) markViewed() {
-	if r.word.Load()&viewedBit == 0 {
-		r.word.Or(viewedBit)
-	}
-}
-
-// handoff holds the addresses of viewed allocations that were disowned:
-// the next Owned buffer at such an address inherits the mark. handoffs
-// counts the entries, so that Owned pays one atomic load while there are
-// none. An entry whose memory is freed some other way stays until an
-// allocation at that address comes along; it then only keeps the net from
-// freeing that allocation if it leaks (a leak, never a use after free).
-var (
-	handoff  sync.Map // cuda.DevicePtr -> struct{}
-	handoffs atomic.Int64
-)
-
-// handOff passes a disowned allocation's viewed mark (word w) to the next
-// owner of the address.
-func handOff(ptr cuda.DevicePtr, w uint64) {
-	if w&viewedBit != 0 {
-		if _, loaded := handoff.LoadOrStore(ptr, struct{}{}); !loaded {
-			handoffs.Add(1)
-		}
-	}
-}
-
-// cursor hands out the next Buffer of a slab: one per P (cursor_norace.go;
-// shards under the race detector), so that making a Buffer takes no lock
-// and no atomic read-modify-write.
+// cursor hands out the next Buffer of a slab, and the homes of the last
+// few (resource, stream) pairs it served: one cursor per P
+// (cursor_norace.go; shards under the race detector), so that making a
+// Buffer takes no lock and no atomic read-modify-write. The fields are
+// read and written by the cursor's owner (pinned), and set to nil by
+// dropSlabs from any goroutine: an owner that raced with it uses the old
+// slab or home once more, which is harmless.
 type cursor struct {
-	// slab is read and written by the cursor's owner (pinned), and set
-	// to nil by dropSlabs from any goroutine: an owner that raced with it
-	// uses the old slab once more, which is harmless.
-	slab atomic.Pointer[slab]
-	next int
-	// Each P writes its cursor on every Owned: padded to two cache lines
-	// so that two Ps' cursors, side by side in one array, never share one
-	// (a GPU-host profile at 16 goroutines put a tenth of the pair's time
-	// in Owned's writes to its cursor when they did).
-	_ [128 - unsafe.Sizeof(atomic.Pointer[slab]{}) - unsafe.Sizeof(int(0))]byte
+	slab  atomic.Pointer[slab]
+	next  int
+	homes [4]atomic.Pointer[home] // a few, for goroutines that alternate streams or resources
+	evict int                     // the slot of homes the next new home takes
+	// Padded to two cache lines, so that two Ps' cursors never share one
+	// (their owners write them on every Allocate).
+	_ [128 - 5*unsafe.Sizeof(atomic.Pointer[slab]{}) - 2*unsafe.Sizeof(0)]byte
 }
 
-// newTracked returns a zero Buffer from a slab.
-func newTracked() *Buffer {
+// carve returns a Buffer from the calling P's slab, homed at (mr, free, s).
+func carve(mr, free MemoryResource, s *cuda.Stream) *Buffer {
 	c := pin()
 	if c != nil && c.next < slabSize {
-		if s := c.slab.Load(); s != nil {
-			b := &s[c.next]
+		if sl, h := c.slab.Load(), c.home(mr, free, s); sl != nil && h != nil {
+			b := &sl[c.next]
 			c.next++
+			b.home = h
 			unpin(c)
 			return b
 		}
 	}
 	unpin(c)
-	return newTrackedSlow()
+	return carveSlow(mr, free, s)
 }
 
-// newTrackedSlow starts a new slab for the calling goroutine's cursor.
-// The slab is made unpinned (allocation may block); the goroutine may be
-// on another P by the time it is installed, whose slab it then replaces,
-// leaving that slab's unused slots zero (collectSlab skips them).
-func newTrackedSlow() *Buffer {
-	s := new(slab)
-	runtime.SetFinalizer(s, collectSlab)
+// carveSlow makes the slab or home the P lacks, unpinned (allocation may
+// block), then pins again to install it: the goroutine may be on another
+// P by then, whose slab it replaces (that slab's unused slots stay zero,
+// and collectSlab skips them) and whose oldest home it evicts.
+func carveSlow(mr, free MemoryResource, s *cuda.Stream) *Buffer {
+	var sl *slab
+	var h *home
 	for {
 		c := pin()
 		if c == nil {
@@ -140,38 +124,74 @@ func newTrackedSlow() *Buffer {
 			growCursors()
 			continue
 		}
-		c.slab.Store(s)
-		c.next = 1
+		if sl != nil {
+			c.slab.Store(sl)
+			c.next, sl = 0, nil
+		}
+		if h != nil {
+			c.homes[c.evict].Store(h)
+			c.evict, h = (c.evict+1)%len(c.homes), nil
+		}
+		cur, ch := c.slab.Load(), c.home(mr, free, s)
+		full := cur == nil || c.next >= slabSize
+		if !full && ch != nil {
+			b := &cur[c.next]
+			c.next++
+			b.home = ch
+			unpin(c)
+			return b
+		}
 		unpin(c)
-		return &s[0]
+		if full {
+			sl = new(slab)
+			runtime.SetFinalizer(sl, collectSlab)
+		}
+		if ch == nil {
+			h = &home{mr: mr, free: free, stream: s}
+		}
 	}
 }
 
-// dropSlabs makes every cursor start a new slab at its next use. It runs
-// after a garbage collection, at most once per cycle (armGCHook; the
-// finalizer goroutine may fold two cycles into one run), so that a slab
-// whose P makes no more Buffers does not stay reachable through its
-// cursor, keeping the net from its leaked Buffers, for good: as with
-// sync.Pool, which the cursors were before, a slab is given up about one
-// cycle after its last Buffer was handed out.
+// home returns the cursor's home of (mr, free, s), or nil.
+func (c *cursor) home(mr, free MemoryResource, s *cuda.Stream) *home {
+	for i := range c.homes {
+		if h := c.homes[i].Load(); h != nil && h.stream == s && sameResource(h.mr, mr) && sameResource(h.free, free) {
+			return h
+		}
+	}
+	return nil
+}
+
+// sameResource compares two resources word by word: equal words are the
+// same resource, and unequal ones of the pointer-shaped resources every
+// package here has are different resources. A resource of another shape
+// may compare unequal to itself, which only costs a new home; == would
+// instead panic on one that is not comparable.
+func sameResource(a, b MemoryResource) bool {
+	return *(*[2]uintptr)(unsafe.Pointer(&a)) == *(*[2]uintptr)(unsafe.Pointer(&b))
+}
+
+// dropSlabs makes every cursor start a new slab, and forget its homes, at
+// its next use. It runs after each garbage collection (armGCHook), so that
+// a slab whose P makes no more Buffers does not stay reachable through its
+// cursor, keeping the net from its leaked Buffers, nor a home its
+// resource, for good: a slab is given up about one cycle after its last
+// Buffer was handed out, as sync.Pool gives up its objects.
 func dropSlabs() {
 	eachCursor(func(c *cursor) {
-		if c.slab.Load() != nil {
-			c.slab.Store(nil)
+		c.slab.Store(nil)
+		for i := range c.homes {
+			c.homes[i].Store(nil)
 		}
 	})
 }
 
-// gcHook is an object made only to be collected: its finalizer runs after
-// the collection that finds it, drops the cursors' slabs and makes the
-// next hook, for the next collection.
-type gcHook struct {
-	_ *byte // a pointer keeps it out of the tiny allocator, whose objects share finalizers
-	_ [8]byte
-}
-
+// armGCHook sets a finalizer on an object made only to be collected: it
+// runs after the collection that finds it, drops the cursors' slabs and
+// arms the next hook, for the next collection. (A pointer keeps the
+// object out of the tiny allocator, whose objects share finalizers.)
 func armGCHook() {
-	runtime.SetFinalizer(&gcHook{}, func(*gcHook) {
+	runtime.SetFinalizer(&struct{ _ *byte }{}, func(any) {
 		dropSlabs()
 		armGCHook()
 	})
@@ -181,13 +201,13 @@ func init() { armGCHook() }
 
 // collectSlab frees the allocations of a collected slab whose Buffers were
 // never closed, except those a host view may still point at. Slots never
-// handed out are zero (no ownedBit). A held Buffer is never here: the Hold
-// keeps it reachable.
+// handed out are zero (no ownedBit), and empty Buffers have nothing to
+// free. A held Buffer is never here: the Hold keeps it reachable.
 func collectSlab(s *slab) {
 	for i := range s {
 		b := &s[i]
 		w := b.word.Load()
-		if w&ownedBit == 0 || w&closedBit != 0 {
+		if w&ownedBit == 0 || w&closedBit != 0 || b.ptr == 0 {
 			continue
 		}
 		b.word.Store(w | closedBit)
@@ -198,7 +218,7 @@ func collectSlab(s *slab) {
 		}
 		// A free that failed after the memory was gone (ErrPartlyFreed)
 		// freed it: only a free that left it allocated keeps it.
-		if err := netFree(b, w); err != nil && !errors.Is(err, ErrPartlyFreed) {
+		if err := netFree(b.home, b.ptr, b.size); err != nil && !errors.Is(err, ErrPartlyFreed) {
 			leaksKept.Add(1)
 		}
 	}
@@ -209,17 +229,17 @@ func collectSlab(s *slab) {
 var errFreePanicked = errors.New("the resource's Deallocate panicked")
 
 // netFree is the safety net's free of a leaked buffer. It runs on the
-// runtime's cleanup goroutine, where a panic would end the program and
+// runtime's finalizer goroutine, where a panic would end the program and
 // leave the slab's other leaks unfreed: a resource (a user's) whose
 // Deallocate panics there keeps that memory, counted in LeaksKept, and
 // the net goes on.
-func netFree(b *Buffer, w uint64) (err error) {
+func netFree(h *home, p cuda.DevicePtr, n uint64) (err error) {
 	defer func() {
 		if recover() != nil {
 			err = errFreePanicked
 		}
 	}()
-	return freeOrFallback(b.mr, b.ptr, b.size, b.stream, w)
+	return freeOrFallback(h.free, p, n, h.stream)
 }
 
 // freeOrFallback frees on s, or, only if s is closed by now, on the
@@ -230,10 +250,10 @@ func netFree(b *Buffer, w uint64) (err error) {
 // error holds both, so that it wraps ErrPartlyFreed if the fallback's
 // free got that far: the memory is gone then, and no caller may count it
 // as allocated or free it again.
-func freeOrFallback(mr MemoryResource, p cuda.DevicePtr, n uint64, s *cuda.Stream, w uint64) error {
-	err := deallocate(mr, p, n, s, w)
+func freeOrFallback(mr MemoryResource, p cuda.DevicePtr, n uint64, s *cuda.Stream) error {
+	err := mr.Deallocate(p, n, s)
 	if err != nil && s != nil && errors.Is(err, cuda.ErrClosed) && !errors.Is(err, ErrPartlyFreed) {
-		ferr := deallocate(mr, p, n, nil, w)
+		ferr := mr.Deallocate(p, n, nil)
 		if ferr == nil {
 			return nil
 		}
@@ -242,14 +262,32 @@ func freeOrFallback(mr MemoryResource, p cuda.DevicePtr, n uint64, s *cuda.Strea
 	return err
 }
 
-// deallocate frees an owned buffer's memory (w its state word) through its
-// resource: through package ownedmem if Allocate made it that way, else
-// with the resource's Deallocate.
-func deallocate(mr MemoryResource, p cuda.DevicePtr, n uint64, s *cuda.Stream, w uint64) error {
-	if w&unrecordedBit != 0 {
-		if ok, err := ownedmem.Free(mr, p, n, s); ok {
-			return err
-		}
+// disownedViews holds the addresses of viewed allocations that were
+// disowned: the next Owned buffer at such an address inherits the mark.
+// n counts the entries, so that Owned pays one load while there are
+// none. An entry whose memory is freed some other way stays until an
+// allocation at that address comes along; it then only keeps the net from
+// freeing that allocation if it leaks (a leak, never a use after free).
+var disownedViews viewMarks
+
+type viewMarks struct {
+	m sync.Map // cuda.DevicePtr -> struct{}
+	n atomic.Int64
+}
+
+// add records a disowned viewed allocation at ptr.
+func (v *viewMarks) add(ptr cuda.DevicePtr) {
+	if _, loaded := v.m.LoadOrStore(ptr, struct{}{}); !loaded {
+		v.n.Add(1)
 	}
-	return mr.Deallocate(p, n, s)
+}
+
+// take returns viewedBit if a disowned viewed allocation left its mark at
+// ptr (and takes the mark), else 0.
+func (v *viewMarks) take(ptr cuda.DevicePtr) uint64 {
+	if _, ok := v.m.LoadAndDelete(ptr); ok {
+		v.n.Add(-1)
+		return viewedBit
+	}
+	return 0
 }

@@ -9,7 +9,7 @@ import "github.com/cudamem/cudamem/cuda"
 func CollectOne(mr MemoryResource, ptr cuda.DevicePtr, size uint64, s *cuda.Stream) {
 	sl := new(slab) // no finalizer: collected here, once
 	b := &sl[0]
-	b.ptr, b.size, b.mr, b.stream = ptr, size, mr, s
+	b.ptr, b.size, b.home = ptr, size, &home{mr: mr, free: mr, stream: s}
 	b.word.Store(initBit | ownedBit)
 	collectSlab(sl)
 }
@@ -17,5 +17,5 @@ func CollectOne(mr MemoryResource, ptr cuda.DevicePtr, size uint64, s *cuda.Stre
 // FreeOrFallback is the free that the safety net and the last Hold's
 // Release make.
 func FreeOrFallback(mr MemoryResource, ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
-	return freeOrFallback(mr, ptr, size, s, 0)
+	return freeOrFallback(mr, ptr, size, s)
 }

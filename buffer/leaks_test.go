@@ -2,6 +2,8 @@ package buffer_test
 
 import (
 	"fmt"
+	"runtime"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -104,4 +106,79 @@ func TestFreeOrFallbackReportsTheFallback(t *testing.T) {
 	assert.Equal(t, 1, fake.liveCount())
 	require.NoError(t, buffer.FreeOrFallback(mr, p, 32, new(cuda.Stream)))
 	assert.Zero(t, fake.liveCount())
+}
+
+// closedKept keeps closed Buffers reachable past their test.
+var closedKept []*buffer.Buffer
+
+// A resource whose Buffers are all closed is collected, though the closed
+// Buffers stay reachable: a closed Buffer reaches nothing, and the cursors
+// give up their homes at the next collection. (When a closed Buffer, or
+// its slab, kept its resource, an arena holding a block Buffer was never
+// collected.)
+func TestClosedBuffersKeepNoResource(t *testing.T) {
+	var gone atomic.Bool
+	func() {
+		mr := newFake()
+		runtime.AddCleanup(mr, func(g *atomic.Bool) { g.Store(true) }, &gone)
+		for range 10 {
+			b := mr.alloc(64)
+			require.NoError(t, b.Close())
+			closedKept = append(closedKept, b)
+		}
+	}()
+	collectUntil(t, "a resource whose Buffers are all closed was not collected", gone.Load)
+	assert.Nil(t, closedKept[0].Resource())
+}
+
+// countingResource hands out addresses and allocates nothing itself.
+type countingResource struct {
+	next atomic.Uint64
+	live atomic.Int64
+}
+
+func (m *countingResource) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+	m.live.Add(1)
+	return cuda.DevicePtr(m.next.Add(1<<20) + 1<<40), s, nil
+}
+
+func (m *countingResource) Deallocate(cuda.DevicePtr, uint64, *cuda.Stream) error {
+	m.live.Add(-1)
+	return nil
+}
+func (m *countingResource) DeviceAccessible() bool { return true }
+func (m *countingResource) HostAccessible() bool   { return false }
+func (m *countingResource) DeviceID() int          { return 0 }
+
+// Pairs that alternate between resources and streams reuse the homes their
+// P's cursor keeps: a pair allocates its Buffer's slot (40 bytes on 64-bit
+// targets), not a home each time the resource or stream changes.
+func TestAlternatingPairsShareHomes(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1)) // one P: one cursor
+	m1, m2 := new(countingResource), new(countingResource)
+	s1, s2 := new(cuda.Stream), new(cuda.Stream)
+	ways := []struct {
+		mr *countingResource
+		s  *cuda.Stream
+	}{{m1, s1}, {m1, s2}, {m2, s1}}
+	pair := func(i int) {
+		w := ways[i%len(ways)]
+		b, err := buffer.Allocate(w.mr, 256, w.s)
+		require.NoError(t, err)
+		assert.Same(t, w.s, b.Stream())
+		require.NoError(t, b.Close())
+	}
+	for i := range 3000 {
+		pair(i) // warm up
+	}
+	const pairs = 30000
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := range pairs {
+		pair(i)
+	}
+	runtime.ReadMemStats(&after)
+	perPair := float64(after.TotalAlloc-before.TotalAlloc) / pairs
+	assert.LessOrEqual(t, perPair, 48.0, "bytes a pair")
+	assert.Zero(t, m1.live.Load()+m2.live.Load())
 }

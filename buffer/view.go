@@ -40,7 +40,9 @@ func (b *Buffer) Bytes() ([]byte, error) {
 	}
 	// Marked before the slice leaves, and while the buffer is held: a
 	// collection can only find the buffer lost after this call returns.
-	b.rootOf().markViewed()
+	if r := b.rootOf(); r.word.Load()&viewedBit == 0 {
+		r.word.Or(viewedBit)
+	}
 	return p, nil
 }
 
@@ -59,10 +61,8 @@ func (b *Buffer) Slice(off, n uint64) (*Buffer, error) {
 	if off > b.size || n > b.size-off {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "range off=%d, n=%d is out of bounds of a buffer of size %d", off, n, b.size)
 	}
-	v := &Buffer{ptr: b.ptr + cuda.DevicePtr(off), size: n, mr: b.mr, stream: b.stream}
-	x := new(ext)
-	x.root, x.parent = b.rootOf(), b
-	v.x.Store(x)
+	v := &Buffer{ptr: b.ptr + cuda.DevicePtr(off), size: n}
+	v.ext.Store(&ext{root: b.rootOf(), parent: b})
 	v.word.Store(initBit | viewBit)
 	return v, nil
 }

@@ -209,8 +209,8 @@ func opName(kind, method string) string {
 // DevicePool takes streams of its own device only.
 //
 // record adds the address to the pool's record of addresses handed out
-// (ptrs), which Deallocate requires; a Buffer made through package
-// ownedmem is the record of its memory instead.
+// (ptrs), which Deallocate requires; a Buffer from buffer.Allocate
+// (ForBuffers) is the record of its memory instead.
 func (c *poolCore) allocatePtr(kind string, size uint64, s *cuda.Stream, record bool) (cuda.DevicePtr, *cuda.Stream, error) {
 	if err := c.acquire(kind, "Allocate"); err != nil {
 		return 0, nil, err
@@ -254,7 +254,7 @@ func (c *poolCore) allocatePtr(kind string, size uint64, s *cuda.Stream, record 
 // An address this value did not hand out, or already freed, is refused
 // without calling the driver (see ptrSet): cuMemFreeAsync would free
 // another pool's memory behind that pool's back. recorded is false for
-// the memory of a Buffer made through package ownedmem, which is not in
+// the memory of a Buffer from buffer.Allocate (ForBuffers), which is not in
 // the record (the Buffer frees it once, and only it can).
 func (c *poolCore) deallocate(kind string, ptr cuda.DevicePtr, size uint64, s *cuda.Stream, recorded bool) error {
 	if ptr == 0 {

@@ -18,10 +18,9 @@ const modulePath = "github.com/cudamem/cudamem"
 // fault-injection hook only in builds with the cudamemfault tag
 // (faultImports).
 var internalImports = map[string][]string{
-	"buffer":   {"ownedmem"},
 	"cuda":     {},
 	"ipc":      {"osfd", "poolcore", "poolexport"},
-	"resource": {"ownedmem", "poolcore", "poolexport"},
+	"resource": {"poolcore", "poolexport"},
 	"virtual":  {"osfd"},
 }
 
