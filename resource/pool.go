@@ -150,13 +150,13 @@ func (c *poolCore) acquire(kind, op string) error {
 	if !c.initialized() {
 		return errZero(kind, op)
 	}
-	if !c.life.Acquire() {
+	if !c.life.Enter() {
 		return c.opErr(op, cuda.ErrClosed)
 	}
 	return nil
 }
 
-func (c *poolCore) release() { c.life.Release() }
+func (c *poolCore) release() { c.life.Leave() }
 
 // use runs fn with the pool held open: Close waits for fn to return before
 // it destroys the pool.
