@@ -150,7 +150,8 @@ func (d *Device) CheckFabricAt(loc MemLocation) error {
 // them all. CheckFabricWith takes them as an interface so that a package
 // reaching the driver through a seam of its own (package virtual, whose
 // CPU tests put a fake driver behind it) runs this one probe rather than
-// a copy that could drift from it.
+// a copy that could drift from it; it stays while that package's tests
+// need a driver they can inspect call by call.
 type FabricCalls interface {
 	FabricHandlesSupported() (bool, error)
 	AllocationGranularity(prop *MemAllocationProp, kind MemAllocationGranularity) (uint64, error)

@@ -250,10 +250,10 @@ func (p *ImportedPool) ExportFabric() (*FabricHandle, error) {
 	if p.zero() {
 		return nil, errZeroPool(op)
 	}
-	if !p.life.Acquire() {
+	if !p.life.Enter() {
 		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
 	}
-	defer p.life.Release()
+	defer p.life.Leave()
 	if p.fabric.IsZero() {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v was imported from a file descriptor, not a fabric handle (use Export)", p.uuid)
 	}

@@ -94,7 +94,7 @@ type ImportedPool struct {
 	fabric fabricBytes
 
 	// life is the lifecycle DevicePool and PinnedPool share: Import and
-	// Export run between Acquire and Release, so Close waits for them and
+	// Export run between Enter and Leave, so Close waits for them and
 	// they fail once it has begun; it counts the Buffers handed out
 	// (Live), destroys the imported pool after the last one once closed,
 	// and keeps a failed deferred destruction for the next Close.
@@ -376,10 +376,10 @@ func (p *ImportedPool) Export() (*Handle, error) {
 	}
 	// Held open: Close waits for the duplication before it closes the
 	// kept fd or destroys the pool.
-	if !p.life.Acquire() {
+	if !p.life.Enter() {
 		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
 	}
-	defer p.life.Release()
+	defer p.life.Leave()
 	if p.file == nil {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v was imported from a fabric handle, not a file descriptor (use ExportFabric)", p.uuid)
 	}
@@ -482,7 +482,7 @@ func (p *ImportedPool) checkDescriptor(op string, d Descriptor) error {
 // checkOpen refuses a nil or zero pool, and a closed one before anything
 // else is looked at: a closed pool answers cuda.ErrClosed to every import
 // and export, whatever the arguments. (The calls still hold the pool open
-// with Acquire, which a Close racing this check makes fail.)
+// with Enter, which a Close racing this check makes fail.)
 func (p *ImportedPool) checkOpen(op string) error {
 	if p.zero() {
 		return errZeroPool(op)
@@ -496,10 +496,10 @@ func (p *ImportedPool) checkOpen(op string) error {
 // importChecked maps d, whose export data the caller has decided to hand
 // to the driver, and bounds it by the driver's mapping.
 func (p *ImportedPool) importChecked(op string, d Descriptor, s *cuda.Stream) (*buffer.Buffer, error) {
-	if !p.life.Acquire() {
+	if !p.life.Enter() {
 		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
 	}
-	defer p.life.Release()
+	defer p.life.Leave()
 	// The stream is checked before the driver maps anything: it is the
 	// one a refused mapping is unmapped on, and the Buffer's Close frees
 	// on it, so a stream that cannot be used would leave the mapping
@@ -530,7 +530,7 @@ func (p *ImportedPool) importChecked(op string, d Descriptor, s *cuda.Stream) (*
 			return nil, cuda.Errorf(op, ErrBadDescriptor, "descriptor claims %d bytes, the imported allocation holds %d at %#x", d.Size, m.limit, uint64(ptr))
 		}
 		m.refs++
-		// Counted before Release, so a Close waiting for this call sees
+		// Counted before Leave, so a Close waiting for this call sees
 		// the Buffer and leaves the pool to its last Deallocate.
 		p.life.Allocated()
 		return buffer.Owned(ptr, d.Size, p, s), nil
@@ -573,10 +573,10 @@ func (p *ImportedPool) descriptor(b *buffer.Buffer) (Descriptor, error) {
 	// (the shared pool lifecycle): its Buffers live on until closed, but
 	// a descriptor handed out now would name a pool that is going away.
 	// Held open, so a concurrent Close waits for the export.
-	if !p.life.Acquire() {
+	if !p.life.Enter() {
 		return Descriptor{}, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: %v is a buffer of imported pool %v, which was closed", cuda.ErrClosed, b, p.uuid)}
 	}
-	defer p.life.Release()
+	defer p.life.Leave()
 	var d Descriptor
 	err := b.Use(op, func(ptr cuda.DevicePtr) error {
 		p.mapMu.Lock()

@@ -245,8 +245,8 @@ func TestCloseWaitsForExport(t *testing.T) {
 	file := keptFile(t)
 	p := newImportedPool(nil, cuda.MemPool{}, newFake(), cuda.NewUUID(), newPoolKey(), file)
 
-	// A call in progress, as Export is between Acquire and Release.
-	require.True(t, p.life.Acquire())
+	// A call in progress, as Export is between Enter and Leave.
+	require.True(t, p.life.Enter())
 	done := closeAsync(p)
 	waitClosed(t, p)
 	select {
@@ -255,7 +255,7 @@ func TestCloseWaitsForExport(t *testing.T) {
 	case <-time.After(50 * time.Millisecond):
 	}
 	assert.True(t, file.IsOpen(), "the kept fd stays open under the call")
-	p.life.Release()
+	p.life.Leave()
 	require.NoError(t, <-done)
 	assert.False(t, file.IsOpen(), "closed once the call ended")
 	require.NoError(t, p.Close(), "idempotent")

@@ -265,7 +265,7 @@ func (p *DevicePool) Pool() cuda.MemPool {
 
 // IsOwned reports whether p created its pool (and Close destroys it),
 // rather than borrowing the device's current pool.
-func (p *DevicePool) IsOwned() bool { return p != nil && p.core.owned() }
+func (p *DevicePool) IsOwned() bool { return p != nil && p.core.life.Owned() }
 
 // IsIPCEnabled reports whether the pool can be exported to other processes.
 func (p *DevicePool) IsIPCEnabled() bool { return p != nil && p.core.ipc }
@@ -291,7 +291,7 @@ func (p *DevicePool) HandleTypes() cuda.MemHandleType {
 }
 
 // IsClosed reports whether Close has been called (true for nil).
-func (p *DevicePool) IsClosed() bool { return p == nil || p.core.isClosed() }
+func (p *DevicePool) IsClosed() bool { return p == nil || p.core.life.IsClosed() }
 
 // Attributes reads the pool's attributes from the driver.
 func (p *DevicePool) Attributes() (PoolAttributes, error) {
@@ -396,7 +396,7 @@ func (p *DevicePool) PeerAccess() ([]int, error) {
 	if err := p.core.acquire("DevicePool", "PeerAccess"); err != nil {
 		return nil, err
 	}
-	defer p.core.release()
+	defer p.core.life.Leave()
 	ds, err := p.peers()
 	if err != nil {
 		return nil, p.core.opErr("PeerAccess", err)
@@ -427,7 +427,7 @@ func (p *DevicePool) SetPeerAccess(peers ...*cuda.Device) error {
 	if err := p.core.acquire("DevicePool", op); err != nil {
 		return err
 	}
-	defer p.core.release()
+	defer p.core.life.Leave()
 	own := p.core.dev
 	want := make(map[*cuda.Device]bool, len(peers))
 	var cannot []string
@@ -547,7 +547,7 @@ func (p *DevicePool) String() string {
 		return "DevicePool(nil)"
 	}
 	kind := "current pool"
-	if p.core.owned() {
+	if p.core.life.Owned() {
 		kind = "owned pool"
 	}
 	if p.core.ipc {

@@ -254,7 +254,7 @@ func (p *PinnedPool) ExportState() *poolexport.Slot {
 }
 
 // IsClosed reports whether Close has been called (true for nil).
-func (p *PinnedPool) IsClosed() bool { return p == nil || p.core.isClosed() }
+func (p *PinnedPool) IsClosed() bool { return p == nil || p.core.life.IsClosed() }
 
 // Attributes reads the pool's attributes from the driver.
 func (p *PinnedPool) Attributes() (PoolAttributes, error) {

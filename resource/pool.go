@@ -103,9 +103,6 @@ func (c *poolCore) own(quiesce []*cuda.Device, destroy func() error) {
 	})
 }
 
-// owned reports whether Close destroys the pool.
-func (c *poolCore) owned() bool { return c.life.Owned() }
-
 // opErr returns an error for method op of the pool that wraps err.
 func (c *poolCore) opErr(op string, err error) error {
 	return &cuda.OpError{Op: c.kind + "." + op, Err: err}
@@ -144,19 +141,17 @@ func errZero(kind, op string) error {
 }
 
 // acquire starts a call on the pool. It fails on a nil or zero value and
-// once Close has begun; on success release must follow. It never blocks,
+// once Close has begun; on success c.life.Leave must follow. It never blocks,
 // so calls nested inside Use cannot deadlock against a waiting Close.
 func (c *poolCore) acquire(kind, op string) error {
 	if !c.initialized() {
 		return errZero(kind, op)
 	}
-	if !c.life.Acquire() {
+	if !c.life.Enter() {
 		return c.opErr(op, cuda.ErrClosed)
 	}
 	return nil
 }
-
-func (c *poolCore) release() { c.life.Release() }
 
 // use runs fn with the pool held open: Close waits for fn to return before
 // it destroys the pool.
@@ -167,7 +162,7 @@ func (c *poolCore) use(kind string, fn func(pool cuda.MemPool) error) error {
 	if err := c.acquire(kind, "Use"); err != nil {
 		return err
 	}
-	defer c.release()
+	defer c.life.Leave()
 	return fn(c.pool)
 }
 
@@ -224,11 +219,11 @@ func (c *poolCore) allocatePtr(kind string, size uint64, s *cuda.Stream, record 
 		err = refuseCapture(op, s)
 	}
 	if err != nil {
-		c.release()
+		c.life.Leave()
 		return 0, nil, err
 	}
 	if size == 0 {
-		c.release()
+		c.life.Leave()
 		return 0, s, nil
 	}
 	ptr, err := s.MemAllocFromPoolAsync(c.pool, size)
@@ -241,7 +236,7 @@ func (c *poolCore) allocatePtr(kind string, size uint64, s *cuda.Stream, record 
 		}
 		c.life.Allocated()
 	}
-	c.release()
+	c.life.Leave()
 	if err != nil {
 		return 0, nil, c.opErr("Allocate", fmt.Errorf("%d bytes from the pool of %v: %w", size, c.where(), err))
 	}
@@ -326,16 +321,13 @@ func (c *poolCore) memPool() cuda.MemPool {
 	return c.pool
 }
 
-// isClosed reports whether Close has been called.
-func (c *poolCore) isClosed() bool { return c.life.IsClosed() }
-
 // attributes reads all eight pool attributes.
 func (c *poolCore) attributes(kind string) (PoolAttributes, error) {
 	var a PoolAttributes
 	if err := c.acquire(kind, "Attributes"); err != nil {
 		return a, err
 	}
-	defer c.release()
+	defer c.life.Leave()
 	flag := func(attr cuda.MemPoolAttribute, dst *bool) error {
 		v, err := c.pool.Attribute(attr)
 		*dst = v != 0
@@ -368,7 +360,7 @@ func (c *poolCore) set(kind, op string, attr cuda.MemPoolAttribute, v uint64) er
 	if err := c.acquire(kind, op); err != nil {
 		return err
 	}
-	defer c.release()
+	defer c.life.Leave()
 	if err := c.pool.SetAttribute(attr, v); err != nil {
 		return c.opErr(op, err)
 	}
@@ -387,7 +379,7 @@ func (c *poolCore) trim(kind string, keep uint64) error {
 	if err := c.acquire(kind, "Trim"); err != nil {
 		return err
 	}
-	defer c.release()
+	defer c.life.Leave()
 	if err := c.pool.TrimTo(keep); err != nil {
 		return c.opErr("Trim", fmt.Errorf("keep %d bytes: %w", keep, err))
 	}
@@ -400,7 +392,7 @@ func (c *poolCore) resetHighWatermarks(kind string) error {
 	if err := c.acquire(kind, "ResetHighWatermarks"); err != nil {
 		return err
 	}
-	defer c.release()
+	defer c.life.Leave()
 	for _, a := range []cuda.MemPoolAttribute{cuda.MemPoolAttrReservedMemHigh, cuda.MemPoolAttrUsedMemHigh} {
 		if err := c.pool.SetAttribute(a, 0); err != nil {
 			return c.opErr("ResetHighWatermarks", err)

@@ -121,7 +121,11 @@ func streamName(s *cuda.Stream) string {
 // events and stream synchronization in production, a recorder in tests
 // (which have no driver, so streams there are only map keys). nil stands
 // for the upstream's default stream. waitFor, forget and close are called
-// with the sub-allocator's lock held; sync without it.
+// with the sub-allocator's lock held; sync without it. The fake driver
+// cannot stand in for the recorder: it completes every call before it
+// returns, so a wait left out or put on the wrong stream changes nothing
+// it can see, where the recorder shows which stream was ordered after
+// which.
 type subOrderer interface {
 	// waitFor makes work submitted to dst from now on wait for the work
 	// submitted to src so far, without blocking the host.

@@ -12,7 +12,12 @@ import (
 // driver is the seam between this package and the CUDA driver: every
 // driver call the resource makes goes through it, so CPU tests can put a
 // fake behind a Resource that fails any chosen call and then check what
-// the failed operation left behind. The real implementation, device, is a
+// the failed operation left behind. The C fake driver the other packages'
+// tests use cannot stand in for it: it reports counts of what is live,
+// not the reservations, mappings (with their handles and access) and
+// handles these tests compare before and after, and it cannot fail every call from the k-th on, grant a
+// reservation off the alignment asked for, or fail calls at all outside
+// builds with the fault-injection tag. The real implementation, device, is a
 // struct of one pointer: storing it in the interface allocates nothing and
 // a call costs one indirect call on top of the driver's own.
 type driver interface {

@@ -47,7 +47,11 @@ type allocation struct {
 	chunks       []chunk
 	descs        []cuda.MemAccessDesc // access granted on every chunk
 	// resizing is set while a Grow or Shrink owns the allocation (see
-	// beginResize): other changes are refused meanwhile.
+	// beginResize): other changes are refused meanwhile. It is a claim,
+	// not a cuda.Guard: a second claimant is refused rather than let in,
+	// and the Deallocate that comes meanwhile must not wait for it (the
+	// Grow or Shrink waits for that Deallocate's Close in b.Disown), so
+	// it hands its free over instead (freeLater).
 	resizing bool
 	// freeLater is set by a Deallocate that came while resizing was (a
 	// Close of the buffer being resized, or the last Release of a Hold

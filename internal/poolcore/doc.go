@@ -1,25 +1,20 @@
 // Package poolcore is the lifecycle shared by the handles of driver memory
-// pools (resource.DevicePool, resource.PinnedPool, and later
-// ipc.ImportedPool): who may use the pool now, how many allocations from
-// it are live, and when an owned pool is destroyed.
+// pools (resource.DevicePool, resource.PinnedPool, ipc.ImportedPool): who
+// may use the pool now, how many allocations from it are live, and when an
+// owned pool is destroyed.
 //
 // The rules it keeps:
 //
-//   - A call on the pool brackets its driver calls with Acquire and
-//     Release. Acquire fails once Close has begun, and Close waits for the
-//     calls in progress to Release before it destroys anything, so a
-//     concurrent Close never destroys the pool under a call.
-//   - Acquire is not a read lock: it never waits, and nesting it (a call
-//     made from inside another, as Use's callback may) cannot deadlock
-//     against a waiting Close; the nested Acquire just fails once Close
-//     has begun. (With a sync.RWMutex a waiting writer blocks new readers,
-//     and a nested read lock deadlocks.)
+//   - A call on the pool brackets its driver calls with Enter and Leave,
+//     the methods of the cuda.Guard that Core embeds: Enter fails once
+//     Close has begun, never blocks, and may nest (a call made from inside
+//     Use's callback just fails once Close has begun); Close waits for the
+//     calls in progress before it destroys anything.
 //   - An owned pool is destroyed only when it is closed and no allocation
 //     from it is live: by Close when nothing is live, else by the Freed
 //     call of the last live allocation. Freeing into a destroyed pool, or
 //     destroying one with allocations outstanding, was followed by
-//     segmentation faults in the driver, so neither
-//     happens.
+//     segmentation faults in the driver, so neither happens.
 //   - A failed destruction leaves the pool closed but not destroyed; the
 //     error of a deferred destruction (one run by Freed) is kept, and the
 //     next Close retries and reports it.
@@ -30,10 +25,10 @@
 //
 // How a pool handle uses it (see resource.DevicePool):
 //
-//	if !c.Acquire() { return ErrClosed }
+//	if !c.Enter() { return ErrClosed }
 //	ptr, err := alloc()
 //	if err == nil { c.Allocated() }
-//	c.Release()
+//	c.Leave()
 //
 //	// Deallocate, which works after Close as well:
 //	if !c.HasLive() { return error: not an allocation of this pool }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"sync"
 	"sync/atomic"
+
+	"github.com/cudamem/cudamem/cuda"
 )
 
 // ErrDeferred, returned (or wrapped) by a destroy function, means the
@@ -12,18 +14,16 @@ import (
 // pool counts as closed but not yet destroyed.
 var ErrDeferred = errors.New("poolcore: destruction deferred")
 
-// closedBit marks state once Close has begun; the bits below it count the
-// calls in progress (between Acquire and Release).
-const closedBit = 1 << 62
-
-// Core is the lifecycle of one driver pool. Its methods are safe for
-// concurrent use.
+// Core is the lifecycle of one driver pool: a cuda.Guard for the calls in
+// progress (Enter and Leave bracket each one; IsClosed reports whether
+// Close has begun), plus what a pool needs on top of it, the count of live
+// allocations and a destruction that waits for the last of them. Its
+// methods are safe for concurrent use.
 type Core struct {
-	state atomic.Int64 // closedBit | calls in progress
-	live  atomic.Int64 // allocations made and not yet freed
+	cuda.Guard
+	live atomic.Int64 // allocations made and not yet freed
 
-	mu        sync.Mutex // serializes Close, destruction, and Close's wait
-	idle      sync.Cond  // signalled when the last call ends after Close began; L is &mu
+	mu        sync.Mutex // serializes destruction
 	closing   bool       // Close finished waiting for calls: Freed may destroy from now on
 	destroyed bool
 	destroy   func() error // nil: nothing to destroy (a borrowed pool)
@@ -38,33 +38,8 @@ func (c *Core) SetDestroy(fn func() error) { c.destroy = fn }
 // a function).
 func (c *Core) Owned() bool { return c.destroy != nil }
 
-// Acquire starts a call on the pool: it returns false once Close has
-// begun (nothing to release then), and true otherwise, after which
-// Release must follow. It never blocks.
-func (c *Core) Acquire() bool {
-	// One atomic add on the fast path (what RWMutex.RLock costs). After
-	// Close began the increment is undone at once; Close, waiting for the
-	// count to drain, at worst waits for that undo.
-	if c.state.Add(1)&closedBit != 0 {
-		c.Release()
-		return false
-	}
-	return true
-}
-
-// Release ends a call started by a successful Acquire. The last call to
-// end after Close began wakes Close.
-func (c *Core) Release() {
-	if c.state.Add(-1) == closedBit {
-		c.mu.Lock()
-		c.idle.L = &c.mu
-		c.idle.Broadcast()
-		c.mu.Unlock()
-	}
-}
-
-// Allocated counts one more live allocation. Call it between Acquire and
-// Release, after the allocation succeeded, so that Close (which waits for
+// Allocated counts one more live allocation. Call it between Enter and
+// Leave, after the allocation succeeded, so that Close (which waits for
 // the call) sees it.
 func (c *Core) Allocated() { c.live.Add(1) }
 
@@ -88,10 +63,10 @@ func (c *Core) Freed() error {
 			return nil
 		}
 		if c.live.CompareAndSwap(n, n-1) {
-			// Close sets closedBit before it looks at the live count, so
-			// if it is not set yet, Close will see this free: only the
-			// last free of a closing pool takes the lock.
-			if n > 1 || c.state.Load()&closedBit == 0 {
+			// Close closes the Guard before it looks at the live count,
+			// so if it is not closed yet, Close will see this free: only
+			// the last free of a closing pool takes the lock.
+			if n > 1 || !c.IsClosed() {
 				return nil
 			}
 			break
@@ -107,25 +82,16 @@ func (c *Core) Freed() error {
 	return err
 }
 
-// Close marks the pool closed (later Acquires fail), waits for the calls
-// in progress to end, then destroys an owned pool if nothing is live (else
+// Close marks the pool closed (later Enters fail), waits for the calls in
+// progress to end, then destroys an owned pool if nothing is live (else
 // the last Freed does). It returns the destruction's error, or that of a
 // deferred destruction that failed and fails again; calling Close again
 // retries. Close must not be called from inside a call on the same pool
-// (between Acquire and Release): it would wait for itself.
+// (between Enter and Leave): it would wait for itself.
 func (c *Core) Close() error {
-	for {
-		s := c.state.Load()
-		if s&closedBit != 0 || c.state.CompareAndSwap(s, s|closedBit) {
-			break
-		}
-	}
+	c.Guard.Close()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.idle.L = &c.mu
-	for c.state.Load() != closedBit {
-		c.idle.Wait()
-	}
 	c.closing = true
 	// A deferred destruction that failed is retried here; its old error
 	// is superseded by the outcome of the retry.
@@ -168,9 +134,6 @@ func (c *Core) Retry() error {
 	c.deferred = c.finishLocked()
 	return c.deferred
 }
-
-// IsClosed reports whether Close has begun.
-func (c *Core) IsClosed() bool { return c.state.Load()&closedBit != 0 }
 
 // IsDestroyed reports whether an owned pool has been destroyed.
 func (c *Core) IsDestroyed() bool {

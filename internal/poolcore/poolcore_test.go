@@ -28,15 +28,15 @@ func TestZeroCoreOwnsNothing(t *testing.T) {
 	if c.Owned() || c.IsClosed() || c.HasLive() {
 		t.Fatal("zero Core: owned, closed or live")
 	}
-	if !c.Acquire() {
-		t.Fatal("Acquire on a fresh Core failed")
+	if !c.Enter() {
+		t.Fatal("Enter on a fresh Core failed")
 	}
-	c.Release()
+	c.Leave()
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if c.Acquire() {
-		t.Fatal("Acquire after Close succeeded")
+	if c.Enter() {
+		t.Fatal("Enter after Close succeeded")
 	}
 	if c.IsDestroyed() {
 		t.Fatal("a Core without destroy function reports destroyed")
@@ -66,11 +66,11 @@ func TestDestroyAfterLastFree(t *testing.T) {
 	var d destroyer
 	c.SetDestroy(d.fn)
 	for range 2 {
-		if !c.Acquire() {
-			t.Fatal("Acquire failed")
+		if !c.Enter() {
+			t.Fatal("Enter failed")
 		}
 		c.Allocated()
-		c.Release()
+		c.Leave()
 	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
@@ -95,9 +95,9 @@ func TestDeferredDestroyErrorRetriedByClose(t *testing.T) {
 	var d destroyer
 	d.fail.Store(1)
 	c.SetDestroy(d.fn)
-	c.Acquire()
+	c.Enter()
 	c.Allocated()
-	c.Release()
+	c.Leave()
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestCloseFailureRetried(t *testing.T) {
 }
 
 // TestCloseWaitsForCalls checks that Close does not destroy while a call
-// holds the pool, and that a nested Acquire inside it neither deadlocks
+// holds the pool, and that a nested Enter inside it neither deadlocks
 // nor succeeds once Close has begun.
 func TestCloseWaitsForCalls(t *testing.T) {
 	var c Core
@@ -144,8 +144,8 @@ func TestCloseWaitsForCalls(t *testing.T) {
 		}
 		return nil
 	})
-	if !c.Acquire() {
-		t.Fatal("Acquire failed")
+	if !c.Enter() {
+		t.Fatal("Enter failed")
 	}
 	inCall.Store(true)
 	done := make(chan error)
@@ -153,8 +153,8 @@ func TestCloseWaitsForCalls(t *testing.T) {
 	for !c.IsClosed() {
 		time.Sleep(time.Millisecond)
 	}
-	if c.Acquire() {
-		t.Fatal("nested Acquire after Close began succeeded")
+	if c.Enter() {
+		t.Fatal("nested Enter after Close began succeeded")
 	}
 	select {
 	case err := <-done:
@@ -162,7 +162,7 @@ func TestCloseWaitsForCalls(t *testing.T) {
 	case <-time.After(20 * time.Millisecond):
 	}
 	inCall.Store(false)
-	c.Release()
+	c.Leave()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -193,14 +193,14 @@ func TestConcurrentCallsAndClose(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for range 100 {
-					if !c.Acquire() {
+					if !c.Enter() {
 						return
 					}
 					calls.Add(1)
 					allocs.Add(1)
 					c.Allocated()
 					calls.Add(-1)
-					c.Release()
+					c.Leave()
 					allocs.Add(-1)
 					if err := c.Freed(); err != nil {
 						t.Error(err)
