@@ -24,11 +24,11 @@ func TestReceiveHandleContextCancelled(t *testing.T) {
 			goroutines := runtime.NumGoroutine()
 			ctx, cancel := context.WithCancel(context.Background())
 			time.AfterFunc(5*time.Millisecond, cancel)
-			h, err := ReceiveHandleContext(ctx, b)
+			h, err := ReceiveHandle(ctx, b)
 			require.Error(t, err)
 			assert.Nil(t, h)
 			assert.ErrorIs(t, err, context.Canceled)
-			assert.Contains(t, err.Error(), "ipc.ReceiveHandleContext")
+			assert.Contains(t, err.Error(), "ipc.ReceiveHandle")
 			assert.Equal(t, before, testutil.FDs(t), "no descriptor left open")
 			for i := 0; i < 1000 && runtime.NumGoroutine() > goroutines; i++ {
 				time.Sleep(time.Millisecond) // the timer's goroutine ending
@@ -44,7 +44,7 @@ func TestReceiveHandleContextCancelled(t *testing.T) {
 				time.Sleep(10 * time.Millisecond) // let the receive block first
 				assert.NoError(t, SendHandle(a, sent))
 			}()
-			got, err := ReceiveHandleContext(context.Background(), b)
+			got, err := ReceiveHandle(context.Background(), b)
 			require.NoError(t, err)
 			defer got.Close()
 			assert.Equal(t, sent.UUID(), got.UUID())
@@ -56,23 +56,23 @@ func TestReceiveFDsContextDeadline(t *testing.T) {
 	_, b := socketPairOf(t, socketTypes["seqpacket"])
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 	defer cancel()
-	_, fds, err := ReceiveFDsContext(ctx, b, 16)
+	_, fds, err := ReceiveFDs(ctx, b, 16)
 	assert.Nil(t, fds)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.ErrorIs(t, err, os.ErrDeadlineExceeded)
 
 	// A context already done makes no read at all.
-	_, _, err = ReceiveFDsContext(ctx, b, 16)
+	_, _, err = ReceiveFDs(ctx, b, 16)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
 func TestReceiveContextBadArguments(t *testing.T) {
 	_, b := socketPair(t)
 	//lint:ignore SA1012 a nil context is the input under test
-	_, err := ReceiveHandleContext(nil, b) //nolint:staticcheck
+	_, err := ReceiveHandle(nil, b) //nolint:staticcheck
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
-	_, err = ReceiveHandleContext(context.Background(), nil)
+	_, err = ReceiveHandle(context.Background(), nil)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
-	_, _, err = ReceiveFDsContext(context.Background(), b, -1)
+	_, _, err = ReceiveFDs(context.Background(), b, -1)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 }

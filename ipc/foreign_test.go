@@ -9,26 +9,13 @@ import (
 	"github.com/cudamem/cudamem/cuda"
 )
 
-func TestNewRawDescriptor(t *testing.T) {
-	data := exportData(9, 4096)
-	u := cuda.NewUUID()
-	d, err := NewRawDescriptor(u, data.Reserved[:], 4096)
-	require.NoError(t, err)
-	assert.Equal(t, u, d.Pool)
-	assert.Equal(t, uint64(4096), d.Size)
-	assert.Equal(t, data, d.Data)
-	assert.False(t, d.IsSealed())
-	got := d.ExportData()
-	assert.Equal(t, data.Reserved[:], got)
-	got[0]++
-	assert.Equal(t, data, d.Data, "ExportData returns a copy")
-
-	// It survives the wire format like any descriptor.
-	b, err := d.MarshalBinary()
-	require.NoError(t, err)
-	var back Descriptor
-	require.NoError(t, back.UnmarshalBinary(b))
-	assert.Equal(t, d, back)
+// A keyless pool (a foreign exporter) takes a buffer's raw parts through
+// the explicit unauthenticated path only, and refuses parts that cannot be
+// an export (wrong length, all zeros, size 0) before the driver sees them.
+func TestImportUnauthenticated(t *testing.T) {
+	f := newFake()
+	p := newImportedPool(nil, cuda.MemPool{}, f, cuda.NewUUID(), poolKey{}, nil)
+	data := exportData(4, 1<<20)
 
 	for name, c := range map[string]struct {
 		data []byte
@@ -38,44 +25,33 @@ func TestNewRawDescriptor(t *testing.T) {
 		"long":      {append(data.Reserved[:], 0), 1},
 		"nil":       {nil, 1},
 		"zero size": {data.Reserved[:], 0},
-		"all zeros": {make([]byte, ExportDataSize), 1},
+		"all zeros": {make([]byte, 64), 1},
 	} {
-		_, err := NewRawDescriptor(u, c.data, c.size)
+		_, err := p.ImportUnauthenticated(c.data, c.size, nil)
 		assert.ErrorIs(t, err, ErrBadDescriptor, name)
 		assert.ErrorIs(t, err, cuda.ErrInvalidArgument, name)
 	}
-	assert.Equal(t, 64, ExportDataSize)
-}
+	assert.Zero(t, f.driverCalls(), "refused before the driver")
 
-// A keyless pool (a foreign exporter) takes raw descriptors through the
-// explicit unauthenticated path only; one without a UUID is taken as the
-// pool's own.
-func TestImportForeign(t *testing.T) {
-	f := newFake()
-	p := newImportedPool(nil, cuda.MemPool{}, f, cuda.NewUUID(), poolKey{}, nil)
-	data := exportData(4, 1<<20)
-
-	raw, err := NewRawDescriptor(UUID{}, data.Reserved[:], 1<<20)
-	require.NoError(t, err)
-	_, err = p.Import(raw, nil)
+	raw := Descriptor{Size: 1 << 20, Data: data}
+	_, err := p.Import(raw, nil)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "Import never takes unauthenticated descriptors")
 	assert.Zero(t, f.imports)
 
-	b, err := p.ImportForeign(data.Reserved[:], 1<<20, nil)
+	b, err := p.ImportUnauthenticated(data.Reserved[:], 1<<20, nil)
 	require.NoError(t, err)
-	b2, err := p.ImportUnauthenticated(raw, nil)
-	require.NoError(t, err, "the zero UUID is taken as this pool's")
+	re, err := ExportBuffer(b)
+	require.NoError(t, err)
+	assert.Equal(t, p.UUID(), re.Pool, "taken as this pool's")
+	b2, err := p.ImportUnauthenticated(raw.ExportData(), raw.Size, nil)
+	require.NoError(t, err)
 	assert.Equal(t, b.Ptr(), b2.Ptr())
+	got := raw.ExportData()
+	got[0]++
+	assert.Equal(t, data, raw.Data, "ExportData returns a copy")
 
-	other, err := NewRawDescriptor(cuda.NewUUID(), data.Reserved[:], 1<<20)
-	require.NoError(t, err)
-	_, err = p.ImportUnauthenticated(other, nil)
-	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "another pool's descriptor")
-
-	_, err = p.ImportForeign(data.Reserved[:], 2<<20, nil)
+	_, err = p.ImportUnauthenticated(data.Reserved[:], 2<<20, nil)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "bounded by the mapping")
-	_, err = p.ImportForeign(data.Reserved[:10], 1, nil)
-	assert.ErrorIs(t, err, ErrBadDescriptor)
 
 	pool, err := p.PoolErr()
 	require.NoError(t, err)
@@ -85,10 +61,10 @@ func TestImportForeign(t *testing.T) {
 	require.NoError(t, p.Close())
 	_, err = p.PoolErr()
 	assert.ErrorIs(t, err, cuda.ErrClosed)
-	_, err = p.ImportForeign(data.Reserved[:], 1<<20, nil)
+	_, err = p.ImportUnauthenticated(data.Reserved[:], 1<<20, nil)
 	assert.ErrorIs(t, err, cuda.ErrClosed)
 
-	_, err = (*ImportedPool)(nil).ImportForeign(data.Reserved[:], 1, nil)
+	_, err = (*ImportedPool)(nil).ImportUnauthenticated(data.Reserved[:], 1, nil)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 	_, err = (&ImportedPool{}).PoolErr()
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)

@@ -210,7 +210,7 @@ func TestPythonImportsGoPoolOverSocket(t *testing.T) {
 	require.NoError(t, err)
 	// Sent before Python starts: the socket holds the message and a
 	// reference to the fd until Python's recv_fds.
-	require.NoError(t, ipc.SendMsg(conn, append(msg, '\n'), poolFD))
+	require.NoError(t, ipc.SendPlain(conn, append(msg, '\n'), poolFD))
 	t.Logf("sent with ipc.SendMsg: pool fd %d (UUID %v) and %d bytes: %s", poolFD, h.UUID(), len(msg)+1, msg)
 
 	cmd := pyCmd(t, py, "cudacore_import.py", "--sock", "3", "--seed", "51", "--newseed", "52", "--device", strconv.Itoa(d.Ordinal()))
@@ -243,7 +243,7 @@ func receivePool(t *testing.T, sock int) (msg pyPoolMsg, fd int, ok bool) {
 	require.NoError(t, err)
 	defer c.Close()
 	conn := c.(*net.UnixConn)
-	line, fds, err := ipc.ReceiveMsg(conn, 4096, 4)
+	line, fds, err := ipc.ReceivePlain(context.Background(), conn, 4096, 4)
 	if errors.Is(err, io.EOF) {
 		return pyPoolMsg{}, -1, false
 	}
@@ -321,7 +321,7 @@ func TestPythonExportsToGo(t *testing.T) {
 			pool, err := ipc.ImportPool(d, h)
 			require.NoError(t, err)
 			s := cudatest.Stream(t, d)
-			b, err := pool.ImportForeign(data, msg.Size, s)
+			b, err := pool.ImportUnauthenticated(data, msg.Size, s)
 			require.NoError(t, err)
 			requirePattern(t, b, s, 21, "Python's data seen from Go")
 			fillHost(t, b, s, 22)
@@ -470,6 +470,22 @@ func TestInteropFDIdentity(t *testing.T) {
 		defer h.Close()
 		hs = append(hs, h)
 	}
+	// foreignID is the UUID NewForeignHandle derives for a duplicate of
+	// fd (an error matching cuda.ErrNotSupported when it derives none).
+	foreignID := func(fd int) (ipc.UUID, error) {
+		dup, err := syscall.Dup(fd)
+		require.NoError(t, err)
+		h, derived, err := ipc.NewForeignHandle(dup)
+		if err != nil {
+			syscall.Close(dup)
+			return ipc.UUID{}, err
+		}
+		defer h.Close()
+		if !derived {
+			return ipc.UUID{}, fmt.Errorf("fd %d identifies no file: %w", fd, cuda.ErrNotSupported)
+		}
+		return h.UUID(), nil
+	}
 	var ids []ipc.UUID
 	for i, h := range hs {
 		fd, err := h.FD()
@@ -478,7 +494,7 @@ func TestInteropFDIdentity(t *testing.T) {
 		var st syscall.Stat_t
 		require.NoError(t, syscall.Fstat(fd, &st))
 		t.Logf("export %d: fd %d -> %q, mode %#o, dev %#x, ino %d, rdev %#x", i, fd, target, st.Mode, st.Dev, st.Ino, st.Rdev)
-		id, err := ipc.FDIdentity(fd)
+		id, err := foreignID(fd)
 		if errors.Is(err, cuda.ErrNotSupported) {
 			t.Skipf("the driver's pool fds carry no identity (%v): NewForeignHandle gives bare fds random UUIDs, as documented", err)
 		}
@@ -486,7 +502,7 @@ func TestInteropFDIdentity(t *testing.T) {
 		ids = append(ids, id)
 		dup, err := syscall.Dup(fd)
 		require.NoError(t, err)
-		did, err := ipc.FDIdentity(dup)
+		did, err := foreignID(dup)
 		syscall.Close(dup)
 		require.NoError(t, err)
 		assert.Equal(t, id, did, "a dup of export %d", i)

@@ -20,8 +20,8 @@ const modulePath = "github.com/cudamem/cudamem"
 var internalImports = map[string][]string{
 	"buffer":   {"ownedmem"},
 	"cuda":     {"batchhook"},
-	"ipc":      {"osfd", "poolcore", "poolexport"},
-	"resource": {"ownedmem", "poolcore", "poolexport"},
+	"ipc":      {"osfd", "poolcore"},
+	"resource": {"ownedmem", "poolcore"},
 	"virtual":  {"osfd"},
 }
 

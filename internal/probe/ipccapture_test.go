@@ -66,10 +66,16 @@ func TestIPCImportRefusesCapturingStream(t *testing.T) {
 	tooBig := ipc.Descriptor{Pool: imp.UUID(), Size: 1 << 40, Data: desc.Data}
 	fits := ipc.Descriptor{Pool: imp.UUID(), Size: desc.Size, Data: desc.Data}
 	imports := map[string]func(s *cuda.Stream) (*buffer.Buffer, error){
-		"Import":                        func(s *cuda.Stream) (*buffer.Buffer, error) { return keyed.Import(desc, s) },
-		"ImportUnauthenticated":         func(s *cuda.Stream) (*buffer.Buffer, error) { return imp.ImportUnauthenticated(fits, s) },
-		"ImportUnauthenticated/too big": func(s *cuda.Stream) (*buffer.Buffer, error) { return imp.ImportUnauthenticated(tooBig, s) },
-		"ImportForeign/too big":         func(s *cuda.Stream) (*buffer.Buffer, error) { return imp.ImportForeign(desc.ExportData(), 1<<40, s) },
+		"Import": func(s *cuda.Stream) (*buffer.Buffer, error) { return keyed.Import(desc, s) },
+		"ImportUnauthenticated": func(s *cuda.Stream) (*buffer.Buffer, error) {
+			return imp.ImportUnauthenticated(fits.ExportData(), fits.Size, s)
+		},
+		"ImportUnauthenticated/too big": func(s *cuda.Stream) (*buffer.Buffer, error) {
+			return imp.ImportUnauthenticated(tooBig.ExportData(), tooBig.Size, s)
+		},
+		"ImportForeign/too big": func(s *cuda.Stream) (*buffer.Buffer, error) {
+			return imp.ImportUnauthenticated(desc.ExportData(), 1<<40, s)
+		},
 	}
 	for name, imp := range imports {
 		for _, sit := range []struct {
