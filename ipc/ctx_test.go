@@ -76,3 +76,30 @@ func TestReceiveContextBadArguments(t *testing.T) {
 	_, _, err = ReceiveFDs(context.Background(), b, -1)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 }
+
+// TestReceiveBackgroundKeepsDeadline: with context.Background() every
+// receive leaves a read deadline set on the connection in force (the
+// context cannot end, so it does not replace it), and one that can end
+// clears it on return. Were Background to replace the deadline with none,
+// these receives would block forever on a silent peer.
+func TestReceiveBackgroundKeepsDeadline(t *testing.T) {
+	_, b := socketPairOf(t, socketTypes["seqpacket"])
+	for name, recv := range map[string]func() error{
+		"ReceiveFDs":    func() error { _, _, err := ReceiveFDs(context.Background(), b, 16); return err },
+		"ReceiveHandle": func() error { _, err := ReceiveHandle(context.Background(), b); return err },
+		"ReceivePlain":  func() error { _, _, err := ReceivePlain(context.Background(), b, 16, 1); return err },
+	} {
+		require.NoError(t, b.SetReadDeadline(time.Now().Add(5*time.Millisecond)))
+		err := recv()
+		assert.ErrorIs(t, err, os.ErrDeadlineExceeded, name)
+		assert.NotErrorIs(t, err, context.DeadlineExceeded, "%s: the connection's deadline, not a context's", name)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	require.NoError(t, b.SetReadDeadline(time.Now().Add(-time.Second)))
+	done := make(chan error, 1)
+	go func() { _, _, err := ReceiveFDs(ctx, b, 16); done <- err }()
+	time.Sleep(10 * time.Millisecond)
+	cancel()
+	assert.ErrorIs(t, <-done, context.Canceled, "a context that can end replaces the connection's deadline")
+}
