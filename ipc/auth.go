@@ -129,7 +129,7 @@ func (h *Handle) Token() string {
 }
 
 // HasKey reports whether h carries its pool's key (Handles from
-// ExportPool, ImportedPool.Export, ReceiveHandle of such a Handle, and
+// ExportPool (of a pool or of an imported one), ReceiveHandle of such a Handle, and
 // NewHandleFromToken of its Token do; NewHandle's do not).
 func (h *Handle) HasKey() bool { return h != nil && h.f != nil && h.key.has() }
 

@@ -73,29 +73,32 @@ func TestImportUnauthenticated(t *testing.T) {
 func TestTorchHandle(t *testing.T) {
 	raw := make([]byte, cuda.IPCHandleSize)
 	raw[0] = 7
-	h, err := NewTorchHandle(raw, 512, 4096)
+	h, err := NewTorchShare(raw, 512, 4096, nil, 0, nil, false)
 	require.NoError(t, err)
 	assert.Equal(t, byte(7), h.Handle.Reserved[0])
 	assert.Equal(t, uint64(512), h.Offset)
 	assert.Equal(t, uint64(4096), h.Size)
-	_, err = NewTorchHandle(raw[:63], 0, 1)
+	_, err = NewTorchShare(raw[:63], 0, 1, nil, 0, nil, false)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
-	_, err = NewTorchHandle(raw, 0, 0)
+	_, err = NewTorchShare(raw, 0, 0, nil, 0, nil, false)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
+	_, err = NewTorchShare(raw, 0, 1, nil, 5, nil, false)
+	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "a counter index without a counter file")
+	assert.Empty(t, h.RefCounter, "no counter file: no counter")
 
 	// Versioned handles (newer torch): version, 'c', the 64 bytes.
 	for _, v := range []byte{2, 3} {
-		vh, err := NewTorchHandle(append([]byte{v, 'c'}, raw...), 8, 16)
+		vh, err := NewTorchShare(append([]byte{v, 'c'}, raw...), 8, 16, nil, 0, nil, false)
 		require.NoError(t, err, "version %d", v)
 		assert.Equal(t, h.Handle, vh.Handle, "version %d: the same cudaIpcMemHandle_t", v)
 	}
-	_, err = NewTorchHandle(append([]byte{4, 'c'}, raw...), 0, 1)
+	_, err = NewTorchShare(append([]byte{4, 'c'}, raw...), 0, 1, nil, 0, nil, false)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "unknown version")
-	_, err = NewTorchHandle(append([]byte{2, 'c'}, raw[:60]...), 0, 1)
+	_, err = NewTorchShare(append([]byte{2, 'c'}, raw[:60]...), 0, 1, nil, 0, nil, false)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "short")
-	_, err = NewTorchHandle(append([]byte{2, 'e'}, make([]byte, 40)...), 0, 1)
+	_, err = NewTorchShare(append([]byte{2, 'e'}, make([]byte, 40)...), 0, 1, nil, 0, nil, false)
 	assert.ErrorIs(t, err, cuda.ErrNotSupported, "expandable segments")
-	_, err = NewTorchHandle(append([]byte{2, 'x'}, raw...), 0, 1)
+	_, err = NewTorchShare(append([]byte{2, 'x'}, raw...), 0, 1, nil, 0, nil, false)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "unknown type")
 
 	_, err = OpenTorch(nil, h)

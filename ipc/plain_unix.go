@@ -25,7 +25,7 @@ import (
 // hand-written control messages on either.
 //
 // What the message means is the caller's (cuda.core sends the pool's
-// UUID as its data, for example; see ImportForeign and NewHandle for
+// UUID as its data, for example; see ImportUnauthenticated and NewHandle for
 // turning the fd into a pool). SendFDs and ReceiveFDs remain the framed
 // form for Go peers: they keep a payload whole on stream sockets.
 //
@@ -89,7 +89,8 @@ func SendPlain(conn *net.UnixConn, data []byte, fds ...int) error {
 // attaches control messages of its own (SO_PASSCRED, a receive timestamp
 // option, SO_INQ: see ReceiveFDs for the list) is refused the same way
 // before anything is read, and the message stays on the socket (those
-// messages would take the descriptors' room).
+// messages would take the descriptors' room). It gives up when ctx is
+// done, as ReceiveFDs does.
 func ReceivePlain(ctx context.Context, conn *net.UnixConn, maxData, maxFDs int) (data []byte, fds []int, err error) {
 	const op = "ipc.ReceivePlain"
 	switch {

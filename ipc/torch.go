@@ -51,29 +51,28 @@ type TorchHandle struct {
 	EventSync bool
 }
 
-// NewTorchHandle builds a TorchHandle from the raw values
-// _share_cuda_() returns: the storage handle's bytes, the offset and the
-// size. PyTorch's handle is either a bare 64-byte cudaIpcMemHandle_t
-// (older releases) or a versioned one: a version byte (2, or 3 since
-// torch 2.13, same layout), the type byte 'c' (a cudaMalloc segment) and
-// the 64-byte cudaIpcMemHandle_t. Expandable-segment handles (type 'e':
-// PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True) are not legacy IPC
-// and are refused with an error matching cuda.ErrNotSupported; other
-// lengths, unknown versions or types, and a zero size with one matching
-// cuda.ErrInvalidArgument. The handle has no reference counter: its
-// producer keeps the memory until it exits (use NewTorchShare).
-func NewTorchHandle(handle []byte, offset, size uint64) (TorchHandle, error) {
-	return newTorchHandle("ipc.NewTorchHandle", handle, offset, size)
-}
-
-func newTorchHandle(op string, handle []byte, offset, size uint64) (TorchHandle, error) {
+// NewTorchShare builds a TorchHandle from everything _share_cuda_()
+// returns but the device: the storage handle (bare, or versioned as newer
+// torch sends it; expandable-segment handles are refused with an error
+// matching cuda.ErrNotSupported), the storage's offset and size, the
+// reference counter's file name and index, the event handle and whether to
+// wait for it. The name must have torch's form, "/torch_<pid>_<number>"
+// (an error matching cuda.ErrInvalidArgument otherwise), or be empty for a
+// share without a counter, whose producer keeps the memory until it exits
+// and must keep the tensor alive meanwhile. The event handle must have 64
+// bytes when eventSync is set (torch sends 64 zero bytes when it is not,
+// which are taken, as is an empty one).
+func NewTorchShare(handle []byte, offset, size uint64, refCounter []byte, refCounterOffset uint64, event []byte, eventSync bool) (TorchHandle, error) {
+	const op = "ipc.NewTorchShare"
 	if size == 0 {
 		return TorchHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "size 0")
 	}
+	// A bare cudaIpcMemHandle_t (older torch), or a version byte (2, or 3
+	// since torch 2.13, same layout), the type byte 'c' (a cudaMalloc
+	// segment) and one; 'e' is an expandable segment, not legacy IPC.
 	raw := handle
 	switch {
 	case len(handle) == cuda.IPCHandleSize:
-		// A bare cudaIpcMemHandle_t.
 	case len(handle) >= 2 && handle[1] == 'e':
 		return TorchHandle{}, cuda.Errorf(op, cuda.ErrNotSupported, "an expandable-segments storage handle (version %d, %d bytes) is not legacy IPC; share tensors allocated without expandable_segments", handle[0], len(handle))
 	case len(handle) == 2+cuda.IPCHandleSize && handle[1] == 'c' && (handle[0] == 2 || handle[0] == 3):
@@ -85,26 +84,14 @@ func newTorchHandle(op string, handle []byte, offset, size uint64) (TorchHandle,
 	}
 	h := TorchHandle{Offset: offset, Size: size}
 	copy(h.Handle.Reserved[:], raw)
-	return h, nil
-}
-
-// NewTorchShare builds a TorchHandle from everything _share_cuda_()
-// returns but the device: the storage handle, the storage's offset and
-// size (as NewTorchHandle takes them), the reference counter's file name
-// and index, the event handle and whether to wait for it. The name must
-// have torch's form, "/torch_<pid>_<number>" (an error matching
-// cuda.ErrInvalidArgument otherwise); the event handle must have 64 bytes
-// when eventSync is set (torch sends 64 zero bytes when it is not, which
-// are taken, as is an empty one).
-func NewTorchShare(handle []byte, offset, size uint64, refCounter []byte, refCounterOffset uint64, event []byte, eventSync bool) (TorchHandle, error) {
-	const op = "ipc.NewTorchShare"
-	h, err := newTorchHandle(op, handle, offset, size)
-	if err != nil {
-		return TorchHandle{}, err
-	}
 	name := string(refCounter)
-	if err := checkTorchRefName(op, name); err != nil {
-		return TorchHandle{}, err
+	switch {
+	case name == "" && refCounterOffset != 0:
+		return TorchHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "reference counter %d of no counter file", refCounterOffset)
+	case name != "":
+		if err := checkTorchRefName(op, name); err != nil {
+			return TorchHandle{}, err
+		}
 	}
 	if refCounterOffset >= torchRefMaxCounters {
 		return TorchHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "torch reference counter %d of %s: at most %d counters in a file", refCounterOffset, name, torchRefMaxCounters)
@@ -143,7 +130,7 @@ func NewTorchShare(handle []byte, offset, size uint64, refCounter []byte, refCou
 // share is left as it was (not released): open it again, or give it up
 // with ReleaseTorch.
 //
-// Without a reference counter (NewTorchHandle), the exporting process
+// Without a reference counter, the exporting process
 // must keep the tensor alive while the Buffer is open, and its work on
 // the tensor must be finished before this process reads it:
 // torch.cuda.synchronize() in the producer before sharing.

@@ -104,9 +104,8 @@ func init() {
 // (defaults: they allocate on a GPU), ipc.NewHandle(0, ...) (it takes
 // ownership of fd 0 as asked), cuda.QueryPointer(0) (the driver's answer),
 // cuda.GetDevice(0) (device 0 exists on a GPU machine), loader.Open()
-// and Load() (they load a driver), ipc.FDIdentity(0) and
-// NewForeignHandle(0) (fd 0 is this process's stdin, a real file; the
-// second takes ownership of it).
+// and Load() (they load a driver), and ipc.NewForeignHandle(0) (fd 0 is
+// this process's stdin, a real file, and it takes ownership of it).
 var funcs = map[string]any{
 	"buffer.Owned":              buffer.Owned,
 	"buffer.FromPointer":        buffer.FromPointer,
@@ -148,11 +147,11 @@ var funcs = map[string]any{
 	"ipc.ReceiveFDs":            ipc.ReceiveFDs,
 	"ipc.SendHandle":            ipc.SendHandle,
 	"ipc.ReceiveHandle":         ipc.ReceiveHandle,
+	"ipc.SendPlain":             ipc.SendPlain,
+	"ipc.ReceivePlain":          ipc.ReceivePlain,
 	"ipc.Lookup":                ipc.Lookup,
 	"ipc.ParseUUID":             ipc.ParseUUID,
 	"ipc.NewHandleFromToken":    ipc.NewHandleFromToken,
-	"ipc.NewRawDescriptor":      ipc.NewRawDescriptor,
-	"ipc.NewTorchHandle":        ipc.NewTorchHandle,
 	"ipc.NewTorchShare":         ipc.NewTorchShare,
 	"ipc.OpenTorch":             ipc.OpenTorch,
 	"ipc.ExportTorch":           ipc.ExportTorch,
