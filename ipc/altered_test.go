@@ -158,7 +158,6 @@ func TestClosedEntryPoints(t *testing.T) {
 		"ExportBuffer(buffer of a closed keyless pool)": func() error { _, err := ExportBuffer(liveKeyless); return err },
 		"ExportBuffer(closed buffer)":                   func() error { _, err := ExportBuffer(gone); return err },
 		"ExportLegacy(closed buffer)":                   func() error { _, err := ExportLegacy(gone); return err },
-		"ExportTorch(closed buffer)":                    func() error { _, err := ExportTorch(gone); return err },
 		"ImportedPool.Import(genuine)":                  func() error { _, err := keyed.Import(good, nil); return err },
 		"ImportedPool.Import(altered)":                  func() error { _, err := keyed.Import(Descriptor{Pool: cuda.NewUUID()}, nil); return err },
 		"ImportedPool.ImportUnauthenticated(keyed)":     func() error { _, err := keyed.ImportUnauthenticated(good.ExportData(), good.Size, nil); return err },

@@ -45,9 +45,10 @@
 // framing nor the pool key: [SendPlain] / [ReceivePlain] (the format of
 // Python's socket.send_fds and socket.recv_fds), [NewHandle] or
 // [NewForeignHandle] for a received pool fd, [ImportedPool.ImportUnauthenticated]
-// for its buffers, and the legacy handles ([OpenLegacy], [ExportLegacy];
-// torch's shares: [NewTorchShare], [OpenTorch], [ExportTorch]). All of
-// these trust the sender with this process's life (see the threat model).
+// for its buffers, and legacy handles for cudaMalloc memory ([ExportLegacy],
+// [OpenLegacy]; torch's shares through [NewTorchShare] and [ReleaseTorch]).
+// All of these trust the sender with this process's life (see the threat
+// model).
 //
 // Every receive takes a context: context.Background() waits as long as
 // the connection's read deadline allows (none by default).
@@ -89,7 +90,7 @@
 //     refuses every descriptor, and [ImportedPool.ImportUnauthenticated]
 //     takes a buffer's raw parts unchecked, trusting the sender with this
 //     process's life as above.
-//   - Legacy handles ([LegacyHandle], [TorchHandle]) carry no key either:
+//   - Legacy handles ([LegacyHandle]) carry no key either:
 //     a checksum catches corruption and the size is bounded by the
 //     mapping, but their 64 opaque bytes go to the driver as received, so
 //     open them only from a trusted sender.
@@ -129,8 +130,8 @@
 //     IPC handle of the caching allocator's segment plus the storage's
 //     offset and size, with a reference counter and an event
 //     (UntypedStorage._share_cuda_()). [NewTorchShare] takes them all,
-//     [OpenTorch] maps the storage as a Buffer whose Close releases the
-//     share to torch, and [ExportTorch] describes cuMemAlloc memory the
+//     [OpenLegacy] maps the storage as a Buffer whose Close releases the
+//     share to torch, and [ExportLegacy] describes cuMemAlloc memory the
 //     same way for a Python process.
 //   - CuPy and C programs share cudaMalloc allocations as legacy IPC
 //     handles: [OpenLegacy] and [ExportLegacy].

@@ -20,7 +20,7 @@ import (
 // in only through the explicit unauthenticated path (see the package
 // documentation's threat model): ImportUnauthenticated. PyTorch shares CUDA
 // tensors through legacy IPC (cudaIpcMemHandle plus an offset and a size):
-// OpenTorch and ExportTorch.
+// OpenLegacy and ExportLegacy.
 
 // ExportData returns a copy of d's 64 bytes of export data: what cuda.core
 // takes as IPCBufferDescriptor._init(data, size), what a C importer passes

@@ -70,7 +70,7 @@ func TestImportUnauthenticated(t *testing.T) {
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 }
 
-func TestTorchHandle(t *testing.T) {
+func TestLegacyHandle(t *testing.T) {
 	raw := make([]byte, cuda.IPCHandleSize)
 	raw[0] = 7
 	h, err := NewTorchShare(raw, 512, 4096, nil, 0, nil, false)
@@ -101,14 +101,14 @@ func TestTorchHandle(t *testing.T) {
 	_, err = NewTorchShare(append([]byte{2, 'x'}, raw...), 0, 1, nil, 0, nil, false)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "unknown type")
 
-	_, err = OpenTorch(nil, h)
+	_, err = OpenLegacy(nil, h)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
-	_, err = OpenTorch(&cuda.Device{}, TorchHandle{Offset: ^uint64(0), Size: 2})
+	_, err = OpenLegacy(&cuda.Device{}, LegacyHandle{Offset: ^uint64(0), Size: 2})
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "offset+size wraps")
-	_, err = ExportTorch(nil)
+	_, err = ExportLegacy(nil)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 
-	var m *torchMapping
+	var m *legacyMapping
 	assert.ErrorIs(t, m.Deallocate(1, 1, nil), cuda.ErrInvalidArgument)
 	assert.Equal(t, -1, m.DeviceID())
 	_, _, err = m.AllocatePtr(1, nil)

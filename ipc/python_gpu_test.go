@@ -338,7 +338,7 @@ func TestPythonExportsToGo(t *testing.T) {
 }
 
 // PyTorch shares a tensor as torch.multiprocessing does; Go maps it with
-// OpenTorch (having waited for the producer's event), checks it and
+// OpenLegacy (having waited for the producer's event), checks it and
 // writes it, and closes it; the tensor in Python shows Go's data. The
 // close released the share as torch's own consumer does: its counter is
 // 0, the producer's memory is back to where it started once it drops the
@@ -393,7 +393,7 @@ func TestPythonTorchSharesWithGo(t *testing.T) {
 		msg.Size, msg.Offset, msg.RefOffset, msg.RefCounter, msg.EventSync)
 	require.Equal(t, uint64(pySize), th.Size)
 
-	b, err := ipc.OpenTorch(d, th)
+	b, err := ipc.OpenLegacy(d, th)
 	require.NoError(t, err)
 	s := cudatest.Stream(t, d)
 	requirePattern(t, b, s, 31, "the tensor seen from Go")
@@ -410,7 +410,7 @@ func TestPythonTorchSharesWithGo(t *testing.T) {
 	big := th
 	big.Size = 1 << 40
 	big.RefCounter, big.EventSync = "", false
-	_, err = ipc.OpenTorch(d, big)
+	_, err = ipc.OpenLegacy(d, big)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 
 	_, err = stdin.Write([]byte("done\n"))
@@ -424,7 +424,7 @@ func TestPythonTorchSharesWithGo(t *testing.T) {
 }
 
 // Go shares cuMemAlloc memory (a view inside an allocation) with
-// ExportTorch; PyTorch maps it, checks and overwrites it; Go sees the
+// ExportLegacy; PyTorch maps it, checks and overwrites it; Go sees the
 // writes, and nothing outside the view changed.
 func TestPythonTorchImportsGo(t *testing.T) {
 	d := cudatest.Device(t)
@@ -441,7 +441,7 @@ func TestPythonTorchImportsGo(t *testing.T) {
 	view, err := whole.Slice(off, pySize)
 	require.NoError(t, err)
 	fillHost(t, view, s, 41)
-	th, err := ipc.ExportTorch(view)
+	th, err := ipc.ExportLegacy(view)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(off), th.Offset)
 	assert.Equal(t, uint64(pySize), th.Size)

@@ -245,7 +245,7 @@ func TestFaultSweepIPC(t *testing.T) {
 				cleanup: func() error { return f.cl.run() },
 			}, nil
 		}},
-		{name: "ipc.ExportPool", gpuSkip: gpuSameProcess, setup: func() (*fixture, error) {
+		{name: "ipc.ExportPool(ImportedPool)", gpuSkip: gpuSameProcess, setup: func() (*fixture, error) {
 			f, err := newIPC(true, true)
 			if err != nil {
 				return nil, err

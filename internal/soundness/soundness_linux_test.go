@@ -84,7 +84,7 @@ func init() {
 		timeline.Kind(0), timeline.Event{}, timeline.Log{}, timeline.RecorderOptions{}, timeline.Recorder{},
 		timeline.Trace{}, timeline.Allocation{}, timeline.Usage{}, timeline.SVGOptions{},
 	)
-	register("ipc", ipc.Descriptor{}, ipc.Handle{}, ipc.LegacyHandle{}, ipc.ImportedPool{}, ipc.UUID{}, ipc.TorchHandle{},
+	register("ipc", ipc.Descriptor{}, ipc.Handle{}, ipc.LegacyHandle{}, ipc.ImportedPool{}, ipc.UUID{},
 		ipc.FabricHandle{})
 	register("virtual",
 		virtual.Chunk{}, virtual.AllocationType(0), virtual.LocationType(0), virtual.HandleType(0),
@@ -153,8 +153,6 @@ var funcs = map[string]any{
 	"ipc.ParseUUID":             ipc.ParseUUID,
 	"ipc.NewHandleFromToken":    ipc.NewHandleFromToken,
 	"ipc.NewTorchShare":         ipc.NewTorchShare,
-	"ipc.OpenTorch":             ipc.OpenTorch,
-	"ipc.ExportTorch":           ipc.ExportTorch,
 	"buffer.Use":                buffer.Use,
 	"loader.OpenCUDALibrary":    loader.OpenCUDALibrary,
 	"virtual.New":               virtual.New,
