@@ -98,11 +98,13 @@ type ImportedPool struct {
 	// (ImportPoolFabric), kept for re-export; zero for an fd import.
 	fabric fabricBytes
 
-	// life is the lifecycle DevicePool and PinnedPool share: Import and
-	// Export run between Acquire and Release, so Close waits for them and
-	// they fail once it has begun; it counts the Buffers handed out
-	// (Live), destroys the imported pool after the last one once closed,
-	// and keeps a failed deferred destruction for the next Close.
+	// life is the lifecycle DevicePool and PinnedPool share, not a bare
+	// cuda.Guard, because a pool needs more than calls in flight: it
+	// counts the Buffers handed out (Live), destroys the imported pool
+	// after the last one once closed, and keeps a failed deferred
+	// destruction for the next Close. Import and Export run between
+	// Acquire and Release, so Close waits for them and they fail once it
+	// has begun.
 	life poolcore.Core
 
 	// mapMu orders imports and frees of pointers, so that a pointer the

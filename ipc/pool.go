@@ -35,17 +35,14 @@ type poolUser interface {
 	Use(fn func(pool cuda.MemPool) error) error
 }
 
-// withPool runs fn with p's driver pool, held open where p can do that.
+// withPool runs fn with p's driver pool held open. Every pool poolState
+// accepts has Use.
 func withPool(op string, p ExportablePool, fn func(pool cuda.MemPool) error) error {
-	if u, ok := p.(poolUser); ok {
-		return u.Use(fn)
+	u, ok := p.(poolUser)
+	if !ok {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%T cannot be held open for an export", p)
 	}
-	// A pool without Use: check and go, which a concurrent Close can race.
-	pool := p.Pool()
-	if p.IsClosed() || pool.IsZero() {
-		return &cuda.OpError{Op: op, Err: cuda.ErrClosed}
-	}
-	return fn(pool)
+	return u.Use(fn)
 }
 
 // exportState is what this package remembers of an exported pool.
