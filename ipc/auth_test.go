@@ -125,7 +125,7 @@ func TestKeylessPoolNeedsExplicitOptIn(t *testing.T) {
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 }
 
-// TestReexportKeepsKey: A's key goes with B's re-export (ImportedPool.Export
+// TestReexportKeepsKey: A's key goes with B's re-export (ExportPool of an ImportedPool
 // and ExportBuffer of an imported Buffer), so C authenticates what B
 // re-exports exactly as B did; a descriptor sealed by B under another key
 // is refused by C.

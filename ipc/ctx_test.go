@@ -16,7 +16,7 @@ import (
 	"github.com/cudamem/cudamem/internal/testutil"
 )
 
-func TestReceiveHandleContextCancelled(t *testing.T) {
+func TestReceiveHandleCancelled(t *testing.T) {
 	for name, typ := range socketTypes {
 		t.Run(name, func(t *testing.T) {
 			a, b := socketPairOf(t, typ)
@@ -52,7 +52,7 @@ func TestReceiveHandleContextCancelled(t *testing.T) {
 	}
 }
 
-func TestReceiveFDsContextDeadline(t *testing.T) {
+func TestReceiveFDsDeadline(t *testing.T) {
 	_, b := socketPairOf(t, socketTypes["seqpacket"])
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 	defer cancel()

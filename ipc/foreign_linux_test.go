@@ -13,7 +13,7 @@ import (
 	"github.com/cudamem/cudamem/cuda"
 )
 
-func TestFDIdentity(t *testing.T) {
+func TestFDIdentityUUID(t *testing.T) {
 	f, err := os.CreateTemp(t.TempDir(), "pool")
 	require.NoError(t, err)
 	defer f.Close()

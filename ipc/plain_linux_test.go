@@ -47,7 +47,7 @@ func pipePair(t *testing.T) (r, w int) {
 
 // The plain message carries data and working descriptors, on every socket
 // type; the descriptors received are close-on-exec duplicates.
-func TestSendReceiveMsg(t *testing.T) {
+func TestSendReceivePlain(t *testing.T) {
 	for _, typ := range []int{syscall.SOCK_STREAM, syscall.SOCK_SEQPACKET, syscall.SOCK_DGRAM} {
 		a, b := unixPair(t, typ)
 		r, w := pipePair(t)
@@ -79,7 +79,7 @@ func TestSendReceiveMsg(t *testing.T) {
 // A hostile peer: more descriptors than asked for, data longer than the
 // buffer on a datagram socket, end of stream. Each is an error, and every
 // descriptor that arrived is closed.
-func TestReceiveMsgHostile(t *testing.T) {
+func TestReceivePlainHostile(t *testing.T) {
 	r, w := pipePair(t)
 
 	a, b := unixPair(t, syscall.SOCK_STREAM)

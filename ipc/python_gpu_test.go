@@ -173,7 +173,7 @@ func TestPythonImportsGoPool(t *testing.T) {
 
 // Go -> Python over a plain Unix socket, no ExtraFiles and no framing:
 // the pool's fd and, in the same message, its UUID and a buffer's export
-// data and size (one JSON line), sent with ipc.SendMsg as Python's
+// data and size (one JSON line), sent with ipc.SendPlain as Python's
 // socket.recv_fds reads them. cuda.core imports pool and buffer
 // (from_allocation_handle, IPCBufferDescriptor._init,
 // Buffer.from_ipc_descriptor), checks Go's data and writes its own, which
@@ -211,7 +211,7 @@ func TestPythonImportsGoPoolOverSocket(t *testing.T) {
 	// Sent before Python starts: the socket holds the message and a
 	// reference to the fd until Python's recv_fds.
 	require.NoError(t, ipc.SendPlain(conn, append(msg, '\n'), poolFD))
-	t.Logf("sent with ipc.SendMsg: pool fd %d (UUID %v) and %d bytes: %s", poolFD, h.UUID(), len(msg)+1, msg)
+	t.Logf("sent with ipc.SendPlain: pool fd %d (UUID %v) and %d bytes: %s", poolFD, h.UUID(), len(msg)+1, msg)
 
 	cmd := pyCmd(t, py, "cudacore_import.py", "--sock", "3", "--seed", "51", "--newseed", "52", "--device", strconv.Itoa(d.Ordinal()))
 	cmd.ExtraFiles = []*os.File{theirs}
@@ -230,7 +230,7 @@ type pyPoolMsg struct {
 }
 
 // receivePool reads cudacore_export.py's message and the fd with it
-// (socket.send_fds on the Python side, ipc.ReceiveMsg here); ok is false
+// (socket.send_fds on the Python side, ipc.ReceivePlain here); ok is false
 // when Python closed the socket without sending (it failed or asked for
 // a skip: its exit status says which).
 func receivePool(t *testing.T, sock int) (msg pyPoolMsg, fd int, ok bool) {
@@ -261,7 +261,7 @@ func receivePool(t *testing.T, sock int) (msg pyPoolMsg, fd int, ok bool) {
 
 // cuda.core exports a pool and a buffer; Go imports them (ImportPool of
 // NewHandle(fd, uuid), or of NewForeignHandle(fd) for a bare fd, then
-// ImportForeign), checks Python's data and writes its own, which Python
+// ImportUnauthenticated), checks Python's data and writes its own, which Python
 // checks.
 func TestPythonExportsToGo(t *testing.T) {
 	d := cudatest.Device(t)
@@ -457,10 +457,10 @@ func TestPythonTorchImportsGo(t *testing.T) {
 	requirePattern(t, head, s, 40, "the bytes before the view")
 }
 
-// FDIdentity on the driver's pool fds: say what they are; where it derives
+// NewForeignHandle's UUID from the driver's pool fds: say what they are; where it derives
 // identities, two pools must never share one (NewForeignHandle would map
 // one pool's buffers into another), and dups of one fd always do.
-func TestInteropFDIdentity(t *testing.T) {
+func TestInteropForeignIdentity(t *testing.T) {
 	d := cudatest.Device(t)
 	p1, p2 := ipcPool(t, d), ipcPool(t, d)
 	var hs []*ipc.Handle

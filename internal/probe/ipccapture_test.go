@@ -17,7 +17,7 @@ import (
 // TestIPCImportRefusesCapturingStream: an imported mapping is not graph
 // memory, and a refused import (a descriptor claiming more than the
 // mapping the driver made) unmaps what it just mapped on the caller's
-// stream. Import, ImportUnauthenticated and ImportForeign did that free
+// stream. Import and ImportUnauthenticated did that free
 // even when the stream captured (or was nil, the legacy stream, while a
 // blocking stream captured): it became a graph node or failed, and the
 // mapping was left behind. They now refuse such a stream with
@@ -73,7 +73,7 @@ func TestIPCImportRefusesCapturingStream(t *testing.T) {
 		"ImportUnauthenticated/too big": func(s *cuda.Stream) (*buffer.Buffer, error) {
 			return imp.ImportUnauthenticated(tooBig.ExportData(), tooBig.Size, s)
 		},
-		"ImportForeign/too big": func(s *cuda.Stream) (*buffer.Buffer, error) {
+		"ImportUnauthenticated/raw too big": func(s *cuda.Stream) (*buffer.Buffer, error) {
 			return imp.ImportUnauthenticated(desc.ExportData(), 1<<40, s)
 		},
 	}
