@@ -92,7 +92,7 @@ func TestAlteredDescriptorIsBadDescriptor(t *testing.T) {
 }
 
 // TestAlteredDescriptorUnauthenticated: the unauthenticated path has no
-// MAC to check, but what it does check (the pool, the size) is refused
+// MAC to check, but what it does check (the size) is refused
 // as ErrBadDescriptor too, and so is every descriptor given to Import of
 // a pool without a key.
 func TestAlteredDescriptorUnauthenticated(t *testing.T) {
@@ -101,12 +101,11 @@ func TestAlteredDescriptorUnauthenticated(t *testing.T) {
 	defer p.Close()
 	d := Descriptor{Pool: p.UUID(), Size: 4096, Data: exportData(5, 4096)}
 	cases := map[string]Descriptor{
-		"another pool":        {Pool: cuda.NewUUID(), Size: 4096, Data: d.Data},
 		"size 0":              {Pool: p.UUID(), Data: d.Data},
 		"size past the range": {Pool: p.UUID(), Size: 8192, Data: d.Data},
 	}
 	for name, bad := range cases {
-		_, err := p.ImportUnauthenticated(bad, nil)
+		_, err := p.ImportUnauthenticated(bad.ExportData(), bad.Size, nil)
 		assert.ErrorIs(t, err, ErrBadDescriptor, name)
 		assert.Contains(t, err.Error(), "ImportedPool.ImportUnauthenticated", name)
 	}
@@ -130,7 +129,7 @@ func TestClosedEntryPoints(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, gone.Close())
 	keyless := newImportedPool(nil, cuda.MemPool{}, newFake(), cuda.NewUUID(), poolKey{}, nil)
-	liveKeyless, err := keyless.ImportUnauthenticated(Descriptor{Pool: keyless.UUID(), Size: 4096, Data: exportData(9, 4096)}, nil)
+	liveKeyless, err := keyless.ImportUnauthenticated(rawData(9, 4096), 4096, nil)
 	require.NoError(t, err)
 	var fileBacked *ImportedPool
 	if runtime.GOOS != "windows" {
@@ -159,21 +158,14 @@ func TestClosedEntryPoints(t *testing.T) {
 		"ExportBuffer(buffer of a closed keyless pool)": func() error { _, err := ExportBuffer(liveKeyless); return err },
 		"ExportBuffer(closed buffer)":                   func() error { _, err := ExportBuffer(gone); return err },
 		"ExportLegacy(closed buffer)":                   func() error { _, err := ExportLegacy(gone); return err },
-		"ExportTorch(closed buffer)":                    func() error { _, err := ExportTorch(gone); return err },
 		"ImportedPool.Import(genuine)":                  func() error { _, err := keyed.Import(good, nil); return err },
 		"ImportedPool.Import(altered)":                  func() error { _, err := keyed.Import(Descriptor{Pool: cuda.NewUUID()}, nil); return err },
-		"ImportedPool.ImportUnauthenticated(keyed)":     func() error { _, err := keyed.ImportUnauthenticated(good, nil); return err },
+		"ImportedPool.ImportUnauthenticated(keyed)":     func() error { _, err := keyed.ImportUnauthenticated(good.ExportData(), good.Size, nil); return err },
 		"ImportedPool.ImportUnauthenticated(keyless)": func() error {
-			_, err := keyless.ImportUnauthenticated(Descriptor{Size: 4096, Data: exportData(9, 4096)}, nil)
+			_, err := keyless.ImportUnauthenticated(rawData(9, 4096), 4096, nil)
 			return err
 		},
-		"ImportedPool.ImportForeign": func() error {
-			_, err := keyless.ImportForeign(good.ExportData(), 4096, nil)
-			return err
-		},
-		"ImportedPool.Export":                   func() error { _, err := keyed.Export(); return err },
-		"ImportedPool.ExportFabric":             func() error { _, err := keyed.ExportFabric(); return err },
-		"ImportedPool.ExportFabric(fabric)":     func() error { _, err := fabricBacked.ExportFabric(); return err },
+		"ExportPoolFabric(fd-backed imported)":  func() error { _, err := ExportPoolFabric(keyed); return err },
 		"ExportPool(closed imported pool)":      func() error { _, err := ExportPool(keyed); return err },
 		"ExportPoolFabric(closed imported)":     func() error { _, err := ExportPoolFabric(fabricBacked); return err },
 		"ImportedPool.Allocate":                 func() error { _, err := keyed.Allocate(1, nil); return err },

@@ -19,8 +19,8 @@ import (
 // Handle (SendHandle, Token) but never with descriptors; descriptors carry
 // an HMAC-SHA256 of every other byte of their encoding under that key.
 
-// KeySize is the length of a pool key in bytes.
-const KeySize = 32
+// keySize is the length of a pool key in bytes.
+const keySize = 32
 
 // MACSize is the length of a descriptor's MAC: HMAC-SHA256 truncated to
 // 128 bits, plenty against forgery by a peer that cannot query the key.
@@ -38,7 +38,7 @@ const MACSize = 16
 // with a Handle field, say) shows no key byte. The types that hold one
 // also format themselves redacted (see redacted.go).
 type poolKey struct {
-	k *string // nil: no key; else KeySize bytes
+	k *string // nil: no key; else keySize bytes
 }
 
 // has reports whether k is a key (not "no key").
@@ -48,14 +48,14 @@ func (k poolKey) has() bool { return k.k != nil }
 // on the systems Go supports (since Go 1.24 it aborts the program
 // rather than return a short read), so there is no error to handle.
 func newPoolKey() poolKey {
-	var b [KeySize]byte
+	var b [keySize]byte
 	_, _ = rand.Read(b[:])
 	return keyFrom(b[:])
 }
 
-// keyFrom returns the key whose bytes are b (KeySize of them), copied.
+// keyFrom returns the key whose bytes are b (keySize of them), copied.
 func keyFrom(b []byte) poolKey {
-	s := string(b[:KeySize])
+	s := string(b[:keySize])
 	return poolKey{k: &s}
 }
 
@@ -129,7 +129,7 @@ func (h *Handle) Token() string {
 }
 
 // HasKey reports whether h carries its pool's key (Handles from
-// ExportPool, ImportedPool.Export, ReceiveHandle of such a Handle, and
+// ExportPool (of a pool or of an imported one), ReceiveHandle of such a Handle, and
 // NewHandleFromToken of its Token do; NewHandle's do not).
 func (h *Handle) HasKey() bool { return h != nil && h.f != nil && h.key.has() }
 
@@ -141,15 +141,15 @@ func parseToken(op, s string) (UUID, poolKey, error) {
 		// Not ParseUUID's message: it quotes its input, which may hold a
 		// key (a token with a wrong separator), and keys stay out of
 		// error text.
-		return UUID{}, poolKey{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "malformed token of %d bytes: want a UUID (8-4-4-4-12 hex digits), then '.' and a %d-hex-digit key", len(s), 2*KeySize)
+		return UUID{}, poolKey{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "malformed token of %d bytes: want a UUID (8-4-4-4-12 hex digits), then '.' and a %d-hex-digit key", len(s), 2*keySize)
 	}
 	if !keyed {
 		return u, poolKey{}, nil
 	}
-	if len(ks) != 2*KeySize {
-		return UUID{}, poolKey{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "malformed token: key of %d hex digits, want %d", len(ks), 2*KeySize)
+	if len(ks) != 2*keySize {
+		return UUID{}, poolKey{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "malformed token: key of %d hex digits, want %d", len(ks), 2*keySize)
 	}
-	var kb [KeySize]byte
+	var kb [keySize]byte
 	if _, err := hex.Decode(kb[:], []byte(ks)); err != nil {
 		// The key is secret: name the failure, not the digits.
 		return UUID{}, poolKey{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "malformed token: the key is not hex")

@@ -19,7 +19,7 @@ import (
 // fixedKey is a pool key with known bytes, so that fuzz corpus entries can
 // carry a valid MAC.
 func fixedKey() poolKey {
-	var b [KeySize]byte
+	var b [keySize]byte
 	for i := range b {
 		b[i] = byte(0xc0 + i)
 	}
@@ -102,7 +102,7 @@ func TestKeylessPoolNeedsExplicitOptIn(t *testing.T) {
 	}
 	assert.Zero(t, f.driverCalls(), "refused before the driver")
 
-	b, err := p.ImportUnauthenticated(d, nil)
+	b, err := p.ImportUnauthenticated(d.ExportData(), d.Size, nil)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(4096), b.Size())
 	// Re-exported unsealed: there is no key to seal with.
@@ -111,23 +111,21 @@ func TestKeylessPoolNeedsExplicitOptIn(t *testing.T) {
 	assert.Equal(t, d, re)
 	big := d
 	big.Size = math.MaxUint64
-	_, err = p.ImportUnauthenticated(big, nil)
+	_, err = p.ImportUnauthenticated(big.ExportData(), big.Size, nil)
 	require.ErrorIs(t, err, cuda.ErrInvalidArgument, "still bounded by the mapping")
 	assert.Contains(t, err.Error(), "ImportedPool.ImportUnauthenticated")
 	require.NoError(t, b.Close())
-	_, err = p.ImportUnauthenticated(Descriptor{Pool: p.UUID()}, nil)
-	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "size 0")
-	_, err = p.ImportUnauthenticated(Descriptor{Pool: cuda.NewUUID(), Size: 1}, nil)
-	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "another pool's descriptor")
+	_, err = p.ImportUnauthenticated(d.ExportData(), 0, nil)
+	assert.ErrorIs(t, err, ErrBadDescriptor, "size 0")
 	require.NoError(t, p.Close())
-	_, err = p.ImportUnauthenticated(d, nil)
+	_, err = p.ImportUnauthenticated(d.ExportData(), d.Size, nil)
 	assert.ErrorIs(t, err, cuda.ErrClosed)
 	var zero *ImportedPool
-	_, err = zero.ImportUnauthenticated(d, nil)
+	_, err = zero.ImportUnauthenticated(d.ExportData(), d.Size, nil)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 }
 
-// TestReexportKeepsKey: A's key goes with B's re-export (ImportedPool.Export
+// TestReexportKeepsKey: A's key goes with B's re-export (ExportPool of an ImportedPool
 // and ExportBuffer of an imported Buffer), so C authenticates what B
 // re-exports exactly as B did; a descriptor sealed by B under another key
 // is refused by C.
@@ -142,7 +140,7 @@ func TestReexportKeepsKey(t *testing.T) {
 	fromA := a.seal(Descriptor{Pool: u, Size: 8192, Data: exportData(2, 8192)})
 	buf, err := b.Import(fromA, nil)
 	require.NoError(t, err)
-	h, err := b.Export()
+	h, err := ExportPool(b)
 	require.NoError(t, err)
 	assert.True(t, h.HasKey())
 	assert.True(t, h.key.equal(a), "B's Handle carries A's key")
@@ -212,7 +210,7 @@ func TestTokenRoundTrip(t *testing.T) {
 	h.key = k
 	tok := h.Token()
 	assert.True(t, strings.HasPrefix(tok, u.String()+"."))
-	assert.Len(t, tok, 36+1+2*KeySize)
+	assert.Len(t, tok, 36+1+2*keySize)
 
 	fd2 := pipeReadEnd(t)
 	h2, err := NewHandleFromToken(fd2, tok)
@@ -233,8 +231,8 @@ func TestTokenRoundTrip(t *testing.T) {
 	require.NoError(t, h3.Close())
 
 	bad := []string{
-		"", "x", u.String() + ".", u.String() + "." + strings.Repeat("0", 2*KeySize-1),
-		u.String() + "." + strings.Repeat("g", 2*KeySize), u.String() + "." + strings.Repeat("0", 2*KeySize) + "00",
+		"", "x", u.String() + ".", u.String() + "." + strings.Repeat("0", 2*keySize-1),
+		u.String() + "." + strings.Repeat("g", 2*keySize), u.String() + "." + strings.Repeat("0", 2*keySize) + "00",
 		strings.ToUpper(tok[:35]) + "." + tok[37:], tok[:36] + ":" + tok[37:],
 	}
 	fd4 := pipeReadEnd(t)

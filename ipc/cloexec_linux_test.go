@@ -3,6 +3,7 @@
 package ipc
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -73,25 +74,25 @@ func TestHandleFDsAreCloseOnExec(t *testing.T) {
 	h1, err := NewHandle(inheritedFD(t), cuda.NewUUID())
 	require.NoError(t, err)
 	defer h1.Close()
-	h2, err := NewHandleFromToken(inheritedFD(t), cuda.NewUUID().String()+"."+strings.Repeat("ab", KeySize))
+	h2, err := NewHandleFromToken(inheritedFD(t), cuda.NewUUID().String()+"."+strings.Repeat("ab", keySize))
 	require.NoError(t, err)
 	defer h2.Close()
 
 	a, b := socketPair(t)
 	require.NoError(t, SendHandle(a, h2))
-	h3, err := ReceiveHandle(b)
+	h3, err := ReceiveHandle(context.Background(), b)
 	require.NoError(t, err)
 	defer h3.Close()
 
 	p, err := ImportPool(&cuda.Device{}, h1)
 	require.NoError(t, err)
 	defer p.Close()
-	h4, err := p.Export()
+	h4, err := ExportPool(p)
 	require.NoError(t, err)
 	defer h4.Close()
 
 	var spec []string
-	for name, h := range map[string]*Handle{"NewHandle": h1, "NewHandleFromToken": h2, "ReceiveHandle": h3, "ImportedPool.Export": h4} {
+	for name, h := range map[string]*Handle{"NewHandle": h1, "NewHandleFromToken": h2, "ReceiveHandle": h3, "ipc.ExportPool": h4} {
 		fd, err := h.FD()
 		require.NoError(t, err)
 		assert.True(t, closeOnExec(t, fd), "%s: the Handle's fd is close-on-exec", name)

@@ -17,7 +17,7 @@ import (
 
 // Wait for a peer's handle with a deadline: when the peer sends nothing,
 // the receive ends with the context, and the connection stays usable.
-func ExampleReceiveHandleContext() {
+func ExampleReceiveHandle() {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET, 0)
 	if err != nil {
 		log.Fatal(err)
@@ -37,7 +37,7 @@ func ExampleReceiveHandleContext() {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	_, err = ipc.ReceiveHandleContext(ctx, ours)
+	_, err = ipc.ReceiveHandle(ctx, ours)
 	fmt.Println(errors.Is(err, context.DeadlineExceeded))
 	// Output: true
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/cudamem/cudamem/internal/testutil"
 )
 
-func TestReceiveHandleContextCancelled(t *testing.T) {
+func TestReceiveHandleCancelled(t *testing.T) {
 	for name, typ := range socketTypes {
 		t.Run(name, func(t *testing.T) {
 			a, b := socketPairOf(t, typ)
@@ -24,11 +24,11 @@ func TestReceiveHandleContextCancelled(t *testing.T) {
 			goroutines := runtime.NumGoroutine()
 			ctx, cancel := context.WithCancel(context.Background())
 			time.AfterFunc(5*time.Millisecond, cancel)
-			h, err := ReceiveHandleContext(ctx, b)
+			h, err := ReceiveHandle(ctx, b)
 			require.Error(t, err)
 			assert.Nil(t, h)
 			assert.ErrorIs(t, err, context.Canceled)
-			assert.Contains(t, err.Error(), "ipc.ReceiveHandleContext")
+			assert.Contains(t, err.Error(), "ipc.ReceiveHandle")
 			assert.Equal(t, before, testutil.FDs(t), "no descriptor left open")
 			for i := 0; i < 1000 && runtime.NumGoroutine() > goroutines; i++ {
 				time.Sleep(time.Millisecond) // the timer's goroutine ending
@@ -44,7 +44,7 @@ func TestReceiveHandleContextCancelled(t *testing.T) {
 				time.Sleep(10 * time.Millisecond) // let the receive block first
 				assert.NoError(t, SendHandle(a, sent))
 			}()
-			got, err := ReceiveHandleContext(context.Background(), b)
+			got, err := ReceiveHandle(context.Background(), b)
 			require.NoError(t, err)
 			defer got.Close()
 			assert.Equal(t, sent.UUID(), got.UUID())
@@ -52,27 +52,54 @@ func TestReceiveHandleContextCancelled(t *testing.T) {
 	}
 }
 
-func TestReceiveFDsContextDeadline(t *testing.T) {
+func TestReceiveFDsDeadline(t *testing.T) {
 	_, b := socketPairOf(t, socketTypes["seqpacket"])
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
 	defer cancel()
-	_, fds, err := ReceiveFDsContext(ctx, b, 16)
+	_, fds, err := ReceiveFDs(ctx, b, 16)
 	assert.Nil(t, fds)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.ErrorIs(t, err, os.ErrDeadlineExceeded)
 
 	// A context already done makes no read at all.
-	_, _, err = ReceiveFDsContext(ctx, b, 16)
+	_, _, err = ReceiveFDs(ctx, b, 16)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
 func TestReceiveContextBadArguments(t *testing.T) {
 	_, b := socketPair(t)
 	//lint:ignore SA1012 a nil context is the input under test
-	_, err := ReceiveHandleContext(nil, b) //nolint:staticcheck
+	_, err := ReceiveHandle(nil, b) //nolint:staticcheck
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
-	_, err = ReceiveHandleContext(context.Background(), nil)
+	_, err = ReceiveHandle(context.Background(), nil)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
-	_, _, err = ReceiveFDsContext(context.Background(), b, -1)
+	_, _, err = ReceiveFDs(context.Background(), b, -1)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
+}
+
+// TestReceiveBackgroundKeepsDeadline: with context.Background() every
+// receive leaves a read deadline set on the connection in force (the
+// context cannot end, so it does not replace it), and one that can end
+// clears it on return. Were Background to replace the deadline with none,
+// these receives would block forever on a silent peer.
+func TestReceiveBackgroundKeepsDeadline(t *testing.T) {
+	_, b := socketPairOf(t, socketTypes["seqpacket"])
+	for name, recv := range map[string]func() error{
+		"ReceiveFDs":    func() error { _, _, err := ReceiveFDs(context.Background(), b, 16); return err },
+		"ReceiveHandle": func() error { _, err := ReceiveHandle(context.Background(), b); return err },
+		"ReceivePlain":  func() error { _, _, err := ReceivePlain(context.Background(), b, 16, 1); return err },
+	} {
+		require.NoError(t, b.SetReadDeadline(time.Now().Add(5*time.Millisecond)))
+		err := recv()
+		assert.ErrorIs(t, err, os.ErrDeadlineExceeded, name)
+		assert.NotErrorIs(t, err, context.DeadlineExceeded, "%s: the connection's deadline, not a context's", name)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	require.NoError(t, b.SetReadDeadline(time.Now().Add(-time.Second)))
+	done := make(chan error, 1)
+	go func() { _, _, err := ReceiveFDs(ctx, b, 16); done <- err }()
+	time.Sleep(10 * time.Millisecond)
+	cancel()
+	assert.ErrorIs(t, <-done, context.Canceled, "a context that can end replaces the connection's deadline")
 }

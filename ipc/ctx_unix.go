@@ -12,41 +12,11 @@ import (
 	"github.com/cudamem/cudamem/cuda"
 )
 
-// ReceiveFDsContext is ReceiveFDs that gives up when ctx is done: it
-// returns an error naming the operation that wraps ctx's error
-// (context.Canceled or context.DeadlineExceeded), having closed any
-// descriptor that arrived. It works through the connection's read
-// deadline (no goroutine waits for the message), so it clears that
-// deadline when it returns. After a cancellation on a stream socket the
-// connection's position in the byte stream is unknown: close it.
-func ReceiveFDsContext(ctx context.Context, conn *net.UnixConn, maxPayload int) (payload []byte, fds []int, err error) {
-	const op = "ipc.ReceiveFDsContext"
-	if err := withReadContext(ctx, op, conn, func() error {
-		payload, fds, err = receiveFDs(op, conn, maxPayload, MaxFDs)
-		return err
-	}); err != nil {
-		return nil, nil, err
-	}
-	return payload, fds, nil
-}
-
-// ReceiveHandleContext is ReceiveHandle that gives up when ctx is done
-// (see ReceiveFDsContext).
-func ReceiveHandleContext(ctx context.Context, conn *net.UnixConn) (h *Handle, err error) {
-	const op = "ipc.ReceiveHandleContext"
-	if err := withReadContext(ctx, op, conn, func() error {
-		h, err = receiveHandle(op, conn)
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	return h, nil
-}
-
 // withReadContext runs receive with conn's read deadline tied to ctx: the
 // context's deadline, or a deadline in the past as soon as it is
-// cancelled, which wakes the blocked read. The receive functions close
-// what arrived with a failed message themselves.
+// cancelled, which wakes the blocked read. A ctx that can never end
+// (context.Background) leaves conn's deadline alone. The receive functions
+// close what arrived with a failed message themselves.
 func withReadContext(ctx context.Context, op string, conn *net.UnixConn, receive func() error) error {
 	if ctx == nil {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil context (use context.Background())")
@@ -57,7 +27,10 @@ func withReadContext(ctx context.Context, op string, conn *net.UnixConn, receive
 	if err := ctx.Err(); err != nil {
 		return &cuda.OpError{Op: op, Err: err}
 	}
-	deadline, _ := ctx.Deadline() // zero when there is none: no deadline
+	deadline, hasDeadline := ctx.Deadline() // zero when there is none: no deadline
+	if ctx.Done() == nil && !hasDeadline {
+		return receive()
+	}
 	if err := conn.SetReadDeadline(deadline); err != nil {
 		return &cuda.OpError{Op: op, Err: err}
 	}

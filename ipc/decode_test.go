@@ -14,7 +14,7 @@ import (
 )
 
 func sampleLegacy() LegacyHandle {
-	h := LegacyHandle{Size: 1 << 20}
+	h := LegacyHandle{Offset: 4096, Size: 1 << 20}
 	for i := range h.Handle.Reserved {
 		h.Handle.Reserved[i] = byte(i*13 + 1)
 	}
@@ -28,7 +28,14 @@ func TestLegacyRoundTrip(t *testing.T) {
 	require.Len(t, b, LegacyHandleSize)
 	var got LegacyHandle
 	require.NoError(t, got.UnmarshalBinary(b))
-	assert.Equal(t, h, got)
+	assert.Equal(t, h, got, "the offset included")
+
+	// A torch share's counter and event are torch's: not encoded, and
+	// not silently dropped either.
+	for _, share := range []LegacyHandle{{Size: 1, RefCounter: "/torch_1_2"}, {Size: 1, EventSync: true}} {
+		_, err := share.MarshalBinary()
+		assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
+	}
 }
 
 // TestLegacyRejectsGarbage: the legacy format is versioned and
@@ -55,7 +62,8 @@ func TestLegacyRejectsGarbage(t *testing.T) {
 		"size bit":           flip(14),
 		"handle byte":        flip(40),
 		"checksum":           flip(LegacyHandleSize - 1),
-		"version 2 resealed": reseal(func() []byte { b := bytes.Clone(good); b[8] = 2; return b }()),
+		"version 3 resealed": reseal(func() []byte { b := bytes.Clone(good); b[8] = 3; return b }()),
+		"version 1 resealed": reseal(func() []byte { b := bytes.Clone(good); b[8] = 1; return b }()),
 		"reserved resealed":  reseal(flip(10)),
 		"unversioned 80-byte form": func() []byte {
 			b := make([]byte, 80)

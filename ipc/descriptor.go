@@ -41,8 +41,8 @@ const (
 
 // ErrBadDescriptor is wrapped by every decoding failure, and by every
 // refusal of a descriptor by ImportedPool.Import (whichever field is
-// wrong: pool, size, export data or MAC), ImportUnauthenticated and
-// ImportForeign. It matches cuda.ErrInvalidArgument too.
+// wrong: pool, size, export data or MAC) and ImportUnauthenticated. It
+// matches cuda.ErrInvalidArgument too.
 var ErrBadDescriptor = fmt.Errorf("ipc: bad buffer descriptor (%w)", cuda.ErrInvalidArgument)
 
 // body encodes what the MAC covers.

@@ -27,6 +27,32 @@
 //     that the importer turns into Buffers of the imported pool
 //     ([ImportedPool.Import]).
 //
+// # Which call to use
+//
+// Between Go processes that both use this package:
+//
+//   - a pool: [ExportPool], then [SendHandle] / [ReceiveHandle] over a Unix
+//     socket (or [Handle.ExtraFile] and [Handle.Token] to a child), then
+//     [ImportPool]. [ExportPool] of an [ImportedPool] re-exports it.
+//   - its buffers: [ExportBuffer], [Descriptor.MarshalBinary] on any
+//     channel, [Descriptor.UnmarshalBinary] and [ImportedPool.Import].
+//   - other messages with descriptors: [SendFDs] / [ReceiveFDs], framed so
+//     that a message arrives whole on any socket type.
+//   - across nodes: [ExportPoolFabric] / [ImportPoolFabric] instead of the
+//     pool's fd.
+//
+// With Python (cuda.core, PyTorch), CuPy or C, which know neither the
+// framing nor the pool key: [SendPlain] / [ReceivePlain] (the format of
+// Python's socket.send_fds and socket.recv_fds), [NewHandle] or
+// [NewForeignHandle] for a received pool fd, [ImportedPool.ImportUnauthenticated]
+// for its buffers, and legacy handles for cudaMalloc memory ([ExportLegacy],
+// [OpenLegacy]; torch's shares through [NewTorchShare] and [ReleaseTorch]).
+// All of these trust the sender with this process's life (see the threat
+// model).
+//
+// Every receive takes a context: context.Background() waits as long as
+// the connection's read deadline allows (none by default).
+//
 // Buffers of an imported pool are owned by the importer's Buffer values:
 // Close unmaps them; the owner's memory lives on until it is freed there.
 // An imported pool cannot allocate. Every function says who closes which
@@ -61,10 +87,10 @@
 //     crash yours.
 //   - A Handle made from a raw fd ([NewHandle], [NewForeignHandle], e.g.
 //     for a pool exported by cuda.core) has no key: its pool's Import
-//     refuses every descriptor, and [ImportedPool.ImportForeign] and
-//     [ImportedPool.ImportUnauthenticated] take them unchecked, trusting
-//     the sender with this process's life as above.
-//   - Legacy handles ([LegacyHandle], [TorchHandle]) carry no key either:
+//     refuses every descriptor, and [ImportedPool.ImportUnauthenticated]
+//     takes a buffer's raw parts unchecked, trusting the sender with this
+//     process's life as above.
+//   - Legacy handles ([LegacyHandle]) carry no key either:
 //     a checksum catches corruption and the size is bounded by the
 //     mapping, but their 64 opaque bytes go to the driver as received, so
 //     open them only from a trusted sender.
@@ -93,20 +119,19 @@
 //
 //   - cuda.core pools: the pool's fd and UUID, and per buffer 64 bytes of
 //     export data and a size. Send a Handle's fd ([Handle.FD]) with
-//     [SendMsg], which speaks the format of Python's socket.send_fds and
-//     socket.recv_fds ([SendFDs] frames its messages for Go peers, which
+//     [SendPlain] ([SendFDs] frames its messages for Go peers, which
 //     Python cannot read), with [Descriptor.ExportData] and
 //     [Descriptor.Size]; cuda.core imports them with
 //     DeviceMemoryResource.from_allocation_handle and
-//     Buffer.from_ipc_descriptor. The other way, [ReceiveMsg] takes what
+//     Buffer.from_ipc_descriptor. The other way, [ReceivePlain] takes what
 //     socket.send_fds sent, [NewHandle] the fd and UUID, and
-//     [ImportedPool.ImportForeign] each buffer's parts.
+//     [ImportedPool.ImportUnauthenticated] each buffer's parts.
 //   - PyTorch tensors: torch.multiprocessing shares a storage as a legacy
 //     IPC handle of the caching allocator's segment plus the storage's
 //     offset and size, with a reference counter and an event
 //     (UntypedStorage._share_cuda_()). [NewTorchShare] takes them all,
-//     [OpenTorch] maps the storage as a Buffer whose Close releases the
-//     share to torch, and [ExportTorch] describes cuMemAlloc memory the
+//     [OpenLegacy] maps the storage as a Buffer whose Close releases the
+//     share to torch, and [ExportLegacy] describes cuMemAlloc memory the
 //     same way for a Python process.
 //   - CuPy and C programs share cudaMalloc allocations as legacy IPC
 //     handles: [OpenLegacy] and [ExportLegacy].

@@ -154,7 +154,7 @@ func ExampleSendHandle() {
 	if err := ipc.SendHandle(conn, h); err != nil {
 		log.Fatal(err)
 	}
-	// The receiver: h, err := ipc.ReceiveHandle(conn); ipc.ImportPool(dev, h).
+	// The receiver: h, err := ipc.ReceiveHandle(context.Background(), conn); ipc.ImportPool(dev, h).
 }
 
 // Whatever arrives from another process is checked before use: a

@@ -63,7 +63,7 @@ const (
 	// (8), version (2), flags (2: bit 0 set when a key follows), pool UUID
 	// (16), pool key (32, zero without one), the driver's fabric handle
 	// (64) and a CRC-32 of everything before it (4).
-	FabricHandleSize = 8 + 2 + 2 + 16 + KeySize + cuda.IPCHandleSize + 4
+	FabricHandleSize = 8 + 2 + 2 + 16 + keySize + cuda.IPCHandleSize + 4
 	fabricCRC        = FabricHandleSize - 4
 	fabricHasKey     = 1
 )
@@ -116,11 +116,11 @@ func (h *FabricHandle) MarshalBinary() ([]byte, error) {
 	binary.LittleEndian.PutUint16(b[8:], fabricVersion)
 	if h.key.has() {
 		binary.LittleEndian.PutUint16(b[10:], fabricHasKey)
-		copy(b[28:28+KeySize], *h.key.k)
+		copy(b[28:28+keySize], *h.key.k)
 	}
 	copy(b[12:28], h.uuid[:])
 	fh := h.h.get()
-	copy(b[28+KeySize:fabricCRC], fh.Data[:])
+	copy(b[28+keySize:fabricCRC], fh.Data[:])
 	binary.LittleEndian.PutUint32(b[fabricCRC:], checksum(b[:fabricCRC]))
 	return b, nil
 }
@@ -149,13 +149,13 @@ func (h *FabricHandle) UnmarshalBinary(b []byte) error {
 	var out FabricHandle
 	copy(out.uuid[:], b[12:28])
 	var fh cuda.MemFabricHandle
-	copy(fh.Data[:], b[28+KeySize:fabricCRC])
+	copy(fh.Data[:], b[28+keySize:fabricCRC])
 	out.h = sealFabric(fh)
-	keyBytes := b[28 : 28+KeySize]
+	keyBytes := b[28 : 28+keySize]
 	switch {
 	case flags&^fabricHasKey != 0:
 		return fmt.Errorf("%w: unknown flags %#x", ErrBadFabricHandle, flags)
-	case flags == 0 && [KeySize]byte(keyBytes) != [KeySize]byte{}:
+	case flags == 0 && [keySize]byte(keyBytes) != [keySize]byte{}:
 		// One meaning per accepted encoding: key bytes without the flag
 		// would be silently dropped.
 		return fmt.Errorf("%w: key bytes present but the key flag is not set", ErrBadFabricHandle)
@@ -196,7 +196,7 @@ func handleTypes(p ExportablePool) cuda.MemHandleType {
 func ExportPoolFabric(p ExportablePool) (*FabricHandle, error) {
 	const op = "ipc.ExportPoolFabric"
 	if ip, ok := p.(*ImportedPool); ok {
-		return ip.ExportFabric()
+		return ip.exportFabric()
 	}
 	var out *FabricHandle
 	err := exportPool(op, p, cuda.MemHandleTypeFabric, "fabric handles (resource.DevicePoolOptions.Fabric)", func(pool cuda.MemPool, st *exportState) error {
@@ -242,11 +242,12 @@ func ImportPoolFabric(dev *cuda.Device, h *FabricHandle) (*ImportedPool, error) 
 	})
 }
 
-// ExportFabric hands out the FabricHandle this pool was imported from
-// (same UUID, key and driver handle), so a third process can import it. A
-// pool imported from a file descriptor has none: the error says so.
-func (p *ImportedPool) ExportFabric() (*FabricHandle, error) {
-	const op = "ImportedPool.ExportFabric"
+// exportFabric is ExportPoolFabric of an imported pool: the FabricHandle
+// it was imported from (same UUID, key and driver handle), so a third
+// process can import it. A pool imported from a file descriptor has none:
+// the error says so.
+func (p *ImportedPool) exportFabric() (*FabricHandle, error) {
+	const op = "ipc.ExportPoolFabric"
 	if p.zero() {
 		return nil, errZeroPool(op)
 	}
@@ -255,7 +256,7 @@ func (p *ImportedPool) ExportFabric() (*FabricHandle, error) {
 	}
 	defer p.life.Leave()
 	if p.fabric.IsZero() {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v was imported from a file descriptor, not a fabric handle (use Export)", p.uuid)
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v was imported from a file descriptor, not a fabric handle (use ExportPool)", p.uuid)
 	}
 	return &FabricHandle{uuid: p.uuid, key: p.key, h: p.fabric}, nil
 }

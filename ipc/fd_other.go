@@ -22,7 +22,7 @@ func SendFDs(conn *net.UnixConn, payload []byte, fds ...int) error {
 }
 
 // ReceiveFDs is not supported without POSIX file descriptors.
-func ReceiveFDs(conn *net.UnixConn, maxPayload int) ([]byte, []int, error) {
+func ReceiveFDs(ctx context.Context, conn *net.UnixConn, maxPayload int) ([]byte, []int, error) {
 	return nil, nil, errNoFDs("ipc.ReceiveFDs")
 }
 
@@ -30,22 +30,14 @@ func ReceiveFDs(conn *net.UnixConn, maxPayload int) ([]byte, []int, error) {
 func SendHandle(conn *net.UnixConn, h *Handle) error { return errNoFDs("ipc.SendHandle") }
 
 // ReceiveHandle is not supported without POSIX file descriptors.
-func ReceiveHandle(conn *net.UnixConn) (*Handle, error) { return nil, errNoFDs("ipc.ReceiveHandle") }
-
-// ReceiveFDsContext is not supported without POSIX file descriptors.
-func ReceiveFDsContext(ctx context.Context, conn *net.UnixConn, maxPayload int) ([]byte, []int, error) {
-	return nil, nil, errNoFDs("ipc.ReceiveFDsContext")
+func ReceiveHandle(ctx context.Context, conn *net.UnixConn) (*Handle, error) {
+	return nil, errNoFDs("ipc.ReceiveHandle")
 }
 
-// ReceiveHandleContext is not supported without POSIX file descriptors.
-func ReceiveHandleContext(ctx context.Context, conn *net.UnixConn) (*Handle, error) {
-	return nil, errNoFDs("ipc.ReceiveHandleContext")
-}
+// SendPlain is not supported without POSIX file descriptors.
+func SendPlain(conn *net.UnixConn, data []byte, fds ...int) error { return errNoFDs("ipc.SendPlain") }
 
-// SendMsg is not supported without POSIX file descriptors.
-func SendMsg(conn *net.UnixConn, data []byte, fds ...int) error { return errNoFDs("ipc.SendMsg") }
-
-// ReceiveMsg is not supported without POSIX file descriptors.
-func ReceiveMsg(conn *net.UnixConn, maxData, maxFDs int) ([]byte, []int, error) {
-	return nil, nil, errNoFDs("ipc.ReceiveMsg")
+// ReceivePlain is not supported without POSIX file descriptors.
+func ReceivePlain(ctx context.Context, conn *net.UnixConn, maxData, maxFDs int) ([]byte, []int, error) {
+	return nil, nil, errNoFDs("ipc.ReceivePlain")
 }

@@ -3,6 +3,7 @@
 package ipc
 
 import (
+	"context"
 	"net"
 	"os"
 	"os/exec"
@@ -69,7 +70,7 @@ func TestSendReceiveFDs(t *testing.T) {
 	r, w, err := os.Pipe()
 	require.NoError(t, err)
 	require.NoError(t, SendFDs(a, []byte("hello"), int(w.Fd())))
-	payload, fds, err := ReceiveFDs(b, 16)
+	payload, fds, err := ReceiveFDs(context.Background(), b, 16)
 	require.NoError(t, err)
 	assert.Equal(t, "hello", string(payload))
 	require.Len(t, fds, 1)
@@ -94,7 +95,7 @@ func TestSendTooManyFDs(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "at most")
 	assert.Error(t, SendFDs(nil, nil))
-	_, _, err = ReceiveFDs(nil, 1)
+	_, _, err = ReceiveFDs(context.Background(), nil, 1)
 	assert.Error(t, err)
 }
 
@@ -139,7 +140,7 @@ func TestSendReceiveHandle(t *testing.T) {
 	require.NoError(t, err)
 	defer h.Close()
 	require.NoError(t, SendHandle(a, h))
-	got, err := ReceiveHandle(b)
+	got, err := ReceiveHandle(context.Background(), b)
 	require.NoError(t, err)
 	defer got.Close()
 	assert.Equal(t, h.UUID(), got.UUID())

@@ -3,6 +3,7 @@
 package ipc
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -222,9 +223,24 @@ func rights(oob []byte, fds []int) ([]int, error) {
 // frame announced, are refused at once (and closed), not counted up
 // until the payload is complete. So one call never holds more than
 // MaxFDs descriptors, even while a peer that stopped mid-frame keeps it
-// waiting (a deadline or ReceiveFDsContext ends the wait, closing them).
-func ReceiveFDs(conn *net.UnixConn, maxPayload int) (payload []byte, fds []int, err error) {
-	return receiveFDs("ipc.ReceiveFDs", conn, maxPayload, MaxFDs)
+// waiting (ctx, or a read deadline on conn, ends the wait, closing them).
+//
+// ReceiveFDs gives up when ctx is done, with an error naming the operation
+// that wraps ctx's error (context.Canceled or context.DeadlineExceeded). It
+// works through conn's read deadline (no goroutine waits for the message):
+// a ctx that can end replaces that deadline for the call and clears it on
+// return, while context.Background() leaves a deadline set on conn in
+// force.
+func ReceiveFDs(ctx context.Context, conn *net.UnixConn, maxPayload int) (payload []byte, fds []int, err error) {
+	const op = "ipc.ReceiveFDs"
+	err = withReadContext(ctx, op, conn, func() error {
+		payload, fds, err = receiveFDs(op, conn, maxPayload, MaxFDs)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return payload, fds, nil
 }
 
 // receiveFDs is ReceiveFDs for messages of at most maxFDs descriptors:
@@ -396,7 +412,7 @@ func receivePacket(conn *net.UnixConn, maxPayload, maxFDs int) ([]byte, []int, e
 // (its pool could not authenticate a descriptor).
 const (
 	handleVersion     = 2
-	handleMsgSize     = 8 + 2 + 2 + 16 + KeySize
+	handleMsgSize     = 8 + 2 + 2 + 16 + keySize
 	handleFlagKeyed   = 1
 	handleKnownFlags  = handleFlagKeyed
 	handleUUIDOffset  = 12
@@ -439,7 +455,7 @@ func decodeHandle(b []byte) (UUID, poolKey, error) {
 	var k poolKey
 	if flags&handleFlagKeyed != 0 {
 		k = keyFrom(b[handleKeyOffset:])
-	} else if [KeySize]byte(b[handleKeyOffset:]) != ([KeySize]byte{}) {
+	} else if [keySize]byte(b[handleKeyOffset:]) != ([keySize]byte{}) {
 		// One message, one meaning: key bytes without the flag are
 		// refused, not ignored.
 		return UUID{}, poolKey{}, fmt.Errorf("%w: key bytes in a handle message without a key", errBadFrame)
@@ -468,12 +484,21 @@ func SendHandle(conn *net.UnixConn, h *Handle) error {
 // so is one whose fd is of a kind no pool export is (a pipe, FIFO, socket,
 // regular file, directory, symbolic link or block device; see ImportPool).
 // However many descriptors the peer attaches, one call installs at most
-// two (the kernel closes the rest) and closes those on refusal.
-func ReceiveHandle(conn *net.UnixConn) (*Handle, error) {
-	return receiveHandle("ipc.ReceiveHandle", conn)
+// two (the kernel closes the rest) and closes those on refusal. It gives
+// up when ctx is done, as ReceiveFDs does.
+func ReceiveHandle(ctx context.Context, conn *net.UnixConn) (h *Handle, err error) {
+	const op = "ipc.ReceiveHandle"
+	err = withReadContext(ctx, op, conn, func() error {
+		h, err = receiveHandle(op, conn)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
 }
 
-// receiveHandle is ReceiveHandle, its errors naming op.
+// receiveHandle is ReceiveHandle without the context.
 func receiveHandle(op string, conn *net.UnixConn) (*Handle, error) {
 	// One descriptor expected: control space for one, so a peer attaching
 	// more has the rest closed by the kernel, never installed here.

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 )
 
@@ -19,65 +18,14 @@ import (
 // add a UUID (cuda.core's IPCAllocationHandle carries one too, a uuid4),
 // a pool key and a MAC; a foreign exporter has no key, so its buffers come
 // in only through the explicit unauthenticated path (see the package
-// documentation's threat model): ImportForeign, or ImportUnauthenticated
-// of a NewRawDescriptor. PyTorch shares CUDA tensors through legacy IPC
-// (cudaIpcMemHandle plus an offset and a size): OpenTorch and ExportTorch.
-
-// ExportDataSize is the length of a pool pointer's export data
-// (CUmemPoolPtrExportData): cuda.core's IPCBufferDescriptor payload.
-const ExportDataSize = len(cuda.MemPoolPtrExportData{}.Reserved)
-
-// NewRawDescriptor builds a Descriptor from the parts other libraries send:
-// the exporting pool's UUID (the zero UUID when the exporter has none: the
-// importing pool's is used then), the 64 bytes of the pointer's export data
-// (cuda.core's IPCBufferDescriptor payload, CuPy's or a C program's
-// CUmemPoolPtrExportData) and the buffer's size. It carries no MAC, so only
-// ImportedPool.ImportUnauthenticated takes it, trusting the sender as that
-// method says. Export data of the wrong length, or all zeros (no driver
-// export), and a zero size are refused with an error wrapping
-// ErrBadDescriptor.
-func NewRawDescriptor(pool UUID, exportData []byte, size uint64) (Descriptor, error) {
-	const op = "ipc.NewRawDescriptor"
-	switch {
-	case len(exportData) != ExportDataSize:
-		return Descriptor{}, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: export data of %d bytes, want %d", ErrBadDescriptor, len(exportData), ExportDataSize)}
-	case size == 0:
-		return Descriptor{}, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: size 0", ErrBadDescriptor)}
-	case bytes.Count(exportData, []byte{0}) == len(exportData):
-		return Descriptor{}, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: export data is all zeros (not from cuMemPoolExportPointer)", ErrBadDescriptor)}
-	}
-	d := Descriptor{Pool: pool, Size: size}
-	copy(d.Data.Reserved[:], exportData)
-	return d, nil
-}
+// documentation's threat model): ImportUnauthenticated. PyTorch shares CUDA
+// tensors through legacy IPC (cudaIpcMemHandle plus an offset and a size):
+// OpenLegacy and ExportLegacy.
 
 // ExportData returns a copy of d's 64 bytes of export data: what cuda.core
-// takes as IPCBufferDescriptor._init(data, size), and what a C importer
-// passes to cuMemPoolImportPointer.
+// takes as IPCBufferDescriptor._init(data, size), what a C importer passes
+// to cuMemPoolImportPointer, and what ImportUnauthenticated takes.
 func (d Descriptor) ExportData() []byte { return bytes.Clone(d.Data.Reserved[:]) }
-
-// IsSealed reports whether d carries a MAC (ExportBuffer's descriptors
-// do; NewRawDescriptor's and foreign ones do not). It does not say the MAC
-// is right: only the pool's key can (ImportedPool.Import).
-func (d Descriptor) IsSealed() bool { return d.MAC != [MACSize]byte{} }
-
-// ImportForeign maps a buffer of this pool that an exporter other than
-// cudamem described by its raw parts (cuda.core's
-// IPCBufferDescriptor payload and size): it is ImportUnauthenticated of
-// NewRawDescriptor(p.UUID(), exportData, size), with everything that
-// method says. The export data reaches the driver unchecked, and the
-// driver does not validate it: take it only from an exporter this process
-// trusts as it trusts itself.
-func (p *ImportedPool) ImportForeign(exportData []byte, size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
-	if err := p.checkOpen("ImportedPool.ImportForeign"); err != nil {
-		return nil, err
-	}
-	d, err := NewRawDescriptor(p.uuid, exportData, size)
-	if err != nil {
-		return nil, err
-	}
-	return p.ImportUnauthenticated(d, s)
-}
 
 // PoolErr is Pool with an error: the imported driver pool, or an error
 // matching cuda.ErrClosed once p is closed (cuda.ErrInvalidArgument for a
@@ -112,23 +60,25 @@ func identityUUID(dev, ino uint64) UUID {
 // NewForeignHandle takes ownership of fd, a pool exported by a library
 // that sends no UUID with it (a bare fd from CuPy or a C program;
 // cuda.core's IPCAllocationHandle has one: give it to NewHandle instead).
-// The Handle's UUID is FDIdentity(fd) where the fd identifies its pool,
-// so the registry maps one pool once however many such fds arrive;
-// otherwise (FDIdentity's error matches cuda.ErrNotSupported) it is a
-// fresh random UUID, and derived is false. Then nothing can tell that two
+// The Handle's UUID is derived from the fd's file (its device and inode
+// numbers) where that identifies the pool, so the registry maps one pool
+// once however many such fds arrive (descriptors of one open file: dup'd,
+// sent over SCM_RIGHTS, inherited); otherwise (a device node or an
+// anonymous inode, whose inode unrelated files share, or a system other
+// than Linux) it is a fresh random UUID, and derived is false. Then nothing can tell that two
 // such Handles name one pool, and importing both maps the pool twice: the
 // driver maps an allocation once per process, so Buffers of the two
 // ImportedPools on one allocation would share a mapping that either one's
 // Close unmaps. Import a pool from one such Handle only (keep its
 // ImportedPool), or have the exporter send a UUID (cuda.core does) and use
 // NewHandle. Like NewHandle's, the Handle has no key: its pool takes
-// buffers only through ImportForeign or ImportUnauthenticated.
+// buffers only through ImportUnauthenticated.
 func NewForeignHandle(fd int) (h *Handle, derived bool, err error) {
 	const op = "ipc.NewForeignHandle"
 	if fd < 0 {
 		return nil, false, cuda.Errorf(op, cuda.ErrInvalidArgument, "negative file descriptor %d", fd)
 	}
-	u, err := FDIdentity(fd)
+	u, err := fdIdentity(fd)
 	switch {
 	case err == nil:
 		derived = true

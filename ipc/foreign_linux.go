@@ -16,7 +16,7 @@ import (
 // of the anonymous-inode file system.
 const anonInodeFSMagic = 0x09041934
 
-// FDIdentity derives a stable UUID for the file fd refers to, from its
+// fdIdentity derives a stable UUID for the file fd refers to, from its
 // device and inode numbers (fstat): descriptors of one open file (dup'd,
 // sent over SCM_RIGHTS, inherited through exec.Cmd.ExtraFiles) give the
 // same UUID, so a pool that arrives as a bare fd more than once is
@@ -31,8 +31,8 @@ const anonInodeFSMagic = 0x09041934
 // While a pool is imported its Handle's fd, or the duplicate ImportPool
 // keeps, holds the file open, so its inode number cannot be reused by
 // another file meanwhile.
-func FDIdentity(fd int) (UUID, error) {
-	const op = "ipc.FDIdentity"
+func fdIdentity(fd int) (UUID, error) {
+	const op = "ipc.NewForeignHandle"
 	if fd < 0 {
 		return UUID{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "negative file descriptor %d", fd)
 	}

@@ -13,7 +13,7 @@ import (
 	"github.com/cudamem/cudamem/cuda"
 )
 
-func TestFDIdentity(t *testing.T) {
+func TestFDIdentityUUID(t *testing.T) {
 	f, err := os.CreateTemp(t.TempDir(), "pool")
 	require.NoError(t, err)
 	defer f.Close()
@@ -24,11 +24,11 @@ func TestFDIdentity(t *testing.T) {
 	require.NoError(t, err)
 	defer syscall.Close(dup)
 
-	a, err := FDIdentity(int(f.Fd()))
+	a, err := fdIdentity(int(f.Fd()))
 	require.NoError(t, err)
-	b, err := FDIdentity(dup)
+	b, err := fdIdentity(dup)
 	require.NoError(t, err)
-	c, err := FDIdentity(int(g.Fd()))
+	c, err := fdIdentity(int(g.Fd()))
 	require.NoError(t, err)
 	assert.Equal(t, a, b, "descriptors of one file: one identity")
 	assert.NotEqual(t, a, c, "two files: two identities")
@@ -37,17 +37,17 @@ func TestFDIdentity(t *testing.T) {
 	null, err := os.Open(os.DevNull)
 	require.NoError(t, err)
 	defer null.Close()
-	_, err = FDIdentity(int(null.Fd()))
+	_, err = fdIdentity(int(null.Fd()))
 	assert.ErrorIs(t, err, cuda.ErrNotSupported, "a device node names no pool")
 
-	_, err = FDIdentity(-1)
+	_, err = fdIdentity(-1)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 	r, w, err := os.Pipe()
 	require.NoError(t, err)
 	bad := int(r.Fd())
 	r.Close()
 	w.Close()
-	_, err = FDIdentity(bad)
+	_, err = fdIdentity(bad)
 	assert.Error(t, err, "a closed fd")
 }
 

@@ -4,7 +4,7 @@ package ipc
 
 import "github.com/cudamem/cudamem/cuda"
 
-// FDIdentity is not supported here: pool IPC by POSIX fd is Linux only.
-func FDIdentity(fd int) (UUID, error) {
-	return UUID{}, cuda.Errorf("ipc.FDIdentity", cuda.ErrNotSupported, "pool fds identify pools only on Linux")
+// fdIdentity is not supported here: pool IPC by POSIX fd is Linux only.
+func fdIdentity(fd int) (UUID, error) {
+	return UUID{}, cuda.Errorf("ipc.NewForeignHandle", cuda.ErrNotSupported, "pool fds identify pools only on Linux")
 }

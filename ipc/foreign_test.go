@@ -9,26 +9,13 @@ import (
 	"github.com/cudamem/cudamem/cuda"
 )
 
-func TestNewRawDescriptor(t *testing.T) {
-	data := exportData(9, 4096)
-	u := cuda.NewUUID()
-	d, err := NewRawDescriptor(u, data.Reserved[:], 4096)
-	require.NoError(t, err)
-	assert.Equal(t, u, d.Pool)
-	assert.Equal(t, uint64(4096), d.Size)
-	assert.Equal(t, data, d.Data)
-	assert.False(t, d.IsSealed())
-	got := d.ExportData()
-	assert.Equal(t, data.Reserved[:], got)
-	got[0]++
-	assert.Equal(t, data, d.Data, "ExportData returns a copy")
-
-	// It survives the wire format like any descriptor.
-	b, err := d.MarshalBinary()
-	require.NoError(t, err)
-	var back Descriptor
-	require.NoError(t, back.UnmarshalBinary(b))
-	assert.Equal(t, d, back)
+// A keyless pool (a foreign exporter) takes a buffer's raw parts through
+// the explicit unauthenticated path only, and refuses parts that cannot be
+// an export (wrong length, all zeros, size 0) before the driver sees them.
+func TestImportUnauthenticated(t *testing.T) {
+	f := newFake()
+	p := newImportedPool(nil, cuda.MemPool{}, f, cuda.NewUUID(), poolKey{}, nil)
+	data := exportData(4, 1<<20)
 
 	for name, c := range map[string]struct {
 		data []byte
@@ -38,44 +25,33 @@ func TestNewRawDescriptor(t *testing.T) {
 		"long":      {append(data.Reserved[:], 0), 1},
 		"nil":       {nil, 1},
 		"zero size": {data.Reserved[:], 0},
-		"all zeros": {make([]byte, ExportDataSize), 1},
+		"all zeros": {make([]byte, 64), 1},
 	} {
-		_, err := NewRawDescriptor(u, c.data, c.size)
+		_, err := p.ImportUnauthenticated(c.data, c.size, nil)
 		assert.ErrorIs(t, err, ErrBadDescriptor, name)
 		assert.ErrorIs(t, err, cuda.ErrInvalidArgument, name)
 	}
-	assert.Equal(t, 64, ExportDataSize)
-}
+	assert.Zero(t, f.driverCalls(), "refused before the driver")
 
-// A keyless pool (a foreign exporter) takes raw descriptors through the
-// explicit unauthenticated path only; one without a UUID is taken as the
-// pool's own.
-func TestImportForeign(t *testing.T) {
-	f := newFake()
-	p := newImportedPool(nil, cuda.MemPool{}, f, cuda.NewUUID(), poolKey{}, nil)
-	data := exportData(4, 1<<20)
-
-	raw, err := NewRawDescriptor(UUID{}, data.Reserved[:], 1<<20)
-	require.NoError(t, err)
-	_, err = p.Import(raw, nil)
+	raw := Descriptor{Size: 1 << 20, Data: data}
+	_, err := p.Import(raw, nil)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "Import never takes unauthenticated descriptors")
 	assert.Zero(t, f.imports)
 
-	b, err := p.ImportForeign(data.Reserved[:], 1<<20, nil)
+	b, err := p.ImportUnauthenticated(data.Reserved[:], 1<<20, nil)
 	require.NoError(t, err)
-	b2, err := p.ImportUnauthenticated(raw, nil)
-	require.NoError(t, err, "the zero UUID is taken as this pool's")
+	re, err := ExportBuffer(b)
+	require.NoError(t, err)
+	assert.Equal(t, p.UUID(), re.Pool, "taken as this pool's")
+	b2, err := p.ImportUnauthenticated(raw.ExportData(), raw.Size, nil)
+	require.NoError(t, err)
 	assert.Equal(t, b.Ptr(), b2.Ptr())
+	got := raw.ExportData()
+	got[0]++
+	assert.Equal(t, data, raw.Data, "ExportData returns a copy")
 
-	other, err := NewRawDescriptor(cuda.NewUUID(), data.Reserved[:], 1<<20)
-	require.NoError(t, err)
-	_, err = p.ImportUnauthenticated(other, nil)
-	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "another pool's descriptor")
-
-	_, err = p.ImportForeign(data.Reserved[:], 2<<20, nil)
+	_, err = p.ImportUnauthenticated(data.Reserved[:], 2<<20, nil)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "bounded by the mapping")
-	_, err = p.ImportForeign(data.Reserved[:10], 1, nil)
-	assert.ErrorIs(t, err, ErrBadDescriptor)
 
 	pool, err := p.PoolErr()
 	require.NoError(t, err)
@@ -85,51 +61,54 @@ func TestImportForeign(t *testing.T) {
 	require.NoError(t, p.Close())
 	_, err = p.PoolErr()
 	assert.ErrorIs(t, err, cuda.ErrClosed)
-	_, err = p.ImportForeign(data.Reserved[:], 1<<20, nil)
+	_, err = p.ImportUnauthenticated(data.Reserved[:], 1<<20, nil)
 	assert.ErrorIs(t, err, cuda.ErrClosed)
 
-	_, err = (*ImportedPool)(nil).ImportForeign(data.Reserved[:], 1, nil)
+	_, err = (*ImportedPool)(nil).ImportUnauthenticated(data.Reserved[:], 1, nil)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 	_, err = (&ImportedPool{}).PoolErr()
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 }
 
-func TestTorchHandle(t *testing.T) {
+func TestLegacyHandle(t *testing.T) {
 	raw := make([]byte, cuda.IPCHandleSize)
 	raw[0] = 7
-	h, err := NewTorchHandle(raw, 512, 4096)
+	h, err := NewTorchShare(raw, 512, 4096, nil, 0, nil, false)
 	require.NoError(t, err)
 	assert.Equal(t, byte(7), h.Handle.Reserved[0])
 	assert.Equal(t, uint64(512), h.Offset)
 	assert.Equal(t, uint64(4096), h.Size)
-	_, err = NewTorchHandle(raw[:63], 0, 1)
+	_, err = NewTorchShare(raw[:63], 0, 1, nil, 0, nil, false)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
-	_, err = NewTorchHandle(raw, 0, 0)
+	_, err = NewTorchShare(raw, 0, 0, nil, 0, nil, false)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
+	_, err = NewTorchShare(raw, 0, 1, nil, 5, nil, false)
+	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "a counter index without a counter file")
+	assert.Empty(t, h.RefCounter, "no counter file: no counter")
 
 	// Versioned handles (newer torch): version, 'c', the 64 bytes.
 	for _, v := range []byte{2, 3} {
-		vh, err := NewTorchHandle(append([]byte{v, 'c'}, raw...), 8, 16)
+		vh, err := NewTorchShare(append([]byte{v, 'c'}, raw...), 8, 16, nil, 0, nil, false)
 		require.NoError(t, err, "version %d", v)
 		assert.Equal(t, h.Handle, vh.Handle, "version %d: the same cudaIpcMemHandle_t", v)
 	}
-	_, err = NewTorchHandle(append([]byte{4, 'c'}, raw...), 0, 1)
+	_, err = NewTorchShare(append([]byte{4, 'c'}, raw...), 0, 1, nil, 0, nil, false)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "unknown version")
-	_, err = NewTorchHandle(append([]byte{2, 'c'}, raw[:60]...), 0, 1)
+	_, err = NewTorchShare(append([]byte{2, 'c'}, raw[:60]...), 0, 1, nil, 0, nil, false)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "short")
-	_, err = NewTorchHandle(append([]byte{2, 'e'}, make([]byte, 40)...), 0, 1)
+	_, err = NewTorchShare(append([]byte{2, 'e'}, make([]byte, 40)...), 0, 1, nil, 0, nil, false)
 	assert.ErrorIs(t, err, cuda.ErrNotSupported, "expandable segments")
-	_, err = NewTorchHandle(append([]byte{2, 'x'}, raw...), 0, 1)
+	_, err = NewTorchShare(append([]byte{2, 'x'}, raw...), 0, 1, nil, 0, nil, false)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "unknown type")
 
-	_, err = OpenTorch(nil, h)
+	_, err = OpenLegacy(nil, h)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
-	_, err = OpenTorch(&cuda.Device{}, TorchHandle{Offset: ^uint64(0), Size: 2})
+	_, err = OpenLegacy(&cuda.Device{}, LegacyHandle{Offset: ^uint64(0), Size: 2})
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "offset+size wraps")
-	_, err = ExportTorch(nil)
+	_, err = ExportLegacy(nil)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 
-	var m *torchMapping
+	var m *legacyMapping
 	assert.ErrorIs(t, m.Deallocate(1, 1, nil), cuda.ErrInvalidArgument)
 	assert.Equal(t, -1, m.DeviceID())
 	_, _, err = m.AllocatePtr(1, nil)

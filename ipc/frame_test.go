@@ -4,6 +4,7 @@ package ipc
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"net"
 	"os"
@@ -87,16 +88,16 @@ func TestLongMessagesKeepTheirBoundaries(t *testing.T) {
 				}
 				done <- err
 			}()
-			got, gfds, err := ReceiveFDs(b, len(long))
+			got, gfds, err := ReceiveFDs(context.Background(), b, len(long))
 			require.NoError(t, err)
 			assert.Equal(t, len(long), len(got))
 			assert.True(t, bytes.Equal(long, got), "payload intact")
 			require.Len(t, gfds, 2)
-			got2, gfds2, err := ReceiveFDs(b, len(long))
+			got2, gfds2, err := ReceiveFDs(context.Background(), b, len(long))
 			require.NoError(t, err)
 			assert.Equal(t, "second", string(got2))
 			require.Len(t, gfds2, 1)
-			got3, gfds3, err := ReceiveFDs(b, 16)
+			got3, gfds3, err := ReceiveFDs(context.Background(), b, 16)
 			require.NoError(t, err)
 			assert.Empty(t, got3, "an empty payload stays empty")
 			assert.Empty(t, gfds3)
@@ -147,7 +148,7 @@ func TestReceiveRefusesAndCloses(t *testing.T) {
 					}
 				}
 				sent := testutil.FDs(t)
-				_, fds, err := ReceiveFDs(b, tc.maxPayload)
+				_, fds, err := ReceiveFDs(context.Background(), b, tc.maxPayload)
 				require.Error(t, err)
 				assert.Nil(t, fds)
 				assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
@@ -163,9 +164,9 @@ func TestReceiveRefusesAndCloses(t *testing.T) {
 func TestReceiveEOFAndArguments(t *testing.T) {
 	a, b := socketPairOf(t, syscall.SOCK_STREAM)
 	require.NoError(t, a.Close())
-	_, _, err := ReceiveFDs(b, 10)
+	_, _, err := ReceiveFDs(context.Background(), b, 10)
 	require.Error(t, err)
-	_, _, err = ReceiveFDs(b, -1)
+	_, _, err = ReceiveFDs(context.Background(), b, -1)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 	c, _ := socketPairOf(t, syscall.SOCK_STREAM)
 	assert.ErrorIs(t, SendFDs(c, nil, -1), cuda.ErrInvalidArgument)
@@ -175,7 +176,7 @@ func TestReceiveEOFAndArguments(t *testing.T) {
 	_, err = x.Write(frame([]byte("abc"), 0)[:frameHeader+1])
 	require.NoError(t, err)
 	require.NoError(t, x.Close())
-	_, _, err = ReceiveFDs(y, 10)
+	_, _, err = ReceiveFDs(context.Background(), y, 10)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "unexpected EOF")
 }
@@ -208,7 +209,7 @@ func TestReceiveHandleRefusesMalformed(t *testing.T) {
 			fds := pipeFDs(t, tc.nfds)
 			require.NoError(t, SendFDs(a, tc.payload, fds...))
 			sent := testutil.FDs(t)
-			h, err := ReceiveHandle(b)
+			h, err := ReceiveHandle(context.Background(), b)
 			assert.Nil(t, h)
 			require.ErrorIs(t, err, cuda.ErrInvalidArgument)
 			assert.Contains(t, err.Error(), tc.want)
@@ -230,7 +231,7 @@ func TestSendReceiveHandleKey(t *testing.T) {
 		}
 		before := testutil.FDs(t)
 		require.NoError(t, SendHandle(a, h))
-		got, err := ReceiveHandle(b)
+		got, err := ReceiveHandle(context.Background(), b)
 		require.NoError(t, err)
 		assert.Equal(t, h.UUID(), got.UUID())
 		assert.Equal(t, keyed, got.HasKey())
@@ -297,7 +298,7 @@ func FuzzReceiveFDs(f *testing.F) {
 		}
 		// Nothing more will come: a short stream frame ends in EOF.
 		require.NoError(t, a.CloseWrite())
-		payload, got, err := ReceiveFDs(b, maxPayload)
+		payload, got, err := ReceiveFDs(context.Background(), b, maxPayload)
 		if err == nil {
 			assert.LessOrEqual(t, len(payload), max(maxPayload, 0))
 			require.GreaterOrEqual(t, len(data), frameHeader)

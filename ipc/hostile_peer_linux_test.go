@@ -115,14 +115,14 @@ var receivers = map[string]struct {
 	bound int
 }{
 	"ReceiveHandle": {func(ctx context.Context, c *net.UnixConn) (*received, error) {
-		h, err := ReceiveHandleContext(ctx, c)
+		h, err := ReceiveHandle(ctx, c)
 		if err != nil {
 			return nil, err
 		}
 		return &received{1, h.Close}, nil
 	}, 2},
 	"ReceiveFDs": {func(ctx context.Context, c *net.UnixConn) (*received, error) {
-		_, fds, err := ReceiveFDsContext(ctx, c, 1<<20)
+		_, fds, err := ReceiveFDs(ctx, c, 1<<20)
 		if err != nil {
 			return nil, err
 		}
@@ -327,7 +327,7 @@ func TestHostilePeerNonPoolFDs(t *testing.T) {
 			a, b := socketPair(t)
 			base := fdCount(t)
 			require.NoError(t, syscall.Sendmsg(rawFD(t, a), handleFrame(1), syscall.UnixRights(fd), nil, 0))
-			h, err := ReceiveHandle(b)
+			h, err := ReceiveHandle(context.Background(), b)
 			assert.Nil(t, h)
 			require.ErrorIs(t, err, cuda.ErrInvalidArgument)
 			assert.Contains(t, err.Error(), "not a pool exported by the driver")

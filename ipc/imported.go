@@ -1,6 +1,7 @@
 package ipc
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"sync"
@@ -12,7 +13,10 @@ import (
 )
 
 // importDriver is the driver work of an imported pool. The real one calls
-// CUDA; tests substitute a fake to check the bookkeeping on the CPU.
+// CUDA; tests substitute a fake, which earns its place by modelling what the
+// C fake driver does not: the real driver's one mapping per allocation and
+// process (a second import returns the same pointer, one free unmaps it),
+// and a call held inside the driver while Close and other imports race it.
 type importDriver interface {
 	// importPointer maps one exported allocation (cuMemPoolImportPointer).
 	importPointer(data *cuda.MemPoolPtrExportData) (cuda.DevicePtr, error)
@@ -76,9 +80,10 @@ type imported struct {
 //
 // A pool imported from a Handle with a key (from ExportPool, through
 // SendHandle/ReceiveHandle or a Token) imports only descriptors that key
-// authenticates; one imported from a keyless Handle (NewHandle) refuses
-// every descriptor in Import, and takes them only through
-// ImportUnauthenticated. See the package documentation for why.
+// authenticates; one imported from a keyless Handle (NewHandle,
+// NewForeignHandle) refuses every descriptor in Import, and takes buffers
+// only by their raw parts through ImportUnauthenticated. See the package
+// documentation for why.
 //
 // The zero ImportedPool is not usable (use ImportPool); its methods report
 // errors matching cuda.ErrInvalidArgument, and its Close does nothing.
@@ -93,17 +98,14 @@ type ImportedPool struct {
 	// (ImportPoolFabric), kept for re-export; zero for an fd import.
 	fabric fabricBytes
 
-	// life is the lifecycle DevicePool and PinnedPool share: Import and
-	// Export run between Enter and Leave, so Close waits for them and
-	// they fail once it has begun; it counts the Buffers handed out
-	// (Live), destroys the imported pool after the last one once closed,
-	// and keeps a failed deferred destruction for the next Close.
+	// life is the lifecycle DevicePool and PinnedPool share, not a bare
+	// cuda.Guard, because a pool needs more than calls in flight: it
+	// counts the Buffers handed out (Live), destroys the imported pool
+	// after the last one once closed, and keeps a failed deferred
+	// destruction for the next Close. Import and Export run between
+	// Enter and Leave, so Close waits for them and they fail once it
+	// has begun.
 	life poolcore.Core
-
-	// closeMu makes the kept fd's close happen once, after Close waited
-	// for the Exports in progress; closedFile records that it did.
-	closeMu    sync.Mutex
-	closedFile bool
 
 	// mapMu orders imports and frees of pointers, so that a pointer the
 	// driver hands out again is never freed by one goroutine while another
@@ -365,12 +367,12 @@ func (p *ImportedPool) Live() int64 {
 	return p.life.Live()
 }
 
-// Export hands out a new Handle to this pool (a duplicate of the imported
-// fd, with the owner's UUID and the pool key this pool was imported with),
-// so a third process can import it and the buffers this process
-// re-exports (A to B to C).
-func (p *ImportedPool) Export() (*Handle, error) {
-	const op = "ImportedPool.Export"
+// export is ExportPool of an imported pool: a new Handle to it (a
+// duplicate of the imported fd, with the owner's UUID and the pool key this
+// pool was imported with), so a third process can import it and the
+// buffers this process re-exports (A to B to C).
+func (p *ImportedPool) export() (*Handle, error) {
+	const op = "ipc.ExportPool"
 	if p.zero() {
 		return nil, errZeroPool(op)
 	}
@@ -381,7 +383,7 @@ func (p *ImportedPool) Export() (*Handle, error) {
 	}
 	defer p.life.Leave()
 	if p.file == nil {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v was imported from a fabric handle, not a file descriptor (use ExportFabric)", p.uuid)
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v was imported from a fabric handle, not a file descriptor (use ExportPoolFabric)", p.uuid)
 	}
 	f, err := p.file.Dup()
 	if err != nil {
@@ -418,7 +420,7 @@ func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, err
 	// cuMemPoolImportPointer on mutated data): only what the pool's key
 	// vouches for may reach it.
 	if !p.key.has() {
-		return nil, cuda.Errorf(op, ErrBadDescriptor, "imported pool %v has no pool key (its Handle came from NewHandle), so no descriptor can be authenticated; for an exporter that is not cudamem, ImportUnauthenticated takes descriptors unchecked", p.uuid)
+		return nil, cuda.Errorf(op, ErrBadDescriptor, "imported pool %v has no pool key (its Handle came from NewHandle), so no descriptor can be authenticated; for an exporter that is not cudamem, ImportUnauthenticated takes a buffer's raw parts unchecked", p.uuid)
 	}
 	if !p.key.verify(d) {
 		return nil, cuda.Errorf(op, ErrBadDescriptor, "descriptor of %d bytes is not authenticated by the key of pool %v (forged, altered, or sealed by another exporter): refused before the driver saw it", d.Size, p.uuid)
@@ -426,22 +428,22 @@ func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, err
 	return p.importChecked(op, d, s)
 }
 
-// ImportUnauthenticated is Import without the MAC check, for pools whose
-// exporter is not cudamem and so has no pool key (a Handle from
-// NewHandle): it hands d's export data to the driver unchecked. The size
-// is still bounded by the mapping the driver made, but the driver itself
-// parses export data without validating it, and malformed data can crash
-// this process inside the driver: use it only with
-// descriptors from an exporter this process trusts as it trusts itself,
-// never with bytes a peer could have chosen. A pool with a key refuses
-// it (an error matching cuda.ErrInvalidArgument): its exporter seals every
-// descriptor, so use Import.
-//
-// A descriptor with the zero UUID (one NewRawDescriptor built for an
-// exporter that names no pool, as cuda.core's IPCBufferDescriptor does
-// not) is taken as this pool's: the caller vouches for which pool it
-// belongs to. One naming another pool is refused.
-func (p *ImportedPool) ImportUnauthenticated(d Descriptor, s *cuda.Stream) (*buffer.Buffer, error) {
+// ImportUnauthenticated maps a buffer of this pool by the raw parts an
+// exporter that is not cudamem sends: the 64 bytes of the pointer's export
+// data (cuda.core's IPCBufferDescriptor payload, CuPy's or a C program's
+// CUmemPoolPtrExportData, or Descriptor.ExportData of a buffer re-exported
+// from such a pool) and the buffer's size. It is for pools imported
+// without a key (a Handle from NewHandle or NewForeignHandle), and hands
+// the export data to the driver unchecked: the size is still bounded by
+// the mapping the driver made, but the driver parses export data without
+// validating it, and malformed data can crash this process inside the
+// driver. Use it only with buffers from an exporter this process trusts as
+// it trusts itself, never with bytes a peer could have chosen. A pool with
+// a key refuses it (an error matching cuda.ErrInvalidArgument): its
+// exporter seals every descriptor, so use Import. Export data of the wrong
+// length or all zeros (no driver export), and a size of 0, are refused
+// with an error wrapping ErrBadDescriptor. Otherwise it behaves as Import.
+func (p *ImportedPool) ImportUnauthenticated(exportData []byte, size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
 	const op = "ImportedPool.ImportUnauthenticated"
 	if err := p.checkOpen(op); err != nil {
 		return nil, err
@@ -453,9 +455,14 @@ func (p *ImportedPool) ImportUnauthenticated(d Descriptor, s *cuda.Stream) (*buf
 		// re-export, passing a forgery on as authenticated.)
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v has a key: its descriptors are imported with Import, which checks their MAC", p.uuid)
 	}
-	if d.Pool == (UUID{}) {
-		d.Pool = p.uuid
+	d := Descriptor{Pool: p.uuid, Size: size}
+	switch {
+	case len(exportData) != len(d.Data.Reserved):
+		return nil, cuda.Errorf(op, ErrBadDescriptor, "export data of %d bytes, want %d", len(exportData), len(d.Data.Reserved))
+	case bytes.Count(exportData, []byte{0}) == len(exportData):
+		return nil, cuda.Errorf(op, ErrBadDescriptor, "export data is all zeros (not from cuMemPoolExportPointer)")
 	}
+	copy(d.Data.Reserved[:], exportData)
 	if err := p.checkDescriptor(op, d); err != nil {
 		return nil, err
 	}
@@ -689,16 +696,11 @@ func (p *ImportedPool) Close() error {
 	if err := p.life.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("destroying imported pool %v: %w", p.uuid, err))
 	}
-	p.closeMu.Lock()
-	if !p.closedFile {
-		p.closedFile = true
-		// A failed close still releases the descriptor (see
-		// osfd.File.Close), so it is reported once, never retried.
-		if err := p.file.Close(); err != nil {
-			errs = append(errs, err)
-		}
+	// Idempotent: a failed close still releases the descriptor (see
+	// osfd.File.Close), so it is reported once, never retried.
+	if err := p.file.Close(); err != nil {
+		errs = append(errs, err)
 	}
-	p.closeMu.Unlock()
 	if err := errors.Join(errs...); err != nil {
 		return &cuda.OpError{Op: op, Err: err}
 	}

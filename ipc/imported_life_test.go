@@ -77,7 +77,7 @@ func TestCloseWaitsForImport(t *testing.T) {
 	imports := f.imports
 	f.mu.Unlock()
 	assert.Zero(t, imports, "the refused Import made no driver call (the held one has not counted yet)")
-	_, err = p.Export()
+	_, err = ExportPool(p)
 	assert.ErrorIs(t, err, cuda.ErrClosed, "an Export after Close began")
 	assert.True(t, p.Pool().IsZero(), "Pool is zero once closed")
 
@@ -268,7 +268,7 @@ func TestCloseWaitsForExport(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for {
-				h, err := p.Export()
+				h, err := ExportPool(p)
 				if err != nil {
 					assert.ErrorIs(t, err, cuda.ErrClosed)
 					return

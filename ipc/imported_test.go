@@ -167,6 +167,12 @@ func (f *fakeImport) counts() (frees, bad, destroyed int) {
 	return f.frees, f.badFrees, f.destroyed
 }
 
+// rawData is exportData's 64 bytes, as a foreign exporter sends them.
+func rawData(id, size uint64) []byte {
+	d := exportData(id, size)
+	return d.Reserved[:]
+}
+
 func fakePool(t *testing.T) (*ImportedPool, *fakeImport) {
 	t.Helper()
 	f := newFake()
@@ -377,7 +383,7 @@ func TestImportFailurePaths(t *testing.T) {
 	require.NoError(t, p.Close())
 	_, err = p.Import(desc(p, 1, 4096, 4096), nil)
 	assert.ErrorIs(t, err, cuda.ErrClosed)
-	_, err = p.Export()
+	_, err = ExportPool(p)
 	assert.ErrorIs(t, err, cuda.ErrClosed)
 }
 
@@ -391,7 +397,7 @@ func TestImportRefusesZeroStream(t *testing.T) {
 	for _, imp := range []func() (*buffer.Buffer, error){
 		func() (*buffer.Buffer, error) { return p.Import(desc(p, 1, 4096, 1<<20), new(cuda.Stream)) },
 		func() (*buffer.Buffer, error) {
-			return keyless.ImportUnauthenticated(Descriptor{Pool: keyless.UUID(), Size: 1 << 20, Data: exportData(1, 4096)}, new(cuda.Stream))
+			return keyless.ImportUnauthenticated(rawData(1, 4096), 1<<20, new(cuda.Stream))
 		},
 	} {
 		b, err := imp()
@@ -411,11 +417,11 @@ func TestImportRefusesZeroStream(t *testing.T) {
 // (found in review).
 func TestKeyedPoolRefusesUnauthenticated(t *testing.T) {
 	p, f := fakePool(t)
-	_, err := p.ImportUnauthenticated(Descriptor{Pool: p.UUID(), Size: 4096, Data: exportData(1, 4096)}, nil)
+	_, err := p.ImportUnauthenticated(rawData(1, 4096), 4096, nil)
 	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
 	assert.Contains(t, err.Error(), "has a key")
 	data := exportData(1, 4096)
-	_, err = p.ImportForeign(data.Reserved[:], 4096, nil)
+	_, err = p.ImportUnauthenticated(data.Reserved[:], 4096, nil)
 	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
 	assert.Zero(t, f.driverCalls(), "refused before the driver")
 }

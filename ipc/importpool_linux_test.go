@@ -3,6 +3,7 @@
 package ipc
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -288,7 +289,7 @@ func TestImportPoolRefusesNonPoolFDs(t *testing.T) {
 			h.key = newPoolKey()
 			require.NoError(t, SendHandle(a, h))
 			require.NoError(t, h.Close())
-			got, err := ReceiveHandle(b)
+			got, err := ReceiveHandle(context.Background(), b)
 			assert.Nil(t, got)
 			require.ErrorIs(t, err, cuda.ErrInvalidArgument)
 			assert.Contains(t, err.Error(), "ipc.ReceiveHandle")

@@ -4,6 +4,7 @@ package ipc_test
 
 import (
 	"bufio"
+	"context"
 	"encoding/hex"
 	"net"
 	"os"
@@ -305,11 +306,11 @@ func TestChild(t *testing.T) {
 		f.Close()
 		conn := c.(*net.UnixConn)
 		defer conn.Close()
-		h, err := ipc.ReceiveHandle(conn)
+		h, err := ipc.ReceiveHandle(context.Background(), conn)
 		require.NoError(t, err)
 		defer h.Close()
 		require.True(t, h.HasKey(), "the pool key came with the fd")
-		payload, fds, err := ipc.ReceiveFDs(conn, 16*ipc.DescriptorSize)
+		payload, fds, err := ipc.ReceiveFDs(context.Background(), conn, 16*ipc.DescriptorSize)
 		require.NoError(t, err)
 		require.Empty(t, fds)
 		importAndCheck(t, d, s, k, h, decode(t, hex.EncodeToString(payload)), seed)
@@ -354,7 +355,7 @@ func importAndCheck(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Ke
 	_, err = p.Import(forged, s)
 	assert.ErrorIs(t, err, ipc.ErrBadDescriptor, "altered export data: refused before the driver")
 	// Re-export: the same UUID, the same descriptors.
-	h2, err := p.Export()
+	h2, err := ipc.ExportPool(p)
 	require.NoError(t, err)
 	assert.Equal(t, h.UUID(), h2.UUID())
 	assert.Equal(t, h.Token(), h2.Token(), "re-exported with the same key")

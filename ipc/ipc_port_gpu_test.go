@@ -279,7 +279,7 @@ func roleReexportB(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Ker
 	k.RequireCheck(t, s, b.Ptr(), desc.Size, uint32(seed))
 	require.NoError(t, k.Write(s, b.Ptr(), desc.Size, uint32(seed+10)))
 	require.NoError(t, s.Sync())
-	h2, err := p.Export()
+	h2, err := ipc.ExportPool(p)
 	require.NoError(t, err)
 	re, err := ipc.ExportBuffer(b)
 	require.NoError(t, err)

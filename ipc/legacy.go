@@ -4,35 +4,85 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
+	"sync"
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 )
 
-// LegacyHandle shares memory from cuMemAlloc (resource.NewSyncDevice) the
-// way CuPy and PyTorch do (cuIpcGetMemHandle): 64 opaque bytes plus the
-// size, with no file descriptor. Pool memory uses ExportBuffer instead.
+// LegacyHandle is memory shared through the driver's legacy IPC
+// (cuIpcGetMemHandle), as CuPy, PyTorch and C programs share cudaMalloc
+// memory: the allocation's 64 opaque bytes, where the shared range starts
+// in the allocation and its size, with no file descriptor. ExportLegacy
+// makes one, MarshalBinary encodes it for any channel, and OpenLegacy
+// maps it. CuPy's and C's handles are Handle and Size (Offset 0). Pool
+// memory uses ExportBuffer instead.
+//
+// torch.multiprocessing shares a CUDA tensor's storage this way:
+// UntypedStorage._share_cuda_() returns, among others, the
+// cudaIpcMemHandle_t of the caching allocator's segment that holds the
+// storage, the storage's offset in that segment and its size in bytes
+// (storage_offset_bytes, storage_size_bytes); the tensor's own offset,
+// shape and strides apply on top of the storage. It also returns what
+// torch's consumers use to tell the producer they are done, and to wait
+// for the producer's work: the name of the producer's reference-counter
+// file and this share's counter in it (ref_counter_handle,
+// ref_counter_offset: RefCounter, RefCounterOffset), and an interprocess
+// event recorded after the work that made the tensor (event_handle,
+// event_sync_required: Event, EventSync). NewTorchShare takes all of them.
+// With RefCounter set, closing the Buffer that OpenLegacy returns releases
+// the share, and the producer frees the memory once it has dropped the
+// tensor (at its next free, or torch.cuda.ipc_collect()); without it the
+// producer keeps the memory until it exits, and then warns that shared
+// CUDA tensors were not released.
+//
+// Legacy handles carry no key and cannot be authenticated: take them only
+// from a process this one trusts (see the package documentation's threat
+// model). A torch counter's name and index are still checked before
+// anything is written: a name of torch's form only, naming a regular file
+// of counters that holds the index.
 type LegacyHandle struct {
-	Handle cuda.IPCMemHandle
-	Size   uint64
+	Handle cuda.IPCMemHandle // the allocation's (segment's) cudaIpcMemHandle_t
+	Offset uint64            // where the shared range starts in the allocation
+	Size   uint64            // the shared range's size in bytes
+	// RefCounter is a torch producer's reference-counter file, a
+	// shared-memory object named "/torch_<pid>_<number>" (empty: none);
+	// RefCounterOffset is the index of this share's counter in it.
+	RefCounter       string
+	RefCounterOffset uint64
+	// Event is a torch producer's interprocess event; OpenLegacy waits for
+	// it when EventSync is set (torch sets it unless it synchronized its
+	// stream instead, having used too many events).
+	Event     cuda.IPCEventHandle
+	EventSync bool
 }
 
 // LegacyHandleSize is the length of an encoded LegacyHandle: magic (8),
-// version (2), reserved (2), size (8), handle (64), CRC-32 of everything
-// before it (4).
-const LegacyHandleSize = 8 + 2 + 2 + 8 + cuda.IPCHandleSize + 4
+// version (2), reserved (2), size (8), offset (8), handle (64), CRC-32 of
+// everything before it (4).
+const LegacyHandleSize = 8 + 2 + 2 + 8 + 8 + cuda.IPCHandleSize + 4
 
-const legacyVersion = 1
+// legacyVersion 2 added the offset; version 1 handles (whole allocations)
+// are refused.
+const legacyVersion = 2
 
 var legacyMagic = [8]byte{'c', 'u', 'd', 'a', 'm', 'e', 'm', 'L'}
 
-// MarshalBinary encodes h in a fixed, versioned, checksummed layout.
+// MarshalBinary encodes h in a fixed, versioned, checksummed layout. A
+// torch share (RefCounter or EventSync set) is refused with an error
+// matching cuda.ErrInvalidArgument: its counter and event are torch's, and
+// travel as torch's own tuple.
 func (h LegacyHandle) MarshalBinary() ([]byte, error) {
+	if h.RefCounter != "" || h.EventSync {
+		return nil, cuda.Errorf("ipc.LegacyHandle.MarshalBinary", cuda.ErrInvalidArgument, "a torch share (reference counter %q, event sync %v) is not encoded: send torch's tuple", h.RefCounter, h.EventSync)
+	}
 	b := make([]byte, LegacyHandleSize)
 	copy(b, legacyMagic[:])
 	binary.LittleEndian.PutUint16(b[8:], legacyVersion)
 	binary.LittleEndian.PutUint64(b[12:], h.Size)
-	copy(b[20:20+cuda.IPCHandleSize], h.Handle.Reserved[:])
+	binary.LittleEndian.PutUint64(b[20:], h.Offset)
+	copy(b[28:28+cuda.IPCHandleSize], h.Handle.Reserved[:])
 	end := LegacyHandleSize - 4
 	binary.LittleEndian.PutUint32(b[end:], checksum(b[:end]))
 	return b, nil
@@ -62,105 +112,177 @@ func (h *LegacyHandle) UnmarshalBinary(b []byte) error {
 	}
 	var out LegacyHandle
 	out.Size = binary.LittleEndian.Uint64(b[12:])
-	copy(out.Handle.Reserved[:], b[20:end])
+	out.Offset = binary.LittleEndian.Uint64(b[20:])
+	copy(out.Handle.Reserved[:], b[28:end])
 	*h = out
 	return nil
 }
 
-// ExportLegacy returns a legacy IPC handle for b, which must be device
-// memory from cuMemAlloc (a whole allocation).
-func ExportLegacy(b *buffer.Buffer) (LegacyHandle, error) {
-	const op = "ipc.ExportLegacy"
-	if b == nil {
-		return LegacyHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil buffer")
+// NewTorchShare builds a LegacyHandle from everything _share_cuda_()
+// returns but the device: the storage handle (bare, or versioned as newer
+// torch sends it; expandable-segment handles are refused with an error
+// matching cuda.ErrNotSupported), the storage's offset and size, the
+// reference counter's file name and index, the event handle and whether to
+// wait for it. The name must have torch's form, "/torch_<pid>_<number>"
+// (an error matching cuda.ErrInvalidArgument otherwise), or be empty for a
+// share without a counter, whose producer keeps the memory until it exits
+// and must keep the tensor alive meanwhile. The event handle must have 64
+// bytes when eventSync is set (torch sends 64 zero bytes when it is not,
+// which are taken, as is an empty one).
+func NewTorchShare(handle []byte, offset, size uint64, refCounter []byte, refCounterOffset uint64, event []byte, eventSync bool) (LegacyHandle, error) {
+	const op = "ipc.NewTorchShare"
+	if size == 0 {
+		return LegacyHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "size 0")
 	}
-	if b.IsClosed() {
-		return LegacyHandle{}, &cuda.OpError{Op: op, Err: cuda.ErrClosed}
+	// A bare cudaIpcMemHandle_t (older torch), or a version byte (2, or 3
+	// since torch 2.13, same layout), the type byte 'c' (a cudaMalloc
+	// segment) and one; 'e' is an expandable segment, not legacy IPC.
+	raw := handle
+	switch {
+	case len(handle) == cuda.IPCHandleSize:
+	case len(handle) >= 2 && handle[1] == 'e':
+		return LegacyHandle{}, cuda.Errorf(op, cuda.ErrNotSupported, "an expandable-segments storage handle (version %d, %d bytes) is not legacy IPC; share tensors allocated without expandable_segments", handle[0], len(handle))
+	case len(handle) == 2+cuda.IPCHandleSize && handle[1] == 'c' && (handle[0] == 2 || handle[0] == 3):
+		raw = handle[2:]
+	case len(handle) >= 2 && handle[1] == 'c':
+		return LegacyHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "storage handle version %d of %d bytes: this library reads versions 2 and 3 of %d bytes", handle[0], len(handle), 2+cuda.IPCHandleSize)
+	default:
+		return LegacyHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "storage handle of %d bytes: want a %d-byte cudaIpcMemHandle_t, or version, type 'c' and one (%d bytes)", len(handle), cuda.IPCHandleSize, 2+cuda.IPCHandleSize)
 	}
-	if !b.IsOwned() || b.Size() == 0 {
-		return LegacyHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "%v is a view, borrowed or empty: export a whole cuMemAlloc allocation", b)
-	}
-	dev, err := b.Device()
-	if err != nil {
-		return LegacyHandle{}, err
-	}
-	var h cuda.IPCMemHandle
-	// Held open: a concurrent Close cannot free the memory under the
-	// driver calls.
-	err = b.Use(op, func(ptr cuda.DevicePtr) error {
-		// The driver exports whole allocations: a view would be mapped at
-		// its allocation's base on the other side, with the wrong bytes.
-		info, err := cuda.QueryPointer(ptr)
-		if err != nil {
-			return &cuda.OpError{Op: op, Err: err}
+	h := LegacyHandle{Offset: offset, Size: size}
+	copy(h.Handle.Reserved[:], raw)
+	name := string(refCounter)
+	switch {
+	case name == "" && refCounterOffset != 0:
+		return LegacyHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "reference counter %d of no counter file", refCounterOffset)
+	case name != "":
+		if err := checkTorchRefName(op, name); err != nil {
+			return LegacyHandle{}, err
 		}
-		if info.RangeBase != ptr || info.RangeSize < b.Size() || info.Pool != 0 {
-			return cuda.Errorf(op, cuda.ErrInvalidArgument, "%v is not a whole cuMemAlloc allocation (use resource.SyncDevice; pool memory goes through ExportBuffer)", b)
-		}
-		if h, err = dev.IPCGetMemHandle(ptr); err != nil {
-			return fmt.Errorf("%s %v: %w", op, b, err)
-		}
-		return nil
-	})
-	if err != nil {
-		return LegacyHandle{}, err
 	}
-	return LegacyHandle{Handle: h, Size: b.Size()}, nil
+	if refCounterOffset >= torchRefMaxCounters {
+		return LegacyHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "torch reference counter %d of %s: at most %d counters in a file", refCounterOffset, name, torchRefMaxCounters)
+	}
+	switch {
+	case len(event) == cuda.IPCHandleSize:
+		copy(h.Event.Reserved[:], event)
+	case len(event) == 0 && !eventSync:
+	default:
+		return LegacyHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "event handle of %d bytes (event_sync_required %v): want %d", len(event), eventSync, cuda.IPCHandleSize)
+	}
+	h.RefCounter, h.RefCounterOffset, h.EventSync = name, refCounterOffset, eventSync
+	return h, nil
 }
 
-// OpenLegacy maps memory another process exported with ExportLegacy. The
-// returned buffer's Close unmaps it (cuIpcCloseMemHandle). A process cannot
-// open its own handles. The handle's size is checked against the mapping
-// the driver made: a handle claiming more than that is refused (and the
-// mapping closed; the driver counts opens, so an earlier open of the same
-// memory stays mapped).
+// OpenLegacy maps the range h describes (memory another process exported
+// with ExportLegacy, CuPy's or a C program's cudaIpcGetMemHandle, or a
+// tensor shared through torch.multiprocessing) on dev and returns a Buffer
+// of exactly its Offset..Offset+Size range of the allocation. The memory
+// stays the exporter's: the Buffer owns only this process's mapping, which
+// its Close unmaps (cuIpcCloseMemHandle; the driver counts opens, so other
+// Buffers of the same allocation stay mapped). The range is checked
+// against the mapping the driver made: a handle claiming more than the
+// allocation holds is refused (and the mapping closed). A process cannot
+// open its own handles.
 //
-// Unlike pool descriptors, legacy handles carry no key and cannot be
-// authenticated: the 64 handle bytes go to cuIpcOpenMemHandle as
-// received, and the driver parses them as it parses pool export data,
-// without validating them. Open only handles from a sender this process
-// trusts (see the package documentation's threat model).
+// With h.EventSync, OpenLegacy first waits for the producer's event (the
+// work that made the tensor is then done: any stream may use the Buffer).
+// With h.RefCounter, it first opens and checks the producer's counter
+// file (see LegacyHandle), and the Buffer's Close, once its stream has
+// finished and the memory is unmapped, decrements the counter, as torch's
+// own consumer does: the producer may then free the memory. It may drop
+// the tensor before that: torch keeps the memory of a shared storage
+// whose counter is not 0. Opening one share twice (two Buffers) releases
+// it once, at the last Close. If the release fails (the counter or its
+// file changed under it), the Buffer is closed all the same and Close
+// reports it, wrapping buffer.ErrPartlyFreed. When OpenLegacy fails, the
+// share is left as it was (not released): open it again, or give it up
+// with ReleaseTorch.
+//
+// Without a reference counter, the exporting process must keep the memory
+// alive while the Buffer is open, and its work on it must be finished
+// before this process reads it (torch.cuda.synchronize() in a torch
+// producer before sharing).
 func OpenLegacy(dev *cuda.Device, h LegacyHandle) (*buffer.Buffer, error) {
 	const op = "ipc.OpenLegacy"
 	if dev == nil {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device")
 	}
-	if h.Size == 0 {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "legacy handle of 0 bytes")
+	if h.Size == 0 || h.Offset > math.MaxUint64-h.Size {
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "storage of %d bytes at offset %d", h.Size, h.Offset)
 	}
-	p, err := dev.IPCOpenMemHandle(h.Handle, cuda.IPCMemLazyEnablePeerAccess)
-	if err != nil {
-		return nil, fmt.Errorf("%s (%d bytes): %w", op, h.Size, err)
-	}
-	base, rangeSize, qerr := mappingOf(dev, p)
-	if _, ok := within(p, h.Size, base, rangeSize); qerr != nil || !ok {
+	var ref *torchRef
+	if h.RefCounter != "" {
 		var err error
-		if qerr != nil {
-			err = &cuda.OpError{Op: op, Err: fmt.Errorf("asking the driver for the mapping at %#x: %w", uint64(p), qerr)}
-		} else {
-			err = cuda.Errorf(op, cuda.ErrInvalidArgument, "legacy handle claims %d bytes, the driver mapped %d bytes at %#x (allocation %#x+%d)", h.Size, mappedFrom(p, base, rangeSize), uint64(p), uint64(base), rangeSize)
+		if ref, err = acquireTorchRef(op, h.RefCounter, h.RefCounterOffset); err != nil {
+			return nil, err
 		}
-		if cerr := dev.IPCCloseMemHandle(p); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("unmapping the refused handle: %w", cerr))
+	}
+	// undo leaves the share as it was, for a retry or ReleaseTorch.
+	undo := func(err error) (*buffer.Buffer, error) {
+		if ref != nil {
+			if derr := ref.drop(); derr != nil {
+				err = errors.Join(err, derr)
+			}
 		}
 		return nil, err
 	}
-	return buffer.Owned(p, h.Size, &legacyMapping{dev: dev}, dev.DefaultStream()), nil
+	if h.EventSync {
+		if err := dev.IPCWaitEvent(h.Event); err != nil {
+			return undo(fmt.Errorf("%s (%d bytes at offset %d): waiting for the producer's event: %w", op, h.Size, h.Offset, err))
+		}
+	}
+	base, err := dev.IPCOpenMemHandle(h.Handle, cuda.IPCMemLazyEnablePeerAccess)
+	if err != nil {
+		return undo(fmt.Errorf("%s (%d bytes at offset %d): %w", op, h.Size, h.Offset, err))
+	}
+	rbase, rsize, qerr := mappingOf(dev, base)
+	start := base + cuda.DevicePtr(h.Offset)
+	_, ok := within(start, h.Size, rbase, rsize)
+	if qerr != nil || !ok || uint64(base) > math.MaxUint64-h.Offset {
+		var err error
+		if qerr != nil {
+			err = &cuda.OpError{Op: op, Err: fmt.Errorf("asking the driver for the mapping at %#x: %w", uint64(base), qerr)}
+		} else {
+			err = cuda.Errorf(op, cuda.ErrInvalidArgument, "storage of %d bytes at offset %d does not fit the segment the driver mapped (%d bytes at %#x)", h.Size, h.Offset, mappedFrom(base, rbase, rsize), uint64(base))
+		}
+		if cerr := dev.IPCCloseMemHandle(base); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("unmapping the refused handle: %w", cerr))
+		}
+		return undo(err)
+	}
+	return buffer.Owned(start, h.Size, &legacyMapping{dev: dev, base: base, start: start, ref: ref}, dev.DefaultStream()), nil
 }
 
-// legacyMapping is the MemoryResource behind OpenLegacy's buffers: it only
-// unmaps.
-type legacyMapping struct{ dev *cuda.Device }
+// legacyMapping is the MemoryResource behind one OpenLegacy Buffer: it only
+// unmaps, once, and then releases the share's reference counter.
+type legacyMapping struct {
+	dev         *cuda.Device
+	base, start cuda.DevicePtr
+	ref         *torchRef // nil: no counter to release
+
+	mu     sync.Mutex
+	closed bool
+}
 
 func (m *legacyMapping) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
 	return 0, nil, cuda.Errorf("ipc.legacyMapping.Allocate", cuda.ErrInvalidArgument, "cannot allocate from memory opened with OpenLegacy")
 }
 
-// Deallocate waits for s (nil: the legacy default stream) and unmaps:
-// cuIpcCloseMemHandle is not stream-ordered.
+// Deallocate waits for s (nil: the legacy default stream) and unmaps the
+// segment: cuIpcCloseMemHandle is not stream-ordered. Then, the memory
+// being neither used nor mapped here any more, it releases the share's
+// reference counter; a failure there closes the Buffer anyway (the error
+// wraps buffer.ErrPartlyFreed).
 func (m *legacyMapping) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream) error {
+	const op = "ipc.legacyMapping.Deallocate"
 	if m == nil || m.dev == nil {
-		return cuda.Errorf("ipc.legacyMapping.Deallocate", cuda.ErrInvalidArgument, "nil or zero legacy mapping")
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil or zero mapping")
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed || p != m.start {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%#x (%d bytes) is not the open storage of this mapping", uint64(p), size)
 	}
 	if s == nil {
 		s = m.dev.DefaultStream()
@@ -168,7 +290,16 @@ func (m *legacyMapping) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream
 	if err := s.Sync(); err != nil {
 		return err
 	}
-	return m.dev.IPCCloseMemHandle(p)
+	if err := m.dev.IPCCloseMemHandle(m.base); err != nil {
+		return err
+	}
+	m.closed = true
+	if m.ref != nil {
+		if err := m.ref.release(); err != nil {
+			return fmt.Errorf("%s %#x (%d bytes, unmapped): %w: %w", op, uint64(p), size, buffer.ErrPartlyFreed, err)
+		}
+	}
+	return nil
 }
 
 func (m *legacyMapping) DeviceAccessible() bool { return true }
@@ -178,4 +309,53 @@ func (m *legacyMapping) DeviceID() int {
 		return -1
 	}
 	return m.dev.Ordinal()
+}
+
+// ExportLegacy describes b, device memory from cuMemAlloc (a
+// resource.SyncDevice buffer, a view of one, or such memory wrapped with
+// buffer.FromPointer), the way CuPy and PyTorch share it: the
+// allocation's legacy IPC handle, b's offset in it and its size. Another
+// process maps it with OpenLegacy, or from CuPy with
+// cupy.cuda.runtime.ipcOpenMemHandle, or from Python with
+// cuIpcOpenMemHandle (cuda.bindings)
+// and hands the pointer plus Offset to PyTorch through
+// __cuda_array_interface__ (torch.as_tensor), as the package's Python
+// tests do. Pool memory cannot be shared this way (use ExportBuffer).
+func ExportLegacy(b *buffer.Buffer) (LegacyHandle, error) {
+	const op = "ipc.ExportLegacy"
+	if b == nil {
+		return LegacyHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil buffer")
+	}
+	if b.IsClosed() {
+		return LegacyHandle{}, &cuda.OpError{Op: op, Err: cuda.ErrClosed}
+	}
+	if b.Size() == 0 {
+		return LegacyHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "empty %v", b)
+	}
+	var h LegacyHandle
+	err := b.Use(op, func(ptr cuda.DevicePtr) error {
+		info, err := cuda.QueryPointer(ptr)
+		if err != nil {
+			return &cuda.OpError{Op: op, Err: err}
+		}
+		if info.Type != cuda.MemoryTypeDevice || info.Managed || info.Pool != 0 {
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "%v is not cuMemAlloc device memory (use resource.SyncDevice; pool memory goes through ExportBuffer)", b)
+		}
+		if _, ok := within(ptr, b.Size(), info.RangeBase, info.RangeSize); !ok {
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "%v runs past its allocation (%#x+%d)", b, uint64(info.RangeBase), info.RangeSize)
+		}
+		dev, err := cuda.GetDevice(info.Device)
+		if err != nil {
+			return err
+		}
+		if h.Handle, err = dev.IPCGetMemHandle(info.RangeBase); err != nil {
+			return fmt.Errorf("%s %v: %w", op, b, err)
+		}
+		h.Offset, h.Size = uint64(ptr-info.RangeBase), b.Size()
+		return nil
+	})
+	if err != nil {
+		return LegacyHandle{}, err
+	}
+	return h, nil
 }

@@ -3,6 +3,7 @@
 package ipc
 
 import (
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -46,13 +47,13 @@ func pipePair(t *testing.T) (r, w int) {
 
 // The plain message carries data and working descriptors, on every socket
 // type; the descriptors received are close-on-exec duplicates.
-func TestSendReceiveMsg(t *testing.T) {
+func TestSendReceivePlain(t *testing.T) {
 	for _, typ := range []int{syscall.SOCK_STREAM, syscall.SOCK_SEQPACKET, syscall.SOCK_DGRAM} {
 		a, b := unixPair(t, typ)
 		r, w := pipePair(t)
 		base := fdCount(t)
-		require.NoError(t, SendMsg(a, []byte("pool-uuid"), r, w))
-		data, fds, err := ReceiveMsg(b, 64, 4)
+		require.NoError(t, SendPlain(a, []byte("pool-uuid"), r, w))
+		data, fds, err := ReceivePlain(context.Background(), b, 64, 4)
 		require.NoError(t, err)
 		assert.Equal(t, "pool-uuid", string(data))
 		require.Len(t, fds, 2)
@@ -78,41 +79,41 @@ func TestSendReceiveMsg(t *testing.T) {
 // A hostile peer: more descriptors than asked for, data longer than the
 // buffer on a datagram socket, end of stream. Each is an error, and every
 // descriptor that arrived is closed.
-func TestReceiveMsgHostile(t *testing.T) {
+func TestReceivePlainHostile(t *testing.T) {
 	r, w := pipePair(t)
 
 	a, b := unixPair(t, syscall.SOCK_STREAM)
 	base := fdCount(t)
 	require.NoError(t, syscall.Sendmsg(rawFD(t, a), []byte("x"), syscall.UnixRights(r, w, r, w), nil, 0))
-	_, _, err := ReceiveMsg(b, 16, 2)
+	_, _, err := ReceivePlain(context.Background(), b, 16, 2)
 	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
 	assert.Contains(t, err.Error(), "truncated")
 	assert.Equal(t, base, fdCount(t), "extra descriptors closed")
 
 	a, b = unixPair(t, syscall.SOCK_SEQPACKET)
 	base = fdCount(t)
-	require.NoError(t, SendMsg(a, []byte(strings.Repeat("y", 100)), r))
-	_, _, err = ReceiveMsg(b, 10, 1)
+	require.NoError(t, SendPlain(a, []byte(strings.Repeat("y", 100)), r))
+	_, _, err = ReceivePlain(context.Background(), b, 10, 1)
 	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
 	assert.Contains(t, err.Error(), "longer than 10 bytes")
 	assert.Equal(t, base, fdCount(t), "the descriptor of a refused message is closed")
 
 	a, b = unixPair(t, syscall.SOCK_STREAM)
 	require.NoError(t, a.Close())
-	_, _, err = ReceiveMsg(b, 10, 1)
+	_, _, err = ReceivePlain(context.Background(), b, 10, 1)
 	require.ErrorIs(t, err, io.EOF)
 
 	for _, c := range []struct {
 		maxData, maxFDs int
 	}{{0, 1}, {-1, 1}, {1, -1}, {1, MaxFDs + 1}, {maxFramePayload + 1, 0}} {
-		_, _, err := ReceiveMsg(b, c.maxData, c.maxFDs)
+		_, _, err := ReceivePlain(context.Background(), b, c.maxData, c.maxFDs)
 		assert.ErrorIs(t, err, cuda.ErrInvalidArgument, "%+v", c)
 	}
-	_, _, err = ReceiveMsg(nil, 1, 1)
+	_, _, err = ReceivePlain(context.Background(), nil, 1, 1)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
-	assert.ErrorIs(t, SendMsg(nil, []byte("x")), cuda.ErrInvalidArgument)
-	assert.ErrorIs(t, SendMsg(a, nil, r), cuda.ErrInvalidArgument, "descriptors need data")
-	assert.ErrorIs(t, SendMsg(a, []byte("x"), -1), cuda.ErrInvalidArgument)
+	assert.ErrorIs(t, SendPlain(nil, []byte("x")), cuda.ErrInvalidArgument)
+	assert.ErrorIs(t, SendPlain(a, nil, r), cuda.ErrInvalidArgument, "descriptors need data")
+	assert.ErrorIs(t, SendPlain(a, []byte("x"), -1), cuda.ErrInvalidArgument)
 }
 
 // Python peers, with nothing but socket.send_fds and socket.recv_fds
@@ -152,8 +153,8 @@ os.close(r)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	require.NoError(t, cmd.Start())
 	r, w := pipePair(t)
-	require.NoError(t, SendMsg(a, []byte("go-pool-uuid"), w))
-	data, fds, err := ReceiveMsg(a, 64, 4)
+	require.NoError(t, SendPlain(a, []byte("go-pool-uuid"), w))
+	data, fds, err := ReceivePlain(context.Background(), a, 64, 4)
 	waitErr := cmd.Wait()
 	require.NoError(t, err, "python: %s", out.String())
 	require.NoError(t, waitErr, "python: %s", out.String())

@@ -3,6 +3,7 @@
 package ipc
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -20,11 +21,11 @@ import (
 // this: one sendmsg whose data and SCM_RIGHTS descriptors travel
 // together, one recvmsg on the other side. So a Go process and a Python
 // one (cuda.core, PyTorch) exchange a pool's fd and its UUID over an
-// ordinary Unix socket with SendMsg and ReceiveMsg on the Go side, and no
+// ordinary Unix socket with SendPlain and ReceivePlain on the Go side, and no
 // hand-written control messages on either.
 //
 // What the message means is the caller's (cuda.core sends the pool's
-// UUID as its data, for example; see ImportForeign and NewHandle for
+// UUID as its data, for example; see ImportUnauthenticated and NewHandle for
 // turning the fd into a pool). SendFDs and ReceiveFDs remain the framed
 // form for Go peers: they keep a payload whole on stream sockets.
 //
@@ -33,14 +34,14 @@ import (
 // goroutines sending (or receiving) on it at once can interleave
 // messages.
 
-// SendMsg sends data and the file descriptors fds in one sendmsg over a
+// SendPlain sends data and the file descriptors fds in one sendmsg over a
 // Unix socket, as Python's socket.send_fds does. The receiver gets
 // duplicates; the caller still owns its fds. With descriptors, data must
 // not be empty (a stream socket carries descriptors with bytes). On a
 // stream socket a long data may go out in several writes; the
 // descriptors travel with the first.
-func SendMsg(conn *net.UnixConn, data []byte, fds ...int) error {
-	const op = "ipc.SendMsg"
+func SendPlain(conn *net.UnixConn, data []byte, fds ...int) error {
+	const op = "ipc.SendPlain"
 	switch {
 	case conn == nil:
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil connection")
@@ -70,7 +71,7 @@ func SendMsg(conn *net.UnixConn, data []byte, fds ...int) error {
 	return nil
 }
 
-// ReceiveMsg reads one message as Python's socket.recv_fds(sock,
+// ReceivePlain reads one message as Python's socket.recv_fds(sock,
 // maxData, maxFDs) does: one recvmsg of at most maxData bytes with at
 // most maxFDs descriptors, which the caller now owns (close-on-exec set).
 // On a datagram or seqpacket socket that is one whole message; on a
@@ -88,17 +89,28 @@ func SendMsg(conn *net.UnixConn, data []byte, fds ...int) error {
 // attaches control messages of its own (SO_PASSCRED, a receive timestamp
 // option, SO_INQ: see ReceiveFDs for the list) is refused the same way
 // before anything is read, and the message stays on the socket (those
-// messages would take the descriptors' room).
-func ReceiveMsg(conn *net.UnixConn, maxData, maxFDs int) (data []byte, fds []int, err error) {
-	const op = "ipc.ReceiveMsg"
+// messages would take the descriptors' room). It gives up when ctx is
+// done, as ReceiveFDs does.
+func ReceivePlain(ctx context.Context, conn *net.UnixConn, maxData, maxFDs int) (data []byte, fds []int, err error) {
+	const op = "ipc.ReceivePlain"
 	switch {
-	case conn == nil:
-		return nil, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil connection")
 	case maxData < 1 || maxData > maxFramePayload:
 		return nil, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "maxData %d, want 1 to %d", maxData, maxFramePayload)
 	case maxFDs < 0 || maxFDs > MaxFDs:
 		return nil, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "maxFDs %d, want 0 to %d", maxFDs, MaxFDs)
 	}
+	err = withReadContext(ctx, op, conn, func() error {
+		data, fds, err = receivePlain(op, conn, maxData, maxFDs)
+		return err
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return data, fds, nil
+}
+
+// receivePlain is ReceivePlain without the context.
+func receivePlain(op string, conn *net.UnixConn, maxData, maxFDs int) ([]byte, []int, error) {
 	buf := make([]byte, maxData)
 	// Room for maxFDs descriptors exactly: the kernel closes any beyond
 	// that and says so (MSG_CTRUNC), so a peer cannot make this call hold

@@ -3,12 +3,13 @@ package ipc
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
+	"weak"
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/osfd"
-	"github.com/cudamem/cudamem/internal/poolexport"
 	"github.com/cudamem/cudamem/resource"
 )
 
@@ -34,17 +35,14 @@ type poolUser interface {
 	Use(fn func(pool cuda.MemPool) error) error
 }
 
-// withPool runs fn with p's driver pool, held open where p can do that.
+// withPool runs fn with p's driver pool held open. Every pool poolState
+// accepts has Use.
 func withPool(op string, p ExportablePool, fn func(pool cuda.MemPool) error) error {
-	if u, ok := p.(poolUser); ok {
-		return u.Use(fn)
+	u, ok := p.(poolUser)
+	if !ok {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%T cannot be held open for an export", p)
 	}
-	// A pool without Use: check and go, which a concurrent Close can race.
-	pool := p.Pool()
-	if p.IsClosed() || pool.IsZero() {
-		return &cuda.OpError{Op: op, Err: cuda.ErrClosed}
-	}
-	return fn(pool)
+	return u.Use(fn)
 }
 
 // exportState is what this package remembers of an exported pool.
@@ -62,30 +60,39 @@ type exportState struct {
 	exported bool
 }
 
-// exportStateHolder is a pool that keeps package ipc's export state on
-// itself (resource.DevicePool and PinnedPool): the state lives and dies
-// with the pool, so a pool keeps one UUID and a dead pool's state can
-// never be confused with a new pool that reuses its driver handle. Only
-// cudamem's pools can implement it, its type being internal.
-type exportStateHolder interface {
-	ExportState() *poolexport.Slot
-}
+// exportStates holds the export state of every pool exported so far,
+// keyed by a weak pointer to the pool: the state lives as long as the pool
+// object (a cleanup deletes it when the pool is collected), so a pool
+// keeps one UUID and key, and a new pool that reuses a dead one's driver
+// handle starts afresh.
+var exportStates sync.Map // weak.Pointer[resource.DevicePool or PinnedPool] -> *exportState
 
 // poolState returns p's export state, making one (its UUID and key) on
 // first use: the first ExportPool or ExportBuffer of the pool.
 func poolState(op string, p ExportablePool) (*exportState, error) {
-	h, ok := p.(exportStateHolder)
-	if !ok || h.ExportState() == nil {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "%T is not an exportable pool", p)
+	switch q := p.(type) {
+	case *resource.DevicePool:
+		if q != nil {
+			return stateOf(q), nil
+		}
+	case *resource.PinnedPool:
+		if q != nil {
+			return stateOf(q), nil
+		}
 	}
-	v := h.ExportState().Get(func() any {
-		return &exportState{uuid: cuda.NewUUID(), key: newPoolKey()}
-	})
-	st, ok := v.(*exportState)
-	if !ok {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "%T holds export state of type %T", p, v)
+	return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "%T is not an exportable pool (a resource.DevicePool or PinnedPool)", p)
+}
+
+func stateOf[T any](p *T) *exportState {
+	k := weak.Make(p)
+	if v, ok := exportStates.Load(k); ok {
+		return v.(*exportState)
 	}
-	return st, nil
+	v, loaded := exportStates.LoadOrStore(k, &exportState{uuid: cuda.NewUUID(), key: newPoolKey()})
+	if !loaded {
+		runtime.AddCleanup(p, func(k weak.Pointer[T]) { exportStates.Delete(k) }, k)
+	}
+	return v.(*exportState)
 }
 
 // ensureExported exports pool once as a shareable handle (closing the fd
@@ -143,7 +150,7 @@ func checkExportable(op string, p ExportablePool) error {
 func ExportPool(p ExportablePool) (*Handle, error) {
 	const op = "ipc.ExportPool"
 	if ip, ok := p.(*ImportedPool); ok {
-		return ip.Export()
+		return ip.export()
 	}
 	var h *Handle
 	err := exportPool(op, p, cuda.MemHandleTypePosixFileDescriptor, "POSIX fd handles (fabric only: use ExportPoolFabric)", func(pool cuda.MemPool, st *exportState) error {

@@ -1,7 +1,9 @@
 package ipc
 
 import (
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -55,4 +57,40 @@ func TestExportHoldsPoolOpen(t *testing.T) {
 		return nil
 	})
 	assert.ErrorIs(t, err, cuda.ErrClosed)
+}
+
+// TestExportStateFollowsPool: each pool object has one export state (one
+// UUID and key, however often it is exported), another pool another, and
+// a pool's state goes when the pool is collected, so the table of export
+// states never outgrows the pools alive.
+func TestExportStateFollowsPool(t *testing.T) {
+	type pool struct {
+		p *int // not a tiny allocation: the cleanup runs
+		_ [48]byte
+	}
+	a, b := new(pool), new(pool)
+	sa, sb := stateOf(a), stateOf(b)
+	assert.Same(t, sa, stateOf(a), "one state per pool")
+	assert.NotSame(t, sa, sb)
+	assert.NotEqual(t, sa.uuid, sb.uuid)
+	assert.False(t, sa.key.equal(sb.key))
+	count := func() int {
+		n := 0
+		exportStates.Range(func(any, any) bool { n++; return true })
+		return n
+	}
+	before := count()
+	func() {
+		for range 8 {
+			stateOf(new(pool))
+		}
+	}()
+	require.Equal(t, before+8, count())
+	for i := 0; i < 1000 && count() > before; i++ {
+		runtime.GC()
+		time.Sleep(time.Millisecond)
+	}
+	assert.Equal(t, before, count(), "the states of collected pools are gone")
+	runtime.KeepAlive(a)
+	runtime.KeepAlive(b)
 }

@@ -3,6 +3,7 @@
 package ipc_test
 
 import (
+	"context"
 	"net"
 	"os"
 	"strconv"
@@ -41,7 +42,7 @@ func TestDriverPoolFDKind(t *testing.T) {
 	defer a.Close()
 	defer b.Close()
 	require.NoError(t, ipc.SendHandle(a, h))
-	got, err := ipc.ReceiveHandle(b)
+	got, err := ipc.ReceiveHandle(context.Background(), b)
 	require.NoError(t, err, "ReceiveHandle refused the driver's own pool fd (mode %#o): the kind check is wrong", st.Mode)
 	defer got.Close()
 	assert.Equal(t, h.UUID(), got.UUID())

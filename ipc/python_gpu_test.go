@@ -173,7 +173,7 @@ func TestPythonImportsGoPool(t *testing.T) {
 
 // Go -> Python over a plain Unix socket, no ExtraFiles and no framing:
 // the pool's fd and, in the same message, its UUID and a buffer's export
-// data and size (one JSON line), sent with ipc.SendMsg as Python's
+// data and size (one JSON line), sent with ipc.SendPlain as Python's
 // socket.recv_fds reads them. cuda.core imports pool and buffer
 // (from_allocation_handle, IPCBufferDescriptor._init,
 // Buffer.from_ipc_descriptor), checks Go's data and writes its own, which
@@ -210,8 +210,8 @@ func TestPythonImportsGoPoolOverSocket(t *testing.T) {
 	require.NoError(t, err)
 	// Sent before Python starts: the socket holds the message and a
 	// reference to the fd until Python's recv_fds.
-	require.NoError(t, ipc.SendMsg(conn, append(msg, '\n'), poolFD))
-	t.Logf("sent with ipc.SendMsg: pool fd %d (UUID %v) and %d bytes: %s", poolFD, h.UUID(), len(msg)+1, msg)
+	require.NoError(t, ipc.SendPlain(conn, append(msg, '\n'), poolFD))
+	t.Logf("sent with ipc.SendPlain: pool fd %d (UUID %v) and %d bytes: %s", poolFD, h.UUID(), len(msg)+1, msg)
 
 	cmd := pyCmd(t, py, "cudacore_import.py", "--sock", "3", "--seed", "51", "--newseed", "52", "--device", strconv.Itoa(d.Ordinal()))
 	cmd.ExtraFiles = []*os.File{theirs}
@@ -230,7 +230,7 @@ type pyPoolMsg struct {
 }
 
 // receivePool reads cudacore_export.py's message and the fd with it
-// (socket.send_fds on the Python side, ipc.ReceiveMsg here); ok is false
+// (socket.send_fds on the Python side, ipc.ReceivePlain here); ok is false
 // when Python closed the socket without sending (it failed or asked for
 // a skip: its exit status says which).
 func receivePool(t *testing.T, sock int) (msg pyPoolMsg, fd int, ok bool) {
@@ -243,7 +243,7 @@ func receivePool(t *testing.T, sock int) (msg pyPoolMsg, fd int, ok bool) {
 	require.NoError(t, err)
 	defer c.Close()
 	conn := c.(*net.UnixConn)
-	line, fds, err := ipc.ReceiveMsg(conn, 4096, 4)
+	line, fds, err := ipc.ReceivePlain(context.Background(), conn, 4096, 4)
 	if errors.Is(err, io.EOF) {
 		return pyPoolMsg{}, -1, false
 	}
@@ -261,7 +261,7 @@ func receivePool(t *testing.T, sock int) (msg pyPoolMsg, fd int, ok bool) {
 
 // cuda.core exports a pool and a buffer; Go imports them (ImportPool of
 // NewHandle(fd, uuid), or of NewForeignHandle(fd) for a bare fd, then
-// ImportForeign), checks Python's data and writes its own, which Python
+// ImportUnauthenticated), checks Python's data and writes its own, which Python
 // checks.
 func TestPythonExportsToGo(t *testing.T) {
 	d := cudatest.Device(t)
@@ -321,7 +321,7 @@ func TestPythonExportsToGo(t *testing.T) {
 			pool, err := ipc.ImportPool(d, h)
 			require.NoError(t, err)
 			s := cudatest.Stream(t, d)
-			b, err := pool.ImportForeign(data, msg.Size, s)
+			b, err := pool.ImportUnauthenticated(data, msg.Size, s)
 			require.NoError(t, err)
 			requirePattern(t, b, s, 21, "Python's data seen from Go")
 			fillHost(t, b, s, 22)
@@ -338,7 +338,7 @@ func TestPythonExportsToGo(t *testing.T) {
 }
 
 // PyTorch shares a tensor as torch.multiprocessing does; Go maps it with
-// OpenTorch (having waited for the producer's event), checks it and
+// OpenLegacy (having waited for the producer's event), checks it and
 // writes it, and closes it; the tensor in Python shows Go's data. The
 // close released the share as torch's own consumer does: its counter is
 // 0, the producer's memory is back to where it started once it drops the
@@ -393,7 +393,7 @@ func TestPythonTorchSharesWithGo(t *testing.T) {
 		msg.Size, msg.Offset, msg.RefOffset, msg.RefCounter, msg.EventSync)
 	require.Equal(t, uint64(pySize), th.Size)
 
-	b, err := ipc.OpenTorch(d, th)
+	b, err := ipc.OpenLegacy(d, th)
 	require.NoError(t, err)
 	s := cudatest.Stream(t, d)
 	requirePattern(t, b, s, 31, "the tensor seen from Go")
@@ -410,7 +410,7 @@ func TestPythonTorchSharesWithGo(t *testing.T) {
 	big := th
 	big.Size = 1 << 40
 	big.RefCounter, big.EventSync = "", false
-	_, err = ipc.OpenTorch(d, big)
+	_, err = ipc.OpenLegacy(d, big)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 
 	_, err = stdin.Write([]byte("done\n"))
@@ -424,7 +424,7 @@ func TestPythonTorchSharesWithGo(t *testing.T) {
 }
 
 // Go shares cuMemAlloc memory (a view inside an allocation) with
-// ExportTorch; PyTorch maps it, checks and overwrites it; Go sees the
+// ExportLegacy; PyTorch maps it, checks and overwrites it; Go sees the
 // writes, and nothing outside the view changed.
 func TestPythonTorchImportsGo(t *testing.T) {
 	d := cudatest.Device(t)
@@ -441,7 +441,7 @@ func TestPythonTorchImportsGo(t *testing.T) {
 	view, err := whole.Slice(off, pySize)
 	require.NoError(t, err)
 	fillHost(t, view, s, 41)
-	th, err := ipc.ExportTorch(view)
+	th, err := ipc.ExportLegacy(view)
 	require.NoError(t, err)
 	assert.Equal(t, uint64(off), th.Offset)
 	assert.Equal(t, uint64(pySize), th.Size)
@@ -457,10 +457,10 @@ func TestPythonTorchImportsGo(t *testing.T) {
 	requirePattern(t, head, s, 40, "the bytes before the view")
 }
 
-// FDIdentity on the driver's pool fds: say what they are; where it derives
+// NewForeignHandle's UUID from the driver's pool fds: say what they are; where it derives
 // identities, two pools must never share one (NewForeignHandle would map
 // one pool's buffers into another), and dups of one fd always do.
-func TestInteropFDIdentity(t *testing.T) {
+func TestInteropForeignIdentity(t *testing.T) {
 	d := cudatest.Device(t)
 	p1, p2 := ipcPool(t, d), ipcPool(t, d)
 	var hs []*ipc.Handle
@@ -470,6 +470,22 @@ func TestInteropFDIdentity(t *testing.T) {
 		defer h.Close()
 		hs = append(hs, h)
 	}
+	// foreignID is the UUID NewForeignHandle derives for a duplicate of
+	// fd (an error matching cuda.ErrNotSupported when it derives none).
+	foreignID := func(fd int) (ipc.UUID, error) {
+		dup, err := syscall.Dup(fd)
+		require.NoError(t, err)
+		h, derived, err := ipc.NewForeignHandle(dup)
+		if err != nil {
+			syscall.Close(dup)
+			return ipc.UUID{}, err
+		}
+		defer h.Close()
+		if !derived {
+			return ipc.UUID{}, fmt.Errorf("fd %d identifies no file: %w", fd, cuda.ErrNotSupported)
+		}
+		return h.UUID(), nil
+	}
 	var ids []ipc.UUID
 	for i, h := range hs {
 		fd, err := h.FD()
@@ -478,7 +494,7 @@ func TestInteropFDIdentity(t *testing.T) {
 		var st syscall.Stat_t
 		require.NoError(t, syscall.Fstat(fd, &st))
 		t.Logf("export %d: fd %d -> %q, mode %#o, dev %#x, ino %d, rdev %#x", i, fd, target, st.Mode, st.Dev, st.Ino, st.Rdev)
-		id, err := ipc.FDIdentity(fd)
+		id, err := foreignID(fd)
 		if errors.Is(err, cuda.ErrNotSupported) {
 			t.Skipf("the driver's pool fds carry no identity (%v): NewForeignHandle gives bare fds random UUIDs, as documented", err)
 		}
@@ -486,7 +502,7 @@ func TestInteropFDIdentity(t *testing.T) {
 		ids = append(ids, id)
 		dup, err := syscall.Dup(fd)
 		require.NoError(t, err)
-		did, err := ipc.FDIdentity(dup)
+		did, err := foreignID(dup)
 		syscall.Close(dup)
 		require.NoError(t, err)
 		assert.Equal(t, id, did, "a dup of export %d", i)

@@ -72,45 +72,46 @@ func setOpt(t *testing.T, c *net.UnixConn, opt, v int) bool {
 const recvWait = 5 * time.Second
 
 // receiveEntryPoints are every receive of the package, each as it is
-// refused: framed and plain, with and without a context. The ones without
-// a context are bounded by a read deadline (recvWait).
+// refused: framed and plain, with a context that ends and with
+// context.Background(), which leaves the connection's read deadline
+// (recvWait) in force.
 var receiveEntryPoints = []struct {
 	name string
 	recv func(c *net.UnixConn) ([]int, error)
 }{
 	{"ReceiveFDs", func(c *net.UnixConn) ([]int, error) {
 		c.SetReadDeadline(time.Now().Add(recvWait))
-		_, fds, err := ReceiveFDs(c, 256)
+		_, fds, err := ReceiveFDs(context.Background(), c, 256)
 		return fds, err
 	}},
-	{"ReceiveFDsContext", func(c *net.UnixConn) ([]int, error) {
+	{"ReceiveFDs", func(c *net.UnixConn) ([]int, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), recvWait)
 		defer cancel()
-		_, fds, err := ReceiveFDsContext(ctx, c, 256)
+		_, fds, err := ReceiveFDs(ctx, c, 256)
 		return fds, err
 	}},
 	{"ReceiveHandle", func(c *net.UnixConn) ([]int, error) {
 		c.SetReadDeadline(time.Now().Add(recvWait))
-		h, err := ReceiveHandle(c)
+		h, err := ReceiveHandle(context.Background(), c)
 		if h != nil {
 			h.Close()
 			return []int{-1}, err
 		}
 		return nil, err
 	}},
-	{"ReceiveHandleContext", func(c *net.UnixConn) ([]int, error) {
+	{"ReceiveHandle", func(c *net.UnixConn) ([]int, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), recvWait)
 		defer cancel()
-		h, err := ReceiveHandleContext(ctx, c)
+		h, err := ReceiveHandle(ctx, c)
 		if h != nil {
 			h.Close()
 			return []int{-1}, err
 		}
 		return nil, err
 	}},
-	{"ReceiveMsg", func(c *net.UnixConn) ([]int, error) {
+	{"ReceivePlain", func(c *net.UnixConn) ([]int, error) {
 		c.SetReadDeadline(time.Now().Add(recvWait))
-		_, fds, err := ReceiveMsg(c, 256, 1)
+		_, fds, err := ReceivePlain(context.Background(), c, 256, 1)
 		return fds, err
 	}},
 }
@@ -135,7 +136,7 @@ func TestReceiveRefusesKernelControlOptions(t *testing.T) {
 				}
 				r, w := pipePair(t)
 				require.NoError(t, SendFDs(a, []byte("frame"), r))
-				require.NoError(t, SendMsg(a, []byte("plain"), w))
+				require.NoError(t, SendPlain(a, []byte("plain"), w))
 				base := fdCount(t)
 				for _, e := range receiveEntryPoints {
 					fds, err := e.recv(b)
@@ -148,12 +149,12 @@ func TestReceiveRefusesKernelControlOptions(t *testing.T) {
 				setOpt(t, b, o.opt, 0)
 
 				require.NoError(t, b.SetReadDeadline(time.Now().Add(recvWait)))
-				p, fds, err := ReceiveFDs(b, 64)
+				p, fds, err := ReceiveFDs(context.Background(), b, 64)
 				require.NoError(t, err, "the frame is still there, whole")
 				assert.Equal(t, "frame", string(p))
 				require.Len(t, fds, 1)
 				assert.NoError(t, osfd.Close(fds[0]))
-				p, fds, err = ReceiveMsg(b, 64, 1)
+				p, fds, err = ReceivePlain(context.Background(), b, 64, 1)
 				require.NoError(t, err, "the plain message is still there, whole")
 				assert.Equal(t, "plain", string(p))
 				require.Len(t, fds, 1)
@@ -237,13 +238,13 @@ func TestPeekFindsUnreportedOption(t *testing.T) {
 	require.NoError(t, SendHandle(a, mustHandle(t, devNull(t))))
 	base := fdCount(t)
 	require.NoError(t, b.SetReadDeadline(time.Now().Add(recvWait)))
-	_, err = ReceiveHandle(b)
+	_, err = ReceiveHandle(context.Background(), b)
 	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
 	assert.Contains(t, err.Error(), "SO_INQ")
 	assert.Equal(t, base, fdCount(t))
 	setOpt(t, b, soINQ, 0)
 	require.NoError(t, b.SetReadDeadline(time.Now().Add(recvWait)))
-	_, fds, err := ReceiveFDs(b, handleMsgSize)
+	_, fds, err := ReceiveFDs(context.Background(), b, handleMsgSize)
 	require.NoError(t, err, "the frame is still there")
 	require.Len(t, fds, 1)
 	osfd.Close(fds[0])

@@ -53,8 +53,8 @@ func (h *Handle) String() string {
 	return fmt.Sprintf("ipc.Handle(pool %v, %v, key %v)", h.uuid, h.f, h.key)
 }
 
-// GoString is String in Go syntax, without the key.
-func (h *Handle) GoString() string {
+// goString is String in Go syntax (for %#v), without the key.
+func (h *Handle) goString() string {
 	if h == nil || h.f == nil {
 		return "&ipc.Handle{}"
 	}
@@ -64,11 +64,11 @@ func (h *Handle) GoString() string {
 // Format implements fmt.Formatter, so that no verb prints h's key
 // (values and pointers alike).
 func (h Handle) Format(f fmt.State, verb rune) {
-	formatRedacted(f, verb, h.String(), h.GoString())
+	formatRedacted(f, verb, h.String(), h.goString())
 }
 
-// GoString is String in Go syntax, without the key or the driver's bytes.
-func (h *FabricHandle) GoString() string {
+// goString is String in Go syntax (for %#v), without the key or the driver's bytes.
+func (h *FabricHandle) goString() string {
 	if h.zero() {
 		return "&ipc.FabricHandle{}"
 	}
@@ -78,11 +78,11 @@ func (h *FabricHandle) GoString() string {
 // Format implements fmt.Formatter, so that no verb prints h's key or
 // the driver's fabric handle bytes (values and pointers alike).
 func (h FabricHandle) Format(f fmt.State, verb rune) {
-	formatRedacted(f, verb, h.String(), h.GoString())
+	formatRedacted(f, verb, h.String(), h.goString())
 }
 
-// GoString is String in Go syntax, without the key.
-func (p *ImportedPool) GoString() string {
+// goString is String in Go syntax (for %#v), without the key.
+func (p *ImportedPool) goString() string {
 	if p.zero() {
 		return "&ipc.ImportedPool{}"
 	}
@@ -91,5 +91,5 @@ func (p *ImportedPool) GoString() string {
 
 // Format implements fmt.Formatter, so that no verb prints the pool's key.
 func (p *ImportedPool) Format(f fmt.State, verb rune) {
-	formatRedacted(f, verb, p.String(), p.GoString())
+	formatRedacted(f, verb, p.String(), p.goString())
 }

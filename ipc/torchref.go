@@ -98,7 +98,7 @@ type torchRef struct {
 }
 
 // torchRefs are the counters held, so that a share opened twice (two
-// OpenTorch calls with one TorchHandle) is released once, after both.
+// OpenLegacy calls with one LegacyHandle) is released once, after both.
 var torchRefs struct {
 	sync.Mutex
 	m map[torchRefKey]*torchRef
@@ -140,7 +140,7 @@ func acquireTorchRef(op, name string, index uint64) (*torchRef, error) {
 	return r, nil
 }
 
-// drop ends a use of r that never had memory behind it (an OpenTorch that
+// drop ends a use of r that never had memory behind it (an OpenLegacy that
 // failed after acquireTorchRef): the counter is left as it was, for the
 // share to be opened again or released (ReleaseTorch).
 func (r *torchRef) drop() error {
@@ -178,14 +178,14 @@ func (r *torchRef) release() error {
 // it without mapping it: it decrements h's reference counter, as torch's
 // own consumer does for a share it does not open (torch reuses a storage
 // it has open already, and releases the new share at once). Use it for a
-// TorchHandle received and not opened, so that the producer can free the
+// LegacyHandle received and not opened, so that the producer can free the
 // memory. A handle without RefCounter has nothing to release (nil). A
-// share open here (a Buffer of OpenTorch not yet closed) is refused with
+// share open here (a Buffer of OpenLegacy not yet closed) is refused with
 // an error matching cuda.ErrInvalidArgument: its Close releases it, after
-// the work on it. The name and index are checked as OpenTorch checks
+// the work on it. The name and index are checked as OpenLegacy checks
 // them; each share is released once, so releasing h twice is an error
 // (its counter is already 0).
-func ReleaseTorch(h TorchHandle) error {
+func ReleaseTorch(h LegacyHandle) error {
 	const op = "ipc.ReleaseTorch"
 	if h.RefCounter == "" {
 		return nil

@@ -105,12 +105,12 @@ func TestTorchRefRelease(t *testing.T) {
 	testutil.AssertNoNewFDs(t, fds)
 
 	// A share given up without being opened.
-	require.NoError(t, ReleaseTorch(TorchHandle{RefCounter: name, RefCounterOffset: 4}))
+	require.NoError(t, ReleaseTorch(LegacyHandle{RefCounter: name, RefCounterOffset: 4}))
 	assert.Equal(t, int64(0), f.counter(4))
-	err = ReleaseTorch(TorchHandle{RefCounter: name, RefCounterOffset: 4})
+	err = ReleaseTorch(LegacyHandle{RefCounter: name, RefCounterOffset: 4})
 	require.ErrorIs(t, err, cuda.ErrInvalidArgument, "released twice")
 	assert.Contains(t, err.Error(), "nothing to release")
-	assert.NoError(t, ReleaseTorch(TorchHandle{}), "no counter, nothing to do")
+	assert.NoError(t, ReleaseTorch(LegacyHandle{}), "no counter, nothing to do")
 	testutil.AssertNoNewFDs(t, fds)
 }
 
@@ -123,7 +123,7 @@ func TestTorchRefReleaseTorchRefusesOpenShare(t *testing.T) {
 	f := newRefFile(t, dir, name, 1, 8, map[int]int64{0: 1})
 	r, err := acquireTorchRef("test", name, 0)
 	require.NoError(t, err)
-	err = ReleaseTorch(TorchHandle{RefCounter: name})
+	err = ReleaseTorch(LegacyHandle{RefCounter: name})
 	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
 	assert.Contains(t, err.Error(), "open here")
 	assert.Equal(t, int64(1), f.counter(0))
@@ -131,7 +131,7 @@ func TestTorchRefReleaseTorchRefusesOpenShare(t *testing.T) {
 	assert.Equal(t, int64(0), f.counter(0))
 }
 
-// TestTorchRefDropLeavesShare: an OpenTorch that fails after the counter
+// TestTorchRefDropLeavesShare: an OpenLegacy that fails after the counter
 // was opened leaves it as it was, for a retry or ReleaseTorch; so does
 // one whose driver calls fail (a device that cannot map).
 func TestTorchRefDropLeavesShare(t *testing.T) {
@@ -145,13 +145,13 @@ func TestTorchRefDropLeavesShare(t *testing.T) {
 	assert.Equal(t, int64(1), f.counter(5))
 	assert.Zero(t, heldRefs())
 
-	_, err = OpenTorch(&cuda.Device{}, TorchHandle{Size: 4096, RefCounter: name, RefCounterOffset: 5})
+	_, err = OpenLegacy(&cuda.Device{}, LegacyHandle{Size: 4096, RefCounter: name, RefCounterOffset: 5})
 	require.Error(t, err, "a zero device maps nothing")
 	assert.Equal(t, int64(1), f.counter(5), "the failed open left the share as it was")
 	assert.Equal(t, int32(1), f.users())
 	assert.Zero(t, heldRefs())
 	testutil.AssertNoNewFDs(t, fds)
-	require.NoError(t, ReleaseTorch(TorchHandle{RefCounter: name, RefCounterOffset: 5}))
+	require.NoError(t, ReleaseTorch(LegacyHandle{RefCounter: name, RefCounterOffset: 5}))
 	assert.Equal(t, int64(0), f.counter(5))
 }
 
@@ -173,13 +173,13 @@ func TestTorchRefHostileNames(t *testing.T) {
 	} {
 		for _, op := range []func() error{
 			func() error { _, err := acquireTorchRef("test", name, 0); return err },
-			func() error { return ReleaseTorch(TorchHandle{RefCounter: name}) },
+			func() error { return ReleaseTorch(LegacyHandle{RefCounter: name}) },
 			func() error {
 				_, err := NewTorchShare(make([]byte, cuda.IPCHandleSize), 0, 1, []byte(name), 0, nil, false)
 				return err
 			},
 			func() error {
-				_, err := OpenTorch(&cuda.Device{}, TorchHandle{Size: 1, RefCounter: name})
+				_, err := OpenLegacy(&cuda.Device{}, LegacyHandle{Size: 1, RefCounter: name})
 				return err
 			},
 		} {
@@ -238,7 +238,7 @@ func TestTorchRefHostileFiles(t *testing.T) {
 			if tc.want != "no such file" && tc.want != "too many levels of symbolic links" && tc.want != "is a directory" {
 				assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 			}
-			err = ReleaseTorch(TorchHandle{RefCounter: tc.name, RefCounterOffset: tc.index})
+			err = ReleaseTorch(LegacyHandle{RefCounter: tc.name, RefCounterOffset: tc.index})
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tc.want)
 		})
@@ -327,11 +327,11 @@ func TestTorchRefInSharedMemory(t *testing.T) {
 	name := fmt.Sprintf("/torch_%d_%d", os.Getpid(), 4000000000+uint64(os.Getpid()))
 	f := newRefFile(t, shmDir, name, 1, torchCounters, map[int]int64{0: 1})
 	t.Cleanup(func() { os.Remove(f.path) })
-	require.NoError(t, ReleaseTorch(TorchHandle{RefCounter: name}))
+	require.NoError(t, ReleaseTorch(LegacyHandle{RefCounter: name}))
 	assert.Equal(t, int64(0), f.counter(0))
 }
 
-// TestNewTorchShare: _share_cuda_()'s values become a TorchHandle; a bad
+// TestNewTorchShare: _share_cuda_()'s values become a LegacyHandle; a bad
 // event handle or counter index is refused.
 func TestNewTorchShare(t *testing.T) {
 	raw := make([]byte, cuda.IPCHandleSize)

@@ -3,6 +3,7 @@
 package ipc
 
 import (
+	"context"
 	"os"
 	"syscall"
 	"testing"
@@ -32,7 +33,7 @@ func TestZeroUUIDRefused(t *testing.T) {
 	a, b := socketPair(t)
 	before := testutil.FDs(t)
 	require.NoError(t, SendFDs(a, encodeHandle(UUID{}, poolKey{}), fd))
-	_, err = ReceiveHandle(b)
+	_, err = ReceiveHandle(context.Background(), b)
 	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
 	assert.Equal(t, before, testutil.FDs(t), "the received fd is closed")
 	require.NoError(t, syscall.Close(fd))

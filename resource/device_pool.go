@@ -10,7 +10,6 @@ import (
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/poolexport"
 )
 
 // DevicePoolOptions ask NewDevicePool for a pool of its own (cuda.core's
@@ -269,16 +268,6 @@ func (p *DevicePool) IsOwned() bool { return p != nil && p.core.life.Owned() }
 
 // IsIPCEnabled reports whether the pool can be exported to other processes.
 func (p *DevicePool) IsIPCEnabled() bool { return p != nil && p.core.ipc }
-
-// ExportState is for package ipc, which keeps the pool's export state (its
-// UUID and key) here so that it lives and dies with the pool; its type is
-// internal to cudamem. It is nil for a nil pool.
-func (p *DevicePool) ExportState() *poolexport.Slot {
-	if p == nil {
-		return nil
-	}
-	return &p.core.export
-}
 
 // HandleTypes returns the shareable handle types the pool was created with
 // (POSIX fd with IPC, fabric with Fabric); 0 for a borrowed pool and for a

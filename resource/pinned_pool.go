@@ -8,7 +8,6 @@ import (
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/poolexport"
 )
 
 // PinnedPoolOptions configure NewPinnedPool (cuda.core's
@@ -242,16 +241,6 @@ func (p *PinnedPool) Pool() cuda.MemPool {
 
 // IsIPCEnabled reports whether the pool can be exported to other processes.
 func (p *PinnedPool) IsIPCEnabled() bool { return p != nil && p.core.ipc }
-
-// ExportState is for package ipc, which keeps the pool's export state (its
-// UUID and key) here so that it lives and dies with the pool; its type is
-// internal to cudamem. It is nil for a nil pool.
-func (p *PinnedPool) ExportState() *poolexport.Slot {
-	if p == nil {
-		return nil
-	}
-	return &p.core.export
-}
 
 // IsClosed reports whether Close has been called (true for nil).
 func (p *PinnedPool) IsClosed() bool { return p == nil || p.core.life.IsClosed() }

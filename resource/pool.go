@@ -8,7 +8,6 @@ import (
 
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/poolcore"
-	"github.com/cudamem/cudamem/internal/poolexport"
 )
 
 // keepAll is the release threshold that keeps freed memory cached in a
@@ -69,9 +68,6 @@ type poolCore struct {
 	maxSize uint64
 	life    poolcore.Core
 	ptrs    ptrSet // the live allocations' addresses: Deallocate frees only these
-	// export is package ipc's state for the pool (UUID and key), kept here
-	// so that it lives and dies with the pool.
-	export poolexport.Slot
 }
 
 // own makes c own its pool: once closed and unused, the pool's pending

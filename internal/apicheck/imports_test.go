@@ -19,8 +19,8 @@ const modulePath = "github.com/cudamem/cudamem"
 // (faultImports).
 var internalImports = map[string][]string{
 	"cuda":     {},
-	"ipc":      {"osfd", "poolcore", "poolexport"},
-	"resource": {"poolcore", "poolexport"},
+	"ipc":      {"osfd", "poolcore"},
+	"resource": {"poolcore"},
 	"virtual":  {"osfd"},
 }
 

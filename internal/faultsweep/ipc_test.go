@@ -245,14 +245,14 @@ func TestFaultSweepIPC(t *testing.T) {
 				cleanup: func() error { return f.cl.run() },
 			}, nil
 		}},
-		{name: "ImportedPool.Export", gpuSkip: gpuSameProcess, setup: func() (*fixture, error) {
+		{name: "ipc.ExportPool(ImportedPool)", gpuSkip: gpuSameProcess, setup: func() (*fixture, error) {
 			f, err := newIPC(true, true)
 			if err != nil {
 				return nil, err
 			}
 			var h *ipc.Handle
 			return &fixture{
-				op: func() (err error) { h, err = f.imp.Export(); return err },
+				op: func() (err error) { h, err = ipc.ExportPool(f.imp); return err },
 				cleanup: func() error {
 					var err error
 					if h != nil {

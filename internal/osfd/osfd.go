@@ -4,17 +4,17 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"sync"
 	"sync/atomic"
 
 	"github.com/cudamem/cudamem/cuda"
 )
 
-// File owns one open file descriptor.
+// File owns one open file descriptor. Its lifecycle is cuda.Guard's: each
+// use of the descriptor is a call, and Close (or Release) waits for the
+// calls in flight before the descriptor goes.
 type File struct {
-	mu   sync.RWMutex // read-held while the descriptor is in use; Close takes it exclusively
+	life cuda.Guard
 	fd   int
-	open bool // false in the zero value and after Close or Release
 	made bool // set by New: tells a closed File from the zero value
 	// cleanup closes the descriptor if the File is collected while open.
 	cleanup runtime.Cleanup
@@ -54,7 +54,7 @@ func New(fd int) (*File, error) {
 	if err := setCloexec(fd); err != nil {
 		return nil, &cuda.OpError{Op: "osfd.New", Err: fmt.Errorf("setting close-on-exec on file descriptor %d: %w", fd, err)}
 	}
-	f := &File{fd: fd, open: true, made: true}
+	f := &File{fd: fd, made: true}
 	f.cleanup = runtime.AddCleanup(f, leaked, fd)
 	return f, nil
 }
@@ -67,20 +67,14 @@ func errClosed(op string, fd int) error {
 	return &cuda.OpError{Op: op, Err: fmt.Errorf("%w: file descriptor %d", cuda.ErrClosed, fd)}
 }
 
-// acquire read-locks f for a use of its descriptor; release must follow
-// on success.
-func (f *File) acquire(op string) (int, error) {
-	if f == nil {
+// enter starts a use of f's descriptor; f.life.Leave must follow on
+// success.
+func (f *File) enter(op string) (int, error) {
+	if f == nil || !f.made {
 		return -1, errZero(op)
 	}
-	f.mu.RLock()
-	if !f.open {
-		fd, made := f.fd, f.made
-		f.mu.RUnlock()
-		if !made {
-			return -1, errZero(op)
-		}
-		return -1, errClosed(op, fd)
+	if !f.life.Enter() {
+		return -1, errClosed(op, f.fd)
 	}
 	return f.fd, nil
 }
@@ -89,45 +83,38 @@ func (f *File) acquire(op string) (int, error) {
 // concurrent Close is possible: after Int returns, nothing keeps the number
 // from being closed and reused.
 func (f *File) Int() (int, error) {
-	fd, err := f.acquire("osfd.File.Int")
+	fd, err := f.enter("osfd.File.Int")
 	if err != nil {
 		return -1, err
 	}
-	f.mu.RUnlock()
+	f.life.Leave()
 	return fd, nil
 }
 
 // Use runs fn with the descriptor held open: Close waits until fn returns.
-// fn must not close the descriptor or call f's other methods that lock it
-// exclusively (Close, Release).
+// fn must not close the descriptor, nor call f's Close or Release (they
+// would wait for fn).
 func (f *File) Use(fn func(fd int) error) error {
-	fd, err := f.acquire("osfd.File.Use")
+	fd, err := f.enter("osfd.File.Use")
 	if err != nil {
 		return err
 	}
-	defer f.mu.RUnlock()
+	defer f.life.Leave()
 	return fn(fd)
 }
 
 // IsOpen reports whether f owns an open descriptor.
-func (f *File) IsOpen() bool {
-	if f == nil {
-		return false
-	}
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.open
-}
+func (f *File) IsOpen() bool { return f != nil && f.made && !f.life.IsClosed() }
 
 // Dup returns a new File owning a close-on-exec duplicate of f's descriptor.
 func (f *File) Dup() (*File, error) {
 	const op = "osfd.File.Dup"
-	fd, err := f.acquire(op)
+	fd, err := f.enter(op)
 	if err != nil {
 		return nil, err
 	}
 	nfd, err := dupCloexec(fd)
-	f.mu.RUnlock()
+	f.life.Leave()
 	if err != nil {
 		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("file descriptor %d: %w", fd, err)}
 	}
@@ -153,18 +140,12 @@ func (f *File) OSFile(name string) (*os.File, error) {
 // now closes, and f becomes closed without closing it.
 func (f *File) Release() (int, error) {
 	const op = "osfd.File.Release"
-	if f == nil {
+	if f == nil || !f.made {
 		return -1, errZero(op)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.open {
-		if !f.made {
-			return -1, errZero(op)
-		}
+	if !f.life.Close() {
 		return -1, errClosed(op, f.fd)
 	}
-	f.open = false
 	f.cleanup.Stop()
 	return f.fd, nil
 }
@@ -175,15 +156,9 @@ func (f *File) Release() (int, error) {
 // state unspecified, and Linux always releases it), so Close is never
 // retried on a number that may already belong to someone else.
 func (f *File) Close() error {
-	if f == nil {
+	if f == nil || !f.made || !f.life.Close() {
 		return nil
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if !f.open {
-		return nil
-	}
-	f.open = false
 	f.cleanup.Stop()
 	if err := closeFD(f.fd); err != nil {
 		return &cuda.OpError{Op: "osfd.File.Close", Err: fmt.Errorf("file descriptor %d: %w", f.fd, err)}
@@ -196,9 +171,7 @@ func (f *File) String() string {
 	if f == nil {
 		return "osfd.File(nil)"
 	}
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if !f.open {
+	if !f.IsOpen() {
 		return "osfd.File(closed)"
 	}
 	return fmt.Sprintf("osfd.File(%d)", f.fd)

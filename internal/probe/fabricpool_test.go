@@ -76,7 +76,7 @@ func TestFabricPoolRoundTrip(t *testing.T) {
 	if err != nil || again != imp {
 		t.Fatalf("second import: %v, %v (want the same pool)", again, err)
 	}
-	if _, err := imp.Export(); !errors.Is(err, cuda.ErrInvalidArgument) {
+	if _, err := ipc.ExportPool(imp); !errors.Is(err, cuda.ErrInvalidArgument) {
 		t.Errorf("fd re-export of a fabric import: %v", err)
 	}
 	re, err := ipc.ExportPoolFabric(imp)
@@ -113,7 +113,7 @@ func craftFabric(t *testing.T, uuid ipc.UUID, driver []byte) *ipc.FabricHandle {
 	copy(b, "cudamemP")
 	binary.LittleEndian.PutUint16(b[8:], 1)
 	copy(b[12:28], uuid[:])
-	copy(b[28+ipc.KeySize:], driver)
+	copy(b[28+32:], driver)
 	binary.LittleEndian.PutUint32(b[ipc.FabricHandleSize-4:], crc32.ChecksumIEEE(b[:ipc.FabricHandleSize-4]))
 	var h ipc.FabricHandle
 	if err := h.UnmarshalBinary(b); err != nil {

@@ -4,6 +4,7 @@ package probe
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"net"
 	"os"
@@ -92,7 +93,7 @@ func TestReceiveGarbage(t *testing.T) {
 				a.CloseWrite()
 			}
 			b.SetReadDeadline(time.Now().Add(2 * time.Second))
-			h, err := ipc.ReceiveHandle(b)
+			h, err := ipc.ReceiveHandle(context.Background(), b)
 			if err == nil {
 				t.Errorf("type %d %s: ReceiveHandle accepted: %v", typ, c.name, h)
 				h.Close()
@@ -109,7 +110,7 @@ func TestReceiveGarbage(t *testing.T) {
 func TestReceiveClosedConn(t *testing.T) {
 	a, b := pair(t, syscall.SOCK_STREAM)
 	b.Close()
-	if _, _, err := ipc.ReceiveFDs(b, 10); err == nil {
+	if _, _, err := ipc.ReceiveFDs(context.Background(), b, 10); err == nil {
 		t.Errorf("ReceiveFDs on a closed conn: no error")
 	} else {
 		wantErr(t, "closed", err, "ipc.ReceiveFDs")
@@ -122,7 +123,7 @@ func TestReceiveClosedConn(t *testing.T) {
 	a2, b2 := pair(t, syscall.SOCK_SEQPACKET)
 	a2.Close()
 	b2.SetReadDeadline(time.Now().Add(2 * time.Second))
-	if _, _, err := ipc.ReceiveFDs(b2, 10); err == nil {
+	if _, _, err := ipc.ReceiveFDs(context.Background(), b2, 10); err == nil {
 		t.Errorf("ReceiveFDs after peer close: no error")
 	} else {
 		t.Log(err)
@@ -130,7 +131,7 @@ func TestReceiveClosedConn(t *testing.T) {
 	_ = a
 	// zero UnixConn
 	noPanic(t, "zero conn", func() {
-		_, _, err := ipc.ReceiveFDs(&net.UnixConn{}, 10)
+		_, _, err := ipc.ReceiveFDs(context.Background(), &net.UnixConn{}, 10)
 		if err == nil {
 			t.Errorf("zero conn: no error")
 		}

@@ -17,7 +17,7 @@ import (
 // TestIPCImportRefusesCapturingStream: an imported mapping is not graph
 // memory, and a refused import (a descriptor claiming more than the
 // mapping the driver made) unmaps what it just mapped on the caller's
-// stream. Import, ImportUnauthenticated and ImportForeign did that free
+// stream. Import and ImportUnauthenticated did that free
 // even when the stream captured (or was nil, the legacy stream, while a
 // blocking stream captured): it became a graph node or failed, and the
 // mapping was left behind. They now refuse such a stream with
@@ -66,10 +66,16 @@ func TestIPCImportRefusesCapturingStream(t *testing.T) {
 	tooBig := ipc.Descriptor{Pool: imp.UUID(), Size: 1 << 40, Data: desc.Data}
 	fits := ipc.Descriptor{Pool: imp.UUID(), Size: desc.Size, Data: desc.Data}
 	imports := map[string]func(s *cuda.Stream) (*buffer.Buffer, error){
-		"Import":                        func(s *cuda.Stream) (*buffer.Buffer, error) { return keyed.Import(desc, s) },
-		"ImportUnauthenticated":         func(s *cuda.Stream) (*buffer.Buffer, error) { return imp.ImportUnauthenticated(fits, s) },
-		"ImportUnauthenticated/too big": func(s *cuda.Stream) (*buffer.Buffer, error) { return imp.ImportUnauthenticated(tooBig, s) },
-		"ImportForeign/too big":         func(s *cuda.Stream) (*buffer.Buffer, error) { return imp.ImportForeign(desc.ExportData(), 1<<40, s) },
+		"Import": func(s *cuda.Stream) (*buffer.Buffer, error) { return keyed.Import(desc, s) },
+		"ImportUnauthenticated": func(s *cuda.Stream) (*buffer.Buffer, error) {
+			return imp.ImportUnauthenticated(fits.ExportData(), fits.Size, s)
+		},
+		"ImportUnauthenticated/too big": func(s *cuda.Stream) (*buffer.Buffer, error) {
+			return imp.ImportUnauthenticated(tooBig.ExportData(), tooBig.Size, s)
+		},
+		"ImportUnauthenticated/raw too big": func(s *cuda.Stream) (*buffer.Buffer, error) {
+			return imp.ImportUnauthenticated(desc.ExportData(), 1<<40, s)
+		},
 	}
 	for name, imp := range imports {
 		for _, sit := range []struct {

@@ -92,11 +92,9 @@ func TestIPCClosedEntryPoints(t *testing.T) {
 		"ExportBuffer(buffer of closed fabric)":     func() error { _, err := ipc.ExportBuffer(fb); return err },
 		"ExportBuffer(buffer of closed import)":     func() error { _, err := ipc.ExportBuffer(ib); return err },
 		"ExportPool(closed ImportedPool)":           func() error { _, err := ipc.ExportPool(imp); return err },
-		"ImportedPool.Export":                       func() error { _, err := imp.Export(); return err },
-		"ImportedPool.ExportFabric":                 func() error { _, err := imp.ExportFabric(); return err },
+		"ExportPoolFabric(closed ImportedPool)":     func() error { _, err := ipc.ExportPoolFabric(imp); return err },
 		"ImportedPool.Import":                       func() error { _, err := imp.Import(desc, nil); return err },
-		"ImportedPool.ImportUnauthenticated":        func() error { _, err := imp.ImportUnauthenticated(desc, nil); return err },
-		"ImportedPool.ImportForeign":                func() error { _, err := imp.ImportForeign(desc.ExportData(), desc.Size, nil); return err },
+		"ImportedPool.ImportUnauthenticated":        func() error { _, err := imp.ImportUnauthenticated(desc.ExportData(), desc.Size, nil); return err },
 		"ImportPool(closed Handle)":                 func() error { _, err := ipc.ImportPool(d, h); return err },
 		"Handle.ExtraFile(closed)":                  func() error { _, err := h.ExtraFile(); return err },
 	}

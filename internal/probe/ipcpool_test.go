@@ -65,7 +65,7 @@ func TestImportStreams(t *testing.T) {
 	if _, err := imp.Import(d2, nil); err == nil {
 		t.Errorf("Import altered: no error")
 	}
-	if _, err := imp.ImportUnauthenticated(d2, nil); err == nil {
+	if _, err := imp.ImportUnauthenticated(d2.ExportData(), d2.Size, nil); err == nil {
 		t.Errorf("ImportUnauthenticated oversized: no error")
 	} else {
 		wantErr(t, "oversize", err, "ImportedPool.ImportUnauthenticated")
@@ -107,7 +107,7 @@ func TestImportRefusedZeroStreamLeaks(t *testing.T) {
 	}
 	desc.Size = 1 << 20 // more than the mapping: refused after the driver mapped it
 	check := baseline(t)
-	_, err = imp.ImportUnauthenticated(desc, new(cuda.Stream))
+	_, err = imp.ImportUnauthenticated(desc.ExportData(), desc.Size, new(cuda.Stream))
 	wantErr(t, "oversized on zero stream", err, "ImportedPool.ImportUnauthenticated")
 	t.Log(err)
 	check()

@@ -84,7 +84,7 @@ func init() {
 		timeline.Kind(0), timeline.Event{}, timeline.Log{}, timeline.RecorderOptions{}, timeline.Recorder{},
 		timeline.Trace{}, timeline.Allocation{}, timeline.Usage{},
 	)
-	register("ipc", ipc.Descriptor{}, ipc.Handle{}, ipc.LegacyHandle{}, ipc.ImportedPool{}, ipc.UUID{}, ipc.TorchHandle{},
+	register("ipc", ipc.Descriptor{}, ipc.Handle{}, ipc.LegacyHandle{}, ipc.ImportedPool{}, ipc.UUID{},
 		ipc.FabricHandle{})
 	register("virtual",
 		virtual.Chunk{}, virtual.AllocationType(0), virtual.LocationType(0), virtual.HandleType(0),
@@ -104,9 +104,8 @@ func init() {
 // (defaults: they allocate on a GPU), ipc.NewHandle(0, ...) (it takes
 // ownership of fd 0 as asked), cuda.QueryPointer(0) (the driver's answer),
 // cuda.GetDevice(0) (device 0 exists on a GPU machine), loader.Open()
-// and Load() (they load a driver), ipc.FDIdentity(0) and
-// NewForeignHandle(0) (fd 0 is this process's stdin, a real file; the
-// second takes ownership of it).
+// and Load() (they load a driver), and ipc.NewForeignHandle(0) (fd 0 is
+// this process's stdin, a real file, and it takes ownership of it).
 var funcs = map[string]any{
 	"buffer.Owned":              buffer.Owned,
 	"buffer.FromPointer":        buffer.FromPointer,
@@ -148,14 +147,12 @@ var funcs = map[string]any{
 	"ipc.ReceiveFDs":            ipc.ReceiveFDs,
 	"ipc.SendHandle":            ipc.SendHandle,
 	"ipc.ReceiveHandle":         ipc.ReceiveHandle,
+	"ipc.SendPlain":             ipc.SendPlain,
+	"ipc.ReceivePlain":          ipc.ReceivePlain,
 	"ipc.Lookup":                ipc.Lookup,
 	"ipc.ParseUUID":             ipc.ParseUUID,
 	"ipc.NewHandleFromToken":    ipc.NewHandleFromToken,
-	"ipc.NewRawDescriptor":      ipc.NewRawDescriptor,
-	"ipc.NewTorchHandle":        ipc.NewTorchHandle,
 	"ipc.NewTorchShare":         ipc.NewTorchShare,
-	"ipc.OpenTorch":             ipc.OpenTorch,
-	"ipc.ExportTorch":           ipc.ExportTorch,
 	"buffer.Use":                buffer.Use,
 	"loader.OpenCUDALibrary":    loader.OpenCUDALibrary,
 	"virtual.New":               virtual.New,

@@ -3,7 +3,7 @@
 (Descriptor.ExportData, size), check the data Go wrote, write new data
 for Go to check. With --sock, the fd and the parts (one JSON line: uuid,
 data, size) arrive instead over the Unix socket inherited as that fd, in
-one message as socket.recv_fds reads it (Go's ipc.SendMsg). With --torch,
+one message as socket.recv_fds reads it (Go's ipc.SendPlain). With --torch,
 PyTorch reads and writes the memory (through __cuda_array_interface__)
 instead of plain copies."""
 
@@ -32,7 +32,7 @@ a = ap.parse_args()
 
 
 def receive(fd):
-    """The message and the one fd Go's ipc.SendMsg sent."""
+    """The message and the one fd Go's ipc.SendPlain sent."""
     sock = socket.socket(fileno=fd)
     if hasattr(socket, "recv_fds"):  # Python 3.9+
         msg, fds, _flags, _addr = socket.recv_fds(sock, 4096, 1)

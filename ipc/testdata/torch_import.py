@@ -1,4 +1,4 @@
-"""Go -> PyTorch: open memory cudamem described with ipc.ExportTorch (a
+"""Go -> PyTorch: open memory cudamem described with ipc.ExportLegacy (a
 legacy IPC handle of a cuMemAlloc allocation, an offset and a size), hand
 it to PyTorch through __cuda_array_interface__ (no copy), check Go's data
 with torch and overwrite it from torch."""
