@@ -9,7 +9,7 @@ import (
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/cudatest"
+	"github.com/cudamem/cudamem/internal/testkit/cudatest"
 )
 
 // GPU tests of CopyBatch (they skip without a GPU, and fail instead with

@@ -6,7 +6,7 @@ import (
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/cudatest"
+	"github.com/cudamem/cudamem/internal/testkit/cudatest"
 )
 
 // Benchmarks of 256 MiB copies and fills, reported in bytes per second

@@ -13,7 +13,7 @@ import (
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/cudatest"
+	"github.com/cudamem/cudamem/internal/testkit/cudatest"
 )
 
 // Issue 6 on the GPU: real copies crosswise between two device buffers

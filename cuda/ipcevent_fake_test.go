@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cudamem/cudamem/internal/fakecuda"
+	"github.com/cudamem/cudamem/internal/testkit/fakecuda"
 )
 
 // fakeIPCEvent is an event handle the fake driver opens: its magic, bytes

@@ -13,8 +13,8 @@ import (
 	"testing"
 
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/cudatest"
-	"github.com/cudamem/cudamem/internal/kernels"
+	"github.com/cudamem/cudamem/internal/testkit/cudatest"
+	"github.com/cudamem/cudamem/internal/testkit/kernels"
 )
 
 // exportedTypes lists every exported type of package cuda. The test below

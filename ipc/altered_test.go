@@ -120,7 +120,7 @@ func TestAlteredDescriptorUnauthenticated(t *testing.T) {
 // Before, ExportBuffer of a Buffer of a closed ImportedPool (the Buffer
 // still open, as Buffers outlive their pool's Close) made a descriptor.
 // (Closed DevicePools and PinnedPools are covered against the fake
-// driver in internal/probe: TestIPCClosedEntryPoints.)
+// driver in internal/suites/probe: TestIPCClosedEntryPoints.)
 func TestClosedEntryPoints(t *testing.T) {
 	keyed, kf := fakePool(t)
 	live, err := keyed.Import(desc(keyed, 1, 1<<20, 1<<20), nil) // outlives the pool's Close

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/cudatest"
+	"github.com/cudamem/cudamem/internal/testkit/cudatest"
 	"github.com/cudamem/cudamem/ipc"
 	"github.com/cudamem/cudamem/resource"
 )

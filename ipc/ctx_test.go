@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/testutil"
+	"github.com/cudamem/cudamem/internal/testkit/testutil"
 )
 
 func TestReceiveHandleCancelled(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/osfd"
-	"github.com/cudamem/cudamem/internal/testutil"
+	"github.com/cudamem/cudamem/internal/testkit/testutil"
 )
 
 // dup returns a close-on-exec duplicate of fd that the caller owns.

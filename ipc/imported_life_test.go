@@ -14,7 +14,7 @@ import (
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/osfd"
-	"github.com/cudamem/cudamem/internal/testutil"
+	"github.com/cudamem/cudamem/internal/testkit/testutil"
 )
 
 // These tests pin the lifecycle ImportedPool takes from internal/poolcore:

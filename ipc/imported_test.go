@@ -390,7 +390,7 @@ func TestImportFailurePaths(t *testing.T) {
 // A zero stream is refused before the driver maps anything: a refused
 // mapping is unmapped on the stream given, and a zero one cannot, which
 // left the mapping behind. (Closed streams and streams of another device
-// are covered against the fake driver in internal/probe.)
+// are covered against the fake driver in internal/suites/probe.)
 func TestImportRefusesZeroStream(t *testing.T) {
 	p, f := fakePool(t)
 	keyless := newImportedPool(nil, cuda.MemPool{}, f, cuda.NewUUID(), poolKey{}, nil)

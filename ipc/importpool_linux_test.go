@@ -19,7 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/testutil"
+	"github.com/cudamem/cudamem/internal/testkit/testutil"
 )
 
 // devFD opens a character device (/dev/null, /dev/zero) and returns a

@@ -21,8 +21,8 @@ import (
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/cudatest"
-	"github.com/cudamem/cudamem/internal/testutil"
+	"github.com/cudamem/cudamem/internal/testkit/cudatest"
+	"github.com/cudamem/cudamem/internal/testkit/testutil"
 	"github.com/cudamem/cudamem/ipc"
 	"github.com/cudamem/cudamem/resource"
 )

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/testutil"
+	"github.com/cudamem/cudamem/internal/testkit/testutil"
 )
 
 // torchCounters is how many counters torch puts in one file.

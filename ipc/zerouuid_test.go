@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/testutil"
+	"github.com/cudamem/cudamem/internal/testkit/testutil"
 )
 
 // The zero UUID names no pool: imports are deduplicated by UUID, so two

@@ -7,7 +7,7 @@ import (
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/cudatest"
+	"github.com/cudamem/cudamem/internal/testkit/cudatest"
 	"github.com/cudamem/cudamem/loader"
 	"github.com/cudamem/cudamem/resource"
 )

@@ -1,7 +1,7 @@
 package resource
 
 // CPU tests that need a driver (streams that can be closed, driver pools),
-// run against the fake driver (internal/fakecuda) in a child process: the
+// run against the fake driver (internal/testkit/fakecuda) in a child process: the
 // package's other CPU tests run without a driver, and its GPU tests on a
 // real one, in this process.
 
@@ -17,7 +17,7 @@ import (
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/fakecuda"
+	"github.com/cudamem/cudamem/internal/testkit/fakecuda"
 )
 
 // fakeChildEnv is set in the child process that runs a test over the fake

@@ -4,7 +4,7 @@ package resource
 // Close (issue 6: "every multi-step operation completes or leaves the
 // object exactly as it was"; failures are reported, never swallowed),
 // over the fake upstream and orderer of suballoc_test.go. The driver fault
-// sweep (internal/faultsweep) checks the same against the fake driver.
+// sweep (internal/suites/faultsweep) checks the same against the fake driver.
 
 import (
 	"errors"

@@ -16,7 +16,7 @@ import (
 // size, and may differ from C only by explained constants. The order and
 // the reservation's alignment (the granularity) are cmd/cudamem bench's C
 // baseline's (testdata/cgobench, cb_vmm_allocfree), which reserves first;
-// internal/faultsweep's TestCallSequenceVMMAllocFree checks the same on
+// internal/suites/faultsweep's TestCallSequenceVMMAllocFree checks the same on
 // the fake C driver.
 
 // cCycle is the C anchor's VMM cycle, one call each.

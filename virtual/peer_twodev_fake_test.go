@@ -1,7 +1,7 @@
 package virtual_test
 
 // The package's two-GPU tests, run on the fake driver's two devices
-// (internal/fakecuda) in a child process, so that the peer-access and
+// (internal/testkit/fakecuda) in a child process, so that the peer-access and
 // other-device paths run on machines with one GPU or none. The fake runs
 // the test kernels on the host, so each GPU test runs unchanged: data
 // written by one device and checked by the other, access read back from
@@ -15,7 +15,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cudamem/cudamem/internal/fakecuda"
+	"github.com/cudamem/cudamem/internal/testkit/fakecuda"
 )
 
 // twoDevChildEnv marks the child process that runs GPU tests over the

@@ -10,7 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/cudamem/cudamem/buffer/dlpack"
-	"github.com/cudamem/cudamem/internal/dlpacktest"
+	"github.com/cudamem/cudamem/internal/testkit/dlpacktest"
 )
 
 // BenchmarkExportDelete is one hand-over: Export, then the deleter called

@@ -15,7 +15,7 @@ import (
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/buffer/dlpack"
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/dlpacktest"
+	"github.com/cudamem/cudamem/internal/testkit/dlpacktest"
 )
 
 // TestImportRoundTrip exports a buffer and imports the tensor back, as a

@@ -15,7 +15,7 @@ import (
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/buffer/dlpack"
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/dlpacktest"
+	"github.com/cudamem/cudamem/internal/testkit/dlpacktest"
 )
 
 // clib is the C stand-in for a DLPack consumer and producer, or nil

@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/cudamem/cudamem/internal/fakecuda"
+	"github.com/cudamem/cudamem/internal/testkit/fakecuda"
 )
 
 // fakeLib is the fake driver library's file name in its directory.

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/cudamem/cudamem/internal/fakecuda"
+	"github.com/cudamem/cudamem/internal/testkit/fakecuda"
 )
 
 // The sample trace, testdata/timeline-sample.json, is the demo workload

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/fakecuda"
+	"github.com/cudamem/cudamem/internal/testkit/fakecuda"
 	"github.com/cudamem/cudamem/loader"
 )
 

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/cudatest"
+	"github.com/cudamem/cudamem/internal/testkit/cudatest"
 )
 
 func runCmd(args ...string) (code int, stdout, stderr string) {

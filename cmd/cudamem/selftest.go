@@ -9,7 +9,7 @@ import (
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/kernels"
+	"github.com/cudamem/cudamem/internal/testkit/kernels"
 	"github.com/cudamem/cudamem/resource"
 	"github.com/cudamem/cudamem/virtual"
 )

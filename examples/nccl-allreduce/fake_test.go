@@ -15,10 +15,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cudamem/cudamem/internal/fakecuda"
+	"github.com/cudamem/cudamem/internal/testkit/fakecuda"
 )
 
-// The example on the CPU: over cudamem's fake driver (internal/fakecuda)
+// The example on the CPU: over cudamem's fake driver (internal/testkit/fakecuda)
 // and a fake NCCL (testdata/fakenccl.c) whose collectives sum host memory
 // and which checks what a GPU run could not show without failing:
 // the device current at each call, group use, the id passed between

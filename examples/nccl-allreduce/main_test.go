@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/cudatest"
+	"github.com/cudamem/cudamem/internal/testkit/cudatest"
 	"github.com/cudamem/cudamem/loader"
 )
 

@@ -3,7 +3,7 @@
 // linux/amd64 and linux/arm64 first passes through Hit, which can fail
 // the k-th call (FailCall) or every call of one entry point (FailEvery)
 // with a chosen CUresult without reaching the driver, and can record the
-// entry point of each call (TraceStart, TraceStop). internal/faultsweep
+// entry point of each call (TraceStart, TraceStop). internal/suites/faultsweep
 // uses it to run every public operation with each of its driver calls
 // failing in turn.
 //

@@ -1,6 +1,6 @@
 // Package extest runs the example programs as their users do, as
 // processes of their own, for the examples' tests: with -h and bad flags,
-// without a driver, and on the fake driver (internal/fakecuda). The
+// without a driver, and on the fake driver (internal/testkit/fakecuda). The
 // test binary is the program: Main makes it run the example's main when
 // Run starts it.
 package extest
@@ -15,7 +15,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/cudamem/cudamem/internal/fakecuda"
+	"github.com/cudamem/cudamem/internal/testkit/fakecuda"
 )
 
 // envRunMain makes the test binary run the example's main instead of its

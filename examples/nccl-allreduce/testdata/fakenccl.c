@@ -1,5 +1,5 @@
 // fakenccl: a fake NCCL for CPU tests of the nccl-allreduce example. It
-// runs over cudamem's fake CUDA driver (internal/fakecuda), whose "device"
+// runs over cudamem's fake CUDA driver (internal/testkit/fakecuda), whose "device"
 // memory is host memory, so a float32 sum is a loop over host memory.
 //
 // It is strict where the example could go wrong without a GPU noticing:
