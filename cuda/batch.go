@@ -75,8 +75,8 @@ func (p MemcpyBatchPath) String() string {
 	return enumName([]string{"loop of cuMemcpyAsync", "cuMemcpyBatchAsync (CUDA 12.8 ABI)", "cuMemcpyBatchAsync_v2 (CUDA 13.0 ABI)"}, int(MemcpyBatchLoop), int(p), "MemcpyBatchPath")
 }
 
-// batchPathOf picks the path for driver d; enumerate stores it in every
-// Device, so the choice is made once per driver.
+// batchPathOf picks the path for driver d from the entry points it
+// resolved at load (two flag loads).
 func batchPathOf(d *driver) MemcpyBatchPath {
 	switch {
 	case d.MemcpyBatchAsync.Found():
@@ -95,7 +95,7 @@ func (d *Device) MemcpyBatchPath() MemcpyBatchPath {
 	if !d.valid() {
 		return MemcpyBatchLoop
 	}
-	return d.batch
+	return batchPathOf(d.drv)
 }
 
 // BatchCopyError is a batched copy's failure that the driver, or a check
@@ -191,7 +191,7 @@ func (s *Stream) MemcpyBatchAsync(dsts, srcs []DevicePtr, sizes []uint64, attrs 
 	if nonEmpty == 0 {
 		return nil
 	}
-	path := s.dev.batch
+	path := batchPathOf(s.dev.drv)
 	if legacyStream(h) || batchForceLoop.Load() {
 		path = MemcpyBatchLoop
 	}

@@ -210,7 +210,7 @@ func WrapContext(h uintptr) (*Device, error) {
 
 // newView makes a view of p's GPU through context h.
 func newView(p *Device, h uintptr, owned bool) *Device {
-	v := &Device{ordinal: p.ordinal, handle: p.handle, drv: p.drv, batch: p.batch, bind: &binding{primary: p, owned: owned}}
+	v := &Device{ordinal: p.ordinal, handle: p.handle, drv: p.drv, bind: &binding{primary: p, owned: owned}}
 	v.setContext(h)
 	v.defaultStream = Stream{dev: v}
 	return v

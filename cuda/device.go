@@ -52,8 +52,6 @@ type Device struct {
 	// lookup, while constructors (resource.NewDevicePool, virtual.New)
 	// check features on every call. A failed read is never kept.
 	features atomic.Pointer[Features]
-
-	batch MemcpyBatchPath // how Stream.MemcpyBatchAsync submits; chosen at load
 }
 
 // maxDevices bounds the device count a driver may report. CUDA numbers
@@ -131,7 +129,7 @@ func enumerate(d *driver) ([]*Device, error) {
 		if r := d.DeviceGet.Call(uintptr(unsafe.Pointer(&h)), uintptr(i)); !ok(r) {
 			return nil, fmt.Errorf("device %d: %w", i, fail(&d.DeviceGet, r))
 		}
-		dev := &Device{ordinal: i, handle: h, drv: d, batch: batchPathOf(d)}
+		dev := &Device{ordinal: i, handle: h, drv: d}
 		dev.defaultStream = Stream{dev: dev}
 		out[i] = dev
 	}
