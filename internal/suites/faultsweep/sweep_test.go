@@ -14,8 +14,8 @@ import (
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/testkit/fakecuda"
 	"github.com/cudamem/cudamem/internal/faultinject"
+	"github.com/cudamem/cudamem/internal/testkit/fakecuda"
 	"github.com/cudamem/cudamem/internal/testkit/testutil"
 )
 
