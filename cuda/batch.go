@@ -310,6 +310,7 @@ var (
 // the previous setting back.
 //
 //go:linkname forceBatchLoop
+//lint:ignore U1000 called through go:linkname by other packages' tests
 func forceBatchLoop(on bool) (restore func()) {
 	old := batchForceLoop.Swap(on)
 	return func() { batchForceLoop.Store(old) }
@@ -319,6 +320,7 @@ func forceBatchLoop(on bool) (restore func()) {
 // default); restore puts the previous setting back.
 //
 //go:linkname setBatchChunk
+//lint:ignore U1000 called through go:linkname by other packages' tests
 func setBatchChunk(n int) (restore func()) {
 	old := batchChunkOverride.Swap(int64(n))
 	return func() { batchChunkOverride.Store(old) }
