@@ -227,7 +227,9 @@ func runReplay(args []string, stdout, stderr io.Writer) (err error) {
 	// The whole trace is checked before anything is allocated: a bad line
 	// is an error with nothing replayed.
 	sum, err := checkTrace(open, lim)
-	if err != nil {
+	if err != nil && f.in != "" {
+		return fmt.Errorf("%s: %w", f.in, err)
+	} else if err != nil {
 		return err
 	}
 	rep, err := replay(dev, f.resource, open, lim)

@@ -102,6 +102,9 @@ func (g *gen) serving(steps int) {
 			fresh += prompt
 		}
 		tokens := uint64(fresh + len(active))
+		if tokens == 0 {
+			continue // no request: the step computes nothing
+		}
 		var acts []uint64
 		for range 3 { // attention inputs and outputs
 			acts = append(acts, g.alloc(tokens*hidden*2))

@@ -51,6 +51,18 @@ func TestGenerateRoundTrip(t *testing.T) {
 	}
 }
 
+// Every seed's trace is a valid one: no size 0 (a step with no request
+// once allocated activations of 0 bytes), every ID freed once.
+func TestGenerateSeeds(t *testing.T) {
+	for _, kind := range Kinds {
+		for seed := range uint64(40) {
+			ops, err := Generate(kind, seed, 30)
+			require.NoError(t, err)
+			checkInvariants(t, ops)
+		}
+	}
+}
+
 func TestGenerateDeterministic(t *testing.T) {
 	for _, kind := range Kinds {
 		a, err := Generate(kind, 7, 50)
