@@ -350,6 +350,11 @@ func newReplayTarget(dev *cuda.Device, kind string) (*replayTarget, error) {
 				if err := sub.Trim(); err != nil {
 					return err
 				}
+				// The blocks' frees are stream-ordered: the pool gives
+				// back only what a synchronization has seen freed.
+				if err := dev.Sync(); err != nil {
+					return err
+				}
 				return p.Trim(0)
 			},
 			close: func() error { return errors.Join(sub.Close(), p.Close()) },
