@@ -4,6 +4,8 @@
 //	cudamem info [-json]           driver, devices, memory features, peers
 //	cudamem bench [flags]          driver-call and memory benchmarks, with ratios to C
 //	cudamem selftest               check every device's memory paths end to end
+//	cudamem replay [flags]         replay an allocation trace on a resource: peak live and reserved memory
+//	cudamem gentrace [flags]       write a generated allocation trace (serving, training, random)
 //	cudamem timeline [flags]       a memory timeline (SVG) of a demo run or a JSON trace
 //	cudamem fake-driver [-o DIR]   build the fake driver, to try cudamem without a GPU
 //	cudamem version                cudamem's module version and the driver's (also -version)
@@ -53,6 +55,8 @@ func init() {
 		{"info", "[-json]", "show the CUDA driver, devices and their memory features (-json for JSON)", runInfo},
 		{"bench", "[flags]", "measure driver calls, pool allocation and copies beside a C baseline", runBench},
 		{"selftest", "", "allocate, copy and check memory on every device (pools, pinned, managed, VMM, peers)", runSelftest},
+		{"replay", "[-resource NAME] [-in FILE | -gen KIND [-seed N]] [-json]", "replay an allocation trace (a file, or generated) on a resource and report peak live and reserved memory", runReplay},
+		{"gentrace", "[-gen KIND] [-seed N] [-o FILE]", "write a generated allocation trace (serving, training or random; the same seed, the same trace)", runGentrace},
 		{"timeline", "[flags]", "draw a memory timeline (SVG) of a demo workload, or of a JSON trace with -in", runTimeline},
 		{"fake-driver", "[-o DIR]", "build cudamem's fake CUDA driver (host memory, no GPU; needs a C compiler) and say how to use it", runFakeDriver},
 		{"version", "", "print cudamem's version and the driver's (also -version)", runVersion},
