@@ -564,7 +564,7 @@ func (s *Stream) confirmCapture(op string, ctx, h uintptr) error {
 }
 
 // refuseCaptureLocked is RefuseCapture for a caller inside begin/end
-// (which must not take the read lock again: a waiting Close would
+// (which must not enter the guard again: a waiting Close would
 // deadlock it).
 func (s *Stream) refuseCaptureLocked(op string) error {
 	if err, ask := s.refuseFast(op); !ask {

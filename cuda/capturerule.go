@@ -215,7 +215,7 @@ func (s *Stream) captureOf(op string) (capID, error) {
 }
 
 // captureOfLocked is captureOf for a caller inside begin/end (which must
-// not take the read lock again: a waiting Close would deadlock it).
+// not enter the guard again: a waiting Close would deadlock it).
 func (s *Stream) captureOfLocked(op string, ctx, h uintptr) (capID, error) {
 	if c, ask := s.captureFast(); !ask {
 		return c, nil
@@ -617,10 +617,10 @@ func (c *eventCapture) active(op string) bool {
 	return err != nil || now.capturing && (c.id == 0 || now.id == c.id)
 }
 
-// activeLocked is active for a caller holding stream s's read lock (ctx
+// activeLocked is active for a caller inside a call on stream s (ctx
 // and h its context and handle): when the event was recorded on s itself,
-// s is asked without taking the lock again (a waiting Close would
-// deadlock a second read lock).
+// s is asked without entering its guard again (a waiting Close would
+// deadlock a second entry).
 func (c *eventCapture) activeLocked(op string, s *Stream, ctx, h uintptr) bool {
 	if c == nil || c.seq != nil || c.stream != s {
 		return c.active(op)

@@ -49,7 +49,7 @@ func (d *Device) LoadModule(image []byte) (*Module, error) {
 	return m, nil
 }
 
-// begin checks m for a call named op and holds it open (read-locked)
+// begin checks m for a call named op and holds it open (entered in its guard)
 // until end, so Close cannot unload it mid-call.
 func (m *Module) begin(op string) (ctx uintptr, err error) {
 	if m == nil || m.dev == nil {
