@@ -97,9 +97,9 @@ func (r *Resource) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cu
 	if size == 0 {
 		return 0, s, nil
 	}
-	aligned, ok := r.roundUp(size)
-	if !ok {
-		return 0, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "size %d rounded up to the granularity %d overflows", size, r.gran)
+	aligned, err := r.roundUp(op, size)
+	if err != nil {
+		return 0, nil, err
 	}
 	reserve := max(aligned, r.reserve)
 	if hint := uint64(r.opts.AddrHint); hint != 0 && hint+reserve < hint {

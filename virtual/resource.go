@@ -70,8 +70,6 @@ type chunk struct {
 	h         cuda.MemHandle
 }
 
-func (a *allocation) reserved() uint64 { return a.resv }
-
 // setReservations replaces a's reservations (nil for none).
 func (a *allocation) setReservations(rs []span) {
 	a.reservations = rs
@@ -229,9 +227,14 @@ func (r *Resource) Device() *cuda.Device {
 	return r.dev
 }
 
-// roundUp rounds n up to the granularity; false if that overflows.
-func (r *Resource) roundUp(n uint64) (uint64, bool) {
-	return roundUp(n, r.gran)
+// roundUp rounds size up to the granularity, refusing a size for which
+// that overflows.
+func (r *Resource) roundUp(op string, size uint64) (uint64, error) {
+	up, ok := roundUp(size, r.gran)
+	if !ok {
+		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "size %d rounded up to the granularity %d overflows", size, r.gran)
+	}
+	return up, nil
 }
 
 func roundUp(n, gran uint64) (uint64, bool) {
@@ -261,7 +264,7 @@ func (r *Resource) Info(b *buffer.Buffer) (Info, error) {
 	}
 	var info Info
 	err = r.useLive(op, b, a, func() error {
-		info = Info{Size: a.size, Mapped: a.mapped, Reserved: a.reserved(), Chunks: len(a.chunks)}
+		info = Info{Size: a.size, Mapped: a.mapped, Reserved: a.resv, Chunks: len(a.chunks)}
 		return nil
 	})
 	return info, err
