@@ -61,59 +61,45 @@ func (r *Resource) Export(b *buffer.Buffer) ([]Chunk, error) {
 	return out, err
 }
 
-// exportFDs exports a's chunks as fds, in order. Called with r.mu held and
-// a live (useLive). On error no fd is left open.
+// exportFDs exports a's chunks as fds, in order, each checked open and
+// made close-on-exec (osfd.New). Called with r.mu held and a live
+// (useLive). On error no fd is left open.
 func (r *Resource) exportFDs(op string, a *allocation) ([]Chunk, error) {
-	// Owned while the list is built, so a failure part-way closes what
-	// was exported so far.
-	files := make([]*osfd.File, 0, len(a.chunks))
-	fail := func(err error) ([]Chunk, error) {
-		for _, f := range files {
-			if cerr := f.Close(); cerr != nil {
-				err = errors.Join(err, cerr)
-			}
-		}
-		return nil, err
-	}
+	out := make([]Chunk, 0, len(a.chunks))
 	for i, c := range a.chunks {
 		fd, err := r.drv.MemExportFD(c.h)
+		if err == nil {
+			fd, err = adoptFD(fd)
+		}
 		if err != nil {
-			return fail(fmt.Errorf("%s %#x chunk %d: %w", op, uint64(a.base), i, err))
+			return nil, errors.Join(fmt.Errorf("%s %#x chunk %d: %w", op, uint64(a.base), i, err), CloseChunkFDs(out))
 		}
-		f, err := osfd.New(fd)
-		if err != nil {
-			if cerr := osfd.Close(fd); cerr != nil {
-				err = errors.Join(err, cerr)
-			}
-			return fail(err)
-		}
-		files = append(files, f)
-	}
-	out := make([]Chunk, len(files))
-	for i, f := range files {
-		fd, err := f.Release()
-		if err != nil { // cannot happen: f was made above and is open
-			_ = CloseChunkFDs(out[:i]) // err is the failure to report
-			files = files[i:]
-			return fail(err)
-		}
-		out[i] = Chunk{FD: fd, Size: a.chunks[i].size}
+		out = append(out, Chunk{FD: fd, Size: c.size})
 	}
 	return out, nil
 }
 
-// checkChunks validates an imported chunk list before any driver call:
-// at least one chunk, each a valid fd and a positive multiple of gran,
-// sizes that add up without passing 2^64, and a buffer size of 1 to their
-// total bytes. It returns the total.
+// adoptFD checks that the driver's fd is open and sets close-on-exec on
+// it, closing it if that fails.
+func adoptFD(fd int) (int, error) {
+	f, err := osfd.New(fd)
+	if err != nil {
+		return -1, errors.Join(err, osfd.Close(fd))
+	}
+	return f.Release()
+}
+
+// checkChunks is checkChunkList for fds.
 func checkChunks(chunks []Chunk, size, gran uint64) (uint64, error) {
 	return checkChunkList("virtual.Import", len(chunks), size, gran, "a valid fd",
 		func(i int) (uint64, bool) { return chunks[i].Size, chunks[i].FD >= 0 },
 		func(i int) string { return fmt.Sprintf("fd %d", chunks[i].FD) })
 }
 
-// checkChunkList is the check of checkChunks and checkFabricChunks, for n
-// chunks received from another process: chunk(i) gives chunk i's size
+// checkChunkList validates n chunks received from another process before
+// any driver call: at least one chunk, each with a valid handle and a
+// positive multiple of gran, sizes that add up without passing 2^64, and
+// a buffer size of 1 to their total bytes. chunk(i) gives chunk i's size
 // and whether its handle is valid, name(i) names it in an error (valid
 // says what a good handle is). It returns the total.
 func checkChunkList(op string, n int, size, gran uint64, valid string, chunk func(i int) (uint64, bool), name func(i int) string) (uint64, error) {

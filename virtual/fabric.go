@@ -118,16 +118,6 @@ func (r *Resource) ExportFabric(b *buffer.Buffer) ([]FabricChunk, error) {
 	return out, err
 }
 
-// checkFabricChunks validates a received chunk list before any driver
-// call, as checkChunks does for fds: at least one chunk, each a non-zero
-// handle and a positive multiple of gran, a total below 2^64, and a buffer
-// size of 1 to the total. It returns the total.
-func checkFabricChunks(chunks []FabricChunk, size, gran uint64) (uint64, error) {
-	return checkChunkList("virtual.ImportFabric", len(chunks), size, gran, "a non-zero handle",
-		func(i int) (uint64, bool) { return chunks[i].Size, !chunks[i].Handle.IsZero() },
-		func(i int) string { return chunks[i].Handle.String() })
-}
-
 // ImportFabric maps chunks another process exported with ExportFabric (in
 // order, back to back) into a new allocation of this resource, with this
 // resource's access settings, and returns a buffer of size bytes (at most
@@ -150,7 +140,9 @@ func (r *Resource) ImportFabric(chunks []FabricChunk, size uint64) (*buffer.Buff
 	if err := r.check(op); err != nil {
 		return nil, err
 	}
-	total, err := checkFabricChunks(chunks, size, r.gran)
+	total, err := checkChunkList(op, len(chunks), size, r.gran, "a non-zero handle",
+		func(i int) (uint64, bool) { return chunks[i].Size, !chunks[i].Handle.IsZero() },
+		func(i int) string { return chunks[i].Handle.String() })
 	if err != nil {
 		return nil, err
 	}

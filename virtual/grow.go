@@ -230,7 +230,10 @@ func (r *Resource) Grow(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error
 		return nil, r.abortResize(a, what, errors.Join(err, g.stray))
 	}
 	cleanup := r.commitGrow(a, g)
-	r.rekey(oldPtr, a)
+	if a.base != oldPtr { // moved: file a under its new base
+		delete(r.allocs, oldPtr)
+		r.allocs[a.base] = a
+	}
 	a.size = newSize
 	a.resizing = false // no free was left to it (freeLater checked above, under r.mu since)
 	base := a.base
@@ -240,18 +243,6 @@ func (r *Resource) Grow(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error
 		return nb, fmt.Errorf("%s %#x to %d bytes (done, now at %#x): %w: %w", op, uint64(oldPtr), newSize, uint64(base), buffer.ErrPartlyFreed, cleanup)
 	}
 	return nb, nil
-}
-
-// rekey files a under its (possibly new) base. Called with r.mu held.
-//
-// Lock order: a Buffer's lock, then r.mu (Close holds the first while
-// Deallocate takes the second). So nothing here calls a Buffer method
-// (Ptr, String, Disown...) while holding r.mu.
-func (r *Resource) rekey(oldPtr cuda.DevicePtr, a *allocation) {
-	if a.base != oldPtr {
-		delete(r.allocs, oldPtr)
-		r.allocs[a.base] = a
-	}
 }
 
 // growth is a Grow prepared but not yet part of its allocation: the new

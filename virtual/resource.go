@@ -24,6 +24,9 @@ type Resource struct {
 	// granularity, or AddrAlign where that asks for more.
 	reserveAlign uint64
 
+	// mu guards allocs. Lock order: a Buffer's lock, then mu (Close holds
+	// the first while Deallocate takes the second), so no Buffer method
+	// is called with mu held.
 	mu     sync.Mutex
 	allocs map[cuda.DevicePtr]*allocation
 
