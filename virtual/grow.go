@@ -163,33 +163,25 @@ func (r *Resource) takeOver(op string, b *buffer.Buffer, a *allocation, ptr cuda
 // after the allocation is taken; no data is copied either way. When the
 // allocation must move, Grow first waits for b's stream (nil: the legacy
 // default stream), so work already submitted on it is done before the old
-// addresses are unmapped; work on other streams is the caller's to order,
-// as for Close. A newSize not above b's size returns b unchanged.
+// addresses are unmapped. A newSize not above b's size returns b unchanged.
 //
-// Grow consumes b: do not use b concurrently with it (a SetPeerAccess,
-// Grow or Shrink of b meanwhile is refused with an error). The new memory
-// is prepared first and b taken over (b.Disown) only before anything of
-// the old allocation changes, so a Hold of b taken meanwhile (a DLPack
-// export on another goroutine) makes the grow fail and be undone. A Close
-// of b before Grow has taken it over is not refused (Close must not fail
-// for that, nor wait for Grow, which waits for it): it wins. Close
-// returns nil, having waited for its stream as always, and Grow undoes
-// what it prepared, frees the allocation and returns a nil buffer with an
-// error matching cuda.ErrClosed. If b is closed and a Hold of it released
-// before Grow has undone its work, the free that the Close left to the
-// last Release is left in turn to Grow, and Release returns nil. Either
-// way Grow frees the memory, once; what the driver refuses then is in its
-// error and kept for Reclaim: the memory never stays allocated with no
-// owner.
+// Grow consumes b: a SetPeerAccess, Grow or Shrink of b meanwhile is
+// refused. The new memory is prepared first, and b taken over (b.Disown)
+// only before anything of the old allocation changes, so a Hold of b
+// taken meanwhile (a DLPack export on another goroutine) makes the grow
+// fail and be undone. A Close of b meanwhile is neither refused nor made
+// to wait: it wins, and returns nil; Grow undoes its work, frees the
+// memory, once (what the driver refuses is in its error and kept for
+// Reclaim), and returns a nil buffer with an error matching
+// cuda.ErrClosed. So does the release of the last Hold of a b closed
+// while held: Release leaves the free to Grow and returns nil.
 //
-// Other than that, an error with a nil buffer means the grow did not
-// happen and b is untouched: open, at its address, every byte mapped
-// (what the undoing could not give back is kept for Reclaim). A non-nil
-// buffer with an error means the grow took effect (b is consumed; the
-// returned buffer is the one to use and close) but some address space or
-// mappings no longer needed (the old range after a move, or a range the
-// driver granted at the wrong address) could not be given back: they are
-// kept for Reclaim, and the error wraps buffer.ErrPartlyFreed.
+// Otherwise an error with a nil buffer means the grow did not happen and
+// b is untouched: open, at its address, every byte mapped. A non-nil
+// buffer with an error means the grow took effect (use and close the
+// returned buffer), but the old range after a move, or a range the driver
+// granted at the wrong address, could not be given back: it is kept for
+// Reclaim, and the error wraps buffer.ErrPartlyFreed.
 func (r *Resource) Grow(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error) {
 	const op = "Resource.Grow"
 	a, oldPtr, s, err := r.takeToResize(op, b)
@@ -362,28 +354,23 @@ func (r *Resource) commitGrow(a *allocation, g *growth) (cleanup error) {
 	if g.need <= a.mapped {
 		return nil // the grow fit in what was mapped: only the size changes
 	}
-	newChunk := chunk{off: a.mapped, size: g.need - a.mapped, h: g.h}
-	if !g.moved {
-		if g.grown != nil {
-			a.reservations = append(a.reservations, *g.grown)
-			a.resv += g.grown.size
+	if g.moved {
+		// The handles now belong to the new range; the old range holds
+		// only its mappings (chunks back to back from its base) and
+		// address space.
+		old := leftovers{maps: []span{{a.base, a.mapped}}, spans: a.reservations}
+		if rerr := reap(r.drv, &old); rerr != nil {
+			cleanup = fmt.Errorf("giving back the old range at %#x: %w (kept for a retry)", uint64(a.base), rerr)
 		}
-		a.chunks = append(a.chunks, newChunk)
-		a.mapped = g.need
-		return g.stray
+		r.left.keep(&old)
+		a.base = g.np
+		a.setReservations([]span{{g.np, g.reserve}})
+	} else if g.grown != nil {
+		a.reservations = append(a.reservations, *g.grown)
+		a.resv += g.grown.size
 	}
-	oldBase, oldMapped, oldResv := a.base, a.mapped, a.reservations
-	a.base = g.np
-	a.setReservations([]span{{g.np, g.reserve}})
-	a.chunks = append(a.chunks, newChunk)
+	a.chunks = append(a.chunks, chunk{off: a.mapped, size: g.need - a.mapped, h: g.h})
 	a.mapped = g.need
-	// The handles now belong to the new range; the old range holds only
-	// its mappings (chunks back to back from oldBase) and address space.
-	old := leftovers{maps: []span{{oldBase, oldMapped}}, spans: oldResv}
-	if rerr := reap(r.drv, &old); rerr != nil {
-		cleanup = fmt.Errorf("giving back the old range at %#x: %w (kept for a retry)", uint64(oldBase), rerr)
-	}
-	r.left.keep(&old)
 	return errors.Join(cleanup, g.stray)
 }
 
@@ -396,15 +383,14 @@ func (r *Resource) commitGrow(a *allocation, g *growth) (cleanup error) {
 // nothing and waits for nothing.
 //
 // Shrink consumes b as Grow does, with the same answers to a concurrent
-// use, Hold or Close of b (a Close wins, and Shrink frees the whole
-// allocation, unshrunk). It takes b over before it unmaps anything, so no
-// holder is ever left with memory unmapped under it. An error with a nil
-// buffer means the shrink did not happen and b is untouched. A non-nil
-// buffer with an error means the shrink took effect (nothing addresses
-// the tail) but some chunks past the new size could not be given back:
-// they stay mapped in the allocation (Info counts them; a later Shrink or
-// Close frees them) or are kept for Reclaim, and the error wraps
-// buffer.ErrPartlyFreed.
+// use, Hold or Close of b (a Close wins: Shrink frees the whole
+// allocation). It takes b over before it unmaps anything, so no holder is
+// ever left with memory unmapped under it. An error with a nil buffer
+// means the shrink did not happen and b is untouched. A non-nil buffer
+// with an error means the shrink took effect, but some chunks past the
+// new size could not be given back: they stay mapped in the allocation
+// (Info counts them; a later Shrink or Close frees them) or are kept for
+// Reclaim, and the error wraps buffer.ErrPartlyFreed.
 func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error) {
 	const op = "Resource.Shrink"
 	a, oldPtr, s, err := r.takeToResize(op, b)
