@@ -118,11 +118,10 @@ func (r *Resource) Access(b *buffer.Buffer, dev *cuda.Device) (Access, error) {
 	if err != nil {
 		return NoAccess, err
 	}
-	switch f {
-	case cuda.MemAccessProtReadWrite:
-		return ReadWrite, nil
-	case cuda.MemAccessProtRead:
-		return ReadOnly, nil
+	for acc, af := range accessFlags {
+		if af == f {
+			return Access(acc), nil
+		}
 	}
 	return NoAccess, nil
 }

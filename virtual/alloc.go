@@ -35,12 +35,12 @@ func (r *Resource) newChunk(t *txn, ptr cuda.DevicePtr, size uint64, descs []cud
 // anyway is given back (kept as a leftover if that fails) and the
 // reservation fails.
 func (r *Resource) reserveRange(t *txn, size uint64, hint cuda.DevicePtr) (cuda.DevicePtr, error) {
-	p, err := r.drv.MemAddressReserve(size, r.reserveAlign, hint)
+	p, err := r.drv.MemAddressReserve(size, r.align, hint)
 	if err != nil {
 		return 0, err
 	}
-	if uint64(p)%r.reserveAlign != 0 {
-		err := cuda.Errorf("cuMemAddressReserve", cuda.ErrorUnknown, "the driver reserved %d bytes at %#x, off the alignment %d it was asked for", size, uint64(p), r.reserveAlign)
+	if uint64(p)%r.align != 0 {
+		err := cuda.Errorf("cuMemAddressReserve", cuda.ErrorUnknown, "the driver reserved %d bytes at %#x, off the alignment %d it was asked for", size, uint64(p), r.align)
 		if ferr := r.drv.MemAddressFree(p, size); ferr != nil {
 			r.left.keep(&leftovers{spans: []span{{p, size}}})
 			err = errors.Join(err, fmt.Errorf("giving the range back: %w (kept for a retry)", ferr))

@@ -2,7 +2,8 @@ package virtual
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/cudamem/cudamem/buffer"
@@ -17,12 +18,9 @@ type Resource struct {
 	opts    Options
 	prop    cuda.MemAllocationProp
 	gran    uint64
-	align   uint64
+	align   uint64 // new ranges' alignment: gran, or AddrAlign where that is more
 	reserve uint64 // Options.Reserve rounded up to the granularity
 	descs   []cuda.MemAccessDesc
-	// reserveAlign is the alignment new ranges are reserved with: the
-	// granularity, or AddrAlign where that asks for more.
-	reserveAlign uint64
 
 	// mu guards allocs. Lock order: a Buffer's lock, then mu (Close holds
 	// the first while Deallocate takes the second), so no Buffer method
@@ -154,7 +152,6 @@ func newResource(drv driver, dev *cuda.Device, opts *Options) (*Resource, error)
 	}
 	r := &Resource{dev: dev, drv: drv, opts: o, prop: prop, gran: gran, align: align, reserve: reserve,
 		allocs: map[cuda.DevicePtr]*allocation{}}
-	r.reserveAlign = max(align, gran)
 	self, _ := o.SelfAccess.flags() // validated by props
 	r.descs = append(r.descs, cuda.MemAccessDesc{Location: prop.Location, Flags: self})
 	if o.Location != OnDevice {
@@ -280,10 +277,5 @@ func (r *Resource) Live() []cuda.DevicePtr {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]cuda.DevicePtr, 0, len(r.allocs))
-	for p := range r.allocs {
-		out = append(out, p)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
+	return slices.Sorted(maps.Keys(r.allocs))
 }
