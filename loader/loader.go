@@ -322,11 +322,10 @@ func bootstrap(lib *Library) (*Driver, error) {
 	if d.cuInit, err = lib.Lookup("cuInit"); err != nil {
 		return nil, fmt.Errorf("not a CUDA driver: %w", err)
 	}
-	// v2 (CUDA 12.0+) takes a fifth argument; remember which one we hold.
-	if d.getProcAddress, err = lib.Lookup("cuGetProcAddress_v2"); err == nil {
-		d.getProcAddress.name = "cuGetProcAddress_v2"
-	} else if d.getProcAddress, err = lib.Lookup("cuGetProcAddress"); err != nil {
-		d.getProcAddress = Proc{}
+	// v2 (CUDA 12.0+) takes a fifth argument: find tells the two apart by
+	// the name Lookup recorded.
+	if d.getProcAddress, err = lib.Lookup("cuGetProcAddress_v2"); err != nil {
+		d.getProcAddress, _ = lib.Lookup("cuGetProcAddress") // unresolved if absent
 	}
 	var v int32
 	if r := d.driverGetVersion.Call(uintptr(unsafe.Pointer(&v))); r != 0 {
@@ -352,9 +351,7 @@ func (d *Driver) init() error {
 	return nil
 }
 
-const (
-	procLegacyStream = 1 // CU_GET_PROC_ADDRESS_LEGACY_STREAM
-)
+const procLegacyStream = 1 // CU_GET_PROC_ADDRESS_LEGACY_STREAM
 
 // resolve finds entry point s, bound to d's cuCtxSetCurrent.
 func (d *Driver) resolve(s symbol) Proc {
