@@ -36,13 +36,13 @@ func CloseChunkFDs(chunks []Chunk) error {
 }
 
 // Export exports b's physical memory as POSIX file descriptors (the
-// resource's HandleType must allow it). The caller owns the fds (close-on-
-// exec is not set by the driver: hand them to a child through
-// exec.Cmd.ExtraFiles or over a socket with package ipc) and closes them
-// with CloseChunkFDs. On error no fd is left open. A buffer closed
-// meanwhile (by Close, or consumed by Grow or Shrink) gives an error
-// matching cuda.ErrClosed; b is held open while its chunks are exported,
-// so a concurrent Close waits for the export.
+// resource's HandleType must allow it), one Chunk per physical chunk. The
+// caller owns the fds, which are close-on-exec (hand them to a child
+// through exec.Cmd.ExtraFiles or over a socket with package ipc), and
+// closes them with CloseChunkFDs. On error no fd is left open. b is held
+// open while its chunks are exported: a concurrent Close waits for the
+// export, and a buffer closed before it (or consumed by Grow or Shrink)
+// gives an error matching cuda.ErrClosed.
 func (r *Resource) Export(b *buffer.Buffer) ([]Chunk, error) {
 	const op = "Resource.Export"
 	a, _, _, err := r.take(op, b)
@@ -132,16 +132,14 @@ func checkChunkList(op string, n int, size, gran uint64, valid string, chunk fun
 // fds stay the caller's to close. Closing the buffer unmaps the memory
 // and releases the imported handles; the exporter's memory lives on.
 //
-// The chunks are hostile input, as ipc.ImportPool's fds are. The list is
-// checked whole before the driver sees it, each fd's kind included: one
-// the driver's export never is (a pipe, FIFO, socket, regular file,
-// directory, symbolic link or block device) is refused with an error
-// matching cuda.ErrInvalidArgument (see ipc.ImportPool). Each imported
-// handle's properties are then read back from the driver
-// (cuMemGetAllocationPropertiesFromHandle), as ImportFabric does: memory
-// that is not VMM memory, or that lives on the host when this resource is
-// device memory (or the reverse), is refused. On error nothing stays
-// reserved, mapped or imported.
+// The chunks are hostile input. The list is checked whole before the
+// driver sees it, each fd's kind included: one the driver's export never
+// is (a pipe, socket, regular file...) is refused with an error matching
+// cuda.ErrInvalidArgument, as by ipc.ImportPool. Each imported handle's
+// properties are then read back from the driver: memory that is not VMM
+// memory, or that lives on the host when this resource is device memory
+// (or the reverse), is refused. On error nothing stays reserved, mapped
+// or imported.
 func (r *Resource) Import(chunks []Chunk, size uint64) (*buffer.Buffer, error) {
 	const op = "virtual.Import"
 	if err := r.check(op); err != nil {

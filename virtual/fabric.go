@@ -86,13 +86,12 @@ func (c FabricChunk) String() string {
 
 // ExportFabric exports b's physical memory as fabric handles, one per
 // physical chunk in address order, for a process on this node or another
-// of the same multi-node NVLink domain, which maps
-// them with ImportFabric. The resource's HandleType must include fabric
-// handles (HandleFabric or HandlePosixFDAndFabric). Without the IMEX
-// service the driver refuses, and the error matches cuda.ErrNotSupported
-// and names IMEX (cuda.FabricError). Nothing needs closing: the exporter's
-// memory lives while b is open here (importers keep their mappings alive
-// on their side), so free b only once importers are done with it.
+// of the same multi-node NVLink domain to map with ImportFabric. The
+// resource's HandleType must include fabric handles. Without the IMEX
+// service the error matches cuda.ErrNotSupported and names IMEX. Nothing
+// needs closing: the memory lives while b is open here (importers keep
+// their mappings alive on their side), so free b only once importers are
+// done with it.
 func (r *Resource) ExportFabric(b *buffer.Buffer) ([]FabricChunk, error) {
 	const op = "Resource.ExportFabric"
 	a, _, _, err := r.take(op, b)
@@ -119,22 +118,14 @@ func (r *Resource) ExportFabric(b *buffer.Buffer) ([]FabricChunk, error) {
 }
 
 // ImportFabric maps chunks another process exported with ExportFabric (in
-// order, back to back) into a new allocation of this resource, with this
-// resource's access settings, and returns a buffer of size bytes (at most
-// their total). Closing the buffer unmaps the memory and releases the
-// imported handles; the exporter's memory lives on.
-//
-// The chunks are hostile input. The list is checked whole before the
-// driver sees it (as Import checks fds); each handle then goes to the
-// driver, which refuses handles it did not make (a clean error, nothing
-// left behind). The imported memory's properties are read back from the
-// driver (cuMemGetAllocationPropertiesFromHandle): memory that is not VMM
-// memory, or that lives on the host when this resource is device memory
-// (or the reverse), is refused; a chunk's size is never taken on the
-// sender's word alone: the driver maps no more than the physical
-// allocation holds and refuses a larger claimed size. On error nothing
-// stays reserved, mapped or imported. Without IMEX the error matches
-// cuda.ErrNotSupported and names it.
+// order, back to back) into a new allocation of this resource, and returns
+// a buffer of size bytes (at most their total), as Import does for fds and
+// under the same checks of hostile input: the list is checked whole
+// before the driver sees it; the driver refuses handles it did not make,
+// and maps no more than a physical allocation holds (a larger claimed size
+// is refused); the memory's properties are read back and checked; on
+// error nothing stays reserved, mapped or imported. Without IMEX the error
+// matches cuda.ErrNotSupported and names it.
 func (r *Resource) ImportFabric(chunks []FabricChunk, size uint64) (*buffer.Buffer, error) {
 	const op = "virtual.ImportFabric"
 	if err := r.check(op); err != nil {
