@@ -45,15 +45,11 @@ func CloseChunkFDs(chunks []Chunk) error {
 // gives an error matching cuda.ErrClosed.
 func (r *Resource) Export(b *buffer.Buffer) ([]Chunk, error) {
 	const op = "Resource.Export"
-	a, _, _, err := r.take(op, b)
-	if err != nil {
-		return nil, err
-	}
-	if r.prop.RequestedHandleTypes&cuda.MemHandleTypePosixFileDescriptor == 0 {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "resource was created without POSIX fd handles (HandleType)")
-	}
 	var out []Chunk
-	err = r.useLive(op, b, a, func() error {
+	err := r.withLive(op, b, func(a *allocation) error {
+		if r.prop.RequestedHandleTypes&cuda.MemHandleTypePosixFileDescriptor == 0 {
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "resource was created without POSIX fd handles (HandleType)")
+		}
 		var err error
 		out, err = r.exportFDs(op, a)
 		return err

@@ -94,15 +94,11 @@ func (c FabricChunk) String() string {
 // done with it.
 func (r *Resource) ExportFabric(b *buffer.Buffer) ([]FabricChunk, error) {
 	const op = "Resource.ExportFabric"
-	a, _, _, err := r.take(op, b)
-	if err != nil {
-		return nil, err
-	}
-	if r.prop.RequestedHandleTypes&cuda.MemHandleTypeFabric == 0 {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "resource was created without fabric handles (HandleType %d; want HandleFabric or HandlePosixFDAndFabric)", int(r.opts.HandleType))
-	}
 	var out []FabricChunk
-	err = r.useLive(op, b, a, func() error {
+	err := r.withLive(op, b, func(a *allocation) error {
+		if r.prop.RequestedHandleTypes&cuda.MemHandleTypeFabric == 0 {
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "resource was created without fabric handles (HandleType %d; want HandleFabric or HandlePosixFDAndFabric)", int(r.opts.HandleType))
+		}
 		out = make([]FabricChunk, 0, len(a.chunks))
 		for i, c := range a.chunks {
 			fh, err := r.drv.MemExportFabric(c.h)

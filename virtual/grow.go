@@ -94,6 +94,16 @@ func (r *Resource) useLive(op string, b *buffer.Buffer, a *allocation, f func() 
 	})
 }
 
+// withLive is take then useLive: it runs f on b's allocation with b held
+// open and r.mu held.
+func (r *Resource) withLive(op string, b *buffer.Buffer, f func(a *allocation) error) error {
+	a, _, _, err := r.take(op, b)
+	if err != nil {
+		return err
+	}
+	return r.useLive(op, b, a, func() error { return f(a) })
+}
+
 // beginResize claims a for one Grow or Shrink, under r.mu: until the
 // claim ends, the calls that could change a (another Grow or Shrink,
 // SetPeerAccess) are refused, so a failed takeOver can still put

@@ -87,11 +87,7 @@ func ncclOptions(drv driver, dev *cuda.Device, goos string, peers []*cuda.Device
 func (r *Resource) AllocationProperties(b *buffer.Buffer) (cuda.MemAllocationProp, error) {
 	const op = "Resource.AllocationProperties"
 	var prop cuda.MemAllocationProp
-	a, _, _, err := r.take(op, b)
-	if err != nil {
-		return prop, err
-	}
-	err = r.useLive(op, b, a, func() error {
+	err := r.withLive(op, b, func(a *allocation) error {
 		// The allocation's own handle: retaining another by address
 		// (cuMemRetainAllocationHandle) would need a release that can fail
 		// and leave the memory allocated after Close.

@@ -257,13 +257,8 @@ type Info struct {
 // Info describes b's allocation. A buffer closed meanwhile (by Close, or
 // consumed by Grow or Shrink) gives an error matching cuda.ErrClosed.
 func (r *Resource) Info(b *buffer.Buffer) (Info, error) {
-	const op = "Resource.Info"
-	a, _, _, err := r.take(op, b)
-	if err != nil {
-		return Info{}, err
-	}
 	var info Info
-	err = r.useLive(op, b, a, func() error {
+	err := r.withLive("Resource.Info", b, func(a *allocation) error {
 		info = Info{Size: a.size, Mapped: a.mapped, Reserved: a.resv, Chunks: len(a.chunks)}
 		return nil
 	})
