@@ -73,20 +73,19 @@ func libBase(name string) (base, want string) {
 // search, for goos, from the environment.
 func searchDirs(goos string, getenv func(string) string, glob func(string) ([]string, error)) []string {
 	var dirs []string
-	roots := []string{getenv("CUDA_PATH"), getenv("CUDA_HOME")}
+	subdirs := []string{"lib64", "lib"}
 	if goos == "windows" {
-		for _, r := range roots {
+		subdirs = []string{filepath.Join("bin", "x64"), "bin"} // CUDA 13 moved the DLLs to bin\x64
+	}
+	for _, r := range []string{getenv("CUDA_PATH"), getenv("CUDA_HOME")} {
+		for _, sub := range subdirs {
 			if r != "" {
-				// CUDA 13 moved the DLLs to bin\x64.
-				dirs = append(dirs, filepath.Join(r, "bin", "x64"), filepath.Join(r, "bin"))
+				dirs = append(dirs, filepath.Join(r, sub))
 			}
 		}
-		return dedup(dirs)
 	}
-	for _, r := range roots {
-		if r != "" {
-			dirs = append(dirs, filepath.Join(r, "lib64"), filepath.Join(r, "lib"))
-		}
+	if goos == "windows" {
+		return dedup(dirs)
 	}
 	dirs = append(dirs, "/usr/local/cuda/lib64")
 	if m, err := glob("/usr/local/cuda/targets/*/lib"); err == nil {

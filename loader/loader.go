@@ -72,29 +72,19 @@ func (e *LoadError) Error() string {
 	}
 	var b strings.Builder
 	b.WriteString("no CUDA driver")
+	sep := ": "
 	if e.Reason != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Reason)
+		b.WriteString(sep + e.Reason)
+		sep = "; "
 	}
 	for i := 0; i < len(e.Attempts); {
-		j, reason := i+1, e.Attempts[i].Reason()
-		for j < len(e.Attempts) && e.Attempts[j].Reason() == reason {
-			j++
+		reason := e.Attempts[i].Reason()
+		var paths []string
+		for ; i < len(e.Attempts) && e.Attempts[i].Reason() == reason; i++ {
+			paths = append(paths, e.Attempts[i].Path)
 		}
-		if i == 0 && e.Reason == "" {
-			b.WriteString(": ")
-		} else {
-			b.WriteString("; ")
-		}
-		for k := i; k < j; k++ {
-			if k > i {
-				b.WriteString(", ")
-			}
-			b.WriteString(e.Attempts[k].Path)
-		}
-		b.WriteString(": ")
-		b.WriteString(reason)
-		i = j
+		b.WriteString(sep + strings.Join(paths, ", ") + ": " + reason)
+		sep = "; "
 	}
 	if hint := e.Hint(); hint != "" {
 		b.WriteString(" (" + hint + ")")

@@ -141,14 +141,11 @@ func (r *Resource) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cu
 // which makes the buffer close anyway.
 //
 // A Deallocate while a Grow or Shrink owns the allocation is the free of
-// the buffer that call is consuming (its Close, or the last Release of a
-// Hold of it). It is neither refused, which would leave the closed
-// buffer's memory with no owner, nor made to wait, since the Grow or
-// Shrink waits for that Close: it waits for s as always (if that fails,
-// nothing changes), records the free and returns nil, and the Grow or
-// Shrink frees the allocation once it has undone its own work. Until then
-// the allocation still counts in Live, and a second Deallocate of it is
-// refused.
+// the buffer that call is consuming: it waits for s as always (if that
+// fails, nothing changes), records the free and returns nil, and the Grow
+// or Shrink frees the allocation once it has undone its own work (see
+// Resource.Grow). Until then the allocation still counts in Live, and a
+// second Deallocate of it is refused.
 func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	const op = "Resource.Deallocate"
 	if err := r.check(op); err != nil {

@@ -86,10 +86,7 @@
 // streams, such as non-blocking ones, is the caller's to order first, as
 // for any stream-ordered free (Buffer.CloseOn names another stream).
 //
-// Grow and Shrink consume their buffer, but a Close of it while they run
-// (or the last Release of a Hold of it, such as a DLPack export's, after
-// it was closed) is neither refused nor blocked: it returns nil, and the
-// Grow or Shrink, unable to take the closed buffer over, fails and frees
-// the memory once it has undone its own work (see Resource.Grow and
-// Resource.Deallocate). The memory is freed exactly once either way.
+// A Close of a buffer that a Grow or Shrink is consuming is neither
+// refused nor blocked: it returns nil, and the Grow or Shrink fails and
+// frees the memory, exactly once (see Resource.Grow).
 package virtual
