@@ -159,15 +159,12 @@ type Driver struct {
 	getProcAddress, driverGetVersion, cuInit, ctxSetCurrent Proc
 }
 
-// symbol describes how to resolve one entry point.
+// symbol describes how to resolve one entry point (the tags: see Resolve).
 type symbol struct {
-	name string // base name, for cuGetProcAddress
-	// since (tag since) is the CUDA version whose ABI our call speaks,
-	// when newer than abiVersion: the entry point is requested at it, and
-	// older drivers lack it.
-	since int
-	dlsym string // explicit versioned name for the dlsym fallback (tag dlsym)
-	only  bool   // dlsym alone, never cuGetProcAddress (tag lookup:"dlsym")
+	name  string // base name, for cuGetProcAddress
+	since int    // tag since: the CUDA version of our call's ABI, when newer than abiVersion
+	dlsym string // tag dlsym: the versioned name for the dlsym fallback
+	only  bool   // tag lookup:"dlsym": dlsym alone, never cuGetProcAddress
 }
 
 // Resolve fills table, a pointer to a struct, with the driver's entry
