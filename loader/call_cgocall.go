@@ -11,14 +11,11 @@ import "unsafe"
 // The stack can move while C runs: a C function that calls back into Go
 // (a purego callback, such as a DLPack deleter) runs that Go code on this
 // goroutine's stack, which may grow, or be shrunk by the garbage collector
-// while the callback blocks; either copies the stack elsewhere and frees
-// the old one. So the trampoline keeps the record's depth below the top
-// of the stack (g.stack.hi), not its address, and finds it again after
-// the C call from the goroutine's stack top then, as cgo's generated code
-// does with _cgo_topofstack and runtime.asmcgocall with its own saved
-// stack pointer. Writing the result through the address taken before the
-// call lost the result and wrote it into freed stack memory, which the
-// runtime may already have handed to another goroutine.
+// while the callback blocks. So the trampoline keeps the record's depth
+// below the top of the stack (g.stack.hi), not its address, and finds it
+// again after the C call, as cgo's generated code does with
+// _cgo_topofstack: a result written through the old address would be lost
+// in freed stack memory that another goroutine may already own.
 type frame struct {
 	fn    uintptr
 	ctxfn uintptr // cuCtxSetCurrent, called first with ctx when non-zero

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -68,35 +69,23 @@ func libBase(name string) (base, want string) {
 	return strings.TrimPrefix(base, "lib"), want
 }
 
-// userDirs lists the directories of CUDAMEM_LIBRARY_PATH.
-func userDirs(getenv func(string) string) []string {
-	var dirs []string
-	for _, d := range filepath.SplitList(getenv(EnvLibraryPath)) {
-		if d != "" {
-			dirs = append(dirs, d)
-		}
-	}
-	return dedup(dirs)
-}
-
 // searchDirs lists the toolkit directories searched after the system
 // search, for goos, from the environment.
 func searchDirs(goos string, getenv func(string) string, glob func(string) ([]string, error)) []string {
 	var dirs []string
-	roots := []string{getenv("CUDA_PATH"), getenv("CUDA_HOME")}
+	subdirs := []string{"lib64", "lib"}
 	if goos == "windows" {
-		for _, r := range roots {
+		subdirs = []string{filepath.Join("bin", "x64"), "bin"} // CUDA 13 moved the DLLs to bin\x64
+	}
+	for _, r := range []string{getenv("CUDA_PATH"), getenv("CUDA_HOME")} {
+		for _, sub := range subdirs {
 			if r != "" {
-				// CUDA 13 moved the DLLs to bin\x64.
-				dirs = append(dirs, filepath.Join(r, "bin", "x64"), filepath.Join(r, "bin"))
+				dirs = append(dirs, filepath.Join(r, sub))
 			}
 		}
-		return dedup(dirs)
 	}
-	for _, r := range roots {
-		if r != "" {
-			dirs = append(dirs, filepath.Join(r, "lib64"), filepath.Join(r, "lib"))
-		}
+	if goos == "windows" {
+		return dedup(dirs)
 	}
 	dirs = append(dirs, "/usr/local/cuda/lib64")
 	if m, err := glob("/usr/local/cuda/targets/*/lib"); err == nil {
@@ -152,19 +141,14 @@ func systemNames(goos, base, want string) []string {
 	if want != "" {
 		names = append(names, want)
 	}
-	for _, m := range majors {
-		if goos == "windows" {
-			names = append(names, fmt.Sprintf("%s64_%d.dll", base, m))
-		} else {
-			names = append(names, fmt.Sprintf("lib%s.so.%d", base, m))
-		}
-	}
+	versioned, plain := "lib%s.so.%d", "lib"+base+".so"
 	if goos == "windows" {
-		names = append(names, base+".dll")
-	} else {
-		names = append(names, "lib"+base+".so")
+		versioned, plain = "%s64_%d.dll", base+".dll"
 	}
-	return dedup(names)
+	for _, m := range majors {
+		names = append(names, fmt.Sprintf(versioned, base, m))
+	}
+	return dedup(append(names, plain))
 }
 
 // dirPattern is the glob of base's files in a directory.
@@ -221,6 +205,22 @@ type step struct {
 	dir, name, pattern string
 }
 
+// paths lists what s tries, in order: its name, or the files its glob
+// finds now (want, the exact name asked for, first), or why there are none.
+func (s step) paths(want string) ([]string, error) {
+	if s.dir == "" {
+		return []string{s.name}, nil
+	}
+	m, err := filepath.Glob(s.pattern)
+	if err == nil && len(m) == 0 {
+		err = fs.ErrNotExist
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rankFiles(m, want), nil
+}
+
 func searchSteps(name, goos string, getenv func(string) string, glob func(string) ([]string, error)) []step {
 	if strings.ContainsRune(name, '/') || (goos == "windows" && strings.ContainsAny(name, `\:`)) {
 		return []step{{name: name}}
@@ -228,8 +228,10 @@ func searchSteps(name, goos string, getenv func(string) string, glob func(string
 	base, want := libBase(name)
 	var steps []step
 	// The user's own directories come before everything else.
-	for _, d := range userDirs(getenv) {
-		steps = append(steps, step{dir: d, pattern: dirPattern(goos, d, base)})
+	for _, d := range dedup(filepath.SplitList(getenv(EnvLibraryPath))) {
+		if d != "" {
+			steps = append(steps, step{dir: d, pattern: dirPattern(goos, d, base)})
+		}
 	}
 	for _, n := range systemNames(goos, base, want) {
 		steps = append(steps, step{name: n})
@@ -253,15 +255,11 @@ func LibraryCandidates(name string) []string {
 	var out []string
 	_, want := libBase(name)
 	for _, s := range searchSteps(name, runtime.GOOS, os.Getenv, filepath.Glob) {
-		if s.dir == "" {
-			out = append(out, s.name)
-			continue
+		paths, err := s.paths(want)
+		if err != nil {
+			paths = []string{s.pattern}
 		}
-		m, _ := filepath.Glob(s.pattern)
-		if len(m) == 0 {
-			out = append(out, s.pattern)
-		}
-		out = append(out, rankFiles(m, want)...)
+		out = append(out, paths...)
 	}
 	return out
 }
@@ -289,24 +287,17 @@ func OpenCUDALibrary(name string) (*Library, error) {
 	le := &LibraryError{Name: name}
 	_, want := libBase(name)
 	for _, s := range searchSteps(name, runtime.GOOS, os.Getenv, filepath.Glob) {
-		if s.dir == "" {
-			l, err := OpenLibrary(s.name)
-			if err == nil {
-				return l, nil
-			}
-			le.Attempts = append(le.Attempts, Attempt{s.name, err})
-			continue
-		}
-		m, err := filepath.Glob(s.pattern)
-		if err == nil && len(m) == 0 {
-			err = fs.ErrNotExist
-		}
+		paths, err := s.paths(want)
 		if err != nil {
 			le.Attempts = append(le.Attempts, Attempt{s.pattern, err})
 			continue
 		}
-		for _, p := range rankFiles(m, want) {
-			l, err := openWithDeps(p)
+		open := openWithDeps // a directory's file may need its neighbours
+		if s.dir == "" {
+			open = OpenLibrary
+		}
+		for _, p := range paths {
+			l, err := open(p)
 			if err == nil {
 				return l, nil
 			}
@@ -322,10 +313,10 @@ var missingDep = regexp.MustCompile(`([A-Za-z0-9_.+-]+\.so[0-9.]*): cannot open 
 
 // deps keeps the dependencies openWithDeps loaded, for the life of the
 // process (the libraries that need them may be open).
-var deps struct {
+var deps = struct {
 	sync.Mutex
 	libs map[string]*Library
-}
+}{libs: map[string]*Library{}}
 
 // openWithDeps opens path; when the loader reports a missing dependency
 // that path's directory holds, it opens that first and tries again.
@@ -352,10 +343,8 @@ func openWithDepsIn(path string, opening map[string]bool) (*Library, error) {
 		if _, serr := os.Stat(dep); serr != nil {
 			return nil, err
 		}
-		for _, t := range tried {
-			if t == dep {
-				return nil, err // it did not help
-			}
+		if slices.Contains(tried, dep) {
+			return nil, err // it did not help
 		}
 		if opening[dep] {
 			return nil, fmt.Errorf("%w (%s and %s need each other)", err, path, dep)
@@ -368,9 +357,6 @@ func openWithDepsIn(path string, opening map[string]bool) (*Library, error) {
 			return nil, fmt.Errorf("%w; opening its dependency %s: %w", err, dep, derr)
 		}
 		deps.Lock()
-		if deps.libs == nil {
-			deps.libs = map[string]*Library{}
-		}
 		if old := deps.libs[dep]; old != nil {
 			dl.Close() // already held once: dlopen counts, keep one
 		} else {

@@ -72,29 +72,19 @@ func (e *LoadError) Error() string {
 	}
 	var b strings.Builder
 	b.WriteString("no CUDA driver")
+	sep := ": "
 	if e.Reason != "" {
-		b.WriteString(": ")
-		b.WriteString(e.Reason)
+		b.WriteString(sep + e.Reason)
+		sep = "; "
 	}
 	for i := 0; i < len(e.Attempts); {
-		j, reason := i+1, e.Attempts[i].Reason()
-		for j < len(e.Attempts) && e.Attempts[j].Reason() == reason {
-			j++
+		reason := e.Attempts[i].Reason()
+		var paths []string
+		for ; i < len(e.Attempts) && e.Attempts[i].Reason() == reason; i++ {
+			paths = append(paths, e.Attempts[i].Path)
 		}
-		if i == 0 && e.Reason == "" {
-			b.WriteString(": ")
-		} else {
-			b.WriteString("; ")
-		}
-		for k := i; k < j; k++ {
-			if k > i {
-				b.WriteString(", ")
-			}
-			b.WriteString(e.Attempts[k].Path)
-		}
-		b.WriteString(": ")
-		b.WriteString(reason)
-		i = j
+		b.WriteString(sep + strings.Join(paths, ", ") + ": " + reason)
+		sep = "; "
 	}
 	if hint := e.Hint(); hint != "" {
 		b.WriteString(" (" + hint + ")")
@@ -169,15 +159,12 @@ type Driver struct {
 	getProcAddress, driverGetVersion, cuInit, ctxSetCurrent Proc
 }
 
-// symbol describes how to resolve one entry point.
+// symbol describes how to resolve one entry point (the tags: see Resolve).
 type symbol struct {
-	name string // base name, for cuGetProcAddress
-	// since (tag since) is the CUDA version whose ABI our call speaks,
-	// when newer than abiVersion: the entry point is requested at it, and
-	// older drivers lack it.
-	since int
-	dlsym string // explicit versioned name for the dlsym fallback (tag dlsym)
-	only  bool   // dlsym alone, never cuGetProcAddress (tag lookup:"dlsym")
+	name  string // base name, for cuGetProcAddress
+	since int    // tag since: the CUDA version of our call's ABI, when newer than abiVersion
+	dlsym string // tag dlsym: the versioned name for the dlsym fallback
+	only  bool   // tag lookup:"dlsym": dlsym alone, never cuGetProcAddress
 }
 
 // Resolve fills table, a pointer to a struct, with the driver's entry
@@ -322,11 +309,10 @@ func bootstrap(lib *Library) (*Driver, error) {
 	if d.cuInit, err = lib.Lookup("cuInit"); err != nil {
 		return nil, fmt.Errorf("not a CUDA driver: %w", err)
 	}
-	// v2 (CUDA 12.0+) takes a fifth argument; remember which one we hold.
-	if d.getProcAddress, err = lib.Lookup("cuGetProcAddress_v2"); err == nil {
-		d.getProcAddress.name = "cuGetProcAddress_v2"
-	} else if d.getProcAddress, err = lib.Lookup("cuGetProcAddress"); err != nil {
-		d.getProcAddress = Proc{}
+	// v2 (CUDA 12.0+) takes a fifth argument: find tells the two apart by
+	// the name Lookup recorded.
+	if d.getProcAddress, err = lib.Lookup("cuGetProcAddress_v2"); err != nil {
+		d.getProcAddress, _ = lib.Lookup("cuGetProcAddress") // unresolved if absent
 	}
 	var v int32
 	if r := d.driverGetVersion.Call(uintptr(unsafe.Pointer(&v))); r != 0 {
@@ -352,9 +338,7 @@ func (d *Driver) init() error {
 	return nil
 }
 
-const (
-	procLegacyStream = 1 // CU_GET_PROC_ADDRESS_LEGACY_STREAM
-)
+const procLegacyStream = 1 // CU_GET_PROC_ADDRESS_LEGACY_STREAM
 
 // resolve finds entry point s, bound to d's cuCtxSetCurrent.
 func (d *Driver) resolve(s symbol) Proc {

@@ -100,15 +100,11 @@ func (a *allocation) setDesc(d cuda.MemAccessDesc) {
 // Access reports how dev may access b's memory.
 func (r *Resource) Access(b *buffer.Buffer, dev *cuda.Device) (Access, error) {
 	const op = "Resource.Access"
-	a, _, _, err := r.take(op, b)
-	if err != nil {
-		return NoAccess, err
-	}
-	if dev == nil {
-		return NoAccess, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device")
-	}
 	var f cuda.MemAccessFlags
-	err = r.useLive(op, b, a, func() error { // a.base changes when a grow moves it
+	err := r.withLive(op, b, func(a *allocation) error { // a.base changes when a grow moves it
+		if dev == nil {
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device")
+		}
 		var err error
 		if f, err = r.drv.MemGetAccess(a.base, devLoc(dev)); err != nil {
 			return fmt.Errorf("%s: %w", op, err)
@@ -118,11 +114,10 @@ func (r *Resource) Access(b *buffer.Buffer, dev *cuda.Device) (Access, error) {
 	if err != nil {
 		return NoAccess, err
 	}
-	switch f {
-	case cuda.MemAccessProtReadWrite:
-		return ReadWrite, nil
-	case cuda.MemAccessProtRead:
-		return ReadOnly, nil
+	for acc, af := range accessFlags {
+		if af == f {
+			return Access(acc), nil
+		}
 	}
 	return NoAccess, nil
 }

@@ -8,19 +8,6 @@ import (
 	"github.com/cudamem/cudamem/cuda"
 )
 
-// undo runs cleanup steps in reverse unless disarmed: a failed operation
-// leaves nothing behind. (Import uses it; the resource's own operations
-// use txn, which also reports and keeps what fails to clean up.)
-type undo []func()
-
-func (u *undo) add(f func()) { *u = append(*u, f) }
-func (u *undo) run() {
-	for i := len(*u) - 1; i >= 0; i-- {
-		(*u)[i]()
-	}
-	*u = nil
-}
-
 // newChunk creates size bytes of physical memory and maps it at ptr with
 // the given access, recording each step in t for a rollback.
 func (r *Resource) newChunk(t *txn, ptr cuda.DevicePtr, size uint64, descs []cuda.MemAccessDesc) (cuda.MemHandle, error) {
@@ -41,21 +28,19 @@ func (r *Resource) newChunk(t *txn, ptr cuda.DevicePtr, size uint64, descs []cud
 
 // reserveRange reserves size bytes of address space for a new range (an
 // allocation, an import, or the range a moving Grow builds) and records it
-// in t.
-//
-// It passes the granularity as the alignment (or AddrAlign, where that is
-// more), as the C baseline does: every mapping must start on a granule.
-// (Alignment 0, the driver's default, made the 1 GiB allocate+close cycle
-// about twice as slow as C's with the granularity passed; see
-// testdata/figures/HISTORY.md.) A range the driver put off the alignment anyway is
-// given back (kept as a leftover if that fails) and the reservation fails.
+// in t. It asks for the granularity as the alignment (or AddrAlign, where
+// that is more), as the C baseline does: every mapping must start on a
+// granule, and alignment 0 (the driver's default) made the allocate+close
+// cycle about twice as slow. A range the driver put off the alignment
+// anyway is given back (kept as a leftover if that fails) and the
+// reservation fails.
 func (r *Resource) reserveRange(t *txn, size uint64, hint cuda.DevicePtr) (cuda.DevicePtr, error) {
-	p, err := r.drv.MemAddressReserve(size, r.reserveAlign, hint)
+	p, err := r.drv.MemAddressReserve(size, r.align, hint)
 	if err != nil {
 		return 0, err
 	}
-	if uint64(p)%r.reserveAlign != 0 {
-		err := cuda.Errorf("cuMemAddressReserve", cuda.ErrorUnknown, "the driver reserved %d bytes at %#x, off the alignment %d it was asked for", size, uint64(p), r.reserveAlign)
+	if uint64(p)%r.align != 0 {
+		err := cuda.Errorf("cuMemAddressReserve", cuda.ErrorUnknown, "the driver reserved %d bytes at %#x, off the alignment %d it was asked for", size, uint64(p), r.align)
 		if ferr := r.drv.MemAddressFree(p, size); ferr != nil {
 			r.left.keep(&leftovers{spans: []span{{p, size}}})
 			err = errors.Join(err, fmt.Errorf("giving the range back: %w (kept for a retry)", ferr))
@@ -112,9 +97,9 @@ func (r *Resource) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cu
 	if size == 0 {
 		return 0, s, nil
 	}
-	aligned, ok := r.roundUp(size)
-	if !ok {
-		return 0, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "size %d rounded up to the granularity %d overflows", size, r.gran)
+	aligned, err := r.roundUp(op, size)
+	if err != nil {
+		return 0, nil, err
 	}
 	reserve := max(aligned, r.reserve)
 	if hint := uint64(r.opts.AddrHint); hint != 0 && hint+reserve < hint {
@@ -142,33 +127,25 @@ func (r *Resource) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cu
 	return ptr, s, nil
 }
 
-// Deallocate waits for s (nil: the legacy default stream), then unmaps the
-// allocation, releases every physical chunk and frees its address space.
-// It waits for that one stream, not for the whole device: work the caller
-// submitted on other streams is the caller's to order before the free.
+// Deallocate waits for s (nil: the legacy default stream; work on other
+// streams is the caller's to order), then unmaps the allocation, releases
+// every physical chunk and frees its address space.
 //
 // If that fails before anything was given back, the allocation is left as
-// it was: the buffer stays open and usable, and Close can be retried. Once
-// a chunk is unmapped there is no way back (mapping it again can fail
-// too, and a buffer must never stay open over unmapped memory: on a real
-// GPU a stray access poisons the context). So from there on Deallocate
-// always finishes: the allocation is removed, whatever the driver refuses
-// to give back is kept as the resource's leftovers (retried by later
-// operations and by Reclaim, never released twice), and the error wraps
-// buffer.ErrPartlyFreed, which makes the buffer close anyway.
+// it was: the buffer stays open and Close can be retried. Once a chunk is
+// unmapped there is no way back (mapping it again can fail too, and a
+// buffer must never stay open over unmapped memory: on a real GPU a stray
+// access poisons the context), so Deallocate finishes: the allocation is
+// removed, what the driver refuses to give back is kept for Reclaim
+// (never released twice), and the error wraps buffer.ErrPartlyFreed,
+// which makes the buffer close anyway.
 //
-// While a Grow or Shrink owns the allocation, a Deallocate of it is the
-// free of the buffer that call is consuming (its Close, or the last
-// Release of a Hold if it was closed while held) racing it. It is not
-// refused, which would leave the closed buffer's memory with no owner to
-// free it, nor made to wait for the Grow or Shrink, which waits for the
-// Close to end before it can take the buffer over. Deallocate waits for s
-// as always (if that fails, nothing changes, as above), records the free
-// and returns nil. The buffer being closed, the Grow or Shrink fails, and
-// frees the allocation once it has undone its own work; a failure to free
-// is reported in its error, and what the driver refused is kept for
-// Reclaim. Until then the allocation still counts in Live, and a second
-// Deallocate of it is refused.
+// A Deallocate while a Grow or Shrink owns the allocation is the free of
+// the buffer that call is consuming: it waits for s as always (if that
+// fails, nothing changes), records the free and returns nil, and the Grow
+// or Shrink frees the allocation once it has undone its own work (see
+// Resource.Grow). Until then the allocation still counts in Live, and a
+// second Deallocate of it is refused.
 func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	const op = "Resource.Deallocate"
 	if err := r.check(op); err != nil {
@@ -248,14 +225,11 @@ func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 }
 
 // freeLeft frees a, whose free a Deallocate left to the Grow or Shrink
-// that owned it (freeLater), once that call has undone its own work and
-// taken a out of r.allocs (endResizeLocked). Deallocate waited for the
-// stream already. No buffer is left to retry a Close, so nothing of a may
-// stay behind: if the driver refuses the first unmap (free then gives
-// nothing back), every mapping, handle and range of a is handed to the
-// leftovers instead, tried once more now and then by later operations and
-// by Reclaim. It returns nil once all of a is given back, else what
-// failed. Called without r.mu.
+// that owned it (freeLater), once a is out of r.allocs (endResizeLocked).
+// Deallocate waited for the stream already. No buffer is left to retry a
+// Close, so if the driver refuses the first unmap, all of a is handed to
+// the leftovers instead. It returns nil once all of a is given back.
+// Called without r.mu.
 func (r *Resource) freeLeft(a *allocation) error {
 	ptr := a.base
 	freed, err := r.free(a)
@@ -264,16 +238,7 @@ func (r *Resource) freeLeft(a *allocation) error {
 	}
 	if !freed {
 		// a is whole: give it up whole.
-		var l leftovers
-		for _, c := range a.chunks {
-			l.maps = append(l.maps, span{a.base + cuda.DevicePtr(c.off), c.size})
-			l.handles = append(l.handles, c.h)
-		}
-		l.spans = append(l.spans, a.reservations...)
-		a.chunks, a.mapped = nil, 0
-		a.setReservations(nil)
-		rerr := reap(r.drv, &l)
-		r.left.keep(&l)
+		rerr := r.giveUp(a, len(a.chunks))
 		if rerr == nil {
 			return nil // given back on the second try
 		}
@@ -349,20 +314,25 @@ func (r *Resource) free(a *allocation) (freed bool, err error) {
 		return false, err // nothing changed: a is still whole and usable
 	}
 	// a.chunks[:k] are still mapped (k is 0 unless mapping back failed
-	// after a failed unmap); the rest are unmapped. reap unmaps, then
-	// releases every handle, then frees the address space once nothing
-	// is mapped in it, keeping what fails.
+	// after a failed unmap); the rest are unmapped.
+	return true, errors.Join(err, r.giveUp(a, k))
+}
+
+// giveUp empties a (its first mapped chunks still mapped, the rest not)
+// and reaps what it held: unmaps, then every handle, then the address
+// space once nothing is mapped in it. What fails moves to r.left.
+func (r *Resource) giveUp(a *allocation, mapped int) error {
 	var l leftovers
-	for _, c := range a.chunks[:k] {
-		l.maps = append(l.maps, span{a.base + cuda.DevicePtr(c.off), c.size})
-	}
-	for _, c := range a.chunks {
+	for i, c := range a.chunks {
+		if i < mapped {
+			l.maps = append(l.maps, span{a.base + cuda.DevicePtr(c.off), c.size})
+		}
 		l.handles = append(l.handles, c.h)
 	}
 	l.spans = append(l.spans, a.reservations...)
 	a.chunks, a.mapped = nil, 0
 	a.setReservations(nil)
-	rerr := reap(r.drv, &l)
+	err := reap(r.drv, &l)
 	r.left.keep(&l)
-	return true, errors.Join(err, rerr)
+	return err
 }

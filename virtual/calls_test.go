@@ -47,7 +47,7 @@ func TestCallsAllocateCloseMatchC(t *testing.T) {
 				mustOK(t, err)
 				info, err := r.Info(b)
 				mustOK(t, err)
-				aligned, _ := r.roundUp(size)
+				aligned, _ := roundUp(size, r.gran)
 				if info.Chunks != 1 || info.Mapped != aligned || info.Reserved != aligned {
 					t.Fatalf("Allocate(%d): %+v, want one chunk of %d bytes", size, info, aligned)
 				}

@@ -26,8 +26,7 @@
 // granularity, whatever its size: only grows add chunks. Data written
 // before a grow is intact after it. Every physical handle is released when
 // the allocation is freed or shrunk, and a failed grow leaves the original
-// allocation as it was (cuda.core leaks handles, and frees twice on its
-// slow path).
+// allocation as it was.
 //
 // # Beyond one node: fabric handles
 //
@@ -35,26 +34,17 @@
 // allocations exportable as fabric handles: Resource.ExportFabric returns
 // one FabricChunk per physical chunk, plain bytes (MarshalBinary) that any
 // channel carries to a process on another node of the same multi-node
-// NVLink domain, where Resource.ImportFabric maps them.
-// Imports follow the fd path's rules: the chunk list is checked whole
-// before the driver sees it, the driver refuses handles it did not make,
-// the imported memory's properties are read back from the driver (memory
-// placed elsewhere than the resource's Location is refused), a size
-// larger than the exported memory is refused by the driver's mapping, and
-// a failure leaves nothing reserved, mapped or imported. Closing the imported buffer
-// unmaps it and releases the imported handles. Fabric handles need the
-// IMEX service: without it (any single-node machine) creating, exporting
-// or importing fails with an error matching cuda.ErrNotSupported that
-// names IMEX (see cuda.FabricRequirements).
+// NVLink domain, where Resource.ImportFabric maps them, under the same
+// checks as Import's fds. Fabric handles need the IMEX service: without
+// it (any single-node machine) creating, exporting or importing fails
+// with an error matching cuda.ErrNotSupported that names IMEX (see
+// cuda.FabricRequirements).
 //
 // # NCCL user buffers
 //
 // NCCLOptions gives the properties NCCL's own allocator (ncclMemAlloc)
 // uses, so a Resource made with them yields buffers NCCL can register
-// (ncclCommRegister) and use on its zero-copy paths: pinned device
-// memory, POSIX fd handles plus fabric handles where they work, GPUDirect
-// RDMA capable where the device supports it with VMM, the recommended
-// granularity, and read-write access for the device and the peers given.
+// (ncclCommRegister) and use on its zero-copy paths;
 // Resource.AllocationProperties reads back what the driver made.
 //
 // # Failures
@@ -96,10 +86,7 @@
 // streams, such as non-blocking ones, is the caller's to order first, as
 // for any stream-ordered free (Buffer.CloseOn names another stream).
 //
-// Grow and Shrink consume their buffer, but a Close of it while they run
-// (or the last Release of a Hold of it, such as a DLPack export's, after
-// it was closed) is neither refused nor blocked: it returns nil, and the
-// Grow or Shrink, unable to take the closed buffer over, fails and frees
-// the memory once it has undone its own work (see Resource.Grow and
-// Resource.Deallocate). The memory is freed exactly once either way.
+// A Close of a buffer that a Grow or Shrink is consuming is neither
+// refused nor blocked: it returns nil, and the Grow or Shrink fails and
+// frees the memory, exactly once (see Resource.Grow).
 package virtual

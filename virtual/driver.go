@@ -11,15 +11,14 @@ import (
 
 // driver is the seam between this package and the CUDA driver: every
 // driver call the resource makes goes through it, so CPU tests can put a
-// fake behind a Resource that fails any chosen call and then check what
-// the failed operation left behind. The C fake driver the other packages'
-// tests use cannot stand in for it: it reports counts of what is live,
-// not the reservations, mappings (with their handles and access) and
-// handles these tests compare before and after, and it cannot fail every call from the k-th on, grant a
-// reservation off the alignment asked for, or fail calls at all outside
-// builds with the fault-injection tag. The real implementation, device, is a
-// struct of one pointer: storing it in the interface allocates nothing and
-// a call costs one indirect call on top of the driver's own.
+// fake behind a Resource and check what a failed operation left behind.
+// The C fake driver the other packages' tests use cannot stand in for it:
+// it reports counts, not the reservations, mappings (with their handles
+// and access) and handles these tests compare before and after; it fails
+// calls only in builds with the fault-injection tag, and cannot fail every
+// call from the k-th on or grant a reservation off the alignment asked
+// for. The real implementation, device, is a struct of one pointer: a
+// call costs one indirect call on top of the driver's own.
 type driver interface {
 	Features() (cuda.Features, error)
 	AllocationGranularity(prop *cuda.MemAllocationProp, kind cuda.MemAllocationGranularity) (uint64, error)
@@ -66,12 +65,6 @@ type leftovers struct {
 
 func (l *leftovers) empty() bool {
 	return len(l.maps) == 0 && len(l.handles) == 0 && len(l.spans) == 0
-}
-
-func (l *leftovers) add(m *leftovers) {
-	l.maps = append(l.maps, m.maps...)
-	l.handles = append(l.handles, m.handles...)
-	l.spans = append(l.spans, m.spans...)
 }
 
 // reap gives back everything in l: unmaps first, then handles (the driver
@@ -125,7 +118,9 @@ func (p *pending) keep(l *leftovers) {
 		return
 	}
 	p.mu.Lock()
-	p.l.add(l)
+	p.l.maps = append(p.l.maps, l.maps...)
+	p.l.handles = append(p.l.handles, l.handles...)
+	p.l.spans = append(p.l.spans, l.spans...)
 	p.some.Store(true)
 	p.mu.Unlock()
 }

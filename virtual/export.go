@@ -36,24 +36,20 @@ func CloseChunkFDs(chunks []Chunk) error {
 }
 
 // Export exports b's physical memory as POSIX file descriptors (the
-// resource's HandleType must allow it). The caller owns the fds (close-on-
-// exec is not set by the driver: hand them to a child through
-// exec.Cmd.ExtraFiles or over a socket with package ipc) and closes them
-// with CloseChunkFDs. On error no fd is left open. A buffer closed
-// meanwhile (by Close, or consumed by Grow or Shrink) gives an error
-// matching cuda.ErrClosed; b is held open while its chunks are exported,
-// so a concurrent Close waits for the export.
+// resource's HandleType must allow it), one Chunk per physical chunk. The
+// caller owns the fds, which are close-on-exec (hand them to a child
+// through exec.Cmd.ExtraFiles or over a socket with package ipc), and
+// closes them with CloseChunkFDs. On error no fd is left open. b is held
+// open while its chunks are exported: a concurrent Close waits for the
+// export, and a buffer closed before it (or consumed by Grow or Shrink)
+// gives an error matching cuda.ErrClosed.
 func (r *Resource) Export(b *buffer.Buffer) ([]Chunk, error) {
 	const op = "Resource.Export"
-	a, _, _, err := r.take(op, b)
-	if err != nil {
-		return nil, err
-	}
-	if r.prop.RequestedHandleTypes&cuda.MemHandleTypePosixFileDescriptor == 0 {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "resource was created without POSIX fd handles (HandleType)")
-	}
 	var out []Chunk
-	err = r.useLive(op, b, a, func() error {
+	err := r.withLive(op, b, func(a *allocation) error {
+		if r.prop.RequestedHandleTypes&cuda.MemHandleTypePosixFileDescriptor == 0 {
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "resource was created without POSIX fd handles (HandleType)")
+		}
 		var err error
 		out, err = r.exportFDs(op, a)
 		return err
@@ -61,59 +57,45 @@ func (r *Resource) Export(b *buffer.Buffer) ([]Chunk, error) {
 	return out, err
 }
 
-// exportFDs exports a's chunks as fds, in order. Called with r.mu held and
-// a live (useLive). On error no fd is left open.
+// exportFDs exports a's chunks as fds, in order, each checked open and
+// made close-on-exec (osfd.New). Called with r.mu held and a live
+// (useLive). On error no fd is left open.
 func (r *Resource) exportFDs(op string, a *allocation) ([]Chunk, error) {
-	// Owned while the list is built, so a failure part-way closes what
-	// was exported so far.
-	files := make([]*osfd.File, 0, len(a.chunks))
-	fail := func(err error) ([]Chunk, error) {
-		for _, f := range files {
-			if cerr := f.Close(); cerr != nil {
-				err = errors.Join(err, cerr)
-			}
-		}
-		return nil, err
-	}
+	out := make([]Chunk, 0, len(a.chunks))
 	for i, c := range a.chunks {
 		fd, err := r.drv.MemExportFD(c.h)
+		if err == nil {
+			fd, err = adoptFD(fd)
+		}
 		if err != nil {
-			return fail(fmt.Errorf("%s %#x chunk %d: %w", op, uint64(a.base), i, err))
+			return nil, errors.Join(fmt.Errorf("%s %#x chunk %d: %w", op, uint64(a.base), i, err), CloseChunkFDs(out))
 		}
-		f, err := osfd.New(fd)
-		if err != nil {
-			if cerr := osfd.Close(fd); cerr != nil {
-				err = errors.Join(err, cerr)
-			}
-			return fail(err)
-		}
-		files = append(files, f)
-	}
-	out := make([]Chunk, len(files))
-	for i, f := range files {
-		fd, err := f.Release()
-		if err != nil { // cannot happen: f was made above and is open
-			_ = CloseChunkFDs(out[:i]) // err is the failure to report
-			files = files[i:]
-			return fail(err)
-		}
-		out[i] = Chunk{FD: fd, Size: a.chunks[i].size}
+		out = append(out, Chunk{FD: fd, Size: c.size})
 	}
 	return out, nil
 }
 
-// checkChunks validates an imported chunk list before any driver call:
-// at least one chunk, each a valid fd and a positive multiple of gran,
-// sizes that add up without passing 2^64, and a buffer size of 1 to their
-// total bytes. It returns the total.
+// adoptFD checks that the driver's fd is open and sets close-on-exec on
+// it, closing it if that fails.
+func adoptFD(fd int) (int, error) {
+	f, err := osfd.New(fd)
+	if err != nil {
+		return -1, errors.Join(err, osfd.Close(fd))
+	}
+	return f.Release()
+}
+
+// checkChunks is checkChunkList for fds.
 func checkChunks(chunks []Chunk, size, gran uint64) (uint64, error) {
 	return checkChunkList("virtual.Import", len(chunks), size, gran, "a valid fd",
 		func(i int) (uint64, bool) { return chunks[i].Size, chunks[i].FD >= 0 },
 		func(i int) string { return fmt.Sprintf("fd %d", chunks[i].FD) })
 }
 
-// checkChunkList is the check of checkChunks and checkFabricChunks, for n
-// chunks received from another process: chunk(i) gives chunk i's size
+// checkChunkList validates n chunks received from another process before
+// any driver call: at least one chunk, each with a valid handle and a
+// positive multiple of gran, sizes that add up without passing 2^64, and
+// a buffer size of 1 to their total bytes. chunk(i) gives chunk i's size
 // and whether its handle is valid, name(i) names it in an error (valid
 // says what a good handle is). It returns the total.
 func checkChunkList(op string, n int, size, gran uint64, valid string, chunk func(i int) (uint64, bool), name func(i int) string) (uint64, error) {
@@ -146,16 +128,14 @@ func checkChunkList(op string, n int, size, gran uint64, valid string, chunk fun
 // fds stay the caller's to close. Closing the buffer unmaps the memory
 // and releases the imported handles; the exporter's memory lives on.
 //
-// The chunks are hostile input, as ipc.ImportPool's fds are. The list is
-// checked whole before the driver sees it, each fd's kind included: one
-// the driver's export never is (a pipe, FIFO, socket, regular file,
-// directory, symbolic link or block device) is refused with an error
-// matching cuda.ErrInvalidArgument (see ipc.ImportPool). Each imported
-// handle's properties are then read back from the driver
-// (cuMemGetAllocationPropertiesFromHandle), as ImportFabric does: memory
-// that is not VMM memory, or that lives on the host when this resource is
-// device memory (or the reverse), is refused. On error nothing stays
-// reserved, mapped or imported.
+// The chunks are hostile input. The list is checked whole before the
+// driver sees it, each fd's kind included: one the driver's export never
+// is (a pipe, socket, regular file...) is refused with an error matching
+// cuda.ErrInvalidArgument, as by ipc.ImportPool. Each imported handle's
+// properties are then read back from the driver: memory that is not VMM
+// memory, or that lives on the host when this resource is device memory
+// (or the reverse), is refused. On error nothing stays reserved, mapped
+// or imported.
 func (r *Resource) Import(chunks []Chunk, size uint64) (*buffer.Buffer, error) {
 	const op = "virtual.Import"
 	if err := r.check(op); err != nil {

@@ -86,24 +86,19 @@ func (c FabricChunk) String() string {
 
 // ExportFabric exports b's physical memory as fabric handles, one per
 // physical chunk in address order, for a process on this node or another
-// of the same multi-node NVLink domain, which maps
-// them with ImportFabric. The resource's HandleType must include fabric
-// handles (HandleFabric or HandlePosixFDAndFabric). Without the IMEX
-// service the driver refuses, and the error matches cuda.ErrNotSupported
-// and names IMEX (cuda.FabricError). Nothing needs closing: the exporter's
-// memory lives while b is open here (importers keep their mappings alive
-// on their side), so free b only once importers are done with it.
+// of the same multi-node NVLink domain to map with ImportFabric. The
+// resource's HandleType must include fabric handles. Without the IMEX
+// service the error matches cuda.ErrNotSupported and names IMEX. Nothing
+// needs closing: the memory lives while b is open here (importers keep
+// their mappings alive on their side), so free b only once importers are
+// done with it.
 func (r *Resource) ExportFabric(b *buffer.Buffer) ([]FabricChunk, error) {
 	const op = "Resource.ExportFabric"
-	a, _, _, err := r.take(op, b)
-	if err != nil {
-		return nil, err
-	}
-	if r.prop.RequestedHandleTypes&cuda.MemHandleTypeFabric == 0 {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "resource was created without fabric handles (HandleType %d; want HandleFabric or HandlePosixFDAndFabric)", int(r.opts.HandleType))
-	}
 	var out []FabricChunk
-	err = r.useLive(op, b, a, func() error {
+	err := r.withLive(op, b, func(a *allocation) error {
+		if r.prop.RequestedHandleTypes&cuda.MemHandleTypeFabric == 0 {
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "resource was created without fabric handles (HandleType %d; want HandleFabric or HandlePosixFDAndFabric)", int(r.opts.HandleType))
+		}
 		out = make([]FabricChunk, 0, len(a.chunks))
 		for i, c := range a.chunks {
 			fh, err := r.drv.MemExportFabric(c.h)
@@ -118,39 +113,23 @@ func (r *Resource) ExportFabric(b *buffer.Buffer) ([]FabricChunk, error) {
 	return out, err
 }
 
-// checkFabricChunks validates a received chunk list before any driver
-// call, as checkChunks does for fds: at least one chunk, each a non-zero
-// handle and a positive multiple of gran, a total below 2^64, and a buffer
-// size of 1 to the total. It returns the total.
-func checkFabricChunks(chunks []FabricChunk, size, gran uint64) (uint64, error) {
-	return checkChunkList("virtual.ImportFabric", len(chunks), size, gran, "a non-zero handle",
-		func(i int) (uint64, bool) { return chunks[i].Size, !chunks[i].Handle.IsZero() },
-		func(i int) string { return chunks[i].Handle.String() })
-}
-
 // ImportFabric maps chunks another process exported with ExportFabric (in
-// order, back to back) into a new allocation of this resource, with this
-// resource's access settings, and returns a buffer of size bytes (at most
-// their total). Closing the buffer unmaps the memory and releases the
-// imported handles; the exporter's memory lives on.
-//
-// The chunks are hostile input. The list is checked whole before the
-// driver sees it (as Import checks fds); each handle then goes to the
-// driver, which refuses handles it did not make (a clean error, nothing
-// left behind). The imported memory's properties are read back from the
-// driver (cuMemGetAllocationPropertiesFromHandle): memory that is not VMM
-// memory, or that lives on the host when this resource is device memory
-// (or the reverse), is refused; a chunk's size is never taken on the
-// sender's word alone: the driver maps no more than the physical
-// allocation holds and refuses a larger claimed size. On error nothing
-// stays reserved, mapped or imported. Without IMEX the error matches
-// cuda.ErrNotSupported and names it.
+// order, back to back) into a new allocation of this resource, and returns
+// a buffer of size bytes (at most their total), as Import does for fds and
+// under the same checks of hostile input: the list is checked whole
+// before the driver sees it; the driver refuses handles it did not make,
+// and maps no more than a physical allocation holds (a larger claimed size
+// is refused); the memory's properties are read back and checked; on
+// error nothing stays reserved, mapped or imported. Without IMEX the error
+// matches cuda.ErrNotSupported and names it.
 func (r *Resource) ImportFabric(chunks []FabricChunk, size uint64) (*buffer.Buffer, error) {
 	const op = "virtual.ImportFabric"
 	if err := r.check(op); err != nil {
 		return nil, err
 	}
-	total, err := checkFabricChunks(chunks, size, r.gran)
+	total, err := checkChunkList(op, len(chunks), size, r.gran, "a non-zero handle",
+		func(i int) (uint64, bool) { return chunks[i].Size, !chunks[i].Handle.IsZero() },
+		func(i int) string { return chunks[i].Handle.String() })
 	if err != nil {
 		return nil, err
 	}

@@ -537,9 +537,9 @@ func checkInvariants(t testing.TB, r *Resource, f *fakeDriver) {
 			}
 			off += c.size
 		}
-		need, _ := r.roundUp(a.size)
-		if off != a.mapped || a.size == 0 || need > a.mapped || a.mapped > a.reserved() {
-			t.Fatalf("allocation %#x: size %d, mapped %d, chunks cover %d, reserved %d", uint64(a.base), a.size, a.mapped, off, a.reserved())
+		need, _ := roundUp(a.size, r.gran)
+		if off != a.mapped || a.size == 0 || need > a.mapped || a.mapped > a.resv {
+			t.Fatalf("allocation %#x: size %d, mapped %d, chunks cover %d, reserved %d", uint64(a.base), a.size, a.mapped, off, a.resv)
 		}
 		var roff uint64
 		for _, s := range a.reservations {

@@ -355,7 +355,7 @@ func requireTookEffect(t *testing.T, what string, r *Resource, f *fakeDriver, in
 		if err != nil {
 			t.Fatalf("%s: the buffer returned with ErrPartlyFreed: %v", what, err)
 		}
-		need, _ := r.roundUp(b.Size())
+		need, _ := roundUp(b.Size(), r.gran)
 		if info.Size != b.Size() || info.Mapped < need {
 			t.Fatalf("%s: buffer of %d bytes over %+v", what, b.Size(), info)
 		}

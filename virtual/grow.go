@@ -9,14 +9,12 @@ import (
 	"github.com/cudamem/cudamem/cuda"
 )
 
-// take finds b's allocation and hands b's ownership to the caller: b must
-// be a live, owned buffer from this resource. It also returns b's address.
-// Everything it reads of b (its resource, address and ownership) is read
-// with b held open (b.Use), so a Close racing it gives cuda.ErrClosed,
-// never a lookup of the zero address a closed buffer reports ("not a whole
-// allocation"). The caller rechecks, under r.mu and with b held again
-// (useLive, beginResize), that the allocation is still filed: a Close may
-// come between the two.
+// take finds b's allocation: b must be a live, owned buffer from this
+// resource. It also returns b's address and stream. What it reads of b is
+// read with b held open (b.Use), so a Close racing it gives
+// cuda.ErrClosed, never a lookup of the zero address a closed buffer
+// reports. A Close may still come after take returns: callers recheck
+// under r.mu, with b held again (useLive, beginResize).
 func (r *Resource) take(op string, b *buffer.Buffer) (*allocation, cuda.DevicePtr, *cuda.Stream, error) {
 	if err := r.check(op); err != nil {
 		return nil, 0, nil, err
@@ -54,15 +52,19 @@ func (r *Resource) take(op string, b *buffer.Buffer) (*allocation, cuda.DevicePt
 	return a, ptr, b.Stream(), nil
 }
 
-// refuseHeld refuses to move or unmap b's memory while a Hold (a DLPack
-// export, say) lends it out. It is the early, cheap answer: a Hold taken
-// after it is caught by b.Disown, which Grow and Shrink call before
-// anything they did is past undoing (see beginResize).
-func refuseHeld(op string, b *buffer.Buffer) error {
-	if n := b.Holds(); n > 0 {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer %v is held by %d Hold(s) (a DLPack export, say): release them before it is moved or unmapped", b, n)
+// takeToResize is take for a Grow or Shrink, which also refuse to move or
+// unmap b's memory while a Hold (a DLPack export, say) lends it out: the
+// early, cheap answer. A Hold taken after it is caught by b.Disown (see
+// takeOver).
+func (r *Resource) takeToResize(op string, b *buffer.Buffer) (*allocation, cuda.DevicePtr, *cuda.Stream, error) {
+	a, ptr, s, err := r.take(op, b)
+	if err != nil {
+		return nil, 0, nil, err
 	}
-	return nil
+	if n := b.Holds(); n > 0 {
+		return nil, 0, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer %v is held by %d Hold(s) (a DLPack export, say): release them before it is moved or unmapped", b, n)
+	}
+	return a, ptr, s, nil
 }
 
 // live reports, under r.mu, whether a is still filed under ptr and usable.
@@ -92,15 +94,21 @@ func (r *Resource) useLive(op string, b *buffer.Buffer, a *allocation, f func() 
 	})
 }
 
-// beginResize claims a for one Grow or Shrink, under r.mu. From here until
-// the operation ends, a stays as it was for everyone else: those calls
-// change nothing of a before they have b.Disown'ed (which can fail: a
-// Hold taken meanwhile, or b closed), and the claim keeps out what could
-// change a under them (another Grow or Shrink, SetPeerAccess), so that a
-// failed Disown can still put everything back. A Deallocate meanwhile
-// (b's Close, or the last Release of a Hold of it) is not kept out but
-// left to the claim's end: it sets a.freeLater, and endResizeLocked hands
-// a back to be freed.
+// withLive is take then useLive: it runs f on b's allocation with b held
+// open and r.mu held.
+func (r *Resource) withLive(op string, b *buffer.Buffer, f func(a *allocation) error) error {
+	a, _, _, err := r.take(op, b)
+	if err != nil {
+		return err
+	}
+	return r.useLive(op, b, a, func() error { return f(a) })
+}
+
+// beginResize claims a for one Grow or Shrink, under r.mu: until the
+// claim ends, the calls that could change a (another Grow or Shrink,
+// SetPeerAccess) are refused, so a failed takeOver can still put
+// everything back. A Deallocate meanwhile is left to the claim's end
+// (allocation.freeLater).
 func (r *Resource) beginResize(op string, ptr cuda.DevicePtr, a *allocation) error {
 	if err := r.live(op, ptr, a); err != nil {
 		return err
@@ -117,10 +125,8 @@ func errResizing(op string, ptr cuda.DevicePtr) error {
 }
 
 // endResizeLocked drops the claim of beginResize, under r.mu. If a
-// Deallocate came meanwhile (a.freeLater), the Grow or Shrink must not
-// take effect (its caller checks freeLater before it changes anything of
-// a, and undoes what it prepared): a, as it was before the claim, is then
-// taken out of r.allocs and returned, for the caller to free with
+// Deallocate came meanwhile (a.freeLater), it takes a, as it was before
+// the claim, out of r.allocs and returns it, for the caller to free with
 // freeLeft once r.mu is released. Otherwise it returns nil.
 func (r *Resource) endResizeLocked(a *allocation) (toFree *allocation) {
 	a.resizing = false
@@ -132,11 +138,10 @@ func (r *Resource) endResizeLocked(a *allocation) (toFree *allocation) {
 	return a
 }
 
-// abortResize ends a Grow or Shrink that did not happen, for the reason
-// err, once what it prepared is given back: it drops the claim (r.mu is
-// held on entry and released on return) and, if the allocation's free was
-// left to it meanwhile, frees it. what describes the operation for the
-// error.
+// abortResize ends a Grow or Shrink (described by what) that did not
+// happen, for the reason err, once what it prepared is given back: it
+// drops the claim (r.mu is held on entry and released on return) and, if
+// the allocation's free was left to it meanwhile, frees it.
 func (r *Resource) abortResize(a *allocation, what string, err error) error {
 	toFree := r.endResizeLocked(a)
 	r.mu.Unlock()
@@ -146,13 +151,21 @@ func (r *Resource) abortResize(a *allocation, what string, err error) error {
 	return fmt.Errorf("%s (not done, and the memory freed: the buffer was closed meanwhile, and its free left to this call): %w", what, errors.Join(err, r.freeLeft(toFree)))
 }
 
-// errFreedMeanwhile is the error of a Grow or Shrink that took its buffer
-// over and then found that a Deallocate of the allocation came meanwhile:
-// not from the buffer (a closed buffer cannot be taken over), so from a
-// caller of Deallocate that gave the memory up behind its Buffer's back.
-// That Deallocate returned nil: the memory is freed, not resized.
-func errFreedMeanwhile(op string, ptr cuda.DevicePtr) error {
-	return cuda.Errorf(op, cuda.ErrClosed, "allocation %#x was freed (Deallocate) while being resized", uint64(ptr))
+// takeOver takes b over (b.Disown) for a Grow or Shrink, unless err
+// already failed it, and returns with r.mu held. A Deallocate of a that
+// came meanwhile cannot have come from b (a closed b cannot be taken
+// over), so it came from a caller of Deallocate that gave the memory up
+// behind b's back: that Deallocate returned nil, so the memory is freed,
+// not resized.
+func (r *Resource) takeOver(op string, b *buffer.Buffer, a *allocation, ptr cuda.DevicePtr, err error) error {
+	if err == nil {
+		_, _, err = b.Disown()
+	}
+	r.mu.Lock()
+	if err == nil && a.freeLater {
+		err = cuda.Errorf(op, cuda.ErrClosed, "allocation %#x was freed (Deallocate) while being resized", uint64(ptr))
+	}
+	return err
 }
 
 // Grow returns a buffer of newSize bytes holding b's data, and closes b
@@ -160,55 +173,41 @@ func errFreedMeanwhile(op string, ptr cuda.DevicePtr) error {
 // after the allocation is taken; no data is copied either way. When the
 // allocation must move, Grow first waits for b's stream (nil: the legacy
 // default stream), so work already submitted on it is done before the old
-// addresses are unmapped; work on other streams is the caller's to order,
-// as for Close. A newSize not above b's size returns b unchanged. Grow
-// consumes b: do not use b concurrently with it (a SetPeerAccess, Grow or
-// Shrink of b meanwhile is refused with an error).
+// addresses are unmapped. A newSize not above b's size returns b unchanged.
 //
-// A Close of b before Grow has taken it over is not refused (Close must
-// not fail for that, nor wait for Grow, which waits for it): it wins.
-// Close returns nil (having waited for its stream, as always), b is
-// closed, and Grow, unable to take b over, undoes what it prepared, frees
-// the allocation and returns a nil buffer with an error matching
-// cuda.ErrClosed. A Hold of b taken while Grow runs makes it fail (see
-// below); if b is closed and the Hold released before Grow has undone its
-// work, the free that the Close left to the last Release is left in turn
-// to Grow, and Release returns nil. Either way Grow frees the memory,
-// once; if that fails, its error says so and what the driver refused is
-// kept for Reclaim: the memory is never left allocated with no owner.
+// Grow consumes b: a SetPeerAccess, Grow or Shrink of b meanwhile is
+// refused. The new memory is prepared first, and b taken over (b.Disown)
+// only before anything of the old allocation changes, so a Hold of b
+// taken meanwhile (a DLPack export on another goroutine) makes the grow
+// fail and be undone. A Close of b meanwhile is neither refused nor made
+// to wait: it wins, and returns nil; Grow undoes its work, frees the
+// memory, once (what the driver refuses is in its error and kept for
+// Reclaim), and returns a nil buffer with an error matching
+// cuda.ErrClosed. So does the release of the last Hold of a b closed
+// while held: Release leaves the free to Grow and returns nil.
 //
-// Other than that, on error with a nil buffer, the grow did not happen
-// and b is untouched: open, at its address, every byte mapped (anything
-// the undoing could not give back is kept for a retry, see Reclaim). That
-// holds even when a Hold of b is taken while Grow runs (a DLPack export
-// on another goroutine): the new memory is prepared first and b taken
-// over (b.Disown) only before anything of the old allocation changes, so
-// a Hold that came first makes the grow fail and be undone. A non-nil
-// buffer with an error means the grow took effect: b is consumed and the
-// returned buffer is the one to use and close, but some address space or
-// mappings no longer needed (the old range after a move, or a range the
-// driver granted at the wrong address) could not be given back. They are
-// kept and retried by later operations and by Reclaim, and the error
-// wraps buffer.ErrPartlyFreed, so errors.Is(err, buffer.ErrPartlyFreed)
-// tells this case apart.
+// Otherwise an error with a nil buffer means the grow did not happen and
+// b is untouched: open, at its address, every byte mapped. A non-nil
+// buffer with an error means the grow took effect (use and close the
+// returned buffer), but the old range after a move, or a range the driver
+// granted at the wrong address, could not be given back: it is kept for
+// Reclaim, and the error wraps buffer.ErrPartlyFreed.
 func (r *Resource) Grow(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error) {
 	const op = "Resource.Grow"
-	a, oldPtr, s, err := r.take(op, b)
-	if err == nil {
-		err = refuseHeld(op, b)
-	}
+	a, oldPtr, s, err := r.takeToResize(op, b)
 	if err != nil {
 		return nil, err
 	}
 	if newSize <= b.Size() {
 		return b, nil
 	}
-	need, ok := r.roundUp(newSize)
-	if !ok {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "size %d rounded up to the granularity %d overflows", newSize, r.gran)
+	need, err := r.roundUp(op, newSize)
+	if err != nil {
+		return nil, err
 	}
 	r.retryLeftovers()
-	oldSize := b.Size() // before r.mu: Buffer locks are never taken under r.mu
+	// Before r.mu: Buffer locks are never taken under r.mu.
+	what := fmt.Sprintf("%s %#x from %d to %d bytes", op, uint64(oldPtr), b.Size(), newSize)
 	r.mu.Lock()
 	if err := r.beginResize(op, oldPtr, a); err != nil {
 		r.mu.Unlock()
@@ -221,25 +220,22 @@ func (r *Resource) Grow(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error
 			// r.mu was held since beginResize: no free was left to us.
 			a.resizing = false
 			r.mu.Unlock()
-			return nil, fmt.Errorf("%s %#x from %d to %d bytes: %w", op, uint64(oldPtr), oldSize, newSize, err)
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 	}
 	r.mu.Unlock()
-	// The new memory is ready and the old allocation untouched. Take b
-	// over now: if that fails (a Hold came, or b was closed), give the new
-	// memory back, so the allocation is as it was; and free it if b's
-	// free was left to us meanwhile (abortResize).
-	_, _, err = b.Disown()
-	r.mu.Lock()
-	if err == nil && a.freeLater {
-		err = errFreedMeanwhile(op, oldPtr)
-	}
-	if err != nil {
+	// The new memory is ready and the old allocation untouched. If b
+	// cannot be taken over (a Hold came, or b was closed), give the new
+	// memory back, so the allocation is as it was.
+	if err := r.takeOver(op, b, a, oldPtr, nil); err != nil {
 		err = r.rollback(&g.t, err)
-		return nil, r.abortResize(a, fmt.Sprintf("%s %#x from %d to %d bytes", op, uint64(oldPtr), oldSize, newSize), errors.Join(err, g.stray))
+		return nil, r.abortResize(a, what, errors.Join(err, g.stray))
 	}
 	cleanup := r.commitGrow(a, g)
-	r.rekey(oldPtr, a)
+	if a.base != oldPtr { // moved: file a under its new base
+		delete(r.allocs, oldPtr)
+		r.allocs[a.base] = a
+	}
 	a.size = newSize
 	a.resizing = false // no free was left to it (freeLater checked above, under r.mu since)
 	base := a.base
@@ -249,18 +245,6 @@ func (r *Resource) Grow(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error
 		return nb, fmt.Errorf("%s %#x to %d bytes (done, now at %#x): %w: %w", op, uint64(oldPtr), newSize, uint64(base), buffer.ErrPartlyFreed, cleanup)
 	}
 	return nb, nil
-}
-
-// rekey files a under its (possibly new) base. Called with r.mu held.
-//
-// Lock order: a Buffer's lock, then r.mu (Close holds the first while
-// Deallocate takes the second). So nothing here calls a Buffer method
-// (Ptr, String, Disown...) while holding r.mu.
-func (r *Resource) rekey(oldPtr cuda.DevicePtr, a *allocation) {
-	if a.base != oldPtr {
-		delete(r.allocs, oldPtr)
-		r.allocs[a.base] = a
-	}
 }
 
 // growth is a Grow prepared but not yet part of its allocation: the new
@@ -290,7 +274,7 @@ type growth struct {
 // with r.mu held; a does not change. On error nothing is left of g.
 func (r *Resource) extend(a *allocation, s *cuda.Stream, g *growth) error {
 	add := g.need - a.mapped
-	reserved := a.reserved()
+	reserved := a.resv
 	if g.need > reserved {
 		// Ask for the address space right after ours.
 		extra := g.need - reserved
@@ -380,28 +364,23 @@ func (r *Resource) commitGrow(a *allocation, g *growth) (cleanup error) {
 	if g.need <= a.mapped {
 		return nil // the grow fit in what was mapped: only the size changes
 	}
-	newChunk := chunk{off: a.mapped, size: g.need - a.mapped, h: g.h}
-	if !g.moved {
-		if g.grown != nil {
-			a.reservations = append(a.reservations, *g.grown)
-			a.resv += g.grown.size
+	if g.moved {
+		// The handles now belong to the new range; the old range holds
+		// only its mappings (chunks back to back from its base) and
+		// address space.
+		old := leftovers{maps: []span{{a.base, a.mapped}}, spans: a.reservations}
+		if rerr := reap(r.drv, &old); rerr != nil {
+			cleanup = fmt.Errorf("giving back the old range at %#x: %w (kept for a retry)", uint64(a.base), rerr)
 		}
-		a.chunks = append(a.chunks, newChunk)
-		a.mapped = g.need
-		return g.stray
+		r.left.keep(&old)
+		a.base = g.np
+		a.setReservations([]span{{g.np, g.reserve}})
+	} else if g.grown != nil {
+		a.reservations = append(a.reservations, *g.grown)
+		a.resv += g.grown.size
 	}
-	oldBase, oldMapped, oldResv := a.base, a.mapped, a.reservations
-	a.base = g.np
-	a.setReservations([]span{{g.np, g.reserve}})
-	a.chunks = append(a.chunks, newChunk)
+	a.chunks = append(a.chunks, chunk{off: a.mapped, size: g.need - a.mapped, h: g.h})
 	a.mapped = g.need
-	// The handles now belong to the new range; the old range holds only
-	// its mappings (chunks back to back from oldBase) and address space.
-	old := leftovers{maps: []span{{oldBase, oldMapped}}, spans: oldResv}
-	if rerr := reap(r.drv, &old); rerr != nil {
-		cleanup = fmt.Errorf("giving back the old range at %#x: %w (kept for a retry)", uint64(oldBase), rerr)
-	}
-	r.left.keep(&old)
 	return errors.Join(cleanup, g.stray)
 }
 
@@ -411,35 +390,20 @@ func (r *Resource) commitGrow(a *allocation, g *growth) (cleanup error) {
 // Grow back is in place. A newSize not below b's size returns b unchanged.
 // Before unmapping anything it waits for b's stream (nil: the legacy
 // default stream); a shrink that stays within the last chunk unmaps
-// nothing and waits for nothing. Shrink consumes b: do not use b
-// concurrently with it (a SetPeerAccess, Grow or Shrink of b meanwhile is
-// refused with an error). A Close of b before Shrink has taken it over
-// wins, as for Grow: Close returns nil, and Shrink frees the whole
-// allocation, unshrunk, and returns a nil buffer with an error matching
-// cuda.ErrClosed. If a Hold taken while Shrink runs makes it fail (see
-// below), and b is closed and the Hold released before Shrink has undone
-// its work, Release returns nil and leaves the free to Shrink, as for
-// Grow. A failure to free is in Shrink's error, and what the driver
-// refused is kept for Reclaim.
+// nothing and waits for nothing.
 //
-// Other than that, on error with a nil buffer, the shrink did not happen
-// and b is untouched. Shrink takes b over (b.Disown) before it unmaps
-// anything, so that holds even when a Hold of b is taken while Shrink
-// runs (a DLPack export on another goroutine): that Hold makes the shrink
-// fail, and no holder is ever left with memory unmapped under it. A
-// non-nil buffer with an error means the shrink took effect (b is
-// consumed and the returned buffer is the one to use and close: nothing
-// addresses the tail) but some chunks past the new size could not be
-// given back: they stay mapped in the allocation (Info counts them; a
-// later Shrink or Close frees them) or are kept and retried by later
-// operations and by Reclaim. That error wraps buffer.ErrPartlyFreed, so
-// errors.Is tells the two apart.
+// Shrink consumes b as Grow does, with the same answers to a concurrent
+// use, Hold or Close of b (a Close wins: Shrink frees the whole
+// allocation). It takes b over before it unmaps anything, so no holder is
+// ever left with memory unmapped under it. An error with a nil buffer
+// means the shrink did not happen and b is untouched. A non-nil buffer
+// with an error means the shrink took effect, but some chunks past the
+// new size could not be given back: they stay mapped in the allocation
+// (Info counts them; a later Shrink or Close frees them) or are kept for
+// Reclaim, and the error wraps buffer.ErrPartlyFreed.
 func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error) {
 	const op = "Resource.Shrink"
-	a, oldPtr, s, err := r.take(op, b)
-	if err == nil {
-		err = refuseHeld(op, b)
-	}
+	a, oldPtr, s, err := r.takeToResize(op, b)
 	if err != nil {
 		return nil, err
 	}
@@ -450,8 +414,8 @@ func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, err
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "new size 0 for buffer %v: close the buffer instead", b)
 	}
 	r.retryLeftovers()
-	oldSize := b.Size()
-	need, _ := r.roundUp(newSize) // below b's size, which was rounded up once already
+	what := fmt.Sprintf("%s %#x from %d to %d bytes", op, uint64(oldPtr), b.Size(), newSize)
+	need, _ := roundUp(newSize, r.gran) // below b's size, which was rounded up once already
 	r.mu.Lock()
 	if err := r.beginResize(op, oldPtr, a); err != nil {
 		r.mu.Unlock()
@@ -462,21 +426,13 @@ func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, err
 	i := sort.Search(len(a.chunks), func(i int) bool { return a.chunks[i].off >= need })
 	unmaps := i < len(a.chunks)
 	r.mu.Unlock()
-	// Nothing has changed so far: a failure up to the Disown leaves the
-	// allocation as it was (and frees it if b's free was left to us
-	// meanwhile: abortResize). The wait (for unmapping) is outside r.mu.
+	// Nothing has changed so far: a failure up to the take-over leaves
+	// the allocation as it was. The wait (for unmapping) is outside r.mu.
 	if unmaps {
 		err = r.wait(op, s)
 	}
-	if err == nil {
-		_, _, err = b.Disown()
-	}
-	r.mu.Lock()
-	if err == nil && a.freeLater {
-		err = errFreedMeanwhile(op, oldPtr)
-	}
-	if err != nil {
-		return nil, r.abortResize(a, fmt.Sprintf("%s %#x from %d to %d bytes", op, uint64(oldPtr), oldSize, newSize), err)
+	if err := r.takeOver(op, b, a, oldPtr, err); err != nil {
+		return nil, r.abortResize(a, what, err)
 	}
 	// b is gone, so the shrink takes effect whatever the driver does: the
 	// size shrinks, so nothing can address a chunk past it. A chunk that
@@ -501,7 +457,7 @@ func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, err
 	r.mu.Unlock()
 	nb := buffer.Owned(base, newSize, r, s)
 	if err != nil {
-		return nb, fmt.Errorf("%s %#x from %d to %d bytes (done; %d bytes still mapped): %w: %w", op, uint64(oldPtr), oldSize, newSize, mapped, buffer.ErrPartlyFreed, err)
+		return nb, fmt.Errorf("%s (done; %d bytes still mapped): %w: %w", what, mapped, buffer.ErrPartlyFreed, err)
 	}
 	return nb, nil
 }

@@ -63,7 +63,12 @@ func ncclOptions(drv driver, dev *cuda.Device, goos string, peers []*cuda.Device
 	if posix {
 		o.HandleType = HandlePosixFD
 	}
-	ferr := probeFabric(drv, dev, o.GPUDirectRDMA)
+	// cuda's fabric probe, run through the driver seam.
+	prop := cuda.MemAllocationProp{Location: devLoc(dev)}
+	if o.GPUDirectRDMA {
+		prop.AllocFlags.GPUDirectRDMACapable = 1
+	}
+	ferr := cuda.CheckFabricWith(drv, prop)
 	switch {
 	case ferr == nil && posix:
 		o.HandleType = HandlePosixFDAndFabric
@@ -75,35 +80,14 @@ func ncclOptions(drv driver, dev *cuda.Device, goos string, peers []*cuda.Device
 	return o, nil
 }
 
-// probeFabric is cuda's fabric probe (cuda.CheckFabricWith) run through
-// the driver seam: nil when a granule of fabric-shareable memory with
-// these flags can be created and exported, an error matching
-// cuda.ErrNotSupported (naming IMEX) when the device or the driver says
-// no.
-func probeFabric(drv driver, dev *cuda.Device, rdma bool) error {
-	prop := cuda.MemAllocationProp{Location: devLoc(dev)}
-	if rdma {
-		prop.AllocFlags.GPUDirectRDMACapable = 1
-	}
-	return cuda.CheckFabricWith(drv, prop)
-}
-
-// AllocationProperties reads back from the driver the properties b's
-// first physical chunk was created with, as the driver reports them
+// AllocationProperties reads back the properties b's first physical
+// chunk was created with, as the driver reports them
 // (cuMemGetAllocationPropertiesFromHandle): handle types, location,
-// allocation flags. Tests and tools use
-// it to check what the driver actually made, for example that NCCLOptions
-// gave NCCL's properties.
+// allocation flags; for example, to check that NCCLOptions gave NCCL's.
 func (r *Resource) AllocationProperties(b *buffer.Buffer) (cuda.MemAllocationProp, error) {
 	const op = "Resource.AllocationProperties"
 	var prop cuda.MemAllocationProp
-	a, _, _, err := r.take(op, b)
-	if err != nil {
-		return prop, err
-	}
-	// Held open and live: a concurrent Close, Grow or Shrink must not
-	// release the handle meanwhile.
-	err = r.useLive(op, b, a, func() error {
+	err := r.withLive(op, b, func(a *allocation) error {
 		// The allocation's own handle: retaining another by address
 		// (cuMemRetainAllocationHandle) would need a release that can fail
 		// and leave the memory allocated after Close.

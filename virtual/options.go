@@ -94,28 +94,25 @@ type Options struct {
 	PeerAccess Access
 }
 
+// accessFlags and accessNames are each Access's driver protection and
+// name.
+var (
+	accessFlags = [...]cuda.MemAccessFlags{ReadWrite: cuda.MemAccessProtReadWrite, ReadOnly: cuda.MemAccessProtRead, NoAccess: cuda.MemAccessProtNone}
+	accessNames = [...]string{ReadWrite: "read-write", ReadOnly: "read-only", NoAccess: "none"}
+)
+
 func (a Access) flags() (cuda.MemAccessFlags, error) {
-	switch a {
-	case ReadWrite:
-		return cuda.MemAccessProtReadWrite, nil
-	case ReadOnly:
-		return cuda.MemAccessProtRead, nil
-	case NoAccess:
-		return cuda.MemAccessProtNone, nil
+	if a < 0 || int(a) >= len(accessFlags) {
+		return 0, fmt.Errorf("unknown access %d", int(a))
 	}
-	return 0, fmt.Errorf("unknown access %d", int(a))
+	return accessFlags[a], nil
 }
 
 func (a Access) String() string {
-	switch a {
-	case ReadWrite:
-		return "read-write"
-	case ReadOnly:
-		return "read-only"
-	case NoAccess:
-		return "none"
+	if a < 0 || int(a) >= len(accessNames) {
+		return fmt.Sprintf("Access(%d)", int(a))
 	}
-	return fmt.Sprintf("Access(%d)", int(a))
+	return accessNames[a]
 }
 
 func optErr(option string, format string, args ...any) error {

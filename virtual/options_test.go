@@ -66,18 +66,6 @@ func TestAccessString(t *testing.T) {
 	assert.Equal(t, cuda.MemAccessProtRead, f)
 }
 
-func TestUndoRunsInReverse(t *testing.T) {
-	var got []int
-	var u undo
-	for i := 0; i < 3; i++ {
-		u.add(func() { got = append(got, i) })
-	}
-	u.run()
-	assert.Equal(t, []int{2, 1, 0}, got)
-	u.run()
-	assert.Equal(t, []int{2, 1, 0}, got, "undo steps run once")
-}
-
 func TestZeroResourceRejected(t *testing.T) {
 	for _, r := range []*Resource{nil, {}} {
 		_, err := r.Allocate(1, nil)

@@ -47,7 +47,7 @@ func requireWhole(t *testing.T, r *Resource, f *fakeDriver, b *buffer.Buffer, pt
 	require.False(t, b.IsClosed(), "b was closed")
 	require.Equal(t, ptr, b.Ptr())
 	require.Equal(t, size, b.Size())
-	need, _ := r.roundUp(size)
+	need, _ := roundUp(size, r.gran)
 	_, ok := f.mappingsIn(ptr, need)
 	require.True(t, ok, "b (%#x, %d bytes) is open over unmapped memory:\n%s", uint64(ptr), size, f.state())
 	info, err := r.Info(b)

@@ -2,7 +2,8 @@ package virtual
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/cudamem/cudamem/buffer"
@@ -17,13 +18,13 @@ type Resource struct {
 	opts    Options
 	prop    cuda.MemAllocationProp
 	gran    uint64
-	align   uint64
+	align   uint64 // new ranges' alignment: gran, or AddrAlign where that is more
 	reserve uint64 // Options.Reserve rounded up to the granularity
 	descs   []cuda.MemAccessDesc
-	// reserveAlign is the alignment new ranges are reserved with: the
-	// granularity, or AddrAlign where that asks for more.
-	reserveAlign uint64
 
+	// mu guards allocs. Lock order: a Buffer's lock, then mu (Close holds
+	// the first while Deallocate takes the second), so no Buffer method
+	// is called with mu held.
 	mu     sync.Mutex
 	allocs map[cuda.DevicePtr]*allocation
 
@@ -69,8 +70,6 @@ type chunk struct {
 	off, size uint64
 	h         cuda.MemHandle
 }
-
-func (a *allocation) reserved() uint64 { return a.resv }
 
 // setReservations replaces a's reservations (nil for none).
 func (a *allocation) setReservations(rs []span) {
@@ -153,7 +152,6 @@ func newResource(drv driver, dev *cuda.Device, opts *Options) (*Resource, error)
 	}
 	r := &Resource{dev: dev, drv: drv, opts: o, prop: prop, gran: gran, align: align, reserve: reserve,
 		allocs: map[cuda.DevicePtr]*allocation{}}
-	r.reserveAlign = max(align, gran)
 	self, _ := o.SelfAccess.flags() // validated by props
 	r.descs = append(r.descs, cuda.MemAccessDesc{Location: prop.Location, Flags: self})
 	if o.Location != OnDevice {
@@ -229,9 +227,14 @@ func (r *Resource) Device() *cuda.Device {
 	return r.dev
 }
 
-// roundUp rounds n up to the granularity; false if that overflows.
-func (r *Resource) roundUp(n uint64) (uint64, bool) {
-	return roundUp(n, r.gran)
+// roundUp rounds size up to the granularity, refusing a size for which
+// that overflows.
+func (r *Resource) roundUp(op string, size uint64) (uint64, error) {
+	up, ok := roundUp(size, r.gran)
+	if !ok {
+		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "size %d rounded up to the granularity %d overflows", size, r.gran)
+	}
+	return up, nil
 }
 
 func roundUp(n, gran uint64) (uint64, bool) {
@@ -254,14 +257,9 @@ type Info struct {
 // Info describes b's allocation. A buffer closed meanwhile (by Close, or
 // consumed by Grow or Shrink) gives an error matching cuda.ErrClosed.
 func (r *Resource) Info(b *buffer.Buffer) (Info, error) {
-	const op = "Resource.Info"
-	a, _, _, err := r.take(op, b)
-	if err != nil {
-		return Info{}, err
-	}
 	var info Info
-	err = r.useLive(op, b, a, func() error {
-		info = Info{Size: a.size, Mapped: a.mapped, Reserved: a.reserved(), Chunks: len(a.chunks)}
+	err := r.withLive("Resource.Info", b, func(a *allocation) error {
+		info = Info{Size: a.size, Mapped: a.mapped, Reserved: a.resv, Chunks: len(a.chunks)}
 		return nil
 	})
 	return info, err
@@ -274,10 +272,5 @@ func (r *Resource) Live() []cuda.DevicePtr {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]cuda.DevicePtr, 0, len(r.allocs))
-	for p := range r.allocs {
-		out = append(out, p)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
+	return slices.Sorted(maps.Keys(r.allocs))
 }
