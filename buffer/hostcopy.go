@@ -173,7 +173,7 @@ func (b *Buffer) hostCopy(op string, ptr cuda.DevicePtr, p []byte, s *cuda.Strea
 		}
 		return nil
 	}
-	if n >= stageMinBytes && stagingOn() {
+	if n >= stageMinBytes && !stagingOff.Load() {
 		var done bool
 		if into {
 			done, err = stagedHtoD(&stage, streamQueue{s}, s.Device(), ptr, p)
