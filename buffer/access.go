@@ -36,38 +36,30 @@ func (b *Buffer) props() props {
 	return p
 }
 
+// openProps is props for the accessors: those of memory no one can reach
+// once the buffer is closed.
+func (b *Buffer) openProps() props {
+	if b == nil || !b.use() {
+		return props{device: -1}
+	}
+	defer b.release()
+	return b.props()
+}
+
 // DeviceID is the ordinal of the device the memory belongs to, or -1 for
 // host memory (pinned memory is bound to no device), for memory the driver
 // does not know, and once the buffer is closed. Owned buffers ask their
 // resource; borrowed ones ask the driver (cuPointerGetAttribute, once).
-func (b *Buffer) DeviceID() int {
-	if b == nil || !b.use() {
-		return -1
-	}
-	defer b.release()
-	return b.props().device
-}
+func (b *Buffer) DeviceID() int { return b.openProps().device }
 
 // DeviceAccessible reports whether kernels can use the memory: device,
 // pinned and managed memory can. It is false once the buffer is closed.
-func (b *Buffer) DeviceAccessible() bool {
-	if b == nil || !b.use() {
-		return false
-	}
-	defer b.release()
-	return b.props().devAcc
-}
+func (b *Buffer) DeviceAccessible() bool { return b.openProps().devAcc }
 
 // HostAccessible reports whether the CPU can use the memory directly
 // (see [Buffer.Bytes]): pinned host and managed memory can, device memory
 // cannot. It is false once the buffer is closed.
-func (b *Buffer) HostAccessible() bool {
-	if b == nil || !b.use() {
-		return false
-	}
-	defer b.release()
-	return b.props().hostAcc
-}
+func (b *Buffer) HostAccessible() bool { return b.openProps().hostAcc }
 
 // Device returns the device the memory belongs to. Host memory belongs to
 // none: that is an error matching [cuda.ErrInvalidArgument].

@@ -26,22 +26,7 @@ import (
 // Large copies from ordinary (pageable) Go memory are staged through pinned
 // memory; see the package documentation.
 func CopyFromHost[T any](dst *Buffer, src []T, s *cuda.Stream) error {
-	const op = "CopyFromHost"
-	if err := checkPlain(op, reflect.TypeFor[T]()); err != nil {
-		return err
-	}
-	p := bytesOf(src)
-	ptr, err := dst.acquire(op)
-	if err != nil {
-		return err
-	}
-	defer dst.release()
-	if uint64(len(p)) != dst.size {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer sizes mismatch between src and dst (sizes are: src=%d, dst=%d)", len(p), dst.size)
-	}
-	err = dst.hostCopy(op, ptr, p, s, toBuffer, false)
-	runtime.KeepAlive(src)
-	return err
+	return copyHost("CopyFromHost", dst, bytesOf(src), reflect.TypeFor[T](), s, toBuffer)
 }
 
 // CopyToHost copies src into dst, a slice of plain data, ordered on s (nil:
@@ -49,22 +34,28 @@ func CopyFromHost[T any](dst *Buffer, src []T, s *cuda.Stream) error {
 // work submitted to s before it. The byte sizes must be equal, and T must
 // hold no Go pointers, as for [CopyFromHost].
 func CopyToHost[T any](dst []T, src *Buffer, s *cuda.Stream) error {
-	const op = "CopyToHost"
-	if err := checkPlain(op, reflect.TypeFor[T]()); err != nil {
+	return copyHost("CopyToHost", src, bytesOf(dst), reflect.TypeFor[T](), s, fromBuffer)
+}
+
+// copyHost is CopyFromHost (into b) and CopyToHost: p, the bytes of a
+// slice of t, must be b's size.
+func copyHost(op string, b *Buffer, p []byte, t reflect.Type, s *cuda.Stream, into bool) error {
+	if err := checkPlain(op, t); err != nil {
 		return err
 	}
-	p := bytesOf(dst)
-	ptr, err := src.acquire(op)
+	ptr, err := b.acquire(op)
 	if err != nil {
 		return err
 	}
-	defer src.release()
-	if uint64(len(p)) != src.size {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer sizes mismatch between src and dst (sizes are: src=%d, dst=%d)", src.size, len(p))
+	defer b.release()
+	if uint64(len(p)) != b.size {
+		src, dst := uint64(len(p)), b.size
+		if !into {
+			src, dst = dst, src
+		}
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer sizes mismatch between src and dst (sizes are: src=%d, dst=%d)", src, dst)
 	}
-	err = src.hostCopy(op, ptr, p, s, fromBuffer, true)
-	runtime.KeepAlive(dst)
-	return err
+	return b.hostCopy(op, ptr, p, s, into, false)
 }
 
 // ReadAt reads len(p) bytes at offset off of the buffer into p, as

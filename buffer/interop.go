@@ -17,14 +17,13 @@ import (
 // for several buffers at once).
 func (b *Buffer) PtrErr() (cuda.DevicePtr, error) {
 	const op = "Buffer.PtrErr"
-	switch {
-	case b == nil:
+	if b == nil {
 		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil buffer")
-	case b.isZero():
-		return 0, zeroErr(op)
-	case b.rootOf().word.Load()&badBit != 0:
-		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "the buffer's range (%#x, %d bytes) is at address 0 or wraps around the address space", uint64(b.rootOf().ptr), b.rootOf().size)
-	case b.IsClosed():
+	}
+	if err := b.invalid(op); err != nil {
+		return 0, err
+	}
+	if b.IsClosed() {
 		return 0, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: buffer of %d bytes", cuda.ErrClosed, b.size)}
 	}
 	return b.ptr, nil
