@@ -34,13 +34,10 @@ import (
 // ones, so that a second deleter call arriving a little late still finds
 // an address no live export has, instead of one a newer export reused.
 
-type versionedBlock struct {
-	m     ManagedTensorVersioned
-	shape int64
-}
-
-type unversionedBlock struct {
-	m     ManagedTensor
+// block is the pinned memory of one export: the consumer's struct M and
+// the shape its tensor points at.
+type block[M any] struct {
+	m     M
 	shape int64
 }
 
@@ -49,25 +46,12 @@ type export struct {
 	addr uintptr
 	hold *buffer.Hold
 	pin  runtime.Pinner
-	v    *versionedBlock // one of v and u
-	u    *unversionedBlock
-}
-
-// ctx is the manager_ctx the struct holds now.
-func (e *export) ctx() uintptr {
-	if e.v != nil {
-		return e.v.m.ManagerCtx
-	}
-	return e.u.m.ManagerCtx
-}
-
-// zero clears the struct the consumer gave back.
-func (e *export) zero() {
-	if e.v != nil {
-		e.v.m.ManagerCtx, e.v.m.Deleter, e.v.m.Tensor.Data, e.v.m.Tensor.Shape = 0, 0, 0, 0
-	} else {
-		e.u.m.ManagerCtx, e.u.m.Deleter, e.u.m.Tensor.Data, e.u.m.Tensor.Shape = 0, 0, 0, 0
-	}
+	v    *block[ManagedTensorVersioned] // one of v and u
+	u    *block[ManagedTensor]
+	// The fields of the pinned struct that Export fills and the deleter
+	// checks and clears.
+	ctx, deleter *uintptr
+	tensor       *Tensor
 }
 
 const quarantineLen = 256
@@ -210,7 +194,7 @@ func newExport(op string, b *buffer.Buffer, versioned bool, opts []ExportOption)
 		}
 	}
 	if !supported {
-		return nil, cuda.Errorf(op, cuda.ErrNotSupported, "DLPack needs C callbacks without cgo and calls through the loader: linux/amd64 and linux/arm64 only, not %s/%s", runtime.GOOS, runtime.GOARCH)
+		return nil, unsupported(op)
 	}
 	if cfg.readOnly && !versioned {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "an unversioned DLManagedTensor has no flags to mark it read-only (use Export)")
@@ -234,29 +218,31 @@ func newExport(op string, b *buffer.Buffer, versioned bool, opts []ExportOption)
 	if h.Size() == 0 {
 		data = 0
 	}
-	t := Tensor{Data: data, Device: dev, NDim: 1, DType: Byte}
 	e := &export{hold: h}
 
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
 	reg.lastID++
 	e.id = reg.lastID
+	var shape *int64
 	if versioned {
-		e.v = &versionedBlock{shape: int64(h.Size())}
+		e.v = &block[ManagedTensorVersioned]{}
 		e.pin.Pin(e.v)
-		e.v.m = ManagedTensorVersioned{Version: Version{MajorVersion, MinorVersion}, ManagerCtx: e.id, Deleter: deleter, Tensor: t}
+		e.v.m.Version = Version{MajorVersion, MinorVersion}
 		if cfg.readOnly {
-			e.v.m.Flags |= FlagReadOnly
+			e.v.m.Flags = FlagReadOnly
 		}
-		e.v.m.Tensor.Shape = uintptr(unsafe.Pointer(&e.v.shape))
+		e.ctx, e.deleter, e.tensor, shape = &e.v.m.ManagerCtx, &e.v.m.Deleter, &e.v.m.Tensor, &e.v.shape
 		e.addr = uintptr(unsafe.Pointer(&e.v.m))
 	} else {
-		e.u = &unversionedBlock{shape: int64(h.Size())}
+		e.u = &block[ManagedTensor]{}
 		e.pin.Pin(e.u)
-		e.u.m = ManagedTensor{Tensor: t, ManagerCtx: e.id, Deleter: deleter}
-		e.u.m.Tensor.Shape = uintptr(unsafe.Pointer(&e.u.shape))
+		e.ctx, e.deleter, e.tensor, shape = &e.u.m.ManagerCtx, &e.u.m.Deleter, &e.u.m.Tensor, &e.u.shape
 		e.addr = uintptr(unsafe.Pointer(&e.u.m))
 	}
+	*shape = int64(h.Size())
+	*e.ctx, *e.deleter = e.id, deleter
+	*e.tensor = Tensor{Data: data, Device: dev, NDim: 1, DType: Byte, Shape: uintptr(unsafe.Pointer(shape))}
 	if reg.live == nil {
 		reg.live = make(map[uintptr]*export)
 	}
@@ -273,12 +259,12 @@ func takeExport(addr uintptr) *buffer.Hold {
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
 	e := reg.live[addr]
-	if e == nil || e.ctx() != e.id {
+	if e == nil || *e.ctx != e.id {
 		strays.Add(1)
 		return nil
 	}
 	delete(reg.live, addr)
-	e.zero()
+	*e.ctx, *e.deleter, e.tensor.Data, e.tensor.Shape = 0, 0, 0, 0
 	h := e.hold
 	e.hold = nil
 	if old := reg.quarantine[reg.qnext]; old != nil {

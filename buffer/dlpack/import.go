@@ -143,36 +143,37 @@ func callDeleter(op string, p, deleter uintptr) error {
 	if deleter == 0 {
 		return nil
 	}
-	if err := checkDeleter(op, deleter); err != nil {
-		return fmt.Errorf("%w (tensor at %#x)", err, p)
+	d, err := deleterProc(op, p, deleter)
+	if err != nil {
+		return err
 	}
-	d := loader.ProcAt(deleter, "DLPack deleter")
 	d.Call(p)
 	return nil
 }
 
-// checkDeleter checks what can be checked of a deleter before it is
-// called: that it lies in executable memory (from the process's
-// mappings), or, where they cannot be read, at least in readable memory.
-// Calling an address without execute permission would crash the process.
-// Whether it is really a function taking the tensor stays the producer's
-// word.
-func checkDeleter(op string, deleter uintptr) error {
+// deleterProc checks what can be checked of the deleter of the tensor at
+// p before it is called: that it lies in executable memory (from the
+// process's mappings), or, where they cannot be read, at least in
+// readable memory. Calling an address without execute permission would
+// crash the process. Whether it is really a function taking the tensor
+// stays the producer's word.
+func deleterProc(op string, p, deleter uintptr) (loader.Proc, error) {
 	switch err := mappingsAllow(deleter, 1, permExec); {
-	case err == nil:
-		return nil
 	case errors.Is(err, errNoMaps):
-		return mapped(op, "deleter", deleter, 1)
-	default:
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "deleter at %#x is not code: %v", deleter, err)
+		if err := readMem(make([]byte, 1), deleter); err != nil {
+			return loader.Proc{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "deleter at %#x is not mapped memory (%v) (tensor at %#x)", deleter, err, p)
+		}
+	case err != nil:
+		return loader.Proc{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "deleter at %#x is not code: %v (tensor at %#x)", deleter, err, p)
 	}
+	return loader.ProcAt(deleter, "DLPack deleter"), nil
 }
 
 // readHeader copies n bytes of the struct at p into dst, through the
 // kernel.
 func readHeader(op string, p uintptr, dst unsafe.Pointer, n uintptr) error {
 	if !supported {
-		return cuda.Errorf(op, cuda.ErrNotSupported, "DLPack needs C callbacks without cgo and calls through the loader: linux/amd64 and linux/arm64 only, not %s/%s", runtime.GOOS, runtime.GOARCH)
+		return unsupported(op)
 	}
 	switch {
 	case p == 0:
@@ -186,13 +187,8 @@ func readHeader(op string, p uintptr, dst unsafe.Pointer, n uintptr) error {
 	return nil
 }
 
-// mapped checks that n bytes at addr are readable memory.
-func mapped(op, what string, addr, n uintptr) error {
-	b := make([]byte, n)
-	if err := readMem(b, addr); err != nil {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%s at %#x is not mapped memory (%v)", what, addr, err)
-	}
-	return nil
+func unsupported(op string) error {
+	return cuda.Errorf(op, cuda.ErrNotSupported, "DLPack needs C callbacks without cgo and calls through the loader: linux/amd64 and linux/arm64 only, not %s/%s", runtime.GOOS, runtime.GOARCH)
 }
 
 func importTensor(op string, p uintptr, versioned bool, opts []ImportOption) (*buffer.Buffer, error) {
@@ -239,10 +235,9 @@ func importTensor(op string, p uintptr, versioned bool, opts []ImportOption) (*b
 		return nil, err
 	}
 	if deleter != 0 {
-		if err := checkDeleter(op, uintptr(deleter)); err != nil {
-			return nil, fmt.Errorf("%w (tensor at %#x)", err, p)
+		if r.deleter, err = deleterProc(op, p, uintptr(deleter)); err != nil {
+			return nil, err
 		}
-		r.deleter = loader.ProcAt(uintptr(deleter), "DLPack deleter")
 	}
 	if r.ptr == 0 {
 		// Empty, with no address: no memory for a Buffer to cover, and
@@ -298,21 +293,16 @@ func extent(op string, p uintptr, t *Tensor, flags uint64) (ptr uintptr, size ui
 			return 0, 0, cuda.Errorf(op, cuda.ErrNotSupported, "tensor at %#x: shape %v, strides %v: %v (only dense tensors can be one Buffer)", p, shape, strides, err)
 		}
 	}
+	// Whole bytes per element, or sub-byte ones padded to a byte each;
+	// else packed bits, rounded up to a byte.
 	elemBits := uint64(t.DType.Bits) * uint64(t.DType.Lanes)
-	switch {
-	case elemBits%8 == 0:
-		hi, lo := bits.Mul64(numel, elemBits/8)
-		if hi != 0 {
-			return 0, 0, bad("%d elements of %d bytes overflow", numel, elemBits/8)
-		}
-		size = lo
-	case flags&FlagIsSubbytePadded != 0:
+	if elemBits%8 == 0 || flags&FlagIsSubbytePadded != 0 {
 		hi, lo := bits.Mul64(numel, (elemBits+7)/8)
 		if hi != 0 {
-			return 0, 0, bad("%d padded elements overflow", numel)
+			return 0, 0, bad("%d elements of %d bytes overflow", numel, (elemBits+7)/8)
 		}
 		size = lo
-	default: // packed sub-byte elements
+	} else {
 		hi, lo := bits.Mul64(numel, elemBits)
 		if hi != 0 {
 			return 0, 0, bad("%d elements of %d bits overflow", numel, elemBits)
