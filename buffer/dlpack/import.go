@@ -75,28 +75,21 @@ func AllowReadOnly() ImportOption { return func(c *importConfig) { c.readOnly = 
 // tensor without AllowReadOnly, and a kDLCPU tensor whose writability
 // cannot be learned (no /proc/self/maps) without AllowReadOnly.
 //
-// Nothing Import checks is read by a Go load: the tensor's struct, shape
-// and strides are read through the kernel (process_vm_readv, or a pipe),
-// which reports a bad address as an error instead of crashing. For
-// kDLCPU memory the process's mappings (/proc/self/maps) must allow reads
-// and, without AllowReadOnly, writes on every byte, and one byte of every
-// page is then read through a pipe, as a load would read it: that costs
-// tens of microseconds for the maps file, and for large tensors about two
-// system calls per 1024 pages, faulting in pages that were not resident
-// (for a file mapping, reading them from the file). The deleter is only
-// checked to lie in executable memory (readable memory, where the
-// mappings cannot be read): that it is a function taking the tensor stays
-// the producer's word. None of this stops a producer from unmapping the
-// memory after Import.
+// Nothing Import checks is read by a Go load: the struct, shape and
+// strides are read through the kernel (process_vm_readv, or a pipe),
+// which reports a bad address as an error instead of crashing. For kDLCPU
+// memory the process's mappings (/proc/self/maps: tens of microseconds)
+// must allow reads and, without AllowReadOnly, writes on every byte, and
+// one byte of every page is read through a pipe, as a load would: about
+// two system calls per 1024 pages, faulting in pages not resident. None
+// of this stops a producer from unmapping the memory after Import.
 //
 // If Import fails, the tensor is still the caller's: its deleter has not
-// been called. Call it (Delete does) or hand the tensor on. The DLPack
-// header asks consumers to call the deleter of a tensor whose major
-// version they cannot read, and Delete can, but Import never calls the
-// deleter of a tensor it refused: a tensor refused for garbage fields may
-// have a garbage deleter too, and the caller knows better where it came
-// from. A tensor of zero bytes with a null Data has no memory to cover:
-// Import calls its deleter at once and returns an empty Buffer.
+// been called (Delete calls it). Import never calls the deleter of a
+// tensor it refused, even for a major version it cannot read as the
+// DLPack header suggests: a tensor with garbage fields may have a garbage
+// deleter too. A tensor of zero bytes with a null Data has no memory to
+// cover: Import calls its deleter at once and returns an empty Buffer.
 //
 // Import works where Export does (linux/amd64, linux/arm64), and returns
 // an error matching cuda.ErrNotSupported elsewhere.
@@ -396,13 +389,12 @@ func checkDevice(op string, p uintptr, d Device, expect *Device) error {
 const maxRanges = 1 << 16
 
 // checkMemory checks, as far as can be done safely, that every byte of
-// the tensor is memory of its device, usable as the Buffer will use it.
-// Host memory (kDLCPU) is checked page by page (see checkHost). CUDA
-// memory must be covered by driver allocations without a gap, walked range
-// by range from the first byte: of device ID, for kDLCUDA; memory the host
-// can reach (pinned or managed), for kDLCUDAHost and kDLCUDAManaged, whose
-// Buffer is host-accessible. Checking only the two ends would let a tensor
-// span unmapped memory between two allocations.
+// the tensor is memory of its device, usable as the Buffer will use it:
+// host memory (kDLCPU) page by page (checkHost); CUDA memory range by
+// range from the first byte, each a driver allocation without a gap (of
+// device ID for kDLCUDA, host-reachable for kDLCUDAHost and
+// kDLCUDAManaged). Checking only the two ends would let a tensor span
+// unmapped memory between two allocations.
 func checkMemory(op string, p uintptr, d Device, ptr uintptr, size uint64, readOnly bool) error {
 	if size == 0 {
 		return nil
@@ -448,25 +440,14 @@ func checkMemory(op string, p uintptr, d Device, ptr uintptr, size uint64, readO
 }
 
 // checkHost checks that a Go load from every byte of a host tensor
-// [ptr, ptr+size) succeeds, and, unless readOnly (AllowReadOnly), that a
-// store does: a Buffer's reads and writes (Bytes, ReadAt, WriteAt, copies)
-// are plain loads and stores, and one that faults kills the process.
-//
-// Writability can only be learned from the process's mappings
-// (/proc/self/maps, read without touching the range): unless readOnly,
-// they must cover the range without a gap, readable and writable, which
-// also finds unmapped holes and PROT_NONE guard pages. Where the mappings
-// cannot be read, writability is unknown, and the tensor is refused
-// (matching cuda.ErrNotSupported) unless readOnly. Then, in every case,
-// one byte of every page is read through the kernel (readablePages),
-// which fails where a load would fault, file pages past the end of their
-// file included, which the mappings do not show.
-//
-// Cost: the maps file, unless readOnly (tens of microseconds: the kernel
-// formats one line per mapping up to the range), and the page probe, about
-// two system calls per 1024 pages, which faults in every page that is not
-// resident (see readablePages). Nothing stops the producer from unmapping
-// the memory later: the check holds for the tensor as it is handed over.
+// [ptr, ptr+size) succeeds, and, unless readOnly, that a store does: a
+// Buffer's reads and writes are plain loads and stores, and one that
+// faults kills the process. Writability can only be learned from the
+// process's mappings, which must then cover the range, readable and
+// writable (where they cannot be read, the tensor is refused as
+// ErrNotSupported). Then one byte of every page is read through the kernel
+// (readablePages), which also finds file pages past the end of their
+// file, which the mappings do not show.
 func checkHost(op string, p, ptr uintptr, size uint64, readOnly bool) error {
 	n := uintptr(size)
 	unreadable := func(err error) error {
