@@ -119,20 +119,16 @@ const (
 )
 
 // hostCopy copies between the host bytes p and the len(p) bytes at ptr
-// (inside b, acquired) on s: into the buffer (toBuffer) or out of it
-// (fromBuffer). It checks the stream once and synchronizes at most once.
-// A copy out of the buffer returns once the data is in p; one into it
-// returns once p may be reused, and with wait once the data is in the
-// buffer.
+// (inside b, acquired) on s, into the buffer or out of it. A copy out
+// returns once the data is in p; one into it once p may be reused, and
+// with wait once the data is in the buffer.
 func (b *Buffer) hostCopy(op string, ptr cuda.DevicePtr, p []byte, s *cuda.Stream, into, wait bool) error {
 	if len(p) == 0 {
 		return nil
 	}
 	n := uint64(len(p))
-	// Memory no device can reach (its resource says so) needs no stream:
-	// no device work can touch it; a stream given explicitly is still
-	// drained first, so the copy is ordered after the work submitted to it
-	// as documented.
+	// Memory no device can reach needs no stream; one given is still
+	// drained first, so the copy is ordered after the work on it.
 	hostOnly := b.props().hostOnly()
 	var err error
 	if hostOnly {
@@ -194,11 +190,9 @@ func (b *Buffer) hostCopy(op string, ptr cuda.DevicePtr, p []byte, s *cuda.Strea
 }
 
 // refuseCapture refuses a copy between Go memory and a buffer on a
-// capturing stream: it makes the host wait for the stream (or stages
-// pageable memory through pinned chunks, with waits), which cannot be
-// captured and would invalidate the capture. Buffer-to-buffer copies and
-// fills, pinned host buffers included, are plain stream work and are
-// captured as graph nodes.
+// capturing stream: it makes the host wait for the stream, which a
+// capture cannot hold. Buffer-to-buffer copies and fills are captured as
+// graph nodes.
 func refuseCapture(op string, s *cuda.Stream) error {
 	if err := s.RefuseCapture(op); err != nil {
 		return fmt.Errorf("%w (copies to and from Go memory wait for the host; inside a capture, copy Buffer to Buffer, from a pinned host buffer)", err)
@@ -219,10 +213,8 @@ func bytesOf[T any](s []T) []byte {
 // hostSlice views n bytes of host-accessible memory at p. The address
 // comes from the driver or a resource, not from Go: it is converted
 // through memory rather than with unsafe.Pointer(uintptr), which vet
-// rightly flags for Go pointers. A range no Go slice can describe (a null
-// address, one that does not fit in a uintptr, or one that wraps around
-// the address space) is an error matching cuda.ErrInvalidArgument rather
-// than unsafe.Slice's panic.
+// rightly flags for Go pointers. A range no Go slice can describe is an
+// error matching cuda.ErrInvalidArgument rather than unsafe.Slice's panic.
 func hostSlice(op string, p cuda.DevicePtr, n uint64) ([]byte, error) {
 	addr := uintptr(p)
 	switch {

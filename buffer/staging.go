@@ -40,18 +40,12 @@ var (
 // benchmarks compare the two).
 var stagingOff atomic.Bool
 
-// stagePool is the process's pinned staging memory.
-//
-// A failed copy leaves the pool as it found it for the next one. A failure
-// to get pinned memory sends that copy to the driver, and the next copy
-// tries the allocation again (the chunks already allocated stay): a
-// transient failure must not slow every later copy down. A chunk whose
-// last DMA a failure leaves unsettled (waiting for it failed) is settled
-// on the spot by waiting once more, or by draining the copy's stream; only
-// a chunk that still cannot be settled is set aside (neither used nor
-// freed, since the engine may still write it). Every later copy checks the
-// chunks set aside, and takes back (or frees, if the pool was topped up
-// meanwhile) each one whose DMA is over, so none is lost for good.
+// stagePool is the process's pinned staging memory. A failed copy leaves
+// it as it found it for the next one: a failure to get pinned memory sends
+// that copy to the driver, and the next copy tries again (a transient
+// failure must not slow every later copy down). A chunk whose last DMA a
+// failure leaves unsettled is set aside, neither used nor freed since the
+// engine may still write it, until a later copy finds that DMA over.
 type stagePool struct {
 	mu     sync.Mutex // held for a whole staged copy
 	chunks []*chunk
@@ -152,11 +146,9 @@ func (w streamTail) Done() (bool, error) {
 var stage = stagePool{newChunk: allocChunk}
 
 // acquire locks the pool for one copy, first taking back the chunks set
-// aside whose DMAs are over and topping the pool up to its size (on first
-// use, after an allocation failed, or while chunks are aside). It returns
-// false (and holds no lock) when the pool is busy, or has no chunk and
-// cannot get one now. The lock is released on every way out, panics
-// included.
+// aside whose DMAs are over and topping the pool up to its size. It
+// returns false, holding no lock, when the pool is busy, or has no chunk
+// and cannot get one now.
 func (p *stagePool) acquire(dev *cuda.Device) (ok bool) {
 	if !p.mu.TryLock() {
 		return false
@@ -176,16 +168,15 @@ func (p *stagePool) acquire(dev *cuda.Device) (ok bool) {
 	p.reclaim(want)
 	if len(p.chunks) < want && p.newChunk != nil {
 		// No backoff: a failed allocation costs one driver call per large
-		// copy, while remembering it would slow every later copy down.
+		// copy.
 		p.allocErr = p.grow(dev, want)
 	}
 	return len(p.chunks) > 0
 }
 
 // reclaim takes back the chunks set aside whose last DMA is now over:
-// into the pool while it holds fewer than want, else they are freed. A
-// chunk whose DMA still runs, or cannot be asked about, or whose freeing
-// fails, stays aside for the next copy to try again. Held lock.
+// into the pool while it holds fewer than want, else they are freed. The
+// others stay aside for the next copy. Held lock.
 func (p *stagePool) reclaim(want int) {
 	if len(p.aside) == 0 {
 		return
@@ -222,9 +213,8 @@ func (p *stagePool) grow(dev *cuda.Device, want int) error {
 }
 
 // allocChunk allocates a chunk of pinned memory usable from every
-// device's context. It is allocated through the GPU's primary context
-// whatever view dev is: the pool outlives any context made with
-// cuda.Device.NewContext, whose destruction would free its memory.
+// device's context, through the GPU's primary context whatever view dev
+// is: the pool outlives any context made with cuda.Device.NewContext.
 func allocChunk(dev *cuda.Device, size int) (*chunk, error) {
 	if dev == nil {
 		return nil, cuda.Errorf("buffer staging", cuda.ErrInvalidArgument, "no device to allocate pinned memory through")
@@ -245,9 +235,8 @@ func allocChunk(dev *cuda.Device, size int) (*chunk, error) {
 }
 
 // free waits for the last DMAs of every chunk (those set aside too) and
-// frees them. Held lock. A chunk whose DMA cannot be waited for, or that
-// fails to free, stays aside (the engine may still write it; a later copy
-// retries) and its error is returned.
+// frees them. Held lock. A chunk that cannot be waited for or freed stays
+// aside for a later copy, and its error is returned.
 func (p *stagePool) free() error {
 	var errs []error
 	all := append(p.chunks, p.aside...)
@@ -266,9 +255,8 @@ func (p *stagePool) free() error {
 	return errors.Join(errs...)
 }
 
-// release frees the chunk's events and pinned memory. Whatever fails
-// stays for the next call: an event or memory the driver failed to free
-// is still there, so retrying frees nothing twice.
+// release frees the chunk's events and pinned memory. What fails to free
+// stays for the next call, so retrying frees nothing twice.
 func (c *chunk) release() error {
 	c.released = true
 	var errs []error
@@ -308,16 +296,12 @@ func (p *stagePool) done(n int) {
 //     may be transient);
 //   - chunks with an event recorded need nothing: their next user waits.
 //
-// A chunk still unsettled is set aside (see reclaim) and the next copy
-// takes it back or replaces it. The failure itself changes nothing for
-// later copies: a copy on a destroyed stream, say, fails here and the next
-// one, on a good stream, is staged as usual, with the same chunks.
+// A chunk still unsettled is set aside (see reclaim).
 func (p *stagePool) fail(q dmaQueue, err error) error {
-	// Deferred first, so that it runs last: the lock is released even if
-	// the settling below panics in q.
+	// Deferred, so that even a panic in q unlocks the pool and leaves no
+	// unsettled chunk in use.
 	defer p.mu.Unlock()
 	drained := false
-	// Deferred, so that even a panic in q leaves no unsettled chunk in use.
 	defer func() {
 		keep := p.chunks[:0]
 		for _, c := range p.chunks {
@@ -365,8 +349,7 @@ func (c *chunk) wait() error {
 }
 
 // settled reports whether the chunk's last DMA is known to be over,
-// asking without blocking where its waiter can (a DMA still running is
-// not waited for: the chunk stays aside one more copy).
+// without blocking where its waiter can poll.
 func (c *chunk) settled() bool {
 	if c.pending == nil {
 		c.lost = false
