@@ -82,9 +82,8 @@ func Allocate(mr MemoryResource, size uint64, s *cuda.Stream) (*Buffer, error) {
 // Owned wraps memory that mr allocated or mapped: Close will call
 // mr.Deallocate(ptr, size, s), on s unless CloseOn names another stream.
 // Resources that map memory they did not allocate (imports) use it. A
-// range no memory can have (address 0 with a nonzero size, or ptr+size
-// past 2^64) makes a buffer whose every use but Close fails with an error
-// matching cuda.ErrInvalidArgument.
+// range no memory can have makes a buffer whose every use but Close fails,
+// as for [FromPointer].
 func Owned(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream) *Buffer {
 	if mr == nil {
 		// Nothing to free: a borrowed buffer that remembers its stream.
@@ -227,7 +226,6 @@ func (b *Buffer) makeExt() *ext {
 	return b.ext.Load()
 }
 
-// isView reports whether b was made by Slice.
 func (b *Buffer) isView() bool { return b.word.Load()&viewBit != 0 }
 
 // rootOf returns the buffer whose word counts b's calls: b's root for a
@@ -242,20 +240,12 @@ func (b *Buffer) rootOf() *Buffer {
 // off is b's offset in its root's range (0 but for views).
 func (b *Buffer) off() uint64 { return uint64(b.ptr - b.rootOf().ptr) }
 
-// resource and stream are the root's home's, within a call (nil for
-// borrowed memory).
-func (b *Buffer) resource() MemoryResource {
+// homeOf is the root's home, within a call (zero for borrowed memory).
+func (b *Buffer) homeOf() home {
 	if h := b.rootOf().home; h != nil {
-		return h.mr
+		return *h
 	}
-	return nil
-}
-
-func (b *Buffer) stream() *cuda.Stream {
-	if h := b.rootOf().home; h != nil {
-		return h.stream
-	}
-	return nil
+	return home{}
 }
 
 // Close frees an owned buffer on its allocation stream (or the resource's
@@ -549,22 +539,18 @@ func (b *Buffer) Size() uint64 {
 
 // Resource is the resource that owns the memory, or nil for borrowed
 // buffers (and for every buffer once closed).
-func (b *Buffer) Resource() MemoryResource {
-	if b == nil || !b.use() {
-		return nil
-	}
-	defer b.release()
-	return b.resource()
-}
+func (b *Buffer) Resource() MemoryResource { return b.openHome().mr }
 
 // Stream is the stream the buffer was allocated on, or nil if none (for
 // borrowed buffers, and for every buffer once closed).
-func (b *Buffer) Stream() *cuda.Stream {
+func (b *Buffer) Stream() *cuda.Stream { return b.openHome().stream }
+
+func (b *Buffer) openHome() home {
 	if b == nil || !b.use() {
-		return nil
+		return home{}
 	}
 	defer b.release()
-	return b.stream()
+	return b.homeOf()
 }
 
 // IsOwned reports whether Close frees the memory.

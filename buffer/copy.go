@@ -32,7 +32,7 @@ func (b *Buffer) Clone(mr MemoryResource, s *cuda.Stream) (*Buffer, error) {
 		return nil, err
 	}
 	if mr == nil {
-		if mr = b.resource(); mr == nil {
+		if mr = b.homeOf().mr; mr == nil {
 			b.release()
 			return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "a destination resource must be given (this buffer does not have a MemoryResource)")
 		}

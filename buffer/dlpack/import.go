@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/bits"
 	"runtime"
+	"slices"
 	"sort"
 	"sync/atomic"
 	"unsafe"
@@ -263,14 +264,14 @@ func extent(op string, p uintptr, t *Tensor, flags uint64) (ptr uintptr, size ui
 			return 0, 0, bad("strides at %#x: %v", t.Strides, err)
 		}
 	}
-	numel, empty := uint64(1), false
 	for i, d := range shape {
 		if d < 0 {
 			return 0, 0, bad("dimension %d is %d", i, d)
 		}
-		empty = empty || d == 0
 	}
-	if !empty {
+	numel := uint64(0)
+	if !slices.Contains(shape, 0) { // else the product could overflow before the 0
+		numel = 1
 		for _, d := range shape {
 			hi, lo := bits.Mul64(numel, uint64(d))
 			if hi != 0 {
@@ -278,8 +279,6 @@ func extent(op string, p uintptr, t *Tensor, flags uint64) (ptr uintptr, size ui
 			}
 			numel = lo
 		}
-	} else {
-		numel = 0
 	}
 	if strides != nil && numel > 1 {
 		if err := dense(shape, strides); err != nil {

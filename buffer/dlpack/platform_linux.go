@@ -33,11 +33,9 @@ var deleterAddr = sync.OnceValue(func() uintptr {
 // own objects.
 
 // readMem copies len(dst) bytes at addr, memory a foreign producer claims
-// is there, into dst without touching it from Go: through the kernel,
-// which reports an unmapped address as EFAULT where a Go load would
-// crash the process. process_vm_readv on this process does it in one
-// call; where it is refused (seccomp profiles, emulators), writing the
-// bytes into a pipe and reading them back does the same.
+// is there, into dst through the kernel, which reports an unmapped address
+// as EFAULT where a Go load would crash the process: process_vm_readv, or
+// where that is refused (seccomp profiles, emulators), a pipe.
 func readMem(dst []byte, addr uintptr) error {
 	if len(dst) == 0 {
 		return nil
@@ -67,9 +65,9 @@ func readMem(dst []byte, addr uintptr) error {
 var forcePipe = false
 
 // probe is a pipe kept for the life of the process: the kernel copies
-// bytes written into it from the writer's memory as a load from user
-// space would, and fails the write with EFAULT where such a load would
-// fault. mu serializes its users, each of which drains what it wrote.
+// bytes written into it as a load from user space would, and fails the
+// write with EFAULT where such a load would fault. mu serializes its
+// users, each of which drains what it wrote.
 var probe struct {
 	once sync.Once
 	mu   sync.Mutex
