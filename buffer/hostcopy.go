@@ -182,10 +182,10 @@ func (b *Buffer) hostCopy(op string, ptr cuda.DevicePtr, p []byte, s *cuda.Strea
 		err = s.MemcpyDtoHAsync(unsafe.Pointer(unsafe.SliceData(p)), ptr, n)
 		wait = true
 	}
-	runtime.KeepAlive(p)
 	if err == nil && wait {
 		err = s.Sync()
 	}
+	runtime.KeepAlive(p) // the caller's slice, until the copy is known done
 	return err
 }
 
