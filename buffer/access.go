@@ -17,11 +17,9 @@ type props struct {
 func (p props) hostOnly() bool { return p.hostAcc && !p.devAcc }
 
 // props asks the resource, or for borrowed memory the driver (once per
-// allocation). Call it within a call on b (acquire, use): Close clears an
-// owner's home (so that a closed Buffer in a slab keeps nothing
-// reachable), and waits for the calls in progress first.
+// allocation). Call it within a call on b: Close clears an owner's home.
 func (b *Buffer) props() props {
-	if mr := b.resource(); mr != nil {
+	if mr := b.homeOf().mr; mr != nil {
 		return props{device: mr.DeviceID(), devAcc: mr.DeviceAccessible(), hostAcc: mr.HostAccessible()}
 	}
 	info, err := b.rootOf().pointerInfo()
@@ -36,38 +34,30 @@ func (b *Buffer) props() props {
 	return p
 }
 
+// openProps is props for the accessors: those of memory no one can reach
+// once the buffer is closed.
+func (b *Buffer) openProps() props {
+	if b == nil || !b.use() {
+		return props{device: -1}
+	}
+	defer b.release()
+	return b.props()
+}
+
 // DeviceID is the ordinal of the device the memory belongs to, or -1 for
 // host memory (pinned memory is bound to no device), for memory the driver
 // does not know, and once the buffer is closed. Owned buffers ask their
 // resource; borrowed ones ask the driver (cuPointerGetAttribute, once).
-func (b *Buffer) DeviceID() int {
-	if b == nil || !b.use() {
-		return -1
-	}
-	defer b.release()
-	return b.props().device
-}
+func (b *Buffer) DeviceID() int { return b.openProps().device }
 
 // DeviceAccessible reports whether kernels can use the memory: device,
 // pinned and managed memory can. It is false once the buffer is closed.
-func (b *Buffer) DeviceAccessible() bool {
-	if b == nil || !b.use() {
-		return false
-	}
-	defer b.release()
-	return b.props().devAcc
-}
+func (b *Buffer) DeviceAccessible() bool { return b.openProps().devAcc }
 
 // HostAccessible reports whether the CPU can use the memory directly
 // (see [Buffer.Bytes]): pinned host and managed memory can, device memory
 // cannot. It is false once the buffer is closed.
-func (b *Buffer) HostAccessible() bool {
-	if b == nil || !b.use() {
-		return false
-	}
-	defer b.release()
-	return b.props().hostAcc
-}
+func (b *Buffer) HostAccessible() bool { return b.openProps().hostAcc }
 
 // Device returns the device the memory belongs to. Host memory belongs to
 // none: that is an error matching [cuda.ErrInvalidArgument].
@@ -89,11 +79,10 @@ func (b *Buffer) Device() (*cuda.Device, error) {
 // buffer's allocation stream, else the legacy default stream of the
 // buffer's device (of device 0 for memory bound to no device). A zero
 // cuda.Stream, given or recorded at allocation, is an error matching
-// cuda.ErrInvalidArgument: it belongs to no device, and nothing below
-// could use it.
+// cuda.ErrInvalidArgument.
 func (b *Buffer) streamFor(op string, s *cuda.Stream) (*cuda.Stream, error) {
 	if s == nil {
-		s = b.stream()
+		s = b.homeOf().stream
 	}
 	var d *cuda.Device
 	if s == nil {
@@ -125,11 +114,9 @@ func (b *Buffer) pinnedHost() bool {
 }
 
 // pointerInfo returns the driver's description of the allocation (r is a
-// root: an owner or a borrowed buffer). Racing first calls may both ask
-// the driver; the answers are the same. Only an answer is kept: a failed
-// query (no driver yet, memory the driver does not know, a transient
-// error) is asked again next time, so that one failure does not decide
-// the buffer's accessibility for good.
+// root). Only an answer is kept: a failed query (no driver yet, a
+// transient error) is asked again next time, so that one failure does not
+// decide the buffer's accessibility for good.
 func (r *Buffer) pointerInfo() (cuda.PointerInfo, error) {
 	if x := r.ext.Load(); x != nil {
 		if pi := x.info.Load(); pi != nil {

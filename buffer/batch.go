@@ -17,54 +17,35 @@ type Copy struct {
 
 // CopyBatch submits copies as one batch ordered on s: the batch starts
 // after the work already submitted to s, and the copies within it run in
-// no particular order, so none may depend on another (a destination range
-// another copy reads or writes gives undefined results). Where the driver
+// no particular order, so none may depend on another. Where the driver
 // has cuMemcpyBatchAsync (CUDA 12.8 and later) the batch goes to it in
 // calls of up to 1,024 copies, which for many small copies cost far less
-// than a call each;
-// otherwise, and on the legacy default stream (which cuMemcpyBatchAsync
-// does not accept), it is a loop of cuMemcpyAsync with the same results
-// (see [cuda.Stream.MemcpyBatchAsync] and [cuda.Device.MemcpyBatchPath]).
-// Like every copy here it is asynchronous: synchronize s before the CPU
-// reads a destination.
+// than a call each; otherwise, and on the legacy default stream (which
+// cuMemcpyBatchAsync does not accept), it is a loop of cuMemcpyAsync with
+// the same results (see [cuda.Device.MemcpyBatchPath]). Like every copy
+// here it is asynchronous.
 //
-// A nil s means the stream copies[0].Dst would use for a copy of its own:
-// its allocation stream, else its device's legacy default stream. Every
-// buffer must be memory the stream's device can reach: that device's
-// memory, pinned host memory, or managed memory; memory of another device
-// is refused (copy it with [Buffer.CopyTo], which uses cuMemcpyPeerAsync),
-// and so is memory no device can reach. Host-to-device batches go from
-// pinned (or managed) buffers: Go slices have no Buffer, and copying them
-// is [CopyFromHost]'s job.
+// A nil s means the stream copies[0].Dst would use for a copy of its own.
+// Every buffer must be memory the stream's device can reach: its memory,
+// pinned host memory, or managed memory (copy between devices with
+// [Buffer.CopyTo], and from Go slices with [CopyFromHost]).
 //
-// Every copy is checked before anything is submitted, and if one is bad
-// nothing is: a nil, zero or closed buffer, a range past a buffer's end
-// (overflow included), a source and destination that overlap within one
-// allocation, a buffer on the wrong device, or a zero stream. The error
-// matches [cuda.ErrInvalidArgument] or [cuda.ErrClosed] and carries a
-// [*cuda.BatchCopyError] naming the copy (find it with errors.As) and the
-// values at fault. A copy of 0 bytes is checked like any other, then
-// skipped; no copies at all is a no-op. A failure in the driver that it
-// ties to one copy (its failIdx on CUDA 12.8 and 12.9, or the loop's
-// failing call) names that copy the same way; a failed batch may have
-// submitted some of its copies, leaving the destinations' contents
-// unspecified.
-//
-// Every buffer is held open for the submission, as a single copy holds
-// its two: no hold waits, so batches sharing buffers (in any order, the
-// same buffer many times over) never deadlock with each other or with
-// Close, and a buffer whose Close is under way makes the batch fail, with
-// nothing submitted, with an error matching cuda.ErrClosed. As for any
-// stream-ordered use, close a buffer only once the batch has finished or
-// on a stream ordered after it.
+// Every copy is checked, and every buffer held open (as a single copy
+// holds its two, without waiting), before anything is submitted; if one
+// is bad nothing is: a nil, zero or closed buffer (or one whose Close is
+// under way), a range past a buffer's end, a source and destination that
+// overlap within one allocation, a buffer on the wrong device, or a zero
+// stream. The error matches [cuda.ErrInvalidArgument] or [cuda.ErrClosed]
+// and carries a [*cuda.BatchCopyError] naming the copy (find it with
+// errors.As). A copy of 0 bytes is checked, then skipped; no copies at all
+// is a no-op. A failure the driver ties to one copy names it the same
+// way; a failed batch may have submitted some of its copies.
 //
 // The copies read their sources in stream order
-// ([cuda.MemcpySrcAccessOrderStream]): a source may still be written by
-// work submitted earlier to s. A copy whose operand is managed memory
-// tells the driver where that memory is meant to live (its resource's
-// device); other operands get no location hint, which the driver only
-// uses for managed memory (and a hint made a large H→D batch slower);
-// consecutive copies that agree share one attribute entry.
+// ([cuda.MemcpySrcAccessOrderStream]). A copy whose operand is managed
+// memory tells the driver where that memory is meant to live (its
+// resource's device); other operands get no location hint, which the
+// driver only uses for managed memory.
 func CopyBatch(s *cuda.Stream, copies []Copy) error {
 	const op = "CopyBatch"
 	if err := checkStream(op, s); err != nil {
@@ -85,12 +66,9 @@ func CopyBatch(s *cuda.Stream, copies []Copy) error {
 	}
 
 	// Hold every buffer open: acquire never waits, so the order and any
-	// repeats do not matter (see state). A run of copies between the same
-	// buffers (blocks of a few large allocations, the common case) holds
-	// each once and takes its address once: the host time between two
-	// batches is time the copy engine may run dry, and a batch submitted
-	// to an idle engine ran several times slower per copy
-	// (testdata/figures/HISTORY.md).
+	// repeats do not matter. A run of copies between the same buffers
+	// (the common case) holds each once: the host time between two
+	// batches is time the copy engine may run dry.
 	sc := getScratch(n)
 	defer putScratch(sc)
 	held := sc.held[:0]
@@ -196,7 +174,7 @@ func batchLoc(op string, b *Buffer, dev, i, n int, what string) (cuda.MemLocatio
 		return cuda.MemLocation{}, cuda.BatchErrorf(op, i, n, cuda.ErrInvalidArgument, "the %s %v is on GPU %d, the stream on GPU %d (copy between devices with Buffer.CopyTo)", what, b, p.device, dev)
 	case !(p.hostAcc && p.device >= 0):
 		// Not managed memory: the driver has no use for a hint, and one
-		// made large H→D batches slower (testdata/figures/HISTORY.md).
+		// made large H→D batches slower.
 		return cuda.MemLocation{}, nil
 	}
 	return cuda.MemLocation{Type: cuda.MemLocationTypeDevice, ID: int32(p.device)}, nil

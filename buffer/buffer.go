@@ -12,10 +12,9 @@ import (
 
 // MemoryResource hands out and takes back memory, as addresses: the
 // interface resources implement and compose through (package resource's
-// pools, adaptors and sub-allocator; any type with these methods). Buffers
-// are built in one place, [Allocate], which asks a resource for an address
-// and wraps it in a Buffer the resource owns; each concrete resource's
-// Allocate method is a call of it. Adaptors forward addresses only.
+// pools, adaptors and sub-allocator; any type with these methods).
+// Buffers are built in one place, [Allocate]; adaptors forward addresses
+// only.
 //
 // AllocatePtr and Deallocate are stream-ordered: the memory may be used on
 // the returned stream as soon as AllocatePtr returns, and is reused only
@@ -45,14 +44,11 @@ type MemoryResource interface {
 }
 
 // recordingResource is implemented by resources that record every address
-// they hand out as a plain pointer, so that Deallocate can refuse any
-// other (package resource's pools: the driver's stream-ordered free takes
-// memory of any pool). A Buffer from Allocate is the record of its memory
-// already, so Allocate takes that memory from ForBuffers' resource, which
-// allocates and frees without the record, and Disown hands the address to
-// the record (its Record method). It is an interface here, rather than
-// functions the resource package registers, so that the dependency reads
-// where the call is made.
+// they hand out, so that Deallocate can refuse any other (package
+// resource's pools: the driver's stream-ordered free takes memory of any
+// pool). A Buffer from Allocate is the record of its memory already, so
+// Allocate takes that memory from ForBuffers' resource, which skips the
+// record, and Disown hands the address back to the record (Record).
 type recordingResource interface {
 	ForBuffers() MemoryResource
 }
@@ -86,9 +82,8 @@ func Allocate(mr MemoryResource, size uint64, s *cuda.Stream) (*Buffer, error) {
 // Owned wraps memory that mr allocated or mapped: Close will call
 // mr.Deallocate(ptr, size, s), on s unless CloseOn names another stream.
 // Resources that map memory they did not allocate (imports) use it. A
-// range no memory can have (address 0 with a nonzero size, or ptr+size
-// past 2^64) makes a buffer whose every use but Close fails with an error
-// matching cuda.ErrInvalidArgument.
+// range no memory can have makes a buffer whose every use but Close fails,
+// as for [FromPointer].
 func Owned(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream) *Buffer {
 	if mr == nil {
 		// Nothing to free: a borrowed buffer that remembers its stream.
@@ -151,10 +146,6 @@ func badBits(ptr cuda.DevicePtr, size uint64) uint64 {
 //
 // The zero Buffer is not usable: its methods return an error matching
 // cuda.ErrInvalidArgument (Close returns nil, and accessors zero values).
-//
-// An owned Buffer is one 40-byte object (on 64-bit targets); the Buffers
-// made one after another from one resource and stream share one record of
-// both.
 type Buffer struct {
 	// word is the lifecycle (see the state word), lock-free rather than a
 	// cuda.Guard because a Guard would triple the Buffer and cost a pair
@@ -174,8 +165,7 @@ type Buffer struct {
 // for a recordingResource's Buffers from Allocate), and the allocation
 // stream. It never changes, so each P's cursor gives the same home to
 // every Buffer it makes while the three match (leaks.go): a pair of
-// Allocate and Close allocates no home. Close and Disown set the Buffer's
-// pointer to nil, so that a closed Buffer keeps nothing reachable.
+// Allocate and Close allocates no home.
 type home struct {
 	mr, free MemoryResource
 	stream   *cuda.Stream
@@ -236,7 +226,6 @@ func (b *Buffer) makeExt() *ext {
 	return b.ext.Load()
 }
 
-// isView reports whether b was made by Slice.
 func (b *Buffer) isView() bool { return b.word.Load()&viewBit != 0 }
 
 // rootOf returns the buffer whose word counts b's calls: b's root for a
@@ -251,20 +240,12 @@ func (b *Buffer) rootOf() *Buffer {
 // off is b's offset in its root's range (0 but for views).
 func (b *Buffer) off() uint64 { return uint64(b.ptr - b.rootOf().ptr) }
 
-// resource and stream are the root's home's, within a call (nil for
-// borrowed memory).
-func (b *Buffer) resource() MemoryResource {
+// homeOf is the root's home, within a call (zero for borrowed memory).
+func (b *Buffer) homeOf() home {
 	if h := b.rootOf().home; h != nil {
-		return h.mr
+		return *h
 	}
-	return nil
-}
-
-func (b *Buffer) stream() *cuda.Stream {
-	if h := b.rootOf().home; h != nil {
-		return h.stream
-	}
-	return nil
+	return home{}
 }
 
 // Close frees an owned buffer on its allocation stream (or the resource's
@@ -283,17 +264,15 @@ func (b *Buffer) Close() error { return b.CloseOn(nil) }
 
 // ErrPartlyFreed is wrapped by a MemoryResource's Deallocate error when the
 // memory can no longer be used (it was unmapped or handed back) but some of
-// the cleanup after that failed. The buffer is then closed anyway: a
-// failed Deallocate that does not wrap it leaves the buffer open, so that
-// Close can be retried, and that must never happen over memory that is
-// gone. The resource keeps what it could not give back (for a retry) and
-// says so in the error.
+// the cleanup after that failed. The buffer is then closed anyway, where a
+// failed Deallocate that does not wrap it leaves the buffer open for a
+// retry. The resource keeps what it could not give back and says so in the
+// error.
 var ErrPartlyFreed = errors.New("memory freed, but cleaning up after it failed")
 
 // CloseOn frees an owned buffer ordered on s instead of the allocation
 // stream: use it when the memory was last used on another stream. The
-// stream goes to the resource's Deallocate as it is: the resource judges
-// it (a failed Deallocate leaves the buffer open).
+// resource judges s (a failed Deallocate leaves the buffer open).
 func (b *Buffer) CloseOn(s *cuda.Stream) error {
 	if b == nil {
 		return nil
@@ -324,9 +303,8 @@ func (b *Buffer) CloseOn(s *cuda.Stream) error {
 			return err
 		}
 	}
-	// The free runs the resource's code, which may be a user's and may
-	// panic: the buffer then stays open, so that the panic propagates
-	// without wedging every later Close.
+	// The resource's code may panic: the buffer then stays open, and the
+	// panic propagates without wedging every later Close.
 	done := false
 	defer func() {
 		if !done {
@@ -334,9 +312,7 @@ func (b *Buffer) CloseOn(s *cuda.Stream) error {
 		}
 	}()
 	err := h.free.Deallocate(b.ptr, b.size, s)
-	// Still open unless the memory is gone: the caller may retry (on
-	// another stream, say). Memory that is gone must not be used again,
-	// whatever the resource failed to tidy up.
+	// Still open for a retry, unless the memory is gone.
 	done = err == nil || errors.Is(err, ErrPartlyFreed)
 	if done {
 		b.endClose(true)
@@ -349,9 +325,9 @@ func (b *Buffer) CloseOn(s *cuda.Stream) error {
 
 // beginClose makes the caller (Close or Disown of root r, whose word was
 // w) the buffer's one closer: it sets closingBit, so that new calls fail,
-// then waits for the calls in progress. It waits for another closer
-// first. It reports false, owning nothing, if the buffer is closed.
-// endClose must follow a true.
+// after waiting for another closer, then waits for the calls in progress.
+// It reports false, owning nothing, if the buffer is closed. endClose must
+// follow a true.
 func (r *Buffer) beginClose(w uint64) bool {
 	if w&(closingBit|closedBit|readerMask) == 0 && r.word.CompareAndSwap(w, w|closingBit) {
 		return true // the common case: no call, no other closer
@@ -393,9 +369,8 @@ func (r *Buffer) endClose(closed bool) {
 }
 
 // waitUntil blocks until ok(word) holds. It sets waitersBit under the
-// ext's lock before sleeping, and whoever changes the word afterwards (a
-// call ending, endClose) sees it and broadcasts under the same lock, so no
-// wake-up is lost.
+// ext's lock before sleeping, and whoever changes the word afterwards
+// broadcasts under the same lock, so no wake-up is lost.
 func (r *Buffer) waitUntil(ok func(uint64) bool) {
 	x := r.makeExt()
 	x.mu.Lock()
@@ -420,14 +395,13 @@ func (r *Buffer) wake() {
 }
 
 // Disown hands an owned buffer's memory to the caller: the buffer becomes
-// closed (later use returns cuda.ErrClosed) without freeing anything, and
-// the garbage-collection safety net is stopped. Resources use it to move
-// memory into a new Buffer, as when a virtual-memory allocation grows.
-// Views and borrowed buffers cannot be disowned, nor can a buffer with
-// live Holds ([Buffer.Hold]): their holders rely on the memory staying
-// put. If a host view ([Buffer.Bytes]) of the memory was handed out, the
-// next buffer Owned at the same address inherits that, so its safety net
-// will not free under the view either.
+// closed without freeing anything, and the safety net is stopped.
+// Resources use it to move memory into a new Buffer, as when a
+// virtual-memory allocation grows. Views, borrowed buffers and buffers
+// with live Holds ([Buffer.Hold]) cannot be disowned. If a host view
+// ([Buffer.Bytes]) of the memory was handed out, the next buffer Owned at
+// the same address inherits that, so its safety net will not free under
+// the view either.
 func (b *Buffer) Disown() (ptr cuda.DevicePtr, size uint64, err error) {
 	const op = "Buffer.Disown"
 	switch {
@@ -441,8 +415,7 @@ func (b *Buffer) Disown() (ptr cuda.DevicePtr, size uint64, err error) {
 		return 0, 0, closedErr(op)
 	}
 	if n := b.holds(); n > 0 {
-		// The memory must stay where the holders saw it: moving it on (a
-		// virtual allocation's remap) would pull it from under them.
+		// Moving the memory on (a remap) would pull it from under them.
 		b.endClose(false)
 		return 0, 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer %#x (%d bytes) is held by %d Hold(s) (an export, such as DLPack's): release them first", uint64(b.ptr), b.size, n)
 	}
@@ -450,8 +423,7 @@ func (b *Buffer) Disown() (ptr cuda.DevicePtr, size uint64, err error) {
 		if b.word.Load()&viewedBit != 0 {
 			disownedViews.add(b.ptr)
 		}
-		// Memory a recordingResource's Buffer kept out of its record
-		// becomes a plain pointer of the resource, for its Deallocate.
+		// Memory kept out of a recordingResource's record goes into it.
 		if h := b.home; !sameResource(h.free, h.mr) {
 			if r, ok := h.free.(recorder); ok {
 				r.Record(b.ptr, b.size)
@@ -462,9 +434,9 @@ func (b *Buffer) Disown() (ptr cuda.DevicePtr, size uint64, err error) {
 	return b.ptr, b.size, nil
 }
 
-// acquire starts a call on the buffer: it fails with cuda.ErrClosed after
-// Close, or while a Close is in progress; otherwise release must follow.
-// It never waits (see the state word).
+// acquire starts a call on the buffer, never waiting: it fails with
+// cuda.ErrClosed after Close, or while a Close is in progress; otherwise
+// release must follow.
 func (b *Buffer) acquire(op string) (cuda.DevicePtr, error) {
 	if b == nil {
 		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil buffer")
@@ -492,7 +464,7 @@ func (b *Buffer) invalid(op string) error {
 
 // use is acquire's test: it counts a call on b's root and reports true,
 // or reports false, counting nothing, if b is zero, bad, closed or being
-// closed. A true use must be followed by release.
+// closed.
 func (b *Buffer) use() bool {
 	r := b.rootOf()
 	if w := r.word.Add(1); w&(initBit|badBit|closingBit|closedBit) != initBit || r != b && b.viewClosed() {
@@ -567,22 +539,18 @@ func (b *Buffer) Size() uint64 {
 
 // Resource is the resource that owns the memory, or nil for borrowed
 // buffers (and for every buffer once closed).
-func (b *Buffer) Resource() MemoryResource {
-	if b == nil || !b.use() {
-		return nil
-	}
-	defer b.release()
-	return b.resource()
-}
+func (b *Buffer) Resource() MemoryResource { return b.openHome().mr }
 
 // Stream is the stream the buffer was allocated on, or nil if none (for
 // borrowed buffers, and for every buffer once closed).
-func (b *Buffer) Stream() *cuda.Stream {
+func (b *Buffer) Stream() *cuda.Stream { return b.openHome().stream }
+
+func (b *Buffer) openHome() home {
 	if b == nil || !b.use() {
-		return nil
+		return home{}
 	}
 	defer b.release()
-	return b.stream()
+	return b.homeOf()
 }
 
 // IsOwned reports whether Close frees the memory.
@@ -605,10 +573,9 @@ func (b *Buffer) String() string {
 
 // Use runs f with the buffer's address while keeping the buffer open:
 // Close (and Disown) wait until f returns, so f may hand the address to
-// the driver without racing a concurrent Close. Resources and other
-// packages use it for driver calls on a buffer (prefetch, export). f may
-// use other buffers, and b's other methods, but must not close or disown
-// b (that Close would wait for f), nor wait for a goroutine that does.
+// the driver or foreign code without racing a concurrent Close. f may use
+// other buffers, and b's other methods, but must not close or disown b
+// (that Close would wait for f), nor wait for a goroutine that does.
 func (b *Buffer) Use(op string, f func(ptr cuda.DevicePtr) error) error {
 	if f == nil {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil function")

@@ -32,7 +32,7 @@ func (b *Buffer) Clone(mr MemoryResource, s *cuda.Stream) (*Buffer, error) {
 		return nil, err
 	}
 	if mr == nil {
-		if mr = b.resource(); mr == nil {
+		if mr = b.homeOf().mr; mr == nil {
 			b.release()
 			return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "a destination resource must be given (this buffer does not have a MemoryResource)")
 		}
@@ -54,14 +54,19 @@ func (b *Buffer) Clone(mr MemoryResource, s *cuda.Stream) (*Buffer, error) {
 
 // copyBuffers copies src into dst on s, resolved through self.
 func copyBuffers(op string, dst, src, self *Buffer, s *cuda.Stream) error {
-	if dst == nil || src == nil {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil buffer")
-	}
-	dp, sp, err := acquirePair(op, dst, src)
+	// Neither acquire waits (see the state word), so holding one while
+	// taking the other cannot deadlock, whatever the order and even when
+	// both are views of one allocation.
+	dp, err := dst.acquire(op)
 	if err != nil {
 		return err
 	}
-	defer releasePair(dst, src)
+	defer dst.release()
+	sp, err := src.acquire(op)
+	if err != nil {
+		return err
+	}
+	defer src.release()
 	if src.size != dst.size {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer sizes mismatch between src and dst (sizes are: src=%d, dst=%d)", src.size, dst.size)
 	}
@@ -88,23 +93,4 @@ func copyBuffers(op string, dst, src, self *Buffer, s *cuda.Stream) error {
 		return s.MemcpyPeerAsync(dp, dd, sp, sd, src.size)
 	}
 	return s.MemcpyAsync(dp, sp, src.size)
-}
-
-// acquirePair acquires two buffers for one call. Neither acquire waits
-// (see state), so holding one while taking the other cannot deadlock,
-// whatever the order and even when both are views of one allocation.
-func acquirePair(op string, dst, src *Buffer) (dp, sp cuda.DevicePtr, err error) {
-	if dp, err = dst.acquire(op); err != nil {
-		return 0, 0, err
-	}
-	if sp, err = src.acquire(op); err != nil {
-		dst.release()
-		return 0, 0, err
-	}
-	return dp, sp, nil
-}
-
-func releasePair(dst, src *Buffer) {
-	src.release()
-	dst.release()
 }

@@ -61,14 +61,3 @@ func eachCursor(f func(*cursor)) {
 		}
 	}
 }
-
-// cursorCount is how many cursors there are, and cursorsPerP whether they
-// follow GOMAXPROCS (tests).
-func cursorCount() int {
-	if p := perP.Load(); p != nil {
-		return len(*p)
-	}
-	return 0
-}
-
-const cursorsPerP = true

@@ -39,9 +39,3 @@ func eachCursor(f func(*cursor)) {
 		f(&raceShards[i])
 	}
 }
-
-// cursorCount and cursorsPerP (tests): a fixed number of shards,
-// whatever GOMAXPROCS is.
-func cursorCount() int { return len(raceShards) }
-
-const cursorsPerP = false

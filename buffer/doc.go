@@ -87,14 +87,9 @@
 // of it. A size mismatch is an error matching [cuda.ErrInvalidArgument]
 // that names both sizes.
 //
-// [CopyBatch] submits many copies between buffers (any ranges of them:
-// [Copy] has offsets and a size) as one batch: cuMemcpyBatchAsync calls of
-// up to 1,024 copies on CUDA 12.8 and later drivers, which for thousands
-// of small copies cost a fraction of a call each; a loop of cuMemcpyAsync on older drivers and
-// on the legacy default stream, chosen when the driver is loaded (see
-// [cuda.Device.MemcpyBatchPath]). The whole batch is checked, and every
-// buffer held open, before anything is submitted; an error names the copy
-// at fault ([cuda.BatchCopyError]).
+// [CopyBatch] submits many copies between ranges of buffers as one batch
+// (cuMemcpyBatchAsync where the driver has it), checked whole, every
+// buffer held open, before anything is submitted.
 //
 // Go slices live in pageable memory, which the DMA engines cannot read
 // directly. Copies of 4 MiB or more between a Go slice and device memory
@@ -109,13 +104,8 @@
 // memory no device can reach (a resource whose DeviceAccessible is false
 // and HostAccessible true), which need no stream either.
 //
-// A failed copy does not change how later ones run: a copy on a destroyed
-// stream, say, fails, and the next one is staged as before, through the
-// same pinned memory. A failure to allocate the pinned memory sends only
-// that copy to the driver; the next one tries the allocation again. Pinned
-// memory whose last transfer a failure left unsettled is kept out of use
-// until a later copy finds the transfer over, and is then used or freed:
-// failures neither leak pinned memory nor let a transfer overwrite it.
+// A failed copy does not change how later ones run, and failures neither
+// leak pinned memory nor let a transfer overwrite it.
 //
 // # Host views
 //

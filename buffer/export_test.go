@@ -5,13 +5,8 @@ package buffer
 // SetStaging forces staging of large host copies on or off; the returned
 // function restores the default.
 func SetStaging(on bool) (restore func()) {
-	old := stageMode.Load()
-	if on {
-		stageMode.Store(1)
-	} else {
-		stageMode.Store(2)
-	}
-	return func() { stageMode.Store(old) }
+	old := stagingOff.Swap(!on)
+	return func() { stagingOff.Store(old) }
 }
 
 // ResetStaging frees the staging pool and sets its parameters for the
@@ -24,9 +19,6 @@ func ResetStaging(chunkSize, chunks, workers int) error {
 func StagingConfig() (chunkSize, chunks, workers int) {
 	return stageChunkSize, stageChunks, stageWorkers
 }
-
-// StagingByDefault reports the package default.
-const StagingByDefault = stageByDefault
 
 // StageMinBytes is the smallest staged copy.
 const StageMinBytes = stageMinBytes

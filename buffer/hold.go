@@ -9,24 +9,19 @@ import (
 )
 
 // Holds keep an allocation's memory from being freed while code outside
-// Go's view uses it: a DLPack consumer, which gives the memory back by
-// calling a deleter whenever it likes, possibly long after the Buffer's
-// owner closed it. Close must not free memory under such a user, and must
-// not fail either (Close is called from defers, and a consumer may never
-// give the memory back on the caller's schedule), so Close of a held
-// buffer closes the Buffer at once, for Go, and leaves the free to the
-// last Release.
+// Go's view uses it (a DLPack consumer, which gives it back through a
+// deleter whenever it likes). Close of a held buffer closes it for Go at
+// once and returns nil, and leaves the free to the last Release: Close is
+// called from defers, and must neither fail nor wait on a consumer's
+// schedule.
 //
-// The counter and the flag share one word, the root's ext.holds, so that
+// The count and the flag share one word, the root's ext.holds, so that
 // the last Release and a Close racing it agree on who frees without a
 // lock: Hold adds only within a call (acquire), so never during a Close;
-// Close (once it is the closer, beginClose) sets heldFree only while the
-// count is non-zero, by compare-and-swap, so it fails over to freeing
-// itself if the count just dropped to zero; and Release frees only when
-// its decrement leaves exactly heldFree (count zero, flag set). Releases
-// never wait for a Close: one that did would make calls in progress on
-// the buffer fail with cuda.ErrClosed while it waited, and would deadlock
-// against a Use whose function triggers the release.
+// Close (once it is the closer) sets heldFree only while the count is
+// non-zero, by compare-and-swap, and otherwise frees itself; Release
+// frees only when its decrement leaves exactly heldFree. Releases never
+// wait for a Close, so they may run inside a Use of the same buffer.
 const (
 	heldFree  = uint64(1) << 63
 	holdCount = heldFree - 1
@@ -49,24 +44,19 @@ type Hold struct {
 // While a Hold is live, Close (and CloseOn, CloseAfter) of the buffer, or
 // of its owner if b is a view, closes the Buffer for Go at once and
 // returns nil, but does not free the memory: the last Release does, on
-// the stream Close was given (or the allocation stream), and returns that
-// free's error. A held buffer cannot be disowned. Holds of a borrowed
-// buffer ([FromPointer]) keep nothing: its memory was never the Buffer's
-// to free.
+// the stream Close was given (or the allocation stream). A held buffer
+// cannot be disowned. Holds of a borrowed buffer ([FromPointer]) keep
+// nothing: its memory was never the Buffer's to free.
 //
-// Hold fails as other methods do: on a nil, zero, or closed buffer, one
-// whose Close is under way, or one whose range no memory can have. The
-// Hold keeps the Buffer reachable, so the garbage-collection safety net
-// does not free held memory either.
+// Hold fails as other methods do. The Hold keeps the Buffer reachable,
+// so the garbage-collection safety net does not free held memory either.
 func (b *Buffer) Hold(op string) (*Hold, error) {
 	ptr, err := b.acquire(op)
 	if err != nil {
 		return nil, err
 	}
 	defer b.release()
-	// Within a call: no Close is running, so heldFree is not being
-	// decided (see the comment on heldFree).
-	r := b.rootOf()
+	r := b.rootOf() // within a call: no Close is deciding heldFree
 	r.makeExt().holds.Add(1)
 	return &Hold{r: r, ptr: ptr, size: b.size}, nil
 }
@@ -109,13 +99,11 @@ func (h *Hold) Size() uint64 {
 // Release ends the hold. If the buffer was closed while held and this was
 // the last hold, Release frees the memory through the resource, on the
 // stream Close was given or, if that stream is closed by now, on the
-// resource's default stream, and returns the error when the free fails:
-// the memory then stays allocated and the hold stays live, so Release may
-// be called again (a stream capturing at that moment refuses the free
-// with cuda.ErrCapturing). Release is idempotent, and
-// does nothing on a nil Hold. It never waits for a lock, so it may be
-// called from anywhere, including from inside [Buffer.Use] on the same
-// buffer.
+// resource's default stream. If that free fails, Release returns its
+// error and the hold stays live, so Release may be called again (once a
+// capture that refused the free is over, say). Release is idempotent, does
+// nothing on a nil Hold, and never waits for a lock: it may be called
+// from anywhere, inside [Buffer.Use] on the same buffer included.
 func (h *Hold) Release() error {
 	if h == nil || h.r == nil || !h.done.CompareAndSwap(false, true) {
 		return nil
@@ -125,11 +113,9 @@ func (h *Hold) Release() error {
 	if x.holds.Add(^uint64(0)) != heldFree {
 		return nil // others still hold, or the buffer is open: Close frees
 	}
-	// Count zero and heldFree set: Close left the free to us, and no hold
-	// can come again (the buffer is closed). Until the free has answered,
-	// the hold counts as this caller's again: if nothing was freed (an
-	// error, or a panic in the resource's code), a later Release (once the
-	// capture is over, say) tries again.
+	// Close left the free to us, and no hold can come again. If nothing
+	// is freed (an error, or a panic in the resource's code), the hold is
+	// live again, for a later Release to retry.
 	freed := false
 	defer func() {
 		if !freed {
@@ -145,15 +131,12 @@ func (h *Hold) Release() error {
 	return nil
 }
 
-// deferFree is Close's half: called by the closer (beginClose) of an open
-// owned buffer homed at h, whose ext is x, it leaves the free to the last
-// Release if any hold is live, recording s as the stream to free on, and
-// reports whether it did. A zero Stream is refused then: the resource
-// would refuse it at Release (no device made it, so no resource can order
-// a free on it), every Release would fail, and the memory would never be
-// freed; refused now, the buffer stays open for a Close on a real stream.
-// (Unheld, the resource judges s itself, and its refusal leaves the
-// buffer open too.)
+// deferFree is Close's half: called by the closer of an open owned buffer
+// homed at h, whose ext is x, it leaves the free on s to the last Release
+// if any hold is live, and reports whether it did. A zero Stream is
+// refused then: every Release would fail on it, and the memory would
+// never be freed; refused now, the buffer stays open for a Close on a
+// real stream.
 func (r *Buffer) deferFree(x *ext, h *home, s *cuda.Stream) (bool, error) {
 	for {
 		v := x.holds.Load()

@@ -26,22 +26,7 @@ import (
 // Large copies from ordinary (pageable) Go memory are staged through pinned
 // memory; see the package documentation.
 func CopyFromHost[T any](dst *Buffer, src []T, s *cuda.Stream) error {
-	const op = "CopyFromHost"
-	if err := checkPlain(op, reflect.TypeFor[T]()); err != nil {
-		return err
-	}
-	p := bytesOf(src)
-	ptr, err := dst.acquire(op)
-	if err != nil {
-		return err
-	}
-	defer dst.release()
-	if uint64(len(p)) != dst.size {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer sizes mismatch between src and dst (sizes are: src=%d, dst=%d)", len(p), dst.size)
-	}
-	err = dst.hostCopy(op, ptr, p, s, toBuffer, false)
-	runtime.KeepAlive(src)
-	return err
+	return copyHost("CopyFromHost", dst, bytesOf(src), reflect.TypeFor[T](), s, toBuffer)
 }
 
 // CopyToHost copies src into dst, a slice of plain data, ordered on s (nil:
@@ -49,22 +34,28 @@ func CopyFromHost[T any](dst *Buffer, src []T, s *cuda.Stream) error {
 // work submitted to s before it. The byte sizes must be equal, and T must
 // hold no Go pointers, as for [CopyFromHost].
 func CopyToHost[T any](dst []T, src *Buffer, s *cuda.Stream) error {
-	const op = "CopyToHost"
-	if err := checkPlain(op, reflect.TypeFor[T]()); err != nil {
+	return copyHost("CopyToHost", src, bytesOf(dst), reflect.TypeFor[T](), s, fromBuffer)
+}
+
+// copyHost is CopyFromHost (into b) and CopyToHost: p, the bytes of a
+// slice of t, must be b's size.
+func copyHost(op string, b *Buffer, p []byte, t reflect.Type, s *cuda.Stream, into bool) error {
+	if err := checkPlain(op, t); err != nil {
 		return err
 	}
-	p := bytesOf(dst)
-	ptr, err := src.acquire(op)
+	ptr, err := b.acquire(op)
 	if err != nil {
 		return err
 	}
-	defer src.release()
-	if uint64(len(p)) != src.size {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer sizes mismatch between src and dst (sizes are: src=%d, dst=%d)", src.size, len(p))
+	defer b.release()
+	if uint64(len(p)) != b.size {
+		src, dst := uint64(len(p)), b.size
+		if !into {
+			src, dst = dst, src
+		}
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "buffer sizes mismatch between src and dst (sizes are: src=%d, dst=%d)", src, dst)
 	}
-	err = src.hostCopy(op, ptr, p, s, fromBuffer, true)
-	runtime.KeepAlive(dst)
-	return err
+	return b.hostCopy(op, ptr, p, s, into, false)
 }
 
 // ReadAt reads len(p) bytes at offset off of the buffer into p, as
@@ -128,20 +119,16 @@ const (
 )
 
 // hostCopy copies between the host bytes p and the len(p) bytes at ptr
-// (inside b, acquired) on s: into the buffer (toBuffer) or out of it
-// (fromBuffer). It checks the stream once and synchronizes at most once.
-// A copy out of the buffer returns once the data is in p; one into it
-// returns once p may be reused, and with wait once the data is in the
-// buffer.
+// (inside b, acquired) on s, into the buffer or out of it. A copy out
+// returns once the data is in p; one into it once p may be reused, and
+// with wait once the data is in the buffer.
 func (b *Buffer) hostCopy(op string, ptr cuda.DevicePtr, p []byte, s *cuda.Stream, into, wait bool) error {
 	if len(p) == 0 {
 		return nil
 	}
 	n := uint64(len(p))
-	// Memory no device can reach (its resource says so) needs no stream:
-	// no device work can touch it; a stream given explicitly is still
-	// drained first, so the copy is ordered after the work submitted to it
-	// as documented.
+	// Memory no device can reach needs no stream; one given is still
+	// drained first, so the copy is ordered after the work on it.
 	hostOnly := b.props().hostOnly()
 	var err error
 	if hostOnly {
@@ -173,7 +160,7 @@ func (b *Buffer) hostCopy(op string, ptr cuda.DevicePtr, p []byte, s *cuda.Strea
 		}
 		return nil
 	}
-	if n >= stageMinBytes && stagingOn() {
+	if n >= stageMinBytes && !stagingOff.Load() {
 		var done bool
 		if into {
 			done, err = stagedHtoD(&stage, streamQueue{s}, s.Device(), ptr, p)
@@ -195,19 +182,17 @@ func (b *Buffer) hostCopy(op string, ptr cuda.DevicePtr, p []byte, s *cuda.Strea
 		err = s.MemcpyDtoHAsync(unsafe.Pointer(unsafe.SliceData(p)), ptr, n)
 		wait = true
 	}
-	runtime.KeepAlive(p)
 	if err == nil && wait {
 		err = s.Sync()
 	}
+	runtime.KeepAlive(p) // the caller's slice, until the copy is known done
 	return err
 }
 
 // refuseCapture refuses a copy between Go memory and a buffer on a
-// capturing stream: it makes the host wait for the stream (or stages
-// pageable memory through pinned chunks, with waits), which cannot be
-// captured and would invalidate the capture. Buffer-to-buffer copies and
-// fills, pinned host buffers included, are plain stream work and are
-// captured as graph nodes.
+// capturing stream: it makes the host wait for the stream, which a
+// capture cannot hold. Buffer-to-buffer copies and fills are captured as
+// graph nodes.
 func refuseCapture(op string, s *cuda.Stream) error {
 	if err := s.RefuseCapture(op); err != nil {
 		return fmt.Errorf("%w (copies to and from Go memory wait for the host; inside a capture, copy Buffer to Buffer, from a pinned host buffer)", err)
@@ -228,10 +213,8 @@ func bytesOf[T any](s []T) []byte {
 // hostSlice views n bytes of host-accessible memory at p. The address
 // comes from the driver or a resource, not from Go: it is converted
 // through memory rather than with unsafe.Pointer(uintptr), which vet
-// rightly flags for Go pointers. A range no Go slice can describe (a null
-// address, one that does not fit in a uintptr, or one that wraps around
-// the address space) is an error matching cuda.ErrInvalidArgument rather
-// than unsafe.Slice's panic.
+// rightly flags for Go pointers. A range no Go slice can describe is an
+// error matching cuda.ErrInvalidArgument rather than unsafe.Slice's panic.
 func hostSlice(op string, p cuda.DevicePtr, n uint64) ([]byte, error) {
 	addr := uintptr(p)
 	switch {

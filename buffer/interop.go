@@ -17,14 +17,13 @@ import (
 // for several buffers at once).
 func (b *Buffer) PtrErr() (cuda.DevicePtr, error) {
 	const op = "Buffer.PtrErr"
-	switch {
-	case b == nil:
+	if b == nil {
 		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil buffer")
-	case b.isZero():
-		return 0, zeroErr(op)
-	case b.rootOf().word.Load()&badBit != 0:
-		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "the buffer's range (%#x, %d bytes) is at address 0 or wraps around the address space", uint64(b.rootOf().ptr), b.rootOf().size)
-	case b.IsClosed():
+	}
+	if err := b.invalid(op); err != nil {
+		return 0, err
+	}
+	if b.IsClosed() {
 		return 0, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: buffer of %d bytes", cuda.ErrClosed, b.size)}
 	}
 	return b.ptr, nil
@@ -32,23 +31,19 @@ func (b *Buffer) PtrErr() (cuda.DevicePtr, error) {
 
 // Use runs f with the addresses of bufs (in their order) while keeping
 // every one of them open: Close (and Disown) of any of them waits until f
-// returns, so f may hand the addresses to foreign code (a cuBLAS call,
-// a kernel launch) without racing a concurrent Close. op names the
+// returns, so f may hand the addresses to foreign code (a cuBLAS call, a
+// kernel launch) without racing a concurrent Close. op names the
 // operation in errors.
 //
-// Use never waits for a lock, so it cannot deadlock against Close in any
-// order, whatever other Uses hold: a buffer whose Close is under way (or
-// done) makes Use fail at once with an error matching cuda.ErrClosed that
-// names the buffer's position, after letting go of the buffers it had
-// taken, and f is not run. A nil or zero Buffer among bufs is an error
-// matching cuda.ErrInvalidArgument. The same buffer may appear more than
-// once. f may use other buffers, but must not close or disown any of
-// bufs (that Close would wait for f), nor wait for a goroutine that does.
+// Use never waits for a lock, so it cannot deadlock against Close: a
+// buffer whose Close is under way (or done) makes Use fail at once with an
+// error matching cuda.ErrClosed that names the buffer's position, and f is
+// not run. A nil or zero Buffer among bufs is an error matching
+// cuda.ErrInvalidArgument. The same buffer may appear more than once. f
+// must not close or disown any of bufs, nor wait for a goroutine that does.
 //
-// Use holds the buffers for the host-side call only. Foreign code that
-// queues work on the memory asynchronously must have that work finish, or
-// the memory's free ordered after it ([Buffer.CloseAfter]), before the
-// buffers are closed: cudamem cannot see work it did not submit.
+// Use holds the buffers for the host-side call only: order the free after
+// foreign asynchronous work ([Buffer.CloseAfter]) before closing.
 func Use(op string, f func(ptrs []cuda.DevicePtr) error, bufs ...*Buffer) error {
 	if f == nil {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil function")
@@ -76,23 +71,19 @@ func Use(op string, f func(ptrs []cuda.DevicePtr) error, bufs ...*Buffer) error 
 // allocation stream (the device's legacy default stream when the buffer
 // has none) waits for each of streams through an event, then the buffer
 // is closed on it. Use it when foreign code (cuBLAS, a PyTorch kernel, a
-// Python process's stream wrapped with cuda.Device.WrapStream) used the
-// memory asynchronously on its own streams; for one such stream,
-// CloseOn(that stream) does the same without the wait.
+// stream wrapped with cuda.Device.WrapStream) used the memory on its own
+// streams; for one such stream, CloseOn(that stream) does the same
+// without the wait.
 //
-// A nil stream among streams stands for the allocation stream and adds
-// nothing. If a wait cannot be ordered the buffer stays open and the
-// error says why; while any of the streams, or the allocation stream,
-// captures a graph that the other is not in, nothing is submitted and the
-// error matches cuda.ErrCapturing (see cuda.RefuseOrder); a zero cuda.Stream is an error matching
-// cuda.ErrInvalidArgument. Views and borrowed buffers free nothing:
-// CloseAfter only closes them. Like Close, it is idempotent and does
-// nothing on a nil or zero Buffer; it must not be called from inside Use
-// on the same buffer.
-//
-// Stream ordering is only as good as the resource's Deallocate: pools free
-// in stream order; a resource that frees synchronously (cuMemFree) relies
-// on the driver's own synchronization.
+// A nil stream among streams adds nothing. If a wait cannot be ordered
+// the buffer stays open and the error says why; while any of the streams,
+// or the allocation stream, captures a graph the other is not in, nothing
+// is submitted and the error matches cuda.ErrCapturing (see
+// cuda.RefuseOrder); a zero cuda.Stream is an error matching
+// cuda.ErrInvalidArgument. Views and borrowed buffers are only closed.
+// Like Close, it is idempotent and must not be called from inside Use on
+// the same buffer. The order is only as good as the resource's
+// Deallocate: pools free in stream order.
 func (b *Buffer) CloseAfter(streams ...*cuda.Stream) error {
 	const op = "Buffer.CloseAfter"
 	if b.IsClosed() {
@@ -118,9 +109,7 @@ func (b *Buffer) CloseAfter(streams ...*cuda.Stream) error {
 	if err != nil {
 		return err
 	}
-	// Decide every wait before making any: a wait that would pull a
-	// stream into a capture (or make a capture wait on outside work) is
-	// refused up front, with nothing submitted and the buffer open.
+	// Decide every wait before making any, so a refusal submits nothing.
 	for _, s := range after {
 		if err := cuda.RefuseOrder(op, target, s); err != nil {
 			return fmt.Errorf("%w (the buffer stays open)", err)

@@ -14,36 +14,27 @@ import (
 // The garbage-collection safety net.
 //
 // A runtime.AddCleanup per Buffer costs about as much as the driver's
-// whole allocate+free pair, and a record of each allocation beside the
-// Buffer doubles the garbage. Instead, owned Buffers are carved out of
-// slabs of 16 KiB (409 Buffers), and a finalizer watches each slab. It
-// runs once no Buffer of the slab is reachable, and reads the Buffers
-// themselves (a finalizer, unlike a cleanup, gets its object): it frees
+// whole allocate+free pair. Instead, owned Buffers are carved out of slabs
+// of 16 KiB (409 Buffers), and a finalizer watches each slab: it runs once
+// no Buffer of the slab is reachable, reads the Buffers themselves, frees
 // every allocation whose Buffer was never closed (or disowned) and counts
-// it in Leaks. The cost: a long-lived Buffer keeps its slab's memory
-// alive, and a leaked allocation is freed only when its whole slab is
-// collected. For a safety net both are fine. The size is the collector's
-// trade: each slab's finalizer costs it a setting, a root to mark each
-// cycle and a call, and 4 KiB slabs paid those on every 102 pairs.
+// it in Leaks. So a long-lived Buffer keeps its slab alive, and a leaked
+// allocation is freed only when its whole slab is collected: fine for a
+// safety net. Smaller slabs cost the collector a finalizer too often.
 //
-// A slab reachable from itself is never finalized. So a closed Buffer
-// reaches nothing (its home is nil): a closed Buffer whose SubAllocator
-// holds its block's Buffer in the same slab would otherwise keep the slab
-// alive. A leaked (never closed) Buffer whose resource holds Buffers of
-// the same slab (a SubAllocator's block Buffers often are: they are made
-// just before the allocation carved from them) is neither freed nor
-// counted while that resource lives, nor ever if the resource is dropped
-// with it: Close resources, and count on the net for Buffers only.
+// A slab reachable from itself is never finalized, so a closed Buffer
+// reaches nothing (its home is nil). A leaked Buffer whose resource holds
+// Buffers of the same slab (a SubAllocator's block Buffers often are) is
+// neither freed nor counted while that resource lives: close resources,
+// and count on the net for Buffers only.
 //
 // The net never frees memory a host view may still point at: a []byte
-// from Buffer.Bytes does not keep the Buffer alive (the collector does not
-// follow pointers into memory it did not allocate), so once Bytes has
+// from Buffer.Bytes does not keep the Buffer alive, so once Bytes has
 // handed one out the allocation is marked viewed (viewedBit), and a leaked
-// viewed allocation is counted (Leaks, LeaksKept) but left allocated.
-// Explicit Close still frees: closing is the caller's promise that no view
-// is used any more. The mark follows the memory through Disown into the
-// next Owned buffer of the same address (disownedViews), as when a
-// virtual allocation grows in place.
+// viewed allocation is counted (Leaks, LeaksKept) but left allocated. The
+// mark follows the memory through Disown into the next Owned buffer of the
+// same address (disownedViews), as when a virtual allocation grows in
+// place.
 
 // leaks counts buffers garbage collected without Close; leaksKept counts
 // those among them whose memory the safety net did not free.
@@ -51,22 +42,17 @@ var leaks, leaksKept atomic.Int64
 
 // Leaks returns how many owned buffers were garbage collected without
 // Close. The safety net frees their memory, except for those counted by
-// [LeaksKept]. Tests assert it stays 0.
-//
-// The net watches owned buffers in groups made together (one finalizer
-// for many, which keeps it off the allocation fast path), so a lost
-// buffer is found, freed and counted only once every buffer of its group
-// is unreachable: possibly long after it was lost.
+// [LeaksKept]. Tests assert it stays 0. The net watches buffers made
+// together as a group, so a lost buffer is found only once every buffer
+// of its group is unreachable: possibly long after it was lost.
 func Leaks() int64 { return leaks.Load() }
 
 // LeaksKept returns how many of the buffers counted by [Leaks] kept their
-// memory instead: the safety net never frees memory under a host view
-// ([Buffer.Bytes]) that was handed out, because the []byte does not keep
-// the Buffer alive and may still be in use; and it gives up when the
-// resource refuses to free (on the allocation stream and on the default
-// one). That memory stays allocated for the life of the process. A free
-// whose error wraps [ErrPartlyFreed] gave the memory back, and is not
-// counted here.
+// memory instead, for the life of the process: the net never frees memory
+// under a host view ([Buffer.Bytes]) that was handed out, and gives up
+// when the resource refuses to free (on the allocation stream and on the
+// default one). A free whose error wraps [ErrPartlyFreed] gave the memory
+// back, and is not counted here.
 func LeaksKept() int64 { return leaksKept.Load() }
 
 // slabSize fills the slabBytes size class: a slab has pointers and is
@@ -78,12 +64,11 @@ const slabBytes = 16 << 10
 type slab [slabSize]Buffer
 
 // cursor hands out the next Buffer of a slab, and the homes of the last
-// few (resource, stream) pairs it served: one cursor per P
-// (cursor_norace.go; shards under the race detector), so that making a
-// Buffer takes no lock and no atomic read-modify-write. The fields are
-// read and written by the cursor's owner (pinned), and set to nil by
-// dropSlabs from any goroutine: an owner that raced with it uses the old
-// slab or home once more, which is harmless.
+// few (resource, stream) pairs it served: one cursor per P (shards under
+// the race detector), so that making a Buffer takes no lock and no atomic
+// read-modify-write. Its owner (pinned) reads and writes it; dropSlabs
+// sets its pointers to nil from any goroutine, and an owner that raced
+// with it uses the old slab or home once more, which is harmless.
 type cursor struct {
 	slab  atomic.Pointer[slab]
 	next  int
@@ -173,10 +158,9 @@ func sameResource(a, b MemoryResource) bool {
 
 // dropSlabs makes every cursor start a new slab, and forget its homes, at
 // its next use. It runs after each garbage collection (armGCHook), so that
-// a slab whose P makes no more Buffers does not stay reachable through its
-// cursor, keeping the net from its leaked Buffers, nor a home its
-// resource, for good: a slab is given up about one cycle after its last
-// Buffer was handed out, as sync.Pool gives up its objects.
+// a cursor whose P makes no more Buffers does not keep its slab (and the
+// net from its leaks) or its homes' resources reachable for good, as
+// sync.Pool gives up its objects.
 func dropSlabs() {
 	eachCursor(func(c *cursor) {
 		c.slab.Store(nil)
@@ -244,12 +228,11 @@ func netFree(h *home, p cuda.DevicePtr, n uint64) (err error) {
 
 // freeOrFallback frees on s, or, only if s is closed by now, on the
 // resource's default stream (nil). A free refused for any other reason (s
-// capturing now, say) must not turn into a free on the legacy stream,
-// unordered after the work on s; nor one that freed part of the memory
-// (ErrPartlyFreed) into a second free. When the fallback fails too, the
-// error holds both, so that it wraps ErrPartlyFreed if the fallback's
-// free got that far: the memory is gone then, and no caller may count it
-// as allocated or free it again.
+// capturing, say) must not become a free on the legacy stream, unordered
+// after the work on s; nor one that freed part of the memory
+// (ErrPartlyFreed) a second free. When the fallback fails too, the error
+// wraps both, so that it matches ErrPartlyFreed if the fallback got that
+// far.
 func freeOrFallback(mr MemoryResource, p cuda.DevicePtr, n uint64, s *cuda.Stream) error {
 	err := mr.Deallocate(p, n, s)
 	if err != nil && s != nil && errors.Is(err, cuda.ErrClosed) && !errors.Is(err, ErrPartlyFreed) {
@@ -263,11 +246,9 @@ func freeOrFallback(mr MemoryResource, p cuda.DevicePtr, n uint64, s *cuda.Strea
 }
 
 // disownedViews holds the addresses of viewed allocations that were
-// disowned: the next Owned buffer at such an address inherits the mark.
-// n counts the entries, so that Owned pays one load while there are
-// none. An entry whose memory is freed some other way stays until an
-// allocation at that address comes along; it then only keeps the net from
-// freeing that allocation if it leaks (a leak, never a use after free).
+// disowned: the next Owned buffer at such an address inherits the mark
+// (n lets Owned pay one load while there are none). A stale entry only
+// keeps the net from freeing the next allocation there if it leaks.
 var disownedViews viewMarks
 
 type viewMarks struct {

@@ -11,29 +11,22 @@ import (
 )
 
 // Host copies from and to ordinary (pageable) Go memory. The driver copies
-// pageable memory by itself, staging it through its own pinned buffers;
-// that runs well below the bus's speed (see the measurements below). Copies of at least
-// stageMinBytes go through a small pool of pinned chunks instead: several
-// goroutines move the pieces between the Go slice and the chunks while the
-// DMA engine moves the pieces before, and an event per chunk says when its
-// DMA has finished so the chunk can be refilled (see pipeline).
+// pageable memory by staging it through its own pinned buffers, well below
+// the bus's speed. Copies of at least stageMinBytes go through a small pool
+// of pinned chunks instead: several goroutines move the pieces between the
+// Go slice and the chunks while the DMA engine moves the pieces before,
+// and an event per chunk says when its DMA has finished so the chunk can
+// be refilled (see pipeline).
 //
 // The pool is allocated on first use (cuMemHostAlloc, portable, so every
 // device's context may use it) and kept for the life of the process. One
 // copy uses it at a time; a copy that finds it busy goes to the driver's
-// own path rather than wait. A failed copy does not change how later ones
-// run (see stagePool).
+// own path rather than wait.
 
-// Below about 4 MiB staging gains nothing over the driver's own path,
-// and above it gains more with size (testdata/figures/HISTORY.md has
-// the figures), so
-// staging starts at 4 MiB.
-const (
-	// stageMinBytes is the smallest copy worth staging.
-	stageMinBytes = 4 << 20
-	// stageByDefault says whether staging is on unless a test overrides it.
-	stageByDefault = true
-)
+// stageMinBytes is the smallest copy worth staging: below about 4 MiB
+// staging gains nothing over the driver's own path, above it more with
+// size.
+const stageMinBytes = 4 << 20
 
 // Staging parameters; tests and benchmarks change them through
 // resetStaging (never while copies run).
@@ -43,31 +36,16 @@ var (
 	stageWorkers   = 8       // goroutines moving memory (capped by GOMAXPROCS)
 )
 
-// stageMode overrides stageByDefault: 0 default, 1 on, 2 off.
-var stageMode atomic.Int32
+// stagingOff sends every host copy to the driver's path (tests and
+// benchmarks compare the two).
+var stagingOff atomic.Bool
 
-func stagingOn() bool {
-	switch stageMode.Load() {
-	case 1:
-		return true
-	case 2:
-		return false
-	}
-	return stageByDefault
-}
-
-// stagePool is the process's pinned staging memory.
-//
-// A failed copy leaves the pool as it found it for the next one. A failure
-// to get pinned memory sends that copy to the driver, and the next copy
-// tries the allocation again (the chunks already allocated stay): a
-// transient failure must not slow every later copy down. A chunk whose
-// last DMA a failure leaves unsettled (waiting for it failed) is settled
-// on the spot by waiting once more, or by draining the copy's stream; only
-// a chunk that still cannot be settled is set aside (neither used nor
-// freed, since the engine may still write it). Every later copy checks the
-// chunks set aside, and takes back (or frees, if the pool was topped up
-// meanwhile) each one whose DMA is over, so none is lost for good.
+// stagePool is the process's pinned staging memory. A failed copy leaves
+// it as it found it for the next one: a failure to get pinned memory sends
+// that copy to the driver, and the next copy tries again (a transient
+// failure must not slow every later copy down). A chunk whose last DMA a
+// failure leaves unsettled is set aside, neither used nor freed since the
+// engine may still write it, until a later copy finds that DMA over.
 type stagePool struct {
 	mu     sync.Mutex // held for a whole staged copy
 	chunks []*chunk
@@ -168,11 +146,9 @@ func (w streamTail) Done() (bool, error) {
 var stage = stagePool{newChunk: allocChunk}
 
 // acquire locks the pool for one copy, first taking back the chunks set
-// aside whose DMAs are over and topping the pool up to its size (on first
-// use, after an allocation failed, or while chunks are aside). It returns
-// false (and holds no lock) when the pool is busy, or has no chunk and
-// cannot get one now. The lock is released on every way out, panics
-// included.
+// aside whose DMAs are over and topping the pool up to its size. It
+// returns false, holding no lock, when the pool is busy, or has no chunk
+// and cannot get one now.
 func (p *stagePool) acquire(dev *cuda.Device) (ok bool) {
 	if !p.mu.TryLock() {
 		return false
@@ -192,16 +168,15 @@ func (p *stagePool) acquire(dev *cuda.Device) (ok bool) {
 	p.reclaim(want)
 	if len(p.chunks) < want && p.newChunk != nil {
 		// No backoff: a failed allocation costs one driver call per large
-		// copy, while remembering it would slow every later copy down.
+		// copy.
 		p.allocErr = p.grow(dev, want)
 	}
 	return len(p.chunks) > 0
 }
 
 // reclaim takes back the chunks set aside whose last DMA is now over:
-// into the pool while it holds fewer than want, else they are freed. A
-// chunk whose DMA still runs, or cannot be asked about, or whose freeing
-// fails, stays aside for the next copy to try again. Held lock.
+// into the pool while it holds fewer than want, else they are freed. The
+// others stay aside for the next copy. Held lock.
 func (p *stagePool) reclaim(want int) {
 	if len(p.aside) == 0 {
 		return
@@ -238,9 +213,8 @@ func (p *stagePool) grow(dev *cuda.Device, want int) error {
 }
 
 // allocChunk allocates a chunk of pinned memory usable from every
-// device's context. It is allocated through the GPU's primary context
-// whatever view dev is: the pool outlives any context made with
-// cuda.Device.NewContext, whose destruction would free its memory.
+// device's context, through the GPU's primary context whatever view dev
+// is: the pool outlives any context made with cuda.Device.NewContext.
 func allocChunk(dev *cuda.Device, size int) (*chunk, error) {
 	if dev == nil {
 		return nil, cuda.Errorf("buffer staging", cuda.ErrInvalidArgument, "no device to allocate pinned memory through")
@@ -261,9 +235,8 @@ func allocChunk(dev *cuda.Device, size int) (*chunk, error) {
 }
 
 // free waits for the last DMAs of every chunk (those set aside too) and
-// frees them. Held lock. A chunk whose DMA cannot be waited for, or that
-// fails to free, stays aside (the engine may still write it; a later copy
-// retries) and its error is returned.
+// frees them. Held lock. A chunk that cannot be waited for or freed stays
+// aside for a later copy, and its error is returned.
 func (p *stagePool) free() error {
 	var errs []error
 	all := append(p.chunks, p.aside...)
@@ -282,9 +255,8 @@ func (p *stagePool) free() error {
 	return errors.Join(errs...)
 }
 
-// release frees the chunk's events and pinned memory. Whatever fails
-// stays for the next call: an event or memory the driver failed to free
-// is still there, so retrying frees nothing twice.
+// release frees the chunk's events and pinned memory. What fails to free
+// stays for the next call, so retrying frees nothing twice.
 func (c *chunk) release() error {
 	c.released = true
 	var errs []error
@@ -324,16 +296,12 @@ func (p *stagePool) done(n int) {
 //     may be transient);
 //   - chunks with an event recorded need nothing: their next user waits.
 //
-// A chunk still unsettled is set aside (see reclaim) and the next copy
-// takes it back or replaces it. The failure itself changes nothing for
-// later copies: a copy on a destroyed stream, say, fails here and the next
-// one, on a good stream, is staged as usual, with the same chunks.
+// A chunk still unsettled is set aside (see reclaim).
 func (p *stagePool) fail(q dmaQueue, err error) error {
-	// Deferred first, so that it runs last: the lock is released even if
-	// the settling below panics in q.
+	// Deferred, so that even a panic in q unlocks the pool and leaves no
+	// unsettled chunk in use.
 	defer p.mu.Unlock()
 	drained := false
-	// Deferred, so that even a panic in q leaves no unsettled chunk in use.
 	defer func() {
 		keep := p.chunks[:0]
 		for _, c := range p.chunks {
@@ -381,8 +349,7 @@ func (c *chunk) wait() error {
 }
 
 // settled reports whether the chunk's last DMA is known to be over,
-// asking without blocking where its waiter can (a DMA still running is
-// not waited for: the chunk stays aside one more copy).
+// without blocking where its waiter can poll.
 func (c *chunk) settled() bool {
 	if c.pending == nil {
 		c.lost = false
@@ -424,12 +391,13 @@ func (c *chunk) record(s *cuda.Stream) error {
 // pipeline is one staged copy's plan: the copy is cut into pieces (at most
 // a chunk each), piece i goes through chunk i mod len(chunks), and every
 // worker goroutine moves its stripe of every piece in order. The goroutine
-// that drives the DMAs opens a piece to the workers (ready) once its chunk
+// that drives the DMAs opens a piece to the workers (open) once its chunk
 // is free (host to device) or filled (device to host); the last worker to
 // finish a piece closes done. Workers run ahead through the open pieces
 // without waiting for each other, so the CPU cores stay busy while the DMA
 // engine and the driver calls proceed.
 type pipeline struct {
+	pool                      *stagePool
 	n, piece, pieces, workers int
 	ready, done               []chan struct{}
 	count                     []atomic.Int32
@@ -437,15 +405,16 @@ type pipeline struct {
 	wg                        sync.WaitGroup
 }
 
-// newPipeline plans a copy of n bytes over k chunks of size bytes. Small
-// copies use smaller pieces, so that moving and DMA still overlap.
-func newPipeline(n, size, k int) *pipeline {
+// newPipeline plans a copy of n bytes through p's k chunks. Small copies
+// use smaller pieces, so that moving and DMA still overlap.
+func newPipeline(p *stagePool, n int) *pipeline {
+	size, k := p.size, len(p.chunks)
 	piece := (n + 2*k - 1) / (2 * k)
 	piece = (piece + 64<<10 - 1) &^ (64<<10 - 1)
 	piece = max(min(piece, size), min(256<<10, size))
 	pieces := (n + piece - 1) / piece
 	l := &pipeline{
-		n: n, piece: piece, pieces: pieces,
+		pool: p, n: n, piece: piece, pieces: pieces,
 		workers: max(1, min(stageWorkers, runtime.GOMAXPROCS(0))),
 		ready:   make([]chan struct{}, pieces),
 		done:    make([]chan struct{}, pieces),
@@ -464,8 +433,9 @@ func (l *pipeline) span(i int) (off, n int) {
 	return off, min(l.piece, l.n-off)
 }
 
-// start runs the workers; move(i, lo, hi) moves bytes [lo, hi) of piece i.
-func (l *pipeline) start(move func(i, lo, hi int)) {
+// start runs the workers; move(c, off, lo, hi) moves bytes [lo, hi) of
+// the piece at off in the copy, through chunk c.
+func (l *pipeline) start(move func(c *chunk, off, lo, hi int)) {
 	for w := range l.workers {
 		l.wg.Add(1)
 		go func() {
@@ -476,14 +446,14 @@ func (l *pipeline) start(move func(i, lo, hi int)) {
 				case <-l.abort:
 					return
 				}
-				_, n := l.span(i)
+				off, n := l.span(i)
 				lo := (n * w / l.workers) &^ 63
 				hi := n
 				if w+1 < l.workers {
 					hi = (n * (w + 1) / l.workers) &^ 63
 				}
 				if lo < hi {
-					move(i, lo, hi)
+					move(l.pool.take(i), off, lo, hi)
 				}
 				if int(l.count[i].Add(1)) == l.workers {
 					close(l.done[i])
@@ -491,6 +461,56 @@ func (l *pipeline) start(move func(i, lo, hi int)) {
 			}
 		}()
 	}
+}
+
+// open lets the workers at piece i once its chunk's last DMA is over.
+func (l *pipeline) open(i int) error {
+	if err := l.pool.take(i).wait(); err != nil {
+		return err
+	}
+	close(l.ready[i])
+	return nil
+}
+
+// submitted follows the DMA of chunk c just submitted to q (err: how the
+// submission went) with an event that marks its end.
+func (c *chunk) submitted(q dmaQueue, err error) error {
+	if err != nil {
+		return err
+	}
+	c.queued = true // until an event marks the DMA's end
+	if err := q.record(c); err != nil {
+		return err
+	}
+	c.queued = false
+	return nil
+}
+
+// runCopy runs one staged copy of n bytes through pool p on q, a stream of
+// dev: the workers move the bytes (move), and drive queues the DMAs and
+// opens the pieces to the workers. done is false when the pool was not
+// available (nothing was done). When drive fails, or panics in q, the
+// workers stop and the pool is left usable (fail).
+func (p *stagePool) runCopy(q dmaQueue, dev *cuda.Device, n int, move func(c *chunk, off, lo, hi int), drive func(l *pipeline, k int) error) (done bool, err error) {
+	if !p.acquire(dev) {
+		return false, nil
+	}
+	l := newPipeline(p, n)
+	l.start(move)
+	failed := true
+	defer func() {
+		if failed {
+			l.stop()
+			err = p.fail(q, err)
+		}
+	}()
+	if err := drive(l, len(p.chunks)); err != nil {
+		return true, err
+	}
+	l.wg.Wait()
+	failed = false
+	p.done(l.pieces)
+	return true, nil
 }
 
 // stop ends the workers early (after a failure) and waits for them.
@@ -501,153 +521,87 @@ func (l *pipeline) stop() {
 
 // stagedHtoD copies src to dst through pool p (the process's, outside
 // tests) on q, a stream of dev. It returns once src may be reused; the last
-// DMAs may still run. done is false when the pool was not available
-// (nothing was done).
+// DMAs may still run.
 func stagedHtoD(p *stagePool, q dmaQueue, dev *cuda.Device, dst cuda.DevicePtr, src []byte) (done bool, err error) {
-	if !p.acquire(dev) {
-		return false, nil
-	}
-	k := len(p.chunks)
-	l := newPipeline(len(src), p.size, k)
-	l.start(func(i, lo, hi int) {
-		off, _ := l.span(i)
-		copy(p.take(i).mem[lo:hi], src[off+lo:off+hi])
-	})
-	// open lets the workers fill piece j once its chunk's last DMA is over.
-	open := func(j int) error {
-		if err := p.take(j).wait(); err != nil {
-			return err
-		}
-		close(l.ready[j])
-		return nil
-	}
-	settled := false
-	failed := func(err error) (bool, error) {
-		settled = true
-		l.stop()
-		return true, p.fail(q, err)
-	}
-	defer func() {
-		if !settled {
-			// A panic on the way (the queue's calls): the pool stays usable.
-			failed(nil)
-		}
-	}()
-	for j := range min(k, l.pieces) {
-		if err := open(j); err != nil {
-			return failed(err)
-		}
-	}
-	// With two chunks or more, the chunk of the piece before is reopened
-	// after the DMA of this piece is queued, so the engine never idles.
-	lag := min(1, k-1)
-	for i := range l.pieces {
-		<-l.done[i]
-		c := p.take(i)
-		off, n := l.span(i)
-		if err := q.htod(dst+cuda.DevicePtr(off), c.host, uint64(n)); err != nil {
-			return failed(err)
-		}
-		c.queued = true // until an event marks the DMA's end
-		if err := q.record(c); err != nil {
-			return failed(err)
-		}
-		c.queued = false
-		if j := i - lag + k; i >= lag && j < l.pieces {
-			if err := open(j); err != nil {
-				return failed(err)
+	move := func(c *chunk, off, lo, hi int) { copy(c.mem[lo:hi], src[off+lo:off+hi]) }
+	return p.runCopy(q, dev, len(src), move, func(l *pipeline, k int) error {
+		for j := range min(k, l.pieces) {
+			if err := l.open(j); err != nil {
+				return err
 			}
 		}
-	}
-	l.wg.Wait()
-	settled = true
-	p.done(l.pieces)
-	return true, nil
+		// With two chunks or more, the chunk of the piece before is
+		// reopened after the DMA of this piece is queued, so the engine
+		// never idles.
+		lag := min(1, k-1)
+		for i := range l.pieces {
+			<-l.done[i]
+			c := p.take(i)
+			off, n := l.span(i)
+			if err := c.submitted(q, q.htod(dst+cuda.DevicePtr(off), c.host, uint64(n))); err != nil {
+				return err
+			}
+			if j := i - lag + k; i >= lag && j < l.pieces {
+				if err := l.open(j); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
 }
 
 // stagedDtoH copies src to dst through pool p on q, a stream of dev, and
-// returns once dst holds the data. done is false when the pool was not
-// available.
+// returns once dst holds the data.
 func stagedDtoH(p *stagePool, q dmaQueue, dev *cuda.Device, dst []byte, src cuda.DevicePtr) (done bool, err error) {
-	if !p.acquire(dev) {
-		return false, nil
-	}
-	k := len(p.chunks)
-	l := newPipeline(len(dst), p.size, k)
-	l.start(func(i, lo, hi int) {
-		off, _ := l.span(i)
-		copy(dst[off+lo:off+hi], p.take(i).mem[lo:hi])
+	move := func(c *chunk, off, lo, hi int) { copy(dst[off+lo:off+hi], c.mem[lo:hi]) }
+	return p.runCopy(q, dev, len(dst), move, func(l *pipeline, k int) error {
+		issue := func(j int) error {
+			c := p.take(j)
+			if err := c.wait(); err != nil {
+				return err
+			}
+			off, n := l.span(j)
+			return c.submitted(q, q.dtoh(c.host, src+cuda.DevicePtr(off), uint64(n)))
+		}
+		// The first k pieces are queued at once. Then piece i is opened
+		// to the workers as its DMA lands, and once the workers are done
+		// with piece i-1 its chunk takes piece i-1+k: while the workers
+		// move piece i, the DMAs of the next k-1 pieces stay queued, so
+		// neither the engine nor the cores wait for this goroutine.
+		for j := range min(k, l.pieces) {
+			if err := issue(j); err != nil {
+				return err
+			}
+		}
+		// refill waits for the workers to finish piece i-1, then queues
+		// the piece its chunk takes next.
+		refill := func(i int) error {
+			<-l.done[i-1]
+			if j := i - 1 + k; j < l.pieces {
+				return issue(j)
+			}
+			return nil
+		}
+		for i := range l.pieces {
+			if i > 0 && k == 1 {
+				// One chunk: piece i can only be queued once the
+				// workers have moved piece i-1 out of it.
+				if err := refill(i); err != nil {
+					return err
+				}
+			}
+			if err := l.open(i); err != nil {
+				return err
+			}
+			if i > 0 && k > 1 {
+				if err := refill(i); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
 	})
-	issue := func(j int) error {
-		c := p.take(j)
-		if err := c.wait(); err != nil {
-			return err
-		}
-		off, n := l.span(j)
-		if err := q.dtoh(c.host, src+cuda.DevicePtr(off), uint64(n)); err != nil {
-			return err
-		}
-		c.queued = true // until an event marks the DMA's end
-		if err := q.record(c); err != nil {
-			return err
-		}
-		c.queued = false
-		return nil
-	}
-	settled := false
-	failed := func(err error) (bool, error) {
-		settled = true
-		l.stop()
-		return true, p.fail(q, err)
-	}
-	defer func() {
-		if !settled {
-			// A panic on the way (the queue's calls): the pool stays usable.
-			failed(nil)
-		}
-	}()
-	// The first k pieces are queued at once. Then piece i is opened to
-	// the workers as its DMA lands, and once the workers are done with
-	// piece i-1 its chunk takes piece i-1+k: while the workers move piece
-	// i, the DMAs of the next k-1 pieces stay queued, so neither the
-	// engine nor the cores wait for this goroutine (waiting for every
-	// queued DMA before queueing the next one left the engine idle).
-	for j := range min(k, l.pieces) {
-		if err := issue(j); err != nil {
-			return failed(err)
-		}
-	}
-	// refill waits for the workers to finish piece i-1, then queues the
-	// piece its chunk takes next.
-	refill := func(i int) error {
-		<-l.done[i-1]
-		if j := i - 1 + k; j < l.pieces {
-			return issue(j)
-		}
-		return nil
-	}
-	for i := range l.pieces {
-		if i > 0 && k == 1 {
-			// One chunk: piece i can only be queued once the
-			// workers have moved piece i-1 out of it.
-			if err := refill(i); err != nil {
-				return failed(err)
-			}
-		}
-		if err := p.take(i).wait(); err != nil {
-			return failed(err)
-		}
-		close(l.ready[i])
-		if i > 0 && k > 1 {
-			if err := refill(i); err != nil {
-				return failed(err)
-			}
-		}
-	}
-	l.wg.Wait()
-	settled = true
-	p.done(l.pieces)
-	return true, nil
 }
 
 // copyPiece is the least a goroutine of parallelCopy moves.

@@ -11,16 +11,14 @@ import (
 // [Buffer.ReadAt] instead.
 //
 // The slice aliases the buffer and is not tracked: it is invalid once the
-// buffer (or its owner) is closed, and using it then is a program error
-// that may crash. Work submitted to streams runs asynchronously, so
-// synchronize the streams that write the memory before reading the slice,
-// and those that read it after writing.
+// buffer (or its owner) is closed, and using it then may crash. Synchronize
+// the streams that write the memory before reading the slice, and those
+// that read it after writing.
 //
-// The slice does not keep the buffer alive. So that safe code can never
-// reach freed memory through it, an allocation whose Bytes were taken is
-// never freed by the garbage-collection safety net: if its buffer is
-// lost without Close, the memory stays allocated and is counted by
-// [LeaksKept] (and [Leaks]). Close it explicitly.
+// The slice does not keep the buffer alive, so an allocation whose Bytes
+// were taken is never freed by the garbage-collection safety net: if its
+// buffer is lost without Close, the memory stays allocated and is counted
+// by [LeaksKept]. Close it explicitly.
 func (b *Buffer) Bytes() ([]byte, error) {
 	const op = "Buffer.Bytes"
 	ptr, err := b.acquire(op)
@@ -38,8 +36,8 @@ func (b *Buffer) Bytes() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Marked before the slice leaves, and while the buffer is held: a
-	// collection can only find the buffer lost after this call returns.
+	// Marked while the buffer is held: a collection can only find it
+	// lost after this call returns.
 	if r := b.rootOf(); r.word.Load()&viewedBit == 0 {
 		r.word.Or(viewedBit)
 	}

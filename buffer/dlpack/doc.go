@@ -34,22 +34,12 @@
 // the producer's deleter exactly once. The Buffer's accessibility follows
 // the tensor's device type; [ExpectDevice] refuses tensors on another
 // device. Everything Import reads through the tensor's pointers is read
-// through the kernel (process_vm_readv, or a pipe where that is refused),
-// never by a Go load, so a tensor with garbage fields is an error, not a
-// crash. Host memory (kDLCPU) is checked page by page for what the Buffer
-// will do with it: every page readable, and writable unless the caller
-// imports with [AllowReadOnly] (PROT_NONE guard pages, holes and read-only
-// mappings are refused); the cost grows with the tensor's size (see
-// Import). CUDA memory is checked with the driver (cuPointerGetAttribute,
-// range by range), and memory labelled kDLCUDAHost or kDLCUDAManaged must
-// be memory the host can reach.
-//
+// through the kernel, never by a Go load, so a tensor with garbage fields
+// is an error, not a crash. Host memory (kDLCPU) is checked page by page:
+// every page readable, and writable unless the caller imports with
+// [AllowReadOnly]; CUDA memory is checked with the driver, range by range.
 // When Import fails, the tensor stays the caller's: its deleter has not
-// been called ([Delete] calls it). DLPack leaves a consumer that cannot
-// use a tensor to call the deleter itself (the header says so for a major
-// version it cannot read); Import leaves that to the caller, because a
-// tensor refused for garbage fields may have a garbage deleter, and only
-// the caller knows whether to trust it.
+// been called ([Delete] calls it).
 //
 // # Systems
 //
@@ -65,13 +55,8 @@
 // The deleter does its work (a free through the driver, when the Buffer
 // was closed first) on a Go thread and waits for it, so the calling
 // thread's current CUDA context is not changed. It must not be called
-// from a CUDA host function (cuLaunchHostFunc), where the driver forbids
-// CUDA calls. The consumer must have finished its work on the memory
-// before it calls the deleter; for imports, CloseOn(stream) waits for the
-// stream before calling the producer's deleter.
-//
-// The deleter may be called from inside a C function that Go called
-// (Go -> C -> deleter, on the calling goroutine's thread and stack), from
-// many goroutines at once, with or without cgo, with or without the race
-// detector.
+// from a CUDA host function (cuLaunchHostFunc). It may be called from
+// inside a C function that Go called, from many goroutines at once, with
+// or without cgo or the race detector. For imports, CloseOn(stream) waits
+// for the stream before calling the producer's deleter.
 package dlpack

@@ -13,34 +13,25 @@ import (
 
 // Where exported tensors live.
 //
-// The consumer keeps the tensor's address until it calls the deleter,
-// long after Export returns, so the struct must stay where it is and stay
-// allocated outside Go's usual rules. It is Go memory pinned with
+// The consumer keeps the tensor's address until it calls the deleter, so
+// the struct must stay put and allocated. It is Go memory pinned with
 // runtime.Pinner and kept reachable from the registry below until the
 // deleter runs, rather than libc malloc: that needs no C library found by
-// name at run time (glibc and musl name theirs differently), every field
-// is a plain integer (uintptr, not a Go pointer: the collector never
-// scans it, so whatever a consumer writes there cannot confuse it), and a
-// Go reader of a stale *ManagedTensorVersioned still reads valid memory.
-// The shape array is part of the same pinned object, so the pointer to it
-// that the tensor carries stays valid with it.
+// name, and every field is a plain integer (uintptr, not a Go pointer), so
+// whatever a consumer writes there cannot confuse the collector. The shape
+// array is part of the same pinned object.
 //
 // The deleter receives only the struct's address. It is checked against
-// the registry before anything is read through it, so a garbage pointer
-// or a second call finds nothing and does nothing; manager_ctx holds the
-// export's id (an integer, not a Go pointer), and must match too. A
-// released struct is not let go at once: it is zeroed (a deleter field of
-// 0, data 0) and kept, pinned, among the last quarantineLen released
-// ones, so that a second deleter call arriving a little late still finds
+// the registry before anything is read through it, and manager_ctx (the
+// export's id) must match too, so a garbage pointer or a second call does
+// nothing. A released struct is zeroed and kept, pinned, among the last
+// quarantineLen released ones, so that a late second deleter call finds
 // an address no live export has, instead of one a newer export reused.
 
-type versionedBlock struct {
-	m     ManagedTensorVersioned
-	shape int64
-}
-
-type unversionedBlock struct {
-	m     ManagedTensor
+// block is the pinned memory of one export: the consumer's struct M and
+// the shape its tensor points at.
+type block[M any] struct {
+	m     M
 	shape int64
 }
 
@@ -49,25 +40,12 @@ type export struct {
 	addr uintptr
 	hold *buffer.Hold
 	pin  runtime.Pinner
-	v    *versionedBlock // one of v and u
-	u    *unversionedBlock
-}
-
-// ctx is the manager_ctx the struct holds now.
-func (e *export) ctx() uintptr {
-	if e.v != nil {
-		return e.v.m.ManagerCtx
-	}
-	return e.u.m.ManagerCtx
-}
-
-// zero clears the struct the consumer gave back.
-func (e *export) zero() {
-	if e.v != nil {
-		e.v.m.ManagerCtx, e.v.m.Deleter, e.v.m.Tensor.Data, e.v.m.Tensor.Shape = 0, 0, 0, 0
-	} else {
-		e.u.m.ManagerCtx, e.u.m.Deleter, e.u.m.Tensor.Data, e.u.m.Tensor.Shape = 0, 0, 0, 0
-	}
+	v    *block[ManagedTensorVersioned] // one of v and u
+	u    *block[ManagedTensor]
+	// The fields of the pinned struct that Export fills and the deleter
+	// checks and clears.
+	ctx, deleter *uintptr
+	tensor       *Tensor
 }
 
 const quarantineLen = 256
@@ -158,30 +136,24 @@ func relabel(op string, err error) error {
 // (Byte), with no strides, byte offset 0, data at b's address (0 for an
 // empty buffer, as the header asks), on the device DeviceOf gives. The
 // consumer owns the tensor and calls its deleter, from any thread, when it
-// no longer needs the memory.
-//
-// cuda.core exports its buffers as int8 (kDLInt, 8 bits); Export uses
-// uint8 (kDLUInt), the type a Go []byte has, so that the bytes a consumer
-// sees read back as the same values.
+// no longer needs the memory. (cuda.core exports int8; uint8 is the type
+// of a Go []byte, so the consumer sees the same values.)
 //
 // Until the deleter runs, b's memory stays allocated (Export takes a
 // [buffer.Buffer.Hold]): Close of b returns nil and closes it for Go,
 // and the deleter then frees the memory, on the stream Close was given;
-// if the deleter runs first, Close frees as usual. Either order frees
-// exactly once. A view exports its own range and holds its owner's
-// memory. The consumer must have finished its work on the memory (its
-// own stream synchronized) before it calls the deleter, as DLPack asks.
+// if the deleter runs first, Close frees as usual. A view exports its own
+// range and holds its owner's memory. The consumer must have finished its
+// work on the memory before it calls the deleter, as DLPack asks.
 //
 // The deleter does nothing for an address it did not hand out, or for a
-// second call (see StrayDeletes). It does its work on a Go thread, not
-// the caller's, so the caller's current CUDA context is left alone; it
-// must not be called from a CUDA host function (cuLaunchHostFunc), where
-// freeing memory through the driver is not allowed.
+// second call (see StrayDeletes). It does its work on a Go thread, so the
+// caller's current CUDA context is left alone; it must not be called from
+// a CUDA host function (cuLaunchHostFunc).
 //
-// Export needs purego's C callbacks and the loader's calls: it works on
-// linux/amd64 and linux/arm64, cgo or not, and elsewhere returns an error
-// matching cuda.ErrNotSupported. A nil, zero or closed buffer, or one
-// whose memory no one can use, is an error matching
+// Export works on linux/amd64 and linux/arm64, cgo or not, and elsewhere
+// returns an error matching cuda.ErrNotSupported. A nil, zero or closed
+// buffer, or one whose memory no one can use, is an error matching
 // cuda.ErrInvalidArgument or cuda.ErrClosed.
 func Export(b *buffer.Buffer, opts ...ExportOption) (*ManagedTensorVersioned, error) {
 	e, err := newExport("dlpack.Export", b, true, opts)
@@ -210,7 +182,7 @@ func newExport(op string, b *buffer.Buffer, versioned bool, opts []ExportOption)
 		}
 	}
 	if !supported {
-		return nil, cuda.Errorf(op, cuda.ErrNotSupported, "DLPack needs C callbacks without cgo and calls through the loader: linux/amd64 and linux/arm64 only, not %s/%s", runtime.GOOS, runtime.GOARCH)
+		return nil, unsupported(op)
 	}
 	if cfg.readOnly && !versioned {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "an unversioned DLManagedTensor has no flags to mark it read-only (use Export)")
@@ -234,29 +206,31 @@ func newExport(op string, b *buffer.Buffer, versioned bool, opts []ExportOption)
 	if h.Size() == 0 {
 		data = 0
 	}
-	t := Tensor{Data: data, Device: dev, NDim: 1, DType: Byte}
 	e := &export{hold: h}
 
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
 	reg.lastID++
 	e.id = reg.lastID
+	var shape *int64
 	if versioned {
-		e.v = &versionedBlock{shape: int64(h.Size())}
+		e.v = &block[ManagedTensorVersioned]{}
 		e.pin.Pin(e.v)
-		e.v.m = ManagedTensorVersioned{Version: Version{MajorVersion, MinorVersion}, ManagerCtx: e.id, Deleter: deleter, Tensor: t}
+		e.v.m.Version = Version{MajorVersion, MinorVersion}
 		if cfg.readOnly {
-			e.v.m.Flags |= FlagReadOnly
+			e.v.m.Flags = FlagReadOnly
 		}
-		e.v.m.Tensor.Shape = uintptr(unsafe.Pointer(&e.v.shape))
+		e.ctx, e.deleter, e.tensor, shape = &e.v.m.ManagerCtx, &e.v.m.Deleter, &e.v.m.Tensor, &e.v.shape
 		e.addr = uintptr(unsafe.Pointer(&e.v.m))
 	} else {
-		e.u = &unversionedBlock{shape: int64(h.Size())}
+		e.u = &block[ManagedTensor]{}
 		e.pin.Pin(e.u)
-		e.u.m = ManagedTensor{Tensor: t, ManagerCtx: e.id, Deleter: deleter}
-		e.u.m.Tensor.Shape = uintptr(unsafe.Pointer(&e.u.shape))
+		e.ctx, e.deleter, e.tensor, shape = &e.u.m.ManagerCtx, &e.u.m.Deleter, &e.u.m.Tensor, &e.u.shape
 		e.addr = uintptr(unsafe.Pointer(&e.u.m))
 	}
+	*shape = int64(h.Size())
+	*e.ctx, *e.deleter = e.id, deleter
+	*e.tensor = Tensor{Data: data, Device: dev, NDim: 1, DType: Byte, Shape: uintptr(unsafe.Pointer(shape))}
 	if reg.live == nil {
 		reg.live = make(map[uintptr]*export)
 	}
@@ -265,20 +239,19 @@ func newExport(op string, b *buffer.Buffer, versioned bool, opts []ExportOption)
 }
 
 // takeExport ends the export at addr for its deleter and returns its
-// hold: it returns nil, having done nothing, unless addr is a live export
-// whose manager_ctx is still the id Export put there. The quarantined
-// struct keeps no hold: that would keep the Buffer, and the slab of
-// Buffers it was carved from, reachable.
+// hold, or nil, doing nothing, unless addr is a live export whose
+// manager_ctx is still its id. The quarantined struct keeps no hold: that
+// would keep the Buffer, and its slab, reachable.
 func takeExport(addr uintptr) *buffer.Hold {
 	reg.mu.Lock()
 	defer reg.mu.Unlock()
 	e := reg.live[addr]
-	if e == nil || e.ctx() != e.id {
+	if e == nil || *e.ctx != e.id {
 		strays.Add(1)
 		return nil
 	}
 	delete(reg.live, addr)
-	e.zero()
+	*e.ctx, *e.deleter, e.tensor.Data, e.tensor.Shape = 0, 0, 0, 0
 	h := e.hold
 	e.hold = nil
 	if old := reg.quarantine[reg.qnext]; old != nil {
@@ -296,10 +269,9 @@ func deleted(self uintptr) {
 		return
 	}
 	// The release may free through the driver, which makes a context
-	// current on the thread it runs on: do it on a goroutine, on a Go
-	// thread, and leave the caller's thread (a C library's, with its own
-	// context current) as it was. Wait, so that the memory is freed when
-	// the deleter returns.
+	// current on its thread: do it on a Go thread, leaving the caller's
+	// context alone, and wait, so the memory is freed when the deleter
+	// returns.
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/bits"
 	"runtime"
+	"slices"
 	"sort"
 	"sync/atomic"
 	"unsafe"
@@ -75,28 +76,21 @@ func AllowReadOnly() ImportOption { return func(c *importConfig) { c.readOnly = 
 // tensor without AllowReadOnly, and a kDLCPU tensor whose writability
 // cannot be learned (no /proc/self/maps) without AllowReadOnly.
 //
-// Nothing Import checks is read by a Go load: the tensor's struct, shape
-// and strides are read through the kernel (process_vm_readv, or a pipe),
-// which reports a bad address as an error instead of crashing. For
-// kDLCPU memory the process's mappings (/proc/self/maps) must allow reads
-// and, without AllowReadOnly, writes on every byte, and one byte of every
-// page is then read through a pipe, as a load would read it: that costs
-// tens of microseconds for the maps file, and for large tensors about two
-// system calls per 1024 pages, faulting in pages that were not resident
-// (for a file mapping, reading them from the file). The deleter is only
-// checked to lie in executable memory (readable memory, where the
-// mappings cannot be read): that it is a function taking the tensor stays
-// the producer's word. None of this stops a producer from unmapping the
-// memory after Import.
+// Nothing Import checks is read by a Go load: the struct, shape and
+// strides are read through the kernel (process_vm_readv, or a pipe),
+// which reports a bad address as an error instead of crashing. For kDLCPU
+// memory the process's mappings (/proc/self/maps: tens of microseconds)
+// must allow reads and, without AllowReadOnly, writes on every byte, and
+// one byte of every page is read through a pipe, as a load would: about
+// two system calls per 1024 pages, faulting in pages not resident. None
+// of this stops a producer from unmapping the memory after Import.
 //
 // If Import fails, the tensor is still the caller's: its deleter has not
-// been called. Call it (Delete does) or hand the tensor on. The DLPack
-// header asks consumers to call the deleter of a tensor whose major
-// version they cannot read, and Delete can, but Import never calls the
-// deleter of a tensor it refused: a tensor refused for garbage fields may
-// have a garbage deleter too, and the caller knows better where it came
-// from. A tensor of zero bytes with a null Data has no memory to cover:
-// Import calls its deleter at once and returns an empty Buffer.
+// been called (Delete calls it). Import never calls the deleter of a
+// tensor it refused, even for a major version it cannot read as the
+// DLPack header suggests: a tensor with garbage fields may have a garbage
+// deleter too. A tensor of zero bytes with a null Data has no memory to
+// cover: Import calls its deleter at once and returns an empty Buffer.
 //
 // Import works where Export does (linux/amd64, linux/arm64), and returns
 // an error matching cuda.ErrNotSupported elsewhere.
@@ -143,36 +137,37 @@ func callDeleter(op string, p, deleter uintptr) error {
 	if deleter == 0 {
 		return nil
 	}
-	if err := checkDeleter(op, deleter); err != nil {
-		return fmt.Errorf("%w (tensor at %#x)", err, p)
+	d, err := deleterProc(op, p, deleter)
+	if err != nil {
+		return err
 	}
-	d := loader.ProcAt(deleter, "DLPack deleter")
 	d.Call(p)
 	return nil
 }
 
-// checkDeleter checks what can be checked of a deleter before it is
-// called: that it lies in executable memory (from the process's
-// mappings), or, where they cannot be read, at least in readable memory.
-// Calling an address without execute permission would crash the process.
-// Whether it is really a function taking the tensor stays the producer's
-// word.
-func checkDeleter(op string, deleter uintptr) error {
+// deleterProc checks what can be checked of the deleter of the tensor at
+// p before it is called: that it lies in executable memory (from the
+// process's mappings), or, where they cannot be read, at least in
+// readable memory. Calling an address without execute permission would
+// crash the process. Whether it is really a function taking the tensor
+// stays the producer's word.
+func deleterProc(op string, p, deleter uintptr) (loader.Proc, error) {
 	switch err := mappingsAllow(deleter, 1, permExec); {
-	case err == nil:
-		return nil
 	case errors.Is(err, errNoMaps):
-		return mapped(op, "deleter", deleter, 1)
-	default:
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "deleter at %#x is not code: %v", deleter, err)
+		if err := readMem(make([]byte, 1), deleter); err != nil {
+			return loader.Proc{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "deleter at %#x is not mapped memory (%v) (tensor at %#x)", deleter, err, p)
+		}
+	case err != nil:
+		return loader.Proc{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "deleter at %#x is not code: %v (tensor at %#x)", deleter, err, p)
 	}
+	return loader.ProcAt(deleter, "DLPack deleter"), nil
 }
 
 // readHeader copies n bytes of the struct at p into dst, through the
 // kernel.
 func readHeader(op string, p uintptr, dst unsafe.Pointer, n uintptr) error {
 	if !supported {
-		return cuda.Errorf(op, cuda.ErrNotSupported, "DLPack needs C callbacks without cgo and calls through the loader: linux/amd64 and linux/arm64 only, not %s/%s", runtime.GOOS, runtime.GOARCH)
+		return unsupported(op)
 	}
 	switch {
 	case p == 0:
@@ -186,13 +181,8 @@ func readHeader(op string, p uintptr, dst unsafe.Pointer, n uintptr) error {
 	return nil
 }
 
-// mapped checks that n bytes at addr are readable memory.
-func mapped(op, what string, addr, n uintptr) error {
-	b := make([]byte, n)
-	if err := readMem(b, addr); err != nil {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%s at %#x is not mapped memory (%v)", what, addr, err)
-	}
-	return nil
+func unsupported(op string) error {
+	return cuda.Errorf(op, cuda.ErrNotSupported, "DLPack needs C callbacks without cgo and calls through the loader: linux/amd64 and linux/arm64 only, not %s/%s", runtime.GOOS, runtime.GOARCH)
 }
 
 func importTensor(op string, p uintptr, versioned bool, opts []ImportOption) (*buffer.Buffer, error) {
@@ -239,10 +229,9 @@ func importTensor(op string, p uintptr, versioned bool, opts []ImportOption) (*b
 		return nil, err
 	}
 	if deleter != 0 {
-		if err := checkDeleter(op, uintptr(deleter)); err != nil {
-			return nil, fmt.Errorf("%w (tensor at %#x)", err, p)
+		if r.deleter, err = deleterProc(op, p, uintptr(deleter)); err != nil {
+			return nil, err
 		}
-		r.deleter = loader.ProcAt(uintptr(deleter), "DLPack deleter")
 	}
 	if r.ptr == 0 {
 		// Empty, with no address: no memory for a Buffer to cover, and
@@ -275,14 +264,14 @@ func extent(op string, p uintptr, t *Tensor, flags uint64) (ptr uintptr, size ui
 			return 0, 0, bad("strides at %#x: %v", t.Strides, err)
 		}
 	}
-	numel, empty := uint64(1), false
 	for i, d := range shape {
 		if d < 0 {
 			return 0, 0, bad("dimension %d is %d", i, d)
 		}
-		empty = empty || d == 0
 	}
-	if !empty {
+	numel := uint64(0)
+	if !slices.Contains(shape, 0) { // else the product could overflow before the 0
+		numel = 1
 		for _, d := range shape {
 			hi, lo := bits.Mul64(numel, uint64(d))
 			if hi != 0 {
@@ -290,29 +279,22 @@ func extent(op string, p uintptr, t *Tensor, flags uint64) (ptr uintptr, size ui
 			}
 			numel = lo
 		}
-	} else {
-		numel = 0
 	}
 	if strides != nil && numel > 1 {
 		if err := dense(shape, strides); err != nil {
 			return 0, 0, cuda.Errorf(op, cuda.ErrNotSupported, "tensor at %#x: shape %v, strides %v: %v (only dense tensors can be one Buffer)", p, shape, strides, err)
 		}
 	}
+	// Whole bytes per element, or sub-byte ones padded to a byte each;
+	// else packed bits, rounded up to a byte.
 	elemBits := uint64(t.DType.Bits) * uint64(t.DType.Lanes)
-	switch {
-	case elemBits%8 == 0:
-		hi, lo := bits.Mul64(numel, elemBits/8)
-		if hi != 0 {
-			return 0, 0, bad("%d elements of %d bytes overflow", numel, elemBits/8)
-		}
-		size = lo
-	case flags&FlagIsSubbytePadded != 0:
+	if elemBits%8 == 0 || flags&FlagIsSubbytePadded != 0 {
 		hi, lo := bits.Mul64(numel, (elemBits+7)/8)
 		if hi != 0 {
-			return 0, 0, bad("%d padded elements overflow", numel)
+			return 0, 0, bad("%d elements of %d bytes overflow", numel, (elemBits+7)/8)
 		}
 		size = lo
-	default: // packed sub-byte elements
+	} else {
 		hi, lo := bits.Mul64(numel, elemBits)
 		if hi != 0 {
 			return 0, 0, bad("%d elements of %d bits overflow", numel, elemBits)
@@ -406,13 +388,12 @@ func checkDevice(op string, p uintptr, d Device, expect *Device) error {
 const maxRanges = 1 << 16
 
 // checkMemory checks, as far as can be done safely, that every byte of
-// the tensor is memory of its device, usable as the Buffer will use it.
-// Host memory (kDLCPU) is checked page by page (see checkHost). CUDA
-// memory must be covered by driver allocations without a gap, walked range
-// by range from the first byte: of device ID, for kDLCUDA; memory the host
-// can reach (pinned or managed), for kDLCUDAHost and kDLCUDAManaged, whose
-// Buffer is host-accessible. Checking only the two ends would let a tensor
-// span unmapped memory between two allocations.
+// the tensor is memory of its device, usable as the Buffer will use it:
+// host memory (kDLCPU) page by page (checkHost); CUDA memory range by
+// range from the first byte, each a driver allocation without a gap (of
+// device ID for kDLCUDA, host-reachable for kDLCUDAHost and
+// kDLCUDAManaged). Checking only the two ends would let a tensor span
+// unmapped memory between two allocations.
 func checkMemory(op string, p uintptr, d Device, ptr uintptr, size uint64, readOnly bool) error {
 	if size == 0 {
 		return nil
@@ -458,25 +439,14 @@ func checkMemory(op string, p uintptr, d Device, ptr uintptr, size uint64, readO
 }
 
 // checkHost checks that a Go load from every byte of a host tensor
-// [ptr, ptr+size) succeeds, and, unless readOnly (AllowReadOnly), that a
-// store does: a Buffer's reads and writes (Bytes, ReadAt, WriteAt, copies)
-// are plain loads and stores, and one that faults kills the process.
-//
-// Writability can only be learned from the process's mappings
-// (/proc/self/maps, read without touching the range): unless readOnly,
-// they must cover the range without a gap, readable and writable, which
-// also finds unmapped holes and PROT_NONE guard pages. Where the mappings
-// cannot be read, writability is unknown, and the tensor is refused
-// (matching cuda.ErrNotSupported) unless readOnly. Then, in every case,
-// one byte of every page is read through the kernel (readablePages),
-// which fails where a load would fault, file pages past the end of their
-// file included, which the mappings do not show.
-//
-// Cost: the maps file, unless readOnly (tens of microseconds: the kernel
-// formats one line per mapping up to the range), and the page probe, about
-// two system calls per 1024 pages, which faults in every page that is not
-// resident (see readablePages). Nothing stops the producer from unmapping
-// the memory later: the check holds for the tensor as it is handed over.
+// [ptr, ptr+size) succeeds, and, unless readOnly, that a store does: a
+// Buffer's reads and writes are plain loads and stores, and one that
+// faults kills the process. Writability can only be learned from the
+// process's mappings, which must then cover the range, readable and
+// writable (where they cannot be read, the tensor is refused as
+// ErrNotSupported). Then one byte of every page is read through the kernel
+// (readablePages), which also finds file pages past the end of their
+// file, which the mappings do not show.
 func checkHost(op string, p, ptr uintptr, size uint64, readOnly bool) error {
 	n := uintptr(size)
 	unreadable := func(err error) error {

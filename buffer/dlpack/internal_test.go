@@ -166,6 +166,8 @@ func TestCheckHostWithoutMaps(t *testing.T) {
 	assert.ErrorContains(t, err, "cannot be read")
 
 	// The deleter: readable is all that can be checked.
-	assert.NoError(t, checkDeleter("op", base))
-	assert.ErrorIs(t, checkDeleter("op", base+uintptr(page)), cuda.ErrInvalidArgument)
+	_, err = deleterProc("op", 0x1000, base)
+	assert.NoError(t, err)
+	_, err = deleterProc("op", 0x1000, base+uintptr(page))
+	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 }

@@ -33,11 +33,9 @@ var deleterAddr = sync.OnceValue(func() uintptr {
 // own objects.
 
 // readMem copies len(dst) bytes at addr, memory a foreign producer claims
-// is there, into dst without touching it from Go: through the kernel,
-// which reports an unmapped address as EFAULT where a Go load would
-// crash the process. process_vm_readv on this process does it in one
-// call; where it is refused (seccomp profiles, emulators), writing the
-// bytes into a pipe and reading them back does the same.
+// is there, into dst through the kernel, which reports an unmapped address
+// as EFAULT where a Go load would crash the process: process_vm_readv, or
+// where that is refused (seccomp profiles, emulators), a pipe.
 func readMem(dst []byte, addr uintptr) error {
 	if len(dst) == 0 {
 		return nil
@@ -67,9 +65,9 @@ func readMem(dst []byte, addr uintptr) error {
 var forcePipe = false
 
 // probe is a pipe kept for the life of the process: the kernel copies
-// bytes written into it from the writer's memory as a load from user
-// space would, and fails the write with EFAULT where such a load would
-// fault. mu serializes its users, each of which drains what it wrote.
+// bytes written into it as a load from user space would, and fails the
+// write with EFAULT where such a load would fault. mu serializes its
+// users, each of which drains what it wrote.
 var probe struct {
 	once sync.Once
 	mu   sync.Mutex
@@ -119,19 +117,13 @@ const probeBatch = 1024
 // readablePages reports whether a load from every page of [addr, addr+n)
 // succeeds, without making one from Go: it writes one byte of each page
 // into the probe pipe, probeBatch pages a writev, and reads them back. The
-// kernel copies them as a user-space load would (copy_from_user), so it
-// fails with EFAULT exactly where a load would fault (a batch fails as a
-// whole; its pages are then probed one by one to name the first): unmapped pages,
-// pages without read permission (PROT_NONE guard pages), and file pages
-// past the end of their file, where a load raises SIGBUS. (It is not
-// process_vm_readv: that pins the pages, and refuses mappings of device
-// memory that loads read, such as some drivers' mappings of pinned host
-// memory.)
-//
-// Cost: one byte per page, so about n/4096/probeBatch pairs of system
-// calls, and every page of the range faulted in if it was not resident:
-// for a file mapping, read from the file, as the first use of the tensor
-// would. It returns at the first page that fails.
+// kernel copies them as a user-space load would, so it fails with EFAULT
+// exactly where a load would fault: unmapped pages, PROT_NONE guard pages,
+// and file pages past the end of their file (SIGBUS for a load). A batch
+// fails as a whole; its pages are then probed one by one to name the
+// first. (Not process_vm_readv: that pins the pages, and refuses mappings
+// of device memory that loads read.) Every page of the range is faulted
+// in, as the first use of the tensor would.
 func readablePages(addr, n uintptr) error {
 	if n == 0 {
 		return nil
@@ -160,34 +152,44 @@ func readablePages(addr, n uintptr) error {
 			}
 			a = next
 		}
-		w, _, errno := unix.Syscall(unix.SYS_WRITEV, uintptr(probe.fds[1]), uintptr(unsafe.Pointer(&iov[0])), uintptr(k))
-		if errno == 0 && w > 0 {
-			if m, err := unix.Read(probe.fds[0], sink[:w]); err != nil || m != int(w) {
-				return fmt.Errorf("draining the probe pipe: %d of %d bytes (%v)", m, w, err)
-			}
-		}
-		if errno == 0 && int(w) == k {
+		// A pipe takes a write a pipe page at a time: one fault fails the
+		// whole batch. Then find the page, one write each.
+		err := probeWrite(sink[:], unix.SYS_WRITEV, uintptr(unsafe.Pointer(&iov[0])), k)
+		if err == nil {
 			continue
 		}
-		// A pipe takes a write a pipe page at a time: one fault fails
-		// the whole batch. Find the page, one write each.
+		batchErr, ok := err.(syscall.Errno)
+		if !ok {
+			return err
+		}
 		for _, v := range iov[:k] {
-			w, _, errno := unix.Syscall(unix.SYS_WRITE, uintptr(probe.fds[1]), v.base, 1)
-			if errno == 0 && w == 1 {
-				if m, err := unix.Read(probe.fds[0], sink[:1]); err != nil || m != 1 {
-					return fmt.Errorf("draining the probe pipe: %d of 1 byte (%v)", m, err)
+			if err := probeWrite(sink[:], unix.SYS_WRITE, v.base, 1); err != nil {
+				if errno, ok := err.(syscall.Errno); ok {
+					return &pageError{addr: v.base, err: errno}
 				}
-				continue
+				return err
 			}
-			if errno == 0 {
-				errno = syscall.EFAULT
-			}
-			return &pageError{addr: v.base, err: errno}
 		}
-		if errno == 0 {
-			errno = syscall.EFAULT
+		return &pageError{addr: iov[0].base, err: batchErr} // failed as a batch, not page by page
+	}
+	return nil
+}
+
+// probeWrite makes the probe's write system call trap (write or writev)
+// of k bytes from arg, and drains what it wrote into sink. A write that
+// faults, or falls short, is a syscall.Errno; a failure to drain is not.
+func probeWrite(sink []byte, trap, arg uintptr, k int) error {
+	w, _, errno := unix.Syscall(trap, uintptr(probe.fds[1]), arg, uintptr(k))
+	if errno == 0 && w > 0 {
+		if m, err := unix.Read(probe.fds[0], sink[:w]); err != nil || m != int(w) {
+			return fmt.Errorf("draining the probe pipe: %d of %d bytes (%v)", m, w, err)
 		}
-		return &pageError{addr: iov[0].base, err: errno} // failed as a batch, not page by page
+	}
+	switch {
+	case errno != 0:
+		return errno
+	case int(w) != k:
+		return syscall.EFAULT
 	}
 	return nil
 }
