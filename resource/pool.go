@@ -140,6 +140,9 @@ func errZero(kind, op string) error {
 // once Close has begun; on success c.life.Leave must follow. It never blocks,
 // so calls nested inside Use cannot deadlock against a waiting Close.
 func (c *poolCore) acquire(kind, op string) error {
+	if c == nil {
+		return errNil(kind, op)
+	}
 	if !c.initialized() {
 		return errZero(kind, op)
 	}
@@ -152,7 +155,7 @@ func (c *poolCore) acquire(kind, op string) error {
 // use runs fn with the pool held open: Close waits for fn to return before
 // it destroys the pool.
 func (c *poolCore) use(kind string, fn func(pool cuda.MemPool) error) error {
-	if fn == nil {
+	if c != nil && fn == nil { // a nil pool is reported first
 		return cuda.Errorf(kind+".Use", cuda.ErrInvalidArgument, "nil function")
 	}
 	if err := c.acquire(kind, "Use"); err != nil {
@@ -174,6 +177,24 @@ const maxRequest = min(uint64(^uintptr(0)), 1<<63)
 func checkSize(op, name string, size uint64) error {
 	if size > maxRequest {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%s %d exceeds the largest size the driver can be asked for (%d on this %d-bit target)", name, size, maxRequest, bits.UintSize)
+	}
+	return nil
+}
+
+// checkPoolSizes validates the sizes both pools' options share.
+func checkPoolSizes(op string, reserve, maxSize, release uint64) error {
+	if err := checkSize(op, "InitialReserve", reserve); err != nil {
+		return err
+	}
+	if err := checkSize(op, "MaxSize", maxSize); err != nil {
+		return err
+	}
+	if maxSize != 0 && reserve > maxSize {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "InitialReserve %d exceeds MaxSize %d", reserve, maxSize)
+	}
+	if t := threshold(release); reserve > t {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument,
+			"InitialReserve %d exceeds ReleaseThreshold %d: the pool would release the reserve at the next synchronization", reserve, t)
 	}
 	return nil
 }
@@ -250,6 +271,9 @@ func (c *poolCore) allocatePtr(kind string, size uint64, s *cuda.Stream, record 
 func (c *poolCore) deallocate(kind string, ptr cuda.DevicePtr, size uint64, s *cuda.Stream, recorded bool) error {
 	if ptr == 0 {
 		return nil
+	}
+	if c == nil {
+		return errNil(kind, "Deallocate")
 	}
 	if !c.initialized() {
 		return errZero(kind, "Deallocate")
