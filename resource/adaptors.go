@@ -73,13 +73,13 @@ func (a *adaptor) deviceID() int {
 	return a.up.DeviceID()
 }
 
-// deallocate frees through the upstream and reports whether the memory is
-// gone, so that the adaptor takes it off its books: on success, and on an
-// error wrapping buffer.ErrPartlyFreed (its Buffer closes anyway). A free
-// that failed otherwise leaves the memory held, and a retried Close may
-// free it.
-func (a *adaptor) deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) (gone bool, err error) {
-	err = a.up.Deallocate(ptr, size, s)
+// freeThrough frees through up and reports whether the memory is gone, so
+// that the caller takes it off its books: on success, and on an error
+// wrapping buffer.ErrPartlyFreed (its Buffer closes anyway). A free that
+// failed otherwise leaves the memory held, and a retried Close may free
+// it.
+func freeThrough(up buffer.MemoryResource, ptr cuda.DevicePtr, size uint64, s *cuda.Stream) (gone bool, err error) {
+	err = up.Deallocate(ptr, size, s)
 	return err == nil || errors.Is(err, buffer.ErrPartlyFreed), err
 }
 

@@ -4,6 +4,7 @@ package resource
 // Close, and Deallocate after Close).
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -96,15 +97,7 @@ func (a *SubAllocator) addBlockLocked(op string, l *subList, ub *buffer.Buffer, 
 	c := &a.chunks[i]
 	c.addr, c.size, c.blk = start, end-start, b.id
 	b.first = i
-	at, _ := slices.BinarySearchFunc(a.blocks, base, func(x *subBlock, v uint64) int {
-		switch {
-		case x.base < v:
-			return -1
-		case x.base > v:
-			return 1
-		}
-		return 0
-	})
+	at, _ := slices.BinarySearchFunc(a.blocks, base, func(x *subBlock, v uint64) int { return cmp.Compare(x.base, v) })
 	a.blocks = slices.Insert(a.blocks, at, b)
 	a.held += size
 	a.freeLocked(l, i)
@@ -384,11 +377,8 @@ func (a *SubAllocator) freeBlockUp(r subRelease) (gone bool, err error) {
 	if derr != nil {
 		return false, errors.Join(err, derr)
 	}
-	uerr := a.up.Deallocate(ptr, size, nil)
-	switch {
-	case uerr == nil:
-		return true, nil
-	case errors.Is(uerr, buffer.ErrPartlyFreed):
+	gone, uerr := freeThrough(a.up, ptr, size, nil)
+	if gone {
 		return true, uerr
 	}
 	// Still the block's memory: own it again, so that a retry (and the

@@ -229,7 +229,7 @@ func (r *Tracking) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 			r.mu.Unlock()
 		}
 	}()
-	freed, err := r.deallocate(ptr, size, s)
+	freed, err := freeThrough(r.up, ptr, size, s)
 	return err
 }
 
