@@ -131,7 +131,7 @@ func checkDevice(op string, dev *cuda.Device) error {
 	return nil
 }
 
-// errZero is the error for a method called on a zero value.
+// errZero is the error for method op called on a zero value of type kind.
 func errZero(kind, op string) error {
 	return cuda.Errorf(kind+"."+op, cuda.ErrInvalidArgument, "%s is not initialized (create it with New%s)", kind, kind)
 }

@@ -349,7 +349,7 @@ func alignUp(n, align uint64) (uint64, bool) {
 
 func (a *SubAllocator) check(op string) error {
 	if a == nil || a.up == nil {
-		return cuda.Errorf("SubAllocator."+op, cuda.ErrInvalidArgument, "SubAllocator is not initialized (create it with NewSubAllocator)")
+		return errZero("SubAllocator", op)
 	}
 	return nil
 }

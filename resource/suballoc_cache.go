@@ -479,19 +479,16 @@ func (a *SubAllocator) flushLocked(c *subCache) int {
 	}
 	n := 0
 	for _, sh := range c.all() {
-		n += a.flushShardLocked(c, sh)
+		// Under sh's lock throughout: the fast path appends to sh.free.
+		sh.mu.Lock()
+		n += a.flushHeldLocked(c, sh)
+		sh.mu.Unlock()
 	}
 	return n
 }
 
-func (a *SubAllocator) flushShardLocked(c *subCache, sh *subShard) int {
-	// Under sh's lock throughout: the fast path appends to sh.free.
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	return a.flushHeldLocked(c, sh)
-}
-
-// flushHeldLocked is flushShardLocked with sh's lock held.
+// flushHeldLocked gives the free ranges of c's shard sh, whose lock is
+// held, back to the shared books.
 func (a *SubAllocator) flushHeldLocked(c *subCache, sh *subShard) int {
 	n := len(sh.free)
 	if n == 0 {
