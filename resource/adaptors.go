@@ -86,7 +86,7 @@ func freeThrough(up buffer.MemoryResource, ptr cuda.DevicePtr, size uint64, s *c
 // adaptorUpstream is what constructors store: a nil pointer of any type
 // counts as no upstream, so that calls report it instead of panicking.
 func adaptorUpstream(up buffer.MemoryResource) buffer.MemoryResource {
-	if up == nil || isNilPointer(up) {
+	if up == nil || holdsNil(up) {
 		return nil
 	}
 	return up
@@ -131,11 +131,7 @@ func subSat(c *atomic.Uint64, n uint64) {
 func addSat(c *atomic.Uint64, n uint64) uint64 {
 	for {
 		old := c.Load()
-		nv := old + n
-		if nv < old {
-			nv = ^uint64(0)
-		}
-		if c.CompareAndSwap(old, nv) {
+		if nv := satAdd(old, n); c.CompareAndSwap(old, nv) {
 			return nv
 		}
 	}

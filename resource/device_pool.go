@@ -240,10 +240,7 @@ func (p *DevicePool) Device() *cuda.Device {
 // (package ipc exports it). It is the zero MemPool once p is closed. Do not
 // destroy it: Close does that for owned pools.
 func (p *DevicePool) Pool() cuda.MemPool {
-	if p == nil {
-		return cuda.MemPool{}
-	}
-	return p.core.memPool()
+	return p.base().memPool()
 }
 
 // IsOwned reports whether p created its pool (and Close destroys it),

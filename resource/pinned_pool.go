@@ -216,10 +216,7 @@ func (p *PinnedPool) Location() cuda.MemLocation {
 
 // Pool returns the driver memory pool (see DevicePool.Pool).
 func (p *PinnedPool) Pool() cuda.MemPool {
-	if p == nil {
-		return cuda.MemPool{}
-	}
-	return p.core.memPool()
+	return p.base().memPool()
 }
 
 // IsIPCEnabled reports whether the pool can be exported to other processes.

@@ -333,9 +333,10 @@ func (c *poolCore) where() string {
 	return c.dev.String()
 }
 
-// memPool returns the driver pool, or the zero MemPool once closed.
+// memPool returns the driver pool, or the zero MemPool once closed (or
+// for a nil c).
 func (c *poolCore) memPool() cuda.MemPool {
-	if c.life.IsClosed() {
+	if c == nil || c.life.IsClosed() {
 		return cuda.MemPool{}
 	}
 	return c.pool

@@ -280,7 +280,7 @@ type SubAllocatorStats struct {
 // the initial block cannot be had.
 func NewSubAllocator(upstream buffer.MemoryResource, opts *SubAllocatorOptions) (*SubAllocator, error) {
 	const op = "NewSubAllocator"
-	if upstream == nil || isNilPointer(upstream) {
+	if upstream == nil || holdsNil(upstream) {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil upstream resource")
 	}
 	var o SubAllocatorOptions

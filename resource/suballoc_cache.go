@@ -388,13 +388,7 @@ func (a *SubAllocator) cacheLocked(s *cuda.Stream) *subCache {
 	c := &subCache{key: s}
 	c.self[0], c.own.limit = &c.own, a.cacheBytes
 	c.own.init()
-	if n := len(a.freeCache); n > 0 {
-		c.id, a.freeCache = a.freeCache[n-1], a.freeCache[:n-1]
-		a.cacheTab[c.id] = c
-	} else {
-		c.id = int32(len(a.cacheTab))
-		a.cacheTab = append(a.cacheTab, c)
-	}
+	c.id = tableAdd(&a.cacheTab, &a.freeCache, c)
 	a.cacheMap[s] = c
 	a.publishLocked()
 	return c

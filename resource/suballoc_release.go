@@ -86,13 +86,7 @@ func (a *SubAllocator) addBlockLocked(op string, l *subList, ub *buffer.Buffer, 
 	if err := a.acquireNew(op, b); err != nil {
 		return err
 	}
-	if k := len(a.freeBlk); k > 0 {
-		b.id, a.freeBlk = a.freeBlk[k-1], a.freeBlk[:k-1]
-		a.blockTab[b.id] = b
-	} else {
-		b.id = int32(len(a.blockTab))
-		a.blockTab = append(a.blockTab, b)
-	}
+	b.id = tableAdd(&a.blockTab, &a.freeBlk, b)
 	i := a.newChunk()
 	c := &a.chunks[i]
 	c.addr, c.size, c.blk = start, end-start, b.id
