@@ -45,19 +45,16 @@ type PoolAttributes struct {
 
 // poolCore is what DevicePool and PinnedPool share: a driver memory pool,
 // whether this value owns it (life has a destroy function), and its
-// lifecycle. The outer types wrap its methods with nil checks and their
-// own documentation; kind names the outer type in errors (it is empty in a
-// zero value, so methods take it).
+// lifecycle. The outer types give its methods their documentation; kind
+// names the outer type in errors (it is empty in a zero value, so methods
+// take it), and a nil *poolCore is a nil outer pool.
 //
 // The lifecycle (calls in progress, live allocations, closing, deferred
 // destruction) lives in internal/poolcore, so that ipc.ImportedPool can
 // share it. An owned pool is destroyed only when no allocation from it is
-// live and every free has completed: Close destroys it at once when
-// nothing is allocated, and otherwise the Deallocate of the last live
-// allocation does. Destroying a pool with allocations outstanding, or
-// freeing into a destroyed pool, is allowed by the driver's documentation,
-// but in this package's tests it was followed by a segmentation fault inside a later cuCtxSynchronize; cuda.core likewise
-// keeps a pool alive while its buffers are.
+// live and every free has completed (see DevicePool.Close for why): Close
+// destroys it at once when nothing is allocated, and otherwise the
+// Deallocate of the last live allocation does.
 type poolCore struct {
 	kind string       // "DevicePool" or "PinnedPool", for error messages
 	dev  *cuda.Device // serves the pool's calls; its default stream is the nil-stream default
