@@ -73,20 +73,20 @@ func (a *adaptor) deviceID() int {
 	return a.up.DeviceID()
 }
 
-// deallocate frees through the upstream and reports whether the memory is
-// gone, so that the adaptor takes it off its books: on success, and on an
-// error wrapping buffer.ErrPartlyFreed (its Buffer closes anyway). A free
-// that failed otherwise leaves the memory held, and a retried Close may
-// free it.
-func (a *adaptor) deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) (gone bool, err error) {
-	err = a.up.Deallocate(ptr, size, s)
+// freeThrough frees through up and reports whether the memory is gone, so
+// that the caller takes it off its books: on success, and on an error
+// wrapping buffer.ErrPartlyFreed (its Buffer closes anyway). A free that
+// failed otherwise leaves the memory held, and a retried Close may free
+// it.
+func freeThrough(up buffer.MemoryResource, ptr cuda.DevicePtr, size uint64, s *cuda.Stream) (gone bool, err error) {
+	err = up.Deallocate(ptr, size, s)
 	return err == nil || errors.Is(err, buffer.ErrPartlyFreed), err
 }
 
 // adaptorUpstream is what constructors store: a nil pointer of any type
 // counts as no upstream, so that calls report it instead of panicking.
 func adaptorUpstream(up buffer.MemoryResource) buffer.MemoryResource {
-	if up == nil || isNilPointer(up) {
+	if up == nil || holdsNil(up) {
 		return nil
 	}
 	return up
@@ -131,11 +131,7 @@ func subSat(c *atomic.Uint64, n uint64) {
 func addSat(c *atomic.Uint64, n uint64) uint64 {
 	for {
 		old := c.Load()
-		nv := old + n
-		if nv < old {
-			nv = ^uint64(0)
-		}
-		if c.CompareAndSwap(old, nv) {
+		if nv := satAdd(old, n); c.CompareAndSwap(old, nv) {
 			return nv
 		}
 	}

@@ -12,6 +12,9 @@ import (
 // owned pool, and that wait cannot be cut short; after this one it finds
 // only what was submitted since.
 func (c *poolCore) closeContext(ctx context.Context) error {
+	if c == nil {
+		return nil
+	}
 	op := c.kind + ".CloseContext"
 	if ctx == nil {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil context (use context.Background())")
@@ -31,19 +34,13 @@ func (c *poolCore) closeContext(ctx context.Context) error {
 // with the pool still open if ctx ends first. Then it closes as Close
 // does (an owned pool is destroyed once no buffer from it is live).
 func (p *DevicePool) CloseContext(ctx context.Context) error {
-	if p == nil {
-		return nil
-	}
-	return p.core.closeContext(ctx)
+	return p.base().closeContext(ctx)
 }
 
 // CloseContext is Close that gives up waiting when ctx ends, as
 // DevicePool.CloseContext.
 func (p *PinnedPool) CloseContext(ctx context.Context) error {
-	if p == nil {
-		return nil
-	}
-	return p.core.closeContext(ctx)
+	return p.base().closeContext(ctx)
 }
 
 // preWait waits, until ctx ends, for the streams whose frees a holds (nil:

@@ -76,7 +76,7 @@ func SetDefault(dev *cuda.Device, mr buffer.MemoryResource) error {
 	if err := checkDevice(op, dev); err != nil {
 		return err
 	}
-	if mr == nil || isNilPointer(mr) {
+	if mr == nil || holdsNil(mr) {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil memory resource for %v", dev)
 	}
 	if c, ok := mr.(interface{ IsClosed() bool }); ok && c.IsClosed() {
@@ -94,12 +94,9 @@ func SetDefault(dev *cuda.Device, mr buffer.MemoryResource) error {
 	return nil
 }
 
-// isNilPointer reports whether mr holds a nil pointer (of any type, so
-// resources from other packages are caught too).
-func isNilPointer(mr buffer.MemoryResource) bool { return holdsNil(mr) }
-
 // holdsNil reports whether x is nil or holds a nil pointer, map, slice,
-// function or channel.
+// function or channel (of any type, so resources from other packages are
+// caught too).
 func holdsNil(x any) bool {
 	v := reflect.ValueOf(x)
 	if !v.IsValid() {

@@ -46,20 +46,7 @@ func (o *DevicePoolOptions) check(goos string) error {
 	if o.IPC && goos != "linux" {
 		return cuda.Errorf(op, cuda.ErrNotSupported, "IPC-enabled pools use POSIX file descriptors, available on Linux only (not %s)", goos)
 	}
-	if err := checkSize(op, "InitialReserve", o.InitialReserve); err != nil {
-		return err
-	}
-	if err := checkSize(op, "MaxSize", o.MaxSize); err != nil {
-		return err
-	}
-	if o.MaxSize != 0 && o.InitialReserve > o.MaxSize {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "InitialReserve %d exceeds MaxSize %d", o.InitialReserve, o.MaxSize)
-	}
-	if t := threshold(o.ReleaseThreshold); o.InitialReserve > t {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument,
-			"InitialReserve %d exceeds ReleaseThreshold %d: the pool would release the reserve at the next synchronization", o.InitialReserve, t)
-	}
-	return nil
+	return checkPoolSizes(op, o.InitialReserve, o.MaxSize, o.ReleaseThreshold)
 }
 
 // DevicePool allocates device memory from a CUDA memory pool, stream
@@ -83,6 +70,14 @@ type DevicePool struct {
 }
 
 var _ buffer.MemoryResource = (*DevicePool)(nil)
+
+// base is p's poolCore, nil for a nil p: its methods report a nil pool.
+func (p *DevicePool) base() *poolCore {
+	if p == nil {
+		return nil
+	}
+	return &p.core
+}
 
 // CurrentDevicePool returns a resource over dev's current pool
 // (cuDeviceGetMemPool: the default pool unless something changed it),
@@ -129,17 +124,15 @@ func newDevicePool(op string, dev *cuda.Device, opts *DevicePoolOptions) (*Devic
 	p := &DevicePool{core: poolCore{kind: "DevicePool", dev: dev}}
 	if opts == nil {
 		pool, err := dev.CurrentMemPool()
+		var t uint64
+		if err == nil {
+			t, err = pool.Attribute(cuda.MemPoolAttrReleaseThreshold)
+		}
+		if err == nil && t == 0 {
+			err = pool.SetAttribute(cuda.MemPoolAttrReleaseThreshold, keepAll)
+		}
 		if err != nil {
 			return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("current pool of %v: %w", dev, err)}
-		}
-		t, err := pool.Attribute(cuda.MemPoolAttrReleaseThreshold)
-		if err != nil {
-			return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("current pool of %v: %w", dev, err)}
-		}
-		if t == 0 {
-			if err := pool.SetAttribute(cuda.MemPoolAttrReleaseThreshold, keepAll); err != nil {
-				return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("current pool of %v: %w", dev, err)}
-			}
 		}
 		p.core.pool = pool
 		return p, nil
@@ -204,10 +197,7 @@ func (p *DevicePool) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, erro
 // the address (0 for size 0) and the stream it is ordered on (nil
 // resolved to the default stream). The caller frees it with Deallocate.
 func (p *DevicePool) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
-	if p == nil {
-		return 0, nil, errNil("DevicePool", "Allocate")
-	}
-	return p.core.allocatePtr("DevicePool", size, s, true)
+	return p.base().allocatePtr("DevicePool", size, s, true)
 }
 
 // Deallocate frees memory from AllocatePtr in stream order on s (nil: the
@@ -220,13 +210,7 @@ func (p *DevicePool) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *
 // an error matching cuda.ErrInvalidArgument, without calling the driver,
 // whose stream-ordered free would take memory of any pool.
 func (p *DevicePool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
-	if ptr == 0 {
-		return nil
-	}
-	if p == nil {
-		return errNil("DevicePool", "Deallocate")
-	}
-	return p.core.deallocate("DevicePool", ptr, size, s, true)
+	return p.base().deallocate("DevicePool", ptr, size, s, true)
 }
 
 // DeviceAccessible reports true: kernels on the device (and on peers
@@ -256,10 +240,7 @@ func (p *DevicePool) Device() *cuda.Device {
 // (package ipc exports it). It is the zero MemPool once p is closed. Do not
 // destroy it: Close does that for owned pools.
 func (p *DevicePool) Pool() cuda.MemPool {
-	if p == nil {
-		return cuda.MemPool{}
-	}
-	return p.core.memPool()
+	return p.base().memPool()
 }
 
 // IsOwned reports whether p created its pool (and Close destroys it),
@@ -284,66 +265,45 @@ func (p *DevicePool) IsClosed() bool { return p == nil || p.core.life.IsClosed()
 
 // Attributes reads the pool's attributes from the driver.
 func (p *DevicePool) Attributes() (PoolAttributes, error) {
-	if p == nil {
-		return PoolAttributes{}, errNil("DevicePool", "Attributes")
-	}
-	return p.core.attributes("DevicePool")
+	return p.base().attributes("DevicePool")
 }
 
 // SetReleaseThreshold sets how many reserved bytes the pool keeps at
 // synchronization points (0: release all unused memory at every sync;
 // math.MaxUint64: keep everything).
 func (p *DevicePool) SetReleaseThreshold(n uint64) error {
-	if p == nil {
-		return errNil("DevicePool", "SetReleaseThreshold")
-	}
-	return p.core.set("DevicePool", "SetReleaseThreshold", cuda.MemPoolAttrReleaseThreshold, n)
+	return p.base().set("DevicePool", "SetReleaseThreshold", cuda.MemPoolAttrReleaseThreshold, n)
 }
 
 // SetReuseFollowEventDependencies sets whether allocations may reuse memory
 // freed on another stream once an event or stream dependency orders it.
 func (p *DevicePool) SetReuseFollowEventDependencies(on bool) error {
-	if p == nil {
-		return errNil("DevicePool", "SetReuseFollowEventDependencies")
-	}
-	return p.core.set("DevicePool", "SetReuseFollowEventDependencies", cuda.MemPoolAttrReuseFollowEventDependencies, flagValue(on))
+	return p.base().set("DevicePool", "SetReuseFollowEventDependencies", cuda.MemPoolAttrReuseFollowEventDependencies, flagValue(on))
 }
 
 // SetReuseAllowOpportunistic sets whether allocations may reuse memory
 // whose free has completed, with no dependency between them.
 func (p *DevicePool) SetReuseAllowOpportunistic(on bool) error {
-	if p == nil {
-		return errNil("DevicePool", "SetReuseAllowOpportunistic")
-	}
-	return p.core.set("DevicePool", "SetReuseAllowOpportunistic", cuda.MemPoolAttrReuseAllowOpportunistic, flagValue(on))
+	return p.base().set("DevicePool", "SetReuseAllowOpportunistic", cuda.MemPoolAttrReuseAllowOpportunistic, flagValue(on))
 }
 
 // SetReuseAllowInternalDependencies sets whether the driver may insert
 // stream dependencies to reuse memory freed on another stream.
 func (p *DevicePool) SetReuseAllowInternalDependencies(on bool) error {
-	if p == nil {
-		return errNil("DevicePool", "SetReuseAllowInternalDependencies")
-	}
-	return p.core.set("DevicePool", "SetReuseAllowInternalDependencies", cuda.MemPoolAttrReuseAllowInternalDependencies, flagValue(on))
+	return p.base().set("DevicePool", "SetReuseAllowInternalDependencies", cuda.MemPoolAttrReuseAllowInternalDependencies, flagValue(on))
 }
 
 // ResetHighWatermarks resets ReservedMemHigh and UsedMemHigh to 0 (the
 // only value the driver accepts), so they track peaks from now on.
 func (p *DevicePool) ResetHighWatermarks() error {
-	if p == nil {
-		return errNil("DevicePool", "ResetHighWatermarks")
-	}
-	return p.core.resetHighWatermarks("DevicePool")
+	return p.base().resetHighWatermarks("DevicePool")
 }
 
 // Trim gives cached memory back to the driver until the pool holds at
 // most keep bytes (cuMemPoolTrimTo). Memory of live allocations, and of
 // frees not yet observed by a synchronization, stays.
 func (p *DevicePool) Trim(keep uint64) error {
-	if p == nil {
-		return errNil("DevicePool", "Trim")
-	}
-	return p.core.trim("DevicePool", keep)
+	return p.base().trim("DevicePool", keep)
 }
 
 // deviceLoc is the location of device d.
@@ -379,10 +339,7 @@ func (p *DevicePool) peers() ([]*cuda.Device, error) {
 // PeerAccess returns the ordinals of the other devices that may access the
 // pool's memory, sorted, as the driver reports them now.
 func (p *DevicePool) PeerAccess() ([]int, error) {
-	if p == nil {
-		return nil, errNil("DevicePool", "PeerAccess")
-	}
-	if err := p.core.acquire("DevicePool", "PeerAccess"); err != nil {
+	if err := p.base().acquire("DevicePool", "PeerAccess"); err != nil {
 		return nil, err
 	}
 	defer p.core.life.Leave()
@@ -410,10 +367,7 @@ func (p *DevicePool) PeerAccess() ([]int, error) {
 // access cannot change, is an error matching cuda.ErrInvalidArgument.
 func (p *DevicePool) SetPeerAccess(peers ...*cuda.Device) error {
 	const op = "SetPeerAccess"
-	if p == nil {
-		return errNil("DevicePool", op)
-	}
-	if err := p.core.acquire("DevicePool", op); err != nil {
+	if err := p.base().acquire("DevicePool", op); err != nil {
 		return err
 	}
 	defer p.core.life.Leave()
@@ -524,10 +478,7 @@ func (p *DevicePool) Close() error {
 // would wait for fn, which waits for Close). Other calls on p from inside
 // fn work, and fail with cuda.ErrClosed once a Close has begun.
 func (p *DevicePool) Use(fn func(pool cuda.MemPool) error) error {
-	if p == nil {
-		return errNil("DevicePool", "Use")
-	}
-	return p.core.use("DevicePool", fn)
+	return p.base().use("DevicePool", fn)
 }
 
 // String describes the resource for logs.

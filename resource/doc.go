@@ -114,18 +114,6 @@
 // DevicePool.SetPeerAccess and PeerAccess are peer_accessible_by, and
 // PoolAttributes holds the attributes property as one 64-bit snapshot.
 //
-// # Sub-allocation
-//
-// [SubAllocator] (RMM's pool_memory_resource) carves allocations out of
-// large blocks taken from any upstream resource, so that a pair on one
-// stream is a few dozen nanoseconds of Go and no driver call. It keeps the
-// stream-ordered contract: memory freed on a stream is reused at once on
-// that stream, and on another only after an event orders the two. Trim
-// and Close give fully free blocks back; see the type for the rules. Each
-// stream has a cache of its own in front of the shared books, so
-// goroutines allocating on their own streams do not contend for a lock
-// (the driver's pool serialises them: see the type's Concurrency).
-//
 // # Waiting with a context
 //
 // Closing a pool or a sub-allocator, and trimming one, waits for the GPU.

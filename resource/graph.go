@@ -193,37 +193,33 @@ func (g *GraphMemory) String() string {
 // (cuDeviceGetGraphMemAttribute): used and reserved bytes, current and
 // high watermarks. They cover every graph of the device, not only those
 // allocated through this value (there is one per device anyway).
-func (g *GraphMemory) Attributes() (cuda.GraphMemAttributes, error) {
-	if err := g.check("Attributes"); err != nil {
-		return cuda.GraphMemAttributes{}, err
-	}
-	a, err := g.dev.GraphMemAttributes()
-	if err != nil {
-		return a, &cuda.OpError{Op: "GraphMemory.Attributes", Err: err}
-	}
-	return a, nil
+func (g *GraphMemory) Attributes() (a cuda.GraphMemAttributes, err error) {
+	err = g.call("Attributes", func(d *cuda.Device) error {
+		a, err = d.GraphMemAttributes()
+		return err
+	})
+	return a, err
 }
 
 // ResetHighWatermarks sets both high watermarks back to 0 (the only value
 // the driver accepts), so they track from now on.
 func (g *GraphMemory) ResetHighWatermarks() error {
-	if err := g.check("ResetHighWatermarks"); err != nil {
-		return err
-	}
-	if err := g.dev.ResetGraphMemHighWatermarks(); err != nil {
-		return &cuda.OpError{Op: "GraphMemory.ResetHighWatermarks", Err: err}
-	}
-	return nil
+	return g.call("ResetHighWatermarks", (*cuda.Device).ResetGraphMemHighWatermarks)
 }
 
 // Trim gives the graph memory the device caches, and that no executing or
 // scheduled graph uses, back to the system (cuDeviceGraphMemTrim).
 func (g *GraphMemory) Trim() error {
-	if err := g.check("Trim"); err != nil {
+	return g.call("Trim", (*cuda.Device).GraphMemTrim)
+}
+
+// call runs method op's driver call fn on g's device.
+func (g *GraphMemory) call(op string, fn func(*cuda.Device) error) error {
+	if err := g.check(op); err != nil {
 		return err
 	}
-	if err := g.dev.GraphMemTrim(); err != nil {
-		return &cuda.OpError{Op: "GraphMemory.Trim", Err: err}
+	if err := fn(g.dev); err != nil {
+		return &cuda.OpError{Op: "GraphMemory." + op, Err: err}
 	}
 	return nil
 }

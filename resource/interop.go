@@ -11,6 +11,8 @@ import (
 func (c *poolCore) poolErr(kind string) (cuda.MemPool, error) {
 	op := kind + ".PoolErr"
 	switch {
+	case c == nil:
+		return cuda.MemPool{}, errNil(kind, "PoolErr")
 	case !c.initialized():
 		return cuda.MemPool{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "zero %s (use its constructor)", kind)
 	case c.life.IsClosed():
@@ -25,16 +27,10 @@ func (c *poolCore) poolErr(kind string) (cuda.MemPool, error) {
 // only while p stays open; to keep it open for the length of a foreign
 // call, use Use.
 func (p *DevicePool) PoolErr() (cuda.MemPool, error) {
-	if p == nil {
-		return cuda.MemPool{}, errNil("DevicePool", "PoolErr")
-	}
-	return p.core.poolErr("DevicePool")
+	return p.base().poolErr("DevicePool")
 }
 
 // PoolErr is Pool with an error (see DevicePool.PoolErr).
 func (p *PinnedPool) PoolErr() (cuda.MemPool, error) {
-	if p == nil {
-		return cuda.MemPool{}, errNil("PinnedPool", "PoolErr")
-	}
-	return p.core.poolErr("PinnedPool")
+	return p.base().poolErr("PinnedPool")
 }

@@ -110,7 +110,7 @@ func (r *Limiting) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 	if r == nil || r.up == nil {
 		return errNoUpstream("Limiting", "Deallocate")
 	}
-	gone, err := r.deallocate(ptr, size, s)
+	gone, err := freeThrough(r.up, ptr, size, s)
 	if gone {
 		subSat(&r.used, size)
 	}

@@ -153,17 +153,12 @@ func (r *Logging) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) er
 	}
 	l, on := r.enabled()
 	if !on {
-		return r.upDeallocate(ptr, size, s)
+		return r.up.Deallocate(ptr, size, s)
 	}
 	start := time.Now()
-	err := r.upDeallocate(ptr, size, s)
+	err := r.up.Deallocate(ptr, size, s)
 	r.log(l, "deallocate", size, ptr, s, time.Since(start), err)
 	return err
-}
-
-// upDeallocate is the adaptor's one call to free through the upstream.
-func (r *Logging) upDeallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
-	return r.up.Deallocate(ptr, size, s)
 }
 
 // log writes one record. Only called when the level is enabled.

@@ -211,15 +211,22 @@ func Prefetch(b *buffer.Buffer, loc cuda.MemLocation, s *cuda.Stream) error {
 			s = d.DefaultStream()
 		}
 	}
-	// Under Use: a concurrent Close must not free the range mid-call.
-	return b.Use(op, func(cur cuda.DevicePtr) error {
-		if cur != ptr {
-			return &cuda.OpError{Op: op, Err: cuda.ErrClosed}
-		}
+	return useRange(op, b, ptr, func() error {
 		if err := s.MemPrefetchAsync(ptr, size, loc); err != nil {
 			return &cuda.OpError{Op: op, Err: fmt.Errorf("buffer %#x (%d bytes) to %s: %w", uint64(ptr), size, locString(loc), err)}
 		}
 		return nil
+	})
+}
+
+// useRange runs call under b.Use, so that a concurrent Close cannot free
+// the range at ptr (what managedRange returned) mid-call.
+func useRange(op string, b *buffer.Buffer, ptr cuda.DevicePtr, call func() error) error {
+	return b.Use(op, func(cur cuda.DevicePtr) error {
+		if cur != ptr {
+			return &cuda.OpError{Op: op, Err: cuda.ErrClosed}
+		}
+		return call()
 	})
 }
 
@@ -263,10 +270,7 @@ func Advise(b *buffer.Buffer, advice cuda.MemAdvice, loc cuda.MemLocation) error
 			loc = deviceLoc(dev)
 		}
 	}
-	return b.Use(op, func(cur cuda.DevicePtr) error {
-		if cur != ptr {
-			return &cuda.OpError{Op: op, Err: cuda.ErrClosed}
-		}
+	return useRange(op, b, ptr, func() error {
 		if err := dev.MemAdvise(ptr, size, advice, loc); err != nil {
 			return &cuda.OpError{Op: op, Err: fmt.Errorf("%s for buffer %#x (%d bytes), %s: %w", name, uint64(ptr), size, locString(loc), err)}
 		}

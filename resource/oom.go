@@ -230,8 +230,7 @@ func (f *Fallback) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 			f.mu.Unlock()
 		}
 	}()
-	err := f.alt.Deallocate(ptr, size, s)
-	freed = err == nil || errors.Is(err, buffer.ErrPartlyFreed)
+	freed, err := freeThrough(f.alt, ptr, size, s)
 	return err
 }
 

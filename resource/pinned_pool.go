@@ -44,18 +44,8 @@ func (o *PinnedPoolOptions) check(goos string) error {
 		// become another node (2^32 would become node 0).
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "NUMANode %d exceeds the largest node ID the driver takes (%d)", *o.NUMANode, math.MaxInt32)
 	}
-	if err := checkSize(op, "InitialReserve", o.InitialReserve); err != nil {
+	if err := checkPoolSizes(op, o.InitialReserve, o.MaxSize, o.ReleaseThreshold); err != nil {
 		return err
-	}
-	if err := checkSize(op, "MaxSize", o.MaxSize); err != nil {
-		return err
-	}
-	if o.MaxSize != 0 && o.InitialReserve > o.MaxSize {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "InitialReserve %d exceeds MaxSize %d", o.InitialReserve, o.MaxSize)
-	}
-	if t := threshold(o.ReleaseThreshold); o.InitialReserve > t {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument,
-			"InitialReserve %d exceeds ReleaseThreshold %d: the pool would release the reserve at the next synchronization", o.InitialReserve, t)
 	}
 	if o.IPC && goos != "linux" {
 		return cuda.Errorf(op, cuda.ErrNotSupported, "IPC-enabled pools use POSIX file descriptors, available on Linux only (not %s)", goos)
@@ -87,6 +77,14 @@ type PinnedPool struct {
 }
 
 var _ buffer.MemoryResource = (*PinnedPool)(nil)
+
+// base is p's poolCore, nil for a nil p: its methods report a nil pool.
+func (p *PinnedPool) base() *poolCore {
+	if p == nil {
+		return nil
+	}
+	return &p.core
+}
 
 // NewPinnedPool creates a pinned host memory pool. nil opts means the
 // zero options. A driver or device without host-location pools (drivers
@@ -189,29 +187,14 @@ func (p *PinnedPool) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, erro
 // the address (0 for size 0) and the stream it is ordered on (nil
 // resolved to the default stream). The caller frees it with Deallocate.
 func (p *PinnedPool) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
-	if p == nil {
-		return 0, nil, errNil("PinnedPool", "Allocate")
-	}
-	return p.core.allocatePtr("PinnedPool", size, s, true)
+	return p.base().allocatePtr("PinnedPool", size, s, true)
 }
 
 // Deallocate frees memory from AllocatePtr in stream order on s (nil:
-// device 0's legacy default stream); a Buffer from Allocate frees its
-// memory itself, when closed. A zero ptr is a no-op.
-//
-// It frees only addresses AllocatePtr handed out (or a Buffer's memory
-// after Disown): anything else — another pool's memory, an address freed
-// already, a live Buffer's memory (its Close frees it) — is refused with
-// an error matching cuda.ErrInvalidArgument, without calling the driver,
-// whose stream-ordered free would take memory of any pool.
+// device 0's legacy default stream); what it refuses is as for
+// [DevicePool.Deallocate].
 func (p *PinnedPool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
-	if ptr == 0 {
-		return nil
-	}
-	if p == nil {
-		return errNil("PinnedPool", "Deallocate")
-	}
-	return p.core.deallocate("PinnedPool", ptr, size, s, true)
+	return p.base().deallocate("PinnedPool", ptr, size, s, true)
 }
 
 // DeviceAccessible reports true: every device may use the memory.
@@ -233,10 +216,7 @@ func (p *PinnedPool) Location() cuda.MemLocation {
 
 // Pool returns the driver memory pool (see DevicePool.Pool).
 func (p *PinnedPool) Pool() cuda.MemPool {
-	if p == nil {
-		return cuda.MemPool{}
-	}
-	return p.core.memPool()
+	return p.base().memPool()
 }
 
 // IsIPCEnabled reports whether the pool can be exported to other processes.
@@ -247,52 +227,27 @@ func (p *PinnedPool) IsClosed() bool { return p == nil || p.core.life.IsClosed()
 
 // Attributes reads the pool's attributes from the driver.
 func (p *PinnedPool) Attributes() (PoolAttributes, error) {
-	if p == nil {
-		return PoolAttributes{}, errNil("PinnedPool", "Attributes")
-	}
-	return p.core.attributes("PinnedPool")
+	return p.base().attributes("PinnedPool")
 }
 
 // SetReleaseThreshold sets how many reserved bytes the pool keeps at
 // synchronization points.
 func (p *PinnedPool) SetReleaseThreshold(n uint64) error {
-	if p == nil {
-		return errNil("PinnedPool", "SetReleaseThreshold")
-	}
-	return p.core.set("PinnedPool", "SetReleaseThreshold", cuda.MemPoolAttrReleaseThreshold, n)
+	return p.base().set("PinnedPool", "SetReleaseThreshold", cuda.MemPoolAttrReleaseThreshold, n)
 }
 
 // ResetHighWatermarks resets ReservedMemHigh and UsedMemHigh to 0.
 func (p *PinnedPool) ResetHighWatermarks() error {
-	if p == nil {
-		return errNil("PinnedPool", "ResetHighWatermarks")
-	}
-	return p.core.resetHighWatermarks("PinnedPool")
+	return p.base().resetHighWatermarks("PinnedPool")
 }
 
 // Trim gives cached memory back until the pool holds at most keep bytes.
 func (p *PinnedPool) Trim(keep uint64) error {
-	if p == nil {
-		return errNil("PinnedPool", "Trim")
-	}
-	return p.core.trim("PinnedPool", keep)
+	return p.base().trim("PinnedPool", keep)
 }
 
-// Close ends the resource: every later call but Deallocate returns an
-// error matching cuda.ErrClosed. The pool is destroyed once no buffer from
-// it is live and every device's work has finished: by Close when nothing
-// is allocated, else by the Deallocate of the last live buffer. Close is
-// idempotent; if destroying fails, the next Close returns the error and
-// retries.
-//
-// Waiting for a device while one of its streams captures a graph would
-// invalidate the capture: the destruction is then put off, Close (or
-// that Deallocate) returns at once, and the pool is destroyed before the
-// cuda.Stream.EndCapture (or Stream.Close) that ends the last such
-// capture returns.
-//
-// Close waits for calls in progress on p (a Use callback among them) to
-// return first; it must not be called from inside Use's callback.
+// Close ends the resource and destroys the pool, as [DevicePool.Close]
+// does for an owned pool, once every device's work has finished.
 func (p *PinnedPool) Close() error {
 	if p == nil || !p.core.initialized() {
 		return nil
@@ -303,10 +258,7 @@ func (p *PinnedPool) Close() error {
 // Use runs fn with the driver pool held open, as DevicePool.Use does:
 // a concurrent Close waits for fn to return. Errors name PinnedPool.Use.
 func (p *PinnedPool) Use(fn func(pool cuda.MemPool) error) error {
-	if p == nil {
-		return errNil("PinnedPool", "Use")
-	}
-	return p.core.use("PinnedPool", fn)
+	return p.base().use("PinnedPool", fn)
 }
 
 // String describes the resource for logs.

@@ -45,19 +45,16 @@ type PoolAttributes struct {
 
 // poolCore is what DevicePool and PinnedPool share: a driver memory pool,
 // whether this value owns it (life has a destroy function), and its
-// lifecycle. The outer types wrap its methods with nil checks and their
-// own documentation; kind names the outer type in errors (it is empty in a
-// zero value, so methods take it).
+// lifecycle. The outer types give its methods their documentation; kind
+// names the outer type in errors (it is empty in a zero value, so methods
+// take it), and a nil *poolCore is a nil outer pool.
 //
 // The lifecycle (calls in progress, live allocations, closing, deferred
 // destruction) lives in internal/poolcore, so that ipc.ImportedPool can
 // share it. An owned pool is destroyed only when no allocation from it is
-// live and every free has completed: Close destroys it at once when
-// nothing is allocated, and otherwise the Deallocate of the last live
-// allocation does. Destroying a pool with allocations outstanding, or
-// freeing into a destroyed pool, is allowed by the driver's documentation,
-// but in this package's tests it was followed by a segmentation fault inside a later cuCtxSynchronize; cuda.core likewise
-// keeps a pool alive while its buffers are.
+// live and every free has completed (see DevicePool.Close for why): Close
+// destroys it at once when nothing is allocated, and otherwise the
+// Deallocate of the last live allocation does.
 type poolCore struct {
 	kind string       // "DevicePool" or "PinnedPool", for error messages
 	dev  *cuda.Device // serves the pool's calls; its default stream is the nil-stream default
@@ -131,7 +128,7 @@ func checkDevice(op string, dev *cuda.Device) error {
 	return nil
 }
 
-// errZero is the error for a method called on a zero value.
+// errZero is the error for method op called on a zero value of type kind.
 func errZero(kind, op string) error {
 	return cuda.Errorf(kind+"."+op, cuda.ErrInvalidArgument, "%s is not initialized (create it with New%s)", kind, kind)
 }
@@ -140,6 +137,9 @@ func errZero(kind, op string) error {
 // once Close has begun; on success c.life.Leave must follow. It never blocks,
 // so calls nested inside Use cannot deadlock against a waiting Close.
 func (c *poolCore) acquire(kind, op string) error {
+	if c == nil {
+		return errNil(kind, op)
+	}
 	if !c.initialized() {
 		return errZero(kind, op)
 	}
@@ -152,7 +152,7 @@ func (c *poolCore) acquire(kind, op string) error {
 // use runs fn with the pool held open: Close waits for fn to return before
 // it destroys the pool.
 func (c *poolCore) use(kind string, fn func(pool cuda.MemPool) error) error {
-	if fn == nil {
+	if c != nil && fn == nil { // a nil pool is reported first
 		return cuda.Errorf(kind+".Use", cuda.ErrInvalidArgument, "nil function")
 	}
 	if err := c.acquire(kind, "Use"); err != nil {
@@ -174,6 +174,24 @@ const maxRequest = min(uint64(^uintptr(0)), 1<<63)
 func checkSize(op, name string, size uint64) error {
 	if size > maxRequest {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%s %d exceeds the largest size the driver can be asked for (%d on this %d-bit target)", name, size, maxRequest, bits.UintSize)
+	}
+	return nil
+}
+
+// checkPoolSizes validates the sizes both pools' options share.
+func checkPoolSizes(op string, reserve, maxSize, release uint64) error {
+	if err := checkSize(op, "InitialReserve", reserve); err != nil {
+		return err
+	}
+	if err := checkSize(op, "MaxSize", maxSize); err != nil {
+		return err
+	}
+	if maxSize != 0 && reserve > maxSize {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "InitialReserve %d exceeds MaxSize %d", reserve, maxSize)
+	}
+	if t := threshold(release); reserve > t {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument,
+			"InitialReserve %d exceeds ReleaseThreshold %d: the pool would release the reserve at the next synchronization", reserve, t)
 	}
 	return nil
 }
@@ -251,6 +269,9 @@ func (c *poolCore) deallocate(kind string, ptr cuda.DevicePtr, size uint64, s *c
 	if ptr == 0 {
 		return nil
 	}
+	if c == nil {
+		return errNil(kind, "Deallocate")
+	}
 	if !c.initialized() {
 		return errZero(kind, "Deallocate")
 	}
@@ -309,9 +330,10 @@ func (c *poolCore) where() string {
 	return c.dev.String()
 }
 
-// memPool returns the driver pool, or the zero MemPool once closed.
+// memPool returns the driver pool, or the zero MemPool once closed (or
+// for a nil c).
 func (c *poolCore) memPool() cuda.MemPool {
-	if c.life.IsClosed() {
+	if c == nil || c.life.IsClosed() {
 		return cuda.MemPool{}
 	}
 	return c.pool

@@ -102,7 +102,7 @@ func (r *Statistics) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream)
 	if r == nil || r.up == nil {
 		return errNoUpstream("Statistics", "Deallocate")
 	}
-	gone, err := r.deallocate(ptr, size, s)
+	gone, err := freeThrough(r.up, ptr, size, s)
 	if gone {
 		subSat(&r.curBytes, size)
 		subSat(&r.curCount, 1)

@@ -51,17 +51,14 @@ type SubAllocatorOptions struct {
 // from the upstream and before anything is carved from it; if it fails,
 // the block goes back to the upstream and the allocation that needed it
 // fails with an error wrapping the hook's. Released runs before a block
-// goes back to the upstream (Trim, Close, the last Deallocate after
-// Close, a trim on out-of-memory); if it fails, the block stays, owned
-// and still acquired, and the operation reports the error, so a later
+// goes back to the upstream (Trim, Close, a trim on out-of-memory, or,
+// after Close, the block's last Deallocate); if it fails, the block stays,
+// owned and still acquired, the operation reports the error, and a later
 // Trim or Close calls Released again. So each block that Acquired
-// accepted sees Released exactly once, before its memory is released,
-// also when the SubAllocator is closed with allocations still live (the
-// block goes, and Released runs, at their last Deallocate). If giving the
-// block back then fails, it stays with the SubAllocator, and Acquired
-// runs again for it; if that fails too, both errors are reported and the
-// block stays in use without the hooks' registration (Released is not
-// called for it again).
+// accepted sees Released exactly once, before its memory is released. If
+// giving the block back then fails, it stays and Acquired runs again for
+// it; if that fails too, both errors are reported and the block stays in
+// use unregistered (Released is not called for it again).
 //
 // Acquired runs with the SubAllocator's shared lock held when a block is
 // taken (by an Allocate that grows, or NewSubAllocator), so that no other
@@ -79,13 +76,11 @@ type SubAllocatorOptions struct {
 // A hook that panics counts as one that failed, and leaves the
 // SubAllocator usable, closable and with its books whole; the panic goes
 // on to the caller of the operation that ran the hook (Allocate,
-// NewSubAllocator, Trim, Close, Deallocate). After a panicking Acquired
-// on a new block, the block has gone back to the upstream and the
-// allocation that needed it gets no memory. After a panicking Released,
-// its block stays, owned and still acquired, and so do the blocks the
-// operation had not given back yet; a later Trim or Close calls Released
-// for each of them. A Deallocate that runs Released (for the last
-// allocation of a block, after Close) has freed its range first.
+// NewSubAllocator, Trim, Close, Deallocate). A new block whose Acquired
+// panicked has gone back to the upstream. A block whose Released panicked
+// stays acquired, and so do the blocks the operation had not given back
+// yet, for a later Trim or Close. A Deallocate that runs Released has
+// freed its range first.
 //
 // A SubAllocator that is dropped without Close leaves its blocks to the
 // Buffers' safety net, which frees them without calling Released.
@@ -280,7 +275,7 @@ type SubAllocatorStats struct {
 // the initial block cannot be had.
 func NewSubAllocator(upstream buffer.MemoryResource, opts *SubAllocatorOptions) (*SubAllocator, error) {
 	const op = "NewSubAllocator"
-	if upstream == nil || isNilPointer(upstream) {
+	if upstream == nil || holdsNil(upstream) {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil upstream resource")
 	}
 	var o SubAllocatorOptions
@@ -349,6 +344,8 @@ func alignUp(n, align uint64) (uint64, bool) {
 
 func (a *SubAllocator) check(op string) error {
 	if a == nil || a.up == nil {
+		// Not errZero: inlined there, it would keep check from inlining
+		// into the pair's hot path.
 		return cuda.Errorf("SubAllocator."+op, cuda.ErrInvalidArgument, "SubAllocator is not initialized (create it with NewSubAllocator)")
 	}
 	return nil

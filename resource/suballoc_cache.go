@@ -15,19 +15,9 @@ import (
 
 // A cache is one stream's private stock of ranges, in front of the shared
 // books (the size classes, the blocks, the address index, all under
-// SubAllocator.mu), as RMM's arena keeps per-thread arenas in front of a
-// global one. A pair on a stream whose cache has a range of the size asked
-// for takes only a lock of that cache, so goroutines on different streams
-// do not contend (nor share a written cache line) however many there are.
-//
-// A cache is one shard (its own) until goroutines sharing the stream
-// contend for it: then it widens to a shard per P (a power of two, at
-// least GOMAXPROCS, at most subMaxShards), each with its own lock, sets
-// and cache lines, and a goroutine uses the shard of the P it runs on (a
-// hint from a sync.Pool, which is per P). So goroutines on one stream do
-// not serialize on one lock either. Every shard of a cache is the same
-// stream's: a range freed into any of them is reused only on that stream,
-// so sharding changes which goroutine reuses a range, never which stream.
+// SubAllocator.mu); the SubAllocator's documentation (Concurrency) says
+// what it serves and when it widens to a shard per P, a goroutine using
+// the shard of its P (a hint from a sync.Pool, which is per P).
 //
 // To the shared books, a range in a shard is live: carved, in the address
 // index, counted in used and in its block's live count, marked with the
@@ -38,22 +28,13 @@ import (
 //     is checked (unknown address, double free, wrong size) without the
 //     shared lock;
 //   - free: ranges freed on its stream, reused by allocations of exactly
-//     their (aligned) size on that stream, at once: memory freed on a
-//     stream is reused on it, never on another, which is the rule the
-//     shared books keep too.
+//     their (aligned) size on that stream, at once.
 //
-// Everything else takes the shared lock: a size the shard has no range
-// for, a free on another stream than the cache's (the range goes to the
-// shared books on the freeing stream, as before), a free from another P
-// than the allocation's (its shard is found through the books; the range
-// goes to the stream's list), a free when the shard is full. The shared
-// side flushes caches (the free ranges of every shard go back to the
-// books, each on its cache's stream, where they coalesce) whenever it
-// needs to see all the free memory: before ordering a stream after
-// another or growing (the allocating stream's cache first, then all), and
-// in Trim, Close and Stats. So caching never makes the sub-allocator take
-// memory from the upstream while a fitting range is free anywhere, and
-// Stats and Trim see exact books.
+// The shared side flushes caches (the free ranges of every shard go back
+// to the books, each on its cache's stream) whenever it needs to see all
+// the free memory: before ordering a stream after another or growing (the
+// allocating stream's cache first, then all), and in Trim, Close and
+// Stats.
 //
 // Lock order: SubAllocator.mu before a shard's mu; the fast paths take a
 // shard's mu alone, and never take the shared lock while holding it.
@@ -326,10 +307,9 @@ func newShard(limit uint64) *subShard {
 // ranges it holds.
 func (sh *subShard) init() {
 	// In an allocation of its own (1.5 KiB): grown by append from empty,
-	// the small arrays of different caches were neighbours in memory, and
-	// the fast paths of goroutines on different cores wrote the same
-	// cache lines (a GPU-host profile at 16 goroutines: a third of the
-	// time in pop, the cache's append and its unlock).
+	// the small arrays of different caches would be neighbours in memory,
+	// and the fast paths of goroutines on different cores would write the
+	// same cache lines.
 	sh.free = make([]subCached, 0, subCacheRanges)
 }
 
@@ -388,13 +368,7 @@ func (a *SubAllocator) cacheLocked(s *cuda.Stream) *subCache {
 	c := &subCache{key: s}
 	c.self[0], c.own.limit = &c.own, a.cacheBytes
 	c.own.init()
-	if n := len(a.freeCache); n > 0 {
-		c.id, a.freeCache = a.freeCache[n-1], a.freeCache[:n-1]
-		a.cacheTab[c.id] = c
-	} else {
-		c.id = int32(len(a.cacheTab))
-		a.cacheTab = append(a.cacheTab, c)
-	}
+	c.id = tableAdd(&a.cacheTab, &a.freeCache, c)
 	a.cacheMap[s] = c
 	a.publishLocked()
 	return c
@@ -479,19 +453,16 @@ func (a *SubAllocator) flushLocked(c *subCache) int {
 	}
 	n := 0
 	for _, sh := range c.all() {
-		n += a.flushShardLocked(c, sh)
+		// Under sh's lock throughout: the fast path appends to sh.free.
+		sh.mu.Lock()
+		n += a.flushHeldLocked(c, sh)
+		sh.mu.Unlock()
 	}
 	return n
 }
 
-func (a *SubAllocator) flushShardLocked(c *subCache, sh *subShard) int {
-	// Under sh's lock throughout: the fast path appends to sh.free.
-	sh.mu.Lock()
-	defer sh.mu.Unlock()
-	return a.flushHeldLocked(c, sh)
-}
-
-// flushHeldLocked is flushShardLocked with sh's lock held.
+// flushHeldLocked gives the free ranges of c's shard sh, whose lock is
+// held, back to the shared books.
 func (a *SubAllocator) flushHeldLocked(c *subCache, sh *subShard) int {
 	n := len(sh.free)
 	if n == 0 {
@@ -546,9 +517,7 @@ func (a *SubAllocator) dropCachesLocked() {
 				// flush above; none can now that sh is dead. Give it
 				// back before the cache is forgotten (and its id
 				// reused), or the range would stay marked with a cache
-				// that no longer holds it: lost to the books (found by
-				// TestSubAllocatorConcurrent under -race on the GPU
-				// host).
+				// that no longer holds it: lost to the books.
 				a.flushHeldLocked(c, sh)
 			}
 		}

@@ -4,6 +4,7 @@ package resource
 // Close, and Deallocate after Close).
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -85,26 +86,12 @@ func (a *SubAllocator) addBlockLocked(op string, l *subList, ub *buffer.Buffer, 
 	if err := a.acquireNew(op, b); err != nil {
 		return err
 	}
-	if k := len(a.freeBlk); k > 0 {
-		b.id, a.freeBlk = a.freeBlk[k-1], a.freeBlk[:k-1]
-		a.blockTab[b.id] = b
-	} else {
-		b.id = int32(len(a.blockTab))
-		a.blockTab = append(a.blockTab, b)
-	}
+	b.id = tableAdd(&a.blockTab, &a.freeBlk, b)
 	i := a.newChunk()
 	c := &a.chunks[i]
 	c.addr, c.size, c.blk = start, end-start, b.id
 	b.first = i
-	at, _ := slices.BinarySearchFunc(a.blocks, base, func(x *subBlock, v uint64) int {
-		switch {
-		case x.base < v:
-			return -1
-		case x.base > v:
-			return 1
-		}
-		return 0
-	})
+	at, _ := slices.BinarySearchFunc(a.blocks, base, func(x *subBlock, v uint64) int { return cmp.Compare(x.base, v) })
 	a.blocks = slices.Insert(a.blocks, at, b)
 	a.held += size
 	a.freeLocked(l, i)
@@ -384,11 +371,8 @@ func (a *SubAllocator) freeBlockUp(r subRelease) (gone bool, err error) {
 	if derr != nil {
 		return false, errors.Join(err, derr)
 	}
-	uerr := a.up.Deallocate(ptr, size, nil)
-	switch {
-	case uerr == nil:
-		return true, nil
-	case errors.Is(uerr, buffer.ErrPartlyFreed):
+	gone, uerr := freeThrough(a.up, ptr, size, nil)
+	if gone {
 		return true, uerr
 	}
 	// Still the block's memory: own it again, so that a retry (and the

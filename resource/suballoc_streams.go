@@ -19,18 +19,25 @@ func (a *SubAllocator) listFor(s *cuda.Stream) *subList {
 	l := a.lists[s]
 	if l == nil {
 		l = &subList{key: s}
-		if n := len(a.freeList); n > 0 {
-			l.id, a.freeList = a.freeList[n-1], a.freeList[:n-1]
-			a.listTab[l.id] = l
-		} else {
-			l.id = int32(len(a.listTab))
-			a.listTab = append(a.listTab, l)
-		}
+		l.id = tableAdd(&a.listTab, &a.freeList, l)
 		a.lists[s] = l
 		a.streams = append(a.streams, l)
 	}
 	a.last = l
 	return l
+}
+
+// tableAdd puts v in *tab under an unused id from *free, else under a new
+// one, and returns the id (see SubAllocator.blockTab).
+func tableAdd[T any](tab *[]T, free *[]int32, v T) int32 {
+	if n := len(*free); n > 0 {
+		id := (*free)[n-1]
+		*free = (*free)[:n-1]
+		(*tab)[id] = v
+		return id
+	}
+	*tab = append(*tab, v)
+	return int32(len(*tab) - 1)
 }
 
 // slowLocked finds room for n bytes on l (stream s) when l has none: by
@@ -214,26 +221,23 @@ func (o *eventOrder) admit(op string, s *cuda.Stream, alloc bool) error {
 	return s.RefuseCapture(op)
 }
 
+// streams resolves the two streams of an ordering (see stream).
+func (o *eventOrder) streams(dst, src *cuda.Stream) (ds, ss *cuda.Stream, err error) {
+	if ds, err = o.stream(dst); err == nil {
+		ss, err = o.stream(src)
+	}
+	return ds, ss, err
+}
+
 func (o *eventOrder) mayOrder(dst, src *cuda.Stream) bool {
 	// A stream that cannot be resolved is not a capture question:
 	// waitFor reports it.
-	ds, err := o.stream(dst)
-	if err != nil {
-		return true
-	}
-	ss, err := o.stream(src)
-	if err != nil {
-		return true
-	}
-	return cuda.RefuseOrder("SubAllocator.Allocate", ds, ss) == nil
+	ds, ss, err := o.streams(dst, src)
+	return err != nil || cuda.RefuseOrder("SubAllocator.Allocate", ds, ss) == nil
 }
 
 func (o *eventOrder) waitFor(dst, src *cuda.Stream) error {
-	ds, err := o.stream(dst)
-	if err != nil {
-		return err
-	}
-	ss, err := o.stream(src)
+	ds, ss, err := o.streams(dst, src)
 	if err != nil {
 		return err
 	}

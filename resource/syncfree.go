@@ -16,7 +16,7 @@ import (
 func syncAlloc(kind string, dev *cuda.Device, size uint64, s *cuda.Stream, sameDevice bool, alloc func() (cuda.DevicePtr, error)) (cuda.DevicePtr, *cuda.Stream, error) {
 	op := kind + ".Allocate"
 	if dev == nil {
-		return 0, nil, notInitialized(op, kind)
+		return 0, nil, errZero(kind, "Allocate")
 	}
 	s, err := syncStream(op, dev, s, sameDevice)
 	if err != nil {
@@ -43,7 +43,7 @@ func syncFree(kind string, dev *cuda.Device, ptr cuda.DevicePtr, size uint64, s 
 	case ptr == 0:
 		return nil
 	case dev == nil:
-		return notInitialized(op, kind)
+		return errZero(kind, "Deallocate")
 	case s == nil:
 		s = dev.DefaultStream()
 	}
@@ -61,12 +61,6 @@ func syncFree(kind string, dev *cuda.Device, ptr cuda.DevicePtr, size uint64, s 
 		return &cuda.OpError{Op: op, Err: fmt.Errorf("%#x (%d bytes): %w", uint64(ptr), size, err)}
 	}
 	return nil
-}
-
-// notInitialized is the error of method op on a zero resource of type
-// kind, made with New<kind>.
-func notInitialized(op, kind string) error {
-	return cuda.Errorf(op, cuda.ErrInvalidArgument, "%s is not initialized (create it with New%s)", kind, kind)
 }
 
 // syncStream resolves the stream argument of op on a synchronous resource

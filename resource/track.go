@@ -229,20 +229,15 @@ func (r *Tracking) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 			r.mu.Unlock()
 		}
 	}()
-	freed, err := r.deallocate(ptr, size, s)
+	freed, err := freeThrough(r.up, ptr, size, s)
 	return err
 }
 
 // Live returns the live allocations sorted by address (nil if none).
 // Their Callers slices are shared with the record: do not modify them.
 func (r *Tracking) Live() []Allocation {
-	if r == nil {
-		return nil
-	}
-	r.mu.Lock()
-	out := r.liveLocked()
-	r.mu.Unlock()
-	return sortLive(out)
+	_, live := r.Snapshot()
+	return live
 }
 
 // Sites returns the allocation totals per call stack since the Tracking
@@ -250,13 +245,8 @@ func (r *Tracking) Live() []Allocation {
 // nothing was allocated. Without CaptureStacks there is one site, with
 // nil Callers. Live gives what is still allocated.
 func (r *Tracking) Sites() []AllocationSite {
-	if r == nil {
-		return nil
-	}
-	r.mu.Lock()
-	out := r.sitesLocked()
-	r.mu.Unlock()
-	return sortSites(out)
+	sites, _ := r.Snapshot()
+	return sites
 }
 
 // Snapshot returns Sites and Live as of one moment, read under one hold
@@ -269,43 +259,18 @@ func (r *Tracking) Snapshot() (sites []AllocationSite, live []Allocation) {
 		return nil, nil
 	}
 	r.mu.Lock()
-	sites, live = r.sitesLocked(), r.liveLocked()
-	r.mu.Unlock()
-	return sortSites(sites), sortLive(live)
-}
-
-func (r *Tracking) liveLocked() []Allocation {
-	if len(r.live) == 0 {
-		return nil
-	}
-	out := make([]Allocation, 0, len(r.live))
-	for p, rec := range r.live {
-		out = append(out, Allocation{Ptr: p, Size: rec.size, Stream: rec.stream, Time: rec.time, Callers: rec.callers})
-	}
-	return out
-}
-
-func sortLive(out []Allocation) []Allocation {
-	slices.SortFunc(out, func(a, b Allocation) int { return cmp.Compare(a.Ptr, b.Ptr) })
-	return out
-}
-
-func (r *Tracking) sitesLocked() []AllocationSite {
-	if len(r.sites) == 0 {
-		return nil
-	}
-	out := make([]AllocationSite, 0, len(r.sites))
 	for _, st := range r.sites {
-		out = append(out, *st)
+		sites = append(sites, *st)
 	}
-	return out
-}
-
-func sortSites(out []AllocationSite) []AllocationSite {
-	slices.SortFunc(out, func(a, b AllocationSite) int {
+	for p, rec := range r.live {
+		live = append(live, Allocation{Ptr: p, Size: rec.size, Stream: rec.stream, Time: rec.time, Callers: rec.callers})
+	}
+	r.mu.Unlock()
+	slices.SortFunc(sites, func(a, b AllocationSite) int {
 		return cmp.Or(cmp.Compare(b.Bytes, a.Bytes), cmp.Compare(b.Count, a.Count), slices.Compare(a.Callers, b.Callers))
 	})
-	return out
+	slices.SortFunc(live, func(a, b Allocation) int { return cmp.Compare(a.Ptr, b.Ptr) })
+	return sites, live
 }
 
 // LiveBytes is the sum of the sizes of the live allocations.

@@ -1,6 +1,7 @@
 package gpuprof
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
@@ -263,15 +264,11 @@ func ownFrame(fn string) bool {
 }
 
 func stackKey(pcs []uintptr) string {
-	var sb strings.Builder
-	sb.Grow(len(pcs) * 8)
+	b := make([]byte, 0, len(pcs)*8)
 	for _, pc := range pcs {
-		v := uint64(pc)
-		for i := 0; i < 8; i++ {
-			sb.WriteByte(byte(v >> (8 * i)))
-		}
+		b = binary.LittleEndian.AppendUint64(b, uint64(pc))
 	}
-	return sb.String()
+	return string(b)
 }
 
 func clampInt(v uint64) int64 {

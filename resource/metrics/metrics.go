@@ -205,36 +205,30 @@ func (r *Registry) read() []reading {
 func (r *Registry) Snapshot() Snapshot {
 	var sn Snapshot
 	for _, rd := range r.read() {
-		if sn.Devices == nil {
-			sn.Devices = map[string]int{}
-		}
-		sn.Devices[rd.name] = rd.dev
+		put(&sn.Devices, rd.name, rd.dev)
 		if rd.err != nil {
-			if sn.Errors == nil {
-				sn.Errors = map[string]string{}
-			}
-			sn.Errors[rd.name] = rd.err.Error()
+			put(&sn.Errors, rd.name, rd.err.Error())
 			continue
 		}
 		switch rd.kind {
 		case kindStatistics:
-			if sn.Statistics == nil {
-				sn.Statistics = map[string]resource.Stats{}
-			}
-			sn.Statistics[rd.name] = rd.stats
+			put(&sn.Statistics, rd.name, rd.stats)
 		case kindPool:
-			if sn.Pools == nil {
-				sn.Pools = map[string]resource.PoolAttributes{}
-			}
-			sn.Pools[rd.name] = rd.attrs
+			put(&sn.Pools, rd.name, rd.attrs)
 		case kindSubAllocator:
-			if sn.SubAllocators == nil {
-				sn.SubAllocators = map[string]resource.SubAllocatorStats{}
-			}
-			sn.SubAllocators[rd.name] = rd.sub
+			put(&sn.SubAllocators, rd.name, rd.sub)
 		}
 	}
 	return sn
+}
+
+// put sets (*m)[k], making the map first: a Snapshot's maps stay nil
+// (left out of its JSON) until they hold something.
+func put[V any](m *map[string]V, k string, v V) {
+	if *m == nil {
+		*m = map[string]V{}
+	}
+	(*m)[k] = v
 }
 
 // String returns the JSON of Snapshot: the expvar.Var form, so that
@@ -332,8 +326,11 @@ func (r *Registry) WritePrometheus(w io.Writer) error {
 	return bw.Flush()
 }
 
+// writeHead writes a metric's HELP and TYPE lines. The help texts are
+// this file's constants, free of the backslashes and line feeds the
+// format would have escaped.
 func writeHead(w *bufio.Writer, name, help, typ string) {
-	w.WriteString("# HELP " + name + " " + escapeHelp(help) + "\n")
+	w.WriteString("# HELP " + name + " " + help + "\n")
 	w.WriteString("# TYPE " + name + " " + typ + "\n")
 }
 
@@ -346,14 +343,6 @@ func appendSample(b []byte, name string, rd *reading, v uint64) []byte {
 	b = append(b, `"} `...)
 	b = strconv.AppendUint(b, v, 10)
 	return append(b, '\n')
-}
-
-// escapeHelp escapes a HELP text: backslash and line feed.
-func escapeHelp(s string) string {
-	if !strings.ContainsAny(s, "\\\n") {
-		return s
-	}
-	return strings.NewReplacer(`\`, `\\`, "\n", `\n`).Replace(s)
 }
 
 // appendLabelValue escapes a label value: backslash, double quote and

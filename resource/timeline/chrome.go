@@ -1,6 +1,7 @@
 package timeline
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -143,15 +144,7 @@ func (t *Trace) chromeEvents() []chromeEvent {
 	// Viewers sort by time themselves, but a file in time order is easier
 	// to read and to diff; the sort is stable, so that a counter's events
 	// at one time keep their order.
-	slices.SortStableFunc(evs, func(a, b chromeEvent) int {
-		switch {
-		case a.Ts < b.Ts:
-			return -1
-		case a.Ts > b.Ts:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(evs, func(a, b chromeEvent) int { return cmp.Compare(a.Ts, b.Ts) })
 	return append(append([]chromeEvent{}, meta...), evs...) // [] rather than null when empty
 }
 

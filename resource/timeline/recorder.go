@@ -125,7 +125,7 @@ func (r *Recorder) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 	}
 	callers := r.callers()
 	r.log.record(r.event(Free, ptr, size, s), callers)
-	err := r.upDeallocate(ptr, size, s)
+	err := r.up.Deallocate(ptr, size, s)
 	if err != nil && !errors.Is(err, buffer.ErrPartlyFreed) && !errors.Is(err, cuda.ErrInvalidArgument) {
 		// Not freed: it is live again. (An error wrapping
 		// buffer.ErrPartlyFreed says the memory is gone: it stays freed.
@@ -135,11 +135,6 @@ func (r *Recorder) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 		r.log.record(r.event(Alloc, ptr, size, s), callers)
 	}
 	return err
-}
-
-// upDeallocate is the Recorder's one call to free through the upstream.
-func (r *Recorder) upDeallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
-	return r.up.Deallocate(ptr, size, s)
 }
 
 func (r *Recorder) event(k Kind, ptr cuda.DevicePtr, size uint64, s *cuda.Stream) Event {
