@@ -8,34 +8,16 @@ import (
 	"unsafe"
 )
 
-// The capture rule.
-//
-// While a stream captures, the driver records what is enqueued on it as
-// graph nodes, forbids what would make the host wait for it, and reacts
-// to three more things an operation can do without naming the capturing
-// stream at all:
-//
-//   - ordering one stream after another (an event recorded on one and
-//     waited on by the other): waiting on an event recorded in a capture
-//     pulls the waiting stream into that capture; a capturing stream
-//     waiting on work outside its capture, or on another capture's work,
-//     is illegal and invalidates the capture;
-//   - waiting for the whole context (cuCtxSynchronize: Device.Sync, and
-//     the quiescing before a pool is destroyed) while any of its streams
-//     captures invalidates those captures;
-//   - waiting for or querying an event recorded in a capture is illegal.
-//
-// Every operation in cudamem that touches a stream, an event or the whole
-// context asks one of the functions below first, each deciding from the
-// streams the operation touches (its own, the one it waits on, the one it
-// frees on): RefuseCapture (work that cannot be a node, on one stream),
-// RefuseOrder (one stream after another), Device.RefuseDeviceWait (the
-// whole context), and Event's record-time bookkeeping. The answer is
-// either nil (run it: outside a capture, or as a node of it) or an error
-// matching ErrCapturing, given before anything is submitted, so the
-// capture stays valid and nothing joins it by accident. Deferred
-// destruction that needs the context quiet waits with
-// Device.DeferWhileCapturing until no capture is in flight.
+// The capture rule. Besides work that makes the host wait, a capture is
+// invalidated by ordering streams across it (a capturing stream waiting
+// on work outside its capture; a wait on a captured event pulls the
+// waiter in), by a wait for its whole context (cuCtxSynchronize), and by
+// waiting for or querying a captured event. Every operation asks first,
+// from the streams it touches: RefuseCapture, RefuseOrder,
+// Device.RefuseDeviceWait, Event's record-time bookkeeping. The answer is
+// nil or an error matching ErrCapturing before anything is submitted, so
+// the capture stays valid. Destruction that needs the context quiet waits
+// with Device.DeferWhileCapturing.
 
 // streamCapture is a stream's part in the capture rule.
 type streamCapture struct {
@@ -293,16 +275,12 @@ func (s *Stream) name() string {
 // submitted to waited so far (an event recorded on waited, then waited on
 // by waiter) without harming a capture, and otherwise an error naming op
 // and both streams that matches ErrCapturing. It allows the order when
-// neither stream captures and when both are in the same capture (the
-// event and the wait become nodes). It refuses it when only waited
-// captures (waiter would be pulled into that capture, and the work
-// cudamem submits to it next would be recorded instead of run), when only
-// waiter captures (a capture cannot wait on work outside it), and when
-// they are in different captures. Resources and buffers call it before
-// ordering one stream after another on their own account (a free after
-// other streams' work, reusing memory across streams). Nil, zero and
-// closed streams are not checked here: the operation's own checks report
-// them. Two streams that are not capturing cost two atomic loads.
+// neither stream captures or both are in the same capture; it refuses it
+// when only one captures (waiter would be pulled in, or a capture would
+// wait on work outside it) or they are in different captures. Resources
+// and buffers call it before ordering streams on their own account. Nil,
+// zero and closed streams are not checked here. Two streams not capturing
+// cost two atomic loads.
 func RefuseOrder(op string, waiter, waited *Stream) error {
 	if waiter == waited {
 		return nil
@@ -366,21 +344,13 @@ func (d *Device) errLegacyCapture(op string) error {
 // DeferWhileCapturing arranges for fn to run once no capture that
 // cudamem saw begin involves a stream of d's context, and returns true;
 // with none in flight it returns false and does nothing, so the caller
-// goes ahead itself. It is how a destruction that must wait for the whole
-// context first (a pool's) is put off rather than refused when it comes
-// from a free that already succeeded.
+// goes ahead itself (how a pool's destruction is put off, not refused).
 //
 // fn has run when the EndCapture (or Stream.Close) that ends the last
-// such capture returns: it runs on that goroutine, or on one the ending
-// started, which that call waits for; no lock of this package is held.
-// So once that call returns, what was deferred is done (or deferred
-// again, if fn found another capture begun meanwhile). After a capture
-// that ended without a call of this package ending it (the driver
-// reported it over), fn runs on a goroutine of its own. fn never runs
-// while a capture is in flight: a BeginCapture waits for it, as for a
-// Device.Sync. fn never runs on the caller's goroutine inside this call,
-// so it may take the caller's locks; it must not end a capture or close a
-// stream itself.
+// such capture returns, holding no lock of this package; after a capture
+// the driver reported over, it runs on a goroutine of its own. It never
+// runs while a capture is in flight, nor inside this call, so it may take
+// the caller's locks; it must not end a capture or close a stream.
 func (d *Device) DeferWhileCapturing(fn func()) bool {
 	if !d.valid() || fn == nil {
 		return false
@@ -388,28 +358,16 @@ func (d *Device) DeferWhileCapturing(fn func()) bool {
 	return d.gate.deferWork(fn)
 }
 
-// The gate.
-//
-// The rule's checks read counts and then call the driver; a capture begun
-// on another goroutine between the two would be invalidated by the call
-// (a cuCtxSynchronize, or work on the legacy default stream joining a
-// blocking stream's capture). So such a call enters the gate (which
-// checks the count and counts the call in flight), calls the driver, and
-// leaves; and a capture raises the counts first, then waits until no
-// admitted call of the kinds it refuses is in flight, and only then
-// begins. Either the call sees the raised count and is refused, or the
-// capture sees the call and waits for it: the atomic operations are
-// sequentially consistent, so both cannot miss each other. The capture
-// waits holding no lock, so a call in flight never waits on it.
-//
-// The gate is fair to a capture: a call that finds a count raised is
-// refused before it counts itself, so once a capture has raised its
-// counts, the calls it waits for are only those admitted before, and at
-// most one late check per goroutine that had passed the first; no stream
-// of new or retried calls can hold it off. Every capture refuses waits for
-// the whole context; only a blocking stream's capture (or join) refuses
-// legacy-stream calls, and only it waits for them: a non-blocking
-// stream's capture leaves the legacy stream free.
+// The gate. A call the rule checks (a cuCtxSynchronize, work on the
+// legacy default stream) would invalidate a capture begun between its
+// check and its driver call. So the call enters the gate (checks the
+// count, counts itself in flight), calls, and leaves; a capture raises
+// the counts first, then waits, holding no lock, until no admitted call
+// it refuses is in flight. With sequentially consistent atomics one of
+// the two sees the other. A call that finds a count raised is refused
+// before counting itself, so no stream of new calls can hold a capture
+// off. Only a blocking stream's capture (or join) refuses legacy-stream
+// calls.
 
 // Kinds of calls that enter the gate.
 const (
@@ -654,17 +612,11 @@ func (e *Event) refuseCaptured(op string) error {
 	return nil
 }
 
-// The calls that enter the gate from outside this file.
-
-// refuseLegacy applies the capture rule to a synchronous call named op:
-// the driver runs it on the legacy default stream of d's context, so
-// while a blocking stream of that context captures, the call would join
-// that capture and invalidate it. It is refused then, as work on
-// DefaultStream() is, with an error matching ErrCapturing.
-//
-// The caller makes its driver call before exitLegacy: the check and the
-// call are one step for a BeginCapture on another goroutine (the gate,
-// capturerule.go). A nil error means the caller must call exitLegacy.
+// refuseLegacy refuses a call named op on the legacy default stream of
+// d's context, with an error matching ErrCapturing, while a blocking
+// stream of that context captures (the call would join the capture and
+// invalidate it). A nil error means the caller must call exitLegacy
+// after its driver call.
 func (d *Device) refuseLegacy(op string) error {
 	if !d.gate.enter(callLegacy) {
 		return d.errLegacyCapture(op)
