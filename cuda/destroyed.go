@@ -5,31 +5,17 @@ import (
 	"sync"
 )
 
-// The record of handles cudamem destroyed.
-//
-// A CUDA handle is the address of the driver's object. Once the object is
-// destroyed, the driver does not validate the handle: most entry points
-// dereference it, so handing it back (cuCtxSetCurrent or cuCtxGetId on a
-// destroyed context, cuCtxFromGreenCtx on a destroyed green context,
-// cuStreamGetCtx on a destroyed stream) can crash the process instead of
-// returning CUDA_ERROR_INVALID_CONTEXT. No driver call tells a live handle
-// from a dead one without that risk, so the entry points that take a raw
-// handle from the caller (WrapContext, WrapGreenContext, Device.WrapStream)
-// consult this record first, and refuse a handle cudamem itself destroyed
-// without calling the driver.
-//
-// What it cannot see: a handle destroyed by someone else (the library
-// that made a context destroying it, cuStreamDestroy outside cudamem)
-// reaches the driver as before. The driver frees a destroyed object and
-// may give its address to the next one: a handle cudamem creates again
-// (NewContext, NewGreenContext, a new stream) leaves the record, and so
-// does a context the driver hands back as live (cuCtxFromGreenCtx). But
-// a context or stream that another library creates at the address of one
-// cudamem destroyed is refused as destroyed, since nothing safe can tell
-// the two apart. That is why streams closed on their own (Stream.Close)
-// are not recorded: streams come and go far more often than contexts,
-// and other libraries' new streams would be refused at their addresses;
-// only the streams that die with a context cudamem destroys are.
+// The record of handles cudamem destroyed. The driver does not validate a
+// destroyed object's handle and may crash on it, so the entry points that
+// take a raw handle (WrapContext, WrapGreenContext, Device.WrapStream)
+// refuse one cudamem destroyed without calling the driver. A handle
+// destroyed by someone else reaches the driver. An address cudamem
+// creates an object at again (or the driver hands back as live) leaves
+// the record, but one another library reuses is refused, since nothing
+// safe tells the two apart. That is why streams closed on their own are
+// not recorded (they come and go far more often, and other libraries'
+// new streams would be refused); only those that die with a context
+// cudamem destroys are.
 
 // handleKind is the kind of driver object a recorded handle names.
 type handleKind uint8
