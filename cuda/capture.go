@@ -111,22 +111,26 @@ const (
 )
 
 // captureEnded lowers the capture flag (and the device's count of
-// capturing blocking streams) once the capture is over. For the stream
-// that began the capture it also ends the sequence: the streams that
-// joined it stop capturing, and the context's count of captures drops
-// (running what waited for it to reach zero).
+// capturing blocking streams) once the capture is over, and leaves its
+// sequence.
 func (s *Stream) captureEnded() {
 	if s.capture.state.Swap(capNone) == capNone {
 		return
 	}
 	c := s.capture.seq.Swap(nil)
-	origin := c != nil && c.origin == s
 	s.dev.gate.lower(false, s.capture.blocking)
+	s.leaveSeq(c)
+}
+
+// leaveSeq ends s's part in capture c: the sequence itself if s began it
+// (the streams that joined stop capturing), and the capture's count in
+// s's context if s began it or joined it from another context.
+func (s *Stream) leaveSeq(c *captureSeq) {
 	switch {
-	case origin:
+	case c != nil && c.origin == s:
 		c.finish()
 		s.dev.gate.lower(true, false)
-	case c != nil && s.crossContext(c):
+	case s.crossContext(c):
 		s.dev.gate.lower(true, false)
 	}
 }
@@ -158,16 +162,9 @@ func (s *Stream) captureEndedIf(seen *captureSeq) {
 	if s.capture.state.Swap(capNone) != capNone {
 		s.dev.gate.lower(false, s.capture.blocking)
 	}
-	switch {
-	case seen.origin == s:
-		// Found over, not ended here: no call of this package's returns
-		// at its end, and the work it leaves due runs on a goroutine of
-		// its own (lower).
-		seen.finish()
-		s.dev.gate.lower(true, false)
-	case s.crossContext(seen):
-		s.dev.gate.lower(true, false)
-	}
+	// Found over, not ended here: the work it leaves due runs on a
+	// goroutine of its own (lower).
+	s.leaveSeq(seen)
 }
 
 // joinedTo returns the stream whose capture s joined (nil if s began its

@@ -23,21 +23,16 @@ import (
 type streamCapture struct {
 	// state is capBeginning from just before BeginCapture's driver call,
 	// capActive once it succeeded (or the stream joined a capture), and
-	// capNone once the capture has ended, so resources can refuse the
-	// stream with one atomic load instead of a driver query.
+	// capNone once the capture has ended: one atomic load for resources.
 	state atomic.Int32
-	// blocking records that the stream synchronizes with the legacy
-	// default stream (made without StreamNonBlocking): while it captures,
-	// work on the legacy stream would join the capture and invalidate it.
+	// blocking: made without StreamNonBlocking, so while it captures, work
+	// on the legacy stream would join the capture and invalidate it.
 	blocking bool
-	// seq is the capture the stream is in while state is not capNone: one
-	// it began, or one it joined by waiting on its work (nil for a capture
-	// cudamem did not see begin).
+	// seq is the capture the stream began or joined while state is not
+	// capNone (nil for a capture cudamem did not see begin).
 	seq atomic.Pointer[captureSeq]
-	// joinedID is the driver's id of the capture cudamem did not see begin
-	// that the stream joined by a wait (joinCapture; 0 when the driver
-	// could not say), so that Close and EndCapture can tell that capture
-	// from a later one on the same handle.
+	// joinedID is the driver's id (0 if unknown) of the unseen capture the
+	// stream joined by a wait, to tell it from a later one on the handle.
 	joinedID atomic.Uint64
 	// abandoned is the graph of a capture Close ended but could not
 	// destroy; the next Close retries (written under the guard's Lock).
@@ -156,10 +151,9 @@ func (s *Stream) joinCapture(rec *eventCapture) {
 }
 
 // capID is what the rule knows of a stream's capture: none, a capture
-// cudamem saw begin (seq), or one the driver reports (id; borrowed
-// streams whose capture foreign code began). legacy marks the legacy
-// default stream while a blocking stream of its context captures: any
-// work on it would join that capture.
+// cudamem saw begin (seq), or one the driver reports (id). legacy marks
+// the legacy default stream while a blocking stream of its context
+// captures.
 type capID struct {
 	capturing bool
 	legacy    bool
@@ -179,11 +173,9 @@ func (a capID) same(b capID) bool {
 	return false
 }
 
-// captureOf says which capture s is in. It costs atomic loads for
-// cudamem's own streams that are not capturing, and a driver query for a
-// stream whose flag says capturing (to confirm) or that is borrowed.
-// Nil, zero and closed streams are not capturing: the operation's own
-// checks report them.
+// captureOf says which capture s is in: atomic loads for an owned stream
+// not capturing, a driver query to confirm a flag or for a borrowed
+// stream. Nil, zero and closed streams are not capturing.
 func (s *Stream) captureOf(op string) (capID, error) {
 	if c, ask := s.captureFast(); !ask {
 		return c, nil
@@ -230,17 +222,18 @@ func (s *Stream) captureAsk(op string, ctx, h uintptr) (capID, error) {
 	seen := s.capture.seq.Load()
 	var status int32
 	var id uint64
-	p := &s.dev.drv.StreamGetCaptureInfo
-	if p.Found() {
+	var err error
+	if p := &s.dev.drv.StreamGetCaptureInfo; p.Found() {
 		if r := p.CallCtx(ctx, h, uintptr(unsafe.Pointer(&status)), uintptr(unsafe.Pointer(&id)), 0, 0, 0, 0); !ok(r) {
-			return capID{}, &OpError{Op: op, Err: fmt.Errorf("asking whether stream %#x of %v is capturing: %w", h, s.dev, fail(p, r))}
+			err = fail(p, r)
 		}
 	} else {
-		st, err := s.status(ctx, h)
-		if err != nil {
-			return capID{}, &OpError{Op: op, Err: fmt.Errorf("asking whether stream %#x of %v is capturing: %w", h, s.dev, err)}
-		}
+		var st CaptureStatus
+		st, err = s.status(ctx, h)
 		status = int32(st)
+	}
+	if err != nil {
+		return capID{}, &OpError{Op: op, Err: fmt.Errorf("asking whether stream %#x of %v is capturing: %w", h, s.dev, err)}
 	}
 	if CaptureStatus(status) == CaptureStatusNone {
 		if s.capture.state.Load() == capActive {
@@ -379,13 +372,11 @@ const (
 // each view of a context has its own).
 type captureGate struct {
 	// captures counts the captures cudamem saw begin that involve the
-	// context: begun (or beginning) on one of its streams, or joined by
-	// one of its streams from another context. While it is above zero,
-	// calls of kind callContext are refused.
+	// context (begun, beginning, or joined from another context); above
+	// zero, calls of kind callContext are refused.
 	captures atomic.Int32
-	// blocking counts the context's blocking streams (made without
-	// StreamNonBlocking) that capture or are about to (begin or join):
-	// while it is above zero, calls of kind callLegacy are refused.
+	// blocking counts the context's blocking streams that capture or are
+	// about to; above zero, calls of kind callLegacy are refused.
 	blocking atomic.Int32
 	// calls counts the admitted calls in flight, by kind. A capture waits
 	// on idle (L is &mu) until the kinds it refuses are at 0; waiters
@@ -501,11 +492,9 @@ func (g *captureGate) deferWork(fn func()) bool {
 
 // runDeferred runs the deferred work if no capture is counted, on the
 // calling goroutine, and returns once it has run (also when another
-// goroutine was running it). It runs as a call of kind callContext, so a
-// capture beginning meanwhile waits for it, and stops as soon as one is
-// counted: what is left (or deferred again) runs when that one is over.
-// The caller holds no lock of this package. With nothing deferred it
-// costs one atomic load.
+// goroutine was running it). It runs as a call of kind callContext, and
+// stops as soon as a capture is counted. The caller holds no lock of this
+// package. With nothing deferred it costs one atomic load.
 func (g *captureGate) runDeferred() {
 	if g.pending.Load() == 0 {
 		return

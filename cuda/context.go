@@ -56,10 +56,10 @@ const (
 // views is the registry of non-primary views by context handle, so that
 // WrapContext returns one *Device per context and a view from NewContext
 // is found again by its handle.
-var views struct {
+var views = struct {
 	mu sync.Mutex
 	m  map[uintptr]*Device
-}
+}{m: map[uintptr]*Device{}}
 
 // IsPrimary reports whether d is a view of its GPU's primary context (the
 // values GetDevice returns); false for a nil or zero Device and for views
@@ -179,9 +179,6 @@ func WrapContext(h uintptr) (*Device, error) {
 	}
 	v := newView(p, h, false)
 	v.bind.id = id
-	if views.m == nil {
-		views.m = make(map[uintptr]*Device)
-	}
 	views.m[h] = v
 	return v, nil
 }
@@ -291,9 +288,6 @@ func (d *Device) NewContext(flags ContextFlags) (*Context, error) {
 	v := newView(p, c, true)
 	v.bind.id = contextID(p, c)
 	views.mu.Lock()
-	if views.m == nil {
-		views.m = make(map[uintptr]*Device)
-	}
 	views.m[c] = v
 	views.mu.Unlock()
 	return &Context{dev: v}, nil

@@ -130,9 +130,6 @@ func (d *Device) NewGreenContext(minSMs int) (*Context, error) {
 	v.bind.sms = int(group.SM.SMCount)
 	v.bind.id = contextID(p, c)
 	views.mu.Lock()
-	if views.m == nil {
-		views.m = make(map[uintptr]*Device)
-	}
 	views.m[c] = v
 	views.mu.Unlock()
 	return &Context{dev: v}, nil
