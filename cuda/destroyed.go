@@ -57,27 +57,20 @@ type handleKey struct {
 // cudamem's new objects leave the record, so it rarely fills.
 const goneMax = 1 << 14
 
-var gone struct {
+var gone = struct {
 	mu sync.Mutex
 	m  map[handleKey]string // what destroyed it (the operation's name)
-	// streams are the live streams cudamem created (Device.NewStreamWith,
-	// through streamCreated), by handle, so that Context.Close records
-	// those that die with their context.
+	// streams are the live streams cudamem created, by handle, so that
+	// Context.Close records those that die with their context.
 	streams map[uintptr]*Device
-}
+}{streams: map[uintptr]*Device{}}
 
-// noteDestroyed records that cudamem destroyed handle h of kind k, in the
-// operation named by.
-func noteDestroyed(k handleKind, h uintptr, by string) {
+// noteDestroyedLocked records that cudamem destroyed handle h of kind k,
+// in the operation named by. The caller holds gone.mu.
+func noteDestroyedLocked(k handleKind, h uintptr, by string) {
 	if h == 0 {
 		return
 	}
-	gone.mu.Lock()
-	defer gone.mu.Unlock()
-	noteDestroyedLocked(k, h, by)
-}
-
-func noteDestroyedLocked(k handleKind, h uintptr, by string) {
 	if gone.m == nil {
 		gone.m = make(map[handleKey]string)
 	}
@@ -124,20 +117,11 @@ func streamCreated(s *Stream) {
 	gone.mu.Lock()
 	defer gone.mu.Unlock()
 	delete(gone.m, handleKey{kindStream, s.handle})
-	if gone.streams == nil {
-		gone.streams = make(map[uintptr]*Device)
-	}
 	gone.streams[s.handle] = s.dev
 }
 
 // streamClosed forgets s, which Stream.Close destroyed, without recording
-// its handle: streams are made and destroyed far more often than
-// contexts, and the driver gives a destroyed stream's address to the next
-// stream made, by cudamem or by any library in the process; refusing that
-// address in WrapStream would refuse live streams of other libraries. So
-// only streams that died with a context cudamem destroyed are recorded
-// (contextDestroyed), as their context's handle is; a stream handle the
-// caller destroyed through Stream.Close and hands back reaches the driver.
+// its handle (see the record's comment above).
 func streamClosed(s *Stream) {
 	if s == nil || s.handle == 0 {
 		return

@@ -471,16 +471,3 @@ func (d *Device) DefaultStream() *Stream {
 	}
 	return &d.defaultStream
 }
-
-// currentContext returns the context current on the OS thread that runs
-// the call. Tests of the context model use it; cudamem never relies on it.
-func currentContext(d *Device) (uintptr, error) {
-	if err := d.check("currentContext"); err != nil {
-		return 0, err
-	}
-	var c uintptr
-	if r := d.drv.CtxGetCurrent.Call(uintptr(unsafe.Pointer(&c))); !ok(r) {
-		return 0, fail(&d.drv.CtxGetCurrent, r)
-	}
-	return c, nil
-}
