@@ -121,22 +121,18 @@ func (e *BatchCopyError) Unwrap() error {
 }
 
 // legacyStream reports a handle cuMemcpyBatchAsync refuses: the legacy
-// default stream, as handle 0 or as CU_STREAM_LEGACY (0x1).
-func legacyStream(h uintptr) bool { return h == 0 || h == 1 }
+// default stream, as handle 0 or as CU_STREAM_LEGACY.
+func legacyStream(h uintptr) bool { return h == 0 || h == streamLegacy }
 
 // MemcpyBatchAsync copies len(dsts) ranges, ordered on s as a whole:
 // sizes[i] bytes from srcs[i] to dsts[i], between any addresses the driver
-// knows (device, pinned host, managed; the direction is inferred). The
-// copies within the batch run in no particular order, so none may depend
-// on another (overlapping destinations, or a source another copy writes,
-// give undefined results).
+// knows (the direction is inferred). The copies run in no particular
+// order, so none may depend on another.
 //
-// attrs and attrIdxs are cuMemcpyBatchAsync's: attrs[k] applies to the
-// copies from attrIdxs[k] up to the next entry's index (the last to the
-// end); attrIdxs must start at 0 and increase, and there may be no more
-// attributes than copies. Both nil mean one attribute for every copy,
-// with SrcAccessOrder MemcpySrcAccessOrderStream. Every attribute needs a
-// valid SrcAccessOrder.
+// attrs[k] applies to the copies from attrIdxs[k] up to the next entry's
+// index (the last to the end); attrIdxs must start at 0 and increase,
+// with no more attributes than copies, each with a valid SrcAccessOrder.
+// Both nil mean MemcpySrcAccessOrderStream for every copy.
 //
 // Everything is checked before anything is submitted: slices of unequal
 // length, null addresses, ranges that wrap past 2^64 and bad attributes

@@ -244,8 +244,7 @@ func (s *Stream) captureAsk(op string, ctx, h uintptr) (capID, error) {
 	return capID{capturing: true, seq: s.capture.seq.Load(), id: id}, nil
 }
 
-// describe names a stream and its device (and, for a view, its context)
-// for messages.
+// describe names a stream and its device (view) for messages.
 func (s *Stream) describe() string {
 	if s == nil || s.dev == nil {
 		return "a nil or zero stream"

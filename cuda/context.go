@@ -199,17 +199,11 @@ func newView(p *Device, h uintptr, owned bool) *Device {
 // its view is a program error (as in CUDA). A nil or zero Context refuses
 // every call.
 //
-// The rules for views of one GPU:
-//
-//   - Views compare by pointer, one per context (WrapContext returns the
-//     same *Device each time). Ordinal, UUID, attributes and Features are
-//     the GPU's.
-//   - Objects CUDA ties to a context (streams, events, modules, cuMemAlloc
-//     memory) belong to one view; used with another view they are an error
-//     naming both.
-//   - Memory pools and virtual memory belong to the GPU: a pool made from
-//     any view allocates on streams of any view of the GPU.
-//   - Stream.WaitEvent accepts events of any context, as CUDA does.
+// Views compare by pointer, one per context; Ordinal, UUID, attributes and
+// Features are the GPU's. Objects CUDA ties to a context (streams, events,
+// modules, cuMemAlloc memory) belong to one view, and used with another
+// are an error naming both; pools and virtual memory belong to the GPU.
+// Stream.WaitEvent accepts events of any context, as CUDA does.
 //
 // After Close every call through the view, and through anything made from
 // it, returns an error matching ErrClosed. Close objects made in a context

@@ -45,12 +45,11 @@ func (d *Device) Do(f func() error) (err error) {
 	return f()
 }
 
-// ForeignFunc is a C function of another library (cuBLAS, cuFFT, NCCL,
-// ...) bound to a device: Call runs it with the device's primary context
-// current on the OS thread that makes the call, inside the same crossing
-// into C, so callers need neither runtime.LockOSThread nor
-// cuCtxSetCurrent. Make one with Device.Foreign; it is safe for concurrent
-// use. The zero ForeignFunc refuses every call.
+// ForeignFunc is a C function of another library bound to a device: Call
+// runs it with the device's context current on the calling OS thread,
+// inside the same crossing into C, so callers need neither
+// runtime.LockOSThread nor cuCtxSetCurrent. Make one with Device.Foreign;
+// it is safe for concurrent use. The zero ForeignFunc refuses every call.
 type ForeignFunc struct {
 	dev *Device
 	ctx uintptr

@@ -134,13 +134,10 @@ func (s *Stream) IsBorrowed() bool { return s != nil && s.borrowed }
 // stream (true for a nil Stream; a default stream is never closed).
 func (s *Stream) IsClosed() bool { return s == nil || s.guard.IsClosed() }
 
-// begin returns the context and handle for a call on s, holding a read
-// lock that end releases, so Close cannot destroy the stream mid-call.
-// On the legacy default stream while a blocking stream of its context
-// captures (or is about to), it refuses with ErrCapturing: any work there
-// would join that capture and invalidate it. A call on the legacy stream
-// it lets through is a call in flight that a blocking stream's capture
-// waits for before it begins, until end (the gate, capturerule.go).
+// begin returns the context and handle for a call on s, holding it open
+// until end, so Close cannot destroy the stream mid-call. On the legacy
+// default stream it enters the gate (capturerule.go): refused with
+// ErrCapturing while a blocking stream of its context captures.
 func (s *Stream) begin(op string) (ctx, handle uintptr, err error) {
 	if s == nil || s.dev == nil {
 		return 0, 0, errZeroStream(op)
@@ -158,10 +155,9 @@ func (s *Stream) begin(op string) (ctx, handle uintptr, err error) {
 	return ctx, handle, err
 }
 
-// beginQuery is begin without the legacy stream's capture check, for the
-// calls that only ask about captures (which the driver answers without
-// harming one) and for BeginCapture and EndCapture, which are never work
-// on the legacy stream; endQuery must follow.
+// beginQuery is begin without the legacy stream's capture check, for
+// calls that only ask about captures and for BeginCapture and EndCapture;
+// endQuery must follow.
 func (s *Stream) beginQuery(op string) (ctx, handle uintptr, err error) {
 	if s == nil || s.dev == nil {
 		return 0, 0, errZeroStream(op)
