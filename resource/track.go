@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/frames"
 )
 
 // TrackingOptions configures NewTracking. A nil *TrackingOptions means the
@@ -41,10 +41,6 @@ type TrackingOptions struct {
 	OnOutOfMemory func(t *Tracking, size uint64, err error)
 }
 
-// trackStackDepth is how many frames CaptureStacks keeps: enough to reach
-// the test or handler that allocated through a few layers of helpers.
-const trackStackDepth = 32
-
 // Allocation is one live allocation seen by a Tracking resource.
 type Allocation struct {
 	Ptr    cuda.DevicePtr
@@ -58,9 +54,10 @@ type Allocation struct {
 }
 
 // Stack formats the allocation's call stack, one "function\n\tfile:line"
-// entry per frame, from the first frame outside package resource (the
-// adaptors' own frames say nothing about the allocation site); "" when no
-// stack was captured.
+// entry per frame, from the first frame past cudamem's allocation path
+// (the frames of package resource, buffer and the timeline's Recorder on
+// top say nothing about the allocation site); "" when no stack was
+// captured.
 func (a Allocation) Stack() string {
 	var sb strings.Builder
 	writeStack(&sb, a.Callers, "")
@@ -111,7 +108,7 @@ type Tracking struct {
 }
 
 // trackSiteKey is a call stack as a map key: the frames, zero-padded.
-type trackSiteKey [trackStackDepth]uintptr
+type trackSiteKey [frames.Depth]uintptr
 
 // AllocationSite is one allocation call stack's totals since the
 // Tracking was made, freed allocations included.
@@ -315,7 +312,7 @@ func (r *Tracking) Report() string {
 	var total uint64
 	for _, a := range live {
 		total = satAdd(total, a.Size)
-		k := stackKey(a.Callers)
+		k := frames.Key(a.Callers)
 		st := sites[k]
 		if st == nil {
 			st = &site{key: k}
@@ -364,41 +361,11 @@ func satAdd(a, b uint64) uint64 {
 	return ^uint64(0)
 }
 
-// stackKey identifies a call stack for grouping.
-func stackKey(pcs []uintptr) string {
-	b := make([]byte, 0, len(pcs)*8)
-	for _, pc := range pcs {
-		b = strconv.AppendUint(b, uint64(pc), 16)
-		b = append(b, ' ')
-	}
-	return string(b)
-}
-
-// resourceFrame reports whether fn belongs to this package or is
-// buffer.Allocate. Their frames sit on top of every stack captured under a
-// stack of adaptors (or a sub-allocator) and say nothing about the
-// allocation site.
-func resourceFrame(fn string) bool {
-	return strings.HasPrefix(fn, "github.com/cudamem/cudamem/resource.") || fn == "github.com/cudamem/cudamem/buffer.Allocate"
-}
-
-// writeStack writes the frames of pcs, skipping this package's frames at
-// the top, each line prefixed with indent.
+// writeStack writes the allocation site of pcs ([frames.Site]), each line
+// prefixed with indent.
 func writeStack(sb *strings.Builder, pcs []uintptr, indent string) {
-	if len(pcs) == 0 {
-		return
-	}
-	frames := runtime.CallersFrames(pcs)
-	top := true
-	for {
-		f, more := frames.Next()
-		if !(top && resourceFrame(f.Function)) && f.Function != "runtime.goexit" {
-			top = false
-			fmt.Fprintf(sb, "%s%s\n%s\t%s:%d\n", indent, f.Function, indent, f.File, f.Line)
-		}
-		if !more {
-			return
-		}
+	for f := range frames.Site(pcs) {
+		fmt.Fprintf(sb, "%s%s\n%s\t%s:%d\n", indent, f.Function, indent, f.File, f.Line)
 	}
 }
 

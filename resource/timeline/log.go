@@ -3,13 +3,12 @@ package timeline
 import (
 	"cmp"
 	"fmt"
-	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/frames"
 )
 
 // Kind is what an event records.
@@ -257,53 +256,16 @@ type frameKey struct {
 	fn string
 }
 
-var ownPackages = []string{
-	"github.com/cudamem/cudamem/resource.",
-	"github.com/cudamem/cudamem/resource/timeline.",
-	"github.com/cudamem/cudamem/resource/metrics.",
-	"github.com/cudamem/cudamem/buffer.",
-}
-
-// ownFrame reports frames of cudamem's resource packages and the buffer
-// package's Close path: they sit on top of every captured stack and say
-// nothing about the call site.
-func ownFrame(fn string) bool {
-	for _, pkg := range ownPackages {
-		if strings.HasPrefix(fn, pkg) {
-			return true
-		}
-	}
-	return false
-}
-
 func (s symbolizer) stack(pcs []uintptr) []string {
-	if len(pcs) == 0 {
-		return nil
-	}
 	var out []string
-	top := true
-	frames := runtime.CallersFrames(pcs)
-	for {
-		f, more := frames.Next()
-		if top && ownFrame(f.Function) {
-			if !more {
-				break
-			}
-			continue
+	for f := range frames.Site(pcs) {
+		k := frameKey{f.PC, f.Function}
+		line, ok := s[k]
+		if !ok {
+			line = fmt.Sprintf("%s %s:%d", f.Function, f.File, f.Line)
+			s[k] = line
 		}
-		top = false
-		if f.Function != "runtime.goexit" {
-			k := frameKey{f.PC, f.Function}
-			line, ok := s[k]
-			if !ok {
-				line = fmt.Sprintf("%s %s:%d", f.Function, f.File, f.Line)
-				s[k] = line
-			}
-			out = append(out, line)
-		}
-		if !more {
-			break
-		}
+		out = append(out, line)
 	}
 	return out
 }

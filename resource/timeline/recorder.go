@@ -9,6 +9,7 @@ import (
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/frames"
 )
 
 // RecorderOptions configures NewRecorder. A nil *RecorderOptions means
@@ -23,8 +24,6 @@ type RecorderOptions struct {
 	// allocation per call; stacks are symbolized only by Log.Trace.
 	CaptureStacks bool
 }
-
-const stackDepth = 32
 
 // Recorder is a memory resource adaptor that records every allocation
 // and free through it in a Log: time, size, address, stream, device,
@@ -83,7 +82,7 @@ func (r *Recorder) callers() []uintptr {
 	if !r.stacks {
 		return nil
 	}
-	var pcs [stackDepth]uintptr
+	var pcs [frames.Depth]uintptr
 	n := runtime.Callers(3, pcs[:]) // skip Callers, this method and its caller
 	return slices.Clone(pcs[:n])
 }
