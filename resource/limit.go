@@ -28,7 +28,7 @@ import (
 // gives the bytes back. Limiting is safe for concurrent use; it adds two
 // atomic operations to a pair.
 type Limiting struct {
-	adaptor
+	up    buffer.MemoryResource
 	limit uint64
 	used  atomic.Uint64
 }
@@ -41,7 +41,7 @@ var _ buffer.MemoryResource = (*Limiting)(nil)
 // error matching cuda.ErrInvalidArgument (the constructor returns no
 // error, so adaptors can be nested in one expression).
 func NewLimiting(upstream buffer.MemoryResource, limit uint64) *Limiting {
-	return &Limiting{adaptor: adaptor{adaptorUpstream(upstream)}, limit: limit}
+	return &Limiting{up: adaptorUpstream(upstream), limit: limit}
 }
 
 // Allocate reserves size bytes against the limit and allocates them from
@@ -134,19 +134,18 @@ func (r *Limiting) Limit() uint64 {
 	return r.limit
 }
 
-// Upstream, DeviceAccessible, HostAccessible and DeviceID forward to the
-// upstream, as every adaptor's do (see [adaptor]).
-func (r *Limiting) Upstream() buffer.MemoryResource { return r.base().upstream() }
-func (r *Limiting) DeviceAccessible() bool          { return r.base().deviceAccessible() }
-func (r *Limiting) HostAccessible() bool            { return r.base().hostAccessible() }
-func (r *Limiting) DeviceID() int                   { return r.base().deviceID() }
-
-func (r *Limiting) base() *adaptor {
+// Upstream is the resource r allocates from (nil if none).
+func (r *Limiting) Upstream() buffer.MemoryResource {
 	if r == nil {
 		return nil
 	}
-	return &r.adaptor
+	return r.up
 }
+
+// DeviceAccessible, HostAccessible and DeviceID answer for the upstream.
+func (r *Limiting) DeviceAccessible() bool { return upDeviceAccessible(r.Upstream()) }
+func (r *Limiting) HostAccessible() bool   { return upHostAccessible(r.Upstream()) }
+func (r *Limiting) DeviceID() int          { return upDeviceID(r.Upstream()) }
 
 // String describes the resource for logs.
 func (r *Limiting) String() string {

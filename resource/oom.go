@@ -61,7 +61,7 @@ type RetryFunc func(size uint64, attempt int) bool
 // Buffers from Allocate are owned by the Retrying (see the adaptor
 // documentation). It is safe for concurrent use if the RetryFunc is.
 type Retrying struct {
-	adaptor
+	up      buffer.MemoryResource
 	retry   RetryFunc
 	retries atomic.Uint64
 }
@@ -73,7 +73,7 @@ var _ buffer.MemoryResource = (*Retrying)(nil)
 // forwards). A nil upstream makes every Allocate fail with an error
 // matching cuda.ErrInvalidArgument.
 func NewRetrying(upstream buffer.MemoryResource, retry RetryFunc) *Retrying {
-	return &Retrying{adaptor: adaptor{adaptorUpstream(upstream)}, retry: retry}
+	return &Retrying{up: adaptorUpstream(upstream), retry: retry}
 }
 
 // Allocate allocates from the upstream, retrying on out-of-memory while
@@ -115,19 +115,18 @@ func (r *Retrying) Retries() uint64 {
 	return r.retries.Load()
 }
 
-// Upstream, DeviceAccessible, HostAccessible and DeviceID forward to the
-// upstream, as every adaptor's do (see [adaptor]).
-func (r *Retrying) Upstream() buffer.MemoryResource { return r.base().upstream() }
-func (r *Retrying) DeviceAccessible() bool          { return r.base().deviceAccessible() }
-func (r *Retrying) HostAccessible() bool            { return r.base().hostAccessible() }
-func (r *Retrying) DeviceID() int                   { return r.base().deviceID() }
-
-func (r *Retrying) base() *adaptor {
+// Upstream is the resource r allocates from (nil if none).
+func (r *Retrying) Upstream() buffer.MemoryResource {
 	if r == nil {
 		return nil
 	}
-	return &r.adaptor
+	return r.up
 }
+
+// DeviceAccessible, HostAccessible and DeviceID answer for the upstream.
+func (r *Retrying) DeviceAccessible() bool { return upDeviceAccessible(r.Upstream()) }
+func (r *Retrying) HostAccessible() bool   { return upHostAccessible(r.Upstream()) }
+func (r *Retrying) DeviceID() int          { return upDeviceID(r.Upstream()) }
 
 // String describes the resource for logs.
 func (r *Retrying) String() string {
@@ -154,8 +153,8 @@ func (r *Retrying) String() string {
 // are, and its DeviceID is the primary's. Buffers from Allocate are owned
 // by the Fallback. It is safe for concurrent use.
 type Fallback struct {
-	adaptor // the primary
-	alt     buffer.MemoryResource
+	up  buffer.MemoryResource // the primary
+	alt buffer.MemoryResource
 
 	mu   sync.Mutex
 	fell map[cuda.DevicePtr]uint64 // addresses from alt, with their sizes
@@ -169,7 +168,7 @@ var _ buffer.MemoryResource = (*Fallback)(nil)
 // forwards; a nil primary makes every Allocate fail with an error
 // matching cuda.ErrInvalidArgument.
 func NewFallback(primary, fallback buffer.MemoryResource) *Fallback {
-	return &Fallback{adaptor: adaptor{adaptorUpstream(primary)}, alt: adaptorUpstream(fallback), fell: make(map[cuda.DevicePtr]uint64)}
+	return &Fallback{up: adaptorUpstream(primary), alt: adaptorUpstream(fallback), fell: make(map[cuda.DevicePtr]uint64)}
 }
 
 // Allocate allocates from the primary, or from the fallback when the
@@ -252,15 +251,13 @@ func (f *Fallback) LiveFallbacks() int {
 	return len(f.fell)
 }
 
-func (f *Fallback) base() *adaptor {
+// Upstream is the primary resource (nil if none).
+func (f *Fallback) Upstream() buffer.MemoryResource {
 	if f == nil {
 		return nil
 	}
-	return &f.adaptor
+	return f.up
 }
-
-// Upstream is the primary resource (nil if none).
-func (f *Fallback) Upstream() buffer.MemoryResource { return f.base().upstream() }
 
 // Secondary is the fallback resource (nil if none).
 func (f *Fallback) Secondary() buffer.MemoryResource {
@@ -273,17 +270,17 @@ func (f *Fallback) Secondary() buffer.MemoryResource {
 // DeviceAccessible reports whether both resources' memory is usable by
 // kernels (the primary's answer without a fallback).
 func (f *Fallback) DeviceAccessible() bool {
-	return f.base().deviceAccessible() && (f.alt == nil || f.alt.DeviceAccessible())
+	return upDeviceAccessible(f.Upstream()) && (f.alt == nil || f.alt.DeviceAccessible())
 }
 
 // HostAccessible reports whether both resources' memory is usable by the
 // CPU (the primary's answer without a fallback).
 func (f *Fallback) HostAccessible() bool {
-	return f.base().hostAccessible() && (f.alt == nil || f.alt.HostAccessible())
+	return upHostAccessible(f.Upstream()) && (f.alt == nil || f.alt.HostAccessible())
 }
 
 // DeviceID is the primary's device (-1 without one).
-func (f *Fallback) DeviceID() int { return f.base().deviceID() }
+func (f *Fallback) DeviceID() int { return upDeviceID(f.Upstream()) }
 
 // String describes the resource for logs.
 func (f *Fallback) String() string {

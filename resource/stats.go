@@ -47,7 +47,7 @@ func (s Stats) String() string {
 // Buffers from Allocate are owned by the Statistics, so that their Close
 // is counted. Statistics is safe for concurrent use.
 type Statistics struct {
-	adaptor
+	up buffer.MemoryResource
 
 	curBytes, peakBytes, totalBytes atomic.Uint64
 	curCount, peakCount, totalCount atomic.Uint64
@@ -60,7 +60,7 @@ var _ buffer.MemoryResource = (*Statistics)(nil)
 // the allocations. A nil upstream makes every Allocate fail with an error
 // matching cuda.ErrInvalidArgument.
 func NewStatistics(upstream buffer.MemoryResource) *Statistics {
-	return &Statistics{adaptor: adaptor{adaptorUpstream(upstream)}}
+	return &Statistics{up: adaptorUpstream(upstream)}
 }
 
 // Allocate allocates from the upstream and counts the allocation, or the
@@ -142,19 +142,18 @@ func (r *Statistics) ResetPeak() {
 	r.peakCount.Store(r.curCount.Load())
 }
 
-// Upstream, DeviceAccessible, HostAccessible and DeviceID forward to the
-// upstream, as every adaptor's do (see [adaptor]).
-func (r *Statistics) Upstream() buffer.MemoryResource { return r.base().upstream() }
-func (r *Statistics) DeviceAccessible() bool          { return r.base().deviceAccessible() }
-func (r *Statistics) HostAccessible() bool            { return r.base().hostAccessible() }
-func (r *Statistics) DeviceID() int                   { return r.base().deviceID() }
-
-func (r *Statistics) base() *adaptor {
+// Upstream is the resource r allocates from (nil if none).
+func (r *Statistics) Upstream() buffer.MemoryResource {
 	if r == nil {
 		return nil
 	}
-	return &r.adaptor
+	return r.up
 }
+
+// DeviceAccessible, HostAccessible and DeviceID answer for the upstream.
+func (r *Statistics) DeviceAccessible() bool { return upDeviceAccessible(r.Upstream()) }
+func (r *Statistics) HostAccessible() bool   { return upHostAccessible(r.Upstream()) }
+func (r *Statistics) DeviceID() int          { return upDeviceID(r.Upstream()) }
 
 // String describes the resource for logs.
 func (r *Statistics) String() string {

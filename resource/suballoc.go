@@ -42,45 +42,36 @@ type SubAllocatorOptions struct {
 // SegmentHooks let code that must know the memory behind allocations,
 // such as a communication library that registers buffers (NCCL's
 // ncclCommRegister), see the large blocks a SubAllocator takes from its
-// upstream and gives back, instead of every allocation carved from them:
-// a block registered once makes every allocation in it registered, and
-// nothing is registered per allocation. RMM's callback_memory_resource
-// plays the same part.
+// upstream and gives back, rather than every allocation carved from them,
+// as RMM's callback_memory_resource does.
 //
-// Acquired runs with a block's address and size once the block is taken
-// from the upstream and before anything is carved from it; if it fails,
-// the block goes back to the upstream and the allocation that needed it
-// fails with an error wrapping the hook's. Released runs before a block
-// goes back to the upstream (Trim, Close, a trim on out-of-memory, or,
-// after Close, the block's last Deallocate); if it fails, the block stays,
-// owned and still acquired, the operation reports the error, and a later
-// Trim or Close calls Released again. So each block that Acquired
-// accepted sees Released exactly once, before its memory is released. If
-// giving the block back then fails, it stays and Acquired runs again for
-// it; if that fails too, both errors are reported and the block stays in
-// use unregistered (Released is not called for it again).
+// Acquired runs once a block is taken from the upstream, before anything
+// is carved from it; if it fails, the block goes back to the upstream and
+// the allocation that needed it fails with an error wrapping the hook's.
+// Released runs before a block goes back to the upstream (Trim, Close, a
+// trim on out-of-memory, or, after Close, the block's last Deallocate);
+// if it fails, the block stays, owned and still acquired, the operation
+// reports the error, and a later Trim or Close calls Released again. So
+// each block that Acquired accepted sees Released exactly once, before
+// its memory is released. If giving the block back then fails, it stays
+// and Acquired runs again for it; if that fails too, both errors are
+// reported and the block stays in use unregistered.
 //
-// Acquired runs with the SubAllocator's shared lock held when a block is
-// taken (by an Allocate that grows, or NewSubAllocator), so that no other
-// allocation sees the block before it is acquired. Released, and Acquired
-// again for a block that could not be given back, run without that lock,
-// on the goroutine of the Trim, Close or Deallocate that gives the block
-// back, while the block is set aside. A hook may block (a registration
-// may take long), but while Acquired runs, every allocation that its
-// stream's cache cannot serve waits, and while Released runs, Close
-// waits for it. A hook must not call the SubAllocator it serves, nor wait
-// for a goroutine that does: Acquired would wait for the lock it is
-// called under, and a Close reached from Released would wait for that
-// Released to return.
+// Acquired runs with the SubAllocator's shared lock held, so that no
+// allocation sees the block before it is acquired: while it runs, every
+// allocation its stream's cache cannot serve waits. Released (and
+// Acquired again for a block that could not be given back) runs without
+// that lock, on the goroutine that gives the block back; Close waits for
+// it. A hook may block, but must not call the SubAllocator it serves, nor
+// wait for a goroutine that does: it would deadlock.
 //
 // A hook that panics counts as one that failed, and leaves the
 // SubAllocator usable, closable and with its books whole; the panic goes
-// on to the caller of the operation that ran the hook (Allocate,
-// NewSubAllocator, Trim, Close, Deallocate). A new block whose Acquired
-// panicked has gone back to the upstream. A block whose Released panicked
-// stays acquired, and so do the blocks the operation had not given back
-// yet, for a later Trim or Close. A Deallocate that runs Released has
-// freed its range first.
+// on to the caller of the operation that ran the hook. A new block whose
+// Acquired panicked has gone back to the upstream; a block whose Released
+// panicked stays acquired, and so do the blocks the operation had not
+// given back yet, for a later Trim or Close. A Deallocate that runs
+// Released has freed its range first.
 //
 // A SubAllocator that is dropped without Close leaves its blocks to the
 // Buffers' safety net, which frees them without calling Released.
@@ -149,38 +140,21 @@ const (
 // # Concurrency
 //
 // A SubAllocator is safe for concurrent use, and goroutines on different
-// streams do not contend. Each stream has a cache in front of the shared
-// books (RMM's arena keeps per-thread arenas in front of a global one):
-// ranges freed on the stream, up to 64 of them (per shard, see below)
-// and a quarter of GrowSize in all, reused by allocations of the same
-// aligned size on that stream, and the record of the allocations handed
-// out on it, so that their frees on it are checked there. A pair served
-// by its stream's cache takes only a lock of that cache. Everything else
-// takes the shared lock, held for the Go bookkeeping and, on the slow
-// paths only, for the driver calls that order streams and the upstream
-// calls that grow it: a size the cache has no range for, a free on
-// another stream than the allocation's (the range goes to the freeing
-// stream's list, as described above), a full cache. Cached ranges are free memory of their stream like any
-// other: before a stream is ordered after another, or a block is taken
-// from the upstream, the caches give their ranges back to their streams'
-// lists (where they coalesce), and Trim, Close and Stats do so too, so
-// caching never makes the sub-allocator grow while a fitting range is
-// free, and Stats is exact.
+// streams do not contend: each stream has a cache in front of the shared
+// books (as RMM's arena keeps per-thread arenas in front of a global
+// one), and a pair it serves takes only a lock of that cache. Goroutines
+// sharing one stream, once seen contending, get a shard of its cache per
+// P. A cache reuses ranges freed on its stream for allocations of the
+// same aligned size on that stream; other sizes, frees on another stream
+// than the allocation's and a full cache take the shared lock. Cached
+// ranges count as free: they go back to the books before the
+// sub-allocator orders streams or grows, and in Trim, Close and Stats, so
+// caching never makes it grow while a fitting range is free, and Stats is
+// exact.
 //
-// Goroutines sharing one stream do not serialize on its cache either:
-// once they are seen contending for its lock, the cache splits into a
-// shard per P (GOMAXPROCS of them, rounded up to a power of two, at most
-// 64), each with its own lock and its share of the cache's limits, and a
-// goroutine uses the shard of the P it runs on. The shards are all the
-// stream's: a range one of them holds is reused only on that stream, as
-// before. A free on the stream from another P than the allocation's (a
-// goroutine that moved, or a buffer handed to another goroutine) takes
-// the shared lock, and the range goes to the stream's list.
-//
-// The sub-allocator's blocks are Buffers of the upstream's
-// (buffer.Allocate), so the safety net covers them; its own allocations
-// are addresses (AllocatePtr), so adaptors stacked on a SubAllocator build
-// one Buffer per allocation.
+// The blocks are Buffers of the upstream's (buffer.Allocate), so the
+// safety net covers them; the allocations are addresses (AllocatePtr), so
+// adaptors stacked on a SubAllocator build one Buffer per allocation.
 type SubAllocator struct {
 	// Read by the fast path, written only by the constructor (and caches
 	// replaced under mu): kept apart from mu, which the slow paths write.
@@ -591,23 +565,11 @@ func (a *SubAllocator) Upstream() buffer.MemoryResource {
 	return a.up
 }
 
-// DeviceAccessible reports whether the upstream's memory is usable by
-// kernels (false for nil).
-func (a *SubAllocator) DeviceAccessible() bool {
-	return a != nil && a.up != nil && a.up.DeviceAccessible()
-}
-
-// HostAccessible reports whether the CPU can use the upstream's memory
-// (false for nil).
-func (a *SubAllocator) HostAccessible() bool { return a != nil && a.up != nil && a.up.HostAccessible() }
-
-// DeviceID is the upstream's device (-1 for nil and zero values).
-func (a *SubAllocator) DeviceID() int {
-	if a == nil || a.up == nil {
-		return -1
-	}
-	return a.up.DeviceID()
-}
+// DeviceAccessible, HostAccessible and DeviceID answer for the upstream
+// (false, false and -1 for nil and zero values).
+func (a *SubAllocator) DeviceAccessible() bool { return upDeviceAccessible(a.Upstream()) }
+func (a *SubAllocator) HostAccessible() bool   { return upHostAccessible(a.Upstream()) }
+func (a *SubAllocator) DeviceID() int          { return upDeviceID(a.Upstream()) }
 
 // String describes the sub-allocator for logs.
 func (a *SubAllocator) String() string {

@@ -15,9 +15,13 @@ import (
 
 // A cache is one stream's private stock of ranges, in front of the shared
 // books (the size classes, the blocks, the address index, all under
-// SubAllocator.mu); the SubAllocator's documentation (Concurrency) says
-// what it serves and when it widens to a shard per P, a goroutine using
-// the shard of its P (a hint from a sync.Pool, which is per P).
+// SubAllocator.mu): up to 64 ranges per shard and a quarter of GrowSize in
+// all. Once its lock is seen contended it widens to a shard per P
+// (GOMAXPROCS rounded up to a power of two, at most 64), each with its
+// share of the limits; a goroutine uses the shard of its P (a hint from a
+// sync.Pool, which is per P). A free on the stream from another P than
+// the allocation's takes the shared lock, and the range goes to the
+// stream's list.
 //
 // To the shared books, a range in a shard is live: carved, in the address
 // index, counted in used and in its block's live count, marked with the

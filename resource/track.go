@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
 	"strings"
@@ -20,10 +21,10 @@ import (
 type TrackingOptions struct {
 	// CaptureStacks records the call stack of every Allocate (up to 32
 	// frames), so Report can say where leaked memory was allocated. It
-	// costs a runtime.Callers and one small allocation per Allocate (a
-	// few hundred ns, more for deep stacks): fine for tests and debugging
-	// sessions, worth leaving off in hot production paths. Stacks are
-	// symbolized only when printed.
+	// costs a runtime.Callers per Allocate (a few hundred ns, more for
+	// deep stacks) and an allocation per new call site: fine for tests
+	// and debugging sessions, worth leaving off in hot production paths.
+	// Stacks are symbolized only when printed.
 	CaptureStacks bool
 
 	// OnOutOfMemory, if set, is called when the upstream fails an
@@ -78,21 +79,19 @@ type trackRecord struct {
 // it": tests assert that LiveCount is 0 when they end and print Report
 // when it is not, as RMM's tracking_resource_adaptor is used.
 //
-// Because it knows what is live, Tracking catches frees of memory it did
+// Because it knows what is live, Tracking refuses frees of memory it did
 // not hand out or already freed (a double free), and frees with the wrong
-// size: Deallocate refuses them with an error matching
-// cuda.ErrInvalidArgument and does not pass them on. The upstream would
-// not always notice: a pool may have handed the address out again, and
-// would free the new owner's memory. (A double free after the address
-// was reallocated through this same Tracking looks like a valid free;
-// nothing below the Buffer can tell them apart.)
+// size, with an error matching cuda.ErrInvalidArgument, and does not pass
+// them on: a pool below may have handed the address out again, and would
+// free the new owner's memory. (A double free after the address was
+// reallocated through this same Tracking looks like a valid free.)
 //
-// The record is a map under a mutex: simple, and cheap next to a driver
-// call, but a point of contention for many goroutines allocating at once.
-// Buffers from Allocate are owned by the Tracking, so that their Close
-// ends the record. Tracking is safe for concurrent use.
+// The record is a map under a mutex: cheap next to a driver call, but a
+// point of contention for many goroutines allocating at once. Buffers
+// from Allocate are owned by the Tracking, so that their Close ends the
+// record. Tracking is safe for concurrent use.
 type Tracking struct {
-	adaptor
+	up     buffer.MemoryResource
 	stacks bool
 	onOOM  func(*Tracking, uint64, error)
 
@@ -128,7 +127,7 @@ var _ buffer.MemoryResource = (*Tracking)(nil)
 // the live allocations. opts may be nil. A nil upstream makes every
 // Allocate fail with an error matching cuda.ErrInvalidArgument.
 func NewTracking(upstream buffer.MemoryResource, opts *TrackingOptions) *Tracking {
-	r := &Tracking{adaptor: adaptor{adaptorUpstream(upstream)}, live: make(map[cuda.DevicePtr]trackRecord), sites: make(map[trackSiteKey]*AllocationSite)}
+	r := &Tracking{up: adaptorUpstream(upstream), live: make(map[cuda.DevicePtr]trackRecord), sites: make(map[trackSiteKey]*AllocationSite)}
 	if opts != nil {
 		r.stacks, r.onOOM = opts.CaptureStacks, opts.OnOutOfMemory
 	}
@@ -304,7 +303,6 @@ func (r *Tracking) Report() string {
 		return "Tracking: no live allocations\n"
 	}
 	type site struct {
-		key    string
 		bytes  uint64
 		allocs []Allocation
 	}
@@ -315,17 +313,13 @@ func (r *Tracking) Report() string {
 		k := frames.Key(a.Callers)
 		st := sites[k]
 		if st == nil {
-			st = &site{key: k}
+			st = &site{}
 			sites[k] = st
 		}
 		st.bytes = satAdd(st.bytes, a.Size)
 		st.allocs = append(st.allocs, a)
 	}
-	order := make([]*site, 0, len(sites))
-	for _, st := range sites {
-		order = append(order, st)
-	}
-	slices.SortFunc(order, func(a, b *site) int {
+	order := slices.SortedFunc(maps.Values(sites), func(a, b *site) int {
 		return cmp.Or(cmp.Compare(b.bytes, a.bytes), cmp.Compare(len(b.allocs), len(a.allocs)), cmp.Compare(a.allocs[0].Ptr, b.allocs[0].Ptr))
 	})
 
@@ -369,19 +363,18 @@ func writeStack(sb *strings.Builder, pcs []uintptr, indent string) {
 	}
 }
 
-// Upstream, DeviceAccessible, HostAccessible and DeviceID forward to the
-// upstream, as every adaptor's do (see [adaptor]).
-func (r *Tracking) Upstream() buffer.MemoryResource { return r.base().upstream() }
-func (r *Tracking) DeviceAccessible() bool          { return r.base().deviceAccessible() }
-func (r *Tracking) HostAccessible() bool            { return r.base().hostAccessible() }
-func (r *Tracking) DeviceID() int                   { return r.base().deviceID() }
-
-func (r *Tracking) base() *adaptor {
+// Upstream is the resource r allocates from (nil if none).
+func (r *Tracking) Upstream() buffer.MemoryResource {
 	if r == nil {
 		return nil
 	}
-	return &r.adaptor
+	return r.up
 }
+
+// DeviceAccessible, HostAccessible and DeviceID answer for the upstream.
+func (r *Tracking) DeviceAccessible() bool { return upDeviceAccessible(r.Upstream()) }
+func (r *Tracking) HostAccessible() bool   { return upHostAccessible(r.Upstream()) }
+func (r *Tracking) DeviceID() int          { return upDeviceID(r.Upstream()) }
 
 // String describes the resource for logs.
 func (r *Tracking) String() string {

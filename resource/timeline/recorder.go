@@ -38,10 +38,7 @@ type RecorderOptions struct {
 // Alloc event at the same address), since the memory is still held.
 //
 // Buffers from Allocate are owned by the Recorder, so that their Close is
-// recorded. The upstream's buffer is taken apart (Buffer.Disown) and its
-// memory wrapped in one the Recorder owns, as the adaptors of package
-// resource do with upstreams they cannot ask for a pointer. Recorder is
-// safe for concurrent use.
+// recorded. Recorder is safe for concurrent use.
 type Recorder struct {
 	up     buffer.MemoryResource
 	log    *Log
