@@ -98,17 +98,12 @@ type liveKey struct {
 
 // Log is a bounded ring of events shared by any number of Recorders:
 // when it is full, each new event drops the oldest (Dropped counts them).
-// An allocation whose Alloc event was dropped while it was still live,
-// or whose Free is still in the ring, is kept aside (at most one entry
-// per live allocation), so that a Trace still knows what was in use when
-// its window starts: the numbers of a trace stay exact however many
-// events were dropped.
-//
-// Recording an event costs a clock reading and the Log's mutex, held for
-// a copy into the ring and, once the ring is full, a map update for the
-// event it drops: a few hundred nanoseconds.
-// The zero value is an empty Log of DefaultCapacity, its clock starting
-// at the first event. Log is safe for concurrent use.
+// An allocation whose Alloc event was dropped while its Free is not, or
+// has not happened, is kept aside (one entry per allocation), so that the
+// numbers of a trace stay exact however many events were dropped.
+// Recording an event costs a clock reading and the Log's mutex: a few
+// hundred nanoseconds. The zero value is an empty Log of DefaultCapacity,
+// its clock starting at the first event. Log is safe for concurrent use.
 type Log struct {
 	mu      sync.Mutex
 	start   time.Time
