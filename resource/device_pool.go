@@ -213,20 +213,13 @@ func (p *DevicePool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream)
 	return p.base().deallocate("DevicePool", ptr, size, s, true)
 }
 
-// DeviceAccessible reports true: kernels on the device (and on peers
-// granted access) can use the memory.
+// DeviceAccessible reports true and HostAccessible false: kernels on the
+// device (and on peers granted access) can use the memory, the CPU not.
 func (p *DevicePool) DeviceAccessible() bool { return true }
-
-// HostAccessible reports false: the CPU cannot touch device memory.
-func (p *DevicePool) HostAccessible() bool { return false }
+func (p *DevicePool) HostAccessible() bool   { return false }
 
 // DeviceID is the ordinal of the pool's device (-1 for a nil or zero pool).
-func (p *DevicePool) DeviceID() int {
-	if p == nil || p.core.dev == nil {
-		return -1
-	}
-	return p.core.dev.Ordinal()
-}
+func (p *DevicePool) DeviceID() int { return p.Device().Ordinal() }
 
 // Device is the pool's device.
 func (p *DevicePool) Device() *cuda.Device {

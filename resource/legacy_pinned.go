@@ -65,11 +65,10 @@ func (r *LegacyPinned) device() *cuda.Device {
 	return r.dev
 }
 
-// DeviceAccessible reports true.
+// DeviceAccessible and HostAccessible report true: every device and the
+// CPU may use the memory.
 func (r *LegacyPinned) DeviceAccessible() bool { return true }
-
-// HostAccessible reports true.
-func (r *LegacyPinned) HostAccessible() bool { return true }
+func (r *LegacyPinned) HostAccessible() bool   { return true }
 
 // DeviceID reports -1: pinned memory belongs to no device.
 func (r *LegacyPinned) DeviceID() int { return -1 }

@@ -197,11 +197,10 @@ func (p *PinnedPool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream)
 	return p.base().deallocate("PinnedPool", ptr, size, s, true)
 }
 
-// DeviceAccessible reports true: every device may use the memory.
+// DeviceAccessible and HostAccessible report true: every device and the
+// CPU may read and write the memory.
 func (p *PinnedPool) DeviceAccessible() bool { return true }
-
-// HostAccessible reports true: the CPU may read and write the memory.
-func (p *PinnedPool) HostAccessible() bool { return true }
+func (p *PinnedPool) HostAccessible() bool   { return true }
 
 // DeviceID reports -1: pinned memory belongs to no device.
 func (p *PinnedPool) DeviceID() int { return -1 }

@@ -44,17 +44,11 @@ type PoolAttributes struct {
 }
 
 // poolCore is what DevicePool and PinnedPool share: a driver memory pool,
-// whether this value owns it (life has a destroy function), and its
-// lifecycle. The outer types give its methods their documentation; kind
-// names the outer type in errors (it is empty in a zero value, so methods
-// take it), and a nil *poolCore is a nil outer pool.
-//
-// The lifecycle (calls in progress, live allocations, closing, deferred
-// destruction) lives in internal/poolcore, so that ipc.ImportedPool can
-// share it. An owned pool is destroyed only when no allocation from it is
-// live and every free has completed (see DevicePool.Close for why): Close
-// destroys it at once when nothing is allocated, and otherwise the
-// Deallocate of the last live allocation does.
+// whether this value owns it, and its lifecycle (internal/poolcore, shared
+// with ipc.ImportedPool). The outer types give its methods their
+// documentation; kind names the outer type in errors (it is empty in a
+// zero value, so methods take it), and a nil *poolCore is a nil outer
+// pool.
 type poolCore struct {
 	kind string       // "DevicePool" or "PinnedPool", for error messages
 	dev  *cuda.Device // serves the pool's calls; its default stream is the nil-stream default
@@ -215,11 +209,9 @@ func opName(kind, method string) string {
 
 // allocatePtr is the shared AllocatePtr: stream-ordered from the pool, the
 // address (0 for size 0) and the stream it is ordered on, nil resolved. A
-// DevicePool takes streams of its own device only.
-//
-// record adds the address to the pool's record of addresses handed out
-// (ptrs), which Deallocate requires; a Buffer from buffer.Allocate
-// (ForBuffers) is the record of its memory instead.
+// DevicePool takes streams of its own device only. record adds the
+// address to ptrs, which Deallocate requires; a Buffer from
+// buffer.Allocate (ForBuffers) is the record of its memory instead.
 func (c *poolCore) allocatePtr(kind string, size uint64, s *cuda.Stream, record bool) (cuda.DevicePtr, *cuda.Stream, error) {
 	if err := c.acquire(kind, "Allocate"); err != nil {
 		return 0, nil, err
@@ -258,13 +250,12 @@ func (c *poolCore) allocatePtr(kind string, size uint64, s *cuda.Stream, record 
 }
 
 // deallocate is the shared Deallocate. It works after Close too: an owned
-// pool lives until its last allocation is freed, and that free destroys it
-// (after waiting for the pool's devices, so the frees have completed).
-// An address this value did not hand out, or already freed, is refused
-// without calling the driver (see ptrSet): cuMemFreeAsync would free
-// another pool's memory behind that pool's back. recorded is false for
-// the memory of a Buffer from buffer.Allocate (ForBuffers), which is not in
-// the record (the Buffer frees it once, and only it can).
+// pool lives until its last allocation is freed, and that free destroys
+// it. An address this value did not hand out, or already freed, is
+// refused without calling the driver (see ptrSet): cuMemFreeAsync would
+// free another pool's memory behind its back. recorded is false for the
+// memory of a Buffer from buffer.Allocate (ForBuffers), which the Buffer
+// frees once, and only it can.
 func (c *poolCore) deallocate(kind string, ptr cuda.DevicePtr, size uint64, s *cuda.Stream, recorded bool) error {
 	if ptr == 0 {
 		return nil
@@ -420,16 +411,13 @@ func (c *poolCore) resetHighWatermarks(kind string) error {
 }
 
 // prime makes the pool reserve n bytes up front by allocating and freeing
-// them (RMM's initial_pool_size). The release threshold must be at least n
-// for the memory to stay reserved. clean reports whether the pool may be
-// destroyed after an error: destroying a pool under a live allocation, or
-// while a free into it is still pending, was followed by a crash in the
-// driver (see poolCore), so on failure prime first makes sure the reserve
-// is freed and the free has completed — retrying the free, and waiting
-// for the whole device rather than the stream if the stream's wait
-// failed — and says clean only then. Only if those second attempts fail
-// too is the pool left behind (leaked, and the error says so). The errors
-// of the retries are joined to the first.
+// them (RMM's initial_pool_size); the release threshold must be at least
+// n. clean reports whether the pool may be destroyed after an error:
+// destroying a pool under a live allocation or a pending free was
+// followed by crashes in the driver, so on failure prime first retries
+// the free and waits for the whole device, and says clean only then
+// (otherwise the pool is left behind, and the error says so). The
+// retries' errors are joined to the first.
 func prime(pool cuda.MemPool, s *cuda.Stream, n uint64) (clean bool, err error) {
 	if n == 0 {
 		return true, nil

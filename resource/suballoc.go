@@ -467,7 +467,7 @@ func (a *SubAllocator) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 	}
 	a.mu.Lock()
 	i := a.live.get(uint64(ptr))
-	if i == 0 || !a.handedOutLocked(i) {
+	if i == 0 || !a.handedOutLocked(i, false) {
 		// Not live, or a range a cache holds free: freed already.
 		err := a.unknownLocked(op, ptr, size)
 		a.mu.Unlock()
@@ -478,7 +478,7 @@ func (a *SubAllocator) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 		a.mu.Unlock()
 		return a.sizeErr(ptr, size, c.size)
 	}
-	if !a.unrecordLocked(i) {
+	if !a.handedOutLocked(i, true) {
 		// A racing second free reached the cache first.
 		err := a.unknownLocked(op, ptr, size)
 		a.mu.Unlock()

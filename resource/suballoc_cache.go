@@ -414,30 +414,10 @@ func (a *SubAllocator) recordLocked(s *cuda.Stream, i int32, h uint32) {
 	ch.cache, ch.shard = c.id, k
 }
 
-// unrecordLocked takes the live chunk i out of the shard that handed it
-// out, if any. It reports false when that shard holds the chunk as free:
-// the allocation was already freed, and this is a second free.
-func (a *SubAllocator) unrecordLocked(i int32) bool {
-	ch := &a.chunks[i]
-	if ch.cache == 0 {
-		return true
-	}
-	sh := a.cacheTab[ch.cache].shard(ch.shard)
-	sh.mu.Lock()
-	ci, _ := sh.live.lookup(ch.addr)
-	if ci == 0 {
-		sh.mu.Unlock()
-		return false
-	}
-	sh.live.remove(ch.addr)
-	sh.mu.Unlock()
-	ch.cache, ch.shard = 0, 0
-	return true
-}
-
 // handedOutLocked reports whether the live chunk i is an allocation in
-// use, not a free range held by a cache.
-func (a *SubAllocator) handedOutLocked(i int32) bool {
+// use, not a free range held by a cache (a second free of it). With take,
+// an allocation in use is also taken out of the shard that handed it out.
+func (a *SubAllocator) handedOutLocked(i int32, take bool) bool {
 	ch := &a.chunks[i]
 	if ch.cache == 0 {
 		return true
@@ -445,8 +425,15 @@ func (a *SubAllocator) handedOutLocked(i int32) bool {
 	sh := a.cacheTab[ch.cache].shard(ch.shard)
 	sh.mu.Lock()
 	ci, _ := sh.live.lookup(ch.addr)
+	inUse := ci != 0
+	if inUse && take {
+		sh.live.remove(ch.addr)
+	}
 	sh.mu.Unlock()
-	return ci != 0
+	if inUse && take {
+		ch.cache, ch.shard = 0, 0
+	}
+	return inUse
 }
 
 // flushLocked gives the free ranges of c's shards back to the shared

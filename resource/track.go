@@ -28,17 +28,14 @@ type TrackingOptions struct {
 	CaptureStacks bool
 
 	// OnOutOfMemory, if set, is called when the upstream fails an
-	// allocation with an error matching cuda.ErrorOutOfMemory, after the
-	// failure, with the Tracking, the size asked for and the error (which
-	// Allocate then returns unchanged). It runs on the allocating
-	// goroutine with no lock of the Tracking held, so it may block and
-	// may call the Tracking (Live, Sites, or free memory through it); if
-	// it panics, the panic goes on to the caller of Allocate, and nothing
-	// was allocated.
-	// Put the Tracking above any retrying or fallback adaptor, so that
-	// the hook sees only the failures nothing below could recover from;
-	// the live allocations at that moment are what filled the memory
-	// (gpuprof.WriteOnOutOfMemory writes them as a profile).
+	// allocation with an error matching cuda.ErrorOutOfMemory, with the
+	// Tracking, the size asked for and the error (which Allocate then
+	// returns unchanged). It runs on the allocating goroutine with no lock
+	// of the Tracking held, so it may block and call the Tracking; if it
+	// panics, the panic goes on to the caller of Allocate. Put the
+	// Tracking above any retrying or fallback adaptor, so that the hook
+	// sees only the failures nothing below recovers from: what is live
+	// then filled the memory (gpuprof.WriteOnOutOfMemory profiles it).
 	OnOutOfMemory func(t *Tracking, size uint64, err error)
 }
 

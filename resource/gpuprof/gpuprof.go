@@ -22,11 +22,9 @@ func Profile(t *resource.Tracking) (*profile.Profile, error) {
 		return nil, cuda.Errorf("gpuprof.Profile", cuda.ErrInvalidArgument, "nil Tracking")
 	}
 	b := newBuilder()
-	// One snapshot of the totals and the live allocations, so that no
-	// site shows more in use than was allocated there. The totals first:
-	// a live allocation's site is always among them (a site is never
-	// forgotten), so the samples come out in the totals' order, largest
-	// first.
+	// One snapshot, so that no site shows more in use than was allocated
+	// there. The totals first: every live allocation's site is among
+	// them, so the samples come in the totals' order, largest first.
 	sites, live := t.Snapshot()
 	for _, st := range sites {
 		s := b.sample(st.Callers)

@@ -50,8 +50,6 @@
 // seq numbers the events from 1 (dropped ones included), t_ns is
 // nanoseconds since start, before holds the Alloc events of allocations
 // made before the window that the window still sees live or freed.
-// ReadJSON refuses other versions, unknown fields, unknown kinds, and
-// sequence numbers or times that go back.
 //
 // # Cost
 //

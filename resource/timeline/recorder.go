@@ -123,11 +123,9 @@ func (r *Recorder) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 	r.log.record(r.event(Free, ptr, size, s), callers)
 	err := r.up.Deallocate(ptr, size, s)
 	if err != nil && !errors.Is(err, buffer.ErrPartlyFreed) && !errors.Is(err, cuda.ErrInvalidArgument) {
-		// Not freed: it is live again. (An error wrapping
-		// buffer.ErrPartlyFreed says the memory is gone: it stays freed.
-		// One matching cuda.ErrInvalidArgument is a free the upstream
-		// refused as not its allocation (a double free, say): no live
-		// allocation is to be invented for it.)
+		// Not freed: live again. (buffer.ErrPartlyFreed: the memory is
+		// gone; cuda.ErrInvalidArgument: not the upstream's allocation,
+		// a double free, say, so no live allocation is invented.)
 		r.log.record(r.event(Alloc, ptr, size, s), callers)
 	}
 	return err
@@ -161,15 +159,10 @@ func (r *Recorder) Upstream() buffer.MemoryResource {
 	return r.up
 }
 
-// DeviceAccessible reports the upstream's answer (false without one).
-func (r *Recorder) DeviceAccessible() bool {
-	return r != nil && r.up != nil && r.up.DeviceAccessible()
-}
-
-// HostAccessible reports the upstream's answer (false without one).
-func (r *Recorder) HostAccessible() bool {
-	return r != nil && r.up != nil && r.up.HostAccessible()
-}
+// DeviceAccessible and HostAccessible report the upstream's answers
+// (false without one).
+func (r *Recorder) DeviceAccessible() bool { return r != nil && r.up != nil && r.up.DeviceAccessible() }
+func (r *Recorder) HostAccessible() bool   { return r != nil && r.up != nil && r.up.HostAccessible() }
 
 // DeviceID is the upstream's device (-1 without an upstream).
 func (r *Recorder) DeviceID() int {

@@ -55,8 +55,8 @@ func (t *Trace) WriteJSON(w io.Writer) error {
 }
 
 // ReadJSON reads a trace written by WriteJSON and checks it: the version,
-// event kinds, sequence numbers that increase and times that do not go
-// back. Errors match cuda.ErrInvalidArgument.
+// no unknown fields, event kinds, sequence numbers that increase and
+// times that do not go back. Errors match cuda.ErrInvalidArgument.
 func ReadJSON(r io.Reader) (*Trace, error) {
 	const op = "timeline.ReadJSON"
 	if r == nil {
