@@ -434,25 +434,21 @@ func (p *DevicePool) revokePeers() error {
 
 // Close ends the resource: every later call but Deallocate returns an
 // error matching cuda.ErrClosed. An owned pool is destroyed, with its peer
-// access revoked first, once no buffer from it is live
-// and the device's work has finished: by Close when nothing is allocated,
-// else by the Deallocate (Buffer.Close) of the last live buffer. A borrowed
-// pool is left as it is. Close is idempotent; if destroying the pool
-// fails, Close (or, for a deferred destruction, the next Close) returns
-// the error, and calling Close again retries.
+// access revoked first, once no buffer from it is live and the device's
+// work has finished: by Close when nothing is allocated, else by the
+// Deallocate (Buffer.Close) of the last live buffer; as in cuda.core, a
+// pool lives as long as its buffers do (the driver permits destroying it
+// sooner, but a later synchronization can then crash the process). A
+// borrowed pool is left as it is. Close is idempotent; if destroying the
+// pool fails, Close (or, for a deferred destruction, the next Close)
+// returns the error, and calling Close again retries.
 //
-// Waiting for the device while one of its streams captures a graph would
-// invalidate the capture: the destruction is then put off, Close (or that
-// Deallocate) returns at once, and the pool is destroyed before the
-// cuda.Stream.EndCapture (or Stream.Close) that ends the last such
-// capture returns.
-//
-// Close waits for calls in progress on p (a Use callback among them) to
-// return first; it must not be called from inside Use's callback.
-//
-// The driver permits destroying a pool whose allocations are live, but a
-// later synchronization can then crash the process; so, as in cuda.core,
-// a pool lives as long as its buffers do.
+// While one of the device's streams captures a graph, waiting for the
+// device would invalidate the capture: the destruction is put off, and
+// runs before the cuda.Stream.EndCapture (or Stream.Close) that ends the
+// last such capture returns. Close waits for calls in progress on p (a
+// Use callback among them) first; it must not be called from inside
+// Use's callback.
 func (p *DevicePool) Close() error {
 	if p == nil || !p.core.initialized() {
 		return nil
@@ -463,13 +459,10 @@ func (p *DevicePool) Close() error {
 // Use runs fn with the driver pool held open: a concurrent Close waits for
 // fn to return before it destroys the pool, so fn may make driver calls on
 // it (package ipc exports the pool this way). It returns fn's error; an
-// error matching cuda.ErrClosed (naming DevicePool.Use) once p is closed,
-// without calling fn; and one matching cuda.ErrInvalidArgument for a nil
-// or zero p or a nil fn.
-//
+// error matching cuda.ErrClosed once p is closed, without calling fn; and
+// one matching cuda.ErrInvalidArgument for a nil or zero p or a nil fn.
 // fn must not destroy the pool, keep it after returning, or Close p (Close
-// would wait for fn, which waits for Close). Other calls on p from inside
-// fn work, and fail with cuda.ErrClosed once a Close has begun.
+// would wait for fn); other calls on p from inside fn work.
 func (p *DevicePool) Use(fn func(pool cuda.MemPool) error) error {
 	return p.base().use("DevicePool", fn)
 }

@@ -12,21 +12,17 @@ import (
 // the total past the limit fails with an error matching
 // cuda.ErrorOutOfMemory, without asking the upstream. It is RMM's
 // limiting_resource_adaptor, and what PyTorch's
-// set_per_process_memory_fraction does inside its allocator: a budget for
-// one component sharing a device (or a pool) with others, and a way to
-// test out-of-memory paths without filling a GPU.
+// set_per_process_memory_fraction does: a budget for one component
+// sharing a device (or a pool) with others, and a way to test
+// out-of-memory paths without filling a GPU.
 //
 // The cap counts the bytes requested, not what the upstream reserves
-// behind them (a pool rounds up and caches), so it bounds what callers
-// hold, not the device memory in use. Bytes are reserved with a
-// compare-and-swap before the upstream is called and given back if the
-// upstream fails, so concurrent callers can never overshoot the limit
-// together; the price is that a request may fail while another one that
-// will itself fail still holds its reservation.
-//
-// Buffers from Allocate are owned by the Limiting, so that their Close
-// gives the bytes back. Limiting is safe for concurrent use; it adds two
-// atomic operations to a pair.
+// behind them, so it bounds what callers hold. Bytes are reserved with a
+// compare-and-swap before the upstream is called and given back if it
+// fails, so concurrent callers never overshoot the limit together (a
+// request may fail while another that will itself fail holds its
+// reservation). Buffers from Allocate are owned by the Limiting, so that
+// their Close gives the bytes back. Limiting is safe for concurrent use.
 type Limiting struct {
 	up    buffer.MemoryResource
 	limit uint64

@@ -63,11 +63,9 @@ type poolCore struct {
 
 // own makes c own its pool: once closed and unused, the pool's pending
 // work on the quiesce devices is waited for, then destroy runs. While a
-// stream of one of those devices captures, waiting for the device would
-// invalidate the capture: the destruction is put off until no capture is
-// in flight (Close still returns at once, and the pool is closed), and
-// runs before the EndCapture that ends the last one returns
-// (cuda.Device.DeferWhileCapturing).
+// stream of one of those devices captures, that wait would invalidate the
+// capture: the destruction is put off until the EndCapture that ends the
+// last capture (cuda.Device.DeferWhileCapturing).
 func (c *poolCore) own(quiesce []*cuda.Device, destroy func() error) {
 	retry := func() { _ = c.life.Retry() }
 	c.life.SetDestroy(func() error {
@@ -104,10 +102,9 @@ func errNil(kind, op string) error {
 func (c *poolCore) initialized() bool { return c.dev != nil && !c.pool.IsZero() }
 
 // checkDevice rejects a nil device and one not made by package cuda (a
-// zero cuda.Device, whose methods would reach a driver table it lacks):
-// dev must be the value cuda.GetDevice returns for its ordinal, or a view
-// of that GPU through another context (cuda.WrapContext,
-// Device.NewContext), whose primary view is that value.
+// zero cuda.Device lacks the driver table): dev must be what
+// cuda.GetDevice returns for its ordinal, or a view of that GPU through
+// another context, whose primary view is that value.
 func checkDevice(op string, dev *cuda.Device) error {
 	if dev == nil {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device")

@@ -33,19 +33,16 @@ func (s Stats) String() string {
 }
 
 // Statistics counts what goes through it: current, peak and total bytes
-// and allocations, and failed allocations. It answers "how much does this
-// component use, and how much did it need at worst" without asking the
-// driver, for any upstream (a pool's UsedMemCurrent mixes every user of
-// the pool, and rounds).
+// and allocations, and failed allocations, for any upstream, without
+// asking the driver (a pool's UsedMemCurrent mixes every user of the
+// pool, and rounds).
 //
-// The counters are separate atomics, with no lock, so a pair costs a few
-// uncontended atomic operations more. The price is that a snapshot taken
-// while other goroutines allocate may mix moments: each field is exact,
-// but CurrentBytes and CurrentCount may be one allocation apart. Stats
-// never reports a peak below the current value it read.
-//
-// Buffers from Allocate are owned by the Statistics, so that their Close
-// is counted. Statistics is safe for concurrent use.
+// The counters are separate atomics, with no lock: a pair costs a few
+// uncontended atomic operations more, but a snapshot taken while other
+// goroutines allocate may mix moments (CurrentBytes and CurrentCount may
+// be one allocation apart). Stats never reports a peak below the current
+// value it read. Buffers from Allocate are owned by the Statistics, so
+// that their Close is counted. Statistics is safe for concurrent use.
 type Statistics struct {
 	up buffer.MemoryResource
 

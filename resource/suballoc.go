@@ -92,13 +92,11 @@ const (
 // SubAllocator is a memory resource that carves allocations out of large
 // blocks it takes from another resource (the upstream): RMM's
 // pool_memory_resource, over any upstream (a DevicePool, pinned or managed
-// memory, an adaptor). It exists because a pair through a driver pool
-// costs a driver call each way, a few hundred nanoseconds at best, while
-// carving a range out of memory already held is a few dozen nanoseconds
-// of Go. Allocate and Deallocate on one stream never call the driver once
-// the sub-allocator holds enough memory; the pair, Buffer included, stays
-// well under 0.2 µs, and scales with goroutines on their own streams
-// (BENCHMARKS.md has the figures).
+// memory, an adaptor). A pair through a driver pool costs a driver call
+// each way; carving a range out of memory already held is a few dozen
+// nanoseconds of Go. Allocate and Deallocate on one stream never call the
+// driver once the sub-allocator holds enough memory, and scale with
+// goroutines on their own streams (BENCHMARKS.md has the figures).
 //
 // # Streams
 //
@@ -328,15 +326,12 @@ func (a *SubAllocator) check(op string) error {
 // Allocate returns a buffer of size bytes usable on s at once (nil: the
 // upstream's default stream), carved out of memory the sub-allocator
 // holds; closing the buffer gives the range back on s unless CloseOn
-// names another stream. It calls no driver function when s has a free
-// range that fits; see the type's documentation for what happens when it
-// has not. Size 0 returns an empty buffer.
+// names another stream. Size 0 returns an empty buffer.
 //
 // A request beyond MaxSize, or one the upstream cannot grow for, fails
 // with an error matching cuda.ErrorOutOfMemory that names the sizes; a
 // size that overflows when aligned matches cuda.ErrInvalidArgument; after
-// Close, and on a stream that was closed (whatever the sub-allocator
-// still holds freed on it), the error matches cuda.ErrClosed.
+// Close, and on a closed stream, the error matches cuda.ErrClosed.
 func (a *SubAllocator) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
 	return buffer.Allocate(a, size, s)
 }
@@ -430,20 +425,17 @@ func refuseClosed(op string, s *cuda.Stream) error {
 
 // Deallocate gives back a range from Allocate, on s (nil: the upstream's
 // default stream): the range is reused at once by allocations on s, and by
-// allocations on other streams only once they are ordered after s.
-// Buffers call it from Close. A zero ptr is a no-op.
+// allocations on other streams only once they are ordered after s. A zero
+// ptr is a no-op. It works after Close too: a block whose last allocation
+// this was is then given back to the upstream; if that fails the block
+// stays, and the next Close retries it and reports the error.
 //
-// It works after Close too; a block whose last allocation this was is
-// then given back to the upstream (after waiting for the streams that
-// freed into it). If that fails the block stays, and the next Close
-// retries it and reports the error.
-//
-// An address that is not a live allocation of this sub-allocator (never
-// allocated here, or already freed), or a size that does not match the
-// allocation's, is an error matching cuda.ErrInvalidArgument, and nothing
-// changes. A stream that was closed is refused, as the pools refuse it,
-// with an error matching cuda.ErrClosed: the range stays allocated, and
-// may be freed on another stream (Buffer.CloseOn).
+// An address that is not a live allocation here (never allocated, or
+// already freed), or a size that does not match the allocation's, is an
+// error matching cuda.ErrInvalidArgument, and nothing changes. A closed
+// stream is refused, as the pools refuse it, with an error matching
+// cuda.ErrClosed: the range stays allocated, and may be freed on another
+// stream (Buffer.CloseOn).
 func (a *SubAllocator) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	const op = "SubAllocator.Deallocate"
 	if ptr == 0 {

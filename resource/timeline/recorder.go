@@ -26,19 +26,17 @@ type RecorderOptions struct {
 }
 
 // Recorder is a memory resource adaptor that records every allocation
-// and free through it in a Log: time, size, address, stream, device,
-// its name and optionally the call stack. Several Recorders may share a
-// Log; put one above and one below a resource.SubAllocator to see both
-// the allocations and the upstream blocks they are carved from (the
-// segment view of `cudamem timeline` draws one inside the other).
+// and free through it in a Log: time, size, address, stream, device, its
+// name and optionally the call stack. Several Recorders may share a Log:
+// one above and one below a resource.SubAllocator show the allocations
+// inside the upstream blocks they are carved from.
 //
-// A Free is recorded before the upstream frees, so that another
-// goroutine cannot be handed the same address, and record it, first. If
-// the upstream's Deallocate fails, the allocation is recorded again (an
-// Alloc event at the same address), since the memory is still held.
-//
-// Buffers from Allocate are owned by the Recorder, so that their Close is
-// recorded. Recorder is safe for concurrent use.
+// A Free is recorded before the upstream frees, so that another goroutine
+// handed the same address records its Alloc after it. If the upstream's
+// Deallocate fails, the allocation is recorded again (an Alloc at the same
+// address): the memory is still held. Buffers from Allocate are owned by
+// the Recorder, so that their Close is recorded. Recorder is safe for
+// concurrent use.
 type Recorder struct {
 	up     buffer.MemoryResource
 	log    *Log
