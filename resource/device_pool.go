@@ -61,8 +61,7 @@ func (o *DevicePoolOptions) check(goos string) error {
 //
 // Methods are safe for concurrent use. After Close every method except
 // Deallocate returns an error matching cuda.ErrClosed; Deallocate keeps
-// working so buffers that outlive the resource can still be freed, and an
-// owned pool is destroyed when the last of them is.
+// working for buffers that outlive the resource (see Close).
 type DevicePool struct {
 	core    poolCore
 	peerMu  sync.Mutex         // serializes SetPeerAccess calls (Close waits for them through core.life)
@@ -80,12 +79,10 @@ func (p *DevicePool) base() *poolCore {
 }
 
 // CurrentDevicePool returns a resource over dev's current pool
-// (cuDeviceGetMemPool: the default pool unless something changed it),
-// without owning it: Close ends only this value. If that pool's release
-// threshold is 0 it is raised to the maximum, so freed memory stays cached
-// instead of going back to the driver at every synchronization (cuda.core
-// does the same). It is what cuda.core's DeviceMemoryResource(device)
-// gives, and what most programs want.
+// (cuDeviceGetMemPool), without owning it: Close ends only this value. A
+// release threshold of 0 is raised to the maximum, so freed memory stays
+// cached across synchronizations, as cuda.core does. It is cuda.core's
+// DeviceMemoryResource(device), and what most programs want.
 func CurrentDevicePool(dev *cuda.Device) (*DevicePool, error) {
 	return newDevicePool("CurrentDevicePool", dev, nil)
 }
@@ -304,10 +301,9 @@ func deviceLoc(d *cuda.Device) cuda.MemLocation {
 	return cuda.MemLocation{Type: cuda.MemLocationTypeDevice, ID: int32(d.Ordinal())}
 }
 
-// peers returns the devices other than the pool's own that currently have
-// any access to the pool, asking the driver (never a cache, so changes
-// made through another DevicePool on the same pool show).
-// The caller holds the pool.
+// peers returns the devices other than the pool's own that have any
+// access to the pool now, asking the driver (changes made through another
+// DevicePool on the same pool show). The caller holds the pool.
 func (p *DevicePool) peers() ([]*cuda.Device, error) {
 	all, err := cuda.Devices()
 	if err != nil {

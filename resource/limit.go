@@ -70,35 +70,32 @@ func (r *Limiting) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cu
 			}
 		}
 	}
-	// The upstream may be user code, and panic: the reservation is then
-	// given back, as when it fails, or the budget would shrink for good.
-	returned := false
+	// The reservation is given back unless the upstream succeeds: when it
+	// fails, and when it panics (it may be user code), or the budget would
+	// shrink for good.
+	ok := false
 	defer func() {
-		if !returned && size > 0 {
+		if !ok && size > 0 {
 			subSat(&r.used, size)
 		}
 	}()
 	ptr, us, err := r.up.AllocatePtr(size, s)
-	returned = true
 	if err == nil && ptr == 0 && size > 0 {
 		// No memory to free later (a Buffer at address 0 is never
 		// deallocated): the reservation would be lost for good.
 		err = cuda.Errorf("Limiting.Allocate", cuda.ErrInvalidArgument, "upstream %v returned address 0 for %d bytes", r.up, size)
 	}
 	if err != nil {
-		if size > 0 {
-			subSat(&r.used, size)
-		}
 		return 0, nil, err
 	}
+	ok = true
 	return ptr, us, nil
 }
 
 // Deallocate frees through the upstream and, once the upstream succeeded,
-// returns size bytes to the budget (never below zero, even for memory
-// this Limiting did not allocate). A failed free keeps the bytes counted:
-// the memory is still held, and the buffer's Close may be retried. A zero
-// ptr does nothing.
+// returns size bytes to the budget (never below zero); a failed free
+// keeps them counted, as the memory is still held. A zero ptr does
+// nothing.
 func (r *Limiting) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	if ptr == 0 {
 		return nil

@@ -63,10 +63,9 @@ type Logging struct {
 var _ buffer.MemoryResource = (*Logging)(nil)
 
 // NewLogging returns a resource that allocates from upstream and logs each
-// allocation and free to logger (nil means slog.Default(), looked up at
-// each call, so slog.SetDefault later takes effect). opts may be nil. A
-// nil upstream makes every Allocate fail with an error matching
-// cuda.ErrInvalidArgument.
+// allocation and free to logger (nil: slog.Default() at each call, so a
+// later slog.SetDefault takes effect). opts may be nil. A nil upstream
+// makes every Allocate fail with an error matching cuda.ErrInvalidArgument.
 func NewLogging(upstream buffer.MemoryResource, logger *slog.Logger, opts *LoggingOptions) *Logging {
 	r := &Logging{up: adaptorUpstream(upstream), logger: logger, lvl: slog.LevelDebug}
 	if opts != nil {

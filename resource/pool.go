@@ -153,11 +153,9 @@ func (c *poolCore) use(kind string, fn func(pool cuda.MemPool) error) error {
 	return fn(c.pool)
 }
 
-// maxRequest is the largest size this package passes to the driver.
-// Sizes travel as uintptr, 32 bits wide on some targets, and the driver
-// rounds them up to its allocation granularity, which wraps past 2^64 for
-// sizes near it (a request that wraps can "succeed" with nothing
-// reserved). No machine has 2^63 bytes, so nothing real is refused.
+// maxRequest is the largest size this package passes to the driver:
+// sizes travel as uintptr (32 bits on some targets), and the driver's
+// rounding wraps past 2^64 for sizes near it. No machine has 2^63 bytes.
 const maxRequest = min(uint64(^uintptr(0)), 1<<63)
 
 // checkSize rejects a size of argument name of op that the driver call
@@ -187,9 +185,8 @@ func checkPoolSizes(op string, reserve, maxSize, release uint64) error {
 	return nil
 }
 
-// opName is kind+"."+method for the two hot methods, as constants: the
-// pair path names its operation on every call (for a possible error), and
-// a concatenation there costs an allocation each time.
+// opName is kind+"."+method, as constants for the hot methods: a
+// concatenation on every pair would cost an allocation.
 func opName(kind, method string) string {
 	switch {
 	case kind == "DevicePool" && method == "Allocate":

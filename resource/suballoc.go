@@ -19,17 +19,13 @@ type SubAllocatorOptions struct {
 	// upstream call. 0 takes nothing until the first Allocate.
 	InitialSize uint64
 	// GrowSize is the least the sub-allocator takes from the upstream when
-	// no free range fits a request; 0 means 64 MiB. A request larger than
-	// GrowSize gets a block of its own size rather than twice that, so a
-	// single large allocation does not hold memory nothing else may want;
-	// Trim gives such a block back once it is free.
+	// no free range fits a request; 0 means 64 MiB. A larger request gets
+	// a block of its own size, which Trim gives back once it is free.
 	GrowSize uint64
 	// MaxSize caps the bytes held from the upstream; 0 means no cap.
 	// Beyond it Allocate fails with an error matching
-	// cuda.ErrorOutOfMemory, and the sub-allocator keeps working for
-	// requests that fit. The free blocks are given back on such a
-	// failure only when that can make room under the cap for the
-	// request (see SubAllocatorStats.OutOfMemoryTrims).
+	// cuda.ErrorOutOfMemory (after giving back the free blocks, when that
+	// can make room: see SubAllocatorStats.OutOfMemoryTrims).
 	MaxSize uint64
 	// Alignment of every allocation's address and size, a power of two; 0
 	// means 256 bytes, what cudaMalloc guarantees and what RMM uses.
@@ -229,22 +225,18 @@ type SubAllocatorStats struct {
 	// fragmentation.
 	FreeRanges int
 	// OutOfMemoryTrims counts the allocations that ran out of memory,
-	// gave back the entirely free blocks (Trim) and tried again. An
-	// allocation that giving them back cannot help (one that would not
-	// fit under MaxSize with only the blocks in use held) fails at once,
-	// with every block kept.
+	// gave back the entirely free blocks (Trim) and tried again. One that
+	// would not fit under MaxSize even then fails at once, every block
+	// kept.
 	OutOfMemoryTrims uint64
 }
 
 // NewSubAllocator returns a sub-allocator over upstream, which it uses
-// but does not own (closing the upstream is left to its owner, after the
-// sub-allocator's Close). With opts.InitialSize set it takes that much
-// from the upstream now, on the upstream's default stream.
-//
-// Bad options (an alignment that is not a power of two, an initial size
-// above MaxSize) and a nil upstream are errors matching
-// cuda.ErrInvalidArgument; the upstream's error is returned wrapped if
-// the initial block cannot be had.
+// but does not own (close the upstream after the sub-allocator). With
+// opts.InitialSize set it takes that much from the upstream now, on the
+// upstream's default stream. Bad options and a nil upstream are errors
+// matching cuda.ErrInvalidArgument; the upstream's error is returned
+// wrapped if the initial block cannot be had.
 func NewSubAllocator(upstream buffer.MemoryResource, opts *SubAllocatorOptions) (*SubAllocator, error) {
 	const op = "NewSubAllocator"
 	if upstream == nil || holdsNil(upstream) {
@@ -359,7 +351,7 @@ func (a *SubAllocator) take(size uint64, s *cuda.Stream) (cuda.DevicePtr, error)
 	const op = "SubAllocator.Allocate"
 	// Ranges are handed out and reused by the host, outside the stream
 	// order a graph records: a captured allocation would be carved once,
-	// now, not at each launch. One atomic load for owned streams.
+	// now, not at each launch.
 	if err := a.order.admit(op, s, true); err != nil {
 		return 0, err
 	}
@@ -367,9 +359,8 @@ func (a *SubAllocator) take(size uint64, s *cuda.Stream) (cuda.DevicePtr, error)
 	if !ok {
 		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "%d bytes overflow when aligned to %d bytes", size, a.align)
 	}
-	// A closed stream gets nothing, whether or not a range freed on it
-	// is still cached here: the pools refuse it, and work queued on it
-	// after its Close is an error (one atomic load).
+	// A closed stream gets nothing, even a range freed on it and cached
+	// here: the pools refuse it, and work queued on it is an error.
 	if err := refuseClosed(op, s); err != nil {
 		return 0, err
 	}
@@ -384,8 +375,8 @@ func (a *SubAllocator) take(size uint64, s *cuda.Stream) (cuda.DevicePtr, error)
 }
 
 // takeSlow is take past the caches, under the shared lock. The unlock is
-// deferred: growing calls the upstream and the Acquired hook, user code
-// that may panic, and a panic must not leave the lock held.
+// deferred: growing calls user code (the upstream, the Acquired hook)
+// that may panic.
 func (a *SubAllocator) takeSlow(op string, size, n uint64, s *cuda.Stream, h uint32) (cuda.DevicePtr, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -447,10 +438,8 @@ func (a *SubAllocator) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 	if err := a.order.admit(op, s, false); err != nil {
 		return fmt.Errorf("%w (%#x, %d bytes, stays allocated)", err, uint64(ptr), size)
 	}
-	// Refused as the pools refuse it, before any cache sees it: nothing
-	// may be ordered on a closed stream any more, so a range freed on it
-	// could be reused only after waiting for its whole device. The range
-	// stays allocated; free it on a live stream (Buffer.CloseOn).
+	// Before any cache sees it: nothing may be ordered on a closed stream,
+	// so a range freed on it could be reused only after its whole device.
 	if err := refuseClosed(op, s); err != nil {
 		return fmt.Errorf("%w (%#x, %d bytes, stays allocated)", err, uint64(ptr), size)
 	}

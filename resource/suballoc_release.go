@@ -226,7 +226,7 @@ type subGiven struct {
 // that the books stay whole and Close does not wait for them forever.
 func (a *SubAllocator) giveBack(rs []subRelease) (subGiven, error) {
 	var g subGiven
-	done := 0 // rs[done:] are still detached
+	done := 0 // rs[done:] are still detached, and go back on the lists
 	defer func() {
 		if done < len(rs) {
 			a.mu.Lock()
@@ -248,13 +248,7 @@ func (a *SubAllocator) giveBack(rs []subRelease) (subGiven, error) {
 	}
 	for _, s := range streams {
 		if err := a.order.sync(s); err != nil {
-			a.mu.Lock()
-			for _, r := range rs {
-				a.restoreLocked(r)
-			}
-			done = len(rs)
-			a.mu.Unlock()
-			g.kept = len(rs)
+			g.kept = len(rs) // the deferred restore puts every block back
 			what := fmt.Sprintf("%d blocks (%d bytes)", len(rs), total)
 			if len(rs) == 1 {
 				what = fmt.Sprintf("%#x (%d bytes)", rs[0].blk.base, rs[0].blk.size)
@@ -488,15 +482,11 @@ func (a *SubAllocator) trim() (gave uint64, err error) {
 // Close gives every block back to the upstream (after waiting for the
 // streams that freed into them) and destroys the sub-allocator's events;
 // later Allocate and Trim calls return errors matching cuda.ErrClosed.
-// It does not close the upstream.
-//
-// If allocations are still live, their blocks stay until the allocations
-// are deallocated (each block goes back with its last one), and Close
-// returns an error matching cuda.ErrorIllegalState that says how many
-// there are. Every failure (an event not destroyed, a stream not waited
-// for, a block not given back) is reported, joined; what failed stays
-// held, and Close is idempotent: called again it retries what failed and
-// reports the allocations still live.
+// It does not close the upstream. The blocks of allocations still live
+// go back with their last Deallocate, and Close returns an error matching
+// cuda.ErrorIllegalState that says how many there are. Every failure is
+// reported, joined; what failed stays held, and Close is idempotent:
+// called again it retries what failed.
 func (a *SubAllocator) Close() error {
 	const op = "SubAllocator.Close"
 	if a == nil || a.up == nil {

@@ -96,10 +96,9 @@ type Tracking struct {
 	live  map[cuda.DevicePtr]trackRecord
 	bytes uint64
 	// sites counts every allocation since the Tracking was made, by call
-	// stack (one site, the zero key, without CaptureStacks): what a heap
-	// profile's alloc_space and alloc_objects report. A site's callers
-	// slice is shared with the live records made there, so a repeated
-	// call site costs no allocation of its own.
+	// stack (the zero key without CaptureStacks). A site's callers are
+	// shared with the live records made there: a repeated call site costs
+	// no allocation.
 	sites map[trackSiteKey]*AllocationSite
 }
 
@@ -171,9 +170,8 @@ func (r *Tracking) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cu
 		site.Bytes = satAdd(site.Bytes, size)
 		rec.callers = site.Callers
 		if old, ok := r.live[ptr]; ok {
-			// The upstream handed out an address it already gave us: it
-			// was freed behind our back (through the upstream directly).
-			// The new record replaces the stale one.
+			// Freed behind our back (through the upstream directly): the
+			// new record replaces the stale one.
 			r.bytes -= min(r.bytes, old.size)
 		}
 		r.live[ptr] = rec
@@ -184,11 +182,10 @@ func (r *Tracking) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cu
 }
 
 // Deallocate frees a live allocation through the upstream. A ptr that is
-// not live here (never allocated through this Tracking, or already freed)
-// or a size that differs from the allocation's is refused with an error
-// matching cuda.ErrInvalidArgument, and the upstream is not called. If the
-// upstream fails, the allocation stays live (the buffer's Close may be
-// retried). A zero ptr does nothing.
+// not live here, or a size that differs from the allocation's, is refused
+// with an error matching cuda.ErrInvalidArgument without calling the
+// upstream. If the upstream fails, the allocation stays live (the
+// buffer's Close may be retried). A zero ptr does nothing.
 func (r *Tracking) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	if ptr == 0 {
 		return nil
@@ -242,11 +239,9 @@ func (r *Tracking) Sites() []AllocationSite {
 	return sites
 }
 
-// Snapshot returns Sites and Live as of one moment, read under one hold
-// of the lock: every live allocation is among its site's totals, which
-// two separate calls racing allocations on other goroutines do not
-// promise (a profile built from them could show more in use at a site
-// than was ever allocated there).
+// Snapshot returns Sites and Live as of one moment (under one hold of
+// the lock): every live allocation is among its site's totals, which two
+// separate calls racing other goroutines' allocations do not promise.
 func (r *Tracking) Snapshot() (sites []AllocationSite, live []Allocation) {
 	if r == nil {
 		return nil, nil

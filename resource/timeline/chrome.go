@@ -57,10 +57,8 @@ func (t *Trace) chromeEvents() []chromeEvent {
 	if t == nil {
 		return evs
 	}
-	// pid: device+2, so that host memory (-1) is 1 and every pid is
-	// positive (some viewers treat 0 specially). tid: streams numbered
-	// from 1 in order of appearance, per device, since stream handles
-	// are addresses too large for a viewer's integer.
+	// pid: device+2, so that every pid is positive (host memory's 1). tid:
+	// streams numbered from 1 as they appear (handles are too large).
 	pids := map[int]bool{}
 	type streamKey struct {
 		dev    int
@@ -135,9 +133,8 @@ func (t *Trace) chromeEvents() []chromeEvent {
 			evs = append(evs, chromeEvent{Name: label[r], Cat: "memory", Ph: "C", Ts: micros(ts), Pid: pid, Args: map[string]any{"bytes": u.Bytes, "allocations": u.Count}})
 		}
 	}
-	// Viewers sort by time themselves, but a file in time order is easier
-	// to read and to diff; the sort is stable, so that a counter's events
-	// at one time keep their order.
+	// In time order, easier to read and diff; stable, so that a counter's
+	// events at one time keep their order.
 	slices.SortStableFunc(evs, func(a, b chromeEvent) int { return cmp.Compare(a.Ts, b.Ts) })
 	return append(append([]chromeEvent{}, meta...), evs...) // [] rather than null when empty
 }

@@ -181,8 +181,7 @@ func (l *Log) record(e Event, callers []uintptr) {
 	l.seq++
 	e.Seq = l.seq
 	e.Time = max(now.Sub(l.start), 0)
-	// Times follow Seq: a caller that read the clock before another but
-	// took the lock after it gets the other's time.
+	// Times follow Seq, whoever read the clock first.
 	if n := len(l.ring); n > 0 {
 		e.Time = max(e.Time, l.ring[(l.head+n-1)%n].Time) // the newest entry
 	}

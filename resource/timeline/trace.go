@@ -138,8 +138,7 @@ func (t *Trace) Allocations() []Allocation {
 		k := liveKey{e.Resource, e.Addr}
 		if j, ok := open[k]; ok {
 			if idx < 0 {
-				// Two allocations at one address before the window
-				// (a Log never writes that): keep the later.
+				// Two at one address before the window: keep the later.
 				out[j] = Allocation{}
 				out = slices.Delete(out, j, j+1)
 				for kk, jj := range open {
@@ -148,8 +147,8 @@ func (t *Trace) Allocations() []Allocation {
 					}
 				}
 			} else {
-				// An Alloc over a live address: the Free went around
-				// the recorder. End the old one here.
+				// An Alloc over a live address (freed around the
+				// recorder) ends the old one.
 				out[j].Free = idx
 			}
 		}
@@ -189,11 +188,10 @@ type Usage struct {
 }
 
 // Usage returns the bytes and allocations live through the resource
-// named resource (whatever its name, "" included) at the start of the
-// window and after each of its events: the first entry is the start, one
-// entry follows per event of that resource. The numbers are those a
-// resource.Statistics over the same Recorder reports (current bytes and
-// count) at the same moments. TotalUsage gives every resource together.
+// named resource ("" included) at the start of the window and after each
+// of its events: the numbers a resource.Statistics over the same Recorder
+// reports (current bytes and count) at the same moments. TotalUsage gives
+// every resource together.
 func (t *Trace) Usage(resource string) []Usage {
 	return t.usage(func(r string) bool { return r == resource })
 }
