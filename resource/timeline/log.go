@@ -74,10 +74,9 @@ type Event struct {
 	Device int `json:"device"`
 	// Resource names the Recorder that saw the event.
 	Resource string `json:"resource"`
-	// Stack is the call stack that made the call, innermost first, one
-	// "function file:line" per frame, with the frames of cudamem's
-	// resource packages left out; empty unless the Recorder captures
-	// stacks.
+	// Stack is the call stack from the call site, innermost first, one
+	// "function file:line" per frame (cudamem's own frames on top left
+	// out); empty unless the Recorder captures stacks.
 	Stack []string `json:"stack,omitempty"`
 }
 

@@ -39,16 +39,15 @@ func (t *Trace) WriteJSON(w io.Writer) error {
 	if w == nil {
 		return cuda.Errorf("Trace.WriteJSON", cuda.ErrInvalidArgument, "nil writer")
 	}
-	if t == nil {
-		t = &Trace{Version: TraceVersion}
+	var out Trace
+	if t != nil {
+		out = *t
 	}
-	out := *t
 	out.Version = TraceVersion
 	if out.Events == nil {
 		out.Events = []Event{}
 	}
-	enc := json.NewEncoder(w)
-	if err := enc.Encode(&out); err != nil {
+	if err := json.NewEncoder(w).Encode(&out); err != nil {
 		return &cuda.OpError{Op: "Trace.WriteJSON", Err: err}
 	}
 	return nil
