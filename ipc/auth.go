@@ -108,7 +108,7 @@ const tokenKeySep = "."
 
 // Token returns h's UUID and pool key as text, for a process that gets
 // h's fd without SendHandle (a child started with ExtraFile): pass it to
-// NewHandleFromToken there. The token holds the pool's secret key: whoever
+// NewHandle there. The token holds the pool's secret key: whoever
 // has it can make descriptors the importer trusts, so hand it only to the
 // process that receives the fd, over a pipe or socket (the child's stdin,
 // or a pipe among its ExtraFiles). Never put it in the child's environment
@@ -129,14 +129,14 @@ func (h *Handle) Token() string {
 }
 
 // HasKey reports whether h carries its pool's key (Handles from
-// ExportPool (of a pool or of an imported one), ReceiveHandle of such a Handle, and
-// NewHandleFromToken of its Token do; NewHandle's do not).
+// ExportPool, and ReceiveHandle or NewHandle of such a Handle, do; those
+// made from a UUID alone do not).
 func (h *Handle) HasKey() bool { return h != nil && h.f != nil && h.key.has() }
 
 // parseToken parses what Token returns.
 func parseToken(op, s string) (UUID, poolKey, error) {
 	us, ks, keyed := strings.Cut(s, tokenKeySep)
-	u, err := ParseUUID(us)
+	u, err := cuda.ParseUUID(us)
 	if err != nil {
 		// Not ParseUUID's message: it quotes its input, which may hold a
 		// key (a token with a wrong separator), and keys stay out of
@@ -155,28 +155,4 @@ func parseToken(op, s string) (UUID, poolKey, error) {
 		return UUID{}, poolKey{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "malformed token: the key is not hex")
 	}
 	return u, keyFrom(kb[:]), nil
-}
-
-// NewHandleFromToken takes ownership of fd (a pool's fd passed to this
-// process, e.g. through exec.Cmd.ExtraFiles) under the UUID and key of
-// token, which the exporter's Handle.Token made (read it from the pipe the
-// parent wrote it to: see Token). As NewHandle does, it sets close-on-exec
-// on fd, so neither the pool's fd nor, through it, the pool passes on to
-// this process's own children. A malformed token is refused before
-// anything is taken: fd stays the caller's to close then.
-func NewHandleFromToken(fd int, token string) (*Handle, error) {
-	const op = "ipc.NewHandleFromToken"
-	if fd < 0 {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "negative file descriptor %d", fd)
-	}
-	u, k, err := parseToken(op, token)
-	if err != nil {
-		return nil, err
-	}
-	h, err := NewHandle(fd, u)
-	if err != nil {
-		return nil, err
-	}
-	h.key = k
-	return h, nil
 }

@@ -15,7 +15,7 @@
 //     in the message), or to a child process ([Handle.ExtraFile] with
 //     exec.Cmd.ExtraFiles, plus [Handle.Token] written to a pipe the child
 //     reads, its stdin say, which the child turns back into a Handle with
-//     [NewHandleFromToken]). The token holds the pool key: never pass it in
+//     [NewHandle]). The token holds the pool key: never pass it in
 //     the environment, which every grandchild inherits and
 //     /proc/PID/environ shows. A Handle's fd is close-on-exec, so it
 //     reaches only the children it is handed to.

@@ -65,14 +65,12 @@ func identityUUID(dev, ino uint64) UUID {
 // once however many such fds arrive (descriptors of one open file: dup'd,
 // sent over SCM_RIGHTS, inherited); otherwise (a device node or an
 // anonymous inode, whose inode unrelated files share, or a system other
-// than Linux) it is a fresh random UUID, and derived is false. Then nothing can tell that two
-// such Handles name one pool, and importing both maps the pool twice: the
-// driver maps an allocation once per process, so Buffers of the two
-// ImportedPools on one allocation would share a mapping that either one's
-// Close unmaps. Import a pool from one such Handle only (keep its
-// ImportedPool), or have the exporter send a UUID (cuda.core does) and use
-// NewHandle. Like NewHandle's, the Handle has no key: its pool takes
-// buffers only through ImportUnauthenticated.
+// than Linux) it is a fresh random UUID, and derived is false. Then
+// importing two such Handles of one pool maps it twice, and either
+// ImportedPool's Close unmaps what the other's Buffers use: import a pool
+// from one such Handle only, or have the exporter send a UUID and use
+// NewHandle. The Handle has no key: its pool takes buffers only through
+// ImportUnauthenticated.
 func NewForeignHandle(fd int) (h *Handle, derived bool, err error) {
 	const op = "ipc.NewForeignHandle"
 	if fd < 0 {
@@ -87,7 +85,7 @@ func NewForeignHandle(fd int) (h *Handle, derived bool, err error) {
 	default:
 		return nil, false, err
 	}
-	h, err = NewHandle(fd, u)
+	h, err = newHandle(op, fd, u, poolKey{})
 	if err != nil {
 		return nil, false, err
 	}

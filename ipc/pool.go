@@ -159,13 +159,12 @@ func ExportPool(p ExportablePool) (*Handle, error) {
 			return &cuda.OpError{Op: op, Err: err}
 		}
 		st.markExported()
-		if h, err = NewHandle(fd, st.uuid); err != nil {
+		if h, err = newHandle(op, fd, st.uuid, st.key); err != nil {
 			if cerr := osfd.Close(fd); cerr != nil {
 				err = errors.Join(err, cerr)
 			}
 			return err
 		}
-		h.key = st.key
 		return nil
 	})
 	if err != nil {
