@@ -11,14 +11,6 @@ import (
 	"github.com/cudamem/cudamem/cuda"
 )
 
-// The driver parses a descriptor's export data without validating it
-// (a driver was seen to crash the importing process in
-// cuMemPoolImportPointer on mutated export data), so a checksum is not enough: a descriptor must
-// prove it was made by a holder of its pool's key before the driver sees
-// it. Each exported pool gets a random key, which travels with the pool's
-// Handle (SendHandle, Token) but never with descriptors; descriptors carry
-// an HMAC-SHA256 of every other byte of their encoding under that key.
-
 // keySize is the length of a pool key in bytes.
 const keySize = 32
 
@@ -26,17 +18,13 @@ const keySize = 32
 // 128 bits, plenty against forgery by a peer that cannot query the key.
 const MACSize = 16
 
-// poolKey is a pool's secret key; the zero poolKey is "no key" (a Handle
-// made from a raw fd, as from a non-cudamem exporter).
+// poolKey is a pool's secret key (see the package doc's threat model);
+// the zero poolKey is "no key".
 //
-// The bytes are a string behind a pointer, and never change once made.
-// fmt prints a pointer to a string as an address wherever it meets one (it
-// shows the target only of pointers to arrays, slices, structs and maps,
-// and even those in its %!verb(...) text for a verb that does not fit),
-// and it cannot call the methods of unexported fields: so printing any
-// value that holds a poolKey through reflection (%v or %#v of a struct
-// with a Handle field, say) shows no key byte. The types that hold one
-// also format themselves redacted (see redacted.go).
+// The bytes are a string behind a pointer, and never change once made:
+// fmt prints a pointer to a string as an address, so printing any value
+// that holds a poolKey through reflection shows no key byte. The types
+// that hold one also format themselves redacted (see redacted.go).
 type poolKey struct {
 	k *string // nil: no key; else keySize bytes
 }
@@ -44,9 +32,7 @@ type poolKey struct {
 // has reports whether k is a key (not "no key").
 func (k poolKey) has() bool { return k.k != nil }
 
-// newPoolKey returns a fresh random key. crypto/rand.Read does not fail
-// on the systems Go supports (since Go 1.24 it aborts the program
-// rather than return a short read), so there is no error to handle.
+// newPoolKey returns a fresh random key (crypto/rand.Read does not fail).
 func newPoolKey() poolKey {
 	var b [keySize]byte
 	_, _ = rand.Read(b[:])
@@ -100,10 +86,7 @@ func (k poolKey) seal(d Descriptor) Descriptor {
 	return d
 }
 
-// Token forms. A token is the text form of a Handle's identity for
-// out-of-band transport (a pipe to a child started with
-// exec.Cmd.ExtraFiles): the pool's UUID, then, for a Handle with a key, a
-// '.' and the key in hex.
+// tokenKeySep separates a token's UUID from its key in hex.
 const tokenKeySep = "."
 
 // Token returns h's UUID and pool key as text, for a process that gets

@@ -8,30 +8,25 @@ import (
 )
 
 // FabricHandle is a pool exported as a fabric handle
-// (CU_MEM_HANDLE_TYPE_FABRIC), for processes on other nodes of a
-// multi-node NVLink domain as well as this one:
-// the driver's 64-byte handle, the pool's UUID and, for pools exported by
-// this package, the pool's key. Unlike a Handle it holds no file
-// descriptor: MarshalBinary makes plain bytes that travel over any channel
-// (a TCP socket, MPI, a key-value store), and ImportPoolFabric maps the
-// pool on the other side. Buffers then travel as Descriptors exactly as
-// for fd-exported pools (ExportBuffer, ImportedPool.Import), sealed with
-// the same key.
+// (CU_MEM_HANDLE_TYPE_FABRIC), for processes on any node of a multi-node
+// NVLink domain: the driver's 64-byte handle, the pool's UUID and, for
+// pools exported by this package, the pool's key. It holds no file
+// descriptor: MarshalBinary makes plain bytes for any channel, and
+// ImportPoolFabric maps the pool on the other side. Buffers then travel as
+// Descriptors, as for fd-exported pools.
 //
-// The encoding carries the pool key, as a Handle's Token does: send it only
-// to processes you would trust with the pool (see the package
-// documentation's threat model), over a channel others cannot read.
+// The encoding carries the pool key, as a Handle's Token does: send it
+// only to processes you would trust with the pool, over a channel others
+// cannot read.
 type FabricHandle struct {
 	uuid UUID
 	key  poolKey
 	h    fabricBytes
 }
 
-// fabricBytes holds a driver fabric handle, which lets a process of the
-// NVLink domain import the pool, as a string behind a pointer: as with
-// poolKey, fmt printing a value that holds one (a struct with an
-// unexported FabricHandle field, say) shows an address, not the bytes.
-// The zero fabricBytes is the zero handle.
+// fabricBytes holds a driver fabric handle as a string behind a pointer:
+// as with poolKey, fmt printing a value that holds one shows an address,
+// not the bytes. The zero fabricBytes is the zero handle.
 type fabricBytes struct {
 	s *string
 }
@@ -156,8 +151,6 @@ func (h *FabricHandle) UnmarshalBinary(b []byte) error {
 	case flags&^fabricHasKey != 0:
 		return fmt.Errorf("%w: unknown flags %#x", ErrBadFabricHandle, flags)
 	case flags == 0 && [keySize]byte(keyBytes) != [keySize]byte{}:
-		// One meaning per accepted encoding: key bytes without the flag
-		// would be silently dropped.
 		return fmt.Errorf("%w: key bytes present but the key flag is not set", ErrBadFabricHandle)
 	case out.uuid == (UUID{}):
 		return fmt.Errorf("%w: zero pool UUID (imports are deduplicated by UUID)", ErrBadFabricHandle)
@@ -227,8 +220,6 @@ func ImportPoolFabric(dev *cuda.Device, h *FabricHandle) (*ImportedPool, error) 
 	if dev == nil || h.zero() {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device, or nil or zero *FabricHandle")
 	}
-	// As ImportPool: the driver's import runs outside the registry's
-	// lock, and a second import of the UUID waits for the first.
 	u, k, fb := h.uuid, h.key, h.h
 	return importOnce(op, dev, u, k, func() (*ImportedPool, error) {
 		fh := fb.get()
@@ -243,16 +234,11 @@ func ImportPoolFabric(dev *cuda.Device, h *FabricHandle) (*ImportedPool, error) 
 }
 
 // exportFabric is ExportPoolFabric of an imported pool: the FabricHandle
-// it was imported from (same UUID, key and driver handle), so a third
-// process can import it. A pool imported from a file descriptor has none:
-// the error says so.
+// it was imported from.
 func (p *ImportedPool) exportFabric() (*FabricHandle, error) {
 	const op = "ipc.ExportPoolFabric"
-	if p.zero() {
-		return nil, errZeroPool(op)
-	}
-	if !p.life.Enter() {
-		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
+	if err := p.enter(op); err != nil {
+		return nil, err
 	}
 	defer p.life.Leave()
 	if p.fabric.IsZero() {

@@ -5,22 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
-	"fmt"
 
 	"github.com/cudamem/cudamem/cuda"
 )
-
-// Sharing with other libraries and languages.
-//
-// cuda.core (Python), CuPy and C programs share stream-ordered pools the
-// way the driver does: a pool's POSIX fd, and per buffer the 64 bytes of
-// CUmemPoolPtrExportData plus the size. cudamem's own Handle and Descriptor
-// add a UUID (cuda.core's IPCAllocationHandle carries one too, a uuid4),
-// a pool key and a MAC; a foreign exporter has no key, so its buffers come
-// in only through the explicit unauthenticated path (see the package
-// documentation's threat model): ImportUnauthenticated. PyTorch shares CUDA
-// tensors through legacy IPC (cudaIpcMemHandle plus an offset and a size):
-// OpenLegacy and ExportLegacy.
 
 // ExportData returns a copy of d's 64 bytes of export data: what cuda.core
 // takes as IPCBufferDescriptor._init(data, size), what a C importer passes
@@ -31,12 +18,8 @@ func (d Descriptor) ExportData() []byte { return bytes.Clone(d.Data.Reserved[:])
 // matching cuda.ErrClosed once p is closed (cuda.ErrInvalidArgument for a
 // nil or zero pool).
 func (p *ImportedPool) PoolErr() (cuda.MemPool, error) {
-	const op = "ImportedPool.PoolErr"
-	switch {
-	case p.zero():
-		return cuda.MemPool{}, errZeroPool(op)
-	case p.life.IsClosed():
-		return cuda.MemPool{}, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
+	if err := p.checkOpen("ImportedPool.PoolErr"); err != nil {
+		return cuda.MemPool{}, err
 	}
 	return p.pool, nil
 }

@@ -298,6 +298,22 @@ func errZeroPool(op string) error {
 	return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil or zero *ImportedPool (use ImportPool)")
 }
 
+func (p *ImportedPool) errClosed(op string) error {
+	return &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
+}
+
+// enter holds p open for a call (life.Leave ends it), refusing a nil, zero
+// or closed pool.
+func (p *ImportedPool) enter(op string) error {
+	if p.zero() {
+		return errZeroPool(op)
+	}
+	if !p.life.Enter() {
+		return p.errClosed(op)
+	}
+	return nil
+}
+
 // UUID names the exporting pool.
 func (p *ImportedPool) UUID() UUID {
 	if p == nil {
@@ -335,11 +351,8 @@ func (p *ImportedPool) Live() int64 {
 // the imported fd, with the owner's UUID and key.
 func (p *ImportedPool) export() (*Handle, error) {
 	const op = "ipc.ExportPool"
-	if p.zero() {
-		return nil, errZeroPool(op)
-	}
-	if !p.life.Enter() {
-		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
+	if err := p.enter(op); err != nil {
+		return nil, err
 	}
 	defer p.life.Leave()
 	if p.file == nil {
@@ -442,7 +455,7 @@ func (p *ImportedPool) checkOpen(op string) error {
 		return errZeroPool(op)
 	}
 	if p.life.IsClosed() {
-		return &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
+		return p.errClosed(op)
 	}
 	return nil
 }
@@ -450,8 +463,8 @@ func (p *ImportedPool) checkOpen(op string) error {
 // importChecked maps d, whose export data the caller has decided to hand
 // to the driver, and bounds it by the driver's mapping.
 func (p *ImportedPool) importChecked(op string, d Descriptor, s *cuda.Stream) (*buffer.Buffer, error) {
-	if !p.life.Enter() {
-		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
+	if err := p.enter(op); err != nil {
+		return nil, err
 	}
 	defer p.life.Leave()
 	// s is checked before the driver maps anything: a refused mapping is

@@ -55,16 +55,13 @@ type exportState struct {
 	mu sync.Mutex
 	// exported is set once the driver pool was exported as a shareable
 	// handle: the driver refuses cuMemPoolExportPointer on a pool never
-	// exported (CUDA_ERROR_INVALID_VALUE), so ExportBuffer exports it once
-	// first. cuda.core avoids it by exporting every IPC pool at creation.
+	// exported, so ExportBuffer exports it once first.
 	exported bool
 }
 
 // exportStates holds the export state of every pool exported so far,
 // keyed by a weak pointer to the pool: the state lives as long as the pool
-// object (a cleanup deletes it when the pool is collected), so a pool
-// keeps one UUID and key, and a new pool that reuses a dead one's driver
-// handle starts afresh.
+// object, so a pool keeps one UUID and key.
 var exportStates sync.Map // weak.Pointer[resource.DevicePool or PinnedPool] -> *exportState
 
 // poolState returns p's export state, making one (its UUID and key) on
@@ -196,14 +193,10 @@ func exportPool(op string, p ExportablePool, want cuda.MemHandleType, what strin
 // descriptor is sealed with the pool's key (its MAC), which importers
 // check before anything reaches the driver; a re-export is sealed with
 // the key the imported pool's Handle carried (none if it had none). It
-// works whether or not the pool was exported before (the pool is exported
-// once, and that handle closed, before its first buffer). It first waits
-// for b's allocation stream: the driver exports only allocations that
-// exist, and a stream-ordered allocation exists once its stream reaches it
-// (exporting earlier fails with CUDA_ERROR_INVALID_VALUE). A closed b, or a
-// b whose pool (imported or not) is closed, gives an error matching
-// cuda.ErrClosed: a closed pool's Buffers live on until closed, but the
-// pool exports nothing more.
+// works whether or not the pool was exported before. It first waits for
+// b's allocation stream: a stream-ordered allocation exists, and can be
+// exported, once its stream reaches it. A closed b, or a b whose pool is
+// closed, gives an error matching cuda.ErrClosed.
 func ExportBuffer(b *buffer.Buffer) (Descriptor, error) {
 	const op = "ipc.ExportBuffer"
 	if b == nil || b.IsClosed() {
@@ -212,10 +205,8 @@ func ExportBuffer(b *buffer.Buffer) (Descriptor, error) {
 	if !b.IsOwned() || b.Size() == 0 {
 		return Descriptor{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "%v is a view, borrowed or empty: export a whole allocation", b)
 	}
-	// The resource is read with b held open: read bare, a Close racing
-	// this call made it nil, and the buffer "not of an exportable pool".
-	// Held open, an owned buffer has its resource unless a Close has
-	// begun (it waits for this call): that Close wins.
+	// The resource is read with b held open: a Close racing a bare read
+	// would make it nil, and the buffer "not of an exportable pool".
 	var res buffer.MemoryResource
 	if err := b.Use(op, func(cuda.DevicePtr) error {
 		if res = b.Resource(); res == nil {
