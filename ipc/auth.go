@@ -46,8 +46,7 @@ func keyFrom(b []byte) poolKey {
 }
 
 // mac computes d's MAC under k: HMAC-SHA256 over d's encoding up to its
-// MAC (magic, version, reserved bytes, size, pool UUID, export data), so
-// that every field the importer acts on is covered.
+// MAC, so that every field the importer acts on is covered.
 func (k poolKey) mac(d Descriptor) [MACSize]byte {
 	h := hmac.New(sha256.New, []byte(*k.k))
 	body := d.body()
@@ -89,18 +88,14 @@ func (k poolKey) seal(d Descriptor) Descriptor {
 // tokenKeySep separates a token's UUID from its key in hex.
 const tokenKeySep = "."
 
-// Token returns h's UUID and pool key as text, for a process that gets
-// h's fd without SendHandle (a child started with ExtraFile): pass it to
-// NewHandle there. The token holds the pool's secret key: whoever
-// has it can make descriptors the importer trusts, so hand it only to the
-// process that receives the fd, over a pipe or socket (the child's stdin,
-// or a pipe among its ExtraFiles). Never put it in the child's environment
-// or arguments: the environment is inherited by every process the child
-// starts, and its children, and both are readable in /proc/PID/environ and
-// /proc/PID/cmdline by other processes of the user (and by root). Nor in
-// a log line: fmt never prints a Handle's key, but a token is a plain
-// string. A Handle without a key gives its UUID alone; a nil or zero
-// Handle gives "".
+// Token returns h's UUID and pool key as text (the UUID, then '.' and the
+// key in hex), for a process that gets h's fd without SendHandle (a child
+// started with ExtraFile): pass it to NewHandle there. The token holds the
+// pool's secret key: hand it only to the process that receives the fd,
+// over a pipe or socket. Never put it in the child's environment or
+// arguments (inherited by its children, readable in /proc/PID/environ and
+// /proc/PID/cmdline), nor in a log line. A Handle without a key gives its
+// UUID alone; a nil or zero Handle gives "".
 func (h *Handle) Token() string {
 	if h == nil || h.f == nil {
 		return ""

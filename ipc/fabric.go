@@ -123,9 +123,8 @@ func (h *FabricHandle) MarshalBinary() ([]byte, error) {
 // UnmarshalBinary decodes what MarshalBinary produced. Anything else
 // (wrong length, magic, version, flags or checksum; the zero UUID or
 // fabric handle; key bytes without the key flag) is refused with an error
-// wrapping ErrBadFabricHandle, and h is left unchanged. Decoding proves
-// only that the bytes were not corrupted: the driver decides whether the
-// fabric handle is real (ImportPoolFabric).
+// wrapping ErrBadFabricHandle, and h is left unchanged. The driver decides
+// whether the fabric handle is real (ImportPoolFabric).
 func (h *FabricHandle) UnmarshalBinary(b []byte) error {
 	if h == nil {
 		return cuda.Errorf("ipc.FabricHandle.UnmarshalBinary", cuda.ErrInvalidArgument, "nil *FabricHandle")
@@ -164,17 +163,11 @@ func (h *FabricHandle) UnmarshalBinary(b []byte) error {
 	return nil
 }
 
-// handleTyped is implemented by pools that report their handle types
-// (resource.DevicePool).
-type handleTyped interface {
-	HandleTypes() cuda.MemHandleType
-}
-
 // handleTypes returns the handle types p was created with: what it
-// reports, else POSIX fds (the only type this module's other IPC pools
-// take).
+// reports (resource.DevicePool), else POSIX fds (the only type this
+// module's other IPC pools take).
 func handleTypes(p ExportablePool) cuda.MemHandleType {
-	if ht, ok := p.(handleTyped); ok {
+	if ht, ok := p.(interface{ HandleTypes() cuda.MemHandleType }); ok {
 		return ht.HandleTypes()
 	}
 	return cuda.MemHandleTypePosixFileDescriptor
@@ -208,13 +201,11 @@ func ExportPoolFabric(p ExportablePool) (*FabricHandle, error) {
 }
 
 // ImportPoolFabric maps the pool h describes on dev, as ImportPool does for
-// a Handle and with the same checks: a pool already imported under the same
-// UUID is returned as is; the same UUID under another key (or a key where
-// the first had none, or the reverse), a pool of that UUID on another
-// device, or one closed here but not yet destroyed is refused. The fabric
-// handle is hostile input: the driver refuses handles it did not make
-// (cleanly: nothing is left imported), and without IMEX the error matches
-// cuda.ErrNotSupported and names it.
+// a Handle and with the same checks (the same UUID under another key, on
+// another device, or closed here but not yet destroyed is refused). The
+// fabric handle is hostile input: the driver refuses handles it did not
+// make, and without IMEX the error matches cuda.ErrNotSupported and names
+// it.
 func ImportPoolFabric(dev *cuda.Device, h *FabricHandle) (*ImportedPool, error) {
 	const op = "ipc.ImportPoolFabric"
 	if dev == nil || h.zero() {

@@ -20,11 +20,9 @@ import (
 const MaxFDs = 64
 
 // Every message is framed: a header of frameMagic, the payload length and
-// the number of descriptors attached, then the payload. On a SOCK_STREAM
-// socket the kernel keeps no message boundaries (a long payload arrives in
-// pieces and two messages can arrive as one read), so the receiver reads
-// exactly the header and then exactly the payload; on SOCK_SEQPACKET and
-// SOCK_DGRAM the frame is one datagram and is checked against it.
+// the number of descriptors attached, then the payload. On a stream socket
+// the receiver reads exactly the header and then exactly the payload; on
+// others the frame is one datagram and is checked against it.
 const (
 	frameHeader = 4 + 4 + 4
 	// maxFramePayload bounds what a peer can make the receiver expect.
@@ -157,9 +155,8 @@ func recvmsg(conn *net.UnixConn, buf, oob []byte) (n, oobn, flags int, err error
 	return n, oobn, flags, err
 }
 
-// skipRecvChecks turns off recvmsg's checks before the read, so that
-// tests can have the kernel's control messages arrive, as they do when an
-// option is set between the checks and the read.
+// skipRecvChecks turns off recvmsg's checks before the read, for tests of
+// an option set between the checks and the read.
 var skipRecvChecks bool
 
 // rights appends the descriptors in the control bytes oob to fds, also
@@ -323,9 +320,7 @@ func receiveStream(conn *net.UnixConn, maxPayload, maxFDs int) ([]byte, []int, e
 			if len(fds) > had && reads > 0 {
 				return fmt.Errorf("%w: %d file descriptors arrived after the first %d bytes of the frame (a sender attaches them to its first bytes)", errBadFrame, len(fds)-had, reads)
 			}
-			if len(fds) > maxFDs {
-				// Cannot happen with control space for maxFDs, unless
-				// the kernel rounds it up: the bound holds regardless.
+			if len(fds) > maxFDs { // the kernel may round control space up
 				return fmt.Errorf("%w: %d file descriptors in one read, at most %d expected", errBadFrame, len(fds), maxFDs)
 			}
 			if n == 0 {
@@ -406,7 +401,6 @@ const (
 	handleVersion     = 2
 	handleMsgSize     = 8 + 2 + 2 + 16 + keySize
 	handleFlagKeyed   = 1
-	handleKnownFlags  = handleFlagKeyed
 	handleUUIDOffset  = 12
 	handleKeyOffset   = handleUUIDOffset + 16
 	handleFlagsOffset = 10
@@ -436,7 +430,7 @@ func decodeHandle(b []byte) (UUID, poolKey, error) {
 		return UUID{}, poolKey{}, fmt.Errorf("%w: handle message version %d, this library reads %d", errBadFrame, binary.LittleEndian.Uint16(b[8:]), handleVersion)
 	}
 	flags := binary.LittleEndian.Uint16(b[handleFlagsOffset:])
-	if flags&^handleKnownFlags != 0 {
+	if flags&^handleFlagKeyed != 0 {
 		return UUID{}, poolKey{}, fmt.Errorf("%w: unknown handle message flags %#x", errBadFrame, flags)
 	}
 	var u UUID
@@ -448,8 +442,6 @@ func decodeHandle(b []byte) (UUID, poolKey, error) {
 	if flags&handleFlagKeyed != 0 {
 		k = keyFrom(b[handleKeyOffset:])
 	} else if [keySize]byte(b[handleKeyOffset:]) != ([keySize]byte{}) {
-		// One message, one meaning: key bytes without the flag are
-		// refused, not ignored.
 		return UUID{}, poolKey{}, fmt.Errorf("%w: key bytes in a handle message without a key", errBadFrame)
 	}
 	return u, k, nil
@@ -460,13 +452,8 @@ func decodeHandle(b []byte) (UUID, poolKey, error) {
 // send). The key is the pool's secret: send handles only to processes you
 // would let make descriptors for the pool.
 func SendHandle(conn *net.UnixConn, h *Handle) error {
-	const op = "ipc.SendHandle"
-	if h == nil || h.f == nil {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil or zero *ipc.Handle (use NewHandle, ExportPool or ReceiveHandle)")
-	}
-	msg := encodeHandle(h.uuid, h.key)
-	return h.use(op, func(fd int) error {
-		return SendFDs(conn, msg, fd)
+	return h.use("ipc.SendHandle", func(fd int) error {
+		return SendFDs(conn, encodeHandle(h.uuid, h.key), fd)
 	})
 }
 

@@ -366,12 +366,10 @@ func (p *ImportedPool) export() (*Handle, error) {
 }
 
 // Import maps the buffer d describes, ordered on s (nil: the device's
-// legacy default stream). Closing the buffer unmaps it here; the owner's
-// memory lives until the owner frees it. A stream that captures (or nil
-// while a blocking stream of the device captures) is refused with an
-// error matching cuda.ErrCapturing before anything is imported: an
-// imported mapping is not graph memory, and a refused one could not be
-// unmapped on it.
+// legacy default stream); closing the buffer unmaps it. A stream that
+// captures (or nil while a blocking stream of the device captures) is
+// refused with an error matching cuda.ErrCapturing before anything is
+// imported: an imported mapping is not graph memory.
 //
 // A descriptor is hostile input, and every refusal of one wraps
 // ErrBadDescriptor (which matches cuda.ErrInvalidArgument too): one naming
@@ -386,9 +384,6 @@ func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, err
 	if err := p.checkDescriptor(op, d); err != nil {
 		return nil, err
 	}
-	// The driver parses export data without validating it (it crashed in
-	// cuMemPoolImportPointer on mutated data): only what the pool's key
-	// vouches for may reach it.
 	if !p.key.has() {
 		return nil, cuda.Errorf(op, ErrBadDescriptor, "imported pool %v has no pool key (its Handle came without one), so no descriptor can be authenticated; for an exporter that is not cudamem, ImportUnauthenticated takes a buffer's raw parts unchecked", p.uuid)
 	}
@@ -497,8 +492,7 @@ func (p *ImportedPool) importChecked(op string, d Descriptor, s *cuda.Stream) (*
 		p.life.Allocated()
 		return buffer.Owned(ptr, d.Size, p, s), nil
 	}
-	// The checksum guards against corruption, not lies: never let a
-	// descriptor claim more than the mapping holds.
+	// Never let a descriptor claim more than the mapping holds.
 	base, size, err := p.drv.mapping(ptr)
 	limit, ok := within(ptr, d.Size, base, size)
 	if err != nil || !ok {
@@ -559,10 +553,9 @@ func (p *ImportedPool) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr,
 
 // Deallocate ends one imported Buffer (buffers call it from Close). The
 // last Buffer on a mapping unmaps it in stream order; a pointer this pool
-// did not hand out is refused without calling the driver. It keeps working
-// after Close; the last one destroys the imported pool (a failed
-// destruction is not this Buffer's error: the next Close reports and
-// retries it).
+// did not hand out is refused without calling the driver. After Close,
+// the last one destroys the imported pool (a failed destruction is
+// reported and retried by the next Close).
 func (p *ImportedPool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	const op = "ImportedPool.Deallocate"
 	if ptr == 0 {
@@ -583,9 +576,7 @@ func (p *ImportedPool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 	m := p.maps[ptr]
 	switch {
 	case m == nil || !p.life.HasLive():
-		// Every mapped pointer is counted live, so either test refuses a
-		// pointer never handed out (or already freed) before the driver
-		// could free another pool's memory.
+		// Refused before the driver could free another pool's memory.
 		p.mapMu.Unlock()
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%#x (%d bytes) is not a live buffer of imported pool %v", uint64(ptr), size, p.uuid)
 	case m.refs > 1:
@@ -621,10 +612,9 @@ func (p *ImportedPool) DeviceID() int {
 
 // Close waits for the Imports and Exports in progress, closes the kept fd
 // and, once no imported Buffer is left, destroys the mapping (else the
-// last Buffer's Close does); then the pool leaves the registry, and a
-// later ImportPool maps it afresh. It is idempotent; a destruction that
-// failed (here, or deferred to the last Buffer) is retried and reported by
-// the next Close. It does nothing on a nil or zero pool.
+// last Buffer's Close does); then a later ImportPool maps it afresh. It is
+// idempotent; a failed destruction is retried and reported by the next
+// Close. It does nothing on a nil or zero pool.
 func (p *ImportedPool) Close() error {
 	const op = "ImportedPool.Close"
 	if p.zero() {

@@ -119,9 +119,8 @@ func NewTorchShare(handle []byte, offset, size uint64, refCounter []byte, refCou
 	if size == 0 {
 		return LegacyHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "size 0")
 	}
-	// A bare cudaIpcMemHandle_t (older torch), or a version byte (2, or 3
-	// since torch 2.13, same layout), the type byte 'c' (a cudaMalloc
-	// segment) and one; 'e' is an expandable segment, not legacy IPC.
+	// A bare cudaIpcMemHandle_t, or a version byte (2 or 3), the type byte
+	// 'c' (a cudaMalloc segment) and one; 'e' is an expandable segment.
 	raw := handle
 	switch {
 	case len(handle) == cuda.IPCHandleSize:
@@ -192,7 +191,7 @@ func OpenLegacy(dev *cuda.Device, h LegacyHandle) (*buffer.Buffer, error) {
 	// undo leaves the share as it was, for a retry or ReleaseTorch.
 	undo := func(err error) (*buffer.Buffer, error) {
 		if ref != nil {
-			if derr := ref.drop(); derr != nil {
+			if derr := ref.release(false); derr != nil {
 				err = errors.Join(err, derr)
 			}
 		}
@@ -225,8 +224,7 @@ func OpenLegacy(dev *cuda.Device, h LegacyHandle) (*buffer.Buffer, error) {
 	return buffer.Owned(start, h.Size, &legacyMapping{dev: dev, base: base, start: start, ref: ref}, dev.DefaultStream()), nil
 }
 
-// legacyMapping is the MemoryResource behind one OpenLegacy Buffer: it only
-// unmaps, once, and then releases the share's reference counter.
+// legacyMapping is the MemoryResource behind one OpenLegacy Buffer.
 type legacyMapping struct {
 	dev         *cuda.Device
 	base, start cuda.DevicePtr
@@ -264,7 +262,7 @@ func (m *legacyMapping) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream
 	}
 	m.closed = true
 	if m.ref != nil {
-		if err := m.ref.release(); err != nil {
+		if err := m.ref.release(true); err != nil {
 			return fmt.Errorf("%s %#x (%d bytes, unmapped): %w: %w", op, uint64(p), size, buffer.ErrPartlyFreed, err)
 		}
 	}

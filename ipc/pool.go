@@ -28,17 +28,13 @@ var (
 	_ ExportablePool = (*ImportedPool)(nil)
 )
 
-// poolUser is implemented by pools that can run a function with the driver
-// pool held open (resource.DevicePool and PinnedPool's Use): a concurrent
-// Close waits, so the driver pool cannot be destroyed under an export.
-type poolUser interface {
-	Use(fn func(pool cuda.MemPool) error) error
-}
-
-// withPool runs fn with p's driver pool held open. Every pool poolState
-// accepts has Use.
+// withPool runs fn with p's driver pool held open (resource.DevicePool and
+// PinnedPool's Use): a concurrent Close waits, so the driver pool cannot
+// be destroyed under an export.
 func withPool(op string, p ExportablePool, fn func(pool cuda.MemPool) error) error {
-	u, ok := p.(poolUser)
+	u, ok := p.(interface {
+		Use(fn func(pool cuda.MemPool) error) error
+	})
 	if !ok {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%T cannot be held open for an export", p)
 	}
@@ -92,10 +88,8 @@ func stateOf[T any](p *T) *exportState {
 	return v.(*exportState)
 }
 
-// ensureExported exports pool once as a shareable handle (closing the fd
-// at once) unless that was done already; later pointer exports then work.
-// A pool with fabric handles only is exported as a fabric handle (nothing
-// to close).
+// ensureExported exports pool once as a shareable handle (a fabric handle
+// for a pool with fabric handles only) unless that was done already.
 func (st *exportState) ensureExported(pool cuda.MemPool, types cuda.MemHandleType) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -173,7 +167,7 @@ func ExportPool(p ExportablePool) (*Handle, error) {
 // exportPool is the part ExportPool and ExportPoolFabric share: it checks
 // that p can export and was created with handle type want (else the error
 // says the pool was created without what), then runs export with the pool
-// held and its export state.
+// held.
 func exportPool(op string, p ExportablePool, want cuda.MemHandleType, what string, export func(cuda.MemPool, *exportState) error) error {
 	if err := checkExportable(op, p); err != nil {
 		return err

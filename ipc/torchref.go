@@ -136,30 +136,21 @@ func acquireTorchRef(op, name string, index uint64) (*torchRef, error) {
 	return r, nil
 }
 
-// drop ends a use of r that never had memory behind it (an OpenLegacy that
-// failed after acquireTorchRef): the counter is left as it was, for the
-// share to be opened again or released (ReleaseTorch).
-func (r *torchRef) drop() error {
+// release ends a use of r; the last one closes the file. With unmapped
+// (the memory is unmapped) it first decrements the producer's counter (a
+// failure is reported, never retried: a second decrement could release
+// another's); without (an OpenLegacy that failed) the counter is left as
+// it was, for the share to be opened again or given up (ReleaseTorch).
+func (r *torchRef) release(unmapped bool) error {
 	torchRefs.Lock()
 	defer torchRefs.Unlock()
 	if r.opens--; r.opens > 0 {
 		return nil
 	}
 	delete(torchRefs.m, r.key)
-	return r.file.close()
-}
-
-// release ends a use of r whose memory is unmapped: the last one
-// decrements the producer's counter (releaseTorchCounter) and closes the
-// file, whatever the write did (a failure is reported, never retried: the
-// memory is gone, and a second decrement could release another's).
-func (r *torchRef) release() error {
-	torchRefs.Lock()
-	defer torchRefs.Unlock()
-	if r.opens--; r.opens > 0 {
-		return nil
+	if !unmapped {
+		return r.file.close()
 	}
-	delete(torchRefs.m, r.key)
 	err := r.file.releaseCounter(r.name, r.index)
 	if cerr := r.file.close(); cerr != nil {
 		err = errors.Join(err, cerr)
