@@ -24,8 +24,7 @@ type Descriptor struct {
 var descriptorMagic = [8]byte{'c', 'u', 'd', 'a', 'm', 'e', 'm', 'D'}
 
 const (
-	// descriptorVersion 2 added the MAC; version 1 descriptors (no MAC)
-	// are refused: an importer could not authenticate them.
+	// descriptorVersion 2 added the MAC; version 1 descriptors are refused.
 	descriptorVersion = 2
 	// descriptorBody is the length of the part the MAC covers: magic (8),
 	// version (2), reserved (2), size (8), pool UUID (16), export data

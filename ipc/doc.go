@@ -75,13 +75,10 @@
 //     refusal of a descriptor (another pool's UUID, size 0, a size past
 //     the mapping).
 //   - A process that holds the key (the exporter, and every process the
-//     Handle or its Token went to, re-exporters included) is trusted as
-//     the exporter is: what it seals reaches the driver. Its descriptors'
-//     sizes are still bounded by the mapping the driver reports, but if it
-//     seals malformed export data, the driver may crash the importer, and
-//     nothing on the importing side can prevent that. Share a Handle (and
-//     its Token, which holds the key) only with processes you would let
-//     crash yours.
+//     Handle or its Token went to) is trusted as the exporter is: what it
+//     seals reaches the driver, and malformed export data it seals may
+//     crash the importer. Share a Handle (and its Token, which holds the
+//     key) only with processes you would let crash yours.
 //   - A Handle made from a raw fd ([NewHandle], [NewForeignHandle], e.g.
 //     for a pool exported by cuda.core) has no key: its pool's Import
 //     refuses every descriptor, and [ImportedPool.ImportUnauthenticated]
@@ -96,12 +93,9 @@
 //     cannot swap the key descriptors are checked with.
 //
 // Beyond that, descriptors and legacy handles are versioned and
-// checksummed (corruption is caught when decoding), and every imported
-// Buffer is bounded by the mapping the driver reports at its pointer: a
-// descriptor claiming more is refused, and a refusal never unmaps memory
-// another Buffer of this process uses. Messages on Unix sockets are framed
-// ([SendFDs], [ReceiveFDs]), so stream, seqpacket and datagram sockets all
-// keep message boundaries; a malformed message is refused and every
+// checksummed, and every imported Buffer is bounded by the mapping the
+// driver reports at its pointer; a refusal never unmaps memory another
+// Buffer of this process uses. A malformed message is refused and every
 // descriptor that came with it closed. A peer cannot fill this process
 // with descriptors: they are taken only up to the count a message
 // announces ([MaxFDs]; one for ReceiveHandle), and a Handle's fd of a kind

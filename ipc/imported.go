@@ -481,14 +481,12 @@ func (p *ImportedPool) importChecked(op string, d Descriptor, s *cuda.Stream) (*
 		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%d bytes from pool %v: %w", d.Size, p.uuid, err)}
 	}
 	if m := p.maps[ptr]; m != nil {
-		// The driver handed out a mapping that Buffers here already use:
-		// refusing this descriptor must not unmap it under them.
+		// Buffers here already use this mapping: a refusal must not unmap it.
 		if d.Size > m.limit {
 			return nil, cuda.Errorf(op, ErrBadDescriptor, "descriptor claims %d bytes, the imported allocation holds %d at %#x", d.Size, m.limit, uint64(ptr))
 		}
 		m.refs++
-		// Counted before Leave, so a Close waiting for this call sees
-		// the Buffer and leaves the pool to its last Deallocate.
+		// Counted before Leave, so a Close waiting for this call sees it.
 		p.life.Allocated()
 		return buffer.Owned(ptr, d.Size, p, s), nil
 	}
@@ -530,8 +528,7 @@ func (p *ImportedPool) descriptor(b *buffer.Buffer) (Descriptor, error) {
 		if m == nil {
 			return cuda.Errorf(op, cuda.ErrInvalidArgument, "%v is not a buffer imported into pool %v", b, p.uuid)
 		}
-		// Sealed with the key this pool came with, so C can check what B
-		// re-exports from A's pool exactly as B checked A's.
+		// Sealed with the key this pool came with (A to B to C).
 		d = p.key.seal(Descriptor{Pool: p.uuid, Size: b.Size(), Data: m.data})
 		return nil
 	})

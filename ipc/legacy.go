@@ -51,8 +51,7 @@ type LegacyHandle struct {
 // everything before it (4).
 const LegacyHandleSize = 8 + 2 + 2 + 8 + 8 + cuda.IPCHandleSize + 4
 
-// legacyVersion 2 added the offset; version 1 handles (whole allocations)
-// are refused.
+// legacyVersion 2 added the offset; version 1 handles are refused.
 const legacyVersion = 2
 
 var legacyMagic = [8]byte{'c', 'u', 'd', 'a', 'm', 'e', 'm', 'L'}

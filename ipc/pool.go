@@ -134,10 +134,9 @@ func checkExportable(op string, p ExportablePool) error {
 }
 
 // ExportPool exports an IPC-enabled pool as a new Handle, which the caller
-// owns and closes. Every export of one pool carries the same UUID and the
-// same secret key (made on the pool's first export), which authenticates
-// the pool's descriptors to importers. The pool is held open during the
-// export (a concurrent Close waits).
+// owns and closes. Every export of one pool carries the same UUID and
+// secret key (made on its first export). A concurrent Close of the pool
+// waits for the export.
 func ExportPool(p ExportablePool) (*Handle, error) {
 	const op = "ipc.ExportPool"
 	if ip, ok := p.(*ImportedPool); ok {
