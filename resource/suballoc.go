@@ -37,6 +37,10 @@ type SubAllocatorOptions struct {
 	// Segments, if set, sees every block (segment) taken from the upstream
 	// and given back: see SegmentHooks.
 	Segments *SegmentHooks
+	// Release, if set, gives blocks back as they fall free: see
+	// ReleasePolicy. A SubAllocator with a policy has no per-stream
+	// caches, so that a freed range is back in its block at once.
+	Release *ReleasePolicy
 }
 
 // SegmentHooks let code that must know the memory behind allocations,
@@ -187,7 +191,8 @@ type SubAllocator struct {
 	up               buffer.MemoryResource
 	align, grow, max uint64
 	segs             SegmentHooks
-	cacheBytes       uint64 // the most bytes a stream's cache keeps free; 0: no caches
+	release          *ReleasePolicy // nil: blocks stay until Trim or Close
+	cacheBytes       uint64         // the most bytes a stream's cache keeps free; 0: no caches
 	caches           atomic.Pointer[subCaches]
 	_                [64]byte
 
@@ -202,6 +207,7 @@ type SubAllocator struct {
 	blocks  []*subBlock // sorted by base address
 	used    uint64      // bytes of live allocations (aligned sizes)
 	held    uint64      // bytes held from the upstream
+	peak    uint64      // the most held at once
 	oomTrim uint64      // allocations out of memory that trimmed and retried
 
 	deferred  error // failures of releases Deallocate ran after Close, for the next Close
@@ -240,6 +246,8 @@ type SubAllocatorStats struct {
 	// Reserved is the bytes held from the upstream (blocks being given back
 	// by a Trim in progress included).
 	Reserved uint64
+	// PeakReserved is the most Reserved has been.
+	PeakReserved uint64
 	// Used is the bytes of live allocations, each rounded up to the
 	// alignment.
 	Used uint64
@@ -315,6 +323,10 @@ func NewSubAllocator(upstream buffer.MemoryResource, opts *SubAllocatorOptions) 
 		// A stream's cache keeps up to a quarter of a growth step free,
 		// so that sizes up to that are served without the shared lock.
 		cacheBytes: grow / 4,
+	}
+	if o.Release != nil {
+		p := *o.Release
+		a.release, a.cacheBytes = &p, 0
 	}
 	if o.InitialSize > 0 {
 		n, ok := alignUp(o.InitialSize, o.Alignment)
@@ -515,16 +527,22 @@ func (a *SubAllocator) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 	b := a.blockTab[c.blk]
 	b.live--
 	a.freeLocked(a.listFor(s), i)
-	if !a.closed || b.live > 0 {
-		a.mu.Unlock()
+	var rs []subRelease
+	switch {
+	case b.live > 0:
+	case a.closed:
+		rs = []subRelease{a.detachLocked(b)}
+	case a.release != nil:
+		rs = a.fallenLocked(b)
+	}
+	a.mu.Unlock()
+	if len(rs) == 0 {
 		return nil
 	}
-	r := a.detachLocked(b)
-	a.mu.Unlock()
 	// The range itself was freed, so Deallocate succeeded whatever
 	// happens to the block. If giving it back fails, the block stays and
 	// the error is kept for the next Close, which retries and reports it.
-	if _, err := a.giveBack([]subRelease{r}); err != nil {
+	if _, err := a.giveBack(rs); err != nil {
 		a.mu.Lock()
 		a.deferred = errors.Join(a.deferred, err)
 		a.mu.Unlock()
@@ -563,6 +581,7 @@ func (a *SubAllocator) Stats() SubAllocatorStats {
 	a.flushAllLocked() // the caches' free ranges, back in the books
 	st := SubAllocatorStats{
 		Reserved:         a.held,
+		PeakReserved:     a.peak,
 		Used:             a.used,
 		Free:             a.freeBytesLocked(),
 		Blocks:           len(a.blocks),
