@@ -528,9 +528,10 @@ func (a *SubAllocator) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 	b.live--
 	a.freeLocked(a.listFor(s), i)
 	var rs []subRelease
+	closed := a.closed
 	switch {
 	case b.live > 0:
-	case a.closed:
+	case closed:
 		rs = []subRelease{a.detachLocked(b)}
 	case a.release != nil:
 		rs = a.fallenLocked(b)
@@ -539,13 +540,19 @@ func (a *SubAllocator) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 	if len(rs) == 0 {
 		return nil
 	}
-	// The range itself was freed, so Deallocate succeeded whatever
-	// happens to the block. If giving it back fails, the block stays and
-	// the error is kept for the next Close, which retries and reports it.
-	if _, err := a.giveBack(rs); err != nil {
+	// The range itself was freed whatever happens to the block: a block
+	// that cannot be given back stays, free, and a later Trim or Close
+	// retries it. After Close the error waits for the next Close, which
+	// reports it; before, it is this call's, "done, but not tidy".
+	_, err := a.giveBack(rs)
+	switch {
+	case err == nil:
+	case closed:
 		a.mu.Lock()
 		a.deferred = errors.Join(a.deferred, err)
 		a.mu.Unlock()
+	default:
+		return &cuda.OpError{Op: op, Err: fmt.Errorf("%w: %#x (%d bytes) is free, its block stays held: %w", buffer.ErrPartlyFreed, uint64(ptr), size, err)}
 	}
 	return nil
 }
