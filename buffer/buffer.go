@@ -43,12 +43,11 @@ type MemoryResource interface {
 	DeviceID() int
 }
 
-// recordingResource is implemented by resources that record every address
-// they hand out, so that Deallocate can refuse any other (package
-// resource's pools: the driver's stream-ordered free takes memory of any
-// pool). A Buffer from Allocate is the record of its memory already, so
-// Allocate takes that memory from ForBuffers' resource, which skips the
-// record, and Disown hands the address back to the record (Record).
+// recordingResource is a resource that records every address it hands out
+// so that Deallocate can refuse any other (package resource's pools). A
+// Buffer is the record of its memory already, so Allocate takes memory
+// from ForBuffers' resource, which skips the record, and Disown hands the
+// address back to the record (Record).
 type recordingResource interface {
 	ForBuffers() MemoryResource
 }
@@ -86,7 +85,6 @@ func Allocate(mr MemoryResource, size uint64, s *cuda.Stream) (*Buffer, error) {
 // as for [FromPointer].
 func Owned(ptr cuda.DevicePtr, size uint64, mr MemoryResource, s *cuda.Stream) *Buffer {
 	if mr == nil {
-		// Nothing to free: a borrowed buffer that remembers its stream.
 		b := FromPointer(ptr, size)
 		b.home = &home{stream: s}
 		return b
@@ -147,10 +145,9 @@ func badBits(ptr cuda.DevicePtr, size uint64) uint64 {
 // The zero Buffer is not usable: its methods return an error matching
 // cuda.ErrInvalidArgument (Close returns nil, and accessors zero values).
 type Buffer struct {
-	// word is the lifecycle (see the state word), lock-free rather than a
-	// cuda.Guard because a Guard would triple the Buffer and cost a pair
-	// more than the word's one compare-and-swap and one add. Views hold
-	// only initBit, viewBit and their own closedBit in it.
+	// word is the lifecycle (see the state word): a cuda.Guard would triple
+	// the Buffer and cost a pair more. Views hold only initBit, viewBit and
+	// their own closedBit in it.
 	word atomic.Uint64
 	ptr  cuda.DevicePtr // this buffer's address (a view's: its root's plus its offset)
 	size uint64         // this buffer's (or view's) size
@@ -161,11 +158,9 @@ type Buffer struct {
 }
 
 // home is what an owner's Close needs besides its range: the resource that
-// owns the memory (Buffer.Resource), the one that frees it (the same, but
-// for a recordingResource's Buffers from Allocate), and the allocation
-// stream. It never changes, so each P's cursor gives the same home to
-// every Buffer it makes while the three match (leaks.go): a pair of
-// Allocate and Close allocates no home.
+// owns the memory, the one that frees it (they differ for a
+// recordingResource), and the allocation stream. It never changes, so
+// each P's cursor shares one among the Buffers it makes (leaks.go).
 type home struct {
 	mr, free MemoryResource
 	stream   *cuda.Stream
@@ -200,20 +195,16 @@ type ext struct {
 	mu   sync.Mutex // with cond: closers wait here (see the state word)
 	cond sync.Cond
 
-	// holds counts the live Holds and has heldFree set once a Close left
-	// the free to the last Release, on freeStream through freeBy (see
-	// hold.go).
+	// holds counts the live Holds, plus heldFree once a Close left the
+	// free (on freeStream, through freeBy) to the last Release (hold.go).
 	holds      atomic.Uint64
 	freeBy     MemoryResource
 	freeStream *cuda.Stream
 
-	// The driver's description of the allocation, kept once answered
-	// (access.go).
 	info atomic.Pointer[cuda.PointerInfo]
 }
 
-// makeExt returns b's ext, making it if it has none. Racing first calls
-// agree on one.
+// makeExt returns b's ext, making it on first need.
 func (b *Buffer) makeExt() *ext {
 	if x := b.ext.Load(); x != nil {
 		return x
@@ -297,8 +288,6 @@ func (b *Buffer) CloseOn(s *cuda.Stream) error {
 	}
 	if x := b.ext.Load(); x != nil {
 		if deferred, err := b.deferFree(x, h, s); err != nil || deferred {
-			// Held (exported): the last Release frees, on s; or s is one
-			// it could never free on, and the buffer stays open.
 			b.endClose(err == nil)
 			return err
 		}
@@ -312,7 +301,6 @@ func (b *Buffer) CloseOn(s *cuda.Stream) error {
 		}
 	}()
 	err := h.free.Deallocate(b.ptr, b.size, s)
-	// Still open for a retry, unless the memory is gone.
 	done = err == nil || errors.Is(err, ErrPartlyFreed)
 	if done {
 		b.endClose(true)
@@ -324,10 +312,9 @@ func (b *Buffer) CloseOn(s *cuda.Stream) error {
 }
 
 // beginClose makes the caller (Close or Disown of root r, whose word was
-// w) the buffer's one closer: it sets closingBit, so that new calls fail,
-// after waiting for another closer, then waits for the calls in progress.
-// It reports false, owning nothing, if the buffer is closed. endClose must
-// follow a true.
+// w) the one closer: after any other closer, it sets closingBit, so that
+// new calls fail, then waits for the calls in progress. It reports false
+// if the buffer is closed; endClose must follow a true.
 func (r *Buffer) beginClose(w uint64) bool {
 	if w&(closingBit|closedBit|readerMask) == 0 && r.word.CompareAndSwap(w, w|closingBit) {
 		return true // the common case: no call, no other closer
@@ -338,8 +325,7 @@ func (r *Buffer) beginClose(w uint64) bool {
 		case w&closedBit != 0:
 			return false
 		case w&closingBit != 0:
-			// Another closer is under way: wait for its end, then look
-			// again (it may have failed and left the buffer open).
+			// Another closer may fail and leave the buffer open: look again.
 			r.waitUntil(func(w uint64) bool { return w&closingBit == 0 })
 		case r.word.CompareAndSwap(w, w|closingBit):
 			r.waitUntil(func(w uint64) bool { return w&readerMask == 0 })
@@ -423,7 +409,6 @@ func (b *Buffer) Disown() (ptr cuda.DevicePtr, size uint64, err error) {
 		if b.word.Load()&viewedBit != 0 {
 			disownedViews.add(b.ptr)
 		}
-		// Memory kept out of a recordingResource's record goes into it.
 		if h := b.home; !sameResource(h.free, h.mr) {
 			if r, ok := h.free.(recorder); ok {
 				r.Record(b.ptr, b.size)
@@ -450,8 +435,7 @@ func (b *Buffer) acquire(op string) (cuda.DevicePtr, error) {
 	return 0, closedErr(op)
 }
 
-// invalid is the error for a zero Buffer, or one whose range no memory
-// can have; nil for others.
+// invalid is the error for a zero or bad Buffer, nil for others.
 func (b *Buffer) invalid(op string) error {
 	switch r := b.rootOf(); {
 	case r.word.Load()&initBit == 0:
@@ -462,9 +446,8 @@ func (b *Buffer) invalid(op string) error {
 	return nil
 }
 
-// use is acquire's test: it counts a call on b's root and reports true,
-// or reports false, counting nothing, if b is zero, bad, closed or being
-// closed.
+// use counts a call on b's root, or reports false, counting nothing, if
+// b is zero, bad, closed or being closed.
 func (b *Buffer) use() bool {
 	r := b.rootOf()
 	if w := r.word.Add(1); w&(initBit|badBit|closingBit|closedBit) != initBit || r != b && b.viewClosed() {
@@ -476,8 +459,7 @@ func (b *Buffer) use() bool {
 
 func (b *Buffer) release() { b.rootOf().unuse() }
 
-// unuse ends a call counted on root r, waking a closer that waits for the
-// last one.
+// unuse ends a call counted on root r, waking a waiting closer.
 func (r *Buffer) unuse() {
 	if w := r.word.Add(^uint64(0)); w&waitersBit != 0 {
 		r.wake()
@@ -490,8 +472,7 @@ func zeroErr(op string) error {
 	return cuda.Errorf(op, cuda.ErrInvalidArgument, "zero Buffer (buffers come from a MemoryResource, Owned or FromPointer)")
 }
 
-// checkStream rejects a zero or closed cuda.Stream (cuda.ResolveStream);
-// a nil stream is fine (it means the buffer's own).
+// checkStream rejects a zero or closed cuda.Stream; nil is fine.
 func checkStream(op string, s *cuda.Stream) error {
 	if s == nil {
 		return nil

@@ -11,30 +11,19 @@ import (
 	"github.com/cudamem/cudamem/cuda"
 )
 
-// The garbage-collection safety net.
+// The garbage-collection safety net. A runtime.AddCleanup per Buffer
+// costs about as much as the driver's allocate+free pair, so owned Buffers
+// are carved out of 16 KiB slabs with one finalizer each: once no Buffer
+// of a slab is reachable, it frees every allocation whose Buffer was never
+// closed and counts it in Leaks. A closed Buffer reaches nothing (its home
+// is nil), since a slab reachable from itself is never finalized; a leaked
+// Buffer whose resource holds Buffers of the same slab is neither freed
+// nor counted while that resource lives.
 //
-// A runtime.AddCleanup per Buffer costs about as much as the driver's
-// whole allocate+free pair. Instead, owned Buffers are carved out of slabs
-// of 16 KiB (409 Buffers), and a finalizer watches each slab: it runs once
-// no Buffer of the slab is reachable, reads the Buffers themselves, frees
-// every allocation whose Buffer was never closed (or disowned) and counts
-// it in Leaks. So a long-lived Buffer keeps its slab alive, and a leaked
-// allocation is freed only when its whole slab is collected: fine for a
-// safety net. Smaller slabs cost the collector a finalizer too often.
-//
-// A slab reachable from itself is never finalized, so a closed Buffer
-// reaches nothing (its home is nil). A leaked Buffer whose resource holds
-// Buffers of the same slab (a SubAllocator's block Buffers often are) is
-// neither freed nor counted while that resource lives: close resources,
-// and count on the net for Buffers only.
-//
-// The net never frees memory a host view may still point at: a []byte
-// from Buffer.Bytes does not keep the Buffer alive, so once Bytes has
-// handed one out the allocation is marked viewed (viewedBit), and a leaked
-// viewed allocation is counted (Leaks, LeaksKept) but left allocated. The
-// mark follows the memory through Disown into the next Owned buffer of the
-// same address (disownedViews), as when a virtual allocation grows in
-// place.
+// A []byte from Buffer.Bytes does not keep the Buffer alive, so a viewed
+// allocation (viewedBit) is counted but never freed by the net; the mark
+// follows the memory through Disown to the next Owned buffer at the same
+// address (disownedViews).
 
 // leaks counts buffers garbage collected without Close; leaksKept counts
 // those among them whose memory the safety net did not free.
@@ -96,9 +85,8 @@ func carve(mr, free MemoryResource, s *cuda.Stream) *Buffer {
 }
 
 // carveSlow makes the slab or home the P lacks, unpinned (allocation may
-// block), then pins again to install it: the goroutine may be on another
-// P by then, whose slab it replaces (that slab's unused slots stay zero,
-// and collectSlab skips them) and whose oldest home it evicts.
+// block), then pins again to install it, maybe on another P, whose slab it
+// replaces (unused slots stay zero; collectSlab skips them).
 func carveSlow(mr, free MemoryResource, s *cuda.Stream) *Buffer {
 	var sl *slab
 	var h *home
@@ -156,11 +144,9 @@ func sameResource(a, b MemoryResource) bool {
 	return *(*[2]uintptr)(unsafe.Pointer(&a)) == *(*[2]uintptr)(unsafe.Pointer(&b))
 }
 
-// dropSlabs makes every cursor start a new slab, and forget its homes, at
-// its next use. It runs after each garbage collection (armGCHook), so that
-// a cursor whose P makes no more Buffers does not keep its slab (and the
-// net from its leaks) or its homes' resources reachable for good, as
-// sync.Pool gives up its objects.
+// dropSlabs makes every cursor start a new slab and forget its homes, so
+// that an idle P keeps no slab (hiding its leaks) or resource reachable for
+// good, as sync.Pool gives up its objects.
 func dropSlabs() {
 	eachCursor(func(c *cursor) {
 		c.slab.Store(nil)
@@ -170,10 +156,9 @@ func dropSlabs() {
 	})
 }
 
-// armGCHook sets a finalizer on an object made only to be collected: it
-// runs after the collection that finds it, drops the cursors' slabs and
-// arms the next hook, for the next collection. (A pointer keeps the
-// object out of the tiny allocator, whose objects share finalizers.)
+// armGCHook drops the cursors' slabs after each collection, through a
+// finalizer that re-arms itself (the pointer field keeps the object out of
+// the tiny allocator, whose objects share finalizers).
 func armGCHook() {
 	runtime.SetFinalizer(&struct{ _ *byte }{}, func(any) {
 		dropSlabs()
@@ -200,23 +185,17 @@ func collectSlab(s *slab) {
 			leaksKept.Add(1)
 			continue
 		}
-		// A free that failed after the memory was gone (ErrPartlyFreed)
-		// freed it: only a free that left it allocated keeps it.
 		if err := netFree(b.home, b.ptr, b.size); err != nil && !errors.Is(err, ErrPartlyFreed) {
 			leaksKept.Add(1)
 		}
 	}
 }
 
-// errFreePanicked stands for a free whose resource panicked in the safety
-// net.
 var errFreePanicked = errors.New("the resource's Deallocate panicked")
 
-// netFree is the safety net's free of a leaked buffer. It runs on the
-// runtime's finalizer goroutine, where a panic would end the program and
-// leave the slab's other leaks unfreed: a resource (a user's) whose
-// Deallocate panics there keeps that memory, counted in LeaksKept, and
-// the net goes on.
+// netFree frees a leaked buffer on the finalizer goroutine, where a panic
+// would end the program: a Deallocate that panics keeps its memory
+// (counted in LeaksKept), and the net goes on.
 func netFree(h *home, p cuda.DevicePtr, n uint64) (err error) {
 	defer func() {
 		if recover() != nil {
@@ -256,7 +235,6 @@ type viewMarks struct {
 	n atomic.Int64
 }
 
-// add records a disowned viewed allocation at ptr.
 func (v *viewMarks) add(ptr cuda.DevicePtr) {
 	if _, loaded := v.m.LoadOrStore(ptr, struct{}{}); !loaded {
 		v.n.Add(1)

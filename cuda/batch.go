@@ -54,9 +54,8 @@ type MemcpyAttributes struct {
 }
 
 // MemcpyBatchPath is how [Stream.MemcpyBatchAsync] submits a batch on a
-// device's driver. It is chosen once, when the driver is loaded, from the
-// entry points the driver provides: never by trying a call and falling
-// back on its error.
+// device's driver, chosen from the entry points the driver provides
+// (never by falling back on a call's error).
 type MemcpyBatchPath int
 
 // Batch paths.
@@ -98,12 +97,9 @@ func (d *Device) MemcpyBatchPath() MemcpyBatchPath {
 	return batchPathOf(d.drv)
 }
 
-// BatchCopyError is a batched copy's failure that the driver, or a check
-// made before it, tied to one copy: Index is that copy's position in the
-// caller's slices. It comes wrapped in an *OpError naming the operation
-// ("cuMemcpyBatchAsync: copy 3 of 10: CUDA_ERROR_INVALID_VALUE ..."); find
-// it with errors.As. It unwraps to the cause, so errors.Is still matches
-// the driver's Result or the package's sentinel.
+// BatchCopyError is a batched copy's failure tied to one copy, Index its
+// position in the caller's slices. It comes wrapped in an *OpError naming
+// the operation (find it with errors.As) and unwraps to the cause.
 type BatchCopyError struct {
 	Index int   // the copy's position in the batch
 	Count int   // copies in the batch
@@ -125,41 +121,31 @@ func (e *BatchCopyError) Unwrap() error {
 }
 
 // legacyStream reports a handle cuMemcpyBatchAsync refuses: the legacy
-// default stream, as handle 0 or as CU_STREAM_LEGACY (0x1).
-func legacyStream(h uintptr) bool { return h == 0 || h == 1 }
+// default stream, as handle 0 or as CU_STREAM_LEGACY.
+func legacyStream(h uintptr) bool { return h == 0 || h == streamLegacy }
 
 // MemcpyBatchAsync copies len(dsts) ranges, ordered on s as a whole:
 // sizes[i] bytes from srcs[i] to dsts[i], between any addresses the driver
-// knows (device, pinned host, managed; the direction is inferred). The
-// copies within the batch run in no particular order, so none may depend
-// on another (overlapping destinations, or a source another copy writes,
-// give undefined results).
+// knows (the direction is inferred). The copies run in no particular
+// order, so none may depend on another.
 //
-// attrs and attrIdxs are cuMemcpyBatchAsync's: attrs[k] applies to the
-// copies from attrIdxs[k] up to the next entry's index (the last to the
-// end); attrIdxs must start at 0 and increase, and there may be no more
-// attributes than copies. Both nil mean one attribute for every copy,
-// with SrcAccessOrder MemcpySrcAccessOrderStream. Every attribute needs a
-// valid SrcAccessOrder.
+// attrs[k] applies to the copies from attrIdxs[k] up to the next entry's
+// index (the last to the end); attrIdxs must start at 0 and increase,
+// with no more attributes than copies, each with a valid SrcAccessOrder.
+// Both nil mean MemcpySrcAccessOrderStream for every copy.
 //
 // Everything is checked before anything is submitted: slices of unequal
-// length, ranges that wrap past 2^64, bad attributes are errors matching
-// ErrInvalidArgument that name the copy or attribute. Copies of 0 bytes
-// are skipped; no copies at all, or only empty ones, is a no-op (the
-// stream must still be valid).
+// length, null addresses, ranges that wrap past 2^64 and bad attributes
+// are errors matching ErrInvalidArgument that name the copy or attribute.
+// Copies of 0 bytes are skipped; a batch of none is a no-op (the stream
+// must still be valid).
 //
 // The batch is one driver call per 1,024 copies where the driver has a
-// batched call (see [Device.MemcpyBatchPath]): the copy engine starts on
-// the first of them while the driver takes in the next, which made large
-// batches of small copies faster; otherwise, on the legacy default stream
-// (which cuMemcpyBatchAsync does not accept), and on a capturing stream
-// (the batched call cannot be captured; the loop's copies become nodes of
-// the graph), it is a loop of
-// cuMemcpyAsync, one call per copy, that stops at the first failure. A
-// failure the driver ties to one copy (the CUDA 12.8 ABI's failIdx, or the
-// loop's failing call) is a *BatchCopyError naming it. A failed batch may
-// have submitted some of its copies; what the destinations hold is then
-// unspecified.
+// batched call (see [Device.MemcpyBatchPath]); otherwise, on the legacy
+// default stream and on a capturing stream (neither takes the batched
+// call), it is a loop of cuMemcpyAsync that stops at the first failure. A
+// failure tied to one copy is a *BatchCopyError naming it. A failed batch
+// may have submitted some of its copies.
 func (s *Stream) MemcpyBatchAsync(dsts, srcs []DevicePtr, sizes []uint64, attrs []MemcpyAttributes, attrIdxs []uint64) error {
 	const op = "Stream.MemcpyBatchAsync"
 	n := len(dsts)
@@ -286,21 +272,15 @@ func packBatch(dsts, srcs []DevicePtr, sizes []uint64, attrs []MemcpyAttributes,
 	return b
 }
 
-// batchChunk is the most copies one driver call of a batch carries. One
-// call of 10,000 copies of 4 KiB made after a pause of the host (the
-// checks CopyBatch makes first, say) ran up to twice as slowly per copy
-// as one made straight after the last; in calls of 1,000 the pause cost
-// nothing (testdata/figures/HISTORY.md): the
+// batchChunk is the most copies one driver call of a batch carries: the
 // copy engine starts on the first chunk while the driver takes in the
-// next.
+// next, where one huge call after a host pause ran up to twice as slowly
+// per copy (testdata/figures/HISTORY.md).
 const batchChunk = 1024
 
-// Test switches of the batched copy, so that on a driver with
-// cuMemcpyBatchAsync tests still cover the loop older drivers take, and
-// benchmarks compare chunk sizes. Only tests set them, through the setters
-// below: other packages' tests (buffer's, the probe and fault sweep of
-// CopyBatch) reach the setters by go:linkname, which fails their build if
-// a setter is renamed.
+// Test switches of the batched copy (the loop older drivers take, chunk
+// sizes). Other packages' tests reach the setters by go:linkname.
+
 var (
 	batchForceLoop     atomic.Bool  // while true, every batch takes the loop
 	batchChunkOverride atomic.Int64 // while above 0, it replaces batchChunk

@@ -6,22 +6,6 @@ import (
 	"unsafe"
 )
 
-// Stream capture.
-//
-// Between Stream.BeginCapture and Stream.EndCapture the work submitted to
-// a stream is not run: the driver records it as the nodes of a graph
-// (copies, fills, kernels, stream-ordered allocations and frees), which
-// EndCapture returns as a *Graph to instantiate and launch many times.
-//
-// Some operations cannot be captured and would invalidate the capture
-// (the driver then fails EndCapture with CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
-// and the whole sequence is lost): anything that makes the host wait for
-// the stream (Stream.Sync, copies from pageable memory, synchronous
-// copies), and allocations that are not stream-ordered graph memory. The
-// layers above refuse those on a capturing stream at once, with an error
-// matching [ErrCapturing] that names the operation, and the capture stays
-// valid: see [Stream.RefuseCapture].
-
 // ErrCapturing means an operation was refused because its stream is
 // capturing a graph (Stream.BeginCapture): it would not be recorded into
 // the graph, or it would invalidate the capture. The capture is left
@@ -32,20 +16,14 @@ var ErrCapturing = errors.New("cuda: stream is capturing a graph")
 // unsafe calls (cuMemAlloc, synchronous copies, ...) on other threads
 // while a capture is in progress.
 //
-// The modes speak of OS threads, which Go does not expose: goroutines
-// move between threads at any call, and cudamem makes driver calls from
-// whatever thread the goroutine is on. So CaptureModeThreadLocal means
-// nothing useful in Go (the "thread" that began the capture is just
-// wherever the goroutine happened to run), and CaptureModeGlobal makes an
-// unsafe call on any thread of the process — another goroutine's
-// cuMemAlloc, unrelated to the capture — fail and invalidate the capture.
-// Both also require EndCapture to run on the OS thread that began the
-// capture (else CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD). Hence the default,
-// CaptureModeRelaxed, which only forbids unsafe operations on the
-// capturing stream itself; cudamem's resources and copies refuse those
-// before the driver sees them. Use the other modes only with the
-// goroutine locked to its thread (runtime.LockOSThread) from BeginCapture
-// to EndCapture, and no other goroutine calling the driver meanwhile.
+// The modes speak of OS threads, which goroutines move between:
+// CaptureModeGlobal fails (and invalidates the capture on) an unsafe call
+// on any thread, another goroutine's included, and both strict modes need
+// EndCapture on the thread that began the capture. Hence the default,
+// CaptureModeRelaxed, which forbids unsafe calls on the capturing stream
+// only. Use the others only with the goroutine locked to its thread
+// (runtime.LockOSThread) from BeginCapture to EndCapture, and no other
+// goroutine calling the driver meanwhile.
 type CaptureMode int32
 
 // Capture modes, with the values of CUstreamCaptureMode.
@@ -96,10 +74,8 @@ func (s *Stream) BeginCaptureMode(mode CaptureMode) error {
 	if s.IsDefault() {
 		return Errorf(op, ErrInvalidArgument, "the legacy default stream of %v cannot be captured (capture a stream from Device.NewStream)", s.dev)
 	}
-	// Raise the counts first, then wait for the device-wide waits and
-	// legacy-stream calls in flight (the gate, capturerule.go): none can
-	// then run into the capture. Lowered again if it does not begin; what
-	// was deferred meanwhile runs then, after the stream's lock is let go.
+	// Raise the counts first, then wait out the calls in flight that the
+	// capture refuses (the gate, capturerule.go).
 	d := s.dev
 	defer d.gate.runDeferred()
 	d.gate.raise(true, s.capture.blocking)
@@ -135,22 +111,26 @@ const (
 )
 
 // captureEnded lowers the capture flag (and the device's count of
-// capturing blocking streams) once the capture is over. For the stream
-// that began the capture it also ends the sequence: the streams that
-// joined it stop capturing, and the context's count of captures drops
-// (running what waited for it to reach zero).
+// capturing blocking streams) once the capture is over, and leaves its
+// sequence.
 func (s *Stream) captureEnded() {
 	if s.capture.state.Swap(capNone) == capNone {
 		return
 	}
 	c := s.capture.seq.Swap(nil)
-	origin := c != nil && c.origin == s
 	s.dev.gate.lower(false, s.capture.blocking)
+	s.leaveSeq(c)
+}
+
+// leaveSeq ends s's part in capture c: the sequence itself if s began it
+// (the streams that joined stop capturing), and the capture's count in
+// s's context if s began it or joined it from another context.
+func (s *Stream) leaveSeq(c *captureSeq) {
 	switch {
-	case origin:
+	case c != nil && c.origin == s:
 		c.finish()
 		s.dev.gate.lower(true, false)
-	case c != nil && s.crossContext(c):
+	case s.crossContext(c):
 		s.dev.gate.lower(true, false)
 	}
 }
@@ -182,16 +162,9 @@ func (s *Stream) captureEndedIf(seen *captureSeq) {
 	if s.capture.state.Swap(capNone) != capNone {
 		s.dev.gate.lower(false, s.capture.blocking)
 	}
-	switch {
-	case seen.origin == s:
-		// Found over, not ended here: no call of this package's returns
-		// at its end, and the work it leaves due runs on a goroutine of
-		// its own (lower).
-		seen.finish()
-		s.dev.gate.lower(true, false)
-	case s.crossContext(seen):
-		s.dev.gate.lower(true, false)
-	}
+	// Found over, not ended here: the work it leaves due runs on a
+	// goroutine of its own (lower).
+	s.leaveSeq(seen)
 }
 
 // joinedTo returns the stream whose capture s joined (nil if s began its
@@ -204,25 +177,16 @@ func (s *Stream) joinedTo() *Stream {
 }
 
 // EndCapture ends the capture begun with BeginCapture and returns the
-// captured graph, which the caller must Close. It fails with an error
-// matching ErrInvalidArgument (and no driver call) on a stream cudamem did
-// not see begin a capture, and with one matching
-// ErrorStreamCaptureInvalidated if the driver invalidated the capture; the
-// capture is over then, and any partial graph is destroyed. For a borrowed
-// stream (WrapStream), whose capture foreign code may have begun, the
-// driver is asked.
-//
-// A stream that joined a capture by waiting on its work (Stream.WaitEvent,
-// WaitStream) cannot end it: only the stream that began a capture can,
-// and cuStreamEndCapture elsewhere invalidates it. EndCapture on one is
-// refused before the driver, whoever began that capture (cudamem, or
-// foreign code on a stream it wraps), with an error matching both
-// ErrCapturing (the capture goes on) and ErrInvalidArgument (the call
-// belongs on the origin stream).
+// captured graph, which the caller must Close. On a stream not capturing
+// it fails with ErrInvalidArgument (a borrowed stream's driver is asked);
+// if the driver invalidated the capture it fails with
+// ErrorStreamCaptureInvalidated, the capture is over and any partial
+// graph destroyed. A stream that joined a capture by a wait cannot end
+// it: that is refused before the driver with an error matching both
+// ErrCapturing and ErrInvalidArgument (end it on the origin stream).
 func (s *Stream) EndCapture() (*Graph, error) {
 	g, seq, err := s.endCaptureCall()
-	// The work deferred until no capture is in flight runs here, with the
-	// stream's lock let go, so that it has run when EndCapture returns.
+	// Deferred work runs with the stream's lock let go, before returning.
 	seq.settle()
 	if s != nil && s.dev != nil {
 		s.dev.gate.runDeferred()
@@ -267,11 +231,8 @@ func (s *Stream) endCaptureCall() (_ *Graph, seq *captureSeq, _ error) {
 }
 
 // errJoined refuses Close or EndCapture (op; end for EndCapture) of s,
-// which joined, by a wait, the capture that origin (in words) began: the
-// driver destroys no stream in the middle of a capture, and only the
-// stream that began a capture can end it. EndCapture's refusal also
-// matches ErrInvalidArgument, as it always has: the call belongs on the
-// origin stream.
+// which joined by a wait the capture that origin (in words) began.
+// EndCapture's refusal also matches ErrInvalidArgument.
 func (s *Stream) errJoined(op string, end bool, origin string) error {
 	why := fmt.Sprintf("%v joined the capture that %s began (by waiting on its work), and only the stream that began a capture can end it; ending it here would invalidate it: make that stream wait for this one, then end the capture there", s.describe(), origin)
 	if end {
@@ -281,15 +242,11 @@ func (s *Stream) errJoined(op string, end bool, origin string) error {
 }
 
 // refuseOpenCapture is for Close and EndCapture (op; end for EndCapture)
-// of a stream whose flag records a capture they must not end: one s
-// joined that cudamem did not see begin (seq nil: foreign code began it
-// on a stream it wraps), or, for Close of a borrowed stream, one begun
-// through s. The flag alone may be stale (foreign code, or another value
-// of the same handle, ended the capture), so the driver is asked: while
-// the capture goes on it returns an error matching ErrCapturing; once it
-// is over it clears the flags (ending the sequence for a capture begun
-// through s) and returns nil. A failed query is returned, naming op:
-// guessing either way could invalidate a capture or keep a flag for good.
+// of a stream whose flag records a capture they must not end (one joined
+// that cudamem did not see begin, or a borrowed stream's). The flag may
+// be stale, so the driver is asked: ErrCapturing while the capture goes
+// on, nil (flags cleared) once it is over, and a failed query as is,
+// since guessing could invalidate a capture or keep a flag for good.
 // The caller holds s's lock.
 func (s *Stream) refuseOpenCapture(op string, end bool) error {
 	ctx, err := s.dev.contextFor(op)
@@ -473,33 +430,22 @@ func (s *Stream) CaptureID() (CaptureStatus, uint64, error) {
 	return CaptureStatus(st), id, nil
 }
 
-// IsCapturing reports whether s is capturing. For a stream made by
-// Device.NewStream that is not capturing it reads a flag BeginCapture and
-// EndCapture keep: one atomic load, no driver call (the hot path of every
-// resource's Allocate). A stream whose flag says it captures is confirmed
-// with the driver (cuStreamIsCapturing), since the capture may have been
-// ended through another Stream value of the same handle (WrapStream); so
-// is every borrowed stream, whose capture other code may have begun (a
-// driver call of its own). The legacy default
-// stream reports true while a blocking stream of its device that cudamem
-// saw begin a capture is capturing, since work on it would join that
-// capture. Nil, zero and closed streams report false.
+// IsCapturing reports whether s is capturing. An owned stream not
+// capturing costs one atomic load; one whose flag says capturing, and
+// every borrowed stream, is confirmed with the driver. The legacy default
+// stream reports true while a blocking stream of its device captures.
+// Nil, zero and closed streams report false.
 func (s *Stream) IsCapturing() bool { return s.RefuseCapture("Stream.IsCapturing") != nil }
 
 // RefuseCapture returns nil if work that cannot be captured may be
 // submitted to s, and otherwise an error naming op and matching
 // ErrCapturing: s is capturing, or s is the legacy default stream while a
-// blocking stream of its device is capturing (the legacy stream would
-// synchronize with it and invalidate the capture). Resources and copy
-// paths call it first, so a refused operation leaves the capture valid.
-// A nil, zero or closed stream returns nil: the operation's own checks
-// report those. For a borrowed stream it asks the driver (see
-// IsCapturing); a failed query is returned (naming op) rather than
-// guessed.
-//
-// Work submitted to an owned stream's handle by other code, after a
-// capture begun there with the raw handle, is not seen: wrap the handle
-// with WrapStream to have the driver asked.
+// blocking stream of its device captures. Resources and copy paths call
+// it first, so a refused operation leaves the capture valid. A nil, zero
+// or closed stream returns nil (the operation's own checks report it).
+// A borrowed stream's driver is asked, and a failed query returned. A
+// capture begun on an owned stream's raw handle by other code is not
+// seen: wrap the handle with WrapStream to have the driver asked.
 func (s *Stream) RefuseCapture(op string) error {
 	if s == nil || s.dev == nil || s.guard.IsClosed() {
 		return nil
@@ -523,10 +469,7 @@ func (s *Stream) refuseFast(op string) (err error, ask bool) {
 	case st == capBeginning:
 		return s.errCapturing(op), false
 	case st == capActive:
-		// Confirm with the driver (a refusal is the cold path): the
-		// capture may have been ended through another Stream value for
-		// the same handle (WrapStream), and the flag must not refuse
-		// work forever.
+		// Confirm: another Stream value of the handle may have ended it.
 		return nil, true
 	case s.IsDefault():
 		if s.dev.gate.blocking.Load() > 0 {
@@ -590,30 +533,20 @@ func (s *Stream) refuseBorrowed(op string, ctx, h uintptr) error {
 
 // WaitEvent makes future work on s wait until e has completed.
 //
-// Under capture it follows the driver's rules (see RefuseOrder): waiting
-// on an event recorded into a capture pulls s into that capture (how a
-// capture forks into several streams; s must then be joined back into
-// the capturing stream, through an event recorded on s and waited on
-// there, before EndCapture), and s stops capturing when the capture
-// ends. A capturing s waiting on an event recorded outside its capture,
-// or into another capture, is refused with an error matching
-// ErrCapturing, as is any wait involving the legacy default stream while
-// a blocking stream captures, and a wait of the legacy default stream on
-// an event recorded into any capture (it cannot join one: the driver
-// would invalidate the capture); the captures stay valid. A stream of
-// another context that joins a capture counts as capturing in its own
-// context too: Device.Sync there is refused until the capture ends.
+// Under capture it follows RefuseOrder's rules, except that waiting on an
+// event recorded into a capture pulls s into it (how a capture forks; s
+// must be joined back into the capturing stream before EndCapture) until
+// the capture ends. A wait RefuseOrder would refuse, or of the legacy
+// default stream on an event recorded into any capture, is refused with
+// an error matching ErrCapturing. A stream of another context that joins
+// a capture counts as capturing in its own context too.
 func (s *Stream) WaitEvent(e *Event) error {
 	const op = "Stream.WaitEvent"
-	// A stream that joins a capture starts capturing at the driver call:
-	// from then on, legacy-stream work would join the capture too if s is
-	// blocking, and a wait for s's whole context would invalidate it if s
-	// is of another context than the capture's origin. As BeginCapture
-	// does, raise the counts that refuse such calls and wait out those in
-	// flight first, holding no lock (the gate, capturerule.go). They are
-	// lowered on return, after the join's own were raised (join), and the
-	// work deferred meanwhile then runs. Decided from the event's capture
-	// as it is now; a record racing this wait may still escape it.
+	// Joining starts capturing at the driver call, so, as BeginCapture
+	// does, raise the counts that refuse legacy-stream work (s blocking)
+	// and whole-context waits (s of another context) and wait out those
+	// in flight, holding no lock; lowered on return, after join raised
+	// its own. A record racing this wait may still escape it.
 	if s != nil && s.dev != nil && !s.IsDefault() {
 		if rec := e.recorded(); rec != nil && rec.active(op) {
 			if cross := s.crossContext(rec.seq); s.capture.blocking || cross {
@@ -668,8 +601,7 @@ func (s *Stream) WaitEvent(e *Event) error {
 // event is made.
 func (s *Stream) WaitStream(other *Stream) error {
 	const op = "Stream.WaitStream"
-	// Check both streams before creating anything: a nil or zero stream
-	// has no device to make the event on.
+	// A nil or zero stream has no device to make the event on.
 	if _, _, err := s.begin(op); err != nil {
 		return err
 	}
@@ -679,9 +611,7 @@ func (s *Stream) WaitStream(other *Stream) error {
 	}
 	dev := other.dev
 	other.end()
-	// Refused before anything is recorded where WaitEvent would refuse
-	// the wait (the legacy stream joining a capture, a capture waiting on
-	// work outside it): the temporary event is not made for nothing.
+	// Refuse what WaitEvent would before making the event.
 	w, err := s.captureOf(op)
 	if err != nil {
 		return err
@@ -708,9 +638,10 @@ func (s *Stream) WaitStream(other *Stream) error {
 	return err
 }
 
-// refuseContextWait enters the gate (capturerule.go) for a wait for the whole context of d
-// (cuCtxSynchronize) named op; a nil error means the caller must call
+// refuseContextWait enters the gate for a wait for the whole context of
+// d (cuCtxSynchronize) named op; a nil error means the caller must call
 // exitContextWait after its driver call.
+
 func (d *Device) refuseContextWait(op string) error {
 	if !d.gate.enter(callContext) {
 		return d.errContextWait(op)

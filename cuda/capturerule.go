@@ -8,54 +8,31 @@ import (
 	"unsafe"
 )
 
-// The capture rule.
-//
-// While a stream captures, the driver records what is enqueued on it as
-// graph nodes, forbids what would make the host wait for it, and reacts
-// to three more things an operation can do without naming the capturing
-// stream at all:
-//
-//   - ordering one stream after another (an event recorded on one and
-//     waited on by the other): waiting on an event recorded in a capture
-//     pulls the waiting stream into that capture; a capturing stream
-//     waiting on work outside its capture, or on another capture's work,
-//     is illegal and invalidates the capture;
-//   - waiting for the whole context (cuCtxSynchronize: Device.Sync, and
-//     the quiescing before a pool is destroyed) while any of its streams
-//     captures invalidates those captures;
-//   - waiting for or querying an event recorded in a capture is illegal.
-//
-// Every operation in cudamem that touches a stream, an event or the whole
-// context asks one of the functions below first, each deciding from the
-// streams the operation touches (its own, the one it waits on, the one it
-// frees on): RefuseCapture (work that cannot be a node, on one stream),
-// RefuseOrder (one stream after another), Device.RefuseDeviceWait (the
-// whole context), and Event's record-time bookkeeping. The answer is
-// either nil (run it: outside a capture, or as a node of it) or an error
-// matching ErrCapturing, given before anything is submitted, so the
-// capture stays valid and nothing joins it by accident. Deferred
-// destruction that needs the context quiet waits with
-// Device.DeferWhileCapturing until no capture is in flight.
+// The capture rule. Besides work that makes the host wait, a capture is
+// invalidated by ordering streams across it (a capturing stream waiting
+// on work outside its capture; a wait on a captured event pulls the
+// waiter in), by a wait for its whole context (cuCtxSynchronize), and by
+// waiting for or querying a captured event. Every operation asks first,
+// from the streams it touches: RefuseCapture, RefuseOrder,
+// Device.RefuseDeviceWait, Event's record-time bookkeeping. The answer is
+// nil or an error matching ErrCapturing before anything is submitted, so
+// the capture stays valid. Destruction that needs the context quiet waits
+// with Device.DeferWhileCapturing.
 
 // streamCapture is a stream's part in the capture rule.
 type streamCapture struct {
 	// state is capBeginning from just before BeginCapture's driver call,
 	// capActive once it succeeded (or the stream joined a capture), and
-	// capNone once the capture has ended, so resources can refuse the
-	// stream with one atomic load instead of a driver query.
+	// capNone once the capture has ended: one atomic load for resources.
 	state atomic.Int32
-	// blocking records that the stream synchronizes with the legacy
-	// default stream (made without StreamNonBlocking): while it captures,
-	// work on the legacy stream would join the capture and invalidate it.
+	// blocking: made without StreamNonBlocking, so while it captures, work
+	// on the legacy stream would join the capture and invalidate it.
 	blocking bool
-	// seq is the capture the stream is in while state is not capNone: one
-	// it began, or one it joined by waiting on its work (nil for a capture
-	// cudamem did not see begin).
+	// seq is the capture the stream began or joined while state is not
+	// capNone (nil for a capture cudamem did not see begin).
 	seq atomic.Pointer[captureSeq]
-	// joinedID is the driver's id of the capture cudamem did not see begin
-	// that the stream joined by a wait (joinCapture; 0 when the driver
-	// could not say), so that Close and EndCapture can tell that capture
-	// from a later one on the same handle.
+	// joinedID is the driver's id (0 if unknown) of the unseen capture the
+	// stream joined by a wait, to tell it from a later one on the handle.
 	joinedID atomic.Uint64
 	// abandoned is the graph of a capture Close ended but could not
 	// destroy; the next Close retries (written under the guard's Lock).
@@ -174,10 +151,9 @@ func (s *Stream) joinCapture(rec *eventCapture) {
 }
 
 // capID is what the rule knows of a stream's capture: none, a capture
-// cudamem saw begin (seq), or one the driver reports (id; borrowed
-// streams whose capture foreign code began). legacy marks the legacy
-// default stream while a blocking stream of its context captures: any
-// work on it would join that capture.
+// cudamem saw begin (seq), or one the driver reports (id). legacy marks
+// the legacy default stream while a blocking stream of its context
+// captures.
 type capID struct {
 	capturing bool
 	legacy    bool
@@ -197,11 +173,9 @@ func (a capID) same(b capID) bool {
 	return false
 }
 
-// captureOf says which capture s is in. It costs atomic loads for
-// cudamem's own streams that are not capturing, and a driver query for a
-// stream whose flag says capturing (to confirm) or that is borrowed.
-// Nil, zero and closed streams are not capturing: the operation's own
-// checks report them.
+// captureOf says which capture s is in: atomic loads for an owned stream
+// not capturing, a driver query to confirm a flag or for a borrowed
+// stream. Nil, zero and closed streams are not capturing.
 func (s *Stream) captureOf(op string) (capID, error) {
 	if c, ask := s.captureFast(); !ask {
 		return c, nil
@@ -248,17 +222,18 @@ func (s *Stream) captureAsk(op string, ctx, h uintptr) (capID, error) {
 	seen := s.capture.seq.Load()
 	var status int32
 	var id uint64
-	p := &s.dev.drv.StreamGetCaptureInfo
-	if p.Found() {
+	var err error
+	if p := &s.dev.drv.StreamGetCaptureInfo; p.Found() {
 		if r := p.CallCtx(ctx, h, uintptr(unsafe.Pointer(&status)), uintptr(unsafe.Pointer(&id)), 0, 0, 0, 0); !ok(r) {
-			return capID{}, &OpError{Op: op, Err: fmt.Errorf("asking whether stream %#x of %v is capturing: %w", h, s.dev, fail(p, r))}
+			err = fail(p, r)
 		}
 	} else {
-		st, err := s.status(ctx, h)
-		if err != nil {
-			return capID{}, &OpError{Op: op, Err: fmt.Errorf("asking whether stream %#x of %v is capturing: %w", h, s.dev, err)}
-		}
+		var st CaptureStatus
+		st, err = s.status(ctx, h)
 		status = int32(st)
+	}
+	if err != nil {
+		return capID{}, &OpError{Op: op, Err: fmt.Errorf("asking whether stream %#x of %v is capturing: %w", h, s.dev, err)}
 	}
 	if CaptureStatus(status) == CaptureStatusNone {
 		if s.capture.state.Load() == capActive {
@@ -269,8 +244,7 @@ func (s *Stream) captureAsk(op string, ctx, h uintptr) (capID, error) {
 	return capID{capturing: true, seq: s.capture.seq.Load(), id: id}, nil
 }
 
-// describe names a stream and its device (and, for a view, its context)
-// for messages.
+// describe names a stream and its device (view) for messages.
 func (s *Stream) describe() string {
 	if s == nil || s.dev == nil {
 		return "a nil or zero stream"
@@ -293,16 +267,12 @@ func (s *Stream) name() string {
 // submitted to waited so far (an event recorded on waited, then waited on
 // by waiter) without harming a capture, and otherwise an error naming op
 // and both streams that matches ErrCapturing. It allows the order when
-// neither stream captures and when both are in the same capture (the
-// event and the wait become nodes). It refuses it when only waited
-// captures (waiter would be pulled into that capture, and the work
-// cudamem submits to it next would be recorded instead of run), when only
-// waiter captures (a capture cannot wait on work outside it), and when
-// they are in different captures. Resources and buffers call it before
-// ordering one stream after another on their own account (a free after
-// other streams' work, reusing memory across streams). Nil, zero and
-// closed streams are not checked here: the operation's own checks report
-// them. Two streams that are not capturing cost two atomic loads.
+// neither stream captures or both are in the same capture; it refuses it
+// when only one captures (waiter would be pulled in, or a capture would
+// wait on work outside it) or they are in different captures. Resources
+// and buffers call it before ordering streams on their own account. Nil,
+// zero and closed streams are not checked here. Two streams not capturing
+// cost two atomic loads.
 func RefuseOrder(op string, waiter, waited *Stream) error {
 	if waiter == waited {
 		return nil
@@ -366,21 +336,13 @@ func (d *Device) errLegacyCapture(op string) error {
 // DeferWhileCapturing arranges for fn to run once no capture that
 // cudamem saw begin involves a stream of d's context, and returns true;
 // with none in flight it returns false and does nothing, so the caller
-// goes ahead itself. It is how a destruction that must wait for the whole
-// context first (a pool's) is put off rather than refused when it comes
-// from a free that already succeeded.
+// goes ahead itself (how a pool's destruction is put off, not refused).
 //
 // fn has run when the EndCapture (or Stream.Close) that ends the last
-// such capture returns: it runs on that goroutine, or on one the ending
-// started, which that call waits for; no lock of this package is held.
-// So once that call returns, what was deferred is done (or deferred
-// again, if fn found another capture begun meanwhile). After a capture
-// that ended without a call of this package ending it (the driver
-// reported it over), fn runs on a goroutine of its own. fn never runs
-// while a capture is in flight: a BeginCapture waits for it, as for a
-// Device.Sync. fn never runs on the caller's goroutine inside this call,
-// so it may take the caller's locks; it must not end a capture or close a
-// stream itself.
+// such capture returns, holding no lock of this package; after a capture
+// the driver reported over, it runs on a goroutine of its own. It never
+// runs while a capture is in flight, nor inside this call, so it may take
+// the caller's locks; it must not end a capture or close a stream.
 func (d *Device) DeferWhileCapturing(fn func()) bool {
 	if !d.valid() || fn == nil {
 		return false
@@ -388,28 +350,16 @@ func (d *Device) DeferWhileCapturing(fn func()) bool {
 	return d.gate.deferWork(fn)
 }
 
-// The gate.
-//
-// The rule's checks read counts and then call the driver; a capture begun
-// on another goroutine between the two would be invalidated by the call
-// (a cuCtxSynchronize, or work on the legacy default stream joining a
-// blocking stream's capture). So such a call enters the gate (which
-// checks the count and counts the call in flight), calls the driver, and
-// leaves; and a capture raises the counts first, then waits until no
-// admitted call of the kinds it refuses is in flight, and only then
-// begins. Either the call sees the raised count and is refused, or the
-// capture sees the call and waits for it: the atomic operations are
-// sequentially consistent, so both cannot miss each other. The capture
-// waits holding no lock, so a call in flight never waits on it.
-//
-// The gate is fair to a capture: a call that finds a count raised is
-// refused before it counts itself, so once a capture has raised its
-// counts, the calls it waits for are only those admitted before, and at
-// most one late check per goroutine that had passed the first; no stream
-// of new or retried calls can hold it off. Every capture refuses waits for
-// the whole context; only a blocking stream's capture (or join) refuses
-// legacy-stream calls, and only it waits for them: a non-blocking
-// stream's capture leaves the legacy stream free.
+// The gate. A call the rule checks (a cuCtxSynchronize, work on the
+// legacy default stream) would invalidate a capture begun between its
+// check and its driver call. So the call enters the gate (checks the
+// count, counts itself in flight), calls, and leaves; a capture raises
+// the counts first, then waits, holding no lock, until no admitted call
+// it refuses is in flight. With sequentially consistent atomics one of
+// the two sees the other. A call that finds a count raised is refused
+// before counting itself, so no stream of new calls can hold a capture
+// off. Only a blocking stream's capture (or join) refuses legacy-stream
+// calls.
 
 // Kinds of calls that enter the gate.
 const (
@@ -421,13 +371,11 @@ const (
 // each view of a context has its own).
 type captureGate struct {
 	// captures counts the captures cudamem saw begin that involve the
-	// context: begun (or beginning) on one of its streams, or joined by
-	// one of its streams from another context. While it is above zero,
-	// calls of kind callContext are refused.
+	// context (begun, beginning, or joined from another context); above
+	// zero, calls of kind callContext are refused.
 	captures atomic.Int32
-	// blocking counts the context's blocking streams (made without
-	// StreamNonBlocking) that capture or are about to (begin or join):
-	// while it is above zero, calls of kind callLegacy are refused.
+	// blocking counts the context's blocking streams that capture or are
+	// about to; above zero, calls of kind callLegacy are refused.
 	blocking atomic.Int32
 	// calls counts the admitted calls in flight, by kind. A capture waits
 	// on idle (L is &mu) until the kinds it refuses are at 0; waiters
@@ -543,11 +491,9 @@ func (g *captureGate) deferWork(fn func()) bool {
 
 // runDeferred runs the deferred work if no capture is counted, on the
 // calling goroutine, and returns once it has run (also when another
-// goroutine was running it). It runs as a call of kind callContext, so a
-// capture beginning meanwhile waits for it, and stops as soon as one is
-// counted: what is left (or deferred again) runs when that one is over.
-// The caller holds no lock of this package. With nothing deferred it
-// costs one atomic load.
+// goroutine was running it). It runs as a call of kind callContext, and
+// stops as soon as a capture is counted. The caller holds no lock of this
+// package. With nothing deferred it costs one atomic load.
 func (g *captureGate) runDeferred() {
 	if g.pending.Load() == 0 {
 		return
@@ -654,17 +600,11 @@ func (e *Event) refuseCaptured(op string) error {
 	return nil
 }
 
-// The calls that enter the gate from outside this file.
-
-// refuseLegacy applies the capture rule to a synchronous call named op:
-// the driver runs it on the legacy default stream of d's context, so
-// while a blocking stream of that context captures, the call would join
-// that capture and invalidate it. It is refused then, as work on
-// DefaultStream() is, with an error matching ErrCapturing.
-//
-// The caller makes its driver call before exitLegacy: the check and the
-// call are one step for a BeginCapture on another goroutine (the gate,
-// capturerule.go). A nil error means the caller must call exitLegacy.
+// refuseLegacy refuses a call named op on the legacy default stream of
+// d's context, with an error matching ErrCapturing, while a blocking
+// stream of that context captures (the call would join the capture and
+// invalidate it). A nil error means the caller must call exitLegacy
+// after its driver call.
 func (d *Device) refuseLegacy(op string) error {
 	if !d.gate.enter(callLegacy) {
 		return d.errLegacyCapture(op)

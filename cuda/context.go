@@ -56,10 +56,10 @@ const (
 // views is the registry of non-primary views by context handle, so that
 // WrapContext returns one *Device per context and a view from NewContext
 // is found again by its handle.
-var views struct {
+var views = struct {
 	mu sync.Mutex
 	m  map[uintptr]*Device
-}
+}{m: map[uintptr]*Device{}}
 
 // IsPrimary reports whether d is a view of its GPU's primary context (the
 // values GetDevice returns); false for a nil or zero Device and for views
@@ -94,24 +94,16 @@ func (d *Device) contextClosed(op string) error {
 }
 
 // contextClosedDone reports whether d is a view whose owned context
-// Context.Close destroyed, green or not: Close waited for its work, so
-// nothing in it is still running, and nothing of it may be handed to the
-// driver again. Close of an object made in it (and a safety net) then
-// makes no driver call, and reports what diedWith says: cuCtxDestroy
-// destroyed the object with an ordinary context, while a green context's
-// objects are leaked by CUDA, which refuses every later call on them.
+// Context.Close destroyed, green or not: nothing of it may be handed to
+// the driver again, so Close of an object made in it makes no driver
+// call and reports what diedWith says.
 func (d *Device) contextClosedDone() bool { return d != nil && d.bind != nil && d.bind.closed.Load() }
 
 // diedWith is what Close (op) of an object of view d (what, handle h)
 // reports once Context.Close destroyed d's context (contextClosedDone):
-// such a Close marks the object closed without a driver call, since
-// nothing of a destroyed context may be handed to the driver again (it
-// may crash on it). cuCtxDestroy destroyed the object with an ordinary
-// context, so there is nothing to report (nil). A green context's objects
-// are not destroyed with it: CUDA leaks them and refuses every later call
-// on them, so the leak is reported, with an error matching ErrClosed, on
-// this Close and every later one (the caller keeps it), telling the
-// program to close such objects before their context.
+// nil for an ordinary context, whose cuCtxDestroy destroyed the object;
+// for a green context, whose objects CUDA leaks, the leak, matching
+// ErrClosed (the caller keeps it for every later Close).
 func (d *Device) diedWith(op, what string, h uintptr) error {
 	g := d.green()
 	if g == 0 {
@@ -121,27 +113,19 @@ func (d *Device) diedWith(op, what string, h uintptr) error {
 		ErrClosed, what, h, g, d.bind.primary)}
 }
 
-// WrapContext returns the Device view of h, a CUcontext made elsewhere (by
-// another library, a framework, or cuCtxCreate), so that every cudamem
-// object made from it runs with h current instead of the primary context.
-// cudamem never destroys h; it must outlive every use of the view. The
-// view is found with cuCtxGetDevice run with h current. A primary context
-// gives the GPU's primary view (GetDevice's value); the same h gives the
-// same view each time.
+// WrapContext returns the Device view of h, a CUcontext made elsewhere, so
+// that every cudamem object made from it runs with h current. cudamem
+// never destroys h; it must outlive every use of the view. A primary
+// context gives the GPU's primary view; the same h gives the same view
+// each time.
 //
 // Handle 0 is an error matching ErrInvalidArgument. A context cudamem
-// destroyed (Context.Close of a NewContext or NewGreenContext context) is
-// refused before any driver call, with an error naming the handle that
-// matches both ErrInvalidArgument and CUDA_ERROR_INVALID_CONTEXT: the
-// driver does not validate a destroyed context's handle and may crash on
-// it. That record cannot cover a context destroyed elsewhere (by the
-// library that made it): such a handle, like garbage, goes to the driver,
-// which may answer CUDA_ERROR_INVALID_CONTEXT (reported naming the
-// handle) or crash the process, so pass only live contexts. The driver
-// reuses a destroyed context's address: once cudamem creates a context
-// there, the address is live again, but a context another library
-// creates there is refused as destroyed (nothing safe can tell the two
-// apart) until cudamem creates one at that address.
+// destroyed is refused before any driver call (which may crash on it),
+// with an error naming the handle that matches both ErrInvalidArgument and
+// CUDA_ERROR_INVALID_CONTEXT; so is a context another library creates
+// later at that address, until cudamem creates one there. A context
+// destroyed elsewhere goes to the driver, which may crash: pass only live
+// contexts.
 func WrapContext(h uintptr) (*Device, error) {
 	const op = "WrapContext"
 	if h == 0 {
@@ -173,22 +157,16 @@ func WrapContext(h uintptr) (*Device, error) {
 	if p == nil {
 		return nil, &OpError{Op: op, Err: fmt.Errorf("%w: context %#x is on CUdevice %d, which the device list lacks", ErrorInvalidDevice, h, cu)}
 	}
-	// The primary view, if h is its context. Only a context already
-	// retained is compared: retaining it here would create the GPU's
-	// primary context (and its memory) for a program that never asked
-	// for it. (An unretained primary context passed in gets a view of
-	// its own, which works the same.)
+	// Only a primary context already retained is compared: retaining it
+	// here would create it for a program that never asked for it.
 	if p.ctxOK.Load() && p.ctx == h {
 		return p, nil
 	}
 	views.mu.Lock()
 	defer views.mu.Unlock()
-	// A handle seen before is the same view, unless the context it named
-	// was destroyed and the driver reused the address for another context
-	// (of another GPU, or with another ID): objects cached for the old
-	// view (modules, events) are dead, so the new context gets a new view.
-	// An ID the driver could not give (0, a transient failure) is no
-	// evidence of another context: only two known, different IDs are.
+	// A handle seen before is the same view, unless the driver reused the
+	// address for another context (another GPU, or two known, different
+	// IDs): the old view's cached objects are dead.
 	id := contextID(p, h)
 	if v := views.m[h]; v != nil && v.bind.primary == p && !v.bind.closed.Load() {
 		switch {
@@ -201,9 +179,6 @@ func WrapContext(h uintptr) (*Device, error) {
 	}
 	v := newView(p, h, false)
 	v.bind.id = id
-	if views.m == nil {
-		views.m = make(map[uintptr]*Device)
-	}
 	views.m[h] = v
 	return v, nil
 }
@@ -218,70 +193,38 @@ func newView(p *Device, h uintptr, owned bool) *Device {
 
 // Context is a CUDA context cudamem created (Device.NewContext) and owns:
 // Close destroys it. Device returns its view, which every constructor
-// taking a *Device accepts. Methods are safe for concurrent use; closing
-// the context while other goroutines still use its view is a program
-// error (as in CUDA). A nil or zero Context refuses every call.
+// taking a *Device accepts, and every driver call made through what it
+// returns runs with the view's context current. Methods are safe for
+// concurrent use; closing the context while other goroutines still use
+// its view is a program error (as in CUDA). A nil or zero Context refuses
+// every call.
 //
-// A *Device is a view of one GPU through one CUDA context. GetDevice and
-// Devices return the primary views (the GPU's primary context, retained by
-// cudamem). WrapContext returns a view of a context made elsewhere (by
-// another library, a framework, cuCtxCreate); Device.NewContext creates a
-// context that cudamem owns and returns it as a *Context, whose Device
-// method is its view. Every constructor that takes a *Device (streams,
-// events, modules, resource.NewDevicePool, resource.NewSyncDevice,
-// virtual.New, ...) takes any view, and every driver call made through
-// what it returns runs with the view's context current, exactly as the
-// primary views do with the primary context.
+// Views compare by pointer, one per context; Ordinal, UUID, attributes and
+// Features are the GPU's. Objects CUDA ties to a context (streams, events,
+// modules, cuMemAlloc memory) belong to one view, and used with another
+// are an error naming both; pools and virtual memory belong to the GPU.
+// Stream.WaitEvent accepts events of any context, as CUDA does.
 //
-// The rules for two views of one GPU:
-//
-//   - Views are distinct values, compared by pointer, one per context:
-//     WrapContext returns the same *Device each time for a context (and the
-//     primary view for a primary context), so == on views means "same
-//     context". Ordinal, UUID, attributes and Features are the GPU's and
-//     shared by all its views.
-//   - Objects that belong to a context in CUDA belong to one view: streams,
-//     events, modules and their kernels, memory from cuMemAlloc. A stream of
-//     one view used where another view is expected (a kernel of a module
-//     loaded in another context, Device.WrapStream with a stream of another
-//     context) is an error naming both, never undefined behaviour.
-//   - Memory pools and virtual memory belong to the GPU, not to a context:
-//     a device pool made from any view allocates on streams of any view of
-//     the same GPU (the driver call runs in the stream's context).
-//   - Stream.WaitEvent accepts events of any context, as CUDA does.
-//
-// Nothing here destroys or releases a context it did not create: a view
-// from WrapContext never destroys its context, and the context must
-// outlive every use of the view and of what was made from it (cudamem
-// cannot check that). A Context from NewContext destroys its context on
-// Close; afterwards every call through its view, and through anything made
-// from it, returns an error matching ErrClosed. Close objects made in a
-// context (streams, buffers, resources, modules) before the context:
-// destroying a context destroys its streams, events, modules and
-// cuMemAlloc memory in the driver (their Close then only marks them
+// After Close every call through the view, and through anything made from
+// it, returns an error matching ErrClosed. Close objects made in a context
+// before the context: destroying it destroys its streams, events, modules
+// and cuMemAlloc memory in the driver (their Close then only marks them
 // closed), while pool allocations outlive it but can no longer be freed
-// through the closed view. (A green context is different: see
-// Device.NewGreenContext.)
-//
-// Views from WrapContext are kept for the life of the process (so the
-// same handle gives the same view); each costs a few hundred bytes.
-//
-// No call leaves a context pushed on a thread: NewContext pops what
-// cuCtxCreate pushed, so the thread's context stack is as it was.
+// through the closed view (green contexts differ: see
+// Device.NewGreenContext). Views from WrapContext are kept for the life
+// of the process, a few hundred bytes each.
 type Context struct {
 	dev *Device // the view; nil for a zero Context
 	mu  sync.Mutex
 }
 
-// NewContext creates a CUDA context on d's GPU (cuCtxCreate; the CUDA 13
-// cuCtxCreate_v4 where the driver has it, else cuCtxCreate_v2) with the
-// given flags, and returns it owned: Context.Close destroys it. d may be
-// any view of the GPU. cuCtxCreate pushes the new context on the calling
-// thread; NewContext pops it on the same locked thread, so the thread's
-// current context is left as it was.
-//
-// Flags outside CU_CTX_FLAGS_MASK, or more than one scheduling flag, are
-// an error matching ErrInvalidArgument.
+// NewContext creates a CUDA context on d's GPU (cuCtxCreate_v4 where the
+// driver has it, else cuCtxCreate_v2) with the given flags, and returns it
+// owned: Context.Close destroys it. d may be any view of the GPU. The
+// calling thread's current context is left as it was. Flags outside
+// CU_CTX_FLAGS_MASK, or more than one scheduling flag, are an error
+// matching ErrInvalidArgument.
+
 func (d *Device) NewContext(flags ContextFlags) (*Context, error) {
 	const op = "Device.NewContext"
 	if err := d.check(op); err != nil {
@@ -339,9 +282,6 @@ func (d *Device) NewContext(flags ContextFlags) (*Context, error) {
 	v := newView(p, c, true)
 	v.bind.id = contextID(p, c)
 	views.mu.Lock()
-	if views.m == nil {
-		views.m = make(map[uintptr]*Device)
-	}
 	views.m[c] = v
 	views.mu.Unlock()
 	return &Context{dev: v}, nil

@@ -5,31 +5,17 @@ import (
 	"sync"
 )
 
-// The record of handles cudamem destroyed.
-//
-// A CUDA handle is the address of the driver's object. Once the object is
-// destroyed, the driver does not validate the handle: most entry points
-// dereference it, so handing it back (cuCtxSetCurrent or cuCtxGetId on a
-// destroyed context, cuCtxFromGreenCtx on a destroyed green context,
-// cuStreamGetCtx on a destroyed stream) can crash the process instead of
-// returning CUDA_ERROR_INVALID_CONTEXT. No driver call tells a live handle
-// from a dead one without that risk, so the entry points that take a raw
-// handle from the caller (WrapContext, WrapGreenContext, Device.WrapStream)
-// consult this record first, and refuse a handle cudamem itself destroyed
-// without calling the driver.
-//
-// What it cannot see: a handle destroyed by someone else (the library
-// that made a context destroying it, cuStreamDestroy outside cudamem)
-// reaches the driver as before. The driver frees a destroyed object and
-// may give its address to the next one: a handle cudamem creates again
-// (NewContext, NewGreenContext, a new stream) leaves the record, and so
-// does a context the driver hands back as live (cuCtxFromGreenCtx). But
-// a context or stream that another library creates at the address of one
-// cudamem destroyed is refused as destroyed, since nothing safe can tell
-// the two apart. That is why streams closed on their own (Stream.Close)
-// are not recorded: streams come and go far more often than contexts,
-// and other libraries' new streams would be refused at their addresses;
-// only the streams that die with a context cudamem destroys are.
+// The record of handles cudamem destroyed. The driver does not validate a
+// destroyed object's handle and may crash on it, so the entry points that
+// take a raw handle (WrapContext, WrapGreenContext, Device.WrapStream)
+// refuse one cudamem destroyed without calling the driver. A handle
+// destroyed by someone else reaches the driver. An address cudamem
+// creates an object at again (or the driver hands back as live) leaves
+// the record, but one another library reuses is refused, since nothing
+// safe tells the two apart. That is why streams closed on their own are
+// not recorded (they come and go far more often, and other libraries'
+// new streams would be refused); only those that die with a context
+// cudamem destroys are.
 
 // handleKind is the kind of driver object a recorded handle names.
 type handleKind uint8
@@ -71,27 +57,20 @@ type handleKey struct {
 // cudamem's new objects leave the record, so it rarely fills.
 const goneMax = 1 << 14
 
-var gone struct {
+var gone = struct {
 	mu sync.Mutex
 	m  map[handleKey]string // what destroyed it (the operation's name)
-	// streams are the live streams cudamem created (Device.NewStreamWith,
-	// through streamCreated), by handle, so that Context.Close records
-	// those that die with their context.
+	// streams are the live streams cudamem created, by handle, so that
+	// Context.Close records those that die with their context.
 	streams map[uintptr]*Device
-}
+}{streams: map[uintptr]*Device{}}
 
-// noteDestroyed records that cudamem destroyed handle h of kind k, in the
-// operation named by.
-func noteDestroyed(k handleKind, h uintptr, by string) {
+// noteDestroyedLocked records that cudamem destroyed handle h of kind k,
+// in the operation named by. The caller holds gone.mu.
+func noteDestroyedLocked(k handleKind, h uintptr, by string) {
 	if h == 0 {
 		return
 	}
-	gone.mu.Lock()
-	defer gone.mu.Unlock()
-	noteDestroyedLocked(k, h, by)
-}
-
-func noteDestroyedLocked(k handleKind, h uintptr, by string) {
 	if gone.m == nil {
 		gone.m = make(map[handleKey]string)
 	}
@@ -138,20 +117,11 @@ func streamCreated(s *Stream) {
 	gone.mu.Lock()
 	defer gone.mu.Unlock()
 	delete(gone.m, handleKey{kindStream, s.handle})
-	if gone.streams == nil {
-		gone.streams = make(map[uintptr]*Device)
-	}
 	gone.streams[s.handle] = s.dev
 }
 
 // streamClosed forgets s, which Stream.Close destroyed, without recording
-// its handle: streams are made and destroyed far more often than
-// contexts, and the driver gives a destroyed stream's address to the next
-// stream made, by cudamem or by any library in the process; refusing that
-// address in WrapStream would refuse live streams of other libraries. So
-// only streams that died with a context cudamem destroyed are recorded
-// (contextDestroyed), as their context's handle is; a stream handle the
-// caller destroyed through Stream.Close and hands back reaches the driver.
+// its handle (see the record's comment above).
 func streamClosed(s *Stream) {
 	if s == nil || s.handle == 0 {
 		return

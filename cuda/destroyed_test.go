@@ -235,6 +235,12 @@ func TestModuleClosedContext(t *testing.T) {
 	noCrash(t, fk)
 }
 
+func noteDestroyed(k handleKind, h uintptr, by string) {
+	gone.mu.Lock()
+	defer gone.mu.Unlock()
+	noteDestroyedLocked(k, h, by)
+}
+
 // The record stays bounded, and handles of one kind do not refuse
 // another.
 func TestDestroyedRecordBounded(t *testing.T) {

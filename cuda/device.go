@@ -9,16 +9,11 @@ import (
 )
 
 // Device is one CUDA device, identified by its ordinal, seen through one
-// CUDA context. GetDevice's values are singletons, one per GPU, using the
-// GPU's primary context: GetDevice returns the same *Device for an ordinal
-// every time, and it is safe for concurrent use.
-//
-// Every call that needs a CUDA context uses the Device's context (for
-// GetDevice's values the primary context, retained on first use and kept
-// for the life of the process) and makes it current on the OS thread that
-// runs the driver call, inside that call. WrapContext and
-// Device.NewContext give views of the same GPU through other contexts (see
-// Context for the rules).
+// CUDA context, and safe for concurrent use. GetDevice's values are
+// singletons, one per GPU, using the GPU's primary context (retained on
+// first use, kept for the life of the process). Every driver call makes
+// the Device's context current inside that call. WrapContext and
+// Device.NewContext give views through other contexts (see Context).
 type Device struct {
 	ordinal int
 	handle  int32 // CUdevice
@@ -29,10 +24,9 @@ type Device struct {
 	// creation, and never the primary context.
 	bind *binding
 
-	// The primary context, once retained. A failed retain is not kept: the
-	// next call tries again (a transient failure on first use must not
-	// break the device for the life of the process). ctx is written once,
-	// under ctxMu, before ctxOK is set; readers that see ctxOK see ctx.
+	// The primary context, once retained (a failed retain is tried again).
+	// ctx is written once, under ctxMu, before ctxOK is set; readers that
+	// see ctxOK see ctx.
 	ctxOK atomic.Bool
 	ctxMu sync.Mutex
 	ctx   uintptr // CUcontext (primary), 0 until retained
@@ -46,18 +40,13 @@ type Device struct {
 
 	waiter waiter // shares cuCtxSynchronize among SyncContext callers
 
-	// features is what Features read, once every attribute it asks for was
-	// read without error: device attributes do not change while the
-	// process runs, and some take the driver far longer than a table
-	// lookup, while constructors (resource.NewDevicePool, virtual.New)
-	// check features on every call. A failed read is never kept.
+	// features is what Features read, once every attribute was read
+	// without error (constructors check features on every call).
 	features atomic.Pointer[Features]
 }
 
-// maxDevices bounds the device count a driver may report. CUDA numbers
-// devices with a C int, and no machine comes near this many; a larger (or
-// negative) count means a broken or hostile driver, and sizing a slice
-// from it would panic or exhaust memory.
+// maxDevices bounds the device count a driver may report: a larger (or
+// negative) count means a broken or hostile driver.
 const maxDevices = 1 << 12
 
 // deviceCount asks the driver how many devices it has. Tests replace it to
@@ -79,9 +68,8 @@ var retainPrimary = func(d *Device) (uintptr, error) {
 }
 
 // deviceTable is the process's device list. Only a successful enumeration
-// is kept: one that failed (a transient driver error on first use) is
-// tried again on the next call, so it does not fail every later call of
-// the process. Devices stay singletons, since the list is published once.
+// is kept (a failed one is tried again on the next call), published once
+// so devices stay singletons.
 type deviceTable struct {
 	list atomic.Pointer[[]*Device] // nil until an enumeration succeeded
 	mu   sync.Mutex                // serializes enumerations
@@ -431,12 +419,9 @@ func (d *Device) MemInfo() (free, total uint64, err error) {
 	return free, total, nil
 }
 
-// Sync waits for all work in the device's context (the primary context for
-// GetDevice's values) to finish.
-//
-// While a stream of the context captures (Stream.BeginCapture), it is
-// refused with an error matching ErrCapturing: the driver would
-// invalidate the capture.
+// Sync waits for all work in the device's context to finish. While a
+// stream of the context captures it is refused with an error matching
+// ErrCapturing: the driver would invalidate the capture.
 func (d *Device) Sync() error {
 	ctx, err := d.contextFor("Device.Sync")
 	if err != nil {
@@ -475,26 +460,14 @@ func (d *Device) EnablePeerAccess(peer *Device) error {
 	return fail(&d.drv.CtxEnablePeerAccess, r)
 }
 
-// DefaultStream returns the device's legacy default stream (handle 0 in the
-// device's context: each view has its own). It synchronizes with every blocking stream of the
-// context; it cannot be closed.
-// A nil Device has none: it returns nil, which every Stream method refuses.
+// DefaultStream returns the device's legacy default stream (handle 0 in
+// the device's context: each view has its own), which synchronizes with
+// every blocking stream of the context and cannot be closed. A nil Device
+// returns nil, which every Stream method refuses.
+
 func (d *Device) DefaultStream() *Stream {
 	if d == nil {
 		return nil
 	}
 	return &d.defaultStream
-}
-
-// currentContext returns the context current on the OS thread that runs
-// the call. Tests of the context model use it; cudamem never relies on it.
-func currentContext(d *Device) (uintptr, error) {
-	if err := d.check("currentContext"); err != nil {
-		return 0, err
-	}
-	var c uintptr
-	if r := d.drv.CtxGetCurrent.Call(uintptr(unsafe.Pointer(&c))); !ok(r) {
-		return 0, fail(&d.drv.CtxGetCurrent, r)
-	}
-	return c, nil
 }

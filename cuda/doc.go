@@ -32,14 +32,11 @@
 // contexts are retained on first use and kept for the life of the process.
 //
 // Other CUDA libraries (cuBLAS, cuFFT, NCCL) use the context current on
-// the calling thread instead. [Device.Do] runs Go code on a locked OS
-// thread with a device's primary context current and restores the
-// thread's previous context afterwards; [Device.Foreign] binds a C
-// function of another library (opened with loader.OpenCUDALibrary) so that
-// each [ForeignFunc.Call] makes the context current inside its own
-// crossing into C, as cudamem's driver calls do. [Device.WrapStream] turns
-// a stream another library created into a borrowed Stream, after checking
-// that it belongs to the Device's context.
+// the calling thread instead: [Device.Do] runs Go code on a locked OS
+// thread with it current, [Device.Foreign] binds a C function of another
+// library so that each [ForeignFunc.Call] makes it current inside its own
+// crossing into C, and [Device.WrapStream] borrows a stream another
+// library created.
 //
 // # Other contexts
 //
@@ -89,16 +86,12 @@
 // # Fabric handles
 //
 // Multi-node NVLink systems share memory between nodes with fabric
-// handles (CU_MEM_HANDLE_TYPE_FABRIC, brokered by the IMEX service):
-// [Device.MemExportFabric] and [Device.MemImportFabric] for VMM
-// allocations, [MemPool.ExportFabric] and [Device.ImportMemPoolFabric] for
-// pools. A [MemFabricHandle] is 64 plain bytes (MarshalBinary,
-// UnmarshalBinary; its String shows a fingerprint, not the bytes, which
-// are a capability). Where IMEX is absent the driver refuses fabric memory;
-// [FabricError] turns that into an error that matches [ErrNotSupported],
-// still matches the driver's Result, and says what is needed
-// ([FabricRequirements]). [Device.CheckFabric] probes it up front, as NCCL
-// does.
+// handles (brokered by the IMEX service): [Device.MemExportFabric] and
+// [Device.MemImportFabric] for VMM allocations, [MemPool.ExportFabric] and
+// [Device.ImportMemPoolFabric] for pools. A [MemFabricHandle] is 64 plain
+// bytes whose String shows a fingerprint only. Without IMEX the errors
+// match [ErrNotSupported] ([FabricError]); [Device.CheckFabric] probes it
+// up front.
 //
 // # Lifetimes
 //

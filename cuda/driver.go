@@ -134,16 +134,6 @@ func newDriver(d *loader.Driver) (*driver, error) {
 	return drv, nil
 }
 
-// openDriver is loader.Open and newDriver: a particular driver library,
-// for tests.
-func openDriver(paths ...string) (*driver, error) {
-	d, err := loader.Open(paths...)
-	if err != nil {
-		return nil, err
-	}
-	return newDriver(d)
-}
-
 // load opens the driver once; its error matches ErrNoDriver when no
 // library loaded, and the cuInit Result (for example ErrorNoDevice) when
 // the driver loaded but failed to initialize.

@@ -54,15 +54,6 @@ func (e *OpError) Unwrap() error {
 	return e.Err
 }
 
-// check turns a driver result into an error naming the operation; Success
-// becomes nil, never a non-nil error.
-func check(op string, r Result) error {
-	if r == Success {
-		return nil
-	}
-	return &OpError{Op: op, Err: r}
-}
-
 // Errorf returns an error naming op that wraps base (for example
 // ErrInvalidArgument) with a formatted explanation that should include the
 // offending values. Higher layers use it so their errors read like this

@@ -227,13 +227,9 @@ func Elapsed(start, end *Event) (time.Duration, error) {
 	return time.Duration(float64(ms) * float64(time.Millisecond)), nil
 }
 
-// Close destroys the event. It is idempotent.
-//
-// After Context.Close destroyed the event's context, Close makes no
-// driver call and marks the event closed: it returns nil for a context
-// from NewContext (the event died with it), and for a green context,
-// whose events CUDA leaks, an error matching ErrClosed that says so, on
-// this and every later Close. Close events before their context.
+// Close destroys the event. It is idempotent. After Context.Close
+// destroyed the event's context, Close reports as Stream.Close does:
+// close events before their context.
 func (e *Event) Close() error {
 	if e == nil || e.dev == nil {
 		return nil

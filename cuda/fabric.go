@@ -7,16 +7,11 @@ import (
 	"unsafe"
 )
 
-// This file holds fabric handles (CU_MEM_HANDLE_TYPE_FABRIC): the 64-byte
-// tokens that share VMM allocations and memory pools across the nodes of a
-// multi-node NVLink domain (GB200 NVL72 and later), as NCCL and NVSHMEM do
-// for cross-node buffers. Unlike a POSIX fd, a fabric handle is plain
-// bytes: it travels over any channel (a socket, MPI, a file) to a process on
-// another node of the same domain, which imports it. The driver needs the
-// IMEX service (nvidia-imex) running, and an IMEX channel the process may
-// open, to create, export or import fabric-shareable memory; without them it
-// refuses with CUDA_ERROR_NOT_PERMITTED or CUDA_ERROR_NOT_SUPPORTED, which
-// this package reports as ErrNotSupported naming IMEX (FabricError).
+// This file holds fabric handles (CU_MEM_HANDLE_TYPE_FABRIC): 64 plain
+// bytes that share VMM allocations and pools across the nodes of a
+// multi-node NVLink domain, over any channel. Without IMEX the driver
+// refuses them, which this package reports as ErrNotSupported naming IMEX
+// (FabricError).
 
 // FabricRequirements says, in words, what fabric handles need. Errors for a
 // system without them include it.
@@ -25,11 +20,9 @@ const FabricRequirements = "fabric handles need the IMEX service (nvidia-imex) r
 
 // FabricError reports err, a driver error from a fabric-handle operation op,
 // as not supported when the driver refused fabric handles
-// (CUDA_ERROR_NOT_PERMITTED or CUDA_ERROR_NOT_SUPPORTED, what it answers
-// without IMEX): the result matches ErrNotSupported and still the driver's
-// Result (errors.Is(err, ErrorNotPermitted) holds where that came back),
-// and says what fabric handles need. Other errors, and nil, are returned
-// unchanged.
+// (CUDA_ERROR_NOT_PERMITTED or CUDA_ERROR_NOT_SUPPORTED): the result
+// matches ErrNotSupported and still the driver's Result, and says what
+// fabric handles need. Other errors, and nil, are returned unchanged.
 func FabricError(op string, err error) error {
 	if err == nil || !(errors.Is(err, ErrorNotPermitted) || errors.Is(err, ErrorNotSupported)) {
 		return err
@@ -109,12 +102,9 @@ func (d *Device) FabricHandlesSupported() (bool, error) {
 
 // CheckFabric reports whether fabric handles work on this device now: nil
 // when the device supports them and one granule of fabric-shareable memory
-// on the device could be created and exported (then released), else an
-// error matching ErrNotSupported that names IMEX (FabricRequirements),
-// with the driver's Result in the chain (CUDA_ERROR_NOT_SUPPORTED where
-// the device attribute says no). Other failures (out of memory, no
-// driver) are returned as they are. It is what NCCL does before it asks
-// for fabric handles, and costs one small allocation. CheckFabricAt
+// on it could be created and exported (then released), else an error
+// matching ErrNotSupported that names IMEX, with the driver's Result in
+// the chain. Other failures are returned as they are. CheckFabricAt
 // probes another location.
 func (d *Device) CheckFabric() error {
 	const op = "Device.CheckFabric"
@@ -127,17 +117,12 @@ func (d *Device) CheckFabric() error {
 	return checkFabric(op, d, MemAllocationProp{Location: MemLocation{Type: MemLocationTypeDevice, ID: int32(d.Ordinal())}})
 }
 
-// CheckFabricAt is CheckFabric for memory at loc (a device, the host, a
-// host NUMA node, or the calling thread's NUMA node): the probe granule
-// is created there. Whether the driver shares memory through fabric
-// handles depends on where the memory lives, so a probe on the device
-// says nothing about host memory. CreateMemPool runs it with the pool's
-// location before it makes a pool with fabric handles.
-//
-// Where the driver takes no fabric-shareable memory at all (it refuses
-// the host and host-NUMA-current location types with
-// CUDA_ERROR_INVALID_VALUE when handle types are requested), the error
-// also matches ErrNotSupported, with that Result in the chain.
+// CheckFabricAt is CheckFabric for memory at loc: the probe granule is
+// created there, since support depends on where the memory lives.
+// CreateMemPool runs it before it makes a pool with fabric handles. Where
+// the driver takes no fabric-shareable memory at all (host and
+// host-NUMA-current answer CUDA_ERROR_INVALID_VALUE), the error also
+// matches ErrNotSupported, with that Result in the chain.
 func (d *Device) CheckFabricAt(loc MemLocation) error {
 	const op = "Device.CheckFabricAt"
 	if err := d.check(op); err != nil {
@@ -148,10 +133,8 @@ func (d *Device) CheckFabricAt(loc MemLocation) error {
 
 // FabricCalls are the driver calls the fabric probe makes; *Device has
 // them all. CheckFabricWith takes them as an interface so that a package
-// reaching the driver through a seam of its own (package virtual, whose
-// CPU tests put a fake driver behind it) runs this one probe rather than
-// a copy that could drift from it; it stays while that package's tests
-// need a driver they can inspect call by call.
+// reaching the driver through a seam of its own (package virtual) runs
+// this one probe rather than a copy.
 type FabricCalls interface {
 	FabricHandlesSupported() (bool, error)
 	AllocationGranularity(prop *MemAllocationProp, kind MemAllocationGranularity) (uint64, error)
@@ -181,8 +164,7 @@ func checkFabric(op string, c FabricCalls, prop MemAllocationProp) error {
 		return &OpError{Op: op, Err: err}
 	}
 	if !ok {
-		// The attribute is the driver's answer: reported as its Result,
-		// so callers match it as they match a refused call.
+		// Reported as a Result, so callers match it as a refused call.
 		return &OpError{Op: op, Err: &fabricError{err: fmt.Errorf("%s reports no fabric handle support (CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED is 0): %w",
 			callsName(c), ErrorNotSupported)}}
 	}
@@ -224,9 +206,8 @@ func fabricRefused(op string, loc MemLocation, err error) error {
 }
 
 // fabricLocationError is a location type the driver takes no fabric
-// memory at (it answers CUDA_ERROR_INVALID_VALUE, where a missing IMEX
-// service is CUDA_ERROR_NOT_PERMITTED): no service would change that, so
-// the message does not send the reader to IMEX.
+// memory at: no service would change that, so the message does not send
+// the reader to IMEX.
 type fabricLocationError struct {
 	loc MemLocation
 	err error
@@ -262,18 +243,17 @@ func locationName(loc MemLocation) string {
 	return fmt.Sprintf("location type %d, id %d", loc.Type, loc.ID)
 }
 
-// MemExportFabric exports a physical allocation as a fabric handle
-// (cuMemExportToShareableHandle with CU_MEM_HANDLE_TYPE_FABRIC); it must
-// have been created with MemHandleTypeFabric requested. The handle holds no
-// OS resource: there is nothing to close. Handle 0 is refused
-// (ErrInvalidArgument) before the driver.
+// MemExportFabric exports a physical allocation created with
+// MemHandleTypeFabric as a fabric handle (cuMemExportToShareableHandle),
+// which holds no OS resource. Handle 0 is refused (ErrInvalidArgument)
+// before the driver.
 func (d *Device) MemExportFabric(h MemHandle) (MemFabricHandle, error) {
 	const op = "cuMemExportToShareableHandle"
 	var fh MemFabricHandle
 	if err := refuseZeroHandle(op, h); err != nil {
 		return fh, err
 	}
-	ctx, err := vmmCtx(d, op)
+	ctx, err := d.contextFor(op)
 	if err != nil {
 		return fh, err
 	}
@@ -281,24 +261,28 @@ func (d *Device) MemExportFabric(h MemHandle) (MemFabricHandle, error) {
 	if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&fh)), uintptr(h), uintptr(MemHandleTypeFabric), 0); !ok(r) {
 		return MemFabricHandle{}, FabricError(op, fmt.Errorf("handle %#x as a fabric handle: %w", uint64(h), fail(p, r)))
 	}
+	return fh, zeroFabric(op, fh)
+}
+
+// zeroFabric refuses the all-zero fabric handle a successful export
+// returned.
+func zeroFabric(op string, fh MemFabricHandle) error {
 	if fh.IsZero() {
-		return fh, &OpError{Op: op, Err: fmt.Errorf("%w: the driver reported success with an all-zero fabric handle", ErrorUnknown)}
+		return &OpError{Op: op, Err: fmt.Errorf("%w: the driver reported success with an all-zero fabric handle", ErrorUnknown)}
 	}
-	return fh, nil
+	return nil
 }
 
 // MemImportFabric imports a physical allocation from a fabric handle
-// exported on this node or another of the same NVLink domain
-// (cuMemImportFromShareableHandle with CU_MEM_HANDLE_TYPE_FABRIC). The
-// handle is hostile input: a zero one is refused before the driver sees it,
-// and the driver refuses handles it does not know. Release the result with
-// MemRelease once unmapped.
+// exported on a node of the same NVLink domain
+// (cuMemImportFromShareableHandle). A zero handle is refused before the
+// driver. Release the result with MemRelease once unmapped.
 func (d *Device) MemImportFabric(fh *MemFabricHandle) (MemHandle, error) {
 	const op = "cuMemImportFromShareableHandle"
 	if fh == nil || fh.IsZero() {
 		return 0, Errorf(op, ErrInvalidArgument, "nil or all-zero fabric handle")
 	}
-	ctx, err := vmmCtx(d, op)
+	ctx, err := d.contextFor(op)
 	if err != nil {
 		return 0, err
 	}
@@ -330,16 +314,12 @@ func (p MemPool) ExportFabric() (MemFabricHandle, error) {
 	if r := pr.CallCtx(ctx, uintptr(unsafe.Pointer(&fh)), p.handle, uintptr(MemHandleTypeFabric), 0); !ok(r) {
 		return MemFabricHandle{}, FabricError(op, fmt.Errorf("pool as a fabric handle: %w", fail(pr, r)))
 	}
-	if fh.IsZero() {
-		return fh, &OpError{Op: op, Err: fmt.Errorf("%w: the driver reported success with an all-zero fabric handle", ErrorUnknown)}
-	}
-	return fh, nil
+	return fh, zeroFabric(op, fh)
 }
 
-// ImportMemPoolFabric imports a pool exported as a fabric handle, on this
-// node or another of the NVLink domain (cuMemPoolImportFromShareableHandle
-// with CU_MEM_HANDLE_TYPE_FABRIC). The handle is hostile input, checked as
-// MemImportFabric checks it.
+// ImportMemPoolFabric imports a pool exported as a fabric handle
+// (cuMemPoolImportFromShareableHandle), checking the handle as
+// MemImportFabric does.
 func (d *Device) ImportMemPoolFabric(fh *MemFabricHandle) (MemPool, error) {
 	const op = "cuMemPoolImportFromShareableHandle"
 	if fh == nil || fh.IsZero() {

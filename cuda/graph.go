@@ -80,10 +80,8 @@ func newGraph(d *Device, ctx, h uintptr) *Graph {
 
 // arm sets the safety net: a cleanup that captures raw values (context,
 // handle) and the view, never the object. Once Context.Close destroyed
-// the object's context, green or not, the cleanup calls nothing: that
-// context must not be made current again (the driver may crash on it, or
-// have reused the address), and the object either died with it or, in a
-// green context, is leaked by CUDA for good (see close).
+// the object's context the cleanup calls nothing: that context must not
+// be made current again.
 func (o *graphObj) arm(ctx uintptr) {
 	d, p := o.dev, o.destroy
 	o.cleanup = runtime.AddCleanup(o, func(v [2]uintptr) {
@@ -102,12 +100,8 @@ func (o *graphObj) handleOrZero() uintptr {
 	return o.handle
 }
 
-// close destroys the object once; op names the operation in errors and
-// what the object (graph or graph exec). Once Context.Close destroyed the
-// object's context, close only marks it closed: nothing of that context
-// may reach the driver again. It reports nil for an ordinary context
-// (the object died with it) and, for a green context (whose objects CUDA
-// leaks), an error matching ErrClosed, the same on every later Close.
+// close destroys the object once (closeHandle); op names the operation in
+// errors and what the object (graph or graph exec).
 func (o *graphObj) close(op, what string) error {
 	if o.dev == nil {
 		return nil
@@ -190,12 +184,8 @@ func (g *Graph) Instantiate(flags GraphInstantiateFlags) (*GraphExec, error) {
 
 // Close destroys the graph (cuGraphDestroy). It is idempotent; a nil or
 // zero Graph has nothing to close. Execs instantiated from it stay valid.
-//
-// After Context.Close destroyed the graph's context, Close makes no driver
-// call and marks the graph closed: it returns nil for a context from
-// NewContext (the graph died with it), and for a green context, whose
-// graphs CUDA leaks, an error matching ErrClosed that says so, on this
-// and every later Close. Close graphs before their context.
+// After Context.Close destroyed the graph's context, Close reports as
+// Stream.Close does: close graphs before their context.
 func (g *Graph) Close() error {
 	if g == nil {
 		return nil
@@ -268,13 +258,11 @@ func (e *GraphExec) Close() error {
 // GraphMemAttributes are a device's graph memory counters: memory the
 // driver holds for graph allocation nodes, apart from every memory pool.
 type GraphMemAttributes struct {
-	// UsedCurrent is the physical memory currently mapped into graphs'
-	// allocations (what the driver calls "associated with graphs"), part
-	// of ReservedCurrent; UsedHigh is its high watermark.
+	// UsedCurrent is the physical memory mapped into graphs' allocations,
+	// part of ReservedCurrent; UsedHigh is its high watermark.
 	UsedCurrent, UsedHigh uint64
-	// ReservedCurrent is the memory reserved for graphs (what
-	// Device.GraphMemTrim can give back); ReservedHigh is its high
-	// watermark.
+	// ReservedCurrent is the memory reserved for graphs (what GraphMemTrim
+	// can give back); ReservedHigh is its high watermark.
 	ReservedCurrent, ReservedHigh uint64
 }
 

@@ -50,28 +50,18 @@ func (d *Device) greenMissing() string {
 
 // NewGreenContext creates a green context on d's GPU holding one
 // partition of at least minSMs streaming multiprocessors (the driver
-// rounds up to its partition granularity; Context.SMCount says how many
-// it got), and returns it owned: Close destroys it (cuGreenCtxDestroy).
-// d may be any view of the GPU.
+// rounds up; Context.SMCount says how many it got), and returns it owned:
+// Close destroys it. d may be any view of the GPU. minSMs must be between
+// 1 and the GPU's SM count (ErrInvalidArgument otherwise). A driver older
+// than CUDA 12.5, or a 32-bit build, reports ErrNotSupported.
 //
-// minSMs must be between 1 and the GPU's SM count (ErrInvalidArgument
-// otherwise). A driver older than CUDA 12.5, or a 32-bit build, reports
-// ErrNotSupported.
+// A green context's view works like any other (see Context), except:
 //
-// Green contexts (CUDA 12.4+): contexts limited to a partition of the
-// GPU's streaming multiprocessors. A green context's view works like any
-// other (see Context), with two differences CUDA imposes:
-//
-//   - Its streams are made with cuGreenCtxStreamCreate, which requires
-//     StreamNonBlocking (NewStreamWith refuses other flags).
-//   - Destroying a green context does not destroy its streams (nor, as
-//     cudamem treats them, its events, modules and graphs): CUDA leaks
-//     them and refuses every later call on them. Close them before the
-//     context. A Close afterwards makes no driver call (the destroyed
-//     context must not be made current again), marks the object closed
-//     (its Handle is 0, its graph safety net calls nothing) and returns
-//     an error matching ErrClosed that says it leaked, the same error on
-//     every later Close.
+//   - Its streams must be StreamNonBlocking (cuGreenCtxStreamCreate).
+//   - Destroying it does not destroy its streams, events, modules and
+//     graphs: CUDA leaks them. Close them before the context. A Close
+//     afterwards makes no driver call, marks the object closed and returns
+//     an error matching ErrClosed that says it leaked, on every Close.
 func (d *Device) NewGreenContext(minSMs int) (*Context, error) {
 	const op = "Device.NewGreenContext"
 	if err := d.check(op); err != nil {
@@ -140,27 +130,18 @@ func (d *Device) NewGreenContext(minSMs int) (*Context, error) {
 	v.bind.sms = int(group.SM.SMCount)
 	v.bind.id = contextID(p, c)
 	views.mu.Lock()
-	if views.m == nil {
-		views.m = make(map[uintptr]*Device)
-	}
 	views.m[c] = v
 	views.mu.Unlock()
 	return &Context{dev: v}, nil
 }
 
 // WrapGreenContext returns the Device view of h, a CUgreenCtx made
-// elsewhere (cuGreenCtxCreate), converted with cuCtxFromGreenCtx: every
-// cudamem object made from it runs in the green context. cudamem never
-// destroys h; it must outlive every use of the view. The same h gives the
-// same view each time (and NewGreenContext's handle its Context's view).
-//
-// Handle 0 is an error matching ErrInvalidArgument. A green context
-// cudamem destroyed (Context.Close of a NewGreenContext) is refused before
-// any driver call, with an error naming the handle that matches both
-// ErrInvalidArgument and CUDA_ERROR_INVALID_HANDLE. One destroyed
-// elsewhere cannot be told from a live one and goes to the driver, which
-// may refuse it or crash the process: see WrapContext for what the record
-// of destroyed handles covers.
+// elsewhere: every cudamem object made from it runs in the green context.
+// cudamem never destroys h; it must outlive every use of the view. The
+// same h gives the same view each time. Handle 0 is an error matching
+// ErrInvalidArgument; a green context cudamem destroyed is refused before
+// any driver call, matching both ErrInvalidArgument and
+// CUDA_ERROR_INVALID_HANDLE (see WrapContext).
 func WrapGreenContext(h uintptr) (*Device, error) {
 	const op = "WrapGreenContext"
 	if h == 0 {

@@ -11,11 +11,10 @@ import (
 // Enter refuses, and when Close returns no call is in flight and none can
 // start, so the caller may destroy what the handle owns.
 //
-// Streams, events, modules, graphs, pools and file descriptors all use it. It is exported for resources written outside
-// cudamem that wrap a handle the same way.
-//
-// The zero Guard is open and ready. A Guard must not be copied after first
-// use. Enter and Leave cost one atomic add each.
+// cudamem's handles all use it; it is exported for resources written
+// outside cudamem that wrap a handle the same way. The zero Guard is open
+// and ready; it must not be copied after first use. Enter and Leave cost
+// one atomic add each.
 type Guard struct {
 	state atomic.Int64 // guardClosed | guardClosing | calls in flight
 	mu    sync.Mutex   // the waits of Close, lock and of Enter while locked
@@ -78,14 +77,9 @@ func (g *Guard) broadcast() {
 
 // Close refuses later calls at once, then waits until the calls in flight
 // have left. It reports whether this was the first Close; every Close
-// waits, so any caller may destroy the handle's resources once its Close
-// returned true, and a later Close that returns false finds them no longer
-// in use. (cudamem's streams, events, modules and graphs, whose
-// destruction may fail and leave them open, hold calls off until they know
-// instead of refusing them at once.)
-//
-// Close must not be called between an Enter and its Leave on the same
-// Guard: it would wait for itself.
+// waits, so the caller whose Close returned true may destroy the handle's
+// resources. Close must not be called between an Enter and its Leave on
+// the same Guard: it would wait for itself.
 func (g *Guard) Close() (first bool) {
 	if g == nil {
 		return false

@@ -9,22 +9,6 @@ import (
 	"github.com/cudamem/cudamem/loader"
 )
 
-// Working with other CUDA libraries.
-//
-// Libraries such as cuBLAS, cuFFT or NCCL use the context current on the
-// calling OS thread, which cudamem never relies on and never leaves set on
-// purpose. Two ways to give them one:
-//
-//   - Device.Do runs a Go function on a locked OS thread with the device's
-//     primary context current, and restores the thread's previous context
-//     afterwards: for a few calls at a time, or code that is not a plain
-//     C function (a Go binding that uses cgo, say).
-//   - Device.Foreign binds a C function found in another library
-//     (loader.OpenCUDALibrary, Library.Lookup) to the device: each
-//     ForeignFunc.Call makes the primary context current on the thread
-//     that runs it, inside the same crossing into C, as cudamem's own
-//     driver calls do. No thread is locked and nothing is restored.
-
 // Do runs f on a locked OS thread with d's primary context current, then
 // restores the context that was current on that thread before and
 // unlocks the thread (also when f panics). It is safe for concurrent use:
@@ -32,12 +16,9 @@ import (
 // make the context current (f is then not run) or to restore the previous
 // one is an *OpError naming "Device.Do".
 //
-// Inside f, calls of foreign code see d's primary context. cudamem's own
-// calls inside f make their device's context current as they always do,
-// and leave it so: after a cudamem call on another device, the thread's
-// context is that device's until f makes d's current again (or Do
-// returns). Keep foreign calls for d after such calls, or nest another Do.
-// f must not unlock the OS thread it runs on.
+// Inside f, foreign code sees d's primary context until a cudamem call on
+// another device makes that device's current (keep foreign calls for d
+// before such calls, or nest another Do). f must not unlock the OS thread.
 func (d *Device) Do(f func() error) (err error) {
 	const op = "Device.Do"
 	if f == nil {
@@ -64,12 +45,11 @@ func (d *Device) Do(f func() error) (err error) {
 	return f()
 }
 
-// ForeignFunc is a C function of another library (cuBLAS, cuFFT, NCCL,
-// ...) bound to a device: Call runs it with the device's primary context
-// current on the OS thread that makes the call, inside the same crossing
-// into C, so callers need neither runtime.LockOSThread nor
-// cuCtxSetCurrent. Make one with Device.Foreign; it is safe for concurrent
-// use. The zero ForeignFunc refuses every call.
+// ForeignFunc is a C function of another library bound to a device: Call
+// runs it with the device's context current on the calling OS thread,
+// inside the same crossing into C, so callers need neither
+// runtime.LockOSThread nor cuCtxSetCurrent. Make one with Device.Foreign;
+// it is safe for concurrent use. The zero ForeignFunc refuses every call.
 type ForeignFunc struct {
 	dev *Device
 	ctx uintptr
@@ -116,29 +96,22 @@ func (f *ForeignFunc) Device() *Device {
 }
 
 // Call calls the function with integer and pointer arguments (at most
-// loader.MaxArgs; no floating-point values by value: cuBLAS's v2 API
-// passes its scalars by pointer) and returns its result register, for
-// most CUDA libraries a status code (cublasStatus_t, cufftResult, ...) for
-// the caller to interpret. For a function returning a C int or enum, read
-// int32(r) (or uint32): the C calling convention leaves the register's
-// upper half undefined.
+// loader.MaxArgs; no floating-point values by value) and returns its
+// result register for the caller to interpret; for a C int or enum result
+// read int32(r) (or uint32), since the register's upper half is undefined.
 //
 // err is non-nil only when the function was not called: a nil or zero
 // ForeignFunc, too many arguments, a view whose context Context.Close
-// destroyed since Foreign (an error matching ErrClosed, returned before
-// the driver sees the dead context, on which cuCtxSetCurrent may crash),
-// or the device's context could not be made current (an *OpError naming
-// the function, wrapping the cuCtxSetCurrent Result). A context destroyed
-// elsewhere (a WrapContext view's) cannot be seen and reaches the driver. A non-zero result alone cannot say which
-// happened, so on one Call asks the driver again whether the context can
-// be made current (it succeeds for a retained primary context unless the
-// driver is shutting down): only if not is the result taken for
-// cuCtxSetCurrent's.
+// destroyed (an error matching ErrClosed, before the driver sees it), or
+// the context could not be made current (an *OpError naming the function,
+// wrapping the cuCtxSetCurrent Result; on a non-zero result Call asks the
+// driver again whether the context can be made current, and only if not
+// is the result taken for cuCtxSetCurrent's). A context destroyed
+// elsewhere cannot be seen and reaches the driver.
 //
 // As with loader.Proc.Call, write uintptr(unsafe.Pointer(&x)) conversions
-// in the argument list itself: Call is nosplit (and not instrumented by
-// the race detector, whose calls could grow the stack), so the stack
-// cannot move before the C call. Keep heap objects alive with
+// in the argument list itself (Call is nosplit and norace, so the stack
+// cannot move before the C call), and keep heap objects alive with
 // runtime.KeepAlive.
 //
 //go:nosplit
@@ -199,32 +172,19 @@ const (
 )
 
 // WrapStream returns a borrowed Stream for h, a CUstream of d's context
-// that another library created (PyTorch's
-// torch.cuda.current_stream().cuda_stream, a stream cuBLAS was given):
-// cudamem can order its work on it (copies, frees, CloseOn, WaitStream),
-// and Close only ends its use here. The stream must outlive every use of
-// the returned Stream; cudamem cannot check that. Handle 0 (and
-// CU_STREAM_LEGACY) gives d's legacy default stream; CU_STREAM_PER_THREAD
-// is refused, since goroutines are not threads.
+// that another library created: cudamem can order its work on it, and
+// Close only ends its use here. The stream must outlive every use of the
+// returned Stream. Handle 0 (and CU_STREAM_LEGACY) gives d's legacy
+// default stream; CU_STREAM_PER_THREAD is refused, since goroutines are
+// not threads.
 //
-// The stream's context is checked (cuStreamGetCtx_v2, or cuStreamGetCtx
-// on drivers before CUDA 12.5): a stream of another context than d's, a
-// green context's included, is an error matching ErrInvalidArgument that
-// names both contexts; wrap it with the view of its own context
-// (WrapContext). A handle the driver rejects is the driver's error. On a
-// driver with neither entry point the check is skipped.
-//
-// A stream that died with a context cudamem destroyed (Context.Close of
-// the context it was made in) is refused before any driver call, with an
-// error naming the handle that matches both ErrInvalidArgument and
-// CUDA_ERROR_INVALID_HANDLE: the driver does not validate a destroyed
-// stream's handle and may crash on it. A stream closed on its own
-// (Stream.Close) is not recorded, since the driver gives its address to
-// the next stream any library makes; its handle, one destroyed
-// elsewhere, or a handle that is not a stream at all cannot be told from
-// a live one and goes to the driver, which may refuse it or crash the
-// process; see WrapContext for what the record of destroyed handles
-// covers.
+// A stream of another context than d's (a green context's included) is an
+// error matching ErrInvalidArgument naming both contexts (skipped on a
+// driver without cuStreamGetCtx). A stream that died with a context
+// cudamem destroyed is refused before any driver call, with an error
+// matching both ErrInvalidArgument and CUDA_ERROR_INVALID_HANDLE. Any
+// other dead or bogus handle goes to the driver, which may refuse it or
+// crash the process.
 func (d *Device) WrapStream(h uintptr) (*Stream, error) {
 	const op = "Device.WrapStream"
 	if err := d.check(op); err != nil {
@@ -245,10 +205,9 @@ func (d *Device) WrapStream(h uintptr) (*Stream, error) {
 	if err := d.streamInContext(op, h); err != nil {
 		return nil, err
 	}
-	// A blocking stream's capture also captures the legacy default
-	// stream: recorded, so that resources refuse the legacy stream while
-	// the wrapped stream captures (a driver without cuStreamGetFlags leaves
-	// the stream treated as non-blocking).
+	// Blocking, so the legacy stream is refused while it captures (a
+	// driver without cuStreamGetFlags leaves it non-blocking).
+
 	var flags uint32
 	blocking := false
 	if ctx, err := d.contextFor(op); err == nil && d.drv.StreamGetFlags.Found() {

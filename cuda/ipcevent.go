@@ -10,15 +10,11 @@ type IPCEventHandle struct {
 	Reserved [IPCHandleSize]byte
 }
 
-// IPCWaitEvent waits until the interprocess event h names (made by another
-// process, cuIpcGetEventHandle) has completed: it opens the event in d's
-// context (cuIpcOpenEventHandle), waits for it on the host
-// (cuEventSynchronize) and destroys this process's handle of it
-// (cuEventDestroy, also when the wait fails). Work submitted afterwards on
-// any stream sees what the other process did before it recorded the
-// event. A process cannot open its own event handles. The handle bytes
-// come from another process and go to the driver as they are: take them
-// only from a process this one trusts.
+// IPCWaitEvent waits on the host until the interprocess event h names
+// (made by another process) has completed, opening it in d's context and
+// destroying this process's handle of it after. A process cannot open its
+// own event handles. The handle bytes go to the driver as they are: take
+// them only from a process this one trusts.
 func (d *Device) IPCWaitEvent(h IPCEventHandle) error {
 	const op = "Device.IPCWaitEvent"
 	ctx, err := d.contextFor(op)

@@ -2,11 +2,37 @@ package cuda
 
 import (
 	"unsafe"
+
+	"github.com/cudamem/cudamem/loader"
 )
 
 // This file holds the driver's allocation, copy and fill calls, typed and
 // checked. They manage no lifetimes: package buffer and package resource
 // build owned, closable memory on top of them.
+
+// call makes the driver call proc(d.drv) with args in d's context (op
+// names a failure to get it).
+func (d *Device) call(op string, proc func(*driver) *loader.Proc, args ...uintptr) error {
+	ctx, err := d.contextFor(op)
+	if err != nil {
+		return err
+	}
+	p := proc(d.drv)
+	return result(p, p.CallCtx(ctx, args...))
+}
+
+// enqueue makes the driver call proc(s.dev.drv) with args and then s's
+// handle, inside begin/end on s named op.
+func (s *Stream) enqueue(op string, proc func(*driver) *loader.Proc, args ...uintptr) error {
+	ctx, h, err := s.begin(op)
+	if err != nil {
+		return err
+	}
+	p := proc(s.dev.drv)
+	r := p.CallCtx(ctx, append(args, h)...)
+	s.end()
+	return result(p, r)
+}
 
 // MemAlloc allocates size bytes of device memory synchronously (cuMemAlloc).
 func (d *Device) MemAlloc(size uint64) (DevicePtr, error) {
@@ -26,11 +52,7 @@ func (d *Device) MemAlloc(size uint64) (DevicePtr, error) {
 
 // MemFree frees memory from MemAlloc or MemAllocManaged (cuMemFree).
 func (d *Device) MemFree(p DevicePtr) error {
-	ctx, err := d.contextFor("Device.MemFree")
-	if err != nil {
-		return err
-	}
-	return result(&d.drv.MemFree, d.drv.MemFree.CallCtx(ctx, uintptr(p)))
+	return d.call("Device.MemFree", func(d *driver) *loader.Proc { return &d.MemFree }, uintptr(p))
 }
 
 // MemAllocManaged allocates size bytes of managed (unified) memory,
@@ -71,11 +93,7 @@ func (d *Device) MemHostAlloc(size uint64, flags MemHostAllocFlags) (unsafe.Poin
 
 // MemFreeHost frees memory from MemHostAlloc (cuMemFreeHost).
 func (d *Device) MemFreeHost(p unsafe.Pointer) error {
-	ctx, err := d.contextFor("Device.MemFreeHost")
-	if err != nil {
-		return err
-	}
-	return result(&d.drv.MemFreeHost, d.drv.MemFreeHost.CallCtx(ctx, uintptr(p)))
+	return d.call("Device.MemFreeHost", func(d *driver) *loader.Proc { return &d.MemFreeHost }, uintptr(p))
 }
 
 // MemHostRegister page-locks existing host memory (cuMemHostRegister). The
@@ -98,11 +116,7 @@ func (d *Device) MemHostRegister(p unsafe.Pointer, size uint64, flags MemHostReg
 
 // MemHostUnregister undoes MemHostRegister.
 func (d *Device) MemHostUnregister(p unsafe.Pointer) error {
-	ctx, err := d.contextFor("Device.MemHostUnregister")
-	if err != nil {
-		return err
-	}
-	return result(&d.drv.MemHostUnregister, d.drv.MemHostUnregister.CallCtx(ctx, uintptr(p)))
+	return d.call("Device.MemHostUnregister", func(d *driver) *loader.Proc { return &d.MemHostUnregister }, uintptr(p))
 }
 
 // MemAdvise gives the driver a usage hint for managed memory
@@ -169,13 +183,7 @@ func (s *Stream) MemcpyAsync(dst, src DevicePtr, size uint64) error {
 	if err := checkCopy("cuMemcpyAsync", uint64(dst), uint64(src), size); err != nil {
 		return err
 	}
-	ctx, h, err := s.begin("cuMemcpyAsync")
-	if err != nil {
-		return err
-	}
-	r := s.dev.drv.MemcpyAsync.CallCtx(ctx, uintptr(dst), uintptr(src), uintptr(size), h)
-	s.end()
-	return result(&s.dev.drv.MemcpyAsync, r)
+	return s.enqueue("cuMemcpyAsync", func(d *driver) *loader.Proc { return &d.MemcpyAsync }, uintptr(dst), uintptr(src), uintptr(size))
 }
 
 // MemcpyHtoDAsync copies size bytes from host memory at src to dst, ordered
@@ -188,13 +196,7 @@ func (s *Stream) MemcpyHtoDAsync(dst DevicePtr, src unsafe.Pointer, size uint64)
 	if err := checkCopy("cuMemcpyHtoDAsync", uint64(dst), uint64(uintptr(src)), size); err != nil {
 		return err
 	}
-	ctx, h, err := s.begin("cuMemcpyHtoDAsync")
-	if err != nil {
-		return err
-	}
-	r := s.dev.drv.MemcpyHtoDAsync.CallCtx(ctx, uintptr(dst), uintptr(src), uintptr(size), h)
-	s.end()
-	return result(&s.dev.drv.MemcpyHtoDAsync, r)
+	return s.enqueue("cuMemcpyHtoDAsync", func(d *driver) *loader.Proc { return &d.MemcpyHtoDAsync }, uintptr(dst), uintptr(src), uintptr(size))
 }
 
 // MemcpyDtoHAsync copies size bytes from src to host memory at dst, ordered
@@ -207,13 +209,7 @@ func (s *Stream) MemcpyDtoHAsync(dst unsafe.Pointer, src DevicePtr, size uint64)
 	if err := checkCopy("cuMemcpyDtoHAsync", uint64(uintptr(dst)), uint64(src), size); err != nil {
 		return err
 	}
-	ctx, h, err := s.begin("cuMemcpyDtoHAsync")
-	if err != nil {
-		return err
-	}
-	r := s.dev.drv.MemcpyDtoHAsync.CallCtx(ctx, uintptr(dst), uintptr(src), uintptr(size), h)
-	s.end()
-	return result(&s.dev.drv.MemcpyDtoHAsync, r)
+	return s.enqueue("cuMemcpyDtoHAsync", func(d *driver) *loader.Proc { return &d.MemcpyDtoHAsync }, uintptr(dst), uintptr(src), uintptr(size))
 }
 
 // MemcpyPeerAsync copies size bytes from src on srcDev to dst on dstDev,
@@ -263,20 +259,9 @@ func (s *Stream) memset(width uint64, p DevicePtr, v uintptr, n uint64) error {
 	if err := checkFill(op, uint64(p), n, width); err != nil {
 		return err
 	}
-	ctx, h, err := s.begin(op)
-	if err != nil {
-		return err
-	}
-	proc := &s.dev.drv.MemsetD8Async
-	switch width {
-	case 2:
-		proc = &s.dev.drv.MemsetD16Async
-	case 4:
-		proc = &s.dev.drv.MemsetD32Async
-	}
-	r := proc.CallCtx(ctx, uintptr(p), v, uintptr(n), h)
-	s.end()
-	return result(proc, r)
+	return s.enqueue(op, func(d *driver) *loader.Proc {
+		return [...]*loader.Proc{1: &d.MemsetD8Async, 2: &d.MemsetD16Async, 4: &d.MemsetD32Async}[width]
+	}, uintptr(p), v, uintptr(n))
 }
 
 // MemPrefetchAsync migrates managed memory toward loc, ordered on s
@@ -285,13 +270,7 @@ func (s *Stream) MemPrefetchAsync(p DevicePtr, size uint64, loc MemLocation) err
 	if err := checkRange("cuMemPrefetchAsync", "managed", uint64(p), size); err != nil {
 		return err
 	}
-	ctx, h, err := s.begin("cuMemPrefetchAsync")
-	if err != nil {
-		return err
-	}
-	r := s.dev.drv.MemPrefetchAsync.CallCtx(ctx, uintptr(p), uintptr(size), uintptr(loc.Pack()), 0, h)
-	s.end()
-	return result(&s.dev.drv.MemPrefetchAsync, r)
+	return s.enqueue("cuMemPrefetchAsync", func(d *driver) *loader.Proc { return &d.MemPrefetchAsync }, uintptr(p), uintptr(size), uintptr(loc.Pack()), 0)
 }
 
 // MemAllocAsync allocates size bytes from the device's current pool,
@@ -338,13 +317,7 @@ func (s *Stream) MemAllocFromPoolAsync(pool MemPool, size uint64) (DevicePtr, er
 // MemFreeAsync returns stream-ordered memory to its pool once the work
 // already on s has finished (cuMemFreeAsync).
 func (s *Stream) MemFreeAsync(p DevicePtr) error {
-	ctx, h, err := s.begin("cuMemFreeAsync")
-	if err != nil {
-		return err
-	}
-	r := s.dev.drv.MemFreeAsync.CallCtx(ctx, uintptr(p), h)
-	s.end()
-	return result(&s.dev.drv.MemFreeAsync, r)
+	return s.enqueue("cuMemFreeAsync", func(d *driver) *loader.Proc { return &d.MemFreeAsync }, uintptr(p))
 }
 
 // PointerInfo describes an address the driver knows.

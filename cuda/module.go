@@ -68,14 +68,9 @@ func (m *Module) begin(op string) (ctx uintptr, err error) {
 func (m *Module) end() { m.guard.Leave() }
 
 // Close unloads the module. It is idempotent; closing a nil or zero Module
-// does nothing. If unloading fails the module stays open.
-//
-// After Context.Close destroyed the module's context, Close makes no
-// driver call and marks the module closed: it returns nil for a context
-// from NewContext (the module was unloaded with it), and for a green
-// context, whose modules CUDA leaks, an error matching ErrClosed that
-// says so, on this and every later Close. Close modules before their
-// context.
+// does nothing. If unloading fails the module stays open. After
+// Context.Close destroyed the module's context, Close reports as
+// Stream.Close does: close modules before their context.
 func (m *Module) Close() error {
 	if m == nil || m.dev == nil {
 		return nil
@@ -123,10 +118,8 @@ type Dim3 struct{ X, Y, Z uint32 }
 // in the kernel's parameter order.
 //
 // A nil or zero Function is refused (ErrInvalidArgument), and so is one
-// whose module was closed, or whose module's context Context.Close
-// destroyed (ErrClosed), before the driver sees the dead kernel handle.
-// A context destroyed elsewhere (a WrapContext view's) cannot be seen:
-// its kernels reach the driver, which may crash on them.
+// whose module was closed or whose context Context.Close destroyed
+// (ErrClosed), before the driver sees the dead kernel handle.
 func (f *Function) Launch(s *Stream, grid, block Dim3, sharedMem uint32, params ...any) error {
 	if f == nil || f.mod == nil || f.handle == 0 {
 		return Errorf("cuLaunchKernel", ErrInvalidArgument, "nil or zero kernel function (use Module.Function)")
@@ -152,18 +145,7 @@ func (f *Function) Launch(s *Stream, grid, block Dim3, sharedMem uint32, params 
 		}
 		ptrs[i] = unsafe.Pointer(&vals[i])
 	}
-	norm := func(d Dim3) Dim3 {
-		if d.X == 0 {
-			d.X = 1
-		}
-		if d.Y == 0 {
-			d.Y = 1
-		}
-		if d.Z == 0 {
-			d.Z = 1
-		}
-		return d
-	}
+	norm := func(d Dim3) Dim3 { return Dim3{max(d.X, 1), max(d.Y, 1), max(d.Z, 1)} }
 	grid, block = norm(grid), norm(block)
 	// The module stays loaded for the launch: a kernel of an unloaded
 	// module is a dangling driver handle.

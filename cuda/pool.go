@@ -3,6 +3,8 @@ package cuda
 import (
 	"fmt"
 	"unsafe"
+
+	"github.com/cudamem/cudamem/loader"
 )
 
 // MemPool is a CUmemoryPool handle: the driver's stream-ordered allocator
@@ -33,25 +35,24 @@ func (p MemPool) ctx(op string) (uintptr, error) {
 
 // DefaultMemPool returns the device's default memory pool.
 func (d *Device) DefaultMemPool() (MemPool, error) {
-	if err := d.check("Device.DefaultMemPool"); err != nil {
-		return MemPool{}, err
-	}
-	var h uintptr
-	if r := d.drv.DeviceGetDefaultMemPool.Call(uintptr(unsafe.Pointer(&h)), uintptr(d.handle)); !ok(r) {
-		return MemPool{}, fail(&d.drv.DeviceGetDefaultMemPool, r)
-	}
-	return MemPool{handle: h, dev: d}, nil
+	return d.getPool("Device.DefaultMemPool", func(d *driver) *loader.Proc { return &d.DeviceGetDefaultMemPool })
 }
 
 // CurrentMemPool returns the pool cuMemAllocAsync currently uses on the
 // device (the default pool unless SetMemPool changed it).
 func (d *Device) CurrentMemPool() (MemPool, error) {
-	if err := d.check("Device.CurrentMemPool"); err != nil {
+	return d.getPool("Device.CurrentMemPool", func(d *driver) *loader.Proc { return &d.DeviceGetMemPool })
+}
+
+// getPool asks proc(d.drv) for a pool of d (op names a failed check).
+func (d *Device) getPool(op string, proc func(*driver) *loader.Proc) (MemPool, error) {
+	if err := d.check(op); err != nil {
 		return MemPool{}, err
 	}
 	var h uintptr
-	if r := d.drv.DeviceGetMemPool.Call(uintptr(unsafe.Pointer(&h)), uintptr(d.handle)); !ok(r) {
-		return MemPool{}, fail(&d.drv.DeviceGetMemPool, r)
+	p := proc(d.drv)
+	if r := p.Call(uintptr(unsafe.Pointer(&h)), uintptr(d.handle)); !ok(r) {
+		return MemPool{}, fail(p, r)
 	}
 	return MemPool{handle: h, dev: d}, nil
 }
@@ -87,10 +88,9 @@ func (d *Device) DefaultHostMemPool(loc MemLocation) (MemPool, error) {
 // lives where props.Location says.
 //
 // A pool with fabric handles (MemHandleTypeFabric) is made only where
-// fabric handles work at its location (CheckFabricAt, which costs one
-// small allocation): otherwise the error matches ErrNotSupported and names
-// IMEX, and no pool is made, since the driver can make one it then cannot
-// export, and crash the process when it is destroyed.
+// CheckFabricAt passes at its location: otherwise the error matches
+// ErrNotSupported and names IMEX, since the driver can make a pool it then
+// cannot export, and crash the process when it is destroyed.
 func (d *Device) CreateMemPool(props *MemPoolProps) (MemPool, error) {
 	if err := d.check("cuMemPoolCreate"); err != nil {
 		return MemPool{}, err
@@ -103,14 +103,8 @@ func (d *Device) CreateMemPool(props *MemPoolProps) (MemPool, error) {
 		return MemPool{}, err
 	}
 	if props.HandleTypes&MemHandleTypeFabric != 0 {
-		// Probed first, at the pool's own location: without IMEX the
-		// driver can create a pool with fabric handles, refuse its export
-		// (CUDA_ERROR_NOT_PERMITTED), and then crash the process in
-		// cuMemPoolDestroy. That happens for host and host NUMA pools as
-		// for device pools, and a probe on the device says nothing about
-		// host memory, so every location type is probed as itself. A pool
-		// that cannot be exported is not made at all; neither is one on a
-		// device that reports no fabric support.
+		// Probed at the pool's own location: one on the device says
+		// nothing about host memory.
 		if err := d.CheckFabricAt(props.Location); err != nil {
 			return MemPool{}, &OpError{Op: "cuMemPoolCreate", Err: fmt.Errorf("location %s, handle types %#x: %w",
 				locationName(props.Location), props.HandleTypes, err)}

@@ -9,14 +9,11 @@ func errZeroStream(op string) error {
 }
 
 // ResolveStream resolves the stream argument of operation op on memory of
-// device d: the one place every package checks a stream. nil means d's
-// legacy default stream; a zero Stream (not made by a device) and a closed
-// one are errors naming op (the closed one matches ErrClosed); with sameGPU
-// set, so is a stream of another GPU than d's (a stream of another context
-// of d's GPU is accepted: memory belongs to the GPU, and the driver call
-// runs in the stream's context). d may be nil for memory bound to no
-// device, when s is not nil; the GPU is then not checked. It calls no
-// driver function.
+// device d, the one place every package checks a stream, without a driver
+// call. nil means d's legacy default stream; a zero Stream and a closed
+// one (matching ErrClosed) are errors naming op, and so, with sameGPU, is
+// a stream of another GPU than d's (any context of d's GPU is accepted).
+// d may be nil for memory bound to no device when s is not nil.
 func (d *Device) ResolveStream(op string, s *Stream, sameGPU bool) (*Stream, error) {
 	if s == nil {
 		if d == nil {

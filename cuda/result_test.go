@@ -190,20 +190,15 @@ func TestResultErrorsIs(t *testing.T) {
 	assert.NotErrorIs(t, ErrorNotSupported, ErrorInvalidValue)
 }
 
-func TestCheck(t *testing.T) {
-	assert.NoError(t, check("op", Success))
-	// A nil *OpError in a non-nil interface would be a classic mistake.
-	assert.True(t, check("op", Success) == nil)
-
-	err := check("cuX", ErrorInvalidValue)
-	require.Error(t, err)
+func TestOpErrorResult(t *testing.T) {
+	var err error = &OpError{Op: "cuX", Err: ErrorInvalidValue}
 	assert.Equal(t, "cuX: CUDA_ERROR_INVALID_VALUE", err.Error())
 	assert.ErrorIs(t, err, ErrorInvalidValue)
 	var op *OpError
 	require.ErrorAs(t, err, &op)
 	assert.Equal(t, "cuX", op.Op)
 
-	assert.Equal(t, "cuY: CUresult(4242)", check("cuY", Result(4242)).Error())
+	assert.Equal(t, "cuY: CUresult(4242)", (&OpError{Op: "cuY", Err: Result(4242)}).Error())
 }
 
 func TestErrorf(t *testing.T) {

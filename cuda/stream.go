@@ -5,17 +5,13 @@ import (
 	"unsafe"
 )
 
-// Stream is a CUDA stream of one device's primary context. Work submitted
-// to a stream runs in order; different streams may overlap.
-//
-// A Stream from Device.NewStream is owned: Close destroys it, and any use
-// after Close returns an error matching ErrClosed. Device.DefaultStream is
-// the legacy default stream (handle 0): it is never destroyed. cudamem never
-// uses the per-thread default stream, because goroutines are not threads.
-//
-// A Stream from Device.WrapStream is borrowed: a stream another library
-// created (PyTorch's current stream, a cuBLAS handle's stream). Its Close
-// only stops its use here; the stream is never destroyed by cudamem.
+// Stream is a CUDA stream of one device's context. Work submitted to a
+// stream runs in order; different streams may overlap. A Stream from
+// Device.NewStream is owned: Close destroys it, and any use after Close
+// returns an error matching ErrClosed. Device.DefaultStream is the legacy
+// default stream (handle 0), never destroyed; the per-thread default
+// stream is never used, since goroutines are not threads. A Stream from
+// Device.WrapStream is borrowed: its Close only stops its use here.
 //
 // Methods are safe for concurrent use, but closing a stream while other
 // goroutines still submit work to it is a program error (as in CUDA).
@@ -138,13 +134,10 @@ func (s *Stream) IsBorrowed() bool { return s != nil && s.borrowed }
 // stream (true for a nil Stream; a default stream is never closed).
 func (s *Stream) IsClosed() bool { return s == nil || s.guard.IsClosed() }
 
-// begin returns the context and handle for a call on s, holding a read
-// lock that end releases, so Close cannot destroy the stream mid-call.
-// On the legacy default stream while a blocking stream of its context
-// captures (or is about to), it refuses with ErrCapturing: any work there
-// would join that capture and invalidate it. A call on the legacy stream
-// it lets through is a call in flight that a blocking stream's capture
-// waits for before it begins, until end (the gate, capturerule.go).
+// begin returns the context and handle for a call on s, holding it open
+// until end, so Close cannot destroy the stream mid-call. On the legacy
+// default stream it enters the gate (capturerule.go): refused with
+// ErrCapturing while a blocking stream of its context captures.
 func (s *Stream) begin(op string) (ctx, handle uintptr, err error) {
 	if s == nil || s.dev == nil {
 		return 0, 0, errZeroStream(op)
@@ -162,10 +155,9 @@ func (s *Stream) begin(op string) (ctx, handle uintptr, err error) {
 	return ctx, handle, err
 }
 
-// beginQuery is begin without the legacy stream's capture check, for the
-// calls that only ask about captures (which the driver answers without
-// harming one) and for BeginCapture and EndCapture, which are never work
-// on the legacy stream; endQuery must follow.
+// beginQuery is begin without the legacy stream's capture check, for
+// calls that only ask about captures and for BeginCapture and EndCapture;
+// endQuery must follow.
 func (s *Stream) beginQuery(op string) (ctx, handle uintptr, err error) {
 	if s == nil || s.dev == nil {
 		return 0, 0, errZeroStream(op)
@@ -199,8 +191,7 @@ func (s *Stream) Sync() error {
 		return err
 	}
 	defer s.end()
-	// Synchronizing a capturing stream is illegal and would invalidate
-	// the capture: refuse it here instead.
+	// Synchronizing would invalidate a capture.
 	if err := s.refuseCaptureLocked("Stream.Sync"); err != nil {
 		return err
 	}
@@ -234,24 +225,17 @@ func (s *Stream) Done() (bool, error) {
 // borrowed one (WrapStream) only ends its use here: the stream itself
 // belongs to whoever created it.
 //
-// Captures: Close of an owned stream that began a capture ends it and
-// discards its graph (the driver cannot destroy a capturing stream).
-// Close never ends a capture it must not: it is refused, with an error
-// matching ErrCapturing and nothing changed, while the stream is in a
-// capture it joined by a wait (only the stream that began a capture can
-// end it; ending it elsewhere invalidates it), whoever began that
-// capture, and, for a borrowed stream, while a capture begun through
-// this value goes on (the stream is its owner's, and its capture stays
-// counted, refusing device-wide waits that would invalidate it, until
-// EndCapture). A capture that ended without cudamem seeing it (foreign
-// code ended it, or another value of the same handle) is asked about
-// and no longer refuses.
+// Close of an owned stream that began a capture ends it and discards its
+// graph. Close is refused, with an error matching ErrCapturing and
+// nothing changed, while the stream is in a capture it joined by a wait,
+// and, for a borrowed stream, while a capture begun through this value
+// goes on (end it with EndCapture). A capture that ended unseen is asked
+// about and no longer refuses.
 //
 // After Context.Close destroyed the stream's context, Close makes no
-// driver call and marks the stream closed: it returns nil for a context
-// from NewContext (the stream died with it), and for an owned stream of a
-// green context, which CUDA leaks, an error matching ErrClosed that says
-// so, on this and every later Close.
+// driver call and marks the stream closed: nil for a context from
+// NewContext, and for an owned stream of a green context (which CUDA
+// leaks) an error matching ErrClosed, on this and every later Close.
 //
 // Calls on the stream made while Close runs wait for its outcome: they go
 // ahead if Close fails, and are refused with ErrClosed if it succeeds.
@@ -266,9 +250,7 @@ func (s *Stream) Close() error {
 	}
 	closed, err := s.closeLocked(op)
 	s.guard.unlock(closed)
-	// A capture this Close ended may leave deferred work due: it runs
-	// before Close returns, with the guard unlocked (as at EndCapture).
-	s.settleClose()
+	s.settleClose() // deferred work due, with the guard unlocked
 	return err
 }
 
@@ -293,8 +275,7 @@ func (s *Stream) closeLocked(op string) (closed bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	// The driver cannot destroy a stream in the middle of a capture
-	// sequence: one still open is ended and its graph discarded first.
+	// The driver cannot destroy a capturing stream.
 	if err := s.abandonCapture(ctx); err != nil {
 		return false, err
 	}

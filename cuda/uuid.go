@@ -51,10 +51,7 @@ func (u UUID) format(b []byte) {
 // ParseUUID parses the String form (hex digits in either case). Anything
 // else is refused with an error matching ErrInvalidArgument.
 func ParseUUID(s string) (UUID, error) {
-	return parseUUID("cuda.ParseUUID", s)
-}
-
-func parseUUID(op, s string) (UUID, error) {
+	const op = "cuda.ParseUUID"
 	var u UUID
 	if len(s) != 36 || s[8] != '-' || s[13] != '-' || s[18] != '-' || s[23] != '-' {
 		return UUID{}, Errorf(op, ErrInvalidArgument, "malformed UUID %q (want 8-4-4-4-12 hex digits)", s)

@@ -3,17 +3,13 @@ package cuda
 import (
 	"fmt"
 	"unsafe"
+
+	"github.com/cudamem/cudamem/loader"
 )
 
 // This file holds the driver's virtual memory management calls (VMM):
 // physical allocations (MemHandle), reserved address ranges, mappings and
 // access. Package virtual builds growable allocations from them.
-
-// vmmCtx returns a context for VMM calls: they need one current, though the
-// memory's placement comes from the properties or the address.
-func vmmCtx(d *Device, op string) (uintptr, error) {
-	return d.contextFor(op)
-}
 
 // refuseZeroHandle refuses physical allocation handle 0 for op before any
 // driver call: no allocation has it, and the driver would take it as
@@ -28,7 +24,7 @@ func refuseZeroHandle(op string, h MemHandle) error {
 // AllocationGranularity returns the size and alignment unit for cuMemCreate
 // with these properties.
 func (d *Device) AllocationGranularity(prop *MemAllocationProp, kind MemAllocationGranularity) (uint64, error) {
-	ctx, err := vmmCtx(d, "cuMemGetAllocationGranularity")
+	ctx, err := d.contextFor("cuMemGetAllocationGranularity")
 	if err != nil {
 		return 0, err
 	}
@@ -53,7 +49,7 @@ func (d *Device) AllocationGranularity(prop *MemAllocationProp, kind MemAllocati
 // be a multiple of the granularity. Release the handle with MemRelease once
 // it is unmapped (mappings keep the memory alive until then).
 func (d *Device) MemCreate(size uint64, prop *MemAllocationProp) (MemHandle, error) {
-	ctx, err := vmmCtx(d, "cuMemCreate")
+	ctx, err := d.contextFor("cuMemCreate")
 	if err != nil {
 		return 0, err
 	}
@@ -85,17 +81,13 @@ func (d *Device) MemRelease(h MemHandle) error {
 	if err := refuseZeroHandle("cuMemRelease", h); err != nil {
 		return err
 	}
-	ctx, err := vmmCtx(d, "cuMemRelease")
-	if err != nil {
-		return err
-	}
-	return result(&d.drv.MemRelease, d.drv.MemRelease.CallCtx(ctx, uintptr(h)))
+	return d.call("cuMemRelease", func(d *driver) *loader.Proc { return &d.MemRelease }, uintptr(h))
 }
 
 // MemAddressReserve reserves a virtual address range (cuMemAddressReserve).
 // A non-zero hint asks for that address; the driver may return another.
 func (d *Device) MemAddressReserve(size, alignment uint64, hint DevicePtr) (DevicePtr, error) {
-	ctx, err := vmmCtx(d, "cuMemAddressReserve")
+	ctx, err := d.contextFor("cuMemAddressReserve")
 	if err != nil {
 		return 0, err
 	}
@@ -109,11 +101,7 @@ func (d *Device) MemAddressReserve(size, alignment uint64, hint DevicePtr) (Devi
 
 // MemAddressFree frees a reserved range (cuMemAddressFree).
 func (d *Device) MemAddressFree(ptr DevicePtr, size uint64) error {
-	ctx, err := vmmCtx(d, "cuMemAddressFree")
-	if err != nil {
-		return err
-	}
-	return result(&d.drv.MemAddressFree, d.drv.MemAddressFree.CallCtx(ctx, uintptr(ptr), uintptr(size)))
+	return d.call("cuMemAddressFree", func(d *driver) *loader.Proc { return &d.MemAddressFree }, uintptr(ptr), uintptr(size))
 }
 
 // MemMap maps size bytes of h, from offset, at ptr (cuMemMap). Handle 0
@@ -122,7 +110,7 @@ func (d *Device) MemMap(ptr DevicePtr, size, offset uint64, h MemHandle) error {
 	if err := refuseZeroHandle("cuMemMap", h); err != nil {
 		return err
 	}
-	ctx, err := vmmCtx(d, "cuMemMap")
+	ctx, err := d.contextFor("cuMemMap")
 	if err != nil {
 		return err
 	}
@@ -135,17 +123,13 @@ func (d *Device) MemMap(ptr DevicePtr, size, offset uint64, h MemHandle) error {
 
 // MemUnmap unmaps a range (cuMemUnmap).
 func (d *Device) MemUnmap(ptr DevicePtr, size uint64) error {
-	ctx, err := vmmCtx(d, "cuMemUnmap")
-	if err != nil {
-		return err
-	}
-	return result(&d.drv.MemUnmap, d.drv.MemUnmap.CallCtx(ctx, uintptr(ptr), uintptr(size)))
+	return d.call("cuMemUnmap", func(d *driver) *loader.Proc { return &d.MemUnmap }, uintptr(ptr), uintptr(size))
 }
 
 // MemSetAccess sets access to a mapped range for each location
 // (cuMemSetAccess).
 func (d *Device) MemSetAccess(ptr DevicePtr, size uint64, descs ...MemAccessDesc) error {
-	ctx, err := vmmCtx(d, "cuMemSetAccess")
+	ctx, err := d.contextFor("cuMemSetAccess")
 	if err != nil {
 		return err
 	}
@@ -161,7 +145,7 @@ func (d *Device) MemSetAccess(ptr DevicePtr, size uint64, descs ...MemAccessDesc
 
 // MemGetAccess returns loc's access to the mapping at ptr (cuMemGetAccess).
 func (d *Device) MemGetAccess(ptr DevicePtr, loc MemLocation) (MemAccessFlags, error) {
-	ctx, err := vmmCtx(d, "cuMemGetAccess")
+	ctx, err := d.contextFor("cuMemGetAccess")
 	if err != nil {
 		return 0, err
 	}
@@ -181,7 +165,7 @@ func (d *Device) MemExportFD(h MemHandle) (int, error) {
 	if err := refuseZeroHandle("cuMemExportToShareableHandle", h); err != nil {
 		return -1, err
 	}
-	ctx, err := vmmCtx(d, "cuMemExportToShareableHandle")
+	ctx, err := d.contextFor("cuMemExportToShareableHandle")
 	if err != nil {
 		return -1, err
 	}
@@ -199,7 +183,7 @@ func (d *Device) MemImportFD(fd int) (MemHandle, error) {
 	if fd < 0 {
 		return 0, Errorf("cuMemImportFromShareableHandle", ErrInvalidArgument, "negative file descriptor %d", fd)
 	}
-	ctx, err := vmmCtx(d, "cuMemImportFromShareableHandle")
+	ctx, err := d.contextFor("cuMemImportFromShareableHandle")
 	if err != nil {
 		return 0, err
 	}
@@ -218,7 +202,7 @@ func (d *Device) MemImportFD(fd int) (MemHandle, error) {
 // MemRetainAllocationHandle returns (and retains: release it) the physical
 // allocation mapped at addr (cuMemRetainAllocationHandle).
 func (d *Device) MemRetainAllocationHandle(addr DevicePtr) (MemHandle, error) {
-	ctx, err := vmmCtx(d, "cuMemRetainAllocationHandle")
+	ctx, err := d.contextFor("cuMemRetainAllocationHandle")
 	if err != nil {
 		return 0, err
 	}
@@ -241,7 +225,7 @@ func (d *Device) MemAllocationProperties(h MemHandle) (MemAllocationProp, error)
 	if err := refuseZeroHandle("cuMemGetAllocationPropertiesFromHandle", h); err != nil {
 		return prop, err
 	}
-	ctx, err := vmmCtx(d, "cuMemGetAllocationPropertiesFromHandle")
+	ctx, err := d.contextFor("cuMemGetAllocationPropertiesFromHandle")
 	if err != nil {
 		return prop, err
 	}

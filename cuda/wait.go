@@ -5,19 +5,13 @@ import (
 	"sync"
 )
 
-// The driver's blocking waits (cuStreamSynchronize, cuEventSynchronize,
-// cuCtxSynchronize) cannot be interrupted: a goroutine blocked in one holds
-// its OS thread until the GPU finishes. The Context variants below let the
-// caller go when its context ends. Each stream, event and device has one
-// waiter goroutine, started when a caller waits and gone when the work it
-// waits for is done, which makes the blocking call for every caller
-// waiting at the time; callers wait on a channel beside ctx.Done(). So a
-// cancelled wait leaves nothing of its own behind, however many there are:
-// at most one goroutine (and thread) per stream, event or device, and only
-// until the GPU reaches the work. (Polling with cuStreamQuery instead
-// would need sleeps between queries, and a sleep on Linux costs tens of
-// microseconds to a millisecond: a GPU run measured 567 µs to wake from a
-// 60 µs fill that way, against 69 µs blocking.)
+// The driver's blocking waits cannot be interrupted, so the Context
+// variants below share one waiter goroutine per stream, event or device,
+// which makes the blocking call for every caller waiting at the time;
+// callers wait on a channel beside ctx.Done(), and a cancelled wait leaves
+// nothing of its own behind. (Polling with cuStreamQuery would need
+// sleeps: a GPU run measured 567 µs to wake from a 60 µs fill that way,
+// against 69 µs blocking.)
 
 // ctxError names op and wraps ctx's error, so errors.Is(err,
 // context.Canceled) and errors.Is(err, context.DeadlineExceeded) hold.
@@ -104,13 +98,9 @@ func await(ctx context.Context, op string, w *waiter, done func() (bool, error),
 
 // SyncContext waits, like Sync, until all work submitted to the stream has
 // finished, or until ctx is done: then it returns an error naming the
-// operation that wraps ctx's error (context.Canceled or
-// context.DeadlineExceeded); the work goes on on the GPU. Waiting callers
-// share one goroutine per stream that makes the blocking call, so a
-// cancelled wait leaves nothing of its own behind, and a finished one
-// wakes about as fast as Sync. A Close
-// of the stream waits for that goroutine's call, that is, for the work
-// already submitted.
+// operation that wraps ctx's error, and the work goes on on the GPU.
+// Waiting callers share one goroutine per stream that makes the blocking
+// call; a Close of the stream waits for that call.
 func (s *Stream) SyncContext(ctx context.Context) error {
 	const op = "Stream.SyncContext"
 	if _, _, err := s.begin(op); err != nil {

@@ -145,7 +145,7 @@ func TestClosedEntryPoints(t *testing.T) {
 
 	var closedHandle *Handle
 	if runtime.GOOS != "windows" {
-		closedHandle, err = NewHandle(pipeReadEnd(t), cuda.NewUUID())
+		closedHandle, err = NewHandle(pipeReadEnd(t), cuda.NewUUID().String())
 		require.NoError(t, err)
 		closedHandle.key = newPoolKey()
 		require.NoError(t, closedHandle.Close())

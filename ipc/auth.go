@@ -11,14 +11,6 @@ import (
 	"github.com/cudamem/cudamem/cuda"
 )
 
-// The driver parses a descriptor's export data without validating it
-// (a driver was seen to crash the importing process in
-// cuMemPoolImportPointer on mutated export data), so a checksum is not enough: a descriptor must
-// prove it was made by a holder of its pool's key before the driver sees
-// it. Each exported pool gets a random key, which travels with the pool's
-// Handle (SendHandle, Token) but never with descriptors; descriptors carry
-// an HMAC-SHA256 of every other byte of their encoding under that key.
-
 // keySize is the length of a pool key in bytes.
 const keySize = 32
 
@@ -26,17 +18,13 @@ const keySize = 32
 // 128 bits, plenty against forgery by a peer that cannot query the key.
 const MACSize = 16
 
-// poolKey is a pool's secret key; the zero poolKey is "no key" (a Handle
-// made from a raw fd, as from a non-cudamem exporter).
+// poolKey is a pool's secret key (see the package doc's threat model);
+// the zero poolKey is "no key".
 //
-// The bytes are a string behind a pointer, and never change once made.
-// fmt prints a pointer to a string as an address wherever it meets one (it
-// shows the target only of pointers to arrays, slices, structs and maps,
-// and even those in its %!verb(...) text for a verb that does not fit),
-// and it cannot call the methods of unexported fields: so printing any
-// value that holds a poolKey through reflection (%v or %#v of a struct
-// with a Handle field, say) shows no key byte. The types that hold one
-// also format themselves redacted (see redacted.go).
+// The bytes are a string behind a pointer, and never change once made:
+// fmt prints a pointer to a string as an address, so printing any value
+// that holds a poolKey through reflection shows no key byte. The types
+// that hold one also format themselves redacted (see redacted.go).
 type poolKey struct {
 	k *string // nil: no key; else keySize bytes
 }
@@ -44,9 +32,7 @@ type poolKey struct {
 // has reports whether k is a key (not "no key").
 func (k poolKey) has() bool { return k.k != nil }
 
-// newPoolKey returns a fresh random key. crypto/rand.Read does not fail
-// on the systems Go supports (since Go 1.24 it aborts the program
-// rather than return a short read), so there is no error to handle.
+// newPoolKey returns a fresh random key (crypto/rand.Read does not fail).
 func newPoolKey() poolKey {
 	var b [keySize]byte
 	_, _ = rand.Read(b[:])
@@ -60,8 +46,7 @@ func keyFrom(b []byte) poolKey {
 }
 
 // mac computes d's MAC under k: HMAC-SHA256 over d's encoding up to its
-// MAC (magic, version, reserved bytes, size, pool UUID, export data), so
-// that every field the importer acts on is covered.
+// MAC, so that every field the importer acts on is covered.
 func (k poolKey) mac(d Descriptor) [MACSize]byte {
 	h := hmac.New(sha256.New, []byte(*k.k))
 	body := d.body()
@@ -100,24 +85,17 @@ func (k poolKey) seal(d Descriptor) Descriptor {
 	return d
 }
 
-// Token forms. A token is the text form of a Handle's identity for
-// out-of-band transport (a pipe to a child started with
-// exec.Cmd.ExtraFiles): the pool's UUID, then, for a Handle with a key, a
-// '.' and the key in hex.
+// tokenKeySep separates a token's UUID from its key in hex.
 const tokenKeySep = "."
 
-// Token returns h's UUID and pool key as text, for a process that gets
-// h's fd without SendHandle (a child started with ExtraFile): pass it to
-// NewHandleFromToken there. The token holds the pool's secret key: whoever
-// has it can make descriptors the importer trusts, so hand it only to the
-// process that receives the fd, over a pipe or socket (the child's stdin,
-// or a pipe among its ExtraFiles). Never put it in the child's environment
-// or arguments: the environment is inherited by every process the child
-// starts, and its children, and both are readable in /proc/PID/environ and
-// /proc/PID/cmdline by other processes of the user (and by root). Nor in
-// a log line: fmt never prints a Handle's key, but a token is a plain
-// string. A Handle without a key gives its UUID alone; a nil or zero
-// Handle gives "".
+// Token returns h's UUID and pool key as text (the UUID, then '.' and the
+// key in hex), for a process that gets h's fd without SendHandle (a child
+// started with ExtraFile): pass it to NewHandle there. The token holds the
+// pool's secret key: hand it only to the process that receives the fd,
+// over a pipe or socket. Never put it in the child's environment or
+// arguments (inherited by its children, readable in /proc/PID/environ and
+// /proc/PID/cmdline), nor in a log line. A Handle without a key gives its
+// UUID alone; a nil or zero Handle gives "".
 func (h *Handle) Token() string {
 	if h == nil || h.f == nil {
 		return ""
@@ -129,14 +107,14 @@ func (h *Handle) Token() string {
 }
 
 // HasKey reports whether h carries its pool's key (Handles from
-// ExportPool (of a pool or of an imported one), ReceiveHandle of such a Handle, and
-// NewHandleFromToken of its Token do; NewHandle's do not).
+// ExportPool, and ReceiveHandle or NewHandle of such a Handle, do; those
+// made from a UUID alone do not).
 func (h *Handle) HasKey() bool { return h != nil && h.f != nil && h.key.has() }
 
 // parseToken parses what Token returns.
 func parseToken(op, s string) (UUID, poolKey, error) {
 	us, ks, keyed := strings.Cut(s, tokenKeySep)
-	u, err := ParseUUID(us)
+	u, err := cuda.ParseUUID(us)
 	if err != nil {
 		// Not ParseUUID's message: it quotes its input, which may hold a
 		// key (a token with a wrong separator), and keys stay out of
@@ -155,28 +133,4 @@ func parseToken(op, s string) (UUID, poolKey, error) {
 		return UUID{}, poolKey{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "malformed token: the key is not hex")
 	}
 	return u, keyFrom(kb[:]), nil
-}
-
-// NewHandleFromToken takes ownership of fd (a pool's fd passed to this
-// process, e.g. through exec.Cmd.ExtraFiles) under the UUID and key of
-// token, which the exporter's Handle.Token made (read it from the pipe the
-// parent wrote it to: see Token). As NewHandle does, it sets close-on-exec
-// on fd, so neither the pool's fd nor, through it, the pool passes on to
-// this process's own children. A malformed token is refused before
-// anything is taken: fd stays the caller's to close then.
-func NewHandleFromToken(fd int, token string) (*Handle, error) {
-	const op = "ipc.NewHandleFromToken"
-	if fd < 0 {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "negative file descriptor %d", fd)
-	}
-	u, k, err := parseToken(op, token)
-	if err != nil {
-		return nil, err
-	}
-	h, err := NewHandle(fd, u)
-	if err != nil {
-		return nil, err
-	}
-	h.key = k
-	return h, nil
 }

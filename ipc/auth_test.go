@@ -194,7 +194,7 @@ func pipeReadEnd(t *testing.T) int {
 	return fd
 }
 
-// TestTokenRoundTrip: Token and NewHandleFromToken carry a Handle's UUID
+// TestTokenRoundTrip: Token and NewHandle carry a Handle's UUID
 // and key to a child that got the fd through ExtraFiles; a malformed token
 // is refused without taking the fd.
 func TestTokenRoundTrip(t *testing.T) {
@@ -203,7 +203,7 @@ func TestTokenRoundTrip(t *testing.T) {
 	}
 	fd := pipeReadEnd(t)
 	u, k := cuda.NewUUID(), newPoolKey()
-	h, err := NewHandle(fd, u)
+	h, err := NewHandle(fd, u.String())
 	require.NoError(t, err)
 	assert.False(t, h.HasKey())
 	assert.Equal(t, u.String(), h.Token(), "a keyless Handle's token is its UUID")
@@ -213,7 +213,7 @@ func TestTokenRoundTrip(t *testing.T) {
 	assert.Len(t, tok, 36+1+2*keySize)
 
 	fd2 := pipeReadEnd(t)
-	h2, err := NewHandleFromToken(fd2, tok)
+	h2, err := NewHandle(fd2, tok)
 	require.NoError(t, err)
 	assert.Equal(t, u, h2.UUID())
 	assert.True(t, h2.HasKey())
@@ -225,7 +225,7 @@ func TestTokenRoundTrip(t *testing.T) {
 	require.NoError(t, h2.Close())
 
 	fd3 := pipeReadEnd(t)
-	h3, err := NewHandleFromToken(fd3, u.String())
+	h3, err := NewHandle(fd3, u.String())
 	require.NoError(t, err)
 	assert.False(t, h3.HasKey(), "a UUID-only token makes a keyless Handle")
 	require.NoError(t, h3.Close())
@@ -237,14 +237,14 @@ func TestTokenRoundTrip(t *testing.T) {
 	}
 	fd4 := pipeReadEnd(t)
 	for _, s := range bad {
-		h, err := NewHandleFromToken(fd4, s)
+		h, err := NewHandle(fd4, s)
 		require.ErrorIs(t, err, cuda.ErrInvalidArgument, "token %q", s)
 		assert.Nil(t, h)
 		assert.NotContains(t, err.Error(), tok[37:], "the key is not echoed")
 		assert.True(t, fdOpen(fd4), "a refused token takes nothing: the fd is still the caller's")
 	}
 	require.NoError(t, osfd.Close(fd4))
-	_, err = NewHandleFromToken(-1, tok)
+	_, err = NewHandle(-1, tok)
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 	var nilH *Handle
 	assert.Empty(t, nilH.Token())

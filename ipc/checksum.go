@@ -1,11 +1,8 @@
 package ipc
 
-// checksum is CRC-32 (IEEE), as hash/crc32.ChecksumIEEE computes it, over
-// the few dozen bytes of a descriptor or legacy handle, bytewise from a
-// table that is a constant: hash/crc32 builds its slicing-by-8 tables on
-// first use, which cost 25-55 µs in a fresh process, inside the first
-// import of every importing child (ipc/child_import). Tests check it
-// against hash/crc32.
+// checksum is CRC-32 (IEEE), as hash/crc32.ChecksumIEEE computes it,
+// bytewise from a constant table: hash/crc32 builds its tables on first
+// use, 25-55 µs inside the first import of every importing child.
 func checksum(b []byte) uint32 {
 	c := ^uint32(0)
 	for _, v := range b {

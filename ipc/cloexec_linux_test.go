@@ -51,9 +51,9 @@ const envInheritCheck = "CUDAMEM_TEST_IPC_NOT_INHERITED" // fd=id pairs, not sec
 
 // TestHandleFDsAreCloseOnExec: every fd a Handle owns is close-on-exec,
 // whatever it was made from: an inherited fd given to NewHandle or
-// NewHandleFromToken (which arrives without the flag), one received by
+// NewHandle (which arrives without the flag), one received by
 // ReceiveHandle, a re-exported pool's duplicate, and the duplicate an
-// imported pool keeps. Before, NewHandle and NewHandleFromToken took the
+// imported pool keeps. Before, NewHandle and NewHandle took the
 // fd as it was, so the pool's fd passed to every child the process
 // started, and to theirs. A child started without ExtraFiles must not
 // have any of them open.
@@ -71,10 +71,10 @@ func TestHandleFDsAreCloseOnExec(t *testing.T) {
 		return
 	}
 	installFakeImports(t)
-	h1, err := NewHandle(inheritedFD(t), cuda.NewUUID())
+	h1, err := NewHandle(inheritedFD(t), cuda.NewUUID().String())
 	require.NoError(t, err)
 	defer h1.Close()
-	h2, err := NewHandleFromToken(inheritedFD(t), cuda.NewUUID().String()+"."+strings.Repeat("ab", keySize))
+	h2, err := NewHandle(inheritedFD(t), cuda.NewUUID().String()+"."+strings.Repeat("ab", keySize))
 	require.NoError(t, err)
 	defer h2.Close()
 
@@ -92,7 +92,7 @@ func TestHandleFDsAreCloseOnExec(t *testing.T) {
 	defer h4.Close()
 
 	var spec []string
-	for name, h := range map[string]*Handle{"NewHandle": h1, "NewHandleFromToken": h2, "ReceiveHandle": h3, "ipc.ExportPool": h4} {
+	for name, h := range map[string]*Handle{"NewHandle": h1, "NewHandle of a token": h2, "ReceiveHandle": h3, "ipc.ExportPool": h4} {
 		fd, err := h.FD()
 		require.NoError(t, err)
 		assert.True(t, closeOnExec(t, fd), "%s: the Handle's fd is close-on-exec", name)
@@ -104,7 +104,7 @@ func TestHandleFDsAreCloseOnExec(t *testing.T) {
 
 	// A refused token takes nothing, and changes nothing either.
 	fd := inheritedFD(t)
-	_, err = NewHandleFromToken(fd, "not a token")
+	_, err = NewHandle(fd, "not a token")
 	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
 	assert.False(t, closeOnExec(t, fd), "a refused fd is left as it was")
 	require.NoError(t, syscall.Close(fd))

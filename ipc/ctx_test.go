@@ -37,7 +37,7 @@ func TestReceiveHandleCancelled(t *testing.T) {
 
 			// Nothing was read: the connection still works, and the
 			// cancellation's deadline was cleared.
-			sent, err := NewHandle(poolLikeFD(t), cuda.NewUUID())
+			sent, err := NewHandle(poolLikeFD(t), cuda.NewUUID().String())
 			require.NoError(t, err)
 			defer sent.Close()
 			go func() {

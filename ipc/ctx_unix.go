@@ -15,8 +15,7 @@ import (
 // withReadContext runs receive with conn's read deadline tied to ctx: the
 // context's deadline, or a deadline in the past as soon as it is
 // cancelled, which wakes the blocked read. A ctx that can never end
-// (context.Background) leaves conn's deadline alone. The receive functions
-// close what arrived with a failed message themselves.
+// leaves conn's deadline alone.
 func withReadContext(ctx context.Context, op string, conn *net.UnixConn, receive func() error) error {
 	if ctx == nil {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil context (use context.Background())")
@@ -45,9 +44,8 @@ func withReadContext(ctx context.Context, op string, conn *net.UnixConn, receive
 		// deadline before clearing it.
 		<-woke
 	}
-	// A failure to clear the deadline (the connection closed meanwhile,
-	// say) is not reported: after a successful receive the caller owns
-	// what arrived, and an error would lose it.
+	// A failure to clear the deadline is not reported: after a successful
+	// receive the caller owns what arrived, and an error would lose it.
 	_ = conn.SetReadDeadline(time.Time{})
 	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) {
 		// Only this function set the deadline: it was ctx's.

@@ -171,14 +171,14 @@ func FuzzParseUUID(f *testing.F) {
 	f.Add("zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz")
 	f.Add("")
 	f.Fuzz(func(t *testing.T, s string) {
-		u, err := ParseUUID(s)
+		u, err := cuda.ParseUUID(s)
 		if err != nil {
 			require.ErrorIs(t, err, cuda.ErrInvalidArgument)
 			assert.Equal(t, UUID{}, u)
 			return
 		}
 		assert.Equal(t, strings.ToLower(s), u.String(), "the canonical form of what was parsed")
-		again, err := ParseUUID(u.String())
+		again, err := cuda.ParseUUID(u.String())
 		require.NoError(t, err)
 		assert.Equal(t, u, again)
 	})

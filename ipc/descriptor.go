@@ -14,11 +14,9 @@ type Descriptor struct {
 	Pool UUID                      // the exporting pool
 	Size uint64                    // the buffer's size in bytes
 	Data cuda.MemPoolPtrExportData // the driver's opaque export data
-	// MAC authenticates every other field under the pool's key
-	// (HMAC-SHA256, truncated): ExportBuffer sets it, and
-	// ImportedPool.Import refuses a descriptor whose MAC is not right
-	// before the driver sees its export data. Changing any field of a
-	// descriptor invalidates it.
+	// MAC authenticates every other field under the pool's key: ExportBuffer
+	// sets it, and ImportedPool.Import checks it before the driver sees
+	// the export data.
 	MAC [MACSize]byte
 }
 
@@ -26,8 +24,7 @@ type Descriptor struct {
 var descriptorMagic = [8]byte{'c', 'u', 'd', 'a', 'm', 'e', 'm', 'D'}
 
 const (
-	// descriptorVersion 2 added the MAC; version 1 descriptors (no MAC)
-	// are refused: an importer could not authenticate them.
+	// descriptorVersion 2 added the MAC; version 1 descriptors are refused.
 	descriptorVersion = 2
 	// descriptorBody is the length of the part the MAC covers: magic (8),
 	// version (2), reserved (2), size (8), pool UUID (16), export data
@@ -69,11 +66,8 @@ func (d Descriptor) MarshalBinary() ([]byte, error) {
 // UnmarshalBinary decodes what MarshalBinary produced. Anything else —
 // wrong length, magic, version, reserved bytes or checksum — is rejected
 // with an error wrapping ErrBadDescriptor, and d is left unchanged.
-//
-// A valid checksum proves only that the bytes were not corrupted, not that
-// the sender is honest, and decoding cannot check the MAC (it needs the
-// pool's key): ImportedPool.Import does, and bounds the size by the
-// mapping the driver made.
+// Decoding cannot check the MAC (it needs the pool's key):
+// ImportedPool.Import does.
 func (d *Descriptor) UnmarshalBinary(b []byte) error {
 	switch {
 	case d == nil:
@@ -87,8 +81,6 @@ func (d *Descriptor) UnmarshalBinary(b []byte) error {
 	case binary.LittleEndian.Uint32(b[descriptorCRC:]) != checksum(b[:descriptorCRC]):
 		return fmt.Errorf("%w: checksum mismatch (corrupted in transit?)", ErrBadDescriptor)
 	case b[10] != 0 || b[11] != 0:
-		// Reserved for a later version: this one writes zeros, and an
-		// accepted descriptor must mean exactly one thing.
 		return fmt.Errorf("%w: reserved bytes % x are not zero", ErrBadDescriptor, b[10:12])
 	}
 	var out Descriptor

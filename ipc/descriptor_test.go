@@ -13,12 +13,12 @@ func TestUUID(t *testing.T) {
 	a, b := cuda.NewUUID(), cuda.NewUUID()
 	assert.NotEqual(t, a, b)
 	assert.Equal(t, byte(0x40), a[6]&0xf0, "version 4")
-	p, err := ParseUUID(a.String())
+	p, err := cuda.ParseUUID(a.String())
 	require.NoError(t, err)
 	assert.Equal(t, a, p)
-	_, err = ParseUUID("not-a-uuid")
+	_, err = cuda.ParseUUID("not-a-uuid")
 	assert.Error(t, err)
-	_, err = ParseUUID("zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz")
+	_, err = cuda.ParseUUID("zzzzzzzz-zzzz-zzzz-zzzz-zzzzzzzzzzzz")
 	assert.Error(t, err)
 }
 

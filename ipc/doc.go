@@ -15,13 +15,12 @@
 //     in the message), or to a child process ([Handle.ExtraFile] with
 //     exec.Cmd.ExtraFiles, plus [Handle.Token] written to a pipe the child
 //     reads, its stdin say, which the child turns back into a Handle with
-//     [NewHandleFromToken]). The token holds the pool key: never pass it in
+//     [NewHandle]). The token holds the pool key: never pass it in
 //     the environment, which every grandchild inherits and
 //     /proc/PID/environ shows. A Handle's fd is close-on-exec, so it
 //     reaches only the children it is handed to.
 //  3. The other process imports it: [ImportPool] maps the pool once per
-//     UUID (a registry keyed by UUID dedupes repeated imports; see
-//     [Lookup]).
+//     UUID (see [Lookup]).
 //  4. Buffers travel as Descriptors: plain, versioned, checksummed bytes
 //     sealed with the pool key ([ExportBuffer], [Descriptor.MarshalBinary])
 //     that the importer turns into Buffers of the imported pool
@@ -53,10 +52,8 @@
 // Every receive takes a context: context.Background() waits as long as
 // the connection's read deadline allows (none by default).
 //
-// Buffers of an imported pool are owned by the importer's Buffer values:
-// Close unmaps them; the owner's memory lives on until it is freed there.
-// An imported pool cannot allocate. Every function says who closes which
-// file descriptor, and a Handle owns its own ([Handle.Close]).
+// An imported Buffer's Close unmaps it; the owner's memory lives on until
+// it is freed there. Every function says who closes which file descriptor.
 //
 // # Threat model
 //
@@ -78,34 +75,27 @@
 //     refusal of a descriptor (another pool's UUID, size 0, a size past
 //     the mapping).
 //   - A process that holds the key (the exporter, and every process the
-//     Handle or its Token went to, re-exporters included) is trusted as
-//     the exporter is: what it seals reaches the driver. Its descriptors'
-//     sizes are still bounded by the mapping the driver reports, but if it
-//     seals malformed export data, the driver may crash the importer, and
-//     nothing on the importing side can prevent that. Share a Handle (and
-//     its Token, which holds the key) only with processes you would let
-//     crash yours.
+//     Handle or its Token went to) is trusted as the exporter is: what it
+//     seals reaches the driver, and malformed export data it seals may
+//     crash the importer. Share a Handle (and its Token, which holds the
+//     key) only with processes you would let crash yours.
 //   - A Handle made from a raw fd ([NewHandle], [NewForeignHandle], e.g.
 //     for a pool exported by cuda.core) has no key: its pool's Import
 //     refuses every descriptor, and [ImportedPool.ImportUnauthenticated]
 //     takes a buffer's raw parts unchecked, trusting the sender with this
 //     process's life as above.
-//   - Legacy handles ([LegacyHandle]) carry no key either:
-//     a checksum catches corruption and the size is bounded by the
-//     mapping, but their 64 opaque bytes go to the driver as received, so
-//     open them only from a trusted sender.
+//   - Legacy handles ([LegacyHandle]) carry no key either: their 64 opaque
+//     bytes go to the driver as received, so open them only from a trusted
+//     sender.
 //   - The pool key authenticates descriptors, not the pool fd: whoever can
 //     send this process an fd can send any pool. A second Handle for an
 //     imported UUID under another key is refused (ImportPool), so a peer
 //     cannot swap the key descriptors are checked with.
 //
 // Beyond that, descriptors and legacy handles are versioned and
-// checksummed (corruption is caught when decoding), and every imported
-// Buffer is bounded by the mapping the driver reports at its pointer: a
-// descriptor claiming more is refused, and a refusal never unmaps memory
-// another Buffer of this process uses. Messages on Unix sockets are framed
-// ([SendFDs], [ReceiveFDs]), so stream, seqpacket and datagram sockets all
-// keep message boundaries; a malformed message is refused and every
+// checksummed, and every imported Buffer is bounded by the mapping the
+// driver reports at its pointer; a refusal never unmaps memory another
+// Buffer of this process uses. A malformed message is refused and every
 // descriptor that came with it closed. A peer cannot fill this process
 // with descriptors: they are taken only up to the count a message
 // announces ([MaxFDs]; one for ReceiveHandle), and a Handle's fd of a kind
@@ -114,43 +104,29 @@
 //
 // # Other libraries and languages
 //
-// cuda.core, CuPy, PyTorch and C programs share memory as the driver
-// does. Their parts map onto this package's:
-//
 //   - cuda.core pools: the pool's fd and UUID, and per buffer 64 bytes of
 //     export data and a size. Send a Handle's fd ([Handle.FD]) with
-//     [SendPlain] ([SendFDs] frames its messages for Go peers, which
-//     Python cannot read), with [Descriptor.ExportData] and
-//     [Descriptor.Size]; cuda.core imports them with
-//     DeviceMemoryResource.from_allocation_handle and
-//     Buffer.from_ipc_descriptor. The other way, [ReceivePlain] takes what
-//     socket.send_fds sent, [NewHandle] the fd and UUID, and
+//     [SendPlain], with [Descriptor.ExportData] and [Descriptor.Size];
+//     cuda.core imports them with DeviceMemoryResource.from_allocation_handle
+//     and Buffer.from_ipc_descriptor. The other way, [ReceivePlain] takes
+//     what socket.send_fds sent, [NewHandle] the fd and UUID, and
 //     [ImportedPool.ImportUnauthenticated] each buffer's parts.
-//   - PyTorch tensors: torch.multiprocessing shares a storage as a legacy
-//     IPC handle of the caching allocator's segment plus the storage's
-//     offset and size, with a reference counter and an event
-//     (UntypedStorage._share_cuda_()). [NewTorchShare] takes them all,
-//     [OpenLegacy] maps the storage as a Buffer whose Close releases the
-//     share to torch, and [ExportLegacy] describes cuMemAlloc memory the
-//     same way for a Python process.
+//   - PyTorch tensors (UntypedStorage._share_cuda_()): [NewTorchShare],
+//     then [OpenLegacy], whose Buffer's Close releases the share to torch.
 //   - CuPy and C programs share cudaMalloc allocations as legacy IPC
 //     handles: [OpenLegacy] and [ExportLegacy].
 //
-// Foreign exporters have no pool key, so everything they send comes in on
-// the unauthenticated path of the threat model above: take it only from
-// processes this one trusts as it trusts itself.
+// Foreign exporters have no pool key: everything they send comes in on
+// the unauthenticated path of the threat model above.
 //
 // # Beyond one node: fabric handles
 //
 // A pool made with resource.DevicePoolOptions.Fabric can also be exported
-// as a [FabricHandle] ([ExportPoolFabric]): the driver's 64-byte fabric
-// handle with the pool's UUID and key, encoded as plain bytes
-// (MarshalBinary) for any channel, since no file descriptor is involved.
-// On another node of the same multi-node NVLink domain, [ImportPoolFabric]
-// maps it with ImportPool's checks, and buffers travel as Descriptors
-// exactly as for fd pools. The key in a FabricHandle's encoding is as
-// secret as a Handle's Token. Without the IMEX service every fabric step
-// fails with an error matching cuda.ErrNotSupported that names IMEX.
+// as a [FabricHandle] ([ExportPoolFabric]), plain bytes for any channel
+// that [ImportPoolFabric] maps on another node of the same NVLink domain;
+// buffers travel as Descriptors. Its encoding's key is as secret as a
+// Token. Without the IMEX service every fabric step fails with an error
+// matching cuda.ErrNotSupported that names IMEX.
 //
 // # Nil and zero values
 //

@@ -22,7 +22,7 @@ import (
 // after it). The token holds the pool's key, so it goes through a pipe and
 // never through the environment, which the child's own children inherit
 // and /proc/PID/environ shows. The child's side is
-// ExampleNewHandleFromToken; examples/ipc-two-process is the whole
+// ExampleNewHandle; examples/ipc-two-process is the whole
 // program.
 func Example() {
 	dev, err := cuda.GetDevice(0)
@@ -86,7 +86,7 @@ func Example() {
 
 // The child's side of Example: take the pool's fd and read its token
 // from stdin, import the pool, then the buffer, and read it.
-func ExampleNewHandleFromToken() {
+func ExampleNewHandle() {
 	dev, err := cuda.GetDevice(0)
 	if err != nil {
 		log.Fatal(err)
@@ -96,7 +96,7 @@ func ExampleNewHandleFromToken() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	h, err := ipc.NewHandleFromToken(3, strings.TrimSpace(token))
+	h, err := ipc.NewHandle(3, strings.TrimSpace(token))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -167,19 +167,5 @@ func ExampleDescriptor_UnmarshalBinary() {
 	fmt.Println(errors.Is(err, ipc.ErrBadDescriptor))
 	// Output:
 	// true
-	// true
-}
-
-// Pool UUIDs read and parse in the usual 8-4-4-4-12 form.
-func ExampleParseUUID() {
-	u, err := ipc.ParseUUID("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	fmt.Println(u)
-	_, err = ipc.ParseUUID("not-a-uuid")
-	fmt.Println(err != nil)
-	// Output:
-	// 0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0
 	// true
 }

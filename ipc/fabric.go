@@ -8,30 +8,25 @@ import (
 )
 
 // FabricHandle is a pool exported as a fabric handle
-// (CU_MEM_HANDLE_TYPE_FABRIC), for processes on other nodes of a
-// multi-node NVLink domain as well as this one:
-// the driver's 64-byte handle, the pool's UUID and, for pools exported by
-// this package, the pool's key. Unlike a Handle it holds no file
-// descriptor: MarshalBinary makes plain bytes that travel over any channel
-// (a TCP socket, MPI, a key-value store), and ImportPoolFabric maps the
-// pool on the other side. Buffers then travel as Descriptors exactly as
-// for fd-exported pools (ExportBuffer, ImportedPool.Import), sealed with
-// the same key.
+// (CU_MEM_HANDLE_TYPE_FABRIC), for processes on any node of a multi-node
+// NVLink domain: the driver's 64-byte handle, the pool's UUID and, for
+// pools exported by this package, the pool's key. It holds no file
+// descriptor: MarshalBinary makes plain bytes for any channel, and
+// ImportPoolFabric maps the pool on the other side. Buffers then travel as
+// Descriptors, as for fd-exported pools.
 //
-// The encoding carries the pool key, as a Handle's Token does: send it only
-// to processes you would trust with the pool (see the package
-// documentation's threat model), over a channel others cannot read.
+// The encoding carries the pool key, as a Handle's Token does: send it
+// only to processes you would trust with the pool, over a channel others
+// cannot read.
 type FabricHandle struct {
 	uuid UUID
 	key  poolKey
 	h    fabricBytes
 }
 
-// fabricBytes holds a driver fabric handle, which lets a process of the
-// NVLink domain import the pool, as a string behind a pointer: as with
-// poolKey, fmt printing a value that holds one (a struct with an
-// unexported FabricHandle field, say) shows an address, not the bytes.
-// The zero fabricBytes is the zero handle.
+// fabricBytes holds a driver fabric handle as a string behind a pointer:
+// as with poolKey, fmt printing a value that holds one shows an address,
+// not the bytes. The zero fabricBytes is the zero handle.
 type fabricBytes struct {
 	s *string
 }
@@ -128,9 +123,8 @@ func (h *FabricHandle) MarshalBinary() ([]byte, error) {
 // UnmarshalBinary decodes what MarshalBinary produced. Anything else
 // (wrong length, magic, version, flags or checksum; the zero UUID or
 // fabric handle; key bytes without the key flag) is refused with an error
-// wrapping ErrBadFabricHandle, and h is left unchanged. Decoding proves
-// only that the bytes were not corrupted: the driver decides whether the
-// fabric handle is real (ImportPoolFabric).
+// wrapping ErrBadFabricHandle, and h is left unchanged. The driver decides
+// whether the fabric handle is real (ImportPoolFabric).
 func (h *FabricHandle) UnmarshalBinary(b []byte) error {
 	if h == nil {
 		return cuda.Errorf("ipc.FabricHandle.UnmarshalBinary", cuda.ErrInvalidArgument, "nil *FabricHandle")
@@ -156,8 +150,6 @@ func (h *FabricHandle) UnmarshalBinary(b []byte) error {
 	case flags&^fabricHasKey != 0:
 		return fmt.Errorf("%w: unknown flags %#x", ErrBadFabricHandle, flags)
 	case flags == 0 && [keySize]byte(keyBytes) != [keySize]byte{}:
-		// One meaning per accepted encoding: key bytes without the flag
-		// would be silently dropped.
 		return fmt.Errorf("%w: key bytes present but the key flag is not set", ErrBadFabricHandle)
 	case out.uuid == (UUID{}):
 		return fmt.Errorf("%w: zero pool UUID (imports are deduplicated by UUID)", ErrBadFabricHandle)
@@ -171,17 +163,11 @@ func (h *FabricHandle) UnmarshalBinary(b []byte) error {
 	return nil
 }
 
-// handleTyped is implemented by pools that report their handle types
-// (resource.DevicePool).
-type handleTyped interface {
-	HandleTypes() cuda.MemHandleType
-}
-
 // handleTypes returns the handle types p was created with: what it
-// reports, else POSIX fds (the only type this module's other IPC pools
-// take).
+// reports (resource.DevicePool), else POSIX fds (the only type this
+// module's other IPC pools take).
 func handleTypes(p ExportablePool) cuda.MemHandleType {
-	if ht, ok := p.(handleTyped); ok {
+	if ht, ok := p.(interface{ HandleTypes() cuda.MemHandleType }); ok {
 		return ht.HandleTypes()
 	}
 	return cuda.MemHandleTypePosixFileDescriptor
@@ -215,20 +201,16 @@ func ExportPoolFabric(p ExportablePool) (*FabricHandle, error) {
 }
 
 // ImportPoolFabric maps the pool h describes on dev, as ImportPool does for
-// a Handle and with the same checks: a pool already imported under the same
-// UUID is returned as is; the same UUID under another key (or a key where
-// the first had none, or the reverse), a pool of that UUID on another
-// device, or one closed here but not yet destroyed is refused. The fabric
-// handle is hostile input: the driver refuses handles it did not make
-// (cleanly: nothing is left imported), and without IMEX the error matches
-// cuda.ErrNotSupported and names it.
+// a Handle and with the same checks (the same UUID under another key, on
+// another device, or closed here but not yet destroyed is refused). The
+// fabric handle is hostile input: the driver refuses handles it did not
+// make, and without IMEX the error matches cuda.ErrNotSupported and names
+// it.
 func ImportPoolFabric(dev *cuda.Device, h *FabricHandle) (*ImportedPool, error) {
 	const op = "ipc.ImportPoolFabric"
 	if dev == nil || h.zero() {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device, or nil or zero *FabricHandle")
 	}
-	// As ImportPool: the driver's import runs outside the registry's
-	// lock, and a second import of the UUID waits for the first.
 	u, k, fb := h.uuid, h.key, h.h
 	return importOnce(op, dev, u, k, func() (*ImportedPool, error) {
 		fh := fb.get()
@@ -243,16 +225,11 @@ func ImportPoolFabric(dev *cuda.Device, h *FabricHandle) (*ImportedPool, error) 
 }
 
 // exportFabric is ExportPoolFabric of an imported pool: the FabricHandle
-// it was imported from (same UUID, key and driver handle), so a third
-// process can import it. A pool imported from a file descriptor has none:
-// the error says so.
+// it was imported from.
 func (p *ImportedPool) exportFabric() (*FabricHandle, error) {
 	const op = "ipc.ExportPoolFabric"
-	if p.zero() {
-		return nil, errZeroPool(op)
-	}
-	if !p.life.Enter() {
-		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
+	if err := p.enter(op); err != nil {
+		return nil, err
 	}
 	defer p.life.Leave()
 	if p.fabric.IsZero() {

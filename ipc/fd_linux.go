@@ -19,10 +19,8 @@ const recvFlags = syscall.MSG_CMSG_CLOEXEC
 func setCloexec([]int) error { return nil }
 
 // soINQ is SO_INQ, and SCM_INQ the control message it attaches (Linux
-// 6.17 and later on AF_UNIX stream sockets; 84 on every architecture
-// Go's compiler targets). The kernel does not report it (getsockopt
-// answers ENOPROTOOPT on AF_UNIX), so only the peek before each read
-// (peekOwnControl) finds it.
+// 6.17 and later; 84 on every architecture). The kernel does not report
+// it, so only peekOwnControl finds it.
 const soINQ = 84
 
 // recvOpt is a socket option (level SOL_SOCKET) that makes the kernel
@@ -37,20 +35,9 @@ type recvOpt struct {
 // recvOpts are the options a receiving socket is refused with, in the
 // order they are read: of those that read as set together, the first
 // named is the one the caller set (SO_TIMESTAMPNS_NEW reads back as
-// SO_TIMESTAMP_NEW too, and SO_TIMESTAMPING_NEW as SO_TIMESTAMPING).
-//
-// On AF_UNIX sockets the kernel attaches credentials (SO_PASSCRED), the
-// sender's pidfd (SO_PASSPIDFD: a descriptor installed in this process),
-// its security label (SO_PASSSEC, with a security module) and, on
-// datagram and seqpacket sockets, receive timestamps (SO_TIMESTAMP,
-// SO_TIMESTAMPNS and SO_TIMESTAMPING, in their old and new (64-bit time)
-// numbers: the new ones read back as 0 through the old). The rest attach
-// nothing to AF_UNIX messages today but are the kernel's other receive
-// control messages (a dropped-packet count, Wi-Fi status, the mark, the
-// priority): a kernel that extended them to AF_UNIX would take the room
-// of the descriptors as the others do, so a socket with them set is
-// refused too. The IP-level ones (IP_PKTINFO and the like) cannot be set
-// on an AF_UNIX socket at all.
+// SO_TIMESTAMP_NEW too, and SO_TIMESTAMPING_NEW as SO_TIMESTAMPING). The
+// last four attach nothing to AF_UNIX messages today, but would take the
+// descriptors' room as the others do if a kernel extended them to it.
 var recvOpts = []recvOpt{
 	{unix.SO_PASSCRED, unix.SCM_CREDENTIALS, "SO_PASSCRED"},
 	{unix.SO_PASSPIDFD, unix.SCM_PIDFD, "SO_PASSPIDFD"},
@@ -75,11 +62,8 @@ func errOwnControl(name string) error {
 }
 
 // checkRecvOpts refuses a receiving socket with one of recvOpts set,
-// before anything is read. An option the kernel does not know or does not
-// report for the socket (ENOPROTOOPT, EINVAL) is not taken as set: the
-// peek before each read (peekOwnControl) still catches what it attaches.
-// SO_TIMESTAMPING reads back as a struct whose first int is the flags,
-// which is what a 4-byte read returns.
+// before anything is read. An option the kernel does not report is not
+// taken as set: peekOwnControl still catches what it attaches.
 func checkRecvOpts(fd int) error {
 	for _, o := range recvOpts {
 		v, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, o.opt)
@@ -92,12 +76,10 @@ func checkRecvOpts(fd int) error {
 
 // peekOwnControl looks at the next message without taking it off the
 // socket (MSG_PEEK) with room for one control-message header and no more:
-// no descriptor fits there (the kernel installs none, and closes nothing
-// of the real read's), so a header that arrives is a control message of
-// the kernel's own, and the socket is refused before the real read. It
-// finds what checkRecvOpts cannot see: SO_INQ, which the kernel does not
-// report, and options this package does not know. Nothing to peek at
-// (EAGAIN, an error, end of stream) is left to the real read.
+// no descriptor fits there (the kernel installs none), so a header that
+// arrives is a control message of the kernel's own, and the socket is
+// refused before the real read. Nothing to peek at is left to the real
+// read.
 func peekOwnControl(fd int) error {
 	var one [1]byte
 	var oob [syscall.SizeofCmsghdr]byte
@@ -129,9 +111,7 @@ func errControlMessage(level, typ int32) error {
 }
 
 // controlFDs reports whether a control message carries descriptors this
-// process now holds: SCM_RIGHTS, and SCM_PIDFD (the sender's pidfd, from
-// an SO_PASSPIDFD set while a receive was under way), which is refused
-// and closed.
+// process now holds: SCM_RIGHTS, and SCM_PIDFD (refused and closed).
 func controlFDs(level, typ int32) bool {
 	return level == syscall.SOL_SOCKET && (typ == syscall.SCM_RIGHTS || typ == unix.SCM_PIDFD)
 }

@@ -20,11 +20,9 @@ import (
 const MaxFDs = 64
 
 // Every message is framed: a header of frameMagic, the payload length and
-// the number of descriptors attached, then the payload. On a SOCK_STREAM
-// socket the kernel keeps no message boundaries (a long payload arrives in
-// pieces and two messages can arrive as one read), so the receiver reads
-// exactly the header and then exactly the payload; on SOCK_SEQPACKET and
-// SOCK_DGRAM the frame is one datagram and is checked against it.
+// the number of descriptors attached, then the payload. On a stream socket
+// the receiver reads exactly the header and then exactly the payload; on
+// others the frame is one datagram and is checked against it.
 const (
 	frameHeader = 4 + 4 + 4
 	// maxFramePayload bounds what a peer can make the receiver expect.
@@ -48,25 +46,42 @@ func socketType(conn *net.UnixConn) (int, error) {
 	return typ, serr
 }
 
-// SendFDs sends payload and the file descriptors over a Unix socket
-// (SCM_RIGHTS) as one framed message; ReceiveFDs reads it on any socket
-// type (stream, seqpacket or datagram). The receiver gets duplicates; the
-// caller still owns (and should close) its own fds.
-func SendFDs(conn *net.UnixConn, payload []byte, fds ...int) error {
-	const op = "ipc.SendFDs"
+// checkSend checks what SendFDs and SendPlain are given.
+func checkSend(op string, conn *net.UnixConn, fds []int) error {
 	if conn == nil {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil connection")
 	}
 	if len(fds) > MaxFDs {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%d file descriptors, at most %d per message", len(fds), MaxFDs)
 	}
-	if len(payload) > maxFramePayload {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "payload of %d bytes, at most %d per message", len(payload), maxFramePayload)
-	}
 	for i, fd := range fds {
 		if fd < 0 {
-			return cuda.Errorf(op, cuda.ErrInvalidArgument, "file descriptor %d is %d", i, fd)
+			return cuda.Errorf(op, cuda.ErrInvalidArgument, "file descriptor %d of %d is %d", i, len(fds), fd)
 		}
+	}
+	return nil
+}
+
+// closeReceived closes the descriptors that arrived with a refused
+// message, adding a failure to close them to err.
+func closeReceived(err error, fds []int) error {
+	if cerr := osfd.CloseAll(fds); cerr != nil {
+		return errors.Join(err, fmt.Errorf("closing the %d received descriptors: %w", len(fds), cerr))
+	}
+	return err
+}
+
+// SendFDs sends payload and the file descriptors over a Unix socket
+// (SCM_RIGHTS) as one framed message; ReceiveFDs reads it on any socket
+// type (stream, seqpacket or datagram). The receiver gets duplicates; the
+// caller still owns (and should close) its own fds.
+func SendFDs(conn *net.UnixConn, payload []byte, fds ...int) error {
+	const op = "ipc.SendFDs"
+	if err := checkSend(op, conn, fds); err != nil {
+		return err
+	}
+	if len(payload) > maxFramePayload {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "payload of %d bytes, at most %d per message", len(payload), maxFramePayload)
 	}
 	typ, err := socketType(conn)
 	if err != nil {
@@ -103,11 +118,9 @@ func SendFDs(conn *net.UnixConn, payload []byte, fds ...int) error {
 
 // recvmsg is one recvmsg call on conn, waiting for data as the net
 // package does. The socket is refused before anything is read when the
-// kernel would attach control messages of its own (checkRecvOpts, by the
-// options it reports; peekOwnControl, by a look at the next message that
-// takes nothing off the socket): they would take the room kept for the
-// descriptors, so the kernel would drop those and truncate the control
-// data, losing the message.
+// kernel would attach control messages of its own (checkRecvOpts,
+// peekOwnControl): they would take the descriptors' room, losing the
+// message.
 func recvmsg(conn *net.UnixConn, buf, oob []byte) (n, oobn, flags int, err error) {
 	rc, err := conn.SyscallConn()
 	if err != nil {
@@ -142,21 +155,16 @@ func recvmsg(conn *net.UnixConn, buf, oob []byte) (n, oobn, flags int, err error
 	return n, oobn, flags, err
 }
 
-// skipRecvChecks turns off recvmsg's checks before the read, so that
-// tests can have the kernel's control messages arrive, as they do when an
-// option is set between the checks and the read.
+// skipRecvChecks turns off recvmsg's checks before the read, for tests of
+// an option set between the checks and the read.
 var skipRecvChecks bool
 
-// rights collects the descriptors in the control bytes the kernel wrote
-// (oob, as long as the recvmsg said). Every descriptor that arrived is
-// appended to fds, also when an error is returned, so that the caller
-// closes them all: those of SCM_RIGHTS, and those of any other control
-// message that carries some (the sender's pidfd, on Linux), which is
-// refused. A control message of another kind (the kernel's own, from a
-// socket option set while the receive was under way) is refused too,
-// naming the option where it is known. A message the kernel cut short
-// (truncated control data) still gives up the whole descriptors it
-// holds; a header too short to be one ends the walk, with an error.
+// rights appends the descriptors in the control bytes oob to fds, also
+// when it returns an error, so that the caller closes them all (those of
+// a refused control message too: the sender's pidfd, on Linux). A control
+// message other than SCM_RIGHTS is refused; a truncated one still gives
+// up the whole descriptors it holds; a header too short to be one ends
+// the walk, with an error.
 func rights(oob []byte, fds []int) ([]int, error) {
 	var err error
 	data := syscall.CmsgLen(0) // where a message's data starts
@@ -202,28 +210,19 @@ func rights(oob []byte, fds []int) ([]int, error) {
 // the byte stream is unknown: close it.
 //
 // A receiving socket that makes the kernel attach control messages of its
-// own to what it receives is refused (ErrInvalidArgument, naming the
-// option) before anything is read, and the message stays on the socket:
-// those messages would take the room kept for the frame's descriptors, so
-// the kernel would drop the descriptors and the message would be lost. On
-// Linux that is SO_PASSCRED, SO_PASSPIDFD, SO_PASSSEC, the receive
-// timestamp options in their old and new (64-bit time) numbers
-// (SO_TIMESTAMP, SO_TIMESTAMPNS, SO_TIMESTAMPING and their _NEW forms),
-// SO_INQ, and the kernel's other receive control messages (SO_RXQ_OVFL,
-// SO_WIFI_STATUS, SO_RCVMARK, SO_RCVPRIORITY); before each read the next
-// message is also looked at without being taken, so that an option the
-// kernel does not report (SO_INQ) or one unknown here is refused the same
-// way. If such a message arrives anyway (the option set during the
-// receive), it is refused after the read, and every descriptor that came
-// with it, the sender's pidfd included, is closed.
+// own is refused (ErrInvalidArgument, naming the option) before anything
+// is read, and the message stays on the socket: those messages would take
+// the descriptors' room, and the message would be lost. On Linux that is
+// SO_PASSCRED, SO_PASSPIDFD, SO_PASSSEC, the receive timestamp options
+// (old and _NEW), SO_INQ, SO_RXQ_OVFL, SO_WIFI_STATUS, SO_RCVMARK and
+// SO_RCVPRIORITY, and anything a look at the next message (taking
+// nothing) finds. Such a message that arrives anyway (the option set
+// during the receive) is refused, and its descriptors are closed.
 //
-// The peer is not trusted to behave. On a stream socket SendFDs attaches
-// a frame's descriptors to its first bytes, so they arrive with the first
-// read of the frame: descriptors in any later read, or more than the
-// frame announced, are refused at once (and closed), not counted up
-// until the payload is complete. So one call never holds more than
-// MaxFDs descriptors, even while a peer that stopped mid-frame keeps it
-// waiting (ctx, or a read deadline on conn, ends the wait, closing them).
+// The peer is not trusted: on a stream socket descriptors are taken from
+// the frame's first read only and checked as soon as the header is in,
+// so one call never holds more than MaxFDs of them, even while a peer
+// that stopped mid-frame keeps it waiting.
 //
 // ReceiveFDs gives up when ctx is done, with an error naming the operation
 // that wraps ctx's error (context.Canceled or context.DeadlineExceeded). It
@@ -244,8 +243,8 @@ func ReceiveFDs(ctx context.Context, conn *net.UnixConn, maxPayload int) (payloa
 }
 
 // receiveFDs is ReceiveFDs for messages of at most maxFDs descriptors:
-// control space is made for that many only, so a peer that attaches more
-// gets them dropped by the kernel (MSG_CTRUNC) rather than installed here.
+// control space is made for that many only, so the kernel drops any more
+// (MSG_CTRUNC) rather than installing them here.
 func receiveFDs(op string, conn *net.UnixConn, maxPayload, maxFDs int) (payload []byte, fds []int, err error) {
 	if conn == nil {
 		return nil, nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil connection")
@@ -262,17 +261,11 @@ func receiveFDs(op string, conn *net.UnixConn, maxPayload, maxFDs int) (payload 
 	} else {
 		payload, fds, err = receivePacket(conn, maxPayload, maxFDs)
 	}
-	if err != nil {
-		if cerr := osfd.CloseAll(fds); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("closing the %d received descriptors: %w", len(fds), cerr))
-		}
-		return nil, nil, &cuda.OpError{Op: op, Err: err}
+	if err == nil {
+		err = setCloexec(fds)
 	}
-	if err := setCloexec(fds); err != nil {
-		if cerr := osfd.CloseAll(fds); cerr != nil {
-			err = errors.Join(err, cerr)
-		}
-		return nil, nil, &cuda.OpError{Op: op, Err: err}
+	if err != nil {
+		return nil, nil, &cuda.OpError{Op: op, Err: closeReceived(err, fds)}
 	}
 	return payload, fds, nil
 }
@@ -304,8 +297,7 @@ func checkTrunc(flags, maxFDs int) error {
 // receiveStream reads exactly one frame from a stream socket, never a byte
 // of the next one. Descriptors are taken from the frame's first read only
 // (where SendFDs puts them), and checked against the header as soon as it
-// is complete: a peer cannot make this call hold more than maxFDs of them,
-// however it splits the frame or however long it stalls.
+// is complete.
 func receiveStream(conn *net.UnixConn, maxPayload, maxFDs int) ([]byte, []int, error) {
 	oob := make([]byte, syscall.CmsgSpace(maxFDs*4))
 	var fds []int
@@ -328,9 +320,7 @@ func receiveStream(conn *net.UnixConn, maxPayload, maxFDs int) ([]byte, []int, e
 			if len(fds) > had && reads > 0 {
 				return fmt.Errorf("%w: %d file descriptors arrived after the first %d bytes of the frame (a sender attaches them to its first bytes)", errBadFrame, len(fds)-had, reads)
 			}
-			if len(fds) > maxFDs {
-				// Cannot happen with control space for maxFDs, unless
-				// the kernel rounds it up: the bound holds regardless.
+			if len(fds) > maxFDs { // the kernel may round control space up
 				return fmt.Errorf("%w: %d file descriptors in one read, at most %d expected", errBadFrame, len(fds), maxFDs)
 			}
 			if n == 0 {
@@ -352,9 +342,7 @@ func receiveStream(conn *net.UnixConn, maxPayload, maxFDs int) ([]byte, []int, e
 	if err != nil {
 		return nil, fds, err
 	}
-	// Every descriptor of the frame has arrived by now: compare before
-	// waiting for the payload, so a peer that withholds it holds nothing
-	// more than the frame announced here.
+	// Every descriptor has arrived: compare before waiting for the payload.
 	if len(fds) != nfds {
 		return nil, fds, fmt.Errorf("%w: %d file descriptors received, the frame announced %d", errBadFrame, len(fds), nfds)
 	}
@@ -408,13 +396,11 @@ func receivePacket(conn *net.UnixConn, maxPayload, maxFDs int) ([]byte, []int, e
 
 // A handle message's payload: handleMagic (8), version (2), flags (2: bit
 // 0 set when a key follows), the pool's UUID (16) and its key (32; zeros
-// without one). Version 1 was the UUID alone, with no key; it is refused
-// (its pool could not authenticate a descriptor).
+// without one). Version 1 (no key) is refused.
 const (
 	handleVersion     = 2
 	handleMsgSize     = 8 + 2 + 2 + 16 + keySize
 	handleFlagKeyed   = 1
-	handleKnownFlags  = handleFlagKeyed
 	handleUUIDOffset  = 12
 	handleKeyOffset   = handleUUIDOffset + 16
 	handleFlagsOffset = 10
@@ -444,7 +430,7 @@ func decodeHandle(b []byte) (UUID, poolKey, error) {
 		return UUID{}, poolKey{}, fmt.Errorf("%w: handle message version %d, this library reads %d", errBadFrame, binary.LittleEndian.Uint16(b[8:]), handleVersion)
 	}
 	flags := binary.LittleEndian.Uint16(b[handleFlagsOffset:])
-	if flags&^handleKnownFlags != 0 {
+	if flags&^handleFlagKeyed != 0 {
 		return UUID{}, poolKey{}, fmt.Errorf("%w: unknown handle message flags %#x", errBadFrame, flags)
 	}
 	var u UUID
@@ -456,8 +442,6 @@ func decodeHandle(b []byte) (UUID, poolKey, error) {
 	if flags&handleFlagKeyed != 0 {
 		k = keyFrom(b[handleKeyOffset:])
 	} else if [keySize]byte(b[handleKeyOffset:]) != ([keySize]byte{}) {
-		// One message, one meaning: key bytes without the flag are
-		// refused, not ignored.
 		return UUID{}, poolKey{}, fmt.Errorf("%w: key bytes in a handle message without a key", errBadFrame)
 	}
 	return u, k, nil
@@ -468,24 +452,18 @@ func decodeHandle(b []byte) (UUID, poolKey, error) {
 // send). The key is the pool's secret: send handles only to processes you
 // would let make descriptors for the pool.
 func SendHandle(conn *net.UnixConn, h *Handle) error {
-	const op = "ipc.SendHandle"
-	if h == nil || h.f == nil {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil or zero *ipc.Handle (use NewHandle, ExportPool or ReceiveHandle)")
-	}
-	msg := encodeHandle(h.uuid, h.key)
-	return h.use(op, func(fd int) error {
-		return SendFDs(conn, msg, fd)
+	return h.use("ipc.SendHandle", func(fd int) error {
+		return SendFDs(conn, encodeHandle(h.uuid, h.key), fd)
 	})
 }
 
 // ReceiveHandle receives a Handle sent with SendHandle, key included; the
 // caller owns it. A message with other than one fd and a handle payload of
 // this version is refused, and whatever descriptors it carried are closed;
-// so is one whose fd is of a kind no pool export is (a pipe, FIFO, socket,
-// regular file, directory, symbolic link or block device; see ImportPool).
+// so is one whose fd is of a kind no pool export is (see ImportPool).
 // However many descriptors the peer attaches, one call installs at most
-// two (the kernel closes the rest) and closes those on refusal. It gives
-// up when ctx is done, as ReceiveFDs does.
+// two (the kernel closes the rest). It gives up when ctx is done, as
+// ReceiveFDs does.
 func ReceiveHandle(ctx context.Context, conn *net.UnixConn) (h *Handle, err error) {
 	const op = "ipc.ReceiveHandle"
 	err = withReadContext(ctx, op, conn, func() error {
@@ -500,41 +478,26 @@ func ReceiveHandle(ctx context.Context, conn *net.UnixConn) (h *Handle, err erro
 
 // receiveHandle is ReceiveHandle without the context.
 func receiveHandle(op string, conn *net.UnixConn) (*Handle, error) {
-	// One descriptor expected: control space for one, so a peer attaching
-	// more has the rest closed by the kernel, never installed here.
 	payload, fds, err := receiveFDs(op, conn, handleMsgSize, 1)
 	if err != nil {
 		return nil, err
 	}
-	u, k, derr := decodeHandle(payload)
-	if len(fds) != 1 || derr != nil {
-		var err error
-		if derr != nil {
-			err = &cuda.OpError{Op: op, Err: derr}
-		} else {
-			err = cuda.Errorf(op, cuda.ErrInvalidArgument, "got %d fds, want 1", len(fds))
+	u, k, err := decodeHandle(payload)
+	var h *Handle
+	switch {
+	case err != nil:
+		err = &cuda.OpError{Op: op, Err: err}
+	case len(fds) != 1:
+		err = cuda.Errorf(op, cuda.ErrInvalidArgument, "got %d fds, want 1", len(fds))
+	default:
+		// The peer chose the descriptor: one that cannot be a pool is
+		// closed here, and never becomes a Handle.
+		if err = checkPoolFD(op, fds[0]); err == nil {
+			h, err = newHandle(op, fds[0], u, k)
 		}
-		if cerr := osfd.CloseAll(fds); cerr != nil {
-			err = errors.Join(err, cerr)
-		}
-		return nil, err
 	}
-	// The peer chose the descriptor: one that cannot be a pool (a pipe it
-	// holds the other end of, a socket, a file) is closed here, and never
-	// becomes a Handle.
-	if err := checkPoolFD(op, fds[0]); err != nil {
-		if cerr := osfd.Close(fds[0]); cerr != nil {
-			err = errors.Join(err, cerr)
-		}
-		return nil, err
-	}
-	h, err := NewHandle(fds[0], u)
 	if err != nil {
-		if cerr := osfd.Close(fds[0]); cerr != nil {
-			err = errors.Join(err, cerr)
-		}
-		return nil, err
+		return nil, closeReceived(err, fds)
 	}
-	h.key = k
 	return h, nil
 }

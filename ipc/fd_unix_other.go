@@ -20,22 +20,16 @@ func setCloexec(fds []int) error {
 	return nil
 }
 
-// checkRecvOpts checks nothing: the options that attach control messages
-// of the kernel's own are known here for Linux only. A control message
-// other than SCM_RIGHTS that arrives is still refused (errControlMessage).
-func checkRecvOpts(int) error { return nil }
-
-// peekOwnControl checks nothing before the read (see checkRecvOpts).
+// checkRecvOpts and peekOwnControl check nothing: the options that attach
+// control messages of the kernel's own are known for Linux only. One that
+// arrives is still refused (errControlMessage).
+func checkRecvOpts(int) error  { return nil }
 func peekOwnControl(int) error { return nil }
 
-// errControlMessage names a control message other than SCM_RIGHTS that
-// arrived with a message.
 func errControlMessage(level, typ int32) error {
 	return fmt.Errorf("%w: the kernel attached a control message of level %d, type %d to the message (a socket option of the receiving socket asks for it): clear that option before receiving", cuda.ErrInvalidArgument, level, typ)
 }
 
-// controlFDs reports whether a control message carries descriptors:
-// SCM_RIGHTS.
 func controlFDs(level, typ int32) bool {
 	return level == syscall.SOL_SOCKET && typ == syscall.SCM_RIGHTS
 }

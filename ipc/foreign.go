@@ -5,22 +5,9 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
-	"fmt"
 
 	"github.com/cudamem/cudamem/cuda"
 )
-
-// Sharing with other libraries and languages.
-//
-// cuda.core (Python), CuPy and C programs share stream-ordered pools the
-// way the driver does: a pool's POSIX fd, and per buffer the 64 bytes of
-// CUmemPoolPtrExportData plus the size. cudamem's own Handle and Descriptor
-// add a UUID (cuda.core's IPCAllocationHandle carries one too, a uuid4),
-// a pool key and a MAC; a foreign exporter has no key, so its buffers come
-// in only through the explicit unauthenticated path (see the package
-// documentation's threat model): ImportUnauthenticated. PyTorch shares CUDA
-// tensors through legacy IPC (cudaIpcMemHandle plus an offset and a size):
-// OpenLegacy and ExportLegacy.
 
 // ExportData returns a copy of d's 64 bytes of export data: what cuda.core
 // takes as IPCBufferDescriptor._init(data, size), what a C importer passes
@@ -31,12 +18,8 @@ func (d Descriptor) ExportData() []byte { return bytes.Clone(d.Data.Reserved[:])
 // matching cuda.ErrClosed once p is closed (cuda.ErrInvalidArgument for a
 // nil or zero pool).
 func (p *ImportedPool) PoolErr() (cuda.MemPool, error) {
-	const op = "ImportedPool.PoolErr"
-	switch {
-	case p.zero():
-		return cuda.MemPool{}, errZeroPool(op)
-	case p.life.IsClosed():
-		return cuda.MemPool{}, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
+	if err := p.checkOpen("ImportedPool.PoolErr"); err != nil {
+		return cuda.MemPool{}, err
 	}
 	return p.pool, nil
 }
@@ -65,14 +48,12 @@ func identityUUID(dev, ino uint64) UUID {
 // once however many such fds arrive (descriptors of one open file: dup'd,
 // sent over SCM_RIGHTS, inherited); otherwise (a device node or an
 // anonymous inode, whose inode unrelated files share, or a system other
-// than Linux) it is a fresh random UUID, and derived is false. Then nothing can tell that two
-// such Handles name one pool, and importing both maps the pool twice: the
-// driver maps an allocation once per process, so Buffers of the two
-// ImportedPools on one allocation would share a mapping that either one's
-// Close unmaps. Import a pool from one such Handle only (keep its
-// ImportedPool), or have the exporter send a UUID (cuda.core does) and use
-// NewHandle. Like NewHandle's, the Handle has no key: its pool takes
-// buffers only through ImportUnauthenticated.
+// than Linux) it is a fresh random UUID, and derived is false. Then
+// importing two such Handles of one pool maps it twice, and either
+// ImportedPool's Close unmaps what the other's Buffers use: import a pool
+// from one such Handle only, or have the exporter send a UUID and use
+// NewHandle. The Handle has no key: its pool takes buffers only through
+// ImportUnauthenticated.
 func NewForeignHandle(fd int) (h *Handle, derived bool, err error) {
 	const op = "ipc.NewForeignHandle"
 	if fd < 0 {
@@ -87,7 +68,7 @@ func NewForeignHandle(fd int) (h *Handle, derived bool, err error) {
 	default:
 		return nil, false, err
 	}
-	h, err = NewHandle(fd, u)
+	h, err = newHandle(op, fd, u, poolKey{})
 	if err != nil {
 		return nil, false, err
 	}

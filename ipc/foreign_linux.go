@@ -17,20 +17,13 @@ import (
 const anonInodeFSMagic = 0x09041934
 
 // fdIdentity derives a stable UUID for the file fd refers to, from its
-// device and inode numbers (fstat): descriptors of one open file (dup'd,
-// sent over SCM_RIGHTS, inherited through exec.Cmd.ExtraFiles) give the
-// same UUID, so a pool that arrives as a bare fd more than once is
-// imported once (NewForeignHandle). Whether two separate exports of one
-// pool share a file is the driver's business: where they do not, each
-// export gets its own UUID.
+// device and inode numbers: descriptors of one open file give the same
+// UUID. While a pool is imported, the duplicate ImportPool keeps holds the
+// file open, so its inode number cannot be reused meanwhile.
 //
-// Files whose inode is shared by unrelated objects cannot identify a pool:
-// device nodes (every open of /dev/nvidiactl has its inode) and anonymous
-// inodes (anon_inode:[...]). For those the error matches
-// cuda.ErrNotSupported; other failures (a closed fd) wrap the fstat error.
-// While a pool is imported its Handle's fd, or the duplicate ImportPool
-// keeps, holds the file open, so its inode number cannot be reused by
-// another file meanwhile.
+// Device nodes and anonymous inodes, whose inode unrelated objects share,
+// cannot identify a pool: the error matches cuda.ErrNotSupported; other
+// failures (a closed fd) wrap the fstat error.
 func fdIdentity(fd int) (UUID, error) {
 	const op = "ipc.NewForeignHandle"
 	if fd < 0 {

@@ -224,7 +224,7 @@ func TestReceiveHandleRefusesMalformed(t *testing.T) {
 func TestSendReceiveHandleKey(t *testing.T) {
 	for _, keyed := range []bool{true, false} {
 		a, b := socketPair(t)
-		h, err := NewHandle(poolLikeFD(t), cuda.NewUUID())
+		h, err := NewHandle(poolLikeFD(t), cuda.NewUUID().String())
 		require.NoError(t, err)
 		if keyed {
 			h.key = newPoolKey()

@@ -10,44 +10,50 @@ import (
 
 // Handle is an exported pool: an open file descriptor from the driver, the
 // pool's UUID and, for pools exported by this package, the pool's secret
-// key, which authenticates the pool's buffer descriptors (see Token and
-// ImportedPool.Import). Send it to another process (SendHandle, or
-// ExtraFile plus Token over a pipe to a child) and import it there with
-// ImportPool. A Handle owns its fd: Close closes it, once. The fd is
-// always close-on-exec: it reaches a child only when handed over on
-// purpose (ExtraFile). The zero Handle owns nothing (its Close does
-// nothing, and never closes fd 0); make Handles with ExportPool,
-// ReceiveHandle, NewHandleFromToken or NewHandle. Formatting a Handle
-// (any fmt verb) never shows its key.
+// key, which authenticates the pool's buffer descriptors. Send it to
+// another process (SendHandle, or ExtraFile plus Token over a pipe to a
+// child) and import it there with ImportPool. A Handle owns its fd, which
+// is always close-on-exec: Close closes it, once. The zero Handle owns
+// nothing; make Handles with ExportPool, ReceiveHandle or NewHandle.
+// Formatting a Handle (any fmt verb) never shows its key.
 type Handle struct {
 	uuid UUID
-	key  poolKey    // the zero poolKey: none (NewHandle)
+	key  poolKey    // the zero poolKey: none
 	f    *osfd.File // nil in the zero Handle
 }
 
-// NewHandle takes ownership of fd (a pool exported by the driver, or one
-// received from another process) under the given UUID, and sets
-// close-on-exec on it: an fd this process inherited arrives without the
-// flag, and would otherwise pass on to every child it starts. The Handle
-// has no pool key: a pool imported from it refuses every descriptor in Import
-// (ImportUnauthenticated is the explicit way around that, for exporters
-// that are not cudamem). Use NewHandleFromToken for a cudamem exporter's
-// fd.
-func NewHandle(fd int, uuid UUID) (*Handle, error) {
+// NewHandle takes ownership of fd (a pool's fd passed to this process,
+// e.g. through exec.Cmd.ExtraFiles, or received from another one) under
+// token: a cudamem exporter's Handle.Token, or the pool's UUID alone (its
+// String form) for an exporter that is not cudamem. It sets close-on-exec
+// on fd, which an inherited fd lacks. A Handle made from a UUID alone has
+// no pool key: a pool imported from it refuses every descriptor in Import
+// (see ImportUnauthenticated). A malformed token is refused before
+// anything is taken: fd stays the caller's to close then.
+func NewHandle(fd int, token string) (*Handle, error) {
+	const op = "ipc.NewHandle"
 	if fd < 0 {
-		return nil, cuda.Errorf("ipc.NewHandle", cuda.ErrInvalidArgument, "negative file descriptor %d", fd)
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "negative file descriptor %d", fd)
 	}
-	if uuid == (UUID{}) {
+	u, k, err := parseToken(op, token)
+	if err != nil {
+		return nil, err
+	}
+	return newHandle(op, fd, u, k)
+}
+
+// newHandle takes ownership of fd under u and k.
+func newHandle(op string, fd int, u UUID, k poolKey) (*Handle, error) {
+	if u == (UUID{}) {
 		// Imports are deduplicated by UUID: two pools both named by the
-		// zero UUID would be taken for one, and the second's buffers
-		// handed to the first's mapping in the driver.
-		return nil, cuda.Errorf("ipc.NewHandle", cuda.ErrInvalidArgument, "zero UUID for fd %d (an fd that comes without one: NewForeignHandle)", fd)
+		// zero UUID would be taken for one.
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "zero UUID for fd %d (an fd that comes without one: NewForeignHandle)", fd)
 	}
 	f, err := osfd.New(fd)
 	if err != nil {
-		return nil, &cuda.OpError{Op: "ipc.NewHandle", Err: err}
+		return nil, &cuda.OpError{Op: op, Err: err}
 	}
-	return &Handle{f: f, uuid: uuid}, nil
+	return &Handle{f: f, uuid: u, key: k}, nil
 }
 
 // UUID names the exported pool.
@@ -86,8 +92,7 @@ func (h *Handle) use(op string, fn func(fd int) error) error {
 		return err
 	}
 	if !f.IsOpen() {
-		// Named here, so the error says which call met the closed Handle
-		// (a Close racing this check is still caught by Use).
+		// Named here, so the error says which call met the closed Handle.
 		return &cuda.OpError{Op: op, Err: fmt.Errorf("closed *ipc.Handle of pool %v: %w", h.uuid, cuda.ErrClosed)}
 	}
 	return f.Use(fn)
@@ -95,12 +100,8 @@ func (h *Handle) use(op string, fn func(fd int) error) error {
 
 // ExtraFile returns a close-on-exec duplicate of the fd as an *os.File for
 // exec.Cmd.ExtraFiles (the child sees it as fd 3+i); close it after Start.
-// The fd does not carry the pool's key: send h.Token() to the child too,
-// over a pipe (its stdin, or a pipe among its ExtraFiles), and the child
-// makes its Handle with NewHandleFromToken(3+i, token). Not in the
-// child's environment: the token holds the key, and the environment is
-// inherited by the child's own children and readable in /proc/PID/environ
-// (see Token).
+// Send h.Token() to the child over a pipe (never its environment: see
+// Token), and the child makes its Handle with NewHandle(3+i, token).
 func (h *Handle) ExtraFile() (*os.File, error) {
 	f, err := h.file("Handle.ExtraFile")
 	if err != nil {

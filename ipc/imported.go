@@ -12,18 +12,14 @@ import (
 	"github.com/cudamem/cudamem/internal/poolcore"
 )
 
-// importDriver is the driver work of an imported pool. The real one calls
-// CUDA; tests substitute a fake, which earns its place by modelling what the
-// C fake driver does not: the real driver's one mapping per allocation and
-// process (a second import returns the same pointer, one free unmaps it),
-// and a call held inside the driver while Close and other imports race it.
+// importDriver is the driver work of an imported pool. Tests substitute a
+// fake that models what the C fake driver does not: one mapping per
+// allocation and process, and a call held inside the driver while Close
+// and other imports race it.
 type importDriver interface {
-	// importPointer maps one exported allocation (cuMemPoolImportPointer).
 	importPointer(data *cuda.MemPoolPtrExportData) (cuda.DevicePtr, error)
-	// mapping asks the driver for the allocation containing ptr: its
-	// start and size.
+	// mapping returns the start and size of the allocation containing ptr.
 	mapping(ptr cuda.DevicePtr) (base cuda.DevicePtr, size uint64, err error)
-	// free unmaps ptr in stream order (nil: the default stream).
 	free(ptr cuda.DevicePtr, s *cuda.Stream) error
 	// destroy waits for pending frees and destroys the imported pool.
 	destroy() error
@@ -72,18 +68,13 @@ type imported struct {
 // Importing the same pool (by UUID) again returns the same ImportedPool
 // until it is closed.
 //
-// The driver maps an allocation once per process: importing the same
-// descriptor twice returns the same pointer, and one free unmaps it
-// (cuda.core works around the same behaviour). The pool
-// counts the Buffers it handed out per pointer, so every Buffer works
-// until its own Close, and the last Close frees.
+// The driver maps an allocation once per process (importing a descriptor
+// twice returns the same pointer, and one free unmaps it), so the pool
+// counts its Buffers per pointer and the last Close frees.
 //
-// A pool imported from a Handle with a key (from ExportPool, through
-// SendHandle/ReceiveHandle or a Token) imports only descriptors that key
-// authenticates; one imported from a keyless Handle (NewHandle,
-// NewForeignHandle) refuses every descriptor in Import, and takes buffers
-// only by their raw parts through ImportUnauthenticated. See the package
-// documentation for why.
+// A pool imported from a Handle with a key imports only descriptors that
+// key authenticates; one imported from a keyless Handle refuses every
+// descriptor in Import (see ImportUnauthenticated and the package doc).
 //
 // The zero ImportedPool is not usable (use ImportPool); its methods report
 // errors matching cuda.ErrInvalidArgument, and its Close does nothing.
@@ -92,19 +83,14 @@ type ImportedPool struct {
 	pool cuda.MemPool
 	drv  importDriver // nil in the zero value
 	uuid UUID
-	key  poolKey    // from the Handle; forwarded by Export
-	file *osfd.File // a duplicate of the imported fd, kept for re-export (nil for a fabric import)
-	// fabric is the fabric handle the pool was imported from
-	// (ImportPoolFabric), kept for re-export; zero for an fd import.
+	key  poolKey // from the Handle; forwarded by Export
+	// file (an fd import) or fabric (a fabric import) is kept for re-export.
+	file   *osfd.File
 	fabric fabricBytes
 
-	// life is the lifecycle DevicePool and PinnedPool share, not a bare
-	// cuda.Guard, because a pool needs more than calls in flight: it
-	// counts the Buffers handed out (Live), destroys the imported pool
-	// after the last one once closed, and keeps a failed deferred
-	// destruction for the next Close. Import and Export run between
-	// Enter and Leave, so Close waits for them and they fail once it
-	// has begun.
+	// life counts the Buffers handed out and destroys the imported pool
+	// after the last one once closed. Import and Export run between
+	// Enter and Leave, so Close waits for them.
 	life poolcore.Core
 
 	// mapMu orders imports and frees of pointers, so that a pointer the
@@ -116,17 +102,14 @@ type ImportedPool struct {
 
 var _ buffer.MemoryResource = (*ImportedPool)(nil)
 
-// registry holds every imported pool of this process by UUID from its
-// import until its destruction, closed ones included: while Buffers of a
-// closed pool are open, importing the pool again would map a second pool
-// whose imports the driver may answer with the very pointers those Buffers
-// use (it maps an allocation once per process), and closing either side
-// would unmap memory the other still uses. ImportPool refuses that case.
+// registry holds every imported pool of this process by UUID until its
+// destruction, closed ones included: a second pool of a closed one's UUID
+// could be handed the very pointers its open Buffers use, and closing
+// either would unmap the other's memory.
 //
-// The driver's import runs outside the lock (a slow or stuck import of one
-// pool must not stall imports of others): pending holds the UUIDs being
-// imported, and a second import of one of them waits for the first to
-// finish, then looks again, so a UUID is still mapped once.
+// The driver's import runs outside the lock: pending holds the UUIDs being
+// imported, and a second import of one waits for the first, then looks
+// again, so a UUID is still mapped once.
 //
 // Lock order: a pool's core (held while it is destroyed) before registry;
 // under registry only a pool's atomics are read, and no driver call or
@@ -152,10 +135,8 @@ func registered(op string, dev *cuda.Device, u UUID, k poolKey) (*ImportedPool, 
 	case p.dev != dev && !p.dev.SameGPU(dev): // pools belong to the GPU, whatever the view
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v is already imported on %v, not %v", u, p.dev, dev)
 	case !p.key.equal(k):
-		// Every Handle of one pool carries its one key (or none, for all
-		// of them): another key under the same UUID is another exporter
-		// claiming the pool's name, and must not replace or share the
-		// key descriptors are checked with.
+		// Another key under the same UUID is another exporter claiming
+		// the pool's name.
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v is already imported here under another pool key (or with a key where this Handle has none, or the reverse)", u)
 	}
 	return p, nil
@@ -163,10 +144,6 @@ func registered(op string, dev *cuda.Device, u UUID, k poolKey) (*ImportedPool, 
 
 func newImportedPool(dev *cuda.Device, pool cuda.MemPool, drv importDriver, u UUID, k poolKey, file *osfd.File) *ImportedPool {
 	p := &ImportedPool{dev: dev, pool: pool, drv: drv, uuid: u, key: k, file: file, maps: map[cuda.DevicePtr]*imported{}}
-	// The imported pool is this process's to destroy (the exporter's own
-	// pool is not affected); the driver seam's destroy waits for the
-	// device's pending frees first. Once it is gone, the UUID may be
-	// imported afresh.
 	p.life.SetDestroy(func() error {
 		// Waiting for the device during a capture of its context would
 		// invalidate the capture: the destruction waits for it to end.
@@ -194,10 +171,8 @@ func newImportedPool(dev *cuda.Device, pool cuda.MemPool, drv importDriver, u UU
 	return p
 }
 
-// importPoolFD imports the pool behind fd on dev
-// (cuMemPoolImportFromShareableHandle) and returns the driver seam of the
-// imported pool; fd stays the caller's. Tests substitute it to hold an
-// import inside the driver.
+// importPoolFD imports the pool behind fd on dev; fd stays the caller's.
+// Tests substitute it to hold an import inside the driver.
 var importPoolFD = func(dev *cuda.Device, fd int) (cuda.MemPool, importDriver, error) {
 	pool, err := dev.ImportMemPoolFD(fd)
 	if err != nil {
@@ -207,10 +182,7 @@ var importPoolFD = func(dev *cuda.Device, fd int) (cuda.MemPool, importDriver, e
 }
 
 // importOnce returns the pool registered for u, or registers the one
-// doImport makes, which runs with no lock held. While one import of u is
-// in progress, others of u wait for it and then look again: if it
-// succeeded they find its pool (or the refusal registered gives), if it
-// failed one of them imports in turn.
+// doImport makes, which runs with no lock held (see registry).
 func importOnce(op string, dev *cuda.Device, u UUID, k poolKey, doImport func() (*ImportedPool, error)) (*ImportedPool, error) {
 	for {
 		registry.Lock()
@@ -233,9 +205,8 @@ func importOnce(op string, dev *cuda.Device, u UUID, k poolKey, doImport func() 
 	}
 }
 
-// importPending runs doImport for u, whose pending entry is done, and
-// registers its pool. The entry is removed and the waiters woken however
-// doImport ends, a panic included, so none of them waits forever.
+// importPending runs doImport and registers its pool. The pending entry
+// is removed and the waiters woken however doImport ends, a panic included.
 func importPending(u UUID, done chan struct{}, doImport func() (*ImportedPool, error)) (p *ImportedPool, err error) {
 	defer func() {
 		registry.Lock()
@@ -255,19 +226,14 @@ func importPending(u UUID, done chan struct{}, doImport func() (*ImportedPool, e
 // ImportPool maps the pool h describes on dev. The handle stays the
 // caller's to close. A pool already imported (same UUID) is returned as
 // is; a Handle with the same UUID but another key (or a key where the
-// first had none, or the reverse) is refused.
-// A pool closed here is imported afresh once it is destroyed (after its
-// last Buffer's Close); before that ImportPool fails with an error matching
-// cuda.ErrClosed, since the driver could hand the new pool's imports the
-// very mappings the old pool's Buffers still use.
+// first had none, or the reverse) is refused. A pool closed here but not
+// yet destroyed (Buffers still open) is refused with cuda.ErrClosed.
 //
 // h's fd is hostile input: one of a kind the driver's export never is (a
 // pipe, FIFO, socket, regular file, directory, symbolic link or block
 // device) is refused with an error matching cuda.ErrInvalidArgument
-// before the driver sees it. The driver's import runs outside every lock
-// that other imports take: one that is slow or never returns holds up
-// only other imports of the same UUID, which wait for it (so a pool is
-// still mapped once). A closed h gives an error matching cuda.ErrClosed.
+// before the driver sees it. A slow or stuck driver import holds up only
+// other imports of the same UUID. A closed h gives cuda.ErrClosed.
 func ImportPool(dev *cuda.Device, h *Handle) (*ImportedPool, error) {
 	const op = "ipc.ImportPool"
 	if dev == nil || h == nil || h.f == nil {
@@ -283,8 +249,7 @@ func ImportPool(dev *cuda.Device, h *Handle) (*ImportedPool, error) {
 		return nil, err
 	}
 	return importOnce(op, dev, u, k, func() (*ImportedPool, error) {
-		// The pool keeps a duplicate of h's fd (for re-export), and the
-		// driver reads that one: h may be closed meanwhile.
+		// The driver reads the pool's own duplicate: h may be closed meanwhile.
 		var keep *osfd.File
 		err := h.use(op, func(fd int) error {
 			var err error
@@ -304,7 +269,6 @@ func ImportPool(dev *cuda.Device, h *Handle) (*ImportedPool, error) {
 			return err
 		})
 		if err != nil {
-			// Nothing was imported: only the duplicate to undo.
 			err = &cuda.OpError{Op: op, Err: fmt.Errorf("pool %v: %w", u, err)}
 			if cerr := keep.Close(); cerr != nil {
 				err = errors.Join(err, cerr)
@@ -332,6 +296,22 @@ func (p *ImportedPool) zero() bool { return p == nil || p.drv == nil }
 
 func errZeroPool(op string) error {
 	return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil or zero *ImportedPool (use ImportPool)")
+}
+
+func (p *ImportedPool) errClosed(op string) error {
+	return &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
+}
+
+// enter holds p open for a call (life.Leave ends it), refusing a nil, zero
+// or closed pool.
+func (p *ImportedPool) enter(op string) error {
+	if p.zero() {
+		return errZeroPool(op)
+	}
+	if !p.life.Enter() {
+		return p.errClosed(op)
+	}
+	return nil
 }
 
 // UUID names the exporting pool.
@@ -367,19 +347,12 @@ func (p *ImportedPool) Live() int64 {
 	return p.life.Live()
 }
 
-// export is ExportPool of an imported pool: a new Handle to it (a
-// duplicate of the imported fd, with the owner's UUID and the pool key this
-// pool was imported with), so a third process can import it and the
-// buffers this process re-exports (A to B to C).
+// export is ExportPool of an imported pool (A to B to C): a duplicate of
+// the imported fd, with the owner's UUID and key.
 func (p *ImportedPool) export() (*Handle, error) {
 	const op = "ipc.ExportPool"
-	if p.zero() {
-		return nil, errZeroPool(op)
-	}
-	// Held open: Close waits for the duplication before it closes the
-	// kept fd or destroys the pool.
-	if !p.life.Enter() {
-		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
+	if err := p.enter(op); err != nil {
+		return nil, err
 	}
 	defer p.life.Leave()
 	if p.file == nil {
@@ -393,34 +366,26 @@ func (p *ImportedPool) export() (*Handle, error) {
 }
 
 // Import maps the buffer d describes, ordered on s (nil: the device's
-// legacy default stream). Closing the buffer unmaps it here; the owner's
-// memory lives until the owner frees it. A stream that captures (or nil
-// while a blocking stream of the device captures) is refused with an
-// error matching cuda.ErrCapturing before anything is imported: an
-// imported mapping is not graph memory, and a refused one could not be
-// unmapped on it.
+// legacy default stream); closing the buffer unmaps it. A stream that
+// captures (or nil while a blocking stream of the device captures) is
+// refused with an error matching cuda.ErrCapturing before anything is
+// imported: an imported mapping is not graph memory.
 //
 // A descriptor is hostile input, and every refusal of one wraps
-// ErrBadDescriptor (which matches cuda.ErrInvalidArgument too), whichever
-// field is wrong: one naming another pool or of size 0, one the pool's key
-// does not authenticate (forged, altered in any field, or sealed for
-// another pool), every descriptor when the pool was imported without a
-// key (see ImportUnauthenticated), and one claiming more than the mapping
-// the driver made. The checks that need no driver come first: only a
-// descriptor the key vouches for reaches it. Importing memory this process
-// already imported returns another Buffer on the same mapping. The pool is
-// held open during the import: a concurrent Close waits for it, and an
-// Import that starts after Close began fails with cuda.ErrClosed.
+// ErrBadDescriptor (which matches cuda.ErrInvalidArgument too): one naming
+// another pool or of size 0, one the pool's key does not authenticate,
+// every descriptor when the pool has no key (see ImportUnauthenticated),
+// and one claiming more than the driver's mapping. Only a descriptor the
+// key vouches for reaches the driver. Importing memory already imported
+// returns another Buffer on the same mapping. A concurrent Close waits
+// for the import; one after Close began fails with cuda.ErrClosed.
 func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, error) {
 	const op = "ImportedPool.Import"
 	if err := p.checkDescriptor(op, d); err != nil {
 		return nil, err
 	}
-	// The driver parses export data without validating it (it crashed in
-	// cuMemPoolImportPointer on mutated data): only what the pool's key
-	// vouches for may reach it.
 	if !p.key.has() {
-		return nil, cuda.Errorf(op, ErrBadDescriptor, "imported pool %v has no pool key (its Handle came from NewHandle), so no descriptor can be authenticated; for an exporter that is not cudamem, ImportUnauthenticated takes a buffer's raw parts unchecked", p.uuid)
+		return nil, cuda.Errorf(op, ErrBadDescriptor, "imported pool %v has no pool key (its Handle came without one), so no descriptor can be authenticated; for an exporter that is not cudamem, ImportUnauthenticated takes a buffer's raw parts unchecked", p.uuid)
 	}
 	if !p.key.verify(d) {
 		return nil, cuda.Errorf(op, ErrBadDescriptor, "descriptor of %d bytes is not authenticated by the key of pool %v (forged, altered, or sealed by another exporter): refused before the driver saw it", d.Size, p.uuid)
@@ -430,29 +395,23 @@ func (p *ImportedPool) Import(d Descriptor, s *cuda.Stream) (*buffer.Buffer, err
 
 // ImportUnauthenticated maps a buffer of this pool by the raw parts an
 // exporter that is not cudamem sends: the 64 bytes of the pointer's export
-// data (cuda.core's IPCBufferDescriptor payload, CuPy's or a C program's
-// CUmemPoolPtrExportData, or Descriptor.ExportData of a buffer re-exported
-// from such a pool) and the buffer's size. It is for pools imported
-// without a key (a Handle from NewHandle or NewForeignHandle), and hands
-// the export data to the driver unchecked: the size is still bounded by
-// the mapping the driver made, but the driver parses export data without
-// validating it, and malformed data can crash this process inside the
-// driver. Use it only with buffers from an exporter this process trusts as
-// it trusts itself, never with bytes a peer could have chosen. A pool with
-// a key refuses it (an error matching cuda.ErrInvalidArgument): its
-// exporter seals every descriptor, so use Import. Export data of the wrong
-// length or all zeros (no driver export), and a size of 0, are refused
-// with an error wrapping ErrBadDescriptor. Otherwise it behaves as Import.
+// data (cuda.core's IPCBufferDescriptor payload, a C program's
+// CUmemPoolPtrExportData, or Descriptor.ExportData) and the buffer's size.
+// It is for pools imported without a key, and hands the export data to the
+// driver unchecked: the size is still bounded by the driver's mapping, but
+// malformed data can crash this process inside the driver. Use it only
+// with buffers from an exporter this process trusts as itself. A pool with
+// a key refuses it (cuda.ErrInvalidArgument): use Import. Export data of
+// the wrong length or all zeros, and a size of 0, are refused with an
+// error wrapping ErrBadDescriptor. Otherwise it behaves as Import.
 func (p *ImportedPool) ImportUnauthenticated(exportData []byte, size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
 	const op = "ImportedPool.ImportUnauthenticated"
 	if err := p.checkOpen(op); err != nil {
 		return nil, err
 	}
 	if p.key.has() {
-		// A pool with a key comes from a cudamem exporter, every one of
-		// whose descriptors is sealed: one that is not is forged. (Taken
-		// in, its export data would also be sealed with the pool's key on
-		// re-export, passing a forgery on as authenticated.)
+		// Every descriptor of a keyed pool is sealed: one that is not is
+		// forged (and re-export would seal the forgery).
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "pool %v has a key: its descriptors are imported with Import, which checks their MAC", p.uuid)
 	}
 	d := Descriptor{Pool: p.uuid, Size: size}
@@ -470,9 +429,7 @@ func (p *ImportedPool) ImportUnauthenticated(exportData []byte, size uint64, s *
 }
 
 // checkDescriptor makes the checks that need neither the key nor the
-// driver. A wrong field is the descriptor's fault (ErrBadDescriptor), as
-// a wrong MAC is: a peer that alters the pool UUID must get the same
-// answer as one that alters the size.
+// driver; every wrong field is ErrBadDescriptor, as a wrong MAC is.
 func (p *ImportedPool) checkDescriptor(op string, d Descriptor) error {
 	if err := p.checkOpen(op); err != nil {
 		return err
@@ -486,16 +443,14 @@ func (p *ImportedPool) checkDescriptor(op string, d Descriptor) error {
 	return nil
 }
 
-// checkOpen refuses a nil or zero pool, and a closed one before anything
-// else is looked at: a closed pool answers cuda.ErrClosed to every import
-// and export, whatever the arguments. (The calls still hold the pool open
-// with Enter, which a Close racing this check makes fail.)
+// checkOpen refuses a nil, zero or closed pool before the arguments are
+// looked at (the calls still Enter, which a racing Close makes fail).
 func (p *ImportedPool) checkOpen(op string) error {
 	if p.zero() {
 		return errZeroPool(op)
 	}
 	if p.life.IsClosed() {
-		return &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
+		return p.errClosed(op)
 	}
 	return nil
 }
@@ -503,24 +458,19 @@ func (p *ImportedPool) checkOpen(op string) error {
 // importChecked maps d, whose export data the caller has decided to hand
 // to the driver, and bounds it by the driver's mapping.
 func (p *ImportedPool) importChecked(op string, d Descriptor, s *cuda.Stream) (*buffer.Buffer, error) {
-	if !p.life.Enter() {
-		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: imported pool %v", cuda.ErrClosed, p.uuid)}
-	}
-	defer p.life.Leave()
-	// The stream is checked before the driver maps anything: it is the
-	// one a refused mapping is unmapped on, and the Buffer's Close frees
-	// on it, so a stream that cannot be used would leave the mapping
-	// behind.
-	if s == nil {
-		s = p.drv.defaultStream()
-	} else if err := p.checkStream(op, s); err != nil {
+	if err := p.enter(op); err != nil {
 		return nil, err
 	}
-	// A refused mapping is unmapped on s, and an imported pointer is not
-	// graph memory (see Deallocate): on a capturing stream (or the legacy
-	// stream while a blocking stream captures) that free would become a
-	// graph node or fail, leaving the mapping behind. Refuse before
-	// anything is imported.
+	defer p.life.Leave()
+	// s is checked before the driver maps anything: a refused mapping is
+	// unmapped on it, and on a stream that cannot be used or captures (an
+	// imported pointer is not graph memory) that free would fail or become
+	// a graph node, leaving the mapping behind.
+	if s == nil {
+		s = p.drv.defaultStream()
+	} else if _, err := p.dev.ResolveStream(op, s, true); err != nil {
+		return nil, err
+	}
 	if err := s.RefuseCapture(op); err != nil {
 		return nil, fmt.Errorf("%w (descriptor of %d bytes from pool %v not imported)", err, d.Size, p.uuid)
 	}
@@ -531,19 +481,16 @@ func (p *ImportedPool) importChecked(op string, d Descriptor, s *cuda.Stream) (*
 		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%d bytes from pool %v: %w", d.Size, p.uuid, err)}
 	}
 	if m := p.maps[ptr]; m != nil {
-		// The driver handed out a mapping that Buffers here already use:
-		// refusing this descriptor must not unmap it under them.
+		// Buffers here already use this mapping: a refusal must not unmap it.
 		if d.Size > m.limit {
 			return nil, cuda.Errorf(op, ErrBadDescriptor, "descriptor claims %d bytes, the imported allocation holds %d at %#x", d.Size, m.limit, uint64(ptr))
 		}
 		m.refs++
-		// Counted before Leave, so a Close waiting for this call sees
-		// the Buffer and leaves the pool to its last Deallocate.
+		// Counted before Leave, so a Close waiting for this call sees it.
 		p.life.Allocated()
 		return buffer.Owned(ptr, d.Size, p, s), nil
 	}
-	// The checksum guards against corruption, not lies: never let a
-	// descriptor claim more than the mapping holds.
+	// Never let a descriptor claim more than the mapping holds.
 	base, size, err := p.drv.mapping(ptr)
 	limit, ok := within(ptr, d.Size, base, size)
 	if err != nil || !ok {
@@ -563,23 +510,12 @@ func (p *ImportedPool) importChecked(op string, d Descriptor, s *cuda.Stream) (*
 	return buffer.Owned(ptr, d.Size, p, s), nil
 }
 
-// checkStream refuses a stream Import cannot use (cuda.ResolveStream): a
-// zero or closed Stream, or one of another device than the pool's (as
-// DevicePool.Allocate does).
-func (p *ImportedPool) checkStream(op string, s *cuda.Stream) error {
-	_, err := p.dev.ResolveStream(op, s, true)
-	return err
-}
-
 func (p *ImportedPool) descriptor(b *buffer.Buffer) (Descriptor, error) {
 	const op = "ipc.ExportBuffer"
 	if p.zero() {
 		return Descriptor{}, errZeroPool(op)
 	}
-	// A closed pool exports nothing more, as a closed DevicePool does
-	// (the shared pool lifecycle): its Buffers live on until closed, but
-	// a descriptor handed out now would name a pool that is going away.
-	// Held open, so a concurrent Close waits for the export.
+	// A closed pool exports nothing more, as a closed DevicePool does.
 	if !p.life.Enter() {
 		return Descriptor{}, &cuda.OpError{Op: op, Err: fmt.Errorf("%w: %v is a buffer of imported pool %v, which was closed", cuda.ErrClosed, b, p.uuid)}
 	}
@@ -592,8 +528,7 @@ func (p *ImportedPool) descriptor(b *buffer.Buffer) (Descriptor, error) {
 		if m == nil {
 			return cuda.Errorf(op, cuda.ErrInvalidArgument, "%v is not a buffer imported into pool %v", b, p.uuid)
 		}
-		// Sealed with the key this pool came with, so C can check what B
-		// re-exports from A's pool exactly as B checked A's.
+		// Sealed with the key this pool came with (A to B to C).
 		d = p.key.seal(Descriptor{Pool: p.uuid, Size: b.Size(), Data: m.data})
 		return nil
 	})
@@ -615,10 +550,9 @@ func (p *ImportedPool) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr,
 
 // Deallocate ends one imported Buffer (buffers call it from Close). The
 // last Buffer on a mapping unmaps it in stream order; a pointer this pool
-// did not hand out is refused without calling the driver. It keeps working
-// after Close; the last one destroys the imported pool (a failed
-// destruction is not this Buffer's error: the next Close reports and
-// retries it).
+// did not hand out is refused without calling the driver. After Close,
+// the last one destroys the imported pool (a failed destruction is
+// reported and retried by the next Close).
 func (p *ImportedPool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	const op = "ImportedPool.Deallocate"
 	if ptr == 0 {
@@ -628,8 +562,7 @@ func (p *ImportedPool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 		return errZeroPool(op)
 	}
 	// An imported pointer is not graph memory: a free captured into a
-	// graph would not be a free now (and could not be replayed). nil is
-	// the legacy stream, refused while a blocking stream captures.
+	// graph would not be a free now.
 	if s == nil {
 		s = p.drv.defaultStream()
 	}
@@ -640,9 +573,7 @@ func (p *ImportedPool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 	m := p.maps[ptr]
 	switch {
 	case m == nil || !p.life.HasLive():
-		// Every mapped pointer is counted live, so either test refuses a
-		// pointer never handed out (or already freed) before the driver
-		// could free another pool's memory.
+		// Refused before the driver could free another pool's memory.
 		p.mapMu.Unlock()
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%#x (%d bytes) is not a live buffer of imported pool %v", uint64(ptr), size, p.uuid)
 	case m.refs > 1:
@@ -657,9 +588,7 @@ func (p *ImportedPool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 	}
 	p.mapMu.Unlock()
 	// Outside mapMu: Freed may destroy the pool, which waits for the
-	// device, and imports should not wait behind that. The free succeeded,
-	// so this Buffer is closed whatever the destruction does; its error
-	// is kept by the core for the next Close.
+	// device. Its error is kept by the core for the next Close.
 	_ = p.life.Freed()
 	return nil
 }
@@ -680,24 +609,20 @@ func (p *ImportedPool) DeviceID() int {
 
 // Close waits for the Imports and Exports in progress, closes the kept fd
 // and, once no imported Buffer is left, destroys the mapping (else the
-// last Buffer's Close does); then the pool leaves the registry, and a
-// later ImportPool maps it afresh. It is idempotent; a destruction that
-// failed (here, or deferred to the last Buffer) is retried and reported by
-// the next Close. It does nothing on a nil or zero pool.
+// last Buffer's Close does); then a later ImportPool maps it afresh. It is
+// idempotent; a failed destruction is retried and reported by the next
+// Close. It does nothing on a nil or zero pool.
 func (p *ImportedPool) Close() error {
 	const op = "ImportedPool.Close"
 	if p.zero() {
 		return nil
 	}
 	var errs []error
-	// Close on the core marks the pool closed, waits for the calls in
-	// progress (so no Export is duplicating the fd below) and destroys
-	// the pool if nothing is live.
+	// Waits for the calls in progress, so no Export is duplicating the fd.
 	if err := p.life.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("destroying imported pool %v: %w", p.uuid, err))
 	}
-	// Idempotent: a failed close still releases the descriptor (see
-	// osfd.File.Close), so it is reported once, never retried.
+	// A failed close still releases the fd: reported once, not retried.
 	if err := p.file.Close(); err != nil {
 		errs = append(errs, err)
 	}

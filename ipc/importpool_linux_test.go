@@ -114,10 +114,10 @@ func TestImportPoolOutsideTheLock(t *testing.T) {
 	require.NotEqual(t, held, free)
 	f.hold = func(r uint64) bool { return r == held }
 
-	hA, err := NewHandle(nullFD, cuda.NewUUID())
+	hA, err := NewHandle(nullFD, cuda.NewUUID().String())
 	require.NoError(t, err)
 	hA.key = newPoolKey()
-	hB, err := NewHandle(zeroFD, cuda.NewUUID())
+	hB, err := NewHandle(zeroFD, cuda.NewUUID().String())
 	require.NoError(t, err)
 	hB.key = newPoolKey()
 
@@ -189,7 +189,7 @@ func TestImportPoolConcurrentSameUUID(t *testing.T) {
 	dev := &cuda.Device{}
 	nullFD := devFD(t, "/dev/null")
 	null := rdevOf(nullFD)
-	h, err := NewHandle(nullFD, cuda.NewUUID())
+	h, err := NewHandle(nullFD, cuda.NewUUID().String())
 	require.NoError(t, err)
 	h.key = newPoolKey()
 	var wg sync.WaitGroup
@@ -272,7 +272,7 @@ func TestImportPoolRefusesNonPoolFDs(t *testing.T) {
 	for name, c := range refused {
 		t.Run(name, func(t *testing.T) {
 			before := testutil.FDs(t)
-			h, err := NewHandle(c.make(t), cuda.NewUUID())
+			h, err := NewHandle(c.make(t), cuda.NewUUID().String())
 			require.NoError(t, err)
 			fd, _ := h.FD()
 			_, err = ImportPool(dev, h)
@@ -306,7 +306,7 @@ func TestImportPoolRefusesNonPoolFDs(t *testing.T) {
 	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
 	require.NoError(t, err)
 	for name, fd := range map[string]int{"character device": devFD(t, "/dev/null"), "anonymous inode": efd} {
-		h, err := NewHandle(fd, cuda.NewUUID())
+		h, err := NewHandle(fd, cuda.NewUUID().String())
 		require.NoError(t, err, name)
 		p, err := ImportPool(dev, h)
 		require.NoError(t, err, name)

@@ -294,7 +294,7 @@ func TestChild(t *testing.T) {
 	case "import":
 		tok, err := childToken()
 		require.NoError(t, err)
-		h, err := ipc.NewHandleFromToken(3, tok)
+		h, err := ipc.NewHandle(3, tok)
 		require.NoError(t, err)
 		require.True(t, h.HasKey())
 		defer h.Close()

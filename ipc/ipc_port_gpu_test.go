@@ -95,7 +95,7 @@ func importFromEnv(t *testing.T, d *cuda.Device) (*ipc.ImportedPool, *ipc.Handle
 	t.Helper()
 	tok, err := childToken()
 	require.NoError(t, err)
-	h, err := ipc.NewHandleFromToken(3, tok)
+	h, err := ipc.NewHandle(3, tok)
 	require.NoError(t, err)
 	require.True(t, h.HasKey(), "the token carries the pool key")
 	p, err := ipc.ImportPool(d, h)

@@ -20,28 +20,17 @@ import (
 // memory uses ExportBuffer instead.
 //
 // torch.multiprocessing shares a CUDA tensor's storage this way:
-// UntypedStorage._share_cuda_() returns, among others, the
-// cudaIpcMemHandle_t of the caching allocator's segment that holds the
-// storage, the storage's offset in that segment and its size in bytes
-// (storage_offset_bytes, storage_size_bytes); the tensor's own offset,
-// shape and strides apply on top of the storage. It also returns what
-// torch's consumers use to tell the producer they are done, and to wait
-// for the producer's work: the name of the producer's reference-counter
-// file and this share's counter in it (ref_counter_handle,
-// ref_counter_offset: RefCounter, RefCounterOffset), and an interprocess
-// event recorded after the work that made the tensor (event_handle,
-// event_sync_required: Event, EventSync). NewTorchShare takes all of them.
-// With RefCounter set, closing the Buffer that OpenLegacy returns releases
-// the share, and the producer frees the memory once it has dropped the
-// tensor (at its next free, or torch.cuda.ipc_collect()); without it the
-// producer keeps the memory until it exits, and then warns that shared
-// CUDA tensors were not released.
+// UntypedStorage._share_cuda_() returns the segment's handle, the
+// storage's offset and size in bytes, the producer's reference-counter
+// file and this share's counter in it (RefCounter, RefCounterOffset), and
+// an interprocess event recorded after the work that made the tensor
+// (Event, EventSync); NewTorchShare takes them all. With RefCounter set,
+// closing the Buffer that OpenLegacy returns releases the share; without
+// it the producer keeps the memory until it exits.
 //
 // Legacy handles carry no key and cannot be authenticated: take them only
-// from a process this one trusts (see the package documentation's threat
-// model). A torch counter's name and index are still checked before
-// anything is written: a name of torch's form only, naming a regular file
-// of counters that holds the index.
+// from a process this one trusts. A torch counter's name and index are
+// still checked before anything is written.
 type LegacyHandle struct {
 	Handle cuda.IPCMemHandle // the allocation's (segment's) cudaIpcMemHandle_t
 	Offset uint64            // where the shared range starts in the allocation
@@ -52,8 +41,7 @@ type LegacyHandle struct {
 	RefCounter       string
 	RefCounterOffset uint64
 	// Event is a torch producer's interprocess event; OpenLegacy waits for
-	// it when EventSync is set (torch sets it unless it synchronized its
-	// stream instead, having used too many events).
+	// it when EventSync is set.
 	Event     cuda.IPCEventHandle
 	EventSync bool
 }
@@ -63,8 +51,7 @@ type LegacyHandle struct {
 // everything before it (4).
 const LegacyHandleSize = 8 + 2 + 2 + 8 + 8 + cuda.IPCHandleSize + 4
 
-// legacyVersion 2 added the offset; version 1 handles (whole allocations)
-// are refused.
+// legacyVersion 2 added the offset; version 1 handles are refused.
 const legacyVersion = 2
 
 var legacyMagic = [8]byte{'c', 'u', 'd', 'a', 'm', 'e', 'm', 'L'}
@@ -90,9 +77,8 @@ func (h LegacyHandle) MarshalBinary() ([]byte, error) {
 
 // UnmarshalBinary decodes what MarshalBinary produced, rejecting anything
 // else (length, magic, version, reserved bytes, checksum) with an error
-// wrapping ErrBadDescriptor; h is left unchanged then. As with
-// descriptors, the checksum catches corruption, not lies: OpenLegacy bounds
-// the size by what the driver mapped.
+// wrapping ErrBadDescriptor; h is left unchanged then. The checksum
+// catches corruption, not lies: OpenLegacy bounds the size by the mapping.
 func (h *LegacyHandle) UnmarshalBinary(b []byte) error {
 	if h == nil {
 		return cuda.Errorf("ipc.LegacyHandle.UnmarshalBinary", cuda.ErrInvalidArgument, "nil *LegacyHandle")
@@ -125,18 +111,15 @@ func (h *LegacyHandle) UnmarshalBinary(b []byte) error {
 // reference counter's file name and index, the event handle and whether to
 // wait for it. The name must have torch's form, "/torch_<pid>_<number>"
 // (an error matching cuda.ErrInvalidArgument otherwise), or be empty for a
-// share without a counter, whose producer keeps the memory until it exits
-// and must keep the tensor alive meanwhile. The event handle must have 64
-// bytes when eventSync is set (torch sends 64 zero bytes when it is not,
-// which are taken, as is an empty one).
+// share without a counter. The event handle must have 64 bytes when
+// eventSync is set (64 zero bytes or none otherwise).
 func NewTorchShare(handle []byte, offset, size uint64, refCounter []byte, refCounterOffset uint64, event []byte, eventSync bool) (LegacyHandle, error) {
 	const op = "ipc.NewTorchShare"
 	if size == 0 {
 		return LegacyHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "size 0")
 	}
-	// A bare cudaIpcMemHandle_t (older torch), or a version byte (2, or 3
-	// since torch 2.13, same layout), the type byte 'c' (a cudaMalloc
-	// segment) and one; 'e' is an expandable segment, not legacy IPC.
+	// A bare cudaIpcMemHandle_t, or a version byte (2 or 3), the type byte
+	// 'c' (a cudaMalloc segment) and one; 'e' is an expandable segment.
 	raw := handle
 	switch {
 	case len(handle) == cuda.IPCHandleSize:
@@ -156,12 +139,9 @@ func NewTorchShare(handle []byte, offset, size uint64, refCounter []byte, refCou
 	case name == "" && refCounterOffset != 0:
 		return LegacyHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "reference counter %d of no counter file", refCounterOffset)
 	case name != "":
-		if err := checkTorchRefName(op, name); err != nil {
+		if err := checkTorchRef(op, name, refCounterOffset); err != nil {
 			return LegacyHandle{}, err
 		}
-	}
-	if refCounterOffset >= torchRefMaxCounters {
-		return LegacyHandle{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "torch reference counter %d of %s: at most %d counters in a file", refCounterOffset, name, torchRefMaxCounters)
 	}
 	switch {
 	case len(event) == cuda.IPCHandleSize:
@@ -174,35 +154,24 @@ func NewTorchShare(handle []byte, offset, size uint64, refCounter []byte, refCou
 	return h, nil
 }
 
-// OpenLegacy maps the range h describes (memory another process exported
-// with ExportLegacy, CuPy's or a C program's cudaIpcGetMemHandle, or a
-// tensor shared through torch.multiprocessing) on dev and returns a Buffer
-// of exactly its Offset..Offset+Size range of the allocation. The memory
-// stays the exporter's: the Buffer owns only this process's mapping, which
-// its Close unmaps (cuIpcCloseMemHandle; the driver counts opens, so other
-// Buffers of the same allocation stay mapped). The range is checked
-// against the mapping the driver made: a handle claiming more than the
-// allocation holds is refused (and the mapping closed). A process cannot
-// open its own handles.
+// OpenLegacy maps the range h describes (from ExportLegacy, CuPy's or a C
+// program's cudaIpcGetMemHandle, or torch.multiprocessing) on dev and
+// returns a Buffer of exactly its Offset..Offset+Size range. The Buffer
+// owns only this process's mapping, which its Close unmaps (the driver
+// counts opens). A handle claiming more than the allocation holds is
+// refused (and the mapping closed). A process cannot open its own handles.
 //
-// With h.EventSync, OpenLegacy first waits for the producer's event (the
-// work that made the tensor is then done: any stream may use the Buffer).
-// With h.RefCounter, it first opens and checks the producer's counter
-// file (see LegacyHandle), and the Buffer's Close, once its stream has
-// finished and the memory is unmapped, decrements the counter, as torch's
-// own consumer does: the producer may then free the memory. It may drop
-// the tensor before that: torch keeps the memory of a shared storage
-// whose counter is not 0. Opening one share twice (two Buffers) releases
-// it once, at the last Close. If the release fails (the counter or its
-// file changed under it), the Buffer is closed all the same and Close
-// reports it, wrapping buffer.ErrPartlyFreed. When OpenLegacy fails, the
-// share is left as it was (not released): open it again, or give it up
-// with ReleaseTorch.
+// With h.EventSync, OpenLegacy first waits for the producer's event. With
+// h.RefCounter, it first opens and checks the producer's counter file, and
+// the Buffer's Close, once its stream has finished and the memory is
+// unmapped, decrements the counter, as torch's own consumer does. Opening
+// one share twice releases it once, at the last Close. If the release
+// fails, the Buffer is closed all the same and Close reports it, wrapping
+// buffer.ErrPartlyFreed. When OpenLegacy fails, the share is left as it
+// was: open it again, or give it up with ReleaseTorch.
 //
-// Without a reference counter, the exporting process must keep the memory
-// alive while the Buffer is open, and its work on it must be finished
-// before this process reads it (torch.cuda.synchronize() in a torch
-// producer before sharing).
+// Without a reference counter, the exporter must keep the memory alive
+// while the Buffer is open, and finish its work on it before sharing.
 func OpenLegacy(dev *cuda.Device, h LegacyHandle) (*buffer.Buffer, error) {
 	const op = "ipc.OpenLegacy"
 	if dev == nil {
@@ -221,7 +190,7 @@ func OpenLegacy(dev *cuda.Device, h LegacyHandle) (*buffer.Buffer, error) {
 	// undo leaves the share as it was, for a retry or ReleaseTorch.
 	undo := func(err error) (*buffer.Buffer, error) {
 		if ref != nil {
-			if derr := ref.drop(); derr != nil {
+			if derr := ref.release(false); derr != nil {
 				err = errors.Join(err, derr)
 			}
 		}
@@ -254,8 +223,7 @@ func OpenLegacy(dev *cuda.Device, h LegacyHandle) (*buffer.Buffer, error) {
 	return buffer.Owned(start, h.Size, &legacyMapping{dev: dev, base: base, start: start, ref: ref}, dev.DefaultStream()), nil
 }
 
-// legacyMapping is the MemoryResource behind one OpenLegacy Buffer: it only
-// unmaps, once, and then releases the share's reference counter.
+// legacyMapping is the MemoryResource behind one OpenLegacy Buffer.
 type legacyMapping struct {
 	dev         *cuda.Device
 	base, start cuda.DevicePtr
@@ -270,10 +238,8 @@ func (m *legacyMapping) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr
 }
 
 // Deallocate waits for s (nil: the legacy default stream) and unmaps the
-// segment: cuIpcCloseMemHandle is not stream-ordered. Then, the memory
-// being neither used nor mapped here any more, it releases the share's
-// reference counter; a failure there closes the Buffer anyway (the error
-// wraps buffer.ErrPartlyFreed).
+// segment (cuIpcCloseMemHandle is not stream-ordered), then releases the
+// share's reference counter.
 func (m *legacyMapping) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	const op = "ipc.legacyMapping.Deallocate"
 	if m == nil || m.dev == nil {
@@ -295,7 +261,7 @@ func (m *legacyMapping) Deallocate(p cuda.DevicePtr, size uint64, s *cuda.Stream
 	}
 	m.closed = true
 	if m.ref != nil {
-		if err := m.ref.release(); err != nil {
+		if err := m.ref.release(true); err != nil {
 			return fmt.Errorf("%s %#x (%d bytes, unmapped): %w: %w", op, uint64(p), size, buffer.ErrPartlyFreed, err)
 		}
 	}
@@ -315,12 +281,8 @@ func (m *legacyMapping) DeviceID() int {
 // resource.SyncDevice buffer, a view of one, or such memory wrapped with
 // buffer.FromPointer), the way CuPy and PyTorch share it: the
 // allocation's legacy IPC handle, b's offset in it and its size. Another
-// process maps it with OpenLegacy, or from CuPy with
-// cupy.cuda.runtime.ipcOpenMemHandle, or from Python with
-// cuIpcOpenMemHandle (cuda.bindings)
-// and hands the pointer plus Offset to PyTorch through
-// __cuda_array_interface__ (torch.as_tensor), as the package's Python
-// tests do. Pool memory cannot be shared this way (use ExportBuffer).
+// process maps it with OpenLegacy, or cuIpcOpenMemHandle plus Offset.
+// Pool memory cannot be shared this way (use ExportBuffer).
 func ExportLegacy(b *buffer.Buffer) (LegacyHandle, error) {
 	const op = "ipc.ExportLegacy"
 	if b == nil {

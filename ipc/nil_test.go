@@ -47,7 +47,7 @@ func TestBadInputNeverPanics(t *testing.T) {
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 	_, err = OpenLegacy(nil, LegacyHandle{})
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
-	_, err = NewHandle(-1, UUID{})
+	_, err = NewHandle(-1, UUID{}.String())
 	assert.ErrorIs(t, err, cuda.ErrInvalidArgument)
 }
 

@@ -4,35 +4,19 @@ package ipc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"syscall"
 
 	"github.com/cudamem/cudamem/cuda"
-	"github.com/cudamem/cudamem/internal/osfd"
 )
 
-// Plain messages: the wire format of every other language's descriptor
-// passing, with no cudamem framing. Python's socket.send_fds(sock,
-// [data], fds) and socket.recv_fds(sock, bufsize, maxfds), and
-// multiprocessing.reduction's sendfds and recvfds, send and read exactly
-// this: one sendmsg whose data and SCM_RIGHTS descriptors travel
-// together, one recvmsg on the other side. So a Go process and a Python
-// one (cuda.core, PyTorch) exchange a pool's fd and its UUID over an
-// ordinary Unix socket with SendPlain and ReceivePlain on the Go side, and no
-// hand-written control messages on either.
-//
-// What the message means is the caller's (cuda.core sends the pool's
-// UUID as its data, for example; see ImportUnauthenticated and NewHandle for
-// turning the fd into a pool). SendFDs and ReceiveFDs remain the framed
-// form for Go peers: they keep a payload whole on stream sockets.
-//
-// On a stream socket a long message may take several reads or writes, so
-// use one connection from one sender and one receiver at a time: two
-// goroutines sending (or receiving) on it at once can interleave
-// messages.
+// Plain messages have no cudamem framing: one sendmsg whose data and
+// SCM_RIGHTS descriptors travel together, one recvmsg on the other side,
+// as Python's socket.send_fds and socket.recv_fds do. On a stream socket a
+// long message may take several reads or writes, so use one connection
+// from one sender and one receiver at a time.
 
 // SendPlain sends data and the file descriptors fds in one sendmsg over a
 // Unix socket, as Python's socket.send_fds does. The receiver gets
@@ -42,18 +26,11 @@ import (
 // descriptors travel with the first.
 func SendPlain(conn *net.UnixConn, data []byte, fds ...int) error {
 	const op = "ipc.SendPlain"
-	switch {
-	case conn == nil:
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil connection")
-	case len(fds) > MaxFDs:
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%d file descriptors, at most %d per message", len(fds), MaxFDs)
-	case len(fds) > 0 && len(data) == 0:
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%d file descriptors with no data (descriptors travel with at least one byte)", len(fds))
+	if err := checkSend(op, conn, fds); err != nil {
+		return err
 	}
-	for i, fd := range fds {
-		if fd < 0 {
-			return cuda.Errorf(op, cuda.ErrInvalidArgument, "file descriptor %d of %d is %d", i, len(fds), fd)
-		}
+	if len(fds) > 0 && len(data) == 0 {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%d file descriptors with no data (descriptors travel with at least one byte)", len(fds))
 	}
 	var oob []byte
 	if len(fds) > 0 {
@@ -86,11 +63,8 @@ func SendPlain(conn *net.UnixConn, data []byte, fds ...int) error {
 // data are refused with an error matching ErrInvalidArgument, and every
 // descriptor that arrived with the message is closed first. maxData must
 // be 1 to 1 GiB and maxFDs 0 to MaxFDs. A receiving socket whose kernel
-// attaches control messages of its own (SO_PASSCRED, a receive timestamp
-// option, SO_INQ: see ReceiveFDs for the list) is refused the same way
-// before anything is read, and the message stays on the socket (those
-// messages would take the descriptors' room). It gives up when ctx is
-// done, as ReceiveFDs does.
+// attaches control messages of its own is refused as ReceiveFDs refuses
+// it. It gives up when ctx is done, as ReceiveFDs does.
 func ReceivePlain(ctx context.Context, conn *net.UnixConn, maxData, maxFDs int) (data []byte, fds []int, err error) {
 	const op = "ipc.ReceivePlain"
 	switch {
@@ -112,9 +86,7 @@ func ReceivePlain(ctx context.Context, conn *net.UnixConn, maxData, maxFDs int) 
 // receivePlain is ReceivePlain without the context.
 func receivePlain(op string, conn *net.UnixConn, maxData, maxFDs int) ([]byte, []int, error) {
 	buf := make([]byte, maxData)
-	// Room for maxFDs descriptors exactly: the kernel closes any beyond
-	// that and says so (MSG_CTRUNC), so a peer cannot make this call hold
-	// more.
+	// Room for maxFDs descriptors exactly: the kernel closes any more.
 	var oob []byte
 	if maxFDs > 0 {
 		oob = make([]byte, syscall.CmsgSpace(maxFDs*4))
@@ -140,10 +112,7 @@ func receivePlain(op string, conn *net.UnixConn, maxData, maxFDs int) ([]byte, [
 		err = setCloexec(fds)
 	}
 	if err != nil {
-		if cerr := osfd.CloseAll(fds); cerr != nil {
-			err = errors.Join(err, fmt.Errorf("closing the %d received descriptors: %w", len(fds), cerr))
-		}
-		return nil, nil, &cuda.OpError{Op: op, Err: err}
+		return nil, nil, &cuda.OpError{Op: op, Err: closeReceived(err, fds)}
 	}
 	return buf[:n], fds, nil
 }

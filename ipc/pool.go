@@ -28,17 +28,13 @@ var (
 	_ ExportablePool = (*ImportedPool)(nil)
 )
 
-// poolUser is implemented by pools that can run a function with the driver
-// pool held open (resource.DevicePool and PinnedPool's Use): a concurrent
-// Close waits, so the driver pool cannot be destroyed under an export.
-type poolUser interface {
-	Use(fn func(pool cuda.MemPool) error) error
-}
-
-// withPool runs fn with p's driver pool held open. Every pool poolState
-// accepts has Use.
+// withPool runs fn with p's driver pool held open (resource.DevicePool and
+// PinnedPool's Use): a concurrent Close waits, so the driver pool cannot
+// be destroyed under an export.
 func withPool(op string, p ExportablePool, fn func(pool cuda.MemPool) error) error {
-	u, ok := p.(poolUser)
+	u, ok := p.(interface {
+		Use(fn func(pool cuda.MemPool) error) error
+	})
 	if !ok {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "%T cannot be held open for an export", p)
 	}
@@ -55,16 +51,13 @@ type exportState struct {
 	mu sync.Mutex
 	// exported is set once the driver pool was exported as a shareable
 	// handle: the driver refuses cuMemPoolExportPointer on a pool never
-	// exported (CUDA_ERROR_INVALID_VALUE), so ExportBuffer exports it once
-	// first. cuda.core avoids it by exporting every IPC pool at creation.
+	// exported, so ExportBuffer exports it once first.
 	exported bool
 }
 
 // exportStates holds the export state of every pool exported so far,
 // keyed by a weak pointer to the pool: the state lives as long as the pool
-// object (a cleanup deletes it when the pool is collected), so a pool
-// keeps one UUID and key, and a new pool that reuses a dead one's driver
-// handle starts afresh.
+// object, so a pool keeps one UUID and key.
 var exportStates sync.Map // weak.Pointer[resource.DevicePool or PinnedPool] -> *exportState
 
 // poolState returns p's export state, making one (its UUID and key) on
@@ -95,10 +88,8 @@ func stateOf[T any](p *T) *exportState {
 	return v.(*exportState)
 }
 
-// ensureExported exports pool once as a shareable handle (closing the fd
-// at once) unless that was done already; later pointer exports then work.
-// A pool with fabric handles only is exported as a fabric handle (nothing
-// to close).
+// ensureExported exports pool once as a shareable handle (a fabric handle
+// for a pool with fabric handles only) unless that was done already.
 func (st *exportState) ensureExported(pool cuda.MemPool, types cuda.MemHandleType) error {
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -143,10 +134,9 @@ func checkExportable(op string, p ExportablePool) error {
 }
 
 // ExportPool exports an IPC-enabled pool as a new Handle, which the caller
-// owns and closes. Every export of one pool carries the same UUID and the
-// same secret key (made on the pool's first export), which authenticates
-// the pool's descriptors to importers. The pool is held open during the
-// export (a concurrent Close waits).
+// owns and closes. Every export of one pool carries the same UUID and
+// secret key (made on its first export). A concurrent Close of the pool
+// waits for the export.
 func ExportPool(p ExportablePool) (*Handle, error) {
 	const op = "ipc.ExportPool"
 	if ip, ok := p.(*ImportedPool); ok {
@@ -159,13 +149,12 @@ func ExportPool(p ExportablePool) (*Handle, error) {
 			return &cuda.OpError{Op: op, Err: err}
 		}
 		st.markExported()
-		if h, err = NewHandle(fd, st.uuid); err != nil {
+		if h, err = newHandle(op, fd, st.uuid, st.key); err != nil {
 			if cerr := osfd.Close(fd); cerr != nil {
 				err = errors.Join(err, cerr)
 			}
 			return err
 		}
-		h.key = st.key
 		return nil
 	})
 	if err != nil {
@@ -177,7 +166,7 @@ func ExportPool(p ExportablePool) (*Handle, error) {
 // exportPool is the part ExportPool and ExportPoolFabric share: it checks
 // that p can export and was created with handle type want (else the error
 // says the pool was created without what), then runs export with the pool
-// held and its export state.
+// held.
 func exportPool(op string, p ExportablePool, want cuda.MemHandleType, what string, export func(cuda.MemPool, *exportState) error) error {
 	if err := checkExportable(op, p); err != nil {
 		return err
@@ -197,14 +186,10 @@ func exportPool(op string, p ExportablePool, want cuda.MemHandleType, what strin
 // descriptor is sealed with the pool's key (its MAC), which importers
 // check before anything reaches the driver; a re-export is sealed with
 // the key the imported pool's Handle carried (none if it had none). It
-// works whether or not the pool was exported before (the pool is exported
-// once, and that handle closed, before its first buffer). It first waits
-// for b's allocation stream: the driver exports only allocations that
-// exist, and a stream-ordered allocation exists once its stream reaches it
-// (exporting earlier fails with CUDA_ERROR_INVALID_VALUE). A closed b, or a
-// b whose pool (imported or not) is closed, gives an error matching
-// cuda.ErrClosed: a closed pool's Buffers live on until closed, but the
-// pool exports nothing more.
+// works whether or not the pool was exported before. It first waits for
+// b's allocation stream: a stream-ordered allocation exists, and can be
+// exported, once its stream reaches it. A closed b, or a b whose pool is
+// closed, gives an error matching cuda.ErrClosed.
 func ExportBuffer(b *buffer.Buffer) (Descriptor, error) {
 	const op = "ipc.ExportBuffer"
 	if b == nil || b.IsClosed() {
@@ -213,10 +198,8 @@ func ExportBuffer(b *buffer.Buffer) (Descriptor, error) {
 	if !b.IsOwned() || b.Size() == 0 {
 		return Descriptor{}, cuda.Errorf(op, cuda.ErrInvalidArgument, "%v is a view, borrowed or empty: export a whole allocation", b)
 	}
-	// The resource is read with b held open: read bare, a Close racing
-	// this call made it nil, and the buffer "not of an exportable pool".
-	// Held open, an owned buffer has its resource unless a Close has
-	// begun (it waits for this call): that Close wins.
+	// The resource is read with b held open: a Close racing a bare read
+	// would make it nil, and the buffer "not of an exportable pool".
 	var res buffer.MemoryResource
 	if err := b.Use(op, func(cuda.DevicePtr) error {
 		if res = b.Resource(); res == nil {

@@ -3,8 +3,5 @@ package ipc
 import "github.com/cudamem/cudamem/internal/osfd"
 
 // checkPoolFD refuses a descriptor that cannot be a pool the driver
-// exported, before the driver or a Handle takes it: a pipe, FIFO, socket,
-// regular file, directory, symbolic link or block device (see
-// osfd.CheckExport, which package virtual's Import shares). Without POSIX
-// descriptors it checks nothing (no Handle can be made there).
+// exported (see osfd.CheckExport), before the driver or a Handle takes it.
 func checkPoolFD(op string, fd int) error { return osfd.CheckExport(op, fd, "a pool") }

@@ -312,10 +312,8 @@ func TestPythonExportsToGo(t *testing.T) {
 				require.NoError(t, err)
 				t.Logf("bare fd: UUID derived from the fd's file: %v (%v)", derived, h.UUID())
 			} else {
-				u, err := ipc.ParseUUID(msg.UUID)
+				h, err = ipc.NewHandle(fd, msg.UUID)
 				require.NoError(t, err, "cuda.core's UUID")
-				h, err = ipc.NewHandle(fd, u)
-				require.NoError(t, err)
 			}
 			defer h.Close()
 			pool, err := ipc.ImportPool(d, h)

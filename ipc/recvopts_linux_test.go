@@ -266,7 +266,7 @@ func mustHandle(t *testing.T, fd int) *Handle {
 	require.NoError(t, err)
 	nfd, err := f.Release()
 	require.NoError(t, err)
-	h, err := NewHandle(nfd, cuda.NewUUID())
+	h, err := NewHandle(nfd, cuda.NewUUID().String())
 	require.NoError(t, err)
 	t.Cleanup(func() { h.Close() })
 	return h

@@ -5,15 +5,11 @@ import (
 	"strconv"
 )
 
-// Formatting of the types that hold a pool key (Handle, FabricHandle,
-// ImportedPool, and the key itself). A key printed by accident (a log
-// line with %v of a Handle, %#v in a debugging session, %x of anything)
-// lets whoever reads the log forge descriptors the pool's importers
-// trust, so these types implement fmt.Formatter: every verb prints the
-// same redacted description (%#v a Go-syntax form of it, %q it quoted),
-// never a key byte. Without it fmt would print every field for %#v, %d
-// and %x, the 32 key bytes included. Token and MarshalBinary of a
-// FabricHandle are the ways to get the key out, on purpose.
+// The types that hold a pool key implement fmt.Formatter: a key printed by
+// accident (%v in a log line, %#v, %x) would let whoever reads it forge
+// descriptors, so every verb prints the same redacted description (%#v a
+// Go-syntax form of it, %q it quoted). Token and FabricHandle's
+// MarshalBinary are the ways to get the key out, on purpose.
 
 // keyRedacted stands for a key in formatted output.
 const keyRedacted = "<redacted>"

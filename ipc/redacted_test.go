@@ -79,7 +79,7 @@ func TestSecretsFormatRedacted(t *testing.T) {
 	var h *Handle
 	if runtime.GOOS != "windows" {
 		var err error
-		h, err = NewHandle(pipeReadEnd(t), cuda.NewUUID())
+		h, err = NewHandle(pipeReadEnd(t), cuda.NewUUID().String())
 		require.NoError(t, err)
 		h.key = k
 		defer h.Close()

@@ -11,13 +11,9 @@ import (
 // PyTorch counts, for every CUDA storage it shares, whether a consumer
 // still uses it: _share_cuda_() sets a 64-bit counter to 1 in a file of
 // counters, a shared-memory object of the producer's named
-// "/torch_<pid>_<number>", and returns the file's name and the counter's
-// index (ref_counter_handle, ref_counter_offset). The consumer decrements
-// the counter once it is done, after its work on the memory has finished;
-// the producer frees a storage it dropped only once its counter is 0
-// (until then the memory stays allocated, and a producer that exits first
-// warns "Producer process has been terminated before all shared CUDA
-// tensors released").
+// "/torch_<pid>_<number>". The consumer decrements the counter once its
+// work on the memory has finished; the producer frees a storage it dropped
+// only once its counter is 0.
 //
 // The file is torch's reference-counted mapping: a header of
 // torchRefHeader bytes whose first 32-bit word counts the processes that
@@ -33,13 +29,13 @@ const (
 	torchRefMaxName = 64
 )
 
-// checkTorchRefName accepts exactly the names torch gives its counter
-// files: "/torch_", a decimal number (the producer's pid), then one or two
-// more, each after a "_" (a random number and a running one, in the
-// releases that add the second), each of at most 20 digits. The name comes
-// from another process and becomes a path below the shared-memory
-// directory: nothing else (no other slash, no dots, no NUL) may pass.
-func checkTorchRefName(op, name string) error {
+// checkTorchRef checks counter index of a file named name. It accepts
+// exactly the names torch gives its counter files: "/torch_", a decimal
+// number (the producer's pid), then one or two more, each after a "_",
+// each of at most 20 digits. The name comes from another process and
+// becomes a path below the shared-memory directory: nothing else (no other
+// slash, no dots, no NUL) may pass.
+func checkTorchRef(op, name string, index uint64) error {
 	const prefix = "/torch_"
 	bad := func(why string) error {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "torch reference-counter name %q: %s (want /torch_<pid>_<number>[_<number>])", truncName(name), why)
@@ -67,6 +63,9 @@ func checkTorchRefName(op, name string) error {
 	}
 	if parts < 2 || digits == 0 {
 		return bad("not two or three numbers")
+	}
+	if index >= torchRefMaxCounters {
+		return cuda.Errorf(op, cuda.ErrInvalidArgument, "torch reference counter %d of %s: at most %d counters in a file", index, name, torchRefMaxCounters)
 	}
 	return nil
 }
@@ -108,11 +107,8 @@ var torchRefs struct {
 // openTorchRefFile), or counts another use of it if this process holds it
 // already. Nothing is written to the file until release.
 func acquireTorchRef(op, name string, index uint64) (*torchRef, error) {
-	if err := checkTorchRefName(op, name); err != nil {
+	if err := checkTorchRef(op, name, index); err != nil {
 		return nil, err
-	}
-	if index >= torchRefMaxCounters {
-		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "torch reference counter %d of %s: at most %d counters in a file", index, name, torchRefMaxCounters)
 	}
 	// Opened and checked under the lock, so that a ReleaseTorch of the
 	// same share comes wholly before (the counter then reads 0, and the
@@ -140,30 +136,21 @@ func acquireTorchRef(op, name string, index uint64) (*torchRef, error) {
 	return r, nil
 }
 
-// drop ends a use of r that never had memory behind it (an OpenLegacy that
-// failed after acquireTorchRef): the counter is left as it was, for the
-// share to be opened again or released (ReleaseTorch).
-func (r *torchRef) drop() error {
+// release ends a use of r; the last one closes the file. With unmapped
+// (the memory is unmapped) it first decrements the producer's counter (a
+// failure is reported, never retried: a second decrement could release
+// another's); without (an OpenLegacy that failed) the counter is left as
+// it was, for the share to be opened again or given up (ReleaseTorch).
+func (r *torchRef) release(unmapped bool) error {
 	torchRefs.Lock()
 	defer torchRefs.Unlock()
 	if r.opens--; r.opens > 0 {
 		return nil
 	}
 	delete(torchRefs.m, r.key)
-	return r.file.close()
-}
-
-// release ends a use of r whose memory is unmapped: the last one
-// decrements the producer's counter (releaseTorchCounter) and closes the
-// file, whatever the write did (a failure is reported, never retried: the
-// memory is gone, and a second decrement could release another's).
-func (r *torchRef) release() error {
-	torchRefs.Lock()
-	defer torchRefs.Unlock()
-	if r.opens--; r.opens > 0 {
-		return nil
+	if !unmapped {
+		return r.file.close()
 	}
-	delete(torchRefs.m, r.key)
 	err := r.file.releaseCounter(r.name, r.index)
 	if cerr := r.file.close(); cerr != nil {
 		err = errors.Join(err, cerr)
@@ -176,25 +163,19 @@ func (r *torchRef) release() error {
 
 // ReleaseTorch tells the producer of h that this process is done with
 // it without mapping it: it decrements h's reference counter, as torch's
-// own consumer does for a share it does not open (torch reuses a storage
-// it has open already, and releases the new share at once). Use it for a
-// LegacyHandle received and not opened, so that the producer can free the
-// memory. A handle without RefCounter has nothing to release (nil). A
-// share open here (a Buffer of OpenLegacy not yet closed) is refused with
-// an error matching cuda.ErrInvalidArgument: its Close releases it, after
-// the work on it. The name and index are checked as OpenLegacy checks
-// them; each share is released once, so releasing h twice is an error
-// (its counter is already 0).
+// own consumer does for a share it does not open. A handle without
+// RefCounter has nothing to release (nil). A share open here (a Buffer of
+// OpenLegacy not yet closed) is refused with an error matching
+// cuda.ErrInvalidArgument: its Close releases it. The name and index are
+// checked as OpenLegacy checks them; releasing h twice is an error (its
+// counter is already 0).
 func ReleaseTorch(h LegacyHandle) error {
 	const op = "ipc.ReleaseTorch"
 	if h.RefCounter == "" {
 		return nil
 	}
-	if err := checkTorchRefName(op, h.RefCounter); err != nil {
+	if err := checkTorchRef(op, h.RefCounter, h.RefCounterOffset); err != nil {
 		return err
-	}
-	if h.RefCounterOffset >= torchRefMaxCounters {
-		return cuda.Errorf(op, cuda.ErrInvalidArgument, "torch reference counter %d of %s: at most %d counters in a file", h.RefCounterOffset, h.RefCounter, torchRefMaxCounters)
 	}
 	torchRefs.Lock()
 	defer torchRefs.Unlock()

@@ -29,13 +29,10 @@ type torchRefFile struct {
 }
 
 // openTorchRefFile opens the counter file name (checked by the caller)
-// and checks it before anything is written to it: a regular file (not a
-// symbolic link, FIFO or device: the name comes from another process),
-// of the header and whole counters, no more than torchRefMaxCounters of
-// them, holding counter index; its header counts at least one process
-// (the producer) and the counter is at least 1 (this share, not yet
-// released). Every refusal matches cuda.ErrInvalidArgument; a file that
-// is not there (the producer gone, or a wrong name) is the open's error.
+// and checks it before anything is written to it (the name comes from
+// another process): a regular file of the header and whole counters,
+// holding counter index; its header counts at least one process and the
+// counter is at least 1. Every refusal matches cuda.ErrInvalidArgument.
 func openTorchRefFile(op, name string, index uint64) (torchRefFile, torchRefKey, error) {
 	path := shmDir + name
 	var fd int
@@ -130,12 +127,9 @@ func guardFault(fn func() error) (err error) {
 }
 
 // releaseCounter decrements counter index, as torch's consumer does: it
-// joins the file's users while it writes (the header's count, raised only
-// while it is at least 1: at 0 the producer has let go of the file and
-// removed it), decrements the counter only while it is at least 1, and
-// leaves; whoever takes the users to 0 removes the file, so this call does
-// when the producer let go meanwhile (only if the name still names this
-// file: another may have been made under it since).
+// joins the file's users while it writes (only while they are at least 1),
+// decrements the counter only while it is at least 1, and leaves; whoever
+// takes the users to 0 removes the file (if the name still names it).
 func (t torchRefFile) releaseCounter(name string, index uint64) error {
 	return t.mapped(func(hdr *int32, ctr *int64) error {
 		for {

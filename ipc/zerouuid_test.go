@@ -26,7 +26,7 @@ func TestZeroUUIDRefused(t *testing.T) {
 	defer w.Close()
 	fd, err := dup(int(w.Fd()))
 	require.NoError(t, err)
-	_, err = NewHandle(fd, UUID{})
+	_, err = NewHandle(fd, UUID{}.String())
 	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
 	assert.Contains(t, err.Error(), "zero UUID")
 

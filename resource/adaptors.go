@@ -9,68 +9,27 @@ import (
 	"github.com/cudamem/cudamem/cuda"
 )
 
-// Adaptors wrap another resource (the upstream) and add one concern on
-// top: a byte cap ([Limiting]), counters ([Statistics]) or a record of
-// live allocations ([Tracking]), as RMM's limiting, statistics and
-// tracking adaptors do. They are themselves buffer.MemoryResources, so
-// they stack: NewTracking(NewStatistics(NewLimiting(pool, n)), nil).
-//
-// Why an adaptor owns its buffers: a Buffer frees through the resource
-// that owns it, so a buffer still owned by the upstream would be closed
-// behind the adaptor's back and its books would never come down. The
-// Buffer an adaptor returns is therefore owned by the adaptor; its
-// Deallocate updates the books and forwards to the upstream.
-//
-// Adaptors move addresses only: each layer's AllocatePtr asks its
-// upstream's AllocatePtr for an address, adds its books, and passes the
-// address up; only the top layer's Allocate builds a Buffer
-// (buffer.Allocate), so a stack of any depth costs one Buffer per
-// allocation, and each adaptor adds only its own bookkeeping (a few atomic
-// operations; a map under a lock for Tracking), as RMM's adaptors forward
-// a pointer. The stream the upstream chose (it resolves nil to its
-// default) is kept.
-//
-// Adaptors do not own their upstream: they have no Close, and closing the
-// upstream is left to whoever made it. Errors from the upstream are
-// returned unchanged (they already name the operation and the sizes), so a
-// stack of adaptors does not pile prefixes onto an out-of-memory error.
-//
-// An upstream may be user code, and user code may panic: a panic goes on
-// to the caller, and the adaptor's books stay as if the call had failed
-// (a Limiting's reservation is given back, a Tracking's or a Fallback's
-// record of a free that panicked is kept). No adaptor holds a lock while
-// it calls its upstream or a user function.
-//
-// An allocation at address 0 (what size 0 gives) owns no memory and is
-// not counted: Buffer.Close never calls Deallocate for it, so counting it
-// would leave it live forever.
+// The adaptors (Limiting, Statistics, Tracking, Logging, Retrying,
+// Fallback; the package doc says how they stack) share these rules. They
+// do not own their upstream (they have no Close), and return its errors
+// unchanged: those already name the operation and the sizes. An upstream
+// or a hook may be user code and panic: the panic goes on to the caller,
+// with the books as if the call had failed. No adaptor holds a lock while
+// it calls its upstream or a user function. An allocation at address 0
+// (size 0) owns nothing, is never deallocated and is not counted.
 
-// adaptor is the base the adaptors of this package embed: the upstream,
-// what every adaptor answers from it, and the free through it. The
-// forwarding is said here once: an adaptor's Upstream, DeviceAccessible,
-// HostAccessible and DeviceID are one-line calls of these through its
-// base(), which is nil for a nil adaptor, and these answer nil, false,
-// false and -1 without an upstream. Each adaptor still declares the four
-// because a method promoted from an embedded field is not safe on a nil
-// pointer (Go dereferences it to reach the field), and every handle of
-// this module is.
-type adaptor struct{ up buffer.MemoryResource }
+// upDeviceAccessible, upHostAccessible and upDeviceID answer for the
+// upstream of an adaptor or a SubAllocator (false, false and -1 without
+// one), as their DeviceAccessible, HostAccessible and DeviceID do: with
+// the nil-safe Upstream, so that these are safe on nil values too.
+func upDeviceAccessible(up buffer.MemoryResource) bool { return up != nil && up.DeviceAccessible() }
+func upHostAccessible(up buffer.MemoryResource) bool   { return up != nil && up.HostAccessible() }
 
-func (a *adaptor) upstream() buffer.MemoryResource {
-	if a == nil {
-		return nil
-	}
-	return a.up
-}
-
-func (a *adaptor) deviceAccessible() bool { return a != nil && a.up != nil && a.up.DeviceAccessible() }
-func (a *adaptor) hostAccessible() bool   { return a != nil && a.up != nil && a.up.HostAccessible() }
-
-func (a *adaptor) deviceID() int {
-	if a == nil || a.up == nil {
+func upDeviceID(up buffer.MemoryResource) int {
+	if up == nil {
 		return -1
 	}
-	return a.up.DeviceID()
+	return up.DeviceID()
 }
 
 // freeThrough frees through up and reports whether the memory is gone, so

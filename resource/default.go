@@ -16,10 +16,10 @@ type defaultEntry struct {
 	auto bool
 }
 
-var defaults struct {
+var defaults = struct {
 	mu sync.Mutex
 	m  map[*cuda.Device]defaultEntry
-}
+}{m: make(map[*cuda.Device]defaultEntry)}
 
 // Default returns dev's default memory resource, as RMM's per-device
 // resource and cuda.core's Device.memory_resource do. Unless SetDefault
@@ -51,9 +51,6 @@ func Default(dev *cuda.Device) (buffer.MemoryResource, error) {
 	}
 	if err != nil {
 		return nil, &cuda.OpError{Op: op, Err: err}
-	}
-	if defaults.m == nil {
-		defaults.m = make(map[*cuda.Device]defaultEntry)
 	}
 	defaults.m[dev] = defaultEntry{mr: mr, auto: true}
 	return mr, nil
@@ -87,9 +84,6 @@ func SetDefault(dev *cuda.Device, mr buffer.MemoryResource) error {
 	}
 	defaults.mu.Lock()
 	defer defaults.mu.Unlock()
-	if defaults.m == nil {
-		defaults.m = make(map[*cuda.Device]defaultEntry)
-	}
 	defaults.m[dev] = defaultEntry{mr: mr}
 	return nil
 }

@@ -61,8 +61,7 @@ func (o *DevicePoolOptions) check(goos string) error {
 //
 // Methods are safe for concurrent use. After Close every method except
 // Deallocate returns an error matching cuda.ErrClosed; Deallocate keeps
-// working so buffers that outlive the resource can still be freed, and an
-// owned pool is destroyed when the last of them is.
+// working for buffers that outlive the resource (see Close).
 type DevicePool struct {
 	core    poolCore
 	peerMu  sync.Mutex         // serializes SetPeerAccess calls (Close waits for them through core.life)
@@ -80,12 +79,10 @@ func (p *DevicePool) base() *poolCore {
 }
 
 // CurrentDevicePool returns a resource over dev's current pool
-// (cuDeviceGetMemPool: the default pool unless something changed it),
-// without owning it: Close ends only this value. If that pool's release
-// threshold is 0 it is raised to the maximum, so freed memory stays cached
-// instead of going back to the driver at every synchronization (cuda.core
-// does the same). It is what cuda.core's DeviceMemoryResource(device)
-// gives, and what most programs want.
+// (cuDeviceGetMemPool), without owning it: Close ends only this value. A
+// release threshold of 0 is raised to the maximum, so freed memory stays
+// cached across synchronizations, as cuda.core does. It is cuda.core's
+// DeviceMemoryResource(device), and what most programs want.
 func CurrentDevicePool(dev *cuda.Device) (*DevicePool, error) {
 	return newDevicePool("CurrentDevicePool", dev, nil)
 }
@@ -213,20 +210,13 @@ func (p *DevicePool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream)
 	return p.base().deallocate("DevicePool", ptr, size, s, true)
 }
 
-// DeviceAccessible reports true: kernels on the device (and on peers
-// granted access) can use the memory.
+// DeviceAccessible reports true and HostAccessible false: kernels on the
+// device (and on peers granted access) can use the memory, the CPU not.
 func (p *DevicePool) DeviceAccessible() bool { return true }
-
-// HostAccessible reports false: the CPU cannot touch device memory.
-func (p *DevicePool) HostAccessible() bool { return false }
+func (p *DevicePool) HostAccessible() bool   { return false }
 
 // DeviceID is the ordinal of the pool's device (-1 for a nil or zero pool).
-func (p *DevicePool) DeviceID() int {
-	if p == nil || p.core.dev == nil {
-		return -1
-	}
-	return p.core.dev.Ordinal()
-}
+func (p *DevicePool) DeviceID() int { return p.Device().Ordinal() }
 
 // Device is the pool's device.
 func (p *DevicePool) Device() *cuda.Device {
@@ -311,10 +301,9 @@ func deviceLoc(d *cuda.Device) cuda.MemLocation {
 	return cuda.MemLocation{Type: cuda.MemLocationTypeDevice, ID: int32(d.Ordinal())}
 }
 
-// peers returns the devices other than the pool's own that currently have
-// any access to the pool, asking the driver (never a cache, so changes
-// made through another DevicePool on the same pool show).
-// The caller holds the pool.
+// peers returns the devices other than the pool's own that have any
+// access to the pool now, asking the driver (changes made through another
+// DevicePool on the same pool show). The caller holds the pool.
 func (p *DevicePool) peers() ([]*cuda.Device, error) {
 	all, err := cuda.Devices()
 	if err != nil {
@@ -441,25 +430,21 @@ func (p *DevicePool) revokePeers() error {
 
 // Close ends the resource: every later call but Deallocate returns an
 // error matching cuda.ErrClosed. An owned pool is destroyed, with its peer
-// access revoked first, once no buffer from it is live
-// and the device's work has finished: by Close when nothing is allocated,
-// else by the Deallocate (Buffer.Close) of the last live buffer. A borrowed
-// pool is left as it is. Close is idempotent; if destroying the pool
-// fails, Close (or, for a deferred destruction, the next Close) returns
-// the error, and calling Close again retries.
+// access revoked first, once no buffer from it is live and the device's
+// work has finished: by Close when nothing is allocated, else by the
+// Deallocate (Buffer.Close) of the last live buffer; as in cuda.core, a
+// pool lives as long as its buffers do (the driver permits destroying it
+// sooner, but a later synchronization can then crash the process). A
+// borrowed pool is left as it is. Close is idempotent; if destroying the
+// pool fails, Close (or, for a deferred destruction, the next Close)
+// returns the error, and calling Close again retries.
 //
-// Waiting for the device while one of its streams captures a graph would
-// invalidate the capture: the destruction is then put off, Close (or that
-// Deallocate) returns at once, and the pool is destroyed before the
-// cuda.Stream.EndCapture (or Stream.Close) that ends the last such
-// capture returns.
-//
-// Close waits for calls in progress on p (a Use callback among them) to
-// return first; it must not be called from inside Use's callback.
-//
-// The driver permits destroying a pool whose allocations are live, but a
-// later synchronization can then crash the process; so, as in cuda.core,
-// a pool lives as long as its buffers do.
+// While one of the device's streams captures a graph, waiting for the
+// device would invalidate the capture: the destruction is put off, and
+// runs before the cuda.Stream.EndCapture (or Stream.Close) that ends the
+// last such capture returns. Close waits for calls in progress on p (a
+// Use callback among them) first; it must not be called from inside
+// Use's callback.
 func (p *DevicePool) Close() error {
 	if p == nil || !p.core.initialized() {
 		return nil
@@ -470,13 +455,10 @@ func (p *DevicePool) Close() error {
 // Use runs fn with the driver pool held open: a concurrent Close waits for
 // fn to return before it destroys the pool, so fn may make driver calls on
 // it (package ipc exports the pool this way). It returns fn's error; an
-// error matching cuda.ErrClosed (naming DevicePool.Use) once p is closed,
-// without calling fn; and one matching cuda.ErrInvalidArgument for a nil
-// or zero p or a nil fn.
-//
+// error matching cuda.ErrClosed once p is closed, without calling fn; and
+// one matching cuda.ErrInvalidArgument for a nil or zero p or a nil fn.
 // fn must not destroy the pool, keep it after returning, or Close p (Close
-// would wait for fn, which waits for Close). Other calls on p from inside
-// fn work, and fail with cuda.ErrClosed once a Close has begun.
+// would wait for fn); other calls on p from inside fn work.
 func (p *DevicePool) Use(fn func(pool cuda.MemPool) error) error {
 	return p.base().use("DevicePool", fn)
 }

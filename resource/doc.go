@@ -11,11 +11,8 @@
 //   - [DevicePool]: device memory from a CUDA memory pool, stream ordered
 //     (cuMemAllocFromPoolAsync). The fast, usual choice.
 //     [CurrentDevicePool] borrows the device's current pool;
-//     [NewDevicePool] creates and owns a pool (nil options are the zero
-//     [DevicePoolOptions]: maximum size, IPC export, release threshold,
-//     initial reserve). Attributes, trimming
-//     and peer access are methods of the pool. cuda.core:
-//     DeviceMemoryResource. RMM: cuda_async_memory_resource.
+//     [NewDevicePool] creates and owns one ([DevicePoolOptions]).
+//     cuda.core: DeviceMemoryResource. RMM: cuda_async_memory_resource.
 //   - [PinnedPool]: page-locked host memory from a pool with a host (or
 //     host NUMA) location, readable by the CPU and every device. cuda.core:
 //     PinnedMemoryResource.
@@ -80,11 +77,9 @@
 // it is destroyed.
 //
 // Close waits for the calls in progress on the pool to return before it
-// destroys anything, so a call never finds its pool destroyed under it.
-// [DevicePool.Use] and [PinnedPool.Use] extend that to code outside the
-// package: the callback gets the driver pool and runs with the pool held
-// open (package ipc exports pools this way). The imported pools of
-// package ipc follow the same lifecycle.
+// destroys anything; [DevicePool.Use] and [PinnedPool.Use] extend that to
+// code outside the package (package ipc exports pools this way, and its
+// imported pools follow the same lifecycle).
 //
 // Constructors either return a working resource or leave nothing behind:
 // a pool created before a later step failed is destroyed, and an error
@@ -104,8 +99,9 @@
 // would wrap; a stream of another device given to a DevicePool or
 // SyncDevice is refused; freeing through a pool with nothing live (memory
 // it never handed out) is refused without calling the driver. Counters
-// (Statistics, Tracking) saturate rather than wrap. Allocating size 0 returns an empty buffer without calling the
-// driver; deallocating address 0 does nothing.
+// (Statistics, Tracking) saturate rather than wrap. Allocating size 0
+// returns an empty buffer without calling the driver; deallocating
+// address 0 does nothing.
 //
 // # Names
 //

@@ -10,14 +10,11 @@ import (
 
 // GraphMemory allocates graph memory (cuda.core's GraphMemoryResource):
 // stream-ordered allocations made on a stream that is capturing a graph
-// (cuda.Stream.BeginCapture), which become memory nodes of the graph
-// rather than allocations now. Each launch of the instantiated graph
-// allocates the memory when it reaches the node, and frees it at the
-// free node if the capture closed the Buffer too, so the device holds the
-// memory only while a launch uses it; the driver keeps a per-device cache
-// of graph memory (see Attributes and Trim), apart from every memory pool.
-//
-// The usual pattern captures the whole lifetime:
+// (cuda.Stream.BeginCapture), which become memory nodes of the graph.
+// Each launch of the instantiated graph allocates the memory at the node,
+// and frees it at the free node if the capture closed the Buffer too; the
+// driver keeps a per-device cache of graph memory (see Attributes and
+// Trim), apart from every memory pool.
 //
 //	s.BeginCapture()
 //	tmp, _ := gm.Allocate(n, s) // an allocation node
@@ -27,35 +24,24 @@ import (
 //
 // Allocate needs a capturing stream of the resource's device: any other
 // is refused with an error matching cuda.ErrInvalidArgument, without a
-// driver call ("GraphMemory cannot perform memory operations on a
-// non-capturing stream", as cuda.core says).
-//
-// Closing a graph Buffer:
+// driver call. Closing a graph Buffer:
 //   - inside the capture that allocated it (its own stream, or CloseOn a
-//     stream of the same capture): a free node; each launch frees the
-//     memory there. The usual case.
-//   - outside any capture (Close after EndCapture, or CloseOn any stream
-//     of the device): cuMemFreeAsync now, which frees what the last
-//     launch left allocated, as CUDA documents for allocations a graph
-//     does not free. Order it after that launch (the same stream, or one
-//     that waits for it). Before any launch, or once a launch of a graph
-//     instantiated with cuda.GraphAutoFreeOnLaunch has freed it again,
-//     the memory is not allocated: the driver refuses, the error is
-//     returned and the Buffer stays open (Disown it if the graph frees it).
+//     stream of the same capture): a free node. The usual case.
+//   - outside any capture: cuMemFreeAsync now, which frees what the last
+//     launch left allocated; order it after that launch. Before any
+//     launch, or once a launch of a graph instantiated with
+//     cuda.GraphAutoFreeOnLaunch has freed it again, the memory is not
+//     allocated: the driver's error is returned and the Buffer stays open
+//     (Disown it if the graph frees it).
 //   - inside another capture: a free node in that graph.
 //
 // A graph that leaves its allocation allocated cannot be launched again
 // until it is freed, unless instantiated with cuda.GraphAutoFreeOnLaunch
-// (each launch then frees the previous launch's memory first): the output
-// buffer pattern of cuda.core's tests.
-//
-// Adaptors (Limiting, Statistics, Tracking) work over GraphMemory: they
-// forward the stream, and the upstream judges it. The other resources of
-// this package refuse capturing streams with an error matching
-// cuda.ErrCapturing.
-//
-// GraphMemory values are interned: NewGraphMemory returns the same value
-// for a device every time. There is nothing to close.
+// (each launch then frees the previous launch's memory first). Adaptors
+// work over GraphMemory: they forward the stream, and the upstream judges
+// it (the other resources refuse capturing streams with an error
+// matching cuda.ErrCapturing). NewGraphMemory returns the same value for
+// a device every time; there is nothing to close.
 type GraphMemory struct {
 	dev *cuda.Device
 }

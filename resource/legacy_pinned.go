@@ -8,16 +8,13 @@ import (
 )
 
 // LegacyPinned allocates page-locked host memory with cuMemHostAlloc
-// (portable, device-mapped) and frees it with cuMemFreeHost: cuda.core's
-// LegacyPinnedMemoryResource. Each pair costs about a millisecond; prefer
-// PinnedPool where the driver has host pools. Deallocate first waits for
-// the stream, since cuMemFreeHost is not stream ordered.
-//
-// The memory is readable and writable by the CPU and by every device;
-// under unified addressing Buffer.Ptr is the host address. Calls run in
-// device 0's context; the nil stream is device 0's legacy default stream.
-// LegacyPinned holds no driver object, so it has no Close. It is safe for
-// concurrent use.
+// (portable, device-mapped) and frees it with cuMemFreeHost, after waiting
+// for the stream: cuda.core's LegacyPinnedMemoryResource. Each pair costs
+// about a millisecond; prefer PinnedPool where the driver has host pools.
+// The CPU and every device may use the memory (under unified addressing
+// Buffer.Ptr is the host address). Calls run in device 0's context; the
+// nil stream is device 0's legacy default stream. LegacyPinned holds no
+// driver object, so it has no Close. It is safe for concurrent use.
 type LegacyPinned struct {
 	dev *cuda.Device
 }
@@ -65,11 +62,10 @@ func (r *LegacyPinned) device() *cuda.Device {
 	return r.dev
 }
 
-// DeviceAccessible reports true.
+// DeviceAccessible and HostAccessible report true: every device and the
+// CPU may use the memory.
 func (r *LegacyPinned) DeviceAccessible() bool { return true }
-
-// HostAccessible reports true.
-func (r *LegacyPinned) HostAccessible() bool { return true }
+func (r *LegacyPinned) HostAccessible() bool   { return true }
 
 // DeviceID reports -1: pinned memory belongs to no device.
 func (r *LegacyPinned) DeviceID() int { return -1 }

@@ -12,23 +12,19 @@ import (
 // the total past the limit fails with an error matching
 // cuda.ErrorOutOfMemory, without asking the upstream. It is RMM's
 // limiting_resource_adaptor, and what PyTorch's
-// set_per_process_memory_fraction does inside its allocator: a budget for
-// one component sharing a device (or a pool) with others, and a way to
-// test out-of-memory paths without filling a GPU.
+// set_per_process_memory_fraction does: a budget for one component
+// sharing a device (or a pool) with others, and a way to test
+// out-of-memory paths without filling a GPU.
 //
 // The cap counts the bytes requested, not what the upstream reserves
-// behind them (a pool rounds up and caches), so it bounds what callers
-// hold, not the device memory in use. Bytes are reserved with a
-// compare-and-swap before the upstream is called and given back if the
-// upstream fails, so concurrent callers can never overshoot the limit
-// together; the price is that a request may fail while another one that
-// will itself fail still holds its reservation.
-//
-// Buffers from Allocate are owned by the Limiting, so that their Close
-// gives the bytes back. Limiting is safe for concurrent use; it adds two
-// atomic operations to a pair.
+// behind them, so it bounds what callers hold. Bytes are reserved with a
+// compare-and-swap before the upstream is called and given back if it
+// fails, so concurrent callers never overshoot the limit together (a
+// request may fail while another that will itself fail holds its
+// reservation). Buffers from Allocate are owned by the Limiting, so that
+// their Close gives the bytes back. Limiting is safe for concurrent use.
 type Limiting struct {
-	adaptor
+	up    buffer.MemoryResource
 	limit uint64
 	used  atomic.Uint64
 }
@@ -41,7 +37,7 @@ var _ buffer.MemoryResource = (*Limiting)(nil)
 // error matching cuda.ErrInvalidArgument (the constructor returns no
 // error, so adaptors can be nested in one expression).
 func NewLimiting(upstream buffer.MemoryResource, limit uint64) *Limiting {
-	return &Limiting{adaptor: adaptor{adaptorUpstream(upstream)}, limit: limit}
+	return &Limiting{up: adaptorUpstream(upstream), limit: limit}
 }
 
 // Allocate reserves size bytes against the limit and allocates them from
@@ -74,35 +70,32 @@ func (r *Limiting) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cu
 			}
 		}
 	}
-	// The upstream may be user code, and panic: the reservation is then
-	// given back, as when it fails, or the budget would shrink for good.
-	returned := false
+	// The reservation is given back unless the upstream succeeds: when it
+	// fails, and when it panics (it may be user code), or the budget would
+	// shrink for good.
+	ok := false
 	defer func() {
-		if !returned && size > 0 {
+		if !ok && size > 0 {
 			subSat(&r.used, size)
 		}
 	}()
 	ptr, us, err := r.up.AllocatePtr(size, s)
-	returned = true
 	if err == nil && ptr == 0 && size > 0 {
 		// No memory to free later (a Buffer at address 0 is never
 		// deallocated): the reservation would be lost for good.
 		err = cuda.Errorf("Limiting.Allocate", cuda.ErrInvalidArgument, "upstream %v returned address 0 for %d bytes", r.up, size)
 	}
 	if err != nil {
-		if size > 0 {
-			subSat(&r.used, size)
-		}
 		return 0, nil, err
 	}
+	ok = true
 	return ptr, us, nil
 }
 
 // Deallocate frees through the upstream and, once the upstream succeeded,
-// returns size bytes to the budget (never below zero, even for memory
-// this Limiting did not allocate). A failed free keeps the bytes counted:
-// the memory is still held, and the buffer's Close may be retried. A zero
-// ptr does nothing.
+// returns size bytes to the budget (never below zero); a failed free
+// keeps them counted, as the memory is still held. A zero ptr does
+// nothing.
 func (r *Limiting) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	if ptr == 0 {
 		return nil
@@ -134,19 +127,18 @@ func (r *Limiting) Limit() uint64 {
 	return r.limit
 }
 
-// Upstream, DeviceAccessible, HostAccessible and DeviceID forward to the
-// upstream, as every adaptor's do (see [adaptor]).
-func (r *Limiting) Upstream() buffer.MemoryResource { return r.base().upstream() }
-func (r *Limiting) DeviceAccessible() bool          { return r.base().deviceAccessible() }
-func (r *Limiting) HostAccessible() bool            { return r.base().hostAccessible() }
-func (r *Limiting) DeviceID() int                   { return r.base().deviceID() }
-
-func (r *Limiting) base() *adaptor {
+// Upstream is the resource r allocates from (nil if none).
+func (r *Limiting) Upstream() buffer.MemoryResource {
 	if r == nil {
 		return nil
 	}
-	return &r.adaptor
+	return r.up
 }
+
+// DeviceAccessible, HostAccessible and DeviceID answer for the upstream.
+func (r *Limiting) DeviceAccessible() bool { return upDeviceAccessible(r.Upstream()) }
+func (r *Limiting) HostAccessible() bool   { return upHostAccessible(r.Upstream()) }
+func (r *Limiting) DeviceID() int          { return upDeviceID(r.Upstream()) }
 
 // String describes the resource for logs.
 func (r *Limiting) String() string {

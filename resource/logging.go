@@ -33,29 +33,27 @@ type LoggingOptions struct {
 // default stream), device the upstream's DeviceID, duration how long the
 // upstream call took.
 //
-// The records are at Debug (LoggingOptions.Level). When the logger's
-// handler does not take that level, a call costs one Enabled check more
-// than the upstream's: no clock reading, no attributes and no allocation,
-// so the adaptor can stay in a production
-// stack and be turned on with a *slog.LevelVar when needed.
+// The records are at Debug (LoggingOptions.Level). When the handler does
+// not take that level, a call costs one Enabled check more than the
+// upstream's (no clock reading, no attributes, no allocation), so the
+// adaptor can stay in a production stack and be turned on with a
+// *slog.LevelVar when needed.
 //
 // A deallocate record is written after the upstream call returns (it
-// carries the duration), so in a program freeing and allocating on
-// several goroutines, an address handed out again may show its new
-// allocate record before the old deallocate record; RMM logs frees
-// before freeing. Order by time minus duration when replaying such logs.
+// carries the duration), so an address freed and allocated again on
+// other goroutines may show its new allocate record before the old
+// deallocate record (RMM logs frees before freeing): order by time minus
+// duration when replaying such logs.
 //
-// The logger's handler runs on the goroutine of each call, with no lock
-// of the Logging held, after the upstream call it records. It may block
-// (the call waits for it) and may use the Logging. If it panics, the
-// panic goes on to the caller: an allocation it was recording is first
-// given back to the upstream (the caller gets no memory); a free it was
-// recording is done.
+// The handler runs on the goroutine of each call, after the upstream
+// call, with no lock of the Logging held: it may block and may use the
+// Logging. If it panics, the panic goes on to the caller; an allocation
+// it was recording is first given back to the upstream, a free is done.
 //
 // Buffers from Allocate are owned by the Logging, so that their Close is
 // logged. Logging is safe for concurrent use (slog handlers are).
 type Logging struct {
-	adaptor
+	up     buffer.MemoryResource
 	logger *slog.Logger // nil: slog.Default() at each call
 	lvar   slog.Leveler // a level that may change (a *slog.LevelVar); nil: lvl
 	lvl    slog.Level
@@ -65,12 +63,11 @@ type Logging struct {
 var _ buffer.MemoryResource = (*Logging)(nil)
 
 // NewLogging returns a resource that allocates from upstream and logs each
-// allocation and free to logger (nil means slog.Default(), looked up at
-// each call, so slog.SetDefault later takes effect). opts may be nil. A
-// nil upstream makes every Allocate fail with an error matching
-// cuda.ErrInvalidArgument.
+// allocation and free to logger (nil: slog.Default() at each call, so a
+// later slog.SetDefault takes effect). opts may be nil. A nil upstream
+// makes every Allocate fail with an error matching cuda.ErrInvalidArgument.
 func NewLogging(upstream buffer.MemoryResource, logger *slog.Logger, opts *LoggingOptions) *Logging {
-	r := &Logging{adaptor: adaptor{adaptorUpstream(upstream)}, logger: logger, lvl: slog.LevelDebug}
+	r := &Logging{up: adaptorUpstream(upstream), logger: logger, lvl: slog.LevelDebug}
 	if opts != nil {
 		r.name = opts.Name
 		switch l := opts.Level.(type) {
@@ -182,19 +179,18 @@ func (r *Logging) log(l *slog.Logger, msg string, size uint64, ptr cuda.DevicePt
 
 func hex(v uint64) string { return "0x" + strconv.FormatUint(v, 16) }
 
-// Upstream, DeviceAccessible, HostAccessible and DeviceID forward to the
-// upstream, as every adaptor's do (see [adaptor]).
-func (r *Logging) Upstream() buffer.MemoryResource { return r.base().upstream() }
-func (r *Logging) DeviceAccessible() bool          { return r.base().deviceAccessible() }
-func (r *Logging) HostAccessible() bool            { return r.base().hostAccessible() }
-func (r *Logging) DeviceID() int                   { return r.base().deviceID() }
-
-func (r *Logging) base() *adaptor {
+// Upstream is the resource r allocates from (nil if none).
+func (r *Logging) Upstream() buffer.MemoryResource {
 	if r == nil {
 		return nil
 	}
-	return &r.adaptor
+	return r.up
 }
+
+// DeviceAccessible, HostAccessible and DeviceID answer for the upstream.
+func (r *Logging) DeviceAccessible() bool { return upDeviceAccessible(r.Upstream()) }
+func (r *Logging) HostAccessible() bool   { return upHostAccessible(r.Upstream()) }
+func (r *Logging) DeviceID() int          { return upDeviceID(r.Upstream()) }
 
 // String describes the resource for logs.
 func (r *Logging) String() string {

@@ -93,20 +93,14 @@ func (r *Managed) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) er
 	return syncFree("Managed", r.Device(), ptr, size, s, func() error { return r.dev.MemFree(ptr) })
 }
 
-// DeviceAccessible reports true.
+// DeviceAccessible and HostAccessible report true: the devices and the
+// CPU may use the memory.
 func (r *Managed) DeviceAccessible() bool { return true }
-
-// HostAccessible reports true.
-func (r *Managed) HostAccessible() bool { return true }
+func (r *Managed) HostAccessible() bool   { return true }
 
 // DeviceID is the ordinal of the device the resource is bound to (-1 for
 // a nil or zero value).
-func (r *Managed) DeviceID() int {
-	if r == nil || r.dev == nil {
-		return -1
-	}
-	return r.dev.Ordinal()
-}
+func (r *Managed) DeviceID() int { return r.Device().Ordinal() }
 
 // Device is the device the resource is bound to.
 func (r *Managed) Device() *cuda.Device {

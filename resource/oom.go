@@ -10,24 +10,18 @@ import (
 	"github.com/cudamem/cudamem/cuda"
 )
 
-// Surviving out-of-memory. The caching resources of this package give
-// back what they cache and try once more before they fail an allocation
-// with an error matching cuda.ErrorOutOfMemory, as PyTorch's caching
-// allocator does: a SubAllocator trims its free blocks, a DevicePool or
-// PinnedPool waits for the stream and trims its pool. The adaptors below
-// go further, at the caller's choice: Retrying asks a function what to do
-// (free something, wait for other work, give up), as RMM's
-// failure_callback_resource_adaptor does; Fallback takes the memory from
-// a second resource (managed memory, host memory). A Tracking above them
-// sees only the failures nothing could recover from, and its
-// OnOutOfMemory hook can write a profile of what filled the memory.
+// Surviving out-of-memory: the caching resources give back what they
+// cache and try once more before failing with cuda.ErrorOutOfMemory, as
+// PyTorch's caching allocator does (pool_oom.go, suballoc_oom.go). The
+// adaptors below go further, at the caller's choice: Retrying asks a
+// function what to do, as RMM's failure_callback_resource_adaptor does;
+// Fallback takes the memory from a second resource.
 
-// neverFits marks an out-of-memory error for a request that no amount of
-// memory given back can satisfy: larger than a SubAllocator's MaxSize, a
-// Limiting's limit or the device. The retries on out-of-memory (a
-// SubAllocator's or a pool's trim, Retrying's RetryFunc) are not made for
-// it: they would give back memory, or have the caller free some, for a
-// retry that must fail. The message is the wrapped error's.
+// neverFits marks an out-of-memory error for a request that no memory
+// given back can satisfy (larger than a SubAllocator's MaxSize, a
+// Limiting's limit or the device): the retries on out-of-memory (a trim,
+// Retrying's RetryFunc) are not made for it. The message is the wrapped
+// error's.
 type neverFits struct{ error }
 
 func (e neverFits) Unwrap() error { return e.error }
@@ -46,22 +40,20 @@ type RetryFunc func(size uint64, attempt int) bool
 
 // Retrying is an adaptor that, when its upstream fails an allocation with
 // an error matching cuda.ErrorOutOfMemory, calls a RetryFunc and tries
-// again for as long as it returns true. Other errors are returned at once,
-// and so is an out-of-memory error for a request that can never fit,
-// whatever is freed (larger than a SubAllocator's MaxSize or a Limiting's
-// limit below, or than the device's memory): the RetryFunc is not called
-// for it. The RetryFunc bounds the retries: one that always returns true
-// loops as long as memory stays short.
+// again for as long as it returns true (so the RetryFunc bounds the
+// retries). Other errors are returned at once, and so is an
+// out-of-memory error for a request that can never fit, whatever is freed
+// (larger than a SubAllocator's MaxSize or a Limiting's limit below, or
+// than the device's memory), without calling the RetryFunc.
 //
 // The RetryFunc runs on the allocating goroutine with no lock of the
 // Retrying held: it may block, and it may call the Retrying and its
 // upstream (free memory through them, or allocate). If it panics, the
 // panic goes on to the caller of Allocate, and nothing was allocated.
-//
-// Buffers from Allocate are owned by the Retrying (see the adaptor
-// documentation). It is safe for concurrent use if the RetryFunc is.
+// Buffers from Allocate are owned by the Retrying. It is safe for
+// concurrent use if the RetryFunc is.
 type Retrying struct {
-	adaptor
+	up      buffer.MemoryResource
 	retry   RetryFunc
 	retries atomic.Uint64
 }
@@ -73,7 +65,7 @@ var _ buffer.MemoryResource = (*Retrying)(nil)
 // forwards). A nil upstream makes every Allocate fail with an error
 // matching cuda.ErrInvalidArgument.
 func NewRetrying(upstream buffer.MemoryResource, retry RetryFunc) *Retrying {
-	return &Retrying{adaptor: adaptor{adaptorUpstream(upstream)}, retry: retry}
+	return &Retrying{up: adaptorUpstream(upstream), retry: retry}
 }
 
 // Allocate allocates from the upstream, retrying on out-of-memory while
@@ -115,19 +107,18 @@ func (r *Retrying) Retries() uint64 {
 	return r.retries.Load()
 }
 
-// Upstream, DeviceAccessible, HostAccessible and DeviceID forward to the
-// upstream, as every adaptor's do (see [adaptor]).
-func (r *Retrying) Upstream() buffer.MemoryResource { return r.base().upstream() }
-func (r *Retrying) DeviceAccessible() bool          { return r.base().deviceAccessible() }
-func (r *Retrying) HostAccessible() bool            { return r.base().hostAccessible() }
-func (r *Retrying) DeviceID() int                   { return r.base().deviceID() }
-
-func (r *Retrying) base() *adaptor {
+// Upstream is the resource r allocates from (nil if none).
+func (r *Retrying) Upstream() buffer.MemoryResource {
 	if r == nil {
 		return nil
 	}
-	return &r.adaptor
+	return r.up
 }
+
+// DeviceAccessible, HostAccessible and DeviceID answer for the upstream.
+func (r *Retrying) DeviceAccessible() bool { return upDeviceAccessible(r.Upstream()) }
+func (r *Retrying) HostAccessible() bool   { return upHostAccessible(r.Upstream()) }
+func (r *Retrying) DeviceID() int          { return upDeviceID(r.Upstream()) }
 
 // String describes the resource for logs.
 func (r *Retrying) String() string {
@@ -142,20 +133,16 @@ func (r *Retrying) String() string {
 // fallback resource: device memory first, managed memory (which the
 // driver can page out to the host) when the device is full. Other errors
 // of the primary are returned at once; if the fallback fails too, its
-// error is returned joined with the primary's.
+// error is returned joined with the primary's. Deallocate sends each
+// address back to the resource that made it (the Fallback remembers the
+// fallback's addresses: a primary's free costs one map lookup).
 //
-// Deallocate sends each address back to the resource that made it: the
-// Fallback remembers the addresses the fallback made (a map under a lock,
-// touched only by fallback allocations and their frees; a primary's free
-// costs one map lookup).
-//
-// The fallback's memory may differ in kind from the primary's: the
-// Fallback is DeviceAccessible (HostAccessible) only if both resources
-// are, and its DeviceID is the primary's. Buffers from Allocate are owned
-// by the Fallback. It is safe for concurrent use.
+// The Fallback is DeviceAccessible (HostAccessible) only if both
+// resources are, and its DeviceID is the primary's. Buffers from Allocate
+// are owned by the Fallback. It is safe for concurrent use.
 type Fallback struct {
-	adaptor // the primary
-	alt     buffer.MemoryResource
+	up  buffer.MemoryResource // the primary
+	alt buffer.MemoryResource
 
 	mu   sync.Mutex
 	fell map[cuda.DevicePtr]uint64 // addresses from alt, with their sizes
@@ -169,7 +156,7 @@ var _ buffer.MemoryResource = (*Fallback)(nil)
 // forwards; a nil primary makes every Allocate fail with an error
 // matching cuda.ErrInvalidArgument.
 func NewFallback(primary, fallback buffer.MemoryResource) *Fallback {
-	return &Fallback{adaptor: adaptor{adaptorUpstream(primary)}, alt: adaptorUpstream(fallback), fell: make(map[cuda.DevicePtr]uint64)}
+	return &Fallback{up: adaptorUpstream(primary), alt: adaptorUpstream(fallback), fell: make(map[cuda.DevicePtr]uint64)}
 }
 
 // Allocate allocates from the primary, or from the fallback when the
@@ -252,15 +239,13 @@ func (f *Fallback) LiveFallbacks() int {
 	return len(f.fell)
 }
 
-func (f *Fallback) base() *adaptor {
+// Upstream is the primary resource (nil if none).
+func (f *Fallback) Upstream() buffer.MemoryResource {
 	if f == nil {
 		return nil
 	}
-	return &f.adaptor
+	return f.up
 }
-
-// Upstream is the primary resource (nil if none).
-func (f *Fallback) Upstream() buffer.MemoryResource { return f.base().upstream() }
 
 // Secondary is the fallback resource (nil if none).
 func (f *Fallback) Secondary() buffer.MemoryResource {
@@ -273,17 +258,17 @@ func (f *Fallback) Secondary() buffer.MemoryResource {
 // DeviceAccessible reports whether both resources' memory is usable by
 // kernels (the primary's answer without a fallback).
 func (f *Fallback) DeviceAccessible() bool {
-	return f.base().deviceAccessible() && (f.alt == nil || f.alt.DeviceAccessible())
+	return upDeviceAccessible(f.Upstream()) && (f.alt == nil || f.alt.DeviceAccessible())
 }
 
 // HostAccessible reports whether both resources' memory is usable by the
 // CPU (the primary's answer without a fallback).
 func (f *Fallback) HostAccessible() bool {
-	return f.base().hostAccessible() && (f.alt == nil || f.alt.HostAccessible())
+	return upHostAccessible(f.Upstream()) && (f.alt == nil || f.alt.HostAccessible())
 }
 
 // DeviceID is the primary's device (-1 without one).
-func (f *Fallback) DeviceID() int { return f.base().deviceID() }
+func (f *Fallback) DeviceID() int { return upDeviceID(f.Upstream()) }
 
 // String describes the resource for logs.
 func (f *Fallback) String() string {

@@ -61,11 +61,9 @@ const (
 
 // PinnedPool allocates page-locked host memory from a CUDA memory pool
 // with a host location, stream ordered: cuda.core's PinnedMemoryResource.
-// The memory is readable and writable by the CPU (under unified
-// addressing, Buffer.Ptr is the host address) and by every device, which
-// NewPinnedPool grants read-write access. Pooling matters here: a pair of
-// cuMemHostAlloc/cuMemFreeHost calls costs about a millisecond, a pool
-// pair about a microsecond.
+// The CPU (under unified addressing, Buffer.Ptr is the host address) and
+// every device may read and write it. A pool pair costs about a
+// microsecond, a cuMemHostAlloc/cuMemFreeHost pair about a millisecond.
 //
 // The pool is owned: Close destroys it. Calls on the pool run in device
 // 0's context; the nil stream is device 0's legacy default stream. Methods
@@ -197,11 +195,10 @@ func (p *PinnedPool) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream)
 	return p.base().deallocate("PinnedPool", ptr, size, s, true)
 }
 
-// DeviceAccessible reports true: every device may use the memory.
+// DeviceAccessible and HostAccessible report true: every device and the
+// CPU may read and write the memory.
 func (p *PinnedPool) DeviceAccessible() bool { return true }
-
-// HostAccessible reports true: the CPU may read and write the memory.
-func (p *PinnedPool) HostAccessible() bool { return true }
+func (p *PinnedPool) HostAccessible() bool   { return true }
 
 // DeviceID reports -1: pinned memory belongs to no device.
 func (p *PinnedPool) DeviceID() int { return -1 }

@@ -44,17 +44,11 @@ type PoolAttributes struct {
 }
 
 // poolCore is what DevicePool and PinnedPool share: a driver memory pool,
-// whether this value owns it (life has a destroy function), and its
-// lifecycle. The outer types give its methods their documentation; kind
-// names the outer type in errors (it is empty in a zero value, so methods
-// take it), and a nil *poolCore is a nil outer pool.
-//
-// The lifecycle (calls in progress, live allocations, closing, deferred
-// destruction) lives in internal/poolcore, so that ipc.ImportedPool can
-// share it. An owned pool is destroyed only when no allocation from it is
-// live and every free has completed (see DevicePool.Close for why): Close
-// destroys it at once when nothing is allocated, and otherwise the
-// Deallocate of the last live allocation does.
+// whether this value owns it, and its lifecycle (internal/poolcore, shared
+// with ipc.ImportedPool). The outer types give its methods their
+// documentation; kind names the outer type in errors (it is empty in a
+// zero value, so methods take it), and a nil *poolCore is a nil outer
+// pool.
 type poolCore struct {
 	kind string       // "DevicePool" or "PinnedPool", for error messages
 	dev  *cuda.Device // serves the pool's calls; its default stream is the nil-stream default
@@ -69,11 +63,9 @@ type poolCore struct {
 
 // own makes c own its pool: once closed and unused, the pool's pending
 // work on the quiesce devices is waited for, then destroy runs. While a
-// stream of one of those devices captures, waiting for the device would
-// invalidate the capture: the destruction is put off until no capture is
-// in flight (Close still returns at once, and the pool is closed), and
-// runs before the EndCapture that ends the last one returns
-// (cuda.Device.DeferWhileCapturing).
+// stream of one of those devices captures, that wait would invalidate the
+// capture: the destruction is put off until the EndCapture that ends the
+// last capture (cuda.Device.DeferWhileCapturing).
 func (c *poolCore) own(quiesce []*cuda.Device, destroy func() error) {
 	retry := func() { _ = c.life.Retry() }
 	c.life.SetDestroy(func() error {
@@ -110,10 +102,9 @@ func errNil(kind, op string) error {
 func (c *poolCore) initialized() bool { return c.dev != nil && !c.pool.IsZero() }
 
 // checkDevice rejects a nil device and one not made by package cuda (a
-// zero cuda.Device, whose methods would reach a driver table it lacks):
-// dev must be the value cuda.GetDevice returns for its ordinal, or a view
-// of that GPU through another context (cuda.WrapContext,
-// Device.NewContext), whose primary view is that value.
+// zero cuda.Device lacks the driver table): dev must be what
+// cuda.GetDevice returns for its ordinal, or a view of that GPU through
+// another context, whose primary view is that value.
 func checkDevice(op string, dev *cuda.Device) error {
 	if dev == nil {
 		return cuda.Errorf(op, cuda.ErrInvalidArgument, "nil device")
@@ -162,11 +153,9 @@ func (c *poolCore) use(kind string, fn func(pool cuda.MemPool) error) error {
 	return fn(c.pool)
 }
 
-// maxRequest is the largest size this package passes to the driver.
-// Sizes travel as uintptr, 32 bits wide on some targets, and the driver
-// rounds them up to its allocation granularity, which wraps past 2^64 for
-// sizes near it (a request that wraps can "succeed" with nothing
-// reserved). No machine has 2^63 bytes, so nothing real is refused.
+// maxRequest is the largest size this package passes to the driver:
+// sizes travel as uintptr (32 bits on some targets), and the driver's
+// rounding wraps past 2^64 for sizes near it. No machine has 2^63 bytes.
 const maxRequest = min(uint64(^uintptr(0)), 1<<63)
 
 // checkSize rejects a size of argument name of op that the driver call
@@ -196,9 +185,8 @@ func checkPoolSizes(op string, reserve, maxSize, release uint64) error {
 	return nil
 }
 
-// opName is kind+"."+method for the two hot methods, as constants: the
-// pair path names its operation on every call (for a possible error), and
-// a concatenation there costs an allocation each time.
+// opName is kind+"."+method, as constants for the hot methods: a
+// concatenation on every pair would cost an allocation.
 func opName(kind, method string) string {
 	switch {
 	case kind == "DevicePool" && method == "Allocate":
@@ -215,11 +203,9 @@ func opName(kind, method string) string {
 
 // allocatePtr is the shared AllocatePtr: stream-ordered from the pool, the
 // address (0 for size 0) and the stream it is ordered on, nil resolved. A
-// DevicePool takes streams of its own device only.
-//
-// record adds the address to the pool's record of addresses handed out
-// (ptrs), which Deallocate requires; a Buffer from buffer.Allocate
-// (ForBuffers) is the record of its memory instead.
+// DevicePool takes streams of its own device only. record adds the
+// address to ptrs, which Deallocate requires; a Buffer from
+// buffer.Allocate (ForBuffers) is the record of its memory instead.
 func (c *poolCore) allocatePtr(kind string, size uint64, s *cuda.Stream, record bool) (cuda.DevicePtr, *cuda.Stream, error) {
 	if err := c.acquire(kind, "Allocate"); err != nil {
 		return 0, nil, err
@@ -258,13 +244,12 @@ func (c *poolCore) allocatePtr(kind string, size uint64, s *cuda.Stream, record 
 }
 
 // deallocate is the shared Deallocate. It works after Close too: an owned
-// pool lives until its last allocation is freed, and that free destroys it
-// (after waiting for the pool's devices, so the frees have completed).
-// An address this value did not hand out, or already freed, is refused
-// without calling the driver (see ptrSet): cuMemFreeAsync would free
-// another pool's memory behind that pool's back. recorded is false for
-// the memory of a Buffer from buffer.Allocate (ForBuffers), which is not in
-// the record (the Buffer frees it once, and only it can).
+// pool lives until its last allocation is freed, and that free destroys
+// it. An address this value did not hand out, or already freed, is
+// refused without calling the driver (see ptrSet): cuMemFreeAsync would
+// free another pool's memory behind its back. recorded is false for the
+// memory of a Buffer from buffer.Allocate (ForBuffers), which the Buffer
+// frees once, and only it can.
 func (c *poolCore) deallocate(kind string, ptr cuda.DevicePtr, size uint64, s *cuda.Stream, recorded bool) error {
 	if ptr == 0 {
 		return nil
@@ -420,16 +405,13 @@ func (c *poolCore) resetHighWatermarks(kind string) error {
 }
 
 // prime makes the pool reserve n bytes up front by allocating and freeing
-// them (RMM's initial_pool_size). The release threshold must be at least n
-// for the memory to stay reserved. clean reports whether the pool may be
-// destroyed after an error: destroying a pool under a live allocation, or
-// while a free into it is still pending, was followed by a crash in the
-// driver (see poolCore), so on failure prime first makes sure the reserve
-// is freed and the free has completed — retrying the free, and waiting
-// for the whole device rather than the stream if the stream's wait
-// failed — and says clean only then. Only if those second attempts fail
-// too is the pool left behind (leaked, and the error says so). The errors
-// of the retries are joined to the first.
+// them (RMM's initial_pool_size); the release threshold must be at least
+// n. clean reports whether the pool may be destroyed after an error:
+// destroying a pool under a live allocation or a pending free was
+// followed by crashes in the driver, so on failure prime first retries
+// the free and waits for the whole device, and says clean only then
+// (otherwise the pool is left behind, and the error says so). The
+// retries' errors are joined to the first.
 func prime(pool cuda.MemPool, s *cuda.Stream, n uint64) (clean bool, err error) {
 	if n == 0 {
 		return true, nil

@@ -9,21 +9,17 @@ import (
 	"github.com/cudamem/cudamem/cuda"
 )
 
-// retryAfterTrim runs after the pool failed an allocation of size bytes on
-// s with out-of-memory (err). The pool may hold unused memory in pieces
-// that do not fit the request (a release threshold keeps them across
-// synchronizations), and memory freed on s may not be reusable yet. So it
-// waits for s (its frees complete), trims the pool to nothing (the unused
-// memory goes back to the system, where a new mapping of the right size
-// can use it), and tries once more, as PyTorch's caching allocator frees
-// its cached blocks and retries. The pool regrows on later allocations.
-// It runs with the pool acquired.
+// retryAfterTrim runs, with the pool acquired, after the pool failed an
+// allocation of size bytes on s with out-of-memory (err). The pool may
+// hold unused memory in pieces that do not fit the request, and memory
+// freed on s may not be reusable yet: so it waits for s, trims the pool to
+// nothing (a new mapping of the right size can then use the memory), and
+// tries once more. The pool regrows on later allocations.
 //
 // A request larger than the pool's MaxSize or the device's memory can
-// never fit: err is returned as it is (marked, so that Retrying makes no
+// never fit: err is returned marked neverFits (so that Retrying makes no
 // retry either), without the wait and the trim, which would cost the
-// pool's cached memory (and the next allocations their driver calls) for
-// nothing.
+// pool's cached memory for nothing.
 func (c *poolCore) retryAfterTrim(s *cuda.Stream, size uint64, err error) (cuda.DevicePtr, error) {
 	if c.maxSize != 0 && size > c.maxSize {
 		return 0, neverFits{fmt.Errorf("%w (more than the pool's MaxSize, %d bytes)", err, c.maxSize)}

@@ -33,21 +33,18 @@ func (s Stats) String() string {
 }
 
 // Statistics counts what goes through it: current, peak and total bytes
-// and allocations, and failed allocations. It answers "how much does this
-// component use, and how much did it need at worst" without asking the
-// driver, for any upstream (a pool's UsedMemCurrent mixes every user of
-// the pool, and rounds).
+// and allocations, and failed allocations, for any upstream, without
+// asking the driver (a pool's UsedMemCurrent mixes every user of the
+// pool, and rounds).
 //
-// The counters are separate atomics, with no lock, so a pair costs a few
-// uncontended atomic operations more. The price is that a snapshot taken
-// while other goroutines allocate may mix moments: each field is exact,
-// but CurrentBytes and CurrentCount may be one allocation apart. Stats
-// never reports a peak below the current value it read.
-//
-// Buffers from Allocate are owned by the Statistics, so that their Close
-// is counted. Statistics is safe for concurrent use.
+// The counters are separate atomics, with no lock: a pair costs a few
+// uncontended atomic operations more, but a snapshot taken while other
+// goroutines allocate may mix moments (CurrentBytes and CurrentCount may
+// be one allocation apart). Stats never reports a peak below the current
+// value it read. Buffers from Allocate are owned by the Statistics, so
+// that their Close is counted. Statistics is safe for concurrent use.
 type Statistics struct {
-	adaptor
+	up buffer.MemoryResource
 
 	curBytes, peakBytes, totalBytes atomic.Uint64
 	curCount, peakCount, totalCount atomic.Uint64
@@ -60,7 +57,7 @@ var _ buffer.MemoryResource = (*Statistics)(nil)
 // the allocations. A nil upstream makes every Allocate fail with an error
 // matching cuda.ErrInvalidArgument.
 func NewStatistics(upstream buffer.MemoryResource) *Statistics {
-	return &Statistics{adaptor: adaptor{adaptorUpstream(upstream)}}
+	return &Statistics{up: adaptorUpstream(upstream)}
 }
 
 // Allocate allocates from the upstream and counts the allocation, or the
@@ -142,19 +139,18 @@ func (r *Statistics) ResetPeak() {
 	r.peakCount.Store(r.curCount.Load())
 }
 
-// Upstream, DeviceAccessible, HostAccessible and DeviceID forward to the
-// upstream, as every adaptor's do (see [adaptor]).
-func (r *Statistics) Upstream() buffer.MemoryResource { return r.base().upstream() }
-func (r *Statistics) DeviceAccessible() bool          { return r.base().deviceAccessible() }
-func (r *Statistics) HostAccessible() bool            { return r.base().hostAccessible() }
-func (r *Statistics) DeviceID() int                   { return r.base().deviceID() }
-
-func (r *Statistics) base() *adaptor {
+// Upstream is the resource r allocates from (nil if none).
+func (r *Statistics) Upstream() buffer.MemoryResource {
 	if r == nil {
 		return nil
 	}
-	return &r.adaptor
+	return r.up
 }
+
+// DeviceAccessible, HostAccessible and DeviceID answer for the upstream.
+func (r *Statistics) DeviceAccessible() bool { return upDeviceAccessible(r.Upstream()) }
+func (r *Statistics) HostAccessible() bool   { return upHostAccessible(r.Upstream()) }
+func (r *Statistics) DeviceID() int          { return upDeviceID(r.Upstream()) }
 
 // String describes the resource for logs.
 func (r *Statistics) String() string {

@@ -19,17 +19,13 @@ type SubAllocatorOptions struct {
 	// upstream call. 0 takes nothing until the first Allocate.
 	InitialSize uint64
 	// GrowSize is the least the sub-allocator takes from the upstream when
-	// no free range fits a request; 0 means 64 MiB. A request larger than
-	// GrowSize gets a block of its own size rather than twice that, so a
-	// single large allocation does not hold memory nothing else may want;
-	// Trim gives such a block back once it is free.
+	// no free range fits a request; 0 means 64 MiB. A larger request gets
+	// a block of its own size, which Trim gives back once it is free.
 	GrowSize uint64
 	// MaxSize caps the bytes held from the upstream; 0 means no cap.
 	// Beyond it Allocate fails with an error matching
-	// cuda.ErrorOutOfMemory, and the sub-allocator keeps working for
-	// requests that fit. The free blocks are given back on such a
-	// failure only when that can make room under the cap for the
-	// request (see SubAllocatorStats.OutOfMemoryTrims).
+	// cuda.ErrorOutOfMemory (after giving back the free blocks, when that
+	// can make room: see SubAllocatorStats.OutOfMemoryTrims).
 	MaxSize uint64
 	// Alignment of every allocation's address and size, a power of two; 0
 	// means 256 bytes, what cudaMalloc guarantees and what RMM uses.
@@ -46,45 +42,36 @@ type SubAllocatorOptions struct {
 // SegmentHooks let code that must know the memory behind allocations,
 // such as a communication library that registers buffers (NCCL's
 // ncclCommRegister), see the large blocks a SubAllocator takes from its
-// upstream and gives back, instead of every allocation carved from them:
-// a block registered once makes every allocation in it registered, and
-// nothing is registered per allocation. RMM's callback_memory_resource
-// plays the same part.
+// upstream and gives back, rather than every allocation carved from them,
+// as RMM's callback_memory_resource does.
 //
-// Acquired runs with a block's address and size once the block is taken
-// from the upstream and before anything is carved from it; if it fails,
-// the block goes back to the upstream and the allocation that needed it
-// fails with an error wrapping the hook's. Released runs before a block
-// goes back to the upstream (Trim, Close, a trim on out-of-memory, or,
-// after Close, the block's last Deallocate); if it fails, the block stays,
-// owned and still acquired, the operation reports the error, and a later
-// Trim or Close calls Released again. So each block that Acquired
-// accepted sees Released exactly once, before its memory is released. If
-// giving the block back then fails, it stays and Acquired runs again for
-// it; if that fails too, both errors are reported and the block stays in
-// use unregistered (Released is not called for it again).
+// Acquired runs once a block is taken from the upstream, before anything
+// is carved from it; if it fails, the block goes back to the upstream and
+// the allocation that needed it fails with an error wrapping the hook's.
+// Released runs before a block goes back to the upstream (Trim, Close, a
+// trim on out-of-memory, or, after Close, the block's last Deallocate);
+// if it fails, the block stays, owned and still acquired, the operation
+// reports the error, and a later Trim or Close calls Released again. So
+// each block that Acquired accepted sees Released exactly once, before
+// its memory is released. If giving the block back then fails, it stays
+// and Acquired runs again for it; if that fails too, both errors are
+// reported and the block stays in use unregistered.
 //
-// Acquired runs with the SubAllocator's shared lock held when a block is
-// taken (by an Allocate that grows, or NewSubAllocator), so that no other
-// allocation sees the block before it is acquired. Released, and Acquired
-// again for a block that could not be given back, run without that lock,
-// on the goroutine of the Trim, Close or Deallocate that gives the block
-// back, while the block is set aside. A hook may block (a registration
-// may take long), but while Acquired runs, every allocation that its
-// stream's cache cannot serve waits, and while Released runs, Close
-// waits for it. A hook must not call the SubAllocator it serves, nor wait
-// for a goroutine that does: Acquired would wait for the lock it is
-// called under, and a Close reached from Released would wait for that
-// Released to return.
+// Acquired runs with the SubAllocator's shared lock held, so that no
+// allocation sees the block before it is acquired: while it runs, every
+// allocation its stream's cache cannot serve waits. Released (and
+// Acquired again for a block that could not be given back) runs without
+// that lock, on the goroutine that gives the block back; Close waits for
+// it. A hook may block, but must not call the SubAllocator it serves, nor
+// wait for a goroutine that does: it would deadlock.
 //
 // A hook that panics counts as one that failed, and leaves the
 // SubAllocator usable, closable and with its books whole; the panic goes
-// on to the caller of the operation that ran the hook (Allocate,
-// NewSubAllocator, Trim, Close, Deallocate). A new block whose Acquired
-// panicked has gone back to the upstream. A block whose Released panicked
-// stays acquired, and so do the blocks the operation had not given back
-// yet, for a later Trim or Close. A Deallocate that runs Released has
-// freed its range first.
+// on to the caller of the operation that ran the hook. A new block whose
+// Acquired panicked has gone back to the upstream; a block whose Released
+// panicked stays acquired, and so do the blocks the operation had not
+// given back yet, for a later Trim or Close. A Deallocate that runs
+// Released has freed its range first.
 //
 // A SubAllocator that is dropped without Close leaves its blocks to the
 // Buffers' safety net, which frees them without calling Released.
@@ -105,13 +92,11 @@ const (
 // SubAllocator is a memory resource that carves allocations out of large
 // blocks it takes from another resource (the upstream): RMM's
 // pool_memory_resource, over any upstream (a DevicePool, pinned or managed
-// memory, an adaptor). It exists because a pair through a driver pool
-// costs a driver call each way, a few hundred nanoseconds at best, while
-// carving a range out of memory already held is a few dozen nanoseconds
-// of Go. Allocate and Deallocate on one stream never call the driver once
-// the sub-allocator holds enough memory; the pair, Buffer included, stays
-// well under 0.2 µs, and scales with goroutines on their own streams
-// (BENCHMARKS.md has the figures).
+// memory, an adaptor). A pair through a driver pool costs a driver call
+// each way; carving a range out of memory already held is a few dozen
+// nanoseconds of Go. Allocate and Deallocate on one stream never call the
+// driver once the sub-allocator holds enough memory, and scale with
+// goroutines on their own streams (BENCHMARKS.md has the figures).
 //
 // # Streams
 //
@@ -153,38 +138,21 @@ const (
 // # Concurrency
 //
 // A SubAllocator is safe for concurrent use, and goroutines on different
-// streams do not contend. Each stream has a cache in front of the shared
-// books (RMM's arena keeps per-thread arenas in front of a global one):
-// ranges freed on the stream, up to 64 of them (per shard, see below)
-// and a quarter of GrowSize in all, reused by allocations of the same
-// aligned size on that stream, and the record of the allocations handed
-// out on it, so that their frees on it are checked there. A pair served
-// by its stream's cache takes only a lock of that cache. Everything else
-// takes the shared lock, held for the Go bookkeeping and, on the slow
-// paths only, for the driver calls that order streams and the upstream
-// calls that grow it: a size the cache has no range for, a free on
-// another stream than the allocation's (the range goes to the freeing
-// stream's list, as described above), a full cache. Cached ranges are free memory of their stream like any
-// other: before a stream is ordered after another, or a block is taken
-// from the upstream, the caches give their ranges back to their streams'
-// lists (where they coalesce), and Trim, Close and Stats do so too, so
-// caching never makes the sub-allocator grow while a fitting range is
-// free, and Stats is exact.
+// streams do not contend: each stream has a cache in front of the shared
+// books (as RMM's arena keeps per-thread arenas in front of a global
+// one), and a pair it serves takes only a lock of that cache. Goroutines
+// sharing one stream, once seen contending, get a shard of its cache per
+// P. A cache reuses ranges freed on its stream for allocations of the
+// same aligned size on that stream; other sizes, frees on another stream
+// than the allocation's and a full cache take the shared lock. Cached
+// ranges count as free: they go back to the books before the
+// sub-allocator orders streams or grows, and in Trim, Close and Stats, so
+// caching never makes it grow while a fitting range is free, and Stats is
+// exact.
 //
-// Goroutines sharing one stream do not serialize on its cache either:
-// once they are seen contending for its lock, the cache splits into a
-// shard per P (GOMAXPROCS of them, rounded up to a power of two, at most
-// 64), each with its own lock and its share of the cache's limits, and a
-// goroutine uses the shard of the P it runs on. The shards are all the
-// stream's: a range one of them holds is reused only on that stream, as
-// before. A free on the stream from another P than the allocation's (a
-// goroutine that moved, or a buffer handed to another goroutine) takes
-// the shared lock, and the range goes to the stream's list.
-//
-// The sub-allocator's blocks are Buffers of the upstream's
-// (buffer.Allocate), so the safety net covers them; its own allocations
-// are addresses (AllocatePtr), so adaptors stacked on a SubAllocator build
-// one Buffer per allocation.
+// The blocks are Buffers of the upstream's (buffer.Allocate), so the
+// safety net covers them; the allocations are addresses (AllocatePtr), so
+// adaptors stacked on a SubAllocator build one Buffer per allocation.
 type SubAllocator struct {
 	// Read by the fast path, written only by the constructor (and caches
 	// replaced under mu): kept apart from mu, which the slow paths write.
@@ -265,22 +233,18 @@ type SubAllocatorStats struct {
 	// fragmentation.
 	FreeRanges int
 	// OutOfMemoryTrims counts the allocations that ran out of memory,
-	// gave back the entirely free blocks (Trim) and tried again. An
-	// allocation that giving them back cannot help (one that would not
-	// fit under MaxSize with only the blocks in use held) fails at once,
-	// with every block kept.
+	// gave back the entirely free blocks (Trim) and tried again. One that
+	// would not fit under MaxSize even then fails at once, every block
+	// kept.
 	OutOfMemoryTrims uint64
 }
 
 // NewSubAllocator returns a sub-allocator over upstream, which it uses
-// but does not own (closing the upstream is left to its owner, after the
-// sub-allocator's Close). With opts.InitialSize set it takes that much
-// from the upstream now, on the upstream's default stream.
-//
-// Bad options (an alignment that is not a power of two, an initial size
-// above MaxSize) and a nil upstream are errors matching
-// cuda.ErrInvalidArgument; the upstream's error is returned wrapped if
-// the initial block cannot be had.
+// but does not own (close the upstream after the sub-allocator). With
+// opts.InitialSize set it takes that much from the upstream now, on the
+// upstream's default stream. Bad options and a nil upstream are errors
+// matching cuda.ErrInvalidArgument; the upstream's error is returned
+// wrapped if the initial block cannot be had.
 func NewSubAllocator(upstream buffer.MemoryResource, opts *SubAllocatorOptions) (*SubAllocator, error) {
 	const op = "NewSubAllocator"
 	if upstream == nil || holdsNil(upstream) {
@@ -366,15 +330,12 @@ func (a *SubAllocator) check(op string) error {
 // Allocate returns a buffer of size bytes usable on s at once (nil: the
 // upstream's default stream), carved out of memory the sub-allocator
 // holds; closing the buffer gives the range back on s unless CloseOn
-// names another stream. It calls no driver function when s has a free
-// range that fits; see the type's documentation for what happens when it
-// has not. Size 0 returns an empty buffer.
+// names another stream. Size 0 returns an empty buffer.
 //
 // A request beyond MaxSize, or one the upstream cannot grow for, fails
 // with an error matching cuda.ErrorOutOfMemory that names the sizes; a
 // size that overflows when aligned matches cuda.ErrInvalidArgument; after
-// Close, and on a stream that was closed (whatever the sub-allocator
-// still holds freed on it), the error matches cuda.ErrClosed.
+// Close, and on a closed stream, the error matches cuda.ErrClosed.
 func (a *SubAllocator) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error) {
 	return buffer.Allocate(a, size, s)
 }
@@ -402,7 +363,7 @@ func (a *SubAllocator) take(size uint64, s *cuda.Stream) (cuda.DevicePtr, error)
 	const op = "SubAllocator.Allocate"
 	// Ranges are handed out and reused by the host, outside the stream
 	// order a graph records: a captured allocation would be carved once,
-	// now, not at each launch. One atomic load for owned streams.
+	// now, not at each launch.
 	if err := a.order.admit(op, s, true); err != nil {
 		return 0, err
 	}
@@ -410,9 +371,8 @@ func (a *SubAllocator) take(size uint64, s *cuda.Stream) (cuda.DevicePtr, error)
 	if !ok {
 		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "%d bytes overflow when aligned to %d bytes", size, a.align)
 	}
-	// A closed stream gets nothing, whether or not a range freed on it
-	// is still cached here: the pools refuse it, and work queued on it
-	// after its Close is an error (one atomic load).
+	// A closed stream gets nothing, even a range freed on it and cached
+	// here: the pools refuse it, and work queued on it is an error.
 	if err := refuseClosed(op, s); err != nil {
 		return 0, err
 	}
@@ -427,8 +387,8 @@ func (a *SubAllocator) take(size uint64, s *cuda.Stream) (cuda.DevicePtr, error)
 }
 
 // takeSlow is take past the caches, under the shared lock. The unlock is
-// deferred: growing calls the upstream and the Acquired hook, user code
-// that may panic, and a panic must not leave the lock held.
+// deferred: growing calls user code (the upstream, the Acquired hook)
+// that may panic.
 func (a *SubAllocator) takeSlow(op string, size, n uint64, s *cuda.Stream, h uint32) (cuda.DevicePtr, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -468,20 +428,17 @@ func refuseClosed(op string, s *cuda.Stream) error {
 
 // Deallocate gives back a range from Allocate, on s (nil: the upstream's
 // default stream): the range is reused at once by allocations on s, and by
-// allocations on other streams only once they are ordered after s.
-// Buffers call it from Close. A zero ptr is a no-op.
+// allocations on other streams only once they are ordered after s. A zero
+// ptr is a no-op. It works after Close too: a block whose last allocation
+// this was is then given back to the upstream; if that fails the block
+// stays, and the next Close retries it and reports the error.
 //
-// It works after Close too; a block whose last allocation this was is
-// then given back to the upstream (after waiting for the streams that
-// freed into it). If that fails the block stays, and the next Close
-// retries it and reports the error.
-//
-// An address that is not a live allocation of this sub-allocator (never
-// allocated here, or already freed), or a size that does not match the
-// allocation's, is an error matching cuda.ErrInvalidArgument, and nothing
-// changes. A stream that was closed is refused, as the pools refuse it,
-// with an error matching cuda.ErrClosed: the range stays allocated, and
-// may be freed on another stream (Buffer.CloseOn).
+// An address that is not a live allocation here (never allocated, or
+// already freed), or a size that does not match the allocation's, is an
+// error matching cuda.ErrInvalidArgument, and nothing changes. A closed
+// stream is refused, as the pools refuse it, with an error matching
+// cuda.ErrClosed: the range stays allocated, and may be freed on another
+// stream (Buffer.CloseOn).
 func (a *SubAllocator) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	const op = "SubAllocator.Deallocate"
 	if ptr == 0 {
@@ -493,10 +450,8 @@ func (a *SubAllocator) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 	if err := a.order.admit(op, s, false); err != nil {
 		return fmt.Errorf("%w (%#x, %d bytes, stays allocated)", err, uint64(ptr), size)
 	}
-	// Refused as the pools refuse it, before any cache sees it: nothing
-	// may be ordered on a closed stream any more, so a range freed on it
-	// could be reused only after waiting for its whole device. The range
-	// stays allocated; free it on a live stream (Buffer.CloseOn).
+	// Before any cache sees it: nothing may be ordered on a closed stream,
+	// so a range freed on it could be reused only after its whole device.
 	if err := refuseClosed(op, s); err != nil {
 		return fmt.Errorf("%w (%#x, %d bytes, stays allocated)", err, uint64(ptr), size)
 	}
@@ -505,7 +460,7 @@ func (a *SubAllocator) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 	}
 	a.mu.Lock()
 	i := a.live.get(uint64(ptr))
-	if i == 0 || !a.handedOutLocked(i) {
+	if i == 0 || !a.handedOutLocked(i, false) {
 		// Not live, or a range a cache holds free: freed already.
 		err := a.unknownLocked(op, ptr, size)
 		a.mu.Unlock()
@@ -516,7 +471,7 @@ func (a *SubAllocator) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 		a.mu.Unlock()
 		return a.sizeErr(ptr, size, c.size)
 	}
-	if !a.unrecordLocked(i) {
+	if !a.handedOutLocked(i, true) {
 		// A racing second free reached the cache first.
 		err := a.unknownLocked(op, ptr, size)
 		a.mu.Unlock()
@@ -617,23 +572,11 @@ func (a *SubAllocator) Upstream() buffer.MemoryResource {
 	return a.up
 }
 
-// DeviceAccessible reports whether the upstream's memory is usable by
-// kernels (false for nil).
-func (a *SubAllocator) DeviceAccessible() bool {
-	return a != nil && a.up != nil && a.up.DeviceAccessible()
-}
-
-// HostAccessible reports whether the CPU can use the upstream's memory
-// (false for nil).
-func (a *SubAllocator) HostAccessible() bool { return a != nil && a.up != nil && a.up.HostAccessible() }
-
-// DeviceID is the upstream's device (-1 for nil and zero values).
-func (a *SubAllocator) DeviceID() int {
-	if a == nil || a.up == nil {
-		return -1
-	}
-	return a.up.DeviceID()
-}
+// DeviceAccessible, HostAccessible and DeviceID answer for the upstream
+// (false, false and -1 for nil and zero values).
+func (a *SubAllocator) DeviceAccessible() bool { return upDeviceAccessible(a.Upstream()) }
+func (a *SubAllocator) HostAccessible() bool   { return upHostAccessible(a.Upstream()) }
+func (a *SubAllocator) DeviceID() int          { return upDeviceID(a.Upstream()) }
 
 // String describes the sub-allocator for logs.
 func (a *SubAllocator) String() string {

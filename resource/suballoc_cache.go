@@ -15,9 +15,13 @@ import (
 
 // A cache is one stream's private stock of ranges, in front of the shared
 // books (the size classes, the blocks, the address index, all under
-// SubAllocator.mu); the SubAllocator's documentation (Concurrency) says
-// what it serves and when it widens to a shard per P, a goroutine using
-// the shard of its P (a hint from a sync.Pool, which is per P).
+// SubAllocator.mu): up to 64 ranges per shard and a quarter of GrowSize in
+// all. Once its lock is seen contended it widens to a shard per P
+// (GOMAXPROCS rounded up to a power of two, at most 64), each with its
+// share of the limits; a goroutine uses the shard of its P (a hint from a
+// sync.Pool, which is per P). A free on the stream from another P than
+// the allocation's takes the shared lock, and the range goes to the
+// stream's list.
 //
 // To the shared books, a range in a shard is live: carved, in the address
 // index, counted in used and in its block's live count, marked with the
@@ -410,30 +414,10 @@ func (a *SubAllocator) recordLocked(s *cuda.Stream, i int32, h uint32) {
 	ch.cache, ch.shard = c.id, k
 }
 
-// unrecordLocked takes the live chunk i out of the shard that handed it
-// out, if any. It reports false when that shard holds the chunk as free:
-// the allocation was already freed, and this is a second free.
-func (a *SubAllocator) unrecordLocked(i int32) bool {
-	ch := &a.chunks[i]
-	if ch.cache == 0 {
-		return true
-	}
-	sh := a.cacheTab[ch.cache].shard(ch.shard)
-	sh.mu.Lock()
-	ci, _ := sh.live.lookup(ch.addr)
-	if ci == 0 {
-		sh.mu.Unlock()
-		return false
-	}
-	sh.live.remove(ch.addr)
-	sh.mu.Unlock()
-	ch.cache, ch.shard = 0, 0
-	return true
-}
-
 // handedOutLocked reports whether the live chunk i is an allocation in
-// use, not a free range held by a cache.
-func (a *SubAllocator) handedOutLocked(i int32) bool {
+// use, not a free range held by a cache (a second free of it). With take,
+// an allocation in use is also taken out of the shard that handed it out.
+func (a *SubAllocator) handedOutLocked(i int32, take bool) bool {
 	ch := &a.chunks[i]
 	if ch.cache == 0 {
 		return true
@@ -441,8 +425,15 @@ func (a *SubAllocator) handedOutLocked(i int32) bool {
 	sh := a.cacheTab[ch.cache].shard(ch.shard)
 	sh.mu.Lock()
 	ci, _ := sh.live.lookup(ch.addr)
+	inUse := ci != 0
+	if inUse && take {
+		sh.live.remove(ch.addr)
+	}
 	sh.mu.Unlock()
-	return ci != 0
+	if inUse && take {
+		ch.cache, ch.shard = 0, 0
+	}
+	return inUse
 }
 
 // flushLocked gives the free ranges of c's shards back to the shared

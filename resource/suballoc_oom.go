@@ -10,18 +10,16 @@ import (
 )
 
 // retryAfterTrim runs after take failed with out-of-memory (err): the
-// upstream, or MaxSize, refused a new block. Blocks that are entirely
-// free may still be held (free ranges too small for the request, or on
-// streams it cannot use), and giving them back may make room for a block
-// that fits, as PyTorch's caching allocator frees its cached blocks and
-// retries. So Trim, and if it gave anything back, take once more. The
-// error of a failed retry is returned joined with Trim's, if any.
+// upstream, or MaxSize, refused a new block. Entirely free blocks may
+// still be held (their ranges too small for the request, or on streams it
+// cannot use), and giving them back may make room for a block that fits:
+// so Trim, and if it gave anything back, take once more. A failed retry's
+// error is joined with Trim's, if any.
 //
-// Only when trimming can make the request fit: a request that exceeds
-// MaxSize alone, or with the blocks that have live allocations, fails
-// with err as it is (the state that refused it), and every block stays.
-// Giving back memory that the next allocations would take again, for a
-// retry that must fail, would only cost them the upstream calls.
+// A request that trimming cannot make fit (over MaxSize alone, or with the
+// blocks that have live allocations) fails with err as it is, and every
+// block stays: giving back memory the next allocations would take again,
+// for a retry that must fail, would only cost them the upstream calls.
 func (a *SubAllocator) retryAfterTrim(size uint64, s *cuda.Stream, err error) (cuda.DevicePtr, error) {
 	if isNeverFits(err) || !a.trimMayFit(size) {
 		return 0, err

@@ -213,27 +213,21 @@ type subGiven struct {
 	kept   int    // blocks that could not be given back and are on the lists again
 }
 
-// giveBack returns the detached blocks rs to the upstream, in two phases
-// so that a failure changes as little as possible:
-//
-//  1. It waits (on the host) for every stream that freed into any of the
-//     blocks, since work queued there may still use the memory. If that
-//     fails, nothing has changed: every block goes back on the lists.
-//  2. It frees the blocks one by one. A block whose free fails goes back
-//     on the lists, still owned and usable; the others are given back
-//     anyway (giving back is what the caller asked for, and it is most
-//     wanted when memory is short), and the errors are joined.
-//
-// It returns what was given back and the error; the lock is not held.
+// giveBack returns the detached blocks rs to the upstream, without the
+// lock, in two phases so that a failure changes as little as possible:
+// it waits (on the host) for every stream that freed into the blocks, and
+// if that fails every block goes back on the lists; then it frees the
+// blocks one by one, and a block whose free fails goes back on the lists
+// while the others go anyway (giving back is most wanted when memory is
+// short), the errors joined.
 //
 // The hooks and the upstream are user code: if one panics, the blocks not
-// yet dealt with (the one in hand included, still owned: a block is
-// dropped only once its memory is gone) go back on the lists before the
-// panic goes on, so that the books stay whole, a later Trim or Close
-// retries them, and Close does not wait for them forever.
+// yet dealt with (the one in hand included: a block is dropped only once
+// its memory is gone) go back on the lists before the panic goes on, so
+// that the books stay whole and Close does not wait for them forever.
 func (a *SubAllocator) giveBack(rs []subRelease) (subGiven, error) {
 	var g subGiven
-	done := 0 // rs[done:] are still detached
+	done := 0 // rs[done:] are still detached, and go back on the lists
 	defer func() {
 		if done < len(rs) {
 			a.mu.Lock()
@@ -255,13 +249,7 @@ func (a *SubAllocator) giveBack(rs []subRelease) (subGiven, error) {
 	}
 	for _, s := range streams {
 		if err := a.order.sync(s); err != nil {
-			a.mu.Lock()
-			for _, r := range rs {
-				a.restoreLocked(r)
-			}
-			done = len(rs)
-			a.mu.Unlock()
-			g.kept = len(rs)
+			g.kept = len(rs) // the deferred restore puts every block back
 			what := fmt.Sprintf("%d blocks (%d bytes)", len(rs), total)
 			if len(rs) == 1 {
 				what = fmt.Sprintf("%#x (%d bytes)", rs[0].blk.base, rs[0].blk.size)
@@ -394,14 +382,12 @@ func (a *SubAllocator) collectLocked() []subRelease {
 }
 
 // TrimError is the error of a Trim that failed after it began giving
-// blocks back (it is wrapped in the returned error: use errors.As). Trim
-// first waits for the streams that freed into the blocks; if that fails,
-// nothing has changed (Blocks is 0). Then it gives the blocks back one by
-// one: a block whose release fails stays, owned and usable, and the
-// others are given back anyway, so a Trim error may come with some
-// memory given back — exactly Bytes in Blocks blocks, by which
-// SubAllocatorStats.Reserved and Blocks have dropped. Kept is the number
-// of entirely free blocks that stayed.
+// blocks back (it is wrapped in the returned error: use errors.As). A
+// block whose release fails stays, owned and usable, and the others are
+// given back anyway, so a Trim error may come with memory given back:
+// exactly Bytes in Blocks blocks, by which SubAllocatorStats.Reserved and
+// Blocks have dropped. Kept is the number of entirely free blocks that
+// stayed.
 type TrimError struct {
 	Bytes  uint64 // bytes given back to the upstream
 	Blocks int    // blocks given back
@@ -434,27 +420,24 @@ func (e *TrimError) Unwrap() error {
 }
 
 // Trim gives back to the upstream every block in which nothing is
-// allocated. It first waits (on the host) for the streams that freed into
-// those blocks, since their work may still use the memory; a destroyed
-// stream is waited for by synchronizing its device. It also forgets the
-// streams that hold no free range (and destroys their events), so that
-// the sub-allocator does not keep destroyed streams alive.
+// allocated, after waiting (on the host) for the streams that freed into
+// them, since their work may still use the memory; a destroyed stream is
+// waited for by synchronizing its device. It also forgets the streams
+// that hold no free range (and destroys their events), so that the
+// sub-allocator does not keep destroyed streams alive.
 //
-// If waiting fails, nothing is given back. Then the blocks go back one by
-// one; a block that cannot be given back stays (still usable) and the
-// others go anyway. Any failure is reported: the error wraps a *TrimError
-// that says exactly what was given back, and every underlying error
-// (joined) with the blocks it concerns. After Close, Trim returns an
-// error matching cuda.ErrClosed.
+// If waiting fails, nothing is given back; a block that cannot be given
+// back stays (still usable) and the others go anyway. The error wraps a
+// *TrimError that says what was given back, and every underlying error.
+// After Close, Trim returns an error matching cuda.ErrClosed.
 func (a *SubAllocator) Trim() error {
 	_, err := a.trim()
 	return err
 }
 
-// trim is Trim, also reporting the bytes it gave back (some may have gone
-// back even when it fails), which the out-of-memory retry needs: the
-// Reserved count, read before and after, also moves with other
-// goroutines' allocations and frees.
+// trim is Trim, also reporting the bytes it gave back (even when it
+// fails), for the out-of-memory retry: Reserved also moves with other
+// goroutines' calls.
 func (a *SubAllocator) trim() (gave uint64, err error) {
 	const op = "SubAllocator.Trim"
 	if err := a.check("Trim"); err != nil {
@@ -500,15 +483,11 @@ func (a *SubAllocator) trim() (gave uint64, err error) {
 // Close gives every block back to the upstream (after waiting for the
 // streams that freed into them) and destroys the sub-allocator's events;
 // later Allocate and Trim calls return errors matching cuda.ErrClosed.
-// It does not close the upstream.
-//
-// If allocations are still live, their blocks stay until the allocations
-// are deallocated (each block goes back with its last one), and Close
-// returns an error matching cuda.ErrorIllegalState that says how many
-// there are. Every failure (an event not destroyed, a stream not waited
-// for, a block not given back) is reported, joined; what failed stays
-// held, and Close is idempotent: called again it retries what failed and
-// reports the allocations still live.
+// It does not close the upstream. The blocks of allocations still live
+// go back with their last Deallocate, and Close returns an error matching
+// cuda.ErrorIllegalState that says how many there are. Every failure is
+// reported, joined; what failed stays held, and Close is idempotent:
+// called again it retries what failed.
 func (a *SubAllocator) Close() error {
 	const op = "SubAllocator.Close"
 	if a == nil || a.up == nil {

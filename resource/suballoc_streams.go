@@ -125,14 +125,11 @@ func streamName(s *cuda.Stream) string {
 }
 
 // subOrderer is how the sub-allocator orders streams and waits for them:
-// events and stream synchronization in production, a recorder in tests
-// (which have no driver, so streams there are only map keys). nil stands
-// for the upstream's default stream. waitFor, forget and close are called
-// with the sub-allocator's lock held; sync without it. The fake driver
-// cannot stand in for the recorder: it completes every call before it
-// returns, so a wait left out or put on the wrong stream changes nothing
-// it can see, where the recorder shows which stream was ordered after
-// which.
+// events and stream synchronization in production, a recorder in tests,
+// which shows which stream was ordered after which (the fake driver
+// completes every call at once, so a wrong wait changes nothing it can
+// see). nil stands for the upstream's default stream. waitFor, forget and
+// close are called with the sub-allocator's lock held; sync without it.
 type subOrderer interface {
 	// waitFor makes work submitted to dst from now on wait for the work
 	// submitted to src so far, without blocking the host.
@@ -145,11 +142,9 @@ type subOrderer interface {
 	// close drops everything; what fails to drop stays, for the next
 	// close to retry.
 	close() error
-	// admit checks a stream an allocation (alloc) or a free is given: a
-	// stream no device made, or, for an allocation, one of another
-	// device than the upstream's, is refused; then cuda's RefuseCapture,
-	// nil resolved to the default stream (which is refused while a
-	// blocking stream captures).
+	// admit refuses a stream no device made, for an allocation (alloc)
+	// one of another device than the upstream's, and then what cuda's
+	// RefuseCapture refuses (nil resolved to the default stream).
 	admit(op string, s *cuda.Stream, alloc bool) error
 	// mayOrder reports whether dst may be ordered after src without
 	// harming a capture (cuda.RefuseOrder): a stream's free ranges are
@@ -170,11 +165,9 @@ type eventOrder struct {
 
 func newEventOrder(devID int) *eventOrder {
 	return &eventOrder{
-		// Host memory (-1) belongs to no device; its default stream, as
-		// the other resources take it, is device 0's. Looked up at each
-		// use (cuda.GetDevice is a slice index once the devices are
-		// known), not cached with sync.OnceValues: a failure on first use
-		// must not fail every later call.
+		// Host memory (-1): device 0's default stream, as the other
+		// resources take it. Looked up at each use (cheap), not cached:
+		// a failure on first use must not fail every later call.
 		device: func() (*cuda.Device, error) { return cuda.GetDevice(max(devID, 0)) },
 		devID:  devID,
 		events: make(map[*cuda.Stream]*cuda.Event),

@@ -50,19 +50,13 @@ func (r *SyncDevice) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream)
 	return syncFree("SyncDevice", r.Device(), ptr, size, s, func() error { return r.dev.MemFree(ptr) })
 }
 
-// DeviceAccessible reports true.
+// DeviceAccessible reports true and HostAccessible false: the memory is
+// the device's.
 func (r *SyncDevice) DeviceAccessible() bool { return true }
-
-// HostAccessible reports false.
-func (r *SyncDevice) HostAccessible() bool { return false }
+func (r *SyncDevice) HostAccessible() bool   { return false }
 
 // DeviceID is the device's ordinal (-1 for a nil or zero value).
-func (r *SyncDevice) DeviceID() int {
-	if r == nil || r.dev == nil {
-		return -1
-	}
-	return r.dev.Ordinal()
-}
+func (r *SyncDevice) DeviceID() int { return r.Device().Ordinal() }
 
 // Device is the resource's device.
 func (r *SyncDevice) Device() *cuda.Device {

@@ -4,15 +4,16 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/frames"
 )
 
 // TrackingOptions configures NewTracking. A nil *TrackingOptions means the
@@ -20,30 +21,23 @@ import (
 type TrackingOptions struct {
 	// CaptureStacks records the call stack of every Allocate (up to 32
 	// frames), so Report can say where leaked memory was allocated. It
-	// costs a runtime.Callers and one small allocation per Allocate (a
-	// few hundred ns, more for deep stacks): fine for tests and debugging
-	// sessions, worth leaving off in hot production paths. Stacks are
-	// symbolized only when printed.
+	// costs a runtime.Callers per Allocate (a few hundred ns, more for
+	// deep stacks) and an allocation per new call site: fine for tests
+	// and debugging sessions, worth leaving off in hot production paths.
+	// Stacks are symbolized only when printed.
 	CaptureStacks bool
 
 	// OnOutOfMemory, if set, is called when the upstream fails an
-	// allocation with an error matching cuda.ErrorOutOfMemory, after the
-	// failure, with the Tracking, the size asked for and the error (which
-	// Allocate then returns unchanged). It runs on the allocating
-	// goroutine with no lock of the Tracking held, so it may block and
-	// may call the Tracking (Live, Sites, or free memory through it); if
-	// it panics, the panic goes on to the caller of Allocate, and nothing
-	// was allocated.
-	// Put the Tracking above any retrying or fallback adaptor, so that
-	// the hook sees only the failures nothing below could recover from;
-	// the live allocations at that moment are what filled the memory
-	// (gpuprof.WriteOnOutOfMemory writes them as a profile).
+	// allocation with an error matching cuda.ErrorOutOfMemory, with the
+	// Tracking, the size asked for and the error (which Allocate then
+	// returns unchanged). It runs on the allocating goroutine with no lock
+	// of the Tracking held, so it may block and call the Tracking; if it
+	// panics, the panic goes on to the caller of Allocate. Put the
+	// Tracking above any retrying or fallback adaptor, so that the hook
+	// sees only the failures nothing below recovers from: what is live
+	// then filled the memory (gpuprof.WriteOnOutOfMemory profiles it).
 	OnOutOfMemory func(t *Tracking, size uint64, err error)
 }
-
-// trackStackDepth is how many frames CaptureStacks keeps: enough to reach
-// the test or handler that allocated through a few layers of helpers.
-const trackStackDepth = 32
 
 // Allocation is one live allocation seen by a Tracking resource.
 type Allocation struct {
@@ -58,9 +52,10 @@ type Allocation struct {
 }
 
 // Stack formats the allocation's call stack, one "function\n\tfile:line"
-// entry per frame, from the first frame outside package resource (the
-// adaptors' own frames say nothing about the allocation site); "" when no
-// stack was captured.
+// entry per frame, from the first frame past cudamem's allocation path
+// (the frames of package resource, buffer and the timeline's Recorder on
+// top say nothing about the allocation site); "" when no stack was
+// captured.
 func (a Allocation) Stack() string {
 	var sb strings.Builder
 	writeStack(&sb, a.Callers, "")
@@ -81,21 +76,19 @@ type trackRecord struct {
 // it": tests assert that LiveCount is 0 when they end and print Report
 // when it is not, as RMM's tracking_resource_adaptor is used.
 //
-// Because it knows what is live, Tracking catches frees of memory it did
+// Because it knows what is live, Tracking refuses frees of memory it did
 // not hand out or already freed (a double free), and frees with the wrong
-// size: Deallocate refuses them with an error matching
-// cuda.ErrInvalidArgument and does not pass them on. The upstream would
-// not always notice: a pool may have handed the address out again, and
-// would free the new owner's memory. (A double free after the address
-// was reallocated through this same Tracking looks like a valid free;
-// nothing below the Buffer can tell them apart.)
+// size, with an error matching cuda.ErrInvalidArgument, and does not pass
+// them on: a pool below may have handed the address out again, and would
+// free the new owner's memory. (A double free after the address was
+// reallocated through this same Tracking looks like a valid free.)
 //
-// The record is a map under a mutex: simple, and cheap next to a driver
-// call, but a point of contention for many goroutines allocating at once.
-// Buffers from Allocate are owned by the Tracking, so that their Close
-// ends the record. Tracking is safe for concurrent use.
+// The record is a map under a mutex: cheap next to a driver call, but a
+// point of contention for many goroutines allocating at once. Buffers
+// from Allocate are owned by the Tracking, so that their Close ends the
+// record. Tracking is safe for concurrent use.
 type Tracking struct {
-	adaptor
+	up     buffer.MemoryResource
 	stacks bool
 	onOOM  func(*Tracking, uint64, error)
 
@@ -103,15 +96,14 @@ type Tracking struct {
 	live  map[cuda.DevicePtr]trackRecord
 	bytes uint64
 	// sites counts every allocation since the Tracking was made, by call
-	// stack (one site, the zero key, without CaptureStacks): what a heap
-	// profile's alloc_space and alloc_objects report. A site's callers
-	// slice is shared with the live records made there, so a repeated
-	// call site costs no allocation of its own.
+	// stack (the zero key without CaptureStacks). A site's callers are
+	// shared with the live records made there: a repeated call site costs
+	// no allocation.
 	sites map[trackSiteKey]*AllocationSite
 }
 
 // trackSiteKey is a call stack as a map key: the frames, zero-padded.
-type trackSiteKey [trackStackDepth]uintptr
+type trackSiteKey [frames.Depth]uintptr
 
 // AllocationSite is one allocation call stack's totals since the
 // Tracking was made, freed allocations included.
@@ -131,7 +123,7 @@ var _ buffer.MemoryResource = (*Tracking)(nil)
 // the live allocations. opts may be nil. A nil upstream makes every
 // Allocate fail with an error matching cuda.ErrInvalidArgument.
 func NewTracking(upstream buffer.MemoryResource, opts *TrackingOptions) *Tracking {
-	r := &Tracking{adaptor: adaptor{adaptorUpstream(upstream)}, live: make(map[cuda.DevicePtr]trackRecord), sites: make(map[trackSiteKey]*AllocationSite)}
+	r := &Tracking{up: adaptorUpstream(upstream), live: make(map[cuda.DevicePtr]trackRecord), sites: make(map[trackSiteKey]*AllocationSite)}
 	if opts != nil {
 		r.stacks, r.onOOM = opts.CaptureStacks, opts.OnOutOfMemory
 	}
@@ -178,9 +170,8 @@ func (r *Tracking) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cu
 		site.Bytes = satAdd(site.Bytes, size)
 		rec.callers = site.Callers
 		if old, ok := r.live[ptr]; ok {
-			// The upstream handed out an address it already gave us: it
-			// was freed behind our back (through the upstream directly).
-			// The new record replaces the stale one.
+			// Freed behind our back (through the upstream directly): the
+			// new record replaces the stale one.
 			r.bytes -= min(r.bytes, old.size)
 		}
 		r.live[ptr] = rec
@@ -191,11 +182,10 @@ func (r *Tracking) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cu
 }
 
 // Deallocate frees a live allocation through the upstream. A ptr that is
-// not live here (never allocated through this Tracking, or already freed)
-// or a size that differs from the allocation's is refused with an error
-// matching cuda.ErrInvalidArgument, and the upstream is not called. If the
-// upstream fails, the allocation stays live (the buffer's Close may be
-// retried). A zero ptr does nothing.
+// not live here, or a size that differs from the allocation's, is refused
+// with an error matching cuda.ErrInvalidArgument without calling the
+// upstream. If the upstream fails, the allocation stays live (the
+// buffer's Close may be retried). A zero ptr does nothing.
 func (r *Tracking) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) error {
 	if ptr == 0 {
 		return nil
@@ -249,11 +239,9 @@ func (r *Tracking) Sites() []AllocationSite {
 	return sites
 }
 
-// Snapshot returns Sites and Live as of one moment, read under one hold
-// of the lock: every live allocation is among its site's totals, which
-// two separate calls racing allocations on other goroutines do not
-// promise (a profile built from them could show more in use at a site
-// than was ever allocated there).
+// Snapshot returns Sites and Live as of one moment (under one hold of
+// the lock): every live allocation is among its site's totals, which two
+// separate calls racing other goroutines' allocations do not promise.
 func (r *Tracking) Snapshot() (sites []AllocationSite, live []Allocation) {
 	if r == nil {
 		return nil, nil
@@ -307,7 +295,6 @@ func (r *Tracking) Report() string {
 		return "Tracking: no live allocations\n"
 	}
 	type site struct {
-		key    string
 		bytes  uint64
 		allocs []Allocation
 	}
@@ -315,20 +302,16 @@ func (r *Tracking) Report() string {
 	var total uint64
 	for _, a := range live {
 		total = satAdd(total, a.Size)
-		k := stackKey(a.Callers)
+		k := frames.Key(a.Callers)
 		st := sites[k]
 		if st == nil {
-			st = &site{key: k}
+			st = &site{}
 			sites[k] = st
 		}
 		st.bytes = satAdd(st.bytes, a.Size)
 		st.allocs = append(st.allocs, a)
 	}
-	order := make([]*site, 0, len(sites))
-	for _, st := range sites {
-		order = append(order, st)
-	}
-	slices.SortFunc(order, func(a, b *site) int {
+	order := slices.SortedFunc(maps.Values(sites), func(a, b *site) int {
 		return cmp.Or(cmp.Compare(b.bytes, a.bytes), cmp.Compare(len(b.allocs), len(a.allocs)), cmp.Compare(a.allocs[0].Ptr, b.allocs[0].Ptr))
 	})
 
@@ -364,57 +347,26 @@ func satAdd(a, b uint64) uint64 {
 	return ^uint64(0)
 }
 
-// stackKey identifies a call stack for grouping.
-func stackKey(pcs []uintptr) string {
-	b := make([]byte, 0, len(pcs)*8)
-	for _, pc := range pcs {
-		b = strconv.AppendUint(b, uint64(pc), 16)
-		b = append(b, ' ')
-	}
-	return string(b)
-}
-
-// resourceFrame reports whether fn belongs to this package or is
-// buffer.Allocate. Their frames sit on top of every stack captured under a
-// stack of adaptors (or a sub-allocator) and say nothing about the
-// allocation site.
-func resourceFrame(fn string) bool {
-	return strings.HasPrefix(fn, "github.com/cudamem/cudamem/resource.") || fn == "github.com/cudamem/cudamem/buffer.Allocate"
-}
-
-// writeStack writes the frames of pcs, skipping this package's frames at
-// the top, each line prefixed with indent.
+// writeStack writes the allocation site of pcs ([frames.Site]), each line
+// prefixed with indent.
 func writeStack(sb *strings.Builder, pcs []uintptr, indent string) {
-	if len(pcs) == 0 {
-		return
-	}
-	frames := runtime.CallersFrames(pcs)
-	top := true
-	for {
-		f, more := frames.Next()
-		if !(top && resourceFrame(f.Function)) && f.Function != "runtime.goexit" {
-			top = false
-			fmt.Fprintf(sb, "%s%s\n%s\t%s:%d\n", indent, f.Function, indent, f.File, f.Line)
-		}
-		if !more {
-			return
-		}
+	for f := range frames.Site(pcs) {
+		fmt.Fprintf(sb, "%s%s\n%s\t%s:%d\n", indent, f.Function, indent, f.File, f.Line)
 	}
 }
 
-// Upstream, DeviceAccessible, HostAccessible and DeviceID forward to the
-// upstream, as every adaptor's do (see [adaptor]).
-func (r *Tracking) Upstream() buffer.MemoryResource { return r.base().upstream() }
-func (r *Tracking) DeviceAccessible() bool          { return r.base().deviceAccessible() }
-func (r *Tracking) HostAccessible() bool            { return r.base().hostAccessible() }
-func (r *Tracking) DeviceID() int                   { return r.base().deviceID() }
-
-func (r *Tracking) base() *adaptor {
+// Upstream is the resource r allocates from (nil if none).
+func (r *Tracking) Upstream() buffer.MemoryResource {
 	if r == nil {
 		return nil
 	}
-	return &r.adaptor
+	return r.up
 }
+
+// DeviceAccessible, HostAccessible and DeviceID answer for the upstream.
+func (r *Tracking) DeviceAccessible() bool { return upDeviceAccessible(r.Upstream()) }
+func (r *Tracking) HostAccessible() bool   { return upHostAccessible(r.Upstream()) }
+func (r *Tracking) DeviceID() int          { return upDeviceID(r.Upstream()) }
 
 // String describes the resource for logs.
 func (r *Tracking) String() string {

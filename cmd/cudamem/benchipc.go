@@ -248,7 +248,7 @@ func runIPCChild(stdout io.Writer) (err error) {
 		steps[i] = now.Sub(last).Nanoseconds()
 		last = now
 	}
-	h, err := ipc.NewHandleFromToken(3, strings.TrimSpace(token))
+	h, err := ipc.NewHandle(3, strings.TrimSpace(token))
 	if err != nil {
 		return err
 	}

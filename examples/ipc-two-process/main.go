@@ -190,7 +190,7 @@ func child() (err error) {
 	if err != nil {
 		return fmt.Errorf("reading the pool's token from stdin: %w", err)
 	}
-	h, err := ipc.NewHandleFromToken(3, strings.TrimSpace(token))
+	h, err := ipc.NewHandle(3, strings.TrimSpace(token))
 	if err != nil {
 		return err
 	}

@@ -7,18 +7,16 @@
 // inuse_space and inuse_objects (the live allocations, the default view)
 // and alloc_space and alloc_objects (every allocation since the Tracking
 // was made). Stacks come from TrackingOptions.CaptureStacks; without it
-// every allocation is in one sample with no stack. The frames of package
-// resource, the timeline's Recorder and package buffer at the top of each
-// stack are left out: they are the same for every allocation. Below the
-// top they stay (an allocation made in a Retrying's callback shows the
-// Retrying that called it). A profile is one snapshot of the Tracking:
-// nothing shows more in use than was allocated at its site.
+// every allocation is in one sample with no stack. The frames of
+// cudamem's allocation path on top of each stack (package resource, the
+// timeline's Recorder, package buffer) are left out; below the top they
+// stay. A profile is one snapshot of the Tracking: nothing shows more in
+// use than was allocated at its site.
 //
 //	t := resource.NewTracking(pool, &resource.TrackingOptions{CaptureStacks: true})
 //	http.Handle("/debug/pprof/gpuheap", gpuprof.Handler(t))
 //	// go tool pprof -http=: http://host/debug/pprof/gpuheap
 //
 // Unlike the Go heap profile, nothing is sampled: every allocation is
-// counted, with its exact size. The package example serves
-// and writes the profile of a tracked device pool.
+// counted, with its exact size.
 package gpuprof

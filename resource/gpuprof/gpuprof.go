@@ -1,18 +1,17 @@
 package gpuprof
 
 import (
-	"encoding/binary"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/google/pprof/profile"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/frames"
 	"github.com/cudamem/cudamem/resource"
 )
 
@@ -23,11 +22,9 @@ func Profile(t *resource.Tracking) (*profile.Profile, error) {
 		return nil, cuda.Errorf("gpuprof.Profile", cuda.ErrInvalidArgument, "nil Tracking")
 	}
 	b := newBuilder()
-	// One snapshot of the totals and the live allocations, so that no
-	// site shows more in use than was allocated there. The totals first:
-	// a live allocation's site is always among them (a site is never
-	// forgotten), so the samples come out in the totals' order, largest
-	// first.
+	// One snapshot, so that no site shows more in use than was allocated
+	// there. The totals first: every live allocation's site is among
+	// them, so the samples come in the totals' order, largest first.
 	sites, live := t.Snapshot()
 	for _, st := range sites {
 		s := b.sample(st.Callers)
@@ -163,7 +160,7 @@ func newBuilder() *builder {
 // and only those: the same frames further down (an allocation made inside
 // a callback that a Retrying called) are part of the allocation site.
 func (b *builder) sample(pcs []uintptr) *profile.Sample {
-	key := stackKey(pcs)
+	key := frames.Key(pcs)
 	if s := b.samples[key]; s != nil {
 		return s
 	}
@@ -198,11 +195,11 @@ func (b *builder) framesOf(pc uintptr) []frame {
 		return fr
 	}
 	var out []frame
-	frames := runtime.CallersFrames([]uintptr{pc})
+	fs := runtime.CallersFrames([]uintptr{pc})
 	for {
-		f, more := frames.Next()
+		f, more := fs.Next()
 		if f.Function != "" && f.Function != "runtime.goexit" {
-			out = append(out, frame{fn: b.function(f), line: int64(f.Line), own: ownFrame(f.Function)})
+			out = append(out, frame{fn: b.function(f), line: int64(f.Line), own: frames.Own(f.Function)})
 		}
 		if !more {
 			break
@@ -241,34 +238,6 @@ func (b *builder) function(f runtime.Frame) *profile.Function {
 	b.funcs[k] = fn
 	b.p.Function = append(b.p.Function, fn)
 	return fn
-}
-
-// ownPackages are the packages whose frames sit on top of every stack a
-// Tracking captures and say nothing about the allocation site: the
-// adaptors, sub-allocator and pools of package resource, the timeline's
-// Recorder, and package buffer (Allocate, and the methods that allocate
-// through it).
-var ownPackages = []string{
-	"github.com/cudamem/cudamem/resource.",
-	"github.com/cudamem/cudamem/resource/timeline.",
-	"github.com/cudamem/cudamem/buffer.",
-}
-
-func ownFrame(fn string) bool {
-	for _, pkg := range ownPackages {
-		if strings.HasPrefix(fn, pkg) {
-			return true
-		}
-	}
-	return false
-}
-
-func stackKey(pcs []uintptr) string {
-	b := make([]byte, 0, len(pcs)*8)
-	for _, pc := range pcs {
-		b = binary.LittleEndian.AppendUint64(b, uint64(pc))
-	}
-	return string(b)
 }
 
 func clampInt(v uint64) int64 {

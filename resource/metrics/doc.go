@@ -60,6 +60,4 @@
 // cudamem_source_up 0 and no other samples; the expvar JSON says why
 // under "errors". Values are integers; Prometheus reads them as floats,
 // exact below 2^53.
-//
-// This package depends on package resource, never the other way round.
 package metrics

@@ -58,11 +58,10 @@ func (s source) device() int {
 	return d.DeviceID()
 }
 
-// Registry is a set of named memory sources served as metrics. The zero
-// value is an empty registry, ready to use. A Registry implements
-// expvar.Var (String returns the JSON of [Registry.Snapshot]) and
-// http.Handler (the Prometheus text format), and is safe for concurrent
-// use: sources are read at each scrape, without holding the registry's
+// Registry is a set of named memory sources served as metrics, an
+// expvar.Var (the JSON of [Registry.Snapshot]) and an http.Handler (the
+// Prometheus text format). The zero value is ready to use. It is safe for
+// concurrent use: sources are read at each scrape without the registry's
 // lock, so a slow driver call does not block Add.
 type Registry struct {
 	mu      sync.Mutex

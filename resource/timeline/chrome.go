@@ -26,20 +26,14 @@ type chromeEvent struct {
 }
 
 // WriteChromeTrace writes the trace in the Chrome trace-event JSON format,
-// which Perfetto (ui.perfetto.dev) and chrome://tracing load:
-//
-//   - one process per device ("device N", or "host" for host memory),
-//   - a counter track per resource ("C" events, args bytes and
-//     allocations) with what is live after each of its events, the
-//     numbers Trace.Usage gives (a resource named "" is labelled
-//     "(unnamed)", a name no other resource of the trace has),
-//   - one thread per stream ("stream 0x..."), and on it one span ("X"
-//     event) per allocation, from its Alloc to its Free (to the end of
-//     the trace if it is still live; from the start for one made before
-//     the window), with its size, address, resource and stack as args.
-//
-// Times are microseconds since the Log's start. A nil Trace writes an
-// empty one.
+// which Perfetto (ui.perfetto.dev) and chrome://tracing load: a process
+// per device ("device N", or "host"); a counter track per resource with
+// the bytes and allocations live after each of its events, as Trace.Usage
+// gives them (a resource named "" is labelled "(unnamed)", or another
+// name no resource of the trace has); and a thread per stream holding a
+// span per allocation, from its Alloc to its Free (or the trace's end or
+// start), with its size, address, resource and stack as args. Times are
+// microseconds since the Log's start. A nil Trace writes an empty one.
 func (t *Trace) WriteChromeTrace(w io.Writer) error {
 	const op = "Trace.WriteChromeTrace"
 	if w == nil {
@@ -63,10 +57,8 @@ func (t *Trace) chromeEvents() []chromeEvent {
 	if t == nil {
 		return evs
 	}
-	// pid: device+2, so that host memory (-1) is 1 and every pid is
-	// positive (some viewers treat 0 specially). tid: streams numbered
-	// from 1 in order of appearance, per device, since stream handles
-	// are addresses too large for a viewer's integer.
+	// pid: device+2, so that every pid is positive (host memory's 1). tid:
+	// streams numbered from 1 as they appear (handles are too large).
 	pids := map[int]bool{}
 	type streamKey struct {
 		dev    int
@@ -141,9 +133,8 @@ func (t *Trace) chromeEvents() []chromeEvent {
 			evs = append(evs, chromeEvent{Name: label[r], Cat: "memory", Ph: "C", Ts: micros(ts), Pid: pid, Args: map[string]any{"bytes": u.Bytes, "allocations": u.Count}})
 		}
 	}
-	// Viewers sort by time themselves, but a file in time order is easier
-	// to read and to diff; the sort is stable, so that a counter's events
-	// at one time keep their order.
+	// In time order, easier to read and diff; stable, so that a counter's
+	// events at one time keep their order.
 	slices.SortStableFunc(evs, func(a, b chromeEvent) int { return cmp.Compare(a.Ts, b.Ts) })
 	return append(append([]chromeEvent{}, meta...), evs...) // [] rather than null when empty
 }

@@ -25,12 +25,10 @@
 // same moments.
 //
 // Neither the driver's pools nor resource.SubAllocator expose a map of
-// their blocks (the sub-allocator's Stats has only totals: reserved,
-// used, free, blocks, free ranges), so a block view is built from the
-// recorded events: put one Recorder below a SubAllocator (it records the
-// upstream blocks) and one above (it records the allocations carved out
-// of them), sharing a Log, and each upstream block's allocations are the
-// ones inside it.
+// their blocks, so a block view is built from the events: put one
+// Recorder below a SubAllocator (it records the upstream blocks) and one
+// above (it records the allocations carved out of them), sharing a Log,
+// and each block's allocations are the ones inside it.
 //
 //	events := timeline.NewLog(0)
 //	blocks := timeline.NewRecorder(pool, events, &timeline.RecorderOptions{Name: "pool"})
@@ -52,17 +50,12 @@
 // seq numbers the events from 1 (dropped ones included), t_ns is
 // nanoseconds since start, before holds the Alloc events of allocations
 // made before the window that the window still sees live or freed.
-// ReadJSON refuses other versions, unknown fields, unknown kinds, and
-// sequence numbers or times that go back.
 //
 // # Cost
 //
 // A Recorder costs, per allocate or free, the Log's mutex and a clock
-// reading, and taking the upstream's buffer apart (Buffer.Disown) to wrap
-// its memory in one of its own; with CaptureStacks, a runtime.Callers and
-// a small allocation. That is a few microseconds a pair, several times a
-// driver pool's pair, so the Recorder is a tool for understanding a
-// workload, for a test or a profiling run. For always-on numbers use
-// resource.Statistics with package resource/metrics, and resource.Logging
-// (nearly free while off).
+// reading; with CaptureStacks, a runtime.Callers and a small allocation.
+// It is a tool for understanding a workload, in a test or a profiling
+// run. For always-on numbers use resource.Statistics with package
+// resource/metrics, and resource.Logging (nearly free while off).
 package timeline

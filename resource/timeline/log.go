@@ -3,13 +3,12 @@ package timeline
 import (
 	"cmp"
 	"fmt"
-	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/frames"
 )
 
 // Kind is what an event records.
@@ -75,10 +74,9 @@ type Event struct {
 	Device int `json:"device"`
 	// Resource names the Recorder that saw the event.
 	Resource string `json:"resource"`
-	// Stack is the call stack that made the call, innermost first, one
-	// "function file:line" per frame, with the frames of cudamem's
-	// resource packages left out; empty unless the Recorder captures
-	// stacks.
+	// Stack is the call stack from the call site, innermost first, one
+	// "function file:line" per frame (cudamem's own frames on top left
+	// out); empty unless the Recorder captures stacks.
 	Stack []string `json:"stack,omitempty"`
 }
 
@@ -99,17 +97,12 @@ type liveKey struct {
 
 // Log is a bounded ring of events shared by any number of Recorders:
 // when it is full, each new event drops the oldest (Dropped counts them).
-// An allocation whose Alloc event was dropped while it was still live,
-// or whose Free is still in the ring, is kept aside (at most one entry
-// per live allocation), so that a Trace still knows what was in use when
-// its window starts: the numbers of a trace stay exact however many
-// events were dropped.
-//
-// Recording an event costs a clock reading and the Log's mutex, held for
-// a copy into the ring and, once the ring is full, a map update for the
-// event it drops: a few hundred nanoseconds.
-// The zero value is an empty Log of DefaultCapacity, its clock starting
-// at the first event. Log is safe for concurrent use.
+// An allocation whose Alloc event was dropped while its Free is not, or
+// has not happened, is kept aside (one entry per allocation), so that the
+// numbers of a trace stay exact however many events were dropped.
+// Recording an event costs a clock reading and the Log's mutex: a few
+// hundred nanoseconds. The zero value is an empty Log of DefaultCapacity,
+// its clock starting at the first event. Log is safe for concurrent use.
 type Log struct {
 	mu      sync.Mutex
 	start   time.Time
@@ -187,8 +180,7 @@ func (l *Log) record(e Event, callers []uintptr) {
 	l.seq++
 	e.Seq = l.seq
 	e.Time = max(now.Sub(l.start), 0)
-	// Times follow Seq: a caller that read the clock before another but
-	// took the lock after it gets the other's time.
+	// Times follow Seq, whoever read the clock first.
 	if n := len(l.ring); n > 0 {
 		e.Time = max(e.Time, l.ring[(l.head+n-1)%n].Time) // the newest entry
 	}
@@ -257,53 +249,16 @@ type frameKey struct {
 	fn string
 }
 
-var ownPackages = []string{
-	"github.com/cudamem/cudamem/resource.",
-	"github.com/cudamem/cudamem/resource/timeline.",
-	"github.com/cudamem/cudamem/resource/metrics.",
-	"github.com/cudamem/cudamem/buffer.",
-}
-
-// ownFrame reports frames of cudamem's resource packages and the buffer
-// package's Close path: they sit on top of every captured stack and say
-// nothing about the call site.
-func ownFrame(fn string) bool {
-	for _, pkg := range ownPackages {
-		if strings.HasPrefix(fn, pkg) {
-			return true
-		}
-	}
-	return false
-}
-
 func (s symbolizer) stack(pcs []uintptr) []string {
-	if len(pcs) == 0 {
-		return nil
-	}
 	var out []string
-	top := true
-	frames := runtime.CallersFrames(pcs)
-	for {
-		f, more := frames.Next()
-		if top && ownFrame(f.Function) {
-			if !more {
-				break
-			}
-			continue
+	for f := range frames.Site(pcs) {
+		k := frameKey{f.PC, f.Function}
+		line, ok := s[k]
+		if !ok {
+			line = fmt.Sprintf("%s %s:%d", f.Function, f.File, f.Line)
+			s[k] = line
 		}
-		top = false
-		if f.Function != "runtime.goexit" {
-			k := frameKey{f.PC, f.Function}
-			line, ok := s[k]
-			if !ok {
-				line = fmt.Sprintf("%s %s:%d", f.Function, f.File, f.Line)
-				s[k] = line
-			}
-			out = append(out, line)
-		}
-		if !more {
-			break
-		}
+		out = append(out, line)
 	}
 	return out
 }

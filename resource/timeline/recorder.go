@@ -9,6 +9,7 @@ import (
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/frames"
 )
 
 // RecorderOptions configures NewRecorder. A nil *RecorderOptions means
@@ -24,25 +25,18 @@ type RecorderOptions struct {
 	CaptureStacks bool
 }
 
-const stackDepth = 32
-
 // Recorder is a memory resource adaptor that records every allocation
-// and free through it in a Log: time, size, address, stream, device,
-// its name and optionally the call stack. Several Recorders may share a
-// Log; put one above and one below a resource.SubAllocator to see both
-// the allocations and the upstream blocks they are carved from (the
-// segment view of `cudamem timeline` draws one inside the other).
+// and free through it in a Log: time, size, address, stream, device, its
+// name and optionally the call stack. Several Recorders may share a Log:
+// one above and one below a resource.SubAllocator show the allocations
+// inside the upstream blocks they are carved from.
 //
-// A Free is recorded before the upstream frees, so that another
-// goroutine cannot be handed the same address, and record it, first. If
-// the upstream's Deallocate fails, the allocation is recorded again (an
-// Alloc event at the same address), since the memory is still held.
-//
-// Buffers from Allocate are owned by the Recorder, so that their Close is
-// recorded. The upstream's buffer is taken apart (Buffer.Disown) and its
-// memory wrapped in one the Recorder owns, as the adaptors of package
-// resource do with upstreams they cannot ask for a pointer. Recorder is
-// safe for concurrent use.
+// A Free is recorded before the upstream frees, so that another goroutine
+// handed the same address records its Alloc after it. If the upstream's
+// Deallocate fails, the allocation is recorded again (an Alloc at the same
+// address): the memory is still held. Buffers from Allocate are owned by
+// the Recorder, so that their Close is recorded. Recorder is safe for
+// concurrent use.
 type Recorder struct {
 	up     buffer.MemoryResource
 	log    *Log
@@ -83,7 +77,7 @@ func (r *Recorder) callers() []uintptr {
 	if !r.stacks {
 		return nil
 	}
-	var pcs [stackDepth]uintptr
+	var pcs [frames.Depth]uintptr
 	n := runtime.Callers(3, pcs[:]) // skip Callers, this method and its caller
 	return slices.Clone(pcs[:n])
 }
@@ -127,11 +121,9 @@ func (r *Recorder) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 	r.log.record(r.event(Free, ptr, size, s), callers)
 	err := r.up.Deallocate(ptr, size, s)
 	if err != nil && !errors.Is(err, buffer.ErrPartlyFreed) && !errors.Is(err, cuda.ErrInvalidArgument) {
-		// Not freed: it is live again. (An error wrapping
-		// buffer.ErrPartlyFreed says the memory is gone: it stays freed.
-		// One matching cuda.ErrInvalidArgument is a free the upstream
-		// refused as not its allocation (a double free, say): no live
-		// allocation is to be invented for it.)
+		// Not freed: live again. (buffer.ErrPartlyFreed: the memory is
+		// gone; cuda.ErrInvalidArgument: not the upstream's allocation,
+		// a double free, say, so no live allocation is invented.)
 		r.log.record(r.event(Alloc, ptr, size, s), callers)
 	}
 	return err
@@ -165,15 +157,10 @@ func (r *Recorder) Upstream() buffer.MemoryResource {
 	return r.up
 }
 
-// DeviceAccessible reports the upstream's answer (false without one).
-func (r *Recorder) DeviceAccessible() bool {
-	return r != nil && r.up != nil && r.up.DeviceAccessible()
-}
-
-// HostAccessible reports the upstream's answer (false without one).
-func (r *Recorder) HostAccessible() bool {
-	return r != nil && r.up != nil && r.up.HostAccessible()
-}
+// DeviceAccessible and HostAccessible report the upstream's answers
+// (false without one).
+func (r *Recorder) DeviceAccessible() bool { return r != nil && r.up != nil && r.up.DeviceAccessible() }
+func (r *Recorder) HostAccessible() bool   { return r != nil && r.up != nil && r.up.HostAccessible() }
 
 // DeviceID is the upstream's device (-1 without an upstream).
 func (r *Recorder) DeviceID() int {

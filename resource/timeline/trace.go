@@ -39,24 +39,23 @@ func (t *Trace) WriteJSON(w io.Writer) error {
 	if w == nil {
 		return cuda.Errorf("Trace.WriteJSON", cuda.ErrInvalidArgument, "nil writer")
 	}
-	if t == nil {
-		t = &Trace{Version: TraceVersion}
+	var out Trace
+	if t != nil {
+		out = *t
 	}
-	out := *t
 	out.Version = TraceVersion
 	if out.Events == nil {
 		out.Events = []Event{}
 	}
-	enc := json.NewEncoder(w)
-	if err := enc.Encode(&out); err != nil {
+	if err := json.NewEncoder(w).Encode(&out); err != nil {
 		return &cuda.OpError{Op: "Trace.WriteJSON", Err: err}
 	}
 	return nil
 }
 
 // ReadJSON reads a trace written by WriteJSON and checks it: the version,
-// event kinds, sequence numbers that increase and times that do not go
-// back. Errors match cuda.ErrInvalidArgument.
+// no unknown fields, event kinds, sequence numbers that increase and
+// times that do not go back. Errors match cuda.ErrInvalidArgument.
 func ReadJSON(r io.Reader) (*Trace, error) {
 	const op = "timeline.ReadJSON"
 	if r == nil {
@@ -138,8 +137,7 @@ func (t *Trace) Allocations() []Allocation {
 		k := liveKey{e.Resource, e.Addr}
 		if j, ok := open[k]; ok {
 			if idx < 0 {
-				// Two allocations at one address before the window
-				// (a Log never writes that): keep the later.
+				// Two at one address before the window: keep the later.
 				out[j] = Allocation{}
 				out = slices.Delete(out, j, j+1)
 				for kk, jj := range open {
@@ -148,8 +146,8 @@ func (t *Trace) Allocations() []Allocation {
 					}
 				}
 			} else {
-				// An Alloc over a live address: the Free went around
-				// the recorder. End the old one here.
+				// An Alloc over a live address (freed around the
+				// recorder) ends the old one.
 				out[j].Free = idx
 			}
 		}
@@ -189,11 +187,10 @@ type Usage struct {
 }
 
 // Usage returns the bytes and allocations live through the resource
-// named resource (whatever its name, "" included) at the start of the
-// window and after each of its events: the first entry is the start, one
-// entry follows per event of that resource. The numbers are those a
-// resource.Statistics over the same Recorder reports (current bytes and
-// count) at the same moments. TotalUsage gives every resource together.
+// named resource ("" included) at the start of the window and after each
+// of its events: the numbers a resource.Statistics over the same Recorder
+// reports (current bytes and count) at the same moments. TotalUsage gives
+// every resource together.
 func (t *Trace) Usage(resource string) []Usage {
 	return t.usage(func(r string) bool { return r == resource })
 }

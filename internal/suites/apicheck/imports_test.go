@@ -18,10 +18,12 @@ const modulePath = "github.com/cudamem/cudamem"
 // fault-injection hook only in builds with the cudamemfault tag
 // (faultImports).
 var internalImports = map[string][]string{
-	"cuda":     {},
-	"ipc":      {"osfd", "poolcore"},
-	"resource": {"poolcore"},
-	"virtual":  {"osfd"},
+	"cuda":              {},
+	"ipc":               {"osfd", "poolcore"},
+	"resource":          {"frames", "poolcore"},
+	"resource/gpuprof":  {"frames"},
+	"resource/timeline": {"frames"},
+	"virtual":           {"osfd"},
 }
 
 // faultImports are the internal packages a public package may import in

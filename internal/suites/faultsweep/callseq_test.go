@@ -144,7 +144,7 @@ func TestCallSequencePoolCreateExport(t *testing.T) {
 }
 
 // TestCallSequenceChildImport: what cmd/cudamem's ipc/child_import child
-// times (NewHandleFromToken, ImportPool, Import), in-process on the fake,
+// times (NewHandle, ImportPool, Import), in-process on the fake,
 // against cb_ipc_child's cuMemPoolImportFromShareableHandle +
 // cuMemPoolImportPointer; and its untimed teardown.
 func TestCallSequenceChildImport(t *testing.T) {
@@ -174,7 +174,7 @@ func TestCallSequenceChildImport(t *testing.T) {
 	var b *buffer.Buffer
 	got := trace(t, func() error {
 		var err error
-		if h, err = ipc.NewHandleFromToken(child, f.h.Token()); err != nil {
+		if h, err = ipc.NewHandle(child, f.h.Token()); err != nil {
 			syscall.Close(child)
 			return err
 		}

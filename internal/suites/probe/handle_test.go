@@ -17,7 +17,7 @@ func TestHandleHostile(t *testing.T) {
 	before := len(testutil.FDs(t))
 	for _, fd := range []int{-1, -100, 1 << 30, 999999} {
 		noPanic(t, "NewHandle", func() {
-			h, err := ipc.NewHandle(fd, cuda.NewUUID())
+			h, err := ipc.NewHandle(fd, cuda.NewUUID().String())
 			if err == nil {
 				t.Errorf("NewHandle(%d): accepted", fd)
 				h.Close()
@@ -29,16 +29,16 @@ func TestHandleHostile(t *testing.T) {
 	for _, tok := range []string{"", "x", strings.Repeat("A", 1<<16), "cudamem-pool:" + strings.Repeat("0", 200)} {
 		noPanic(t, "token", func() {
 			fd := devNull(t)
-			h, err := ipc.NewHandleFromToken(fd, tok)
+			h, err := ipc.NewHandle(fd, tok)
 			if err == nil {
-				t.Errorf("NewHandleFromToken(%.20q): accepted", tok)
+				t.Errorf("NewHandle(%.20q): accepted", tok)
 				h.Close()
 			} else {
 				syscall.Close(fd) // refused: still the caller's
 			}
 		})
 	}
-	h, err := ipc.NewHandle(devNull(t), cuda.NewUUID())
+	h, err := ipc.NewHandle(devNull(t), cuda.NewUUID().String())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/testkit/testutil"
 	"github.com/cudamem/cudamem/ipc"
 )
@@ -171,7 +172,7 @@ func TestUnmarshalHostile(t *testing.T) {
 	}
 	for _, s := range []string{"", "x", "00000000-0000-0000-0000-00000000000g", "000000000000000000000000000000000000"} {
 		noPanic(t, "uuid", func() {
-			if _, err := ipc.ParseUUID(s); err == nil {
+			if _, err := cuda.ParseUUID(s); err == nil {
 				t.Errorf("ParseUUID(%q) accepted", s)
 			}
 		})

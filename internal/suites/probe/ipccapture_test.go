@@ -45,7 +45,7 @@ func TestIPCImportRefusesCapturingStream(t *testing.T) {
 	require.NoError(t, err)
 	dup, err := syscall.Dup(fd)
 	require.NoError(t, err)
-	kh, err := ipc.NewHandle(dup, cuda.NewUUID())
+	kh, err := ipc.NewHandle(dup, cuda.NewUUID().String())
 	require.NoError(t, err)
 	defer kh.Close()
 	imp, err := ipc.ImportPool(d, kh)

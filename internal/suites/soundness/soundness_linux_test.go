@@ -101,8 +101,7 @@ func init() {
 // zero arguments (nil device, nil upstream, nil buffer, nil connection)
 // they must refuse like methods do. Functions whose zero arguments are
 // valid requests are left out: NewLegacyPinned() and NewPinnedPool(nil)
-// (defaults: they allocate on a GPU), ipc.NewHandle(0, ...) (it takes
-// ownership of fd 0 as asked), cuda.QueryPointer(0) (the driver's answer),
+// (defaults: they allocate on a GPU), cuda.QueryPointer(0) (the driver's answer),
 // cuda.GetDevice(0) (device 0 exists on a GPU machine), loader.Open()
 // and Load() (they load a driver), and ipc.NewForeignHandle(0) (fd 0 is
 // this process's stdin, a real file, and it takes ownership of it).
@@ -150,8 +149,7 @@ var funcs = map[string]any{
 	"ipc.SendPlain":             ipc.SendPlain,
 	"ipc.ReceivePlain":          ipc.ReceivePlain,
 	"ipc.Lookup":                ipc.Lookup,
-	"ipc.ParseUUID":             ipc.ParseUUID,
-	"ipc.NewHandleFromToken":    ipc.NewHandleFromToken,
+	"ipc.NewHandle":             ipc.NewHandle,
 	"ipc.NewTorchShare":         ipc.NewTorchShare,
 	"buffer.Use":                buffer.Use,
 	"loader.OpenCUDALibrary":    loader.OpenCUDALibrary,
