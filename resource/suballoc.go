@@ -214,8 +214,6 @@ type SubAllocatorStats struct {
 	// Reserved is the bytes held from the upstream (blocks being given back
 	// by a Trim in progress included).
 	Reserved uint64
-	// PeakReserved is the most Reserved has been.
-	PeakReserved uint64
 	// Used is the bytes of live allocations, each rounded up to the
 	// alignment.
 	Used uint64
@@ -543,7 +541,6 @@ func (a *SubAllocator) Stats() SubAllocatorStats {
 	a.flushAllLocked() // the caches' free ranges, back in the books
 	st := SubAllocatorStats{
 		Reserved:         a.held,
-		PeakReserved:     a.peak,
 		Used:             a.used,
 		Free:             a.freeBytesLocked(),
 		Blocks:           len(a.blocks),
@@ -562,6 +559,17 @@ func (a *SubAllocator) freeBytesLocked() uint64 {
 		n += l.bytes
 	}
 	return n
+}
+
+// PeakReserved is the most SubAllocatorStats.Reserved has been (0 for
+// nil): with a ReleasePolicy, the peak of the memory it mapped.
+func (a *SubAllocator) PeakReserved() uint64 {
+	if a == nil || a.up == nil {
+		return 0
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.peak
 }
 
 // Upstream is the resource the sub-allocator takes its blocks from.

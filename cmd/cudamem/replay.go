@@ -325,7 +325,7 @@ func newReplayTarget(dev *cuda.Device, kind string, keep uint64) (*replayTarget,
 		}
 		return &replayTarget{
 			mr:       p,
-			peak:     func() (uint64, error) { return p.Stats().PeakReserved, nil },
+			peak:     func() (uint64, error) { return p.PeakReserved(), nil },
 			reserved: func() (uint64, error) { return p.Stats().Reserved, nil },
 			trim:     p.Trim,
 			close:    p.Close,
