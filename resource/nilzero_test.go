@@ -37,6 +37,7 @@ var nilZeroTypes = []any{
 	(*resource.ManagedOptions)(nil),
 	(*resource.SubAllocatorOptions)(nil),
 	(*resource.SegmentHooks)(nil),
+	(*resource.ReleasePolicy)(nil),
 	(*resource.TrackingOptions)(nil),
 	(*resource.LoggingOptions)(nil),
 	(*resource.PoolAttributes)(nil),

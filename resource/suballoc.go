@@ -33,6 +33,10 @@ type SubAllocatorOptions struct {
 	// Segments, if set, sees every block (segment) taken from the upstream
 	// and given back: see SegmentHooks.
 	Segments *SegmentHooks
+	// Release, if set, gives blocks back as they fall free: see
+	// ReleasePolicy. A SubAllocator with a policy has no per-stream
+	// caches, so that a freed range is back in its block at once.
+	Release *ReleasePolicy
 }
 
 // SegmentHooks let code that must know the memory behind allocations,
@@ -155,7 +159,8 @@ type SubAllocator struct {
 	up               buffer.MemoryResource
 	align, grow, max uint64
 	segs             SegmentHooks
-	cacheBytes       uint64 // the most bytes a stream's cache keeps free; 0: no caches
+	release          *ReleasePolicy // nil: blocks stay until Trim or Close
+	cacheBytes       uint64         // the most bytes a stream's cache keeps free; 0: no caches
 	caches           atomic.Pointer[subCaches]
 	_                [64]byte
 
@@ -170,6 +175,7 @@ type SubAllocator struct {
 	blocks  []*subBlock // sorted by base address
 	used    uint64      // bytes of live allocations (aligned sizes)
 	held    uint64      // bytes held from the upstream
+	peak    uint64      // the most held at once
 	oomTrim uint64      // allocations out of memory that trimmed and retried
 
 	deferred  error // failures of releases Deallocate ran after Close, for the next Close
@@ -279,6 +285,10 @@ func NewSubAllocator(upstream buffer.MemoryResource, opts *SubAllocatorOptions) 
 		// A stream's cache keeps up to a quarter of a growth step free,
 		// so that sizes up to that are served without the shared lock.
 		cacheBytes: grow / 4,
+	}
+	if o.Release != nil {
+		p := *o.Release
+		a.release, a.cacheBytes = &p, 0
 	}
 	if o.InitialSize > 0 {
 		n, ok := alignUp(o.InitialSize, o.Alignment)
@@ -470,19 +480,32 @@ func (a *SubAllocator) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Strea
 	b := a.blockTab[c.blk]
 	b.live--
 	a.freeLocked(a.listFor(s), i)
-	if !a.closed || b.live > 0 {
-		a.mu.Unlock()
+	var rs []subRelease
+	closed := a.closed
+	switch {
+	case b.live > 0:
+	case closed:
+		rs = []subRelease{a.detachLocked(b)}
+	case a.release != nil:
+		rs = a.fallenLocked(b)
+	}
+	a.mu.Unlock()
+	if len(rs) == 0 {
 		return nil
 	}
-	r := a.detachLocked(b)
-	a.mu.Unlock()
-	// The range itself was freed, so Deallocate succeeded whatever
-	// happens to the block. If giving it back fails, the block stays and
-	// the error is kept for the next Close, which retries and reports it.
-	if _, err := a.giveBack([]subRelease{r}); err != nil {
+	// The range itself was freed whatever happens to the block: a block
+	// that cannot be given back stays, free, and a later Trim or Close
+	// retries it. After Close the error waits for the next Close, which
+	// reports it; before, it is this call's, "done, but not tidy".
+	_, err := a.giveBack(rs)
+	switch {
+	case err == nil:
+	case closed:
 		a.mu.Lock()
 		a.deferred = errors.Join(a.deferred, err)
 		a.mu.Unlock()
+	default:
+		return &cuda.OpError{Op: op, Err: fmt.Errorf("%w: %#x (%d bytes) is free, its block stays held: %w", buffer.ErrPartlyFreed, uint64(ptr), size, err)}
 	}
 	return nil
 }
@@ -536,6 +559,17 @@ func (a *SubAllocator) freeBytesLocked() uint64 {
 		n += l.bytes
 	}
 	return n
+}
+
+// PeakReserved is the most SubAllocatorStats.Reserved has been (0 for
+// nil): with a ReleasePolicy, the peak of the memory it mapped.
+func (a *SubAllocator) PeakReserved() uint64 {
+	if a == nil || a.up == nil {
+		return 0
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.peak
 }
 
 // Upstream is the resource the sub-allocator takes its blocks from.

@@ -94,6 +94,7 @@ func (a *SubAllocator) addBlockLocked(op string, l *subList, ub *buffer.Buffer, 
 	at, _ := slices.BinarySearchFunc(a.blocks, base, func(x *subBlock, v uint64) int { return cmp.Compare(x.base, v) })
 	a.blocks = slices.Insert(a.blocks, at, b)
 	a.held += size
+	a.peak = max(a.peak, a.held)
 	a.freeLocked(l, i)
 	return nil
 }

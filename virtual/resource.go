@@ -227,6 +227,14 @@ func (r *Resource) Device() *cuda.Device {
 	return r.dev
 }
 
+// String describes the resource for logs and errors.
+func (r *Resource) String() string {
+	if r == nil || r.dev == nil {
+		return "virtual.Resource(nil)"
+	}
+	return fmt.Sprintf("virtual.Resource(%v, %d-byte chunks)", r.dev, r.gran)
+}
+
 // roundUp rounds size up to the granularity, refusing a size for which
 // that overflows.
 func (r *Resource) roundUp(op string, size uint64) (uint64, error) {

@@ -16,10 +16,11 @@ import (
 	"github.com/cudamem/cudamem/cmd/cudamem/internal/trace"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/resource"
+	"github.com/cudamem/cudamem/virtual"
 )
 
 // replayResources are the resources replay runs a trace against.
-var replayResources = []string{"suballoc", "pool", "sync"}
+var replayResources = []string{"suballoc", "vpool", "pool", "sync"}
 
 // traceFlags are the flags that choose a generated trace, shared by
 // replay and gentrace.
@@ -98,13 +99,16 @@ type replayFlags struct {
 	tf       traceFlags
 	device   int
 	maxSize  uint64
+	keep     uint64
 	json     bool
 }
 
 func parseReplayFlags(args []string, stderr io.Writer) (*replayFlags, error) {
 	f := &replayFlags{}
 	fs := newFlagSet("replay", stderr)
-	fs.StringVar(&f.resource, "resource", "suballoc", "replay on `NAME`: suballoc (a SubAllocator over a device pool), pool (a DevicePool) or sync (cuMemAlloc and cuMemFree)")
+	fs.StringVar(&f.resource, "resource", "suballoc", "replay on `NAME`: suballoc (a SubAllocator over a device pool), vpool (virtual.NewPool), pool (a DevicePool) or sync (cuMemAlloc and cuMemFree)")
+	f.keep = virtual.DefaultPoolKeepFree
+	fs.Var(sizeFlag{&f.keep}, "keep", "with -resource vpool: keep `SIZE` of free memory mapped (0: none)")
 	fs.StringVar(&f.in, "in", "", "replay the trace in `FILE` (lines \"a ID SIZE\" and \"f ID\"; - for standard input) instead of a generated one")
 	f.tf.add(fs)
 	fs.IntVar(&f.device, "device", 0, "run on the GPU with ordinal `ORDINAL`")
@@ -117,12 +121,15 @@ func parseReplayFlags(args []string, stderr io.Writer) (*replayFlags, error) {
 		return nil, fmt.Errorf("%w: takes no arguments, got %q", errUsage, fs.Args())
 	}
 	if !slices.Contains(replayResources, f.resource) {
-		return nil, fmt.Errorf("%w: unknown -resource %q (want suballoc, pool or sync)", errUsage, f.resource)
+		return nil, fmt.Errorf("%w: unknown -resource %q (want suballoc, vpool, pool or sync)", errUsage, f.resource)
 	}
 	if f.device < 0 {
 		return nil, fmt.Errorf("%w: bad -device %d (want a device ordinal, 0 or more)", errUsage, f.device)
 	}
 	set := setFlags(fs)
+	if set["keep"] && f.resource != "vpool" {
+		return nil, fmt.Errorf("%w: -keep is for -resource vpool", errUsage)
+	}
 	if f.in != "" {
 		for _, name := range []string{"gen", "seed", "steps"} {
 			if set[name] {
@@ -232,7 +239,7 @@ func runReplay(args []string, stdout, stderr io.Writer) (err error) {
 	} else if err != nil {
 		return err
 	}
-	rep, err := replay(dev, f.resource, open, lim)
+	rep, err := replay(dev, f.resource, f.keep, open, lim)
 	if err != nil {
 		return err
 	}
@@ -308,8 +315,21 @@ type replayTarget struct {
 }
 
 // newReplayTarget makes the resource kind on dev.
-func newReplayTarget(dev *cuda.Device, kind string) (*replayTarget, error) {
+// keep is vpool's KeepFree.
+func newReplayTarget(dev *cuda.Device, kind string, keep uint64) (*replayTarget, error) {
 	switch kind {
+	case "vpool":
+		p, err := virtual.NewPool(dev, &virtual.PoolOptions{Release: &resource.ReleasePolicy{KeepFree: keep}})
+		if err != nil {
+			return nil, err
+		}
+		return &replayTarget{
+			mr:       p,
+			peak:     func() (uint64, error) { return p.PeakReserved(), nil },
+			reserved: func() (uint64, error) { return p.Stats().Reserved, nil },
+			trim:     p.Trim,
+			close:    p.Close,
+		}, nil
 	case "pool":
 		p, err := resource.NewDevicePool(dev, nil)
 		if err != nil {
@@ -375,7 +395,7 @@ func newReplayTarget(dev *cuda.Device, kind string) (*replayTarget, error) {
 
 // replay replays the trace open reads on a new resource of kind on dev,
 // one stream, frees in trace order, and reports what it held.
-func replay(dev *cuda.Device, kind string, open func() (io.ReadCloser, error), lim trace.Limits) (rep *replayReport, err error) {
+func replay(dev *cuda.Device, kind string, keep uint64, open func() (io.ReadCloser, error), lim trace.Limits) (rep *replayReport, err error) {
 	rep = &replayReport{Resource: kind, Device: dev.String()}
 	if rep.DeviceFreeBefore, rep.DeviceTotal, err = dev.MemInfo(); err != nil {
 		return nil, err
@@ -385,7 +405,7 @@ func replay(dev *cuda.Device, kind string, open func() (io.ReadCloser, error), l
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, s.Close()) }()
-	t, err := newReplayTarget(dev, kind)
+	t, err := newReplayTarget(dev, kind, keep)
 	if err != nil {
 		return nil, fmt.Errorf("making the %s resource: %w", kind, err)
 	}

@@ -56,6 +56,11 @@ func TestReplayOnFakeDriver(t *testing.T) {
 			}
 		}
 	}
+	// A virtual pool that keeps nothing free maps what the serving trace
+	// holds live, chunk by chunk, and nothing once it is all freed.
+	rep := replayJSON(t, "", env, "-resource", "vpool", "-keep", "0", "-gen", "serving", "-seed", "1", "-steps", "25")
+	assert.LessOrEqual(t, rep.Ratio, 1.03, "peak mapped over peak live")
+	assert.Zero(t, rep.ReservedAtEnd)
 }
 
 func mustAtoi(t *testing.T, s string) int {
@@ -139,6 +144,7 @@ func TestReplayFlags(t *testing.T) {
 		{[]string{"replay", "-steps", "-3"}, "bad -steps -3"},
 		{[]string{"replay", "-max-size", "0"}, "bad -max-size 0"},
 		{[]string{"replay", "-device", "-1"}, "bad -device -1"},
+		{[]string{"replay", "-keep", "0"}, "-keep is for -resource vpool"},
 		{[]string{"gentrace", "-gen", "chat"}, `unknown -gen "chat"`},
 		{[]string{"gentrace", "extra"}, "takes no arguments"},
 	} {

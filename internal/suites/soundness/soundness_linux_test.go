@@ -72,7 +72,7 @@ func init() {
 	register("resource",
 		resource.DevicePoolOptions{}, resource.TrimError{}, resource.DevicePool{}, resource.LegacyPinned{}, resource.Limiting{},
 		resource.ManagedOptions{}, resource.Managed{}, resource.PinnedPoolOptions{}, resource.PinnedPool{},
-		resource.PoolAttributes{}, resource.Stats{}, resource.Statistics{}, resource.SubAllocatorOptions{},
+		resource.PoolAttributes{}, resource.Stats{}, resource.Statistics{}, resource.SubAllocatorOptions{}, resource.ReleasePolicy{},
 		resource.SubAllocator{}, resource.SubAllocatorStats{}, resource.SyncDevice{},
 		resource.TrackingOptions{}, resource.Allocation{}, resource.Tracking{},
 		resource.LoggingOptions{}, resource.Logging{}, resource.GraphMemory{},
@@ -88,7 +88,7 @@ func init() {
 		ipc.FabricHandle{})
 	register("virtual",
 		virtual.Chunk{}, virtual.AllocationType(0), virtual.LocationType(0), virtual.HandleType(0),
-		virtual.Granularity(0), virtual.Access(0), virtual.Options{}, virtual.Resource{}, virtual.Info{},
+		virtual.Granularity(0), virtual.Access(0), virtual.Options{}, virtual.PoolOptions{}, virtual.Resource{}, virtual.Info{},
 		virtual.FabricChunk{},
 	)
 	register("loader",
