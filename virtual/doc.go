@@ -28,6 +28,14 @@
 // the allocation is freed or shrunk, and a failed grow leaves the original
 // allocation as it was.
 //
+// # A pool that follows live memory
+//
+// NewPool returns a resource.SubAllocator whose blocks are chunks of this
+// package's memory, mapped when allocations need them and unmapped as
+// soon as their last allocation is freed (see resource.ReleasePolicy), so
+// that the memory mapped follows the memory in use instead of what a
+// cache once held.
+//
 // # Beyond one node: fabric handles
 //
 // Options.HandleType HandleFabric (or HandlePosixFDAndFabric) makes
