@@ -429,7 +429,10 @@ func refuseClosed(op string, s *cuda.Stream) error {
 // allocations on other streams only once they are ordered after s. A zero
 // ptr is a no-op. It works after Close too: a block whose last allocation
 // this was is then given back to the upstream; if that fails the block
-// stays, and the next Close retries it and reports the error.
+// stays, and the next Close retries it and reports the error. Before
+// Close, with a ReleasePolicy, the blocks the policy gives back go now:
+// if that fails the range is freed all the same, the blocks stay free,
+// and the error wraps buffer.ErrPartlyFreed.
 //
 // An address that is not a live allocation here (never allocated, or
 // already freed), or a size that does not match the allocation's, is an
