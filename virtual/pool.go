@@ -58,7 +58,7 @@ func NewPool(dev *cuda.Device, opts *PoolOptions) (*resource.SubAllocator, error
 	}
 	r, err := New(dev, o.Memory)
 	if err != nil {
-		return nil, err
+		return nil, &cuda.OpError{Op: op, Err: err}
 	}
 	keep := o.Release
 	if keep == nil {
