@@ -7,6 +7,7 @@ import (
 
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/resource"
+	"github.com/cudamem/cudamem/resource/timeline"
 )
 
 // AllocationType is the kind of physical memory.
@@ -103,6 +104,10 @@ type Options struct {
 	// be dropped and made again. A hook's error or panic fails the Sleep
 	// or Wake, which then leaves everything as it was.
 	Segments *resource.SegmentHooks
+	// Timeline, if set, records a timeline.Sleep or timeline.Wake event
+	// per allocation that Sleep or Wake changed, with its tag and the
+	// call's time (Resource "virtual").
+	Timeline *timeline.Log
 }
 
 // accessFlags and accessNames are each Access's driver protection and

@@ -13,6 +13,7 @@ import (
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/asleep"
+	"github.com/cudamem/cudamem/resource/timeline"
 )
 
 // ErrAsleep is matched (errors.Is) by the error of every use of memory
@@ -35,8 +36,8 @@ func (e *AsleepError) Error() string {
 	return fmt.Sprintf("%v: allocation %#x (%d bytes, tag %q) was put to sleep (Resource.Sleep); wake it first", ErrAsleep, uint64(e.Addr), e.Size, e.Tag)
 }
 
-// Unwrap makes the error match ErrAsleep.
-func (e *AsleepError) Unwrap() error { return ErrAsleep }
+// Is makes the error match ErrAsleep.
+func (e *AsleepError) Is(target error) bool { return target == ErrAsleep }
 
 // Backup says where Sleep keeps the contents of the memory it releases.
 type Backup uint8
@@ -320,6 +321,7 @@ func (r *Resource) Sleep(opts *SleepOptions, tags ...string) error {
 		st.SleepTime += d
 	}
 	r.mu.Unlock()
+	r.record(timeline.Sleep, as, d)
 	err = r.unclaim(as)
 	if rerr != nil {
 		err = errors.Join(fmt.Errorf("%s: %w (what was not given back is kept for a retry; see Reclaim): %w", op, buffer.ErrPartlyFreed, rerr), err)
@@ -386,14 +388,17 @@ func (r *Resource) takeSpare(n uint64) []byte {
 }
 
 // freeHost frees pinned host memory, or keeps it as the spare (keep, or
-// when the free fails: nothing is lost, and the next free retries): the
-// larger of it and the current spare stays, the other is freed.
+// when the free fails: nothing is lost, the error wraps
+// buffer.ErrPartlyFreed, and DropHostBackup retries): the larger of it and
+// the current spare stays, the other is freed.
 func (r *Resource) freeHost(mem []byte, keep bool) error {
+	var ferr error
 	if !keep {
-		if err := r.drv.hostFree(mem); err == nil {
+		err := r.drv.hostFree(mem)
+		if err == nil {
 			return nil
 		}
-		// Kept below; freeing it is retried with the spare.
+		ferr = fmt.Errorf("freeing %d bytes of pinned host memory: %w (kept for a retry; see DropHostBackup): %w", len(mem), buffer.ErrPartlyFreed, err)
 	}
 	r.spareMu.Lock()
 	if len(mem) >= len(r.spare) {
@@ -401,14 +406,14 @@ func (r *Resource) freeHost(mem []byte, keep bool) error {
 	}
 	r.spareMu.Unlock()
 	if mem == nil {
-		return nil
+		return ferr
 	}
 	if err := r.drv.hostFree(mem); err != nil {
-		// Both are pinned memory this resource owns; keep the larger as
-		// the spare and report the other's failed free.
-		return fmt.Errorf("freeing %d bytes of pinned host memory: %w (it is lost until the process exits)", len(mem), err)
+		// Both are pinned memory this resource owns; the larger stays as
+		// the spare, the other's free failed twice.
+		return errors.Join(ferr, fmt.Errorf("freeing %d bytes of pinned host memory: %w (it is lost until the process exits)", len(mem), err))
 	}
-	return nil
+	return ferr
 }
 
 // DropHostBackup frees the spare pinned host memory: what a Wake with
@@ -595,6 +600,7 @@ func (r *Resource) Wake(opts *WakeOptions, tags ...string) error {
 		st.WakeTime += d
 	}
 	r.mu.Unlock()
+	r.record(timeline.Wake, as, d)
 	var errs []error
 	for _, mem := range frees {
 		if err := r.freeHost(mem, o.KeepHostBackup); err != nil {
@@ -763,6 +769,24 @@ func (r *Resource) runHooks(op string, as []*allocation, acquired bool) (n int, 
 		}
 	}
 	return len(as), nil
+}
+
+// record logs a Sleep or Wake of as in Options.Timeline, if set. Their
+// sizes are read under their claim: Sleep's from the sleep state, Wake's
+// from the memory mapped again.
+func (r *Resource) record(k timeline.Kind, as []*allocation, d time.Duration) {
+	l := r.opts.Timeline
+	if l == nil {
+		return
+	}
+	dev := r.DeviceID()
+	for _, a := range as {
+		size := a.mapped
+		if a.sleep != nil {
+			size = a.sleep.mapped
+		}
+		_ = l.Record(timeline.Event{Kind: k, Addr: uint64(a.base), Size: size, Device: dev, Resource: "virtual", Tag: a.tag, Duration: d})
+	}
 }
 
 // statsLocked returns tag's statistics, made on first need.

@@ -12,6 +12,7 @@ import (
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/asleep"
 	"github.com/cudamem/cudamem/resource"
+	"github.com/cudamem/cudamem/resource/timeline"
 )
 
 // sleepers allocates, on a fake driver, one buffer of tag "kv" spanning
@@ -209,33 +210,6 @@ func TestCloseWhileAsleep(t *testing.T) {
 }
 
 func TestSleepRefusals(t *testing.T) {
-	// Exported memory: fdFake hands out real fds.
-	{
-		lf := &lockedFake{f: newFake(testGran)}
-		lf.f.next = fakeBase + sleepBase.Add(1)<<40
-		r, err := newResource(fdFake{lf}, fakeDevice, &Options{HandleType: HandlePosixFD, Tag: "weights"})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := r.Allocate(testGran, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		chunks, err := r.Export(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := CloseChunkFDs(chunks); err != nil {
-			t.Fatal(err)
-		}
-		if err := r.Sleep(nil, "weights"); !errors.Is(err, cuda.ErrInvalidArgument) || !strings.Contains(err.Error(), "exported") {
-			t.Fatalf("Sleep of exported memory = %v, want it refused", err)
-		}
-		if err := b.Use("test", func(cuda.DevicePtr) error { return nil }); err != nil {
-			t.Fatalf("refused Sleep left the buffer unusable: %v", err)
-		}
-		closeAll(t, r, lf.f, b)
-	}
 	r, f, bufs := sleepers(t, nil)
 	before := snapshot(r, f)
 	for _, c := range []struct {
@@ -431,4 +405,45 @@ func sweepSleepStep(t *testing.T, mode Backup, phase string, k int, sticky bool)
 		t.Fatalf("step %d: ranges left registered asleep", k)
 	}
 	return reached
+}
+
+// TestSleepTimeline records a sleep and a wake of two tags in a timeline:
+// one event per allocation, with its tag, size and the call's time, in
+// order, and a span each in the Chrome trace.
+func TestSleepTimeline(t *testing.T) {
+	log := timeline.NewLog(0)
+	r, f, bufs := sleepers(t, &Options{HandleType: HandleNone, Timeline: log})
+	if err := r.Sleep(&SleepOptions{Backup: BackupToHost}, "kv", "weights"); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Wake(nil, "weights"); err != nil {
+		t.Fatal(err)
+	}
+	tr := log.Trace()
+	var got []string
+	for _, e := range tr.Events {
+		if e.Duration <= 0 || e.Resource != "virtual" {
+			t.Fatalf("event %+v: want the call's time and resource \"virtual\"", e)
+		}
+		got = append(got, fmt.Sprintf("%v %s %#x %d", e.Kind, e.Tag, e.Addr, e.Size))
+	}
+	want := []string{
+		fmt.Sprintf("sleep kv %#x %d", uint64(bufs[0].Ptr()), 3*testGran),
+		fmt.Sprintf("sleep weights %#x %d", uint64(bufs[1].Ptr()), 3*testGran),
+		fmt.Sprintf("wake weights %#x %d", uint64(bufs[1].Ptr()), 3*testGran),
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("events %q, want %q", got, want)
+	}
+	var chrome bytes.Buffer
+	if err := tr.WriteChromeTrace(&chrome); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(chrome.String(), `"cat":"sleep"`); n != 2 {
+		t.Fatalf("%d sleep spans in the Chrome trace, want 2:\n%s", n, chrome.String())
+	}
+	if err := r.Wake(nil); err != nil {
+		t.Fatal(err)
+	}
+	closeAll(t, r, f, bufs...)
 }

@@ -63,7 +63,7 @@ func main() {
 	}
 }
 
-func value(i int) uint32 { return uint32(i*2654435761) ^ 0xa5a5a5a5 }
+func value(i int) uint32 { return uint32(i)*2654435761 ^ 0xa5a5a5a5 }
 
 func run(size uint64, backup string) (err error) {
 	dev, err := cuda.GetDevice(0)
