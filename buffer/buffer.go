@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/asleep"
 )
 
 // MemoryResource hands out and takes back memory, as addresses: the
@@ -74,6 +75,15 @@ func Allocate(mr MemoryResource, size uint64, s *cuda.Stream) (*Buffer, error) {
 	ptr, s, err := free.AllocatePtr(size, s)
 	if err != nil {
 		return nil, err
+	}
+	if err := asleep.Check(uint64(ptr), size); err != nil && ptr != 0 {
+		// A sub-allocator carved the range out of a block that is asleep
+		// (virtual.Resource.Sleep): hand it back rather than make a buffer
+		// no call can use.
+		if ferr := free.Deallocate(ptr, size, s); ferr != nil {
+			err = errors.Join(err, fmt.Errorf("handing the range back: %w", ferr))
+		}
+		return nil, &cuda.OpError{Op: "buffer.Allocate", Err: err}
 	}
 	return owned(ptr, size, mr, free, s), nil
 }
@@ -427,6 +437,14 @@ func (b *Buffer) acquire(op string) (cuda.DevicePtr, error) {
 		return 0, cuda.Errorf(op, cuda.ErrInvalidArgument, "nil buffer")
 	}
 	if b.use() {
+		// Memory put to sleep (virtual.Resource.Sleep) keeps its addresses
+		// but has no physical memory behind them: refuse, naming the tag,
+		// rather than let the GPU fault. One atomic load while nothing
+		// sleeps.
+		if err := asleep.Check(uint64(b.ptr), b.size); err != nil {
+			b.release()
+			return 0, &cuda.OpError{Op: op, Err: err}
+		}
 		return b.ptr, nil
 	}
 	if err := b.invalid(op); err != nil {

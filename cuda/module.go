@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"runtime"
 	"unsafe"
+
+	"github.com/cudamem/cudamem/internal/asleep"
 )
 
 // Module is a loaded CUDA module (PTX or cubin). cudamem's own tests and
@@ -133,6 +135,9 @@ func (f *Function) Launch(s *Stream, grid, block Dim3, sharedMem uint32, params 
 		case int64:
 			vals[i] = uint64(v)
 		case DevicePtr:
+			if err := asleep.Check(uint64(v), 0); err != nil {
+				return fmt.Errorf("kernel %s parameter %d (%#x): %w", f.name, i, uint64(v), &OpError{Op: "cuLaunchKernel", Err: err})
+			}
 			vals[i] = uint64(v)
 		case uintptr:
 			vals[i] = uint64(v)

@@ -85,6 +85,14 @@ func (r *Resource) Allocate(size uint64, s *cuda.Stream) (*buffer.Buffer, error)
 // AllocatePtr is Allocate without the Buffer ([buffer.MemoryResource]):
 // the base address (0 for size 0) and s, the stream Close frees on.
 func (r *Resource) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cuda.Stream, error) {
+	if err := r.check("Resource.Allocate"); err != nil {
+		return 0, nil, err
+	}
+	return r.allocate(size, s, r.opts.Tag)
+}
+
+// allocate is AllocatePtr with the allocation in tag.
+func (r *Resource) allocate(size uint64, s *cuda.Stream, tag string) (cuda.DevicePtr, *cuda.Stream, error) {
 	const op = "Resource.Allocate"
 	if err := r.check(op); err != nil {
 		return 0, nil, err
@@ -120,7 +128,7 @@ func (r *Resource) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cu
 		return 0, nil, fmt.Errorf("%s %d bytes: %w", op, size, r.rollback(&t, err))
 	}
 	a := &allocation{base: ptr, size: size, mapped: aligned, reservations: []span{{ptr, reserve}}, resv: reserve,
-		chunks: []chunk{{off: 0, size: aligned, h: h}}, descs: descs}
+		chunks: []chunk{{off: 0, size: aligned, h: h}}, descs: descs, tag: tag}
 	r.mu.Lock()
 	r.allocs[ptr] = a
 	r.mu.Unlock()
@@ -308,6 +316,11 @@ func (r *Resource) unmapFrom(a *allocation, i int) (int, error) {
 // driver refuses (mappings, handles, address ranges) moves to r.left, so
 // a itself holds nothing any more and nothing is released twice.
 func (r *Resource) free(a *allocation) (freed bool, err error) {
+	if a.sleep != nil {
+		// Nothing is mapped: only the address space (and the backup) go.
+		serr := r.forgetSleep(a)
+		return true, errors.Join(serr, r.giveUp(a, 0))
+	}
 	r.retryLeftovers() // they may sit in a's address space
 	k, err := r.unmapFrom(a, 0)
 	if err != nil && k == len(a.chunks) {

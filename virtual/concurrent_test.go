@@ -155,3 +155,33 @@ func TestConcurrentOperations(t *testing.T) {
 	mustOK(t, r.Reclaim())
 	f.requireEmpty(t)
 }
+
+func (l *lockedFake) syncDevice() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.syncDevice()
+}
+
+func (l *lockedFake) hostAlloc(size uint64) ([]byte, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.hostAlloc(size)
+}
+
+func (l *lockedFake) hostFree(mem []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.hostFree(mem)
+}
+
+func (l *lockedFake) copyDtoH(dst []byte, src cuda.DevicePtr) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.copyDtoH(dst, src)
+}
+
+func (l *lockedFake) copyHtoD(dst cuda.DevicePtr, src []byte) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.copyHtoD(dst, src)
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/cudamem/cudamem/cuda"
 )
@@ -40,8 +41,15 @@ type driver interface {
 	MemAllocationProperties(h cuda.MemHandle) (cuda.MemAllocationProp, error)
 	MemRetainAllocationHandle(addr cuda.DevicePtr) (cuda.MemHandle, error)
 	// syncStream waits for one stream (resolved: see Resource.wait).
-	// The package never waits for the whole device.
+	// Only Sleep waits for the whole device (syncDevice).
 	syncStream(s *cuda.Stream) error
+	// For Sleep and Wake (sleep.go): the device's work, pinned host
+	// memory, and synchronous copies between it and mapped memory.
+	syncDevice() error
+	hostAlloc(size uint64) ([]byte, error)
+	hostFree(mem []byte) error
+	copyDtoH(dst []byte, src cuda.DevicePtr) error
+	copyHtoD(dst cuda.DevicePtr, src []byte) error
 	// peerCanAccess reports whether peer can map the device's memory.
 	peerCanAccess(peer *cuda.Device) (bool, error)
 }
@@ -52,6 +60,30 @@ type device struct{ *cuda.Device }
 func (d device) syncStream(s *cuda.Stream) error { return s.Sync() }
 
 func (d device) peerCanAccess(peer *cuda.Device) (bool, error) { return peer.CanAccessPeer(d.Device) }
+
+func (d device) syncDevice() error { return d.Sync() }
+
+func (d device) hostAlloc(size uint64) ([]byte, error) {
+	p, err := d.MemHostAlloc(size, 0)
+	if err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*byte)(p), size), nil
+}
+
+func (d device) hostFree(mem []byte) error {
+	return d.MemFreeHost(unsafe.Pointer(unsafe.SliceData(mem)))
+}
+
+// The copies go through pinned memory the driver allocated (never Go
+// memory), so handing its address over is safe.
+func (d device) copyDtoH(dst []byte, src cuda.DevicePtr) error {
+	return d.MemcpyDtoH(unsafe.Pointer(unsafe.SliceData(dst)), src, uint64(len(dst)))
+}
+
+func (d device) copyHtoD(dst cuda.DevicePtr, src []byte) error {
+	return d.MemcpyHtoD(dst, unsafe.Pointer(unsafe.SliceData(src)), uint64(len(src)))
+}
 
 // leftovers are driver resources that a failed cleanup could not give
 // back. They are kept, not forgotten: later operations and Reclaim retry

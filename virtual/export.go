@@ -51,7 +51,9 @@ func (r *Resource) Export(b *buffer.Buffer) ([]Chunk, error) {
 			return cuda.Errorf(op, cuda.ErrInvalidArgument, "resource was created without POSIX fd handles (HandleType)")
 		}
 		var err error
-		out, err = r.exportFDs(op, a)
+		if out, err = r.exportFDs(op, a); err == nil {
+			a.shared = "exported"
+		}
 		return err
 	})
 	return out, err
@@ -194,7 +196,7 @@ func (r *Resource) importChunks(op string, n int, total, size uint64, open func(
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	descs := append([]cuda.MemAccessDesc(nil), r.descs...)
-	a := &allocation{base: ptr, size: size, reservations: []span{{ptr, total}}, resv: total, descs: descs}
+	a := &allocation{base: ptr, size: size, reservations: []span{{ptr, total}}, resv: total, descs: descs, tag: r.opts.Tag, shared: "imported"}
 	for i := range n {
 		h, csize, err := open(i)
 		if h != 0 {

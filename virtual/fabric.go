@@ -108,6 +108,7 @@ func (r *Resource) ExportFabric(b *buffer.Buffer) ([]FabricChunk, error) {
 			}
 			out = append(out, FabricChunk{Handle: fh, Size: c.size})
 		}
+		a.shared = "exported"
 		return nil
 	})
 	return out, err

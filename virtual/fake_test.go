@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"testing"
+	"unsafe"
 
 	"github.com/cudamem/cudamem/cuda"
 )
@@ -48,11 +49,15 @@ type fakeDriver struct {
 	offGranule bool
 
 	fab fakeFabric // fabric handles and read-back properties (fabric_fake_test.go)
+
+	hosts       map[*byte]uint64 // live pinned host allocations (sleep_test.go)
+	deviceSyncs int
 }
 
 type fakeHandle struct {
 	size     uint64
-	released bool // released, but still alive while mapped
+	released bool   // released, but still alive while mapped
+	data     []byte // the contents, made by the first copy that touches them
 }
 
 type fakeMap struct {
@@ -76,6 +81,7 @@ func newFake(gran uint64) *fakeDriver {
 		handles: map[cuda.MemHandle]fakeHandle{},
 		maps:    map[cuda.DevicePtr]fakeMap{},
 		nextH:   0x100,
+		hosts:   map[*byte]uint64{},
 
 		blockers: map[cuda.DevicePtr]bool{},
 	}
@@ -420,8 +426,8 @@ func (f *fakeDriver) peerCanAccess(peer *cuda.Device) (bool, error) {
 // empty fails t unless every reservation, mapping and handle is gone.
 func (f *fakeDriver) requireEmpty(t testing.TB) {
 	t.Helper()
-	if len(f.resv)+len(f.maps)+len(f.handles) != 0 {
-		t.Fatalf("driver resources left: %d reservations, %d mappings, %d handles", len(f.resv), len(f.maps), len(f.handles))
+	if len(f.resv)+len(f.maps)+len(f.handles)+len(f.hosts) != 0 {
+		t.Fatalf("driver resources left: %d reservations, %d mappings, %d handles, %d pinned host allocations", len(f.resv), len(f.maps), len(f.handles), len(f.hosts))
 	}
 	f.requireSane(t)
 }
@@ -538,7 +544,15 @@ func checkInvariants(t testing.TB, r *Resource, f *fakeDriver) {
 			off += c.size
 		}
 		need, _ := roundUp(a.size, r.gran)
-		if off != a.mapped || a.size == 0 || need > a.mapped || a.mapped > a.resv {
+		if s := a.sleep; s != nil {
+			var sum uint64
+			for _, n := range s.sizes {
+				sum += n
+			}
+			if len(a.chunks) != 0 || a.mapped != 0 || sum != s.mapped || need > s.mapped || s.mapped > a.resv {
+				t.Fatalf("asleep allocation %#x: %d chunks, mapped %d, sleeping sizes %v (total %d, recorded %d), size %d, reserved %d", uint64(a.base), len(a.chunks), a.mapped, s.sizes, sum, s.mapped, a.size, a.resv)
+			}
+		} else if off != a.mapped || a.size == 0 || need > a.mapped || a.mapped > a.resv {
 			t.Fatalf("allocation %#x: size %d, mapped %d, chunks cover %d, reserved %d", uint64(a.base), a.size, a.mapped, off, a.resv)
 		}
 		var roff uint64
@@ -585,4 +599,114 @@ func checkInvariants(t testing.TB, r *Resource, f *fakeDriver) {
 			t.Fatalf("reservation at %#x belongs to nothing (leaked)", uint64(p))
 		}
 	}
+}
+
+func (f *fakeDriver) syncDevice() error {
+	if err := f.call("cuCtxSynchronize"); err != nil {
+		return err
+	}
+	f.deviceSyncs++
+	return nil
+}
+
+func (f *fakeDriver) hostAlloc(size uint64) ([]byte, error) {
+	if err := f.call("cuMemHostAlloc"); err != nil {
+		return nil, err
+	}
+	if size == 0 {
+		return nil, f.misuse("cuMemHostAlloc of 0 bytes")
+	}
+	mem := make([]byte, size)
+	for i := range mem {
+		mem[i] = 0xee // not zero: what a copy did not write shows
+	}
+	f.hosts[&mem[0]] = size
+	return mem, nil
+}
+
+func (f *fakeDriver) hostFree(mem []byte) error {
+	if err := f.call("cuMemFreeHost"); err != nil {
+		return err
+	}
+	if len(mem) == 0 || f.hosts[&mem[0]] != uint64(len(mem)) {
+		return f.misuse("cuMemFreeHost of %d bytes: not a pinned allocation (double free?)", len(mem))
+	}
+	delete(f.hosts, &mem[0])
+	return nil
+}
+
+// pinned reports whether mem lies in a live pinned allocation.
+func (f *fakeDriver) pinned(mem []byte) bool {
+	if len(mem) == 0 {
+		return false
+	}
+	p := uintptr(unsafe.Pointer(&mem[0]))
+	for b, n := range f.hosts {
+		q := uintptr(unsafe.Pointer(b))
+		if p >= q && p+uintptr(len(mem)) <= q+uintptr(n) {
+			return true
+		}
+	}
+	return false
+}
+
+// touch runs f over the contents behind [p, p+n), mapping by mapping; any
+// byte not mapped is misuse (on a GPU, a fault).
+func (f *fakeDriver) touch(op string, p cuda.DevicePtr, n uint64, fn func(mem []byte, at uint64)) error {
+	var done uint64
+	for done < n {
+		at := p + cuda.DevicePtr(done)
+		found := false
+		for q, m := range f.maps {
+			if at >= q && uint64(at) < uint64(q)+m.size {
+				fh := f.handles[m.h]
+				if fh.data == nil {
+					fh.data = make([]byte, fh.size)
+					f.handles[m.h] = fh
+				}
+				off := uint64(at - q)
+				k := min(n-done, m.size-off)
+				fn(fh.data[off:off+k], done)
+				done += k
+				found = true
+				break
+			}
+		}
+		if !found {
+			return f.misuse("%s at %#x: not mapped (a GPU fault)", op, uint64(at))
+		}
+	}
+	return nil
+}
+
+func (f *fakeDriver) copyDtoH(dst []byte, src cuda.DevicePtr) error {
+	if err := f.call("cuMemcpyDtoH"); err != nil {
+		return err
+	}
+	if !f.pinned(dst) {
+		return f.misuse("cuMemcpyDtoH into memory that is not pinned")
+	}
+	return f.touch("cuMemcpyDtoH", src, uint64(len(dst)), func(mem []byte, at uint64) { copy(dst[at:], mem) })
+}
+
+func (f *fakeDriver) copyHtoD(dst cuda.DevicePtr, src []byte) error {
+	if err := f.call("cuMemcpyHtoD"); err != nil {
+		return err
+	}
+	if !f.pinned(src) {
+		return f.misuse("cuMemcpyHtoD from memory that is not pinned")
+	}
+	return f.touch("cuMemcpyHtoD", dst, uint64(len(src)), func(mem []byte, at uint64) { copy(mem, src[at:]) })
+}
+
+// write and read are the test's own access to device memory (a kernel's,
+// say): they bypass the driver-call count and failure injection.
+func (f *fakeDriver) write(p cuda.DevicePtr, b []byte) error {
+	return f.touch("write", p, uint64(len(b)), func(mem []byte, at uint64) { copy(mem, b[at:]) })
+}
+
+func (f *fakeDriver) read(p cuda.DevicePtr, n uint64) ([]byte, error) {
+	out := make([]byte, n)
+	err := f.touch("read", p, n, func(mem []byte, at uint64) { copy(out[at:], mem) })
+	return out, err
 }

@@ -37,6 +37,9 @@ func closeAll(t *testing.T, r *Resource, f *fakeDriver, bufs ...*buffer.Buffer) 
 	if err := r.Reclaim(); err != nil {
 		t.Fatalf("Reclaim with a healthy driver: %v", err)
 	}
+	if err := r.DropHostBackup(); err != nil {
+		t.Fatalf("DropHostBackup with a healthy driver: %v", err)
+	}
 	for _, b := range bufs {
 		if err := b.Close(); err != nil {
 			t.Fatalf("Close with a healthy driver: %v", err)

@@ -121,7 +121,7 @@ func (r *Resource) beginResize(op string, ptr cuda.DevicePtr, a *allocation) err
 }
 
 func errResizing(op string, ptr cuda.DevicePtr) error {
-	return cuda.Errorf(op, cuda.ErrInvalidArgument, "allocation %#x is being grown or shrunk by another call (Grow and Shrink consume their buffer: do not use it concurrently)", uint64(ptr))
+	return cuda.Errorf(op, cuda.ErrInvalidArgument, "allocation %#x is being changed by another call (Grow, Shrink, Sleep or Wake; Grow and Shrink consume their buffer: do not use it concurrently)", uint64(ptr))
 }
 
 // endResizeLocked drops the claim of beginResize, under r.mu. If a

@@ -25,6 +25,8 @@ func receivers() map[string][]reflect.Value {
 		// Value methods on a nil *FabricChunk would panic in Go itself,
 		// as for any value receiver, so only non-nil values are listed.
 		"FabricChunk": {reflect.ValueOf(FabricChunk{}), reflect.ValueOf(&FabricChunk{})},
+		"AsleepError": {reflect.ValueOf((*AsleepError)(nil)), reflect.ValueOf(&AsleepError{})},
+		"Backup":      {reflect.ValueOf(Backup(0)), reflect.ValueOf(Backup(99))},
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"runtime"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/resource"
+	"github.com/cudamem/cudamem/resource/timeline"
 )
 
 // AllocationType is the kind of physical memory.
@@ -92,6 +94,20 @@ type Options struct {
 	Peers      []*cuda.Device
 	SelfAccess Access
 	PeerAccess Access
+	// Tag is the tag of the resource's allocations, which Sleep and Wake
+	// select by ("" is a tag like any other); AllocateTagged gives one
+	// allocation another.
+	Tag string
+	// Segments sees each allocation that Sleep unmaps (Released, before
+	// the memory goes) and Wake maps again (Acquired, once the contents
+	// are back), so that registrations with NCCL or another library can
+	// be dropped and made again. A hook's error or panic fails the Sleep
+	// or Wake, which then leaves everything as it was.
+	Segments *resource.SegmentHooks
+	// Timeline, if set, records a timeline.Sleep or timeline.Wake event
+	// per allocation that Sleep or Wake changed, with its tag and the
+	// call's time (Resource "virtual").
+	Timeline *timeline.Log
 }
 
 // accessFlags and accessNames are each Access's driver protection and

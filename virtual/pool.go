@@ -1,6 +1,8 @@
 package virtual
 
 import (
+	"sync"
+
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/resource"
 )
@@ -45,6 +47,16 @@ type PoolOptions struct {
 // process: export a Resource's allocation, or a pool's (ipc.ExportPool).
 // Close the SubAllocator when done; the Resource needs no closing.
 //
+// # Sleep and wake
+//
+// The pool's blocks are allocations of its Resource (the SubAllocator's
+// Upstream, a *Resource), in the tag Memory.Tag: Sleep and Wake on it
+// put the whole pool to sleep and wake it, every address kept. While it
+// sleeps, allocations the pool would carve out of a sleeping block are
+// refused (ErrAsleep) and new blocks are mapped awake; Segments sees each
+// block go at Sleep and come back at Wake, once, as for NCCL
+// registrations.
+//
 // Bad options are errors matching cuda.ErrInvalidArgument that name them;
 // a device without virtual memory management gives New's error.
 func NewPool(dev *cuda.Device, opts *PoolOptions) (*resource.SubAllocator, error) {
@@ -56,7 +68,13 @@ func NewPool(dev *cuda.Device, opts *PoolOptions) (*resource.SubAllocator, error
 	if o.Memory != nil && (o.Memory.Reserve != 0 || o.Memory.AddrHint != 0) {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "Memory.Reserve %d and Memory.AddrHint %#x must be 0: the pool places its blocks", o.Memory.Reserve, uint64(o.Memory.AddrHint))
 	}
-	r, err := New(dev, o.Memory)
+	var mo Options
+	if o.Memory != nil {
+		mo = *o.Memory
+	}
+	blockHooks, sleepHooks := poolHooks(o.Segments)
+	mo.Segments = sleepHooks
+	r, err := New(dev, &mo)
 	if err != nil {
 		return nil, &cuda.OpError{Op: op, Err: err}
 	}
@@ -67,7 +85,58 @@ func NewPool(dev *cuda.Device, opts *PoolOptions) (*resource.SubAllocator, error
 	return resource.NewSubAllocator(r, &resource.SubAllocatorOptions{
 		GrowSize: r.Granularity(),
 		MaxSize:  o.MaxSize,
-		Segments: o.Segments,
+		Segments: blockHooks,
 		Release:  keep,
 	})
+}
+
+// poolHooks splits a pool's segment hooks between its SubAllocator (the
+// blocks it maps and gives back) and its Resource (the blocks Sleep and
+// Wake unmap and map again), so that each hook runs once per change: a
+// block that went to sleep was Released already, and giving it back while
+// it sleeps must not release it again.
+func poolHooks(h *resource.SegmentHooks) (blocks, sleep *resource.SegmentHooks) {
+	if h == nil || h.Acquired == nil && h.Released == nil {
+		return h, nil
+	}
+	var mu sync.Mutex
+	slept := map[cuda.DevicePtr]bool{}
+	blocks = &resource.SegmentHooks{
+		Acquired: h.Acquired,
+		Released: func(p cuda.DevicePtr, n uint64) error {
+			mu.Lock()
+			gone := slept[p]
+			delete(slept, p)
+			mu.Unlock()
+			if gone || h.Released == nil {
+				return nil
+			}
+			return h.Released(p, n)
+		},
+	}
+	sleep = &resource.SegmentHooks{
+		Acquired: func(p cuda.DevicePtr, n uint64) error {
+			if h.Acquired != nil {
+				if err := h.Acquired(p, n); err != nil {
+					return err
+				}
+			}
+			mu.Lock()
+			delete(slept, p)
+			mu.Unlock()
+			return nil
+		},
+		Released: func(p cuda.DevicePtr, n uint64) error {
+			if h.Released != nil {
+				if err := h.Released(p, n); err != nil {
+					return err
+				}
+			}
+			mu.Lock()
+			slept[p] = true
+			mu.Unlock()
+			return nil
+		},
+	}
+	return blocks, sleep
 }

@@ -170,7 +170,7 @@ func TestResizeRefusesAccessChanges(t *testing.T) {
 	nb, err := r.Shrink(b, g)
 	require.NoError(t, err)
 	require.ErrorIs(t, accessErr, cuda.ErrInvalidArgument)
-	require.Contains(t, accessErr.Error(), "being grown or shrunk")
+	require.Contains(t, accessErr.Error(), "being changed by another call")
 	require.True(t, b.IsClosed(), "consumed by the Shrink")
 	checkInvariants(t, r, f)
 	acc, err := r.Access(nb, fakePeer1)

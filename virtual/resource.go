@@ -29,6 +29,15 @@ type Resource struct {
 	allocs map[cuda.DevicePtr]*allocation
 
 	left pending // what failed cleanups could not give back yet
+
+	// phase serializes Sleep and Wake; taken before mu.
+	phase sync.Mutex
+	// spare is pinned host memory kept for the next Sleep: by a Wake with
+	// WakeOptions.KeepHostBackup, or because freeing it failed (the next
+	// free retries). spareMu, a leaf lock, guards it.
+	spareMu sync.Mutex
+	spare   []byte
+	stats   map[string]*SleepStats // per tag, under mu
 }
 
 // allocation is one live VMM allocation: physical chunks mapped back to back
@@ -36,7 +45,8 @@ type Resource struct {
 //
 // Invariants, between operations: the chunks cover [0, mapped) in order;
 // mapped >= size rounded up to the granularity; mapped <= the reserved
-// total. An operation that fails restores them before it returns, or takes
+// total. While asleep (sleep != nil), chunks is empty and mapped 0, and
+// sleep says what to map again. An operation that fails restores them before it returns, or takes
 // effect and hands what it could not give back to the resource's
 // leftovers.
 type allocation struct {
@@ -54,6 +64,13 @@ type allocation struct {
 	// Grow or Shrink waits for that Deallocate's Close in b.Disown), so
 	// it hands its free over instead (freeLater).
 	resizing bool
+	// tag selects the allocation for Sleep and Wake; sleep is its state
+	// while asleep (nil when awake: then chunks are mapped).
+	tag   string
+	sleep *slept
+	// shared says how other processes map the physical memory
+	// ("exported", "imported"; "" if none): such memory cannot sleep.
+	shared string
 	// freeLater is set by a Deallocate that came while resizing was (a
 	// Close of the buffer being resized, or the last Release of a Hold
 	// of it): the Grow or Shrink frees the allocation as it ends, once

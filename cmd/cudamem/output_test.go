@@ -146,7 +146,7 @@ func TestTimelineInputErrorsSayWhatFailed(t *testing.T) {
 		{`{"version": 9, "events": []}`, "trace version 9; this reader knows version 1"},
 		{`not json`, "invalid character 'o' in literal null (expecting 'u')"},
 		{`{"version": 1, "events": [{"seq": 2, "kind": "alloc"}, {"seq": 1, "kind": "alloc"}]}`, "events[1]: sequence numbers do not increase"},
-		{`{"version": 1, "events": [{"seq": 1, "kind": "grow"}]}`, `unknown event kind "grow" (want alloc or free)`},
+		{`{"version": 1, "events": [{"seq": 1, "kind": "grow"}]}`, `unknown event kind "grow" (want alloc, free, sleep or wake)`},
 	} {
 		in := filepath.Join(dir, "in.json")
 		require.NoError(t, os.WriteFile(in, []byte(c.content), 0o644))

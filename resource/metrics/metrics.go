@@ -15,6 +15,7 @@ import (
 
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/resource"
+	"github.com/cudamem/cudamem/virtual"
 )
 
 // PoolSource is a memory pool whose attributes can be read:
@@ -32,6 +33,7 @@ const (
 	kindStatistics sourceKind = iota
 	kindPool
 	kindSubAllocator
+	kindSleep
 )
 
 type source struct {
@@ -40,6 +42,7 @@ type source struct {
 	stats *resource.Statistics
 	pool  PoolSource
 	sub   *resource.SubAllocator
+	vmm   *virtual.Resource
 }
 
 func (s source) device() int {
@@ -49,6 +52,8 @@ func (s source) device() int {
 		d = s.stats
 	case kindSubAllocator:
 		d = s.sub
+	case kindSleep:
+		d = s.vmm
 	default:
 		d, _ = s.pool.(deviced)
 	}
@@ -123,6 +128,14 @@ func (r *Registry) AddSubAllocator(name string, a *resource.SubAllocator) error 
 	return r.add("Registry.AddSubAllocator", source{name: name, kind: kindSubAllocator, sub: a}, a == nil)
 }
 
+// AddSleep registers the sleeping memory of a virtual.Resource (its
+// SleepStats, one sample per tag) under name, which must be non-empty and
+// unused in the registry; errors match cuda.ErrInvalidArgument. For a
+// virtual pool, register its Upstream.
+func (r *Registry) AddSleep(name string, v *virtual.Resource) error {
+	return r.add("Registry.AddSleep", source{name: name, kind: kindSleep, vmm: v}, v == nil)
+}
+
 // Remove takes the source called name out of the registry and reports
 // whether there was one.
 func (r *Registry) Remove(name string) bool {
@@ -166,6 +179,8 @@ type Snapshot struct {
 	Statistics    map[string]resource.Stats             `json:"statistics,omitempty"`
 	Pools         map[string]resource.PoolAttributes    `json:"pools,omitempty"`
 	SubAllocators map[string]resource.SubAllocatorStats `json:"suballocators,omitempty"`
+	// Sleep holds each virtual.Resource's SleepStats, one per tag.
+	Sleep map[string][]virtual.SleepStats `json:"sleep,omitempty"`
 	// Devices is each source's device (-1 for host memory).
 	Devices map[string]int `json:"devices,omitempty"`
 	// Errors holds, for each source that could not be read, why.
@@ -179,6 +194,7 @@ type reading struct {
 	stats resource.Stats
 	attrs resource.PoolAttributes
 	sub   resource.SubAllocatorStats
+	sleep []virtual.SleepStats
 	err   error
 }
 
@@ -194,6 +210,8 @@ func (r *Registry) read() []reading {
 			rd.attrs, rd.err = s.pool.Attributes()
 		case kindSubAllocator:
 			rd.sub = s.sub.Stats()
+		case kindSleep:
+			rd.sleep = s.vmm.SleepStats()
 		}
 		out[i] = rd
 	}
@@ -216,6 +234,8 @@ func (r *Registry) Snapshot() Snapshot {
 			put(&sn.Pools, rd.name, rd.attrs)
 		case kindSubAllocator:
 			put(&sn.SubAllocators, rd.name, rd.sub)
+		case kindSleep:
+			put(&sn.Sleep, rd.name, rd.sleep)
 		}
 	}
 	return sn
@@ -285,6 +305,20 @@ var families = []family{
 	{"cudamem_suballocator_free_ranges", "Free ranges in the sub-allocator's blocks; more ranges than blocks means fragmentation.", "gauge", kindSubAllocator, func(rd *reading) uint64 { return uint64(rd.sub.FreeRanges) }},
 }
 
+// sleepFamilies are the metrics of sleeping memory, one sample per tag.
+var sleepFamilies = []struct {
+	name, help, typ string
+	value           func(st *virtual.SleepStats) uint64
+}{
+	{"cudamem_sleep_asleep_bytes", "Bytes of physical memory the tag's sleeping allocations released.", "gauge", func(st *virtual.SleepStats) uint64 { return st.Asleep }},
+	{"cudamem_sleep_asleep_allocations", "Allocations of the tag asleep.", "gauge", func(st *virtual.SleepStats) uint64 { return uint64(st.Allocations) }},
+	{"cudamem_sleep_backup_bytes", "Bytes of the tag's contents kept in a backup while asleep.", "gauge", func(st *virtual.SleepStats) uint64 { return st.Backup }},
+	{"cudamem_sleeps_total", "Sleep calls that put allocations of the tag to sleep.", "counter", func(st *virtual.SleepStats) uint64 { return st.Sleeps }},
+	{"cudamem_wakes_total", "Wake calls that woke allocations of the tag.", "counter", func(st *virtual.SleepStats) uint64 { return st.Wakes }},
+	{"cudamem_sleep_last_microseconds", "Microseconds the tag's last Sleep took.", "gauge", func(st *virtual.SleepStats) uint64 { return uint64(st.LastSleep.Microseconds()) }},
+	{"cudamem_wake_last_microseconds", "Microseconds the tag's last Wake took.", "gauge", func(st *virtual.SleepStats) uint64 { return uint64(st.LastWake.Microseconds()) }},
+}
+
 // WritePrometheus writes every source's metrics to w in the Prometheus
 // text exposition format (version 0.0.4): for each metric with samples,
 // a # HELP and a # TYPE line, then one sample per source, sorted by name.
@@ -309,6 +343,23 @@ func (r *Registry) WritePrometheus(w io.Writer) error {
 			}
 			line = appendSample(line[:0], f.name, rd, f.value(rd))
 			bw.Write(line)
+		}
+	}
+	for _, f := range sleepFamilies {
+		head := false
+		for i := range rds {
+			rd := &rds[i]
+			if rd.kind != kindSleep {
+				continue
+			}
+			for j := range rd.sleep {
+				if !head {
+					writeHead(bw, f.name, f.help, f.typ)
+					head = true
+				}
+				line = appendTagSample(line[:0], f.name, rd, &rd.sleep[j], f.value(&rd.sleep[j]))
+				bw.Write(line)
+			}
 		}
 	}
 	if len(rds) > 0 {
@@ -342,6 +393,17 @@ func appendSample(b []byte, name string, rd *reading, v uint64) []byte {
 	b = append(b, `"} `...)
 	b = strconv.AppendUint(b, v, 10)
 	return append(b, '\n')
+}
+
+func appendTagSample(b []byte, name string, rd *reading, st *virtual.SleepStats, v uint64) []byte {
+	b = appendSample(b, name, rd, v)
+	// Insert the tag label before the closing brace of appendSample's.
+	i := strings.LastIndex(string(b), "} ")
+	tail := append([]byte(nil), b[i:]...)
+	b = append(b[:i], `,tag="`...)
+	b = appendLabelValue(b, st.Tag)
+	b = append(b, '"')
+	return append(b, tail...)
 }
 
 // appendLabelValue escapes a label value: backslash, double quote and

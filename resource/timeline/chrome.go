@@ -89,6 +89,17 @@ func (t *Trace) chromeEvents() []chromeEvent {
 		return tid
 	}
 
+	sleepTids := map[int]int{}
+	sleepTid := func(dev int) int {
+		tid, ok := sleepTids[dev]
+		if !ok {
+			tid = -1 - len(sleepTids) // apart from the streams' (1 up)
+			sleepTids[dev] = tid
+			meta = append(meta, chromeEvent{Name: "thread_name", Ph: "M", Pid: pidOf(dev), Tid: tid, Args: map[string]any{"name": "sleep and wake"}})
+		}
+		return tid
+	}
+
 	label := resourceLabels(t.Resources())
 	var end time.Duration
 	if n := len(t.Events); n > 0 {
@@ -111,6 +122,19 @@ func (t *Trace) chromeEvents() []chromeEvent {
 		evs = append(evs, chromeEvent{
 			Name: fmt.Sprintf("%s %d B", label[a.Resource], a.Size), Cat: "allocation", Ph: "X",
 			Ts: micros(start), Dur: &dur, Pid: pidOf(a.Device), Tid: tidOf(a.Device, a.Stream), Args: args,
+		})
+	}
+	// Sleeps and wakes: a span of the call's time per allocation, on a
+	// thread of their own in the device's process.
+	for _, e := range t.Events {
+		if e.Kind != Sleep && e.Kind != Wake {
+			continue
+		}
+		dur := micros(e.Duration)
+		evs = append(evs, chromeEvent{
+			Name: fmt.Sprintf("%s %q %d B", e.Kind, e.Tag, e.Size), Cat: e.Kind.String(), Ph: "X",
+			Ts: max(micros(e.Time-e.Duration), 0), Dur: &dur, Pid: pidOf(e.Device), Tid: sleepTid(e.Device),
+			Args: map[string]any{"size": e.Size, "addr": fmt.Sprintf("%#x", e.Addr), "resource": e.Resource, "tag": e.Tag},
 		})
 	}
 	// A resource's counter lives in the process of its device (the device

@@ -20,22 +20,28 @@ const (
 	// Free is a deallocation, recorded before the upstream frees (so that
 	// the address cannot be handed out again, and recorded, first).
 	Free
+	// Sleep is memory put to sleep (virtual.Resource.Sleep): its physical
+	// memory released, its address kept. Duration is the call's.
+	Sleep
+	// Wake is sleeping memory woken (virtual.Resource.Wake).
+	Wake
 )
 
-// String is "alloc" or "free".
+var kindNames = [...]string{Alloc: "alloc", Free: "free", Sleep: "sleep", Wake: "wake"}
+
+func (k Kind) valid() bool { return k >= Alloc && int(k) < len(kindNames) }
+
+// String is "alloc", "free", "sleep" or "wake".
 func (k Kind) String() string {
-	switch k {
-	case Alloc:
-		return "alloc"
-	case Free:
-		return "free"
+	if k.valid() {
+		return kindNames[k]
 	}
 	return fmt.Sprintf("Kind(%d)", uint8(k))
 }
 
 // MarshalText writes the kind as in String; an unknown kind is an error.
 func (k Kind) MarshalText() ([]byte, error) {
-	if k != Alloc && k != Free {
+	if !k.valid() {
 		return nil, cuda.Errorf("Kind.MarshalText", cuda.ErrInvalidArgument, "unknown event kind %d", uint8(k))
 	}
 	return []byte(k.String()), nil
@@ -46,18 +52,17 @@ func (k *Kind) UnmarshalText(b []byte) error {
 	if k == nil {
 		return cuda.Errorf("Kind.UnmarshalText", cuda.ErrInvalidArgument, "nil *Kind")
 	}
-	switch string(b) {
-	case "alloc":
-		*k = Alloc
-	case "free":
-		*k = Free
-	default:
-		return cuda.Errorf("Kind.UnmarshalText", cuda.ErrInvalidArgument, "unknown event kind %q (want alloc or free)", b)
+	for i, name := range kindNames {
+		if name != "" && name == string(b) {
+			*k = Kind(i)
+			return nil
+		}
 	}
-	return nil
+	return cuda.Errorf("Kind.UnmarshalText", cuda.ErrInvalidArgument, "unknown event kind %q (want alloc, free, sleep or wake)", b)
 }
 
-// Event is one allocation or free seen by a Recorder.
+// Event is one allocation or free seen by a Recorder, or a sleep or wake
+// of virtual memory.
 type Event struct {
 	// Seq numbers the events of a Log from 1, in the order they were
 	// recorded; it keeps counting when old events are dropped.
@@ -74,6 +79,10 @@ type Event struct {
 	Device int `json:"device"`
 	// Resource names the Recorder that saw the event.
 	Resource string `json:"resource"`
+	// Tag and Duration are a Sleep's or Wake's: the memory's tag and the
+	// time the call took.
+	Tag      string        `json:"tag,omitempty"`
+	Duration time.Duration `json:"dur_ns,omitempty"`
 	// Stack is the call stack from the call site, innermost first, one
 	// "function file:line" per frame (cudamem's own frames on top left
 	// out); empty unless the Recorder captures stacks.
@@ -168,6 +177,22 @@ func (l *Log) Reset() {
 	defer l.mu.Unlock()
 	l.ring, l.head, l.seq, l.dropped, l.carried = nil, 0, 0, 0, nil
 	l.start = time.Now()
+}
+
+// Record adds e to the Log, numbered and timed by it (Seq and Time are
+// set here), as Recorders do for allocations and frees;
+// virtual.Resource records its sleeps and wakes with it
+// (virtual.Options.Timeline). An unknown Kind is an error matching
+// cuda.ErrInvalidArgument.
+func (l *Log) Record(e Event) error {
+	if l == nil {
+		return cuda.Errorf("Log.Record", cuda.ErrInvalidArgument, "nil Log")
+	}
+	if !e.Kind.valid() {
+		return cuda.Errorf("Log.Record", cuda.ErrInvalidArgument, "unknown event kind %d", uint8(e.Kind))
+	}
+	l.record(e, nil)
+	return nil
 }
 
 // record appends an event, dropping the oldest when full.

@@ -92,7 +92,7 @@ func (t *Trace) check() error {
 	var tm time.Duration
 	for i, e := range t.Events {
 		switch {
-		case e.Kind != Alloc && e.Kind != Free:
+		case !e.Kind.valid():
 			return fmt.Errorf("events[%d] has no kind", i)
 		case i > 0 && e.Seq <= seq:
 			return fmt.Errorf("events[%d]: sequence numbers do not increase", i)

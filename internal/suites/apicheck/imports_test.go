@@ -18,12 +18,13 @@ const modulePath = "github.com/cudamem/cudamem"
 // fault-injection hook only in builds with the cudamemfault tag
 // (faultImports).
 var internalImports = map[string][]string{
-	"cuda":              {},
+	"buffer":            {"asleep"},
+	"cuda":              {"asleep"},
 	"ipc":               {"osfd", "poolcore"},
 	"resource":          {"frames", "poolcore"},
 	"resource/gpuprof":  {"frames"},
 	"resource/timeline": {"frames"},
-	"virtual":           {"osfd"},
+	"virtual":           {"asleep", "osfd"},
 }
 
 // faultImports are the internal packages a public package may import in

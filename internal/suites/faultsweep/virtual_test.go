@@ -290,6 +290,75 @@ func TestFaultSweepVirtual(t *testing.T) {
 				cleanup: func() error { return cl.run() },
 			}, nil
 		}, absorbed: featuresAbsorbed},
+		sleepCase(virtual.BackupToHost, false),
+		sleepCase(virtual.BackupToHost, true),
+		sleepCase(virtual.Discard, false),
+		sleepCase(virtual.Discard, true),
 	}
 	sweepAll(t, cases)
+}
+
+// sleepCase sweeps Sleep (or, with wake, the Wake after an unarmed Sleep)
+// of a two-chunk allocation. A failed Sleep leaves it awake with its data
+// (unless the error wraps buffer.ErrPartlyFreed: then it took effect); a
+// failed Wake leaves it asleep, refused with virtual.ErrAsleep, and a
+// Wake with the driver healthy brings its data back (BackupToHost).
+func sleepCase(backup virtual.Backup, wake bool) sweepCase {
+	name := "virtual Sleep " + backup.String()
+	if wake {
+		name = "virtual Wake " + backup.String()
+	}
+	var absorbed map[string]string
+	if !wake {
+		absorbed = map[string]string{"cuMemUnmap": "Sleep unmaps the whole allocation in one call, then chunk by chunk if that fails"}
+	}
+	return sweepCase{name: name, absorbed: absorbed, setup: func() (*fixture, error) {
+		f, err := newVMM(&virtual.Options{Tag: "t"}, 2)
+		if err != nil {
+			return nil, err
+		}
+		f.cl.add(f.r.DropHostBackup)
+		f.cl.add(func() error { return f.r.Wake(nil) }) // runs first: awake for the Close
+		so := &virtual.SleepOptions{Backup: backup}
+		if wake {
+			if err := f.r.Sleep(so, "t"); err != nil {
+				return nil, joinSetup(err, f.cl)
+			}
+		}
+		var opErr error
+		return &fixture{
+			op: func() error {
+				if wake {
+					opErr = f.r.Wake(nil, "t")
+				} else {
+					opErr = f.r.Sleep(so, "t")
+				}
+				return opErr
+			},
+			verify: func() error {
+				if err := f.r.Reclaim(); err != nil {
+					return fmt.Errorf("Reclaim once the driver works: %w", err)
+				}
+				_, rerr := f.b.ReadAt(make([]byte, 1), 0)
+				asleep := errors.Is(rerr, virtual.ErrAsleep)
+				took := opErr == nil || errors.Is(opErr, buffer.ErrPartlyFreed)
+				switch {
+				case wake && took == asleep:
+					return fmt.Errorf("Wake returned %v and the memory is asleep=%v", opErr, asleep)
+				case !wake && took != asleep:
+					return fmt.Errorf("Sleep returned %v and the memory is asleep=%v", opErr, asleep)
+				}
+				if asleep {
+					if err := f.r.Wake(nil, "t"); err != nil {
+						return fmt.Errorf("Wake once the driver works: %w", err)
+					}
+				}
+				if backup == virtual.Discard && (wake || took) {
+					return roundTrip(f.b, f.s, 13) // contents undefined: usable is enough
+				}
+				return check(f.b, f.s, f.want)
+			},
+			cleanup: func() error { return f.cl.run() },
+		}, nil
+	}}
 }

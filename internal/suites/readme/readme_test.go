@@ -67,7 +67,7 @@ func TestExamplesFailCleanlyWithoutDriver(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"cublas-sgemm", "grow-array", "ipc-two-process", "nccl-allreduce", "streaming-pipeline"}
+	want := []string{"cublas-sgemm", "grow-array", "ipc-two-process", "nccl-allreduce", "sleep-wake", "streaming-pipeline"}
 	var names []string
 	for _, p := range progs {
 		names = append(names, strings.TrimSuffix(p.Name(), ".exe"))

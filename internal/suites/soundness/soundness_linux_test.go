@@ -89,7 +89,7 @@ func init() {
 	register("virtual",
 		virtual.Chunk{}, virtual.AllocationType(0), virtual.LocationType(0), virtual.HandleType(0),
 		virtual.Granularity(0), virtual.Access(0), virtual.Options{}, virtual.PoolOptions{}, virtual.Resource{}, virtual.Info{},
-		virtual.FabricChunk{},
+		virtual.FabricChunk{}, virtual.Backup(0), virtual.SleepOptions{}, virtual.WakeOptions{}, virtual.SleepStats{}, virtual.AsleepError{},
 	)
 	register("loader",
 		loader.Library{}, loader.Attempt{}, loader.LoadError{}, loader.InitError{}, loader.Proc{}, loader.Driver{},
