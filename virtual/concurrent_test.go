@@ -185,3 +185,21 @@ func (l *lockedFake) copyHtoD(dst cuda.DevicePtr, src []byte) error {
 	defer l.mu.Unlock()
 	return l.f.copyHtoD(dst, src)
 }
+
+func (l *lockedFake) newStream() (*cuda.Stream, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.newStream()
+}
+
+func (l *lockedFake) closeStream(s *cuda.Stream) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.closeStream(s)
+}
+
+func (l *lockedFake) copyHtoDAsync(dst cuda.DevicePtr, src []byte, s *cuda.Stream) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.f.copyHtoDAsync(dst, src, s)
+}

@@ -50,6 +50,10 @@ type driver interface {
 	hostFree(mem []byte) error
 	copyDtoH(dst []byte, src cuda.DevicePtr) error
 	copyHtoD(dst cuda.DevicePtr, src []byte) error
+	// A stream of Wake's own, and copies ordered on it.
+	newStream() (*cuda.Stream, error)
+	closeStream(s *cuda.Stream) error
+	copyHtoDAsync(dst cuda.DevicePtr, src []byte, s *cuda.Stream) error
 	// peerCanAccess reports whether peer can map the device's memory.
 	peerCanAccess(peer *cuda.Device) (bool, error)
 }
@@ -83,6 +87,14 @@ func (d device) copyDtoH(dst []byte, src cuda.DevicePtr) error {
 
 func (d device) copyHtoD(dst cuda.DevicePtr, src []byte) error {
 	return d.MemcpyHtoD(dst, unsafe.Pointer(unsafe.SliceData(src)), uint64(len(src)))
+}
+
+func (d device) newStream() (*cuda.Stream, error) { return d.NewStream() }
+
+func (d device) closeStream(s *cuda.Stream) error { return s.Close() }
+
+func (d device) copyHtoDAsync(dst cuda.DevicePtr, src []byte, s *cuda.Stream) error {
+	return s.MemcpyHtoDAsync(dst, unsafe.Pointer(unsafe.SliceData(src)), uint64(len(src)))
 }
 
 // leftovers are driver resources that a failed cleanup could not give

@@ -52,6 +52,7 @@ type fakeDriver struct {
 
 	hosts       map[*byte]uint64 // live pinned host allocations (sleep_test.go)
 	deviceSyncs int
+	streams     int // live streams of Wake's
 }
 
 type fakeHandle struct {
@@ -426,8 +427,8 @@ func (f *fakeDriver) peerCanAccess(peer *cuda.Device) (bool, error) {
 // empty fails t unless every reservation, mapping and handle is gone.
 func (f *fakeDriver) requireEmpty(t testing.TB) {
 	t.Helper()
-	if len(f.resv)+len(f.maps)+len(f.handles)+len(f.hosts) != 0 {
-		t.Fatalf("driver resources left: %d reservations, %d mappings, %d handles, %d pinned host allocations", len(f.resv), len(f.maps), len(f.handles), len(f.hosts))
+	if len(f.resv)+len(f.maps)+len(f.handles)+len(f.hosts)+f.streams != 0 {
+		t.Fatalf("driver resources left: %d reservations, %d mappings, %d handles, %d pinned host allocations, %d streams", len(f.resv), len(f.maps), len(f.handles), len(f.hosts), f.streams)
 	}
 	f.requireSane(t)
 }
@@ -709,4 +710,33 @@ func (f *fakeDriver) read(p cuda.DevicePtr, n uint64) ([]byte, error) {
 	out := make([]byte, n)
 	err := f.touch("read", p, n, func(mem []byte, at uint64) { copy(out[at:], mem) })
 	return out, err
+}
+
+func (f *fakeDriver) newStream() (*cuda.Stream, error) {
+	if err := f.call("cuStreamCreate"); err != nil {
+		return nil, err
+	}
+	f.streams++
+	return nil, nil // the fake's copies are synchronous; syncStream ignores the stream
+}
+
+func (f *fakeDriver) closeStream(*cuda.Stream) error {
+	if err := f.call("cuStreamDestroy"); err != nil {
+		return err
+	}
+	if f.streams == 0 {
+		return f.misuse("cuStreamDestroy of a stream not created")
+	}
+	f.streams--
+	return nil
+}
+
+func (f *fakeDriver) copyHtoDAsync(dst cuda.DevicePtr, src []byte, _ *cuda.Stream) error {
+	if err := f.call("cuMemcpyHtoDAsync"); err != nil {
+		return err
+	}
+	if !f.pinned(src) {
+		return f.misuse("cuMemcpyHtoDAsync from memory that is not pinned")
+	}
+	return f.touch("cuMemcpyHtoDAsync", dst, uint64(len(src)), func(mem []byte, at uint64) { copy(mem, src[at:]) })
 }

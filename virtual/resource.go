@@ -37,7 +37,11 @@ type Resource struct {
 	// free retries). spareMu, a leaf lock, guards it.
 	spareMu sync.Mutex
 	spare   []byte
-	stats   map[string]*SleepStats // per tag, under mu
+	// copies is the stream Wake copies host backups back on (hasCopies:
+	// made; the fake driver's is nil), under phase.
+	copies    *cuda.Stream
+	hasCopies bool
+	stats     map[string]*SleepStats // per tag, under mu
 }
 
 // allocation is one live VMM allocation: physical chunks mapped back to back

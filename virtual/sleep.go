@@ -416,14 +416,38 @@ func (r *Resource) freeHost(mem []byte, keep bool) error {
 	return ferr
 }
 
-// DropHostBackup frees the spare pinned host memory: what a Wake with
-// WakeOptions.KeepHostBackup kept for the next Sleep, or what an earlier
-// free failed to give back.
+// copyStream returns the stream Wake copies host backups back on, made
+// on first need and kept (DropHostBackup closes it). Called with r.phase
+// held.
+func (r *Resource) copyStream() (*cuda.Stream, error) {
+	if !r.hasCopies {
+		s, err := r.drv.newStream()
+		if err != nil {
+			return nil, fmt.Errorf("creating the stream that copies backups back: %w", err)
+		}
+		r.copies, r.hasCopies = s, true
+	}
+	return r.copies, nil
+}
+
+// DropHostBackup frees what Sleep and Wake keep for the next time: the
+// spare pinned host memory (what a Wake with WakeOptions.KeepHostBackup
+// kept, or what an earlier free failed to give back) and the stream Wake
+// copies on.
 func (r *Resource) DropHostBackup() error {
 	const op = "Resource.DropHostBackup"
 	if err := r.check(op); err != nil {
 		return err
 	}
+	r.phase.Lock()
+	if r.hasCopies {
+		if err := r.drv.closeStream(r.copies); err != nil {
+			r.phase.Unlock()
+			return &cuda.OpError{Op: op, Err: fmt.Errorf("closing the copy stream: %w (kept for a retry)", err)}
+		}
+		r.copies, r.hasCopies = nil, false
+	}
+	r.phase.Unlock()
 	r.spareMu.Lock()
 	mem := r.spare
 	r.spare = nil
@@ -444,6 +468,28 @@ var (
 	streamMagic = [8]byte{'c', 'u', 'd', 'a', 'm', 'e', 'm', 'z'}
 	crcTable    = crc32.MakeTable(crc32.Castagnoli)
 )
+
+// wakePiece is the most physical memory Wake creates in one chunk when it
+// copies a host backup back, so that creating the next piece overlaps the
+// copy into the last one. An allocation's chunks after a Wake may
+// therefore be more, and smaller, than before its Sleep.
+const wakePiece = 512 << 20
+
+// wakeSizes splits sizes, the chunks of a sleeping allocation, into
+// pieces of at most wakePiece (rounded down to the granularity, at least
+// one granule), in order.
+func (r *Resource) wakeSizes(sizes []uint64) []uint64 {
+	piece := max(wakePiece/r.gran*r.gran, r.gran)
+	var out []uint64
+	for _, s := range sizes {
+		for s > piece {
+			out = append(out, piece)
+			s -= piece
+		}
+		out = append(out, s)
+	}
+	return out
+}
 
 // stageSize is the pinned staging memory that backups to and from a
 // stream copy through, a piece at a time.
@@ -520,10 +566,14 @@ func (r *Resource) backupToWriter(as []*allocation, w io.Writer) (err error) {
 // mapped and leaves every allocation asleep with its backup intact, and
 // the error says why; call Wake again once the cause is gone.
 //
+// A host backup is copied back while the memory under the next piece is
+// made, in chunks of at most 512 MiB: after a Wake an allocation may hold
+// more, smaller chunks than before its Sleep (Info counts them).
+//
 // Allocations that slept with BackupToWriter need WakeOptions.Reader.
 // Waking allocations that are awake, or tags without allocations, does
 // nothing.
-func (r *Resource) Wake(opts *WakeOptions, tags ...string) error {
+func (r *Resource) Wake(opts *WakeOptions, tags ...string) (err error) {
 	const op = "Resource.Wake"
 	if err := r.check(op); err != nil {
 		return err
@@ -550,23 +600,57 @@ func (r *Resource) Wake(opts *WakeOptions, tags ...string) error {
 			return fail(cuda.Errorf(op, cuda.ErrInvalidArgument, "allocation %#x (tag %q) slept with BackupToWriter: WakeOptions.Reader must give its backup back", uint64(a.base), a.tag))
 		}
 	}
+	// Copies from host backups run on a stream of their own while the
+	// next piece is created and mapped: making physical memory costs
+	// about a tenth of copying into it, and this hides it.
+	var cs *cuda.Stream
+	for _, a := range as {
+		if a.sleep.backup == BackupToHost && cs == nil {
+			if cs, err = r.copyStream(); err != nil {
+				return fail(err)
+			}
+		}
+	}
 	var t txn
 	t.start()
+	undo := func(err error) error {
+		// No copy may still run into memory about to be unmapped.
+		if cs != nil {
+			if serr := r.drv.syncStream(cs); serr != nil {
+				err = errors.Join(err, fmt.Errorf("waiting for the copies: %w", serr))
+				if derr := r.drv.syncDevice(); derr != nil {
+					err = errors.Join(err, fmt.Errorf("waiting for the device: %w", derr))
+				}
+			}
+		}
+		return fail(r.rollback(&t, err))
+	}
 	chunks := make([][]chunk, len(as))
 	for i, a := range as {
 		var off uint64
-		for _, size := range a.sleep.sizes {
+		for _, size := range r.wakeSizes(a.sleep.sizes) {
 			at := a.base + cuda.DevicePtr(off)
 			h, err := r.newChunk(&t, at, size, a.descs)
 			if err != nil {
-				return fail(r.rollback(&t, fmt.Errorf("mapping %d bytes at %#x (tag %q): %w", size, uint64(at), a.tag, err)))
+				return undo(fmt.Errorf("mapping %d bytes at %#x (tag %q): %w", size, uint64(at), a.tag, err))
 			}
 			chunks[i] = append(chunks[i], chunk{off: off, size: size, h: h})
+			if h := a.sleep.host; h != nil {
+				from := a.sleep.off + off
+				if err := r.drv.copyHtoDAsync(at, h.mem[from:from+size], cs); err != nil {
+					return undo(fmt.Errorf("copying %#x (%d bytes) back from host memory: %w", uint64(at), size, err))
+				}
+			}
 			off += size
 		}
 	}
-	if err := r.restore(as, o.Reader); err != nil {
-		return fail(r.rollback(&t, err))
+	if cs != nil {
+		if err := r.drv.syncStream(cs); err != nil {
+			return undo(fmt.Errorf("copying the backups back: %w", err))
+		}
+	}
+	if err := r.restoreStream(as, o.Reader); err != nil {
+		return undo(err)
 	}
 	if n, err := r.hooksAcquiredN(op, as); err != nil {
 		_, rerr := r.hooksReleased(op, as[:n])
@@ -614,26 +698,6 @@ func (r *Resource) Wake(opts *WakeOptions, tags ...string) error {
 	return nil
 }
 
-// restore copies the backups of as into their memory, mapped again.
-func (r *Resource) restore(as []*allocation, rd io.Reader) error {
-	fromStream := false
-	for _, a := range as {
-		switch a.sleep.backup {
-		case BackupToHost:
-			h := a.sleep.host
-			if err := r.drv.copyHtoD(a.base, h.mem[a.sleep.off:a.sleep.off+a.sleep.mapped]); err != nil {
-				return fmt.Errorf("copying %#x (%d bytes) back from host memory: %w", uint64(a.base), a.sleep.mapped, err)
-			}
-		case BackupToWriter:
-			fromStream = true
-		}
-	}
-	if !fromStream {
-		return nil
-	}
-	return r.restoreStream(as, rd)
-}
-
 // restoreStream reads a backup stream, copying the records of the
 // allocations of as that slept with BackupToWriter into their memory and
 // skipping the others. The stream is hostile input: sizes are compared
@@ -646,6 +710,9 @@ func (r *Resource) restoreStream(as []*allocation, rd io.Reader) (err error) {
 			want[a.base] = a
 			total += a.sleep.mapped
 		}
+	}
+	if len(want) == 0 {
+		return nil
 	}
 	stage, free, err := r.staging(total)
 	if err != nil {
