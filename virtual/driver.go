@@ -67,18 +67,6 @@ func (d device) peerCanAccess(peer *cuda.Device) (bool, error) { return peer.Can
 
 func (d device) syncDevice() error { return d.Sync() }
 
-func (d device) hostAlloc(size uint64) ([]byte, error) {
-	p, err := d.MemHostAlloc(size, 0)
-	if err != nil {
-		return nil, err
-	}
-	return unsafe.Slice((*byte)(p), size), nil
-}
-
-func (d device) hostFree(mem []byte) error {
-	return d.MemFreeHost(unsafe.Pointer(unsafe.SliceData(mem)))
-}
-
 // The copies go through pinned memory the driver allocated (never Go
 // memory), so handing its address over is safe.
 func (d device) copyDtoH(dst []byte, src cuda.DevicePtr) error {

@@ -476,17 +476,23 @@ var (
 const wakePiece = 512 << 20
 
 // wakeSizes splits sizes, the chunks of a sleeping allocation, into
-// pieces of at most wakePiece (rounded down to the granularity, at least
-// one granule), in order.
+// pieces, in order: the first of 64 MiB, each next twice the last up to
+// wakePiece (each rounded down to the granularity, at least one granule),
+// so that the copies start early and the pieces are soon large.
 func (r *Resource) wakeSizes(sizes []uint64) []uint64 {
-	piece := max(wakePiece/r.gran*r.gran, r.gran)
+	piece := uint64(64 << 20)
 	var out []uint64
 	for _, s := range sizes {
-		for s > piece {
-			out = append(out, piece)
-			s -= piece
+		for {
+			p := max(piece/r.gran*r.gran, r.gran)
+			if s <= p {
+				out = append(out, s)
+				break
+			}
+			out = append(out, p)
+			s -= p
+			piece = min(2*piece, wakePiece)
 		}
-		out = append(out, s)
 	}
 	return out
 }
