@@ -1662,7 +1662,8 @@ static CUresult fGetErrorName(int r, const char **s) {
    restore's GPU pairs, when given, must map every device by UUID, each
    onto a distinct device. Reserved argument fields must be zero. */
 #define CKPT_MAX 64
-static struct { int pid, state; } ckpt[CKPT_MAX];
+typedef struct { int pid, state; } ckpt_t;
+static ckpt_t ckpt[CKPT_MAX];
 static int nckpt;
 enum { PS_RUNNING, PS_LOCKED, PS_CHECKPOINTED, PS_FAILED };
 
@@ -1680,7 +1681,7 @@ static int *ckpt_state(int pid) {
 	for (int i = 0; i < nckpt; i++)
 		if (ckpt[i].pid == pid) return &ckpt[i].state;
 	if (nckpt == CKPT_MAX) return 0;
-	ckpt[nckpt] = (typeof(ckpt[0])){.pid = pid, .state = PS_RUNNING};
+	ckpt[nckpt] = (ckpt_t){.pid = pid, .state = PS_RUNNING};
 	return &ckpt[nckpt++].state;
 }
 /* ckpt_move moves pid from state from to state to. */
