@@ -9,10 +9,14 @@ package ipc_test
 // it.
 
 import (
+	"context"
+	"fmt"
+	"net"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -29,6 +33,7 @@ import (
 func init() {
 	childRoles["concurrent"] = roleConcurrent
 	childRoles["vmm-grown"] = roleVMMGrown
+	childRoles["vmm-socket"] = roleVMMSocket
 }
 
 const concurrentImporters = 8
@@ -216,4 +221,94 @@ func roleVMMGrown(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Kern
 	require.NoError(t, b.Close())
 	assert.Empty(t, r.Live())
 	require.NoError(t, virtual.CloseChunkFDs(chunks))
+}
+
+// TestVmmIpcDescriptorRoundTrip (cuda.core test_vmm_ipc
+// test_descriptor_round_trip), over a Unix socket: the chunks' fds and
+// sizes go to a child with ipc.SendFDs; the child imports them, finds the
+// parent's data, writes its own, closes the import and finds its range
+// unmapped; the parent then sees the child's data, and its own fds are
+// all closed again.
+func TestVmmIpcDescriptorRoundTrip(t *testing.T) {
+	d := cudatest.Device(t)
+	s := cudatest.Stream(t, d)
+	k := cudatest.LoadKernels(t, d)
+	f, err := d.Features()
+	require.NoError(t, err)
+	if !f.VirtualMemory || !f.PosixFDHandles {
+		t.Skip("device cannot export VMM allocations as POSIX fds")
+	}
+	r, err := virtual.New(d, &virtual.Options{HandleType: virtual.HandlePosixFD})
+	cudatest.SkipIfNotSupported(t, err)
+	require.NoError(t, err)
+	b, err := r.Allocate(1, s)
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, b.Close()) }()
+	require.NoError(t, k.Write(s, b.Ptr(), b.Size(), 150))
+	require.NoError(t, s.Sync())
+
+	pair, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
+	require.NoError(t, err)
+	mine, theirs := os.NewFile(uintptr(pair[0]), "parent-end"), os.NewFile(uintptr(pair[1]), "child-end")
+	c, err := net.FileConn(mine)
+	require.NoError(t, err)
+	require.NoError(t, mine.Close())
+	conn := c.(*net.UnixConn)
+	defer conn.Close()
+	fds := testutil.FDs(t)
+	chunks, err := r.Export(b)
+	require.NoError(t, err)
+	var sizes []string
+	var chunkFDs []int
+	for _, c := range chunks {
+		sizes = append(sizes, strconv.FormatUint(c.Size, 10))
+		chunkFDs = append(chunkFDs, c.FD)
+	}
+	payload := fmt.Sprintf("%s;%d", strings.Join(sizes, ","), b.Size())
+	require.NoError(t, ipc.SendFDs(conn, []byte(payload), chunkFDs...))
+	require.NoError(t, virtual.CloseChunkFDs(chunks), "the child has its own duplicates")
+	child(t, "vmm-socket", []string{envSeed + "=150"}, theirs)
+	require.NoError(t, theirs.Close())
+	testutil.AssertNoNewFDs(t, fds, "the chunks' fds closed")
+	k.RequireCheck(t, s, b.Ptr(), b.Size(), 151)
+}
+
+func roleVMMSocket(t *testing.T, d *cuda.Device, s *cuda.Stream, k *cudatest.Kernels, seed int) {
+	f := os.NewFile(3, "socket")
+	c, err := net.FileConn(f)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	conn := c.(*net.UnixConn)
+	defer conn.Close()
+	payload, fds, err := ipc.ReceiveFDs(context.Background(), conn, 1024)
+	require.NoError(t, err)
+	list, total, ok := strings.Cut(string(payload), ";")
+	require.True(t, ok, "payload %q", payload)
+	size, err := strconv.ParseUint(total, 10, 64)
+	require.NoError(t, err)
+	var chunks []virtual.Chunk
+	for i, v := range strings.Split(list, ",") {
+		n, err := strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err)
+		require.Less(t, i, len(fds))
+		chunks = append(chunks, virtual.Chunk{FD: fds[i], Size: n})
+	}
+	require.Len(t, fds, len(chunks))
+	defer func() { assert.NoError(t, virtual.CloseChunkFDs(chunks)) }()
+	r, err := virtual.New(d, &virtual.Options{HandleType: virtual.HandlePosixFD})
+	require.NoError(t, err)
+	b, err := r.Import(chunks, size)
+	require.NoError(t, err)
+	require.Equal(t, size, b.Size())
+	k.RequireCheck(t, s, b.Ptr(), size, uint32(seed))
+	require.NoError(t, k.Write(s, b.Ptr(), size, uint32(seed+1)))
+	require.NoError(t, s.Sync())
+	ptr := b.Ptr()
+	require.NoError(t, b.Close())
+	h, err := d.MemRetainAllocationHandle(ptr)
+	if err == nil {
+		assert.NoError(t, d.MemRelease(h))
+	}
+	assert.Error(t, err, "the import's range is unmapped once closed")
+	assert.Empty(t, r.Live())
 }
