@@ -1,3 +1,5 @@
+//go:build linux
+
 package checkpoint_test
 
 // CPU tests over the fake driver (internal/testkit/fakecuda), each in a
