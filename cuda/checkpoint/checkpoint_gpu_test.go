@@ -179,6 +179,35 @@ func TestCheckpointRoundTrip(t *testing.T) {
 	tg.finish(t)
 }
 
+// TestCheckpointOutOfOrder: the driver refuses each call made in the
+// wrong state with CUDA_ERROR_ILLEGAL_STATE, as its documentation says
+// (and the fake driver models), leaving the state as it was; the child's
+// data is intact afterwards.
+func TestCheckpointOutOfOrder(t *testing.T) {
+	cudatest.Device(t)
+	tg := startTarget(t, 0)
+	p := tg.p
+	illegal := func(op string, err error, in checkpoint.State) {
+		t.Helper()
+		skipIfUnavailable(t, err)
+		require.ErrorIs(t, err, cuda.ErrorIllegalState, "%s while %v", op, in)
+		assert.Contains(t, err.Error(), fmt.Sprintf("Process.%s: pid %d: ", op, p.PID))
+		s, err := p.State()
+		require.NoError(t, err)
+		require.Equal(t, in, s, "the state after a refused %s", op)
+	}
+	illegal("Checkpoint", p.Checkpoint(), cuda.ProcessRunning)
+	illegal("Unlock", p.Unlock(), cuda.ProcessRunning)
+	illegal("Restore", p.Restore(nil), cuda.ProcessRunning)
+	err := p.Lock(30 * time.Second)
+	skipIfUnavailable(t, err)
+	require.NoError(t, err)
+	illegal("Lock", p.Lock(time.Second), cuda.ProcessLocked)
+	illegal("Restore", p.Restore(nil), cuda.ProcessLocked)
+	require.NoError(t, p.Unlock())
+	tg.finish(t)
+}
+
 // TestCheckpointRestoreRemap restores onto the same GPUs through the
 // remapping path: every GPU of the machine mapped onto itself, as the
 // driver asks of a remapping. A driver that refuses remapping here
@@ -252,7 +281,7 @@ func TestCheckpointSwapGPUs(t *testing.T) {
 // process: the fake keeps the state machine; nothing is really copied, and
 // the child's own data check runs against its own fake).
 func TestCheckpointOnFakeDriver(t *testing.T) {
-	fakecuda.RunOnTwoDevices(t, "TestCheckpointRoundTrip", "TestCheckpointRestoreRemap")
+	fakecuda.RunOnTwoDevices(t, "TestCheckpointRoundTrip", "TestCheckpointOutOfOrder", "TestCheckpointRestoreRemap")
 }
 
 // TestCheckpointChild is the target process: it holds memory with the
