@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/warn"
 )
 
 // The garbage-collection safety net. A runtime.AddCleanup per Buffer
@@ -185,8 +186,11 @@ func collectSlab(s *slab) {
 			leaksKept.Add(1)
 			continue
 		}
-		if err := netFree(b.home, b.ptr, b.size); err != nil && !errors.Is(err, ErrPartlyFreed) {
-			leaksKept.Add(1)
+		if err := netFree(b.home, b.ptr, b.size); err != nil {
+			warn.Failed("Buffer safety net: Deallocate", err, "addr", fmt.Sprintf("%#x", uint64(b.ptr)), "size", b.size)
+			if !errors.Is(err, ErrPartlyFreed) {
+				leaksKept.Add(1)
+			}
 		}
 	}
 }

@@ -93,6 +93,14 @@
 // match [ErrNotSupported] ([FabricError]); [Device.CheckFabric] probes it
 // up front.
 //
+// # Process checkpoints
+//
+// [CheckpointProcessLock], [CheckpointProcessCheckpoint],
+// [CheckpointProcessRestore], [CheckpointProcessUnlock],
+// [CheckpointProcessGetState] and [CheckpointProcessGetRestoreThreadID]
+// are the driver's checkpoint calls on another process (CUDA 12.8,
+// Linux); package cuda/checkpoint is the API built on them.
+//
 // # Lifetimes
 //
 // Streams, events and modules are closed explicitly with Close, which is

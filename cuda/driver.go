@@ -121,6 +121,12 @@ type driver struct {
 	// once per driver.
 	MemcpyBatchAsync   loader.Proc `since:"13000" dlsym:"cuMemcpyBatchAsync_v2"` // no failIdx
 	MemcpyBatchAsyncV1 loader.Proc `since:"12080" dlsym:"cuMemcpyBatchAsync"`    // with failIdx
+
+	// Process checkpoints (CUDA 12.8; restore's GPU pairs need 13.0):
+	// checkpoint.go.
+	CheckpointProcessLock, CheckpointProcessCheckpoint, CheckpointProcessRestore,
+	CheckpointProcessUnlock, CheckpointProcessGetState,
+	CheckpointProcessGetRestoreThreadId loader.Proc `since:"12080"`
 }
 
 // newDriver resolves this package's entry points from the loaded driver d.

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"github.com/cudamem/cudamem/internal/warn"
 	"github.com/cudamem/cudamem/loader"
 )
 
@@ -87,7 +88,9 @@ func (o *graphObj) arm(ctx uintptr) {
 	o.cleanup = runtime.AddCleanup(o, func(v [2]uintptr) {
 		graphLeaks.Add(1)
 		if !d.contextClosedDone() {
-			p.CallCtx(v[0], v[1])
+			if r := p.CallCtx(v[0], v[1]); !ok(r) {
+				warn.Failed("graph safety net: "+p.Name(), fail(p, r), "handle", fmt.Sprintf("%#x", v[1]), "device", d.String())
+			}
 		}
 	}, [2]uintptr{ctx, o.handle})
 }

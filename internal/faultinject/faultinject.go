@@ -171,3 +171,16 @@ func ProcName(addr uintptr) string {
 	}
 	return fmt.Sprintf("%#x", addr)
 }
+
+// Addr returns the address of the driver entry point the loader resolved
+// under base name name ("cuGraphDestroy"), for FailEvery, or 0 if none.
+func Addr(name string) uintptr {
+	names.Lock()
+	defer names.Unlock()
+	for addr, n := range names.m {
+		if n == name {
+			return addr
+		}
+	}
+	return 0
+}

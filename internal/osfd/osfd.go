@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/warn"
 )
 
 // File owns one open file descriptor. Its lifecycle is cuda.Guard's: each
@@ -30,7 +31,8 @@ func Leaks() int64 { return leaks.Load() }
 // the File, so the File can be collected.
 func leaked(fd int) {
 	leaks.Add(1)
-	_ = closeFD(fd) // nothing to report to: the owner is gone
+	// Nothing to return it to: the owner is gone.
+	warn.Failed("file descriptor safety net: close", closeFD(fd), "fd", fd)
 }
 
 // New takes ownership of fd, which must be open and not owned elsewhere,

@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/warn"
 )
 
 // ErrDeferred, returned (or wrapped) by a destroy function, means the
@@ -28,6 +29,20 @@ type Core struct {
 	destroyed bool
 	destroy   func() error // nil: nothing to destroy (a borrowed pool)
 	deferred  error        // the error of a destruction Freed attempted
+	name      string       // names the pool in warnings (SetName)
+}
+
+// SetName names the pool in the warnings of destructions that fail where
+// no caller sees the error (Freed's, Retry's): "DevicePool 0x55d0c1a2b3c0
+// on GPU 0". Call it before c is shared.
+func (c *Core) SetName(name string) { c.name = name }
+
+// warnDeferred logs err, the failure of a destruction that Freed or Retry
+// ran: its callers (a free that succeeded, the end of a capture) have no
+// one to give it to, and the next Close, which reports it too, may never
+// come.
+func (c *Core) warnDeferred(err error) {
+	warn.Failed("deferred pool destruction", err, "pool", c.name)
 }
 
 // SetDestroy makes c own its pool: fn destroys it, once, when c is closed
@@ -79,6 +94,7 @@ func (c *Core) Freed() error {
 	}
 	err := c.finishLocked()
 	c.deferred = err
+	c.warnDeferred(err)
 	return err
 }
 
@@ -132,6 +148,7 @@ func (c *Core) Retry() error {
 		return nil
 	}
 	c.deferred = c.finishLocked()
+	c.warnDeferred(c.deferred)
 	return c.deferred
 }
 

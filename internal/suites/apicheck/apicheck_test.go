@@ -25,6 +25,7 @@ var packages = []string{
 	"buffer",
 	"buffer/dlpack",
 	"cuda",
+	"cuda/checkpoint",
 	"ipc",
 	"loader",
 	"resource",

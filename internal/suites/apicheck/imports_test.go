@@ -18,8 +18,8 @@ const modulePath = "github.com/cudamem/cudamem"
 // fault-injection hook only in builds with the cudamemfault tag
 // (faultImports).
 var internalImports = map[string][]string{
-	"buffer":            {"asleep"},
-	"cuda":              {"asleep"},
+	"buffer":            {"asleep", "warn"},
+	"cuda":              {"asleep", "warn"},
 	"ipc":               {"osfd", "poolcore"},
 	"resource":          {"frames", "poolcore"},
 	"resource/gpuprof":  {"frames"},

@@ -17,6 +17,7 @@ import (
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/buffer/dlpack"
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/cuda/checkpoint"
 	"github.com/cudamem/cudamem/internal/testkit/testutil"
 	"github.com/cudamem/cudamem/ipc"
 	"github.com/cudamem/cudamem/loader"
@@ -62,7 +63,10 @@ func init() {
 		cuda.CaptureMode(0), cuda.CaptureStatus(0), cuda.Graph{}, cuda.GraphExec{},
 		cuda.GraphInstantiateFlags(0), cuda.GraphMemAttributes{},
 		cuda.Context{}, cuda.ContextFlags(0),
+		cuda.ProcessState(0), cuda.CheckpointGPUPair{},
 	)
+	register("cuda/checkpoint", checkpoint.Process{}, checkpoint.RestoreOptions{})
+	types["cuda/checkpoint.State"] = reflect.TypeOf(checkpoint.State(0)) // an alias of cuda.ProcessState
 	register("buffer", buffer.Buffer{}, buffer.Hold{})
 	register("buffer/dlpack",
 		dlpack.Version{}, dlpack.DeviceType(0), dlpack.Device{}, dlpack.DataTypeCode(0), dlpack.DataType{},
@@ -159,6 +163,13 @@ var funcs = map[string]any{
 	"cuda.Elapsed":              cuda.Elapsed,
 	"cuda.WrapContext":          cuda.WrapContext,
 	"cuda.WrapGreenContext":     cuda.WrapGreenContext,
+	// Process checkpoints: pid 0 names no process.
+	"cuda.CheckpointProcessLock":               cuda.CheckpointProcessLock,
+	"cuda.CheckpointProcessCheckpoint":         cuda.CheckpointProcessCheckpoint,
+	"cuda.CheckpointProcessRestore":            cuda.CheckpointProcessRestore,
+	"cuda.CheckpointProcessUnlock":             cuda.CheckpointProcessUnlock,
+	"cuda.CheckpointProcessGetState":           cuda.CheckpointProcessGetState,
+	"cuda.CheckpointProcessGetRestoreThreadID": cuda.CheckpointProcessGetRestoreThreadID,
 }
 
 // skipped lists methods not called, and why. None of the handle types
@@ -325,7 +336,7 @@ func TestNilAndZeroValues(t *testing.T) {
 // TestEveryTypeListed keeps the sweep complete: every exported type of the
 // public packages (interfaces aside) must be in types.
 func TestEveryTypeListed(t *testing.T) {
-	for _, pkg := range []string{"cuda", "buffer", "buffer/dlpack", "resource", "resource/metrics", "resource/timeline", "ipc", "virtual", "loader"} {
+	for _, pkg := range []string{"cuda", "cuda/checkpoint", "buffer", "buffer/dlpack", "resource", "resource/metrics", "resource/timeline", "ipc", "virtual", "loader"} {
 		for _, name := range exportedTypes(t, filepath.Join("..", "..", "..", pkg)) {
 			if _, ok := types[pkg+"."+name]; !ok {
 				t.Errorf("exported type %s.%s is not in the soundness sweep (add it to types)", pkg, name)

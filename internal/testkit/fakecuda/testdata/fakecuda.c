@@ -54,6 +54,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <fcntl.h>
@@ -1652,6 +1653,119 @@ static CUresult fGetErrorName(int r, const char **s) {
 	return OK;
 }
 
+/* ---- process checkpoints (cuCheckpointProcess*) ---- */
+/* A state machine per process id, as the driver documents it: running
+   -Lock-> locked -Checkpoint-> checkpointed -Restore-> locked -Unlock->
+   running; a call in another state returns CUDA_ERROR_ILLEGAL_STATE and
+   changes nothing. Any live process starts running. Nothing is locked or
+   copied for real: the state is this fake's (per process using it). A
+   restore's GPU pairs, when given, must map every device by UUID, each
+   onto a distinct device. Reserved argument fields must be zero. */
+#define CKPT_MAX 64
+typedef struct { int pid, state; } ckpt_t;
+static ckpt_t ckpt[CKPT_MAX];
+static int nckpt;
+enum { PS_RUNNING, PS_LOCKED, PS_CHECKPOINTED, PS_FAILED };
+
+static int zeroed(const void *p, size_t n) {
+	const unsigned char *b = p;
+	for (size_t i = 0; i < n; i++)
+		if (b[i]) return 0;
+	return 1;
+}
+/* ckpt_state returns the state slot of pid (a new one, running, for a
+   live process seen first), or 0 for a pid no process has. Called with mu
+   held. */
+static int *ckpt_state(int pid) {
+	if (pid <= 0 || (kill(pid, 0) != 0 && errno != EPERM)) return 0;
+	for (int i = 0; i < nckpt; i++)
+		if (ckpt[i].pid == pid) return &ckpt[i].state;
+	if (nckpt == CKPT_MAX) return 0;
+	ckpt[nckpt] = (ckpt_t){.pid = pid, .state = PS_RUNNING};
+	return &ckpt[nckpt++].state;
+}
+/* ckpt_move moves pid from state from to state to. */
+static CUresult ckpt_move(int pid, int from, int to) {
+	if (!initialized) return E_NOT_INITIALIZED;
+	LOCK();
+	int *st = ckpt_state(pid);
+	if (!st) RET(E_INVALID_VALUE);
+	if (*st != from) RET(E_ILLEGAL_STATE);
+	*st = to;
+	RET(OK);
+}
+typedef struct { unsigned timeoutMs, reserved0; u64 reserved1[7]; } ckpt_lock_args;
+typedef struct { u64 reserved[8]; } ckpt_plain_args;
+typedef struct { unsigned char old_uuid[16], new_uuid[16]; } ckpt_pair;
+typedef struct { ckpt_pair *pairs; unsigned count; char reserved[52 - sizeof(ckpt_pair *)]; u64 reserved1; } ckpt_restore_args;
+
+static CUresult fCheckpointProcessLock(int pid, ckpt_lock_args *a) {
+	if (a && (a->reserved0 || !zeroed(a->reserved1, sizeof a->reserved1))) return E_INVALID_VALUE;
+	return ckpt_move(pid, PS_RUNNING, PS_LOCKED);
+}
+static CUresult fCheckpointProcessCheckpoint(int pid, ckpt_plain_args *a) {
+	if (a && !zeroed(a, sizeof *a)) return E_INVALID_VALUE;
+	return ckpt_move(pid, PS_LOCKED, PS_CHECKPOINTED);
+}
+static int uuid_dev(const unsigned char *u) {
+	for (int d = 0; d < ndev; d++) {
+		unsigned char want[16];
+		fDeviceGetUuid(want, d);
+		if (!memcmp(u, want, 16)) return d;
+	}
+	return -1;
+}
+static CUresult fCheckpointProcessRestore(int pid, ckpt_restore_args *a) {
+	if (a) {
+		if (!zeroed(a->reserved, sizeof a->reserved) || a->reserved1) return E_INVALID_VALUE;
+		if (a->count && !a->pairs) return E_INVALID_VALUE;
+		if (a->count) {
+			int from[MAXDEV] = {0}, onto[MAXDEV] = {0};
+			if (a->count != (unsigned)ndev) return E_INVALID_VALUE; /* every GPU, or none */
+			for (unsigned i = 0; i < a->count; i++) {
+				int o = uuid_dev(a->pairs[i].old_uuid), n = uuid_dev(a->pairs[i].new_uuid);
+				if (o < 0 || n < 0 || from[o]++ || onto[n]++) return E_INVALID_VALUE;
+			}
+		}
+	}
+	return ckpt_move(pid, PS_CHECKPOINTED, PS_LOCKED);
+}
+static CUresult fCheckpointProcessUnlock(int pid, ckpt_plain_args *a) {
+	if (a && !zeroed(a, sizeof *a)) return E_INVALID_VALUE;
+	return ckpt_move(pid, PS_LOCKED, PS_RUNNING);
+}
+static CUresult fCheckpointProcessGetState(int pid, int *state) {
+	if (!initialized) return E_NOT_INITIALIZED;
+	if (!state) return E_INVALID_VALUE;
+	LOCK();
+	int *st = ckpt_state(pid);
+	if (!st) RET(E_INVALID_VALUE);
+	*state = *st;
+	RET(OK);
+}
+/* The restore thread: the process's main thread stands for it. */
+static CUresult fCheckpointProcessGetRestoreThreadId(int pid, int *tid) {
+	if (!initialized) return E_NOT_INITIALIZED;
+	if (!tid) return E_INVALID_VALUE;
+	LOCK();
+	if (!ckpt_state(pid)) RET(E_INVALID_VALUE);
+	*tid = pid;
+	RET(OK);
+}
+static void *ckpt_proc(const char *sym) {
+	static const struct { const char *name; void *fn; } t[] = {
+		{"cuCheckpointProcessLock", (void *)fCheckpointProcessLock},
+		{"cuCheckpointProcessCheckpoint", (void *)fCheckpointProcessCheckpoint},
+		{"cuCheckpointProcessRestore", (void *)fCheckpointProcessRestore},
+		{"cuCheckpointProcessUnlock", (void *)fCheckpointProcessUnlock},
+		{"cuCheckpointProcessGetState", (void *)fCheckpointProcessGetState},
+		{"cuCheckpointProcessGetRestoreThreadId", (void *)fCheckpointProcessGetRestoreThreadId},
+	};
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+		if (!strcmp(sym, t[i].name)) return t[i].fn;
+	return 0;
+}
+
 /* ---- cuGetProcAddress ---- */
 /* Contexts made elsewhere (cuCtxCreate, green contexts). */
 /* cuCtxCreate pushes the new context on the calling thread's stack; the
@@ -2856,6 +2970,7 @@ CUresult cuGetProcAddress_v2(const char *sym, void **pfn, int ver, u64 flags, in
 	/* Batched copies: the ABI depends on the version asked for. */
 	if (!strcmp(sym, "cuMemcpyBatchAsync")) *pfn = batch_proc(ver);
 	if (!*pfn) *pfn = ctx_proc(sym, ver);
+	if (!*pfn && ver >= 12080) *pfn = ckpt_proc(sym);
 	for (size_t i = 0; !*pfn && i < sizeof table / sizeof table[0]; i++)
 		if (!strcmp(sym, table[i].name)) { *pfn = table[i].fn; break; }
 	if (status) *status = *pfn ? 0 : 1;
