@@ -65,7 +65,8 @@ func TestCheckLocation(t *testing.T) {
 		loc cuda.MemLocation
 		msg string
 	}{
-		{cuda.MemLocation{}, "op: cuda: invalid argument: loc: location type 0 (id 0) is not a device, host or host NUMA location"},
+		{cuda.MemLocation{}, "op: cuda: invalid argument: loc: a location is required (cuda.DeviceLocation, cuda.HostLocation, cuda.HostNUMALocation or cuda.HostNUMACurrentLocation)"},
+		{cuda.MemLocation{Type: 9, ID: 2}, "op: cuda: invalid argument: loc: location type 9 (id 2) is not a device, host or host NUMA location"},
 		{cuda.MemLocation{Type: cuda.MemLocationTypeHostNUMA, ID: -4}, "op: cuda: invalid argument: loc: negative NUMA node -4"},
 	} {
 		err := checkLocation("op", "loc", tc.loc)

@@ -62,6 +62,7 @@ func init() {
 		cuda.CaptureMode(0), cuda.CaptureStatus(0), cuda.Graph{}, cuda.GraphExec{},
 		cuda.GraphInstantiateFlags(0), cuda.GraphMemAttributes{},
 		cuda.Context{}, cuda.ContextFlags(0),
+		cuda.MemRangeAttribute(0), cuda.ManagedRange{},
 	)
 	register("buffer", buffer.Buffer{}, buffer.Hold{})
 	register("buffer/dlpack",
@@ -78,6 +79,7 @@ func init() {
 		resource.LoggingOptions{}, resource.Logging{}, resource.GraphMemory{},
 		resource.AllocationSite{}, resource.Fallback{}, resource.RetryFunc(nil), resource.Retrying{},
 		resource.SegmentHooks{},
+		resource.ManagedPoolOptions{}, resource.ManagedPool{},
 	)
 	register("resource/metrics", metrics.Registry{}, metrics.Snapshot{})
 	register("resource/timeline",
@@ -159,6 +161,15 @@ var funcs = map[string]any{
 	"cuda.Elapsed":              cuda.Elapsed,
 	"cuda.WrapContext":          cuda.WrapContext,
 	"cuda.WrapGreenContext":     cuda.WrapGreenContext,
+
+	// Managed pools and managed buffer operations.
+	"resource.NewManagedPool":       resource.NewManagedPool,
+	"resource.QueryManaged":         resource.QueryManaged,
+	"resource.Discard":              resource.Discard,
+	"resource.DiscardPrefetch":      resource.DiscardPrefetch,
+	"resource.PrefetchBatch":        resource.PrefetchBatch,
+	"resource.DiscardBatch":         resource.DiscardBatch,
+	"resource.DiscardPrefetchBatch": resource.DiscardPrefetchBatch,
 }
 
 // skipped lists methods not called, and why. None of the handle types
