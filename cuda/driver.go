@@ -123,12 +123,11 @@ type driver struct {
 	MemcpyBatchAsyncV1 loader.Proc `since:"12080" dlsym:"cuMemcpyBatchAsync"`    // with failIdx
 
 	// Managed memory: range attributes, and the batched prefetch and
-	// discard calls and the managed pools of CUDA 13.0.
+	// discard calls of CUDA 13.0.
 	MemRangeGetAttribute            loader.Proc
 	MemPrefetchBatchAsync           loader.Proc `since:"13000"`
 	MemDiscardBatchAsync            loader.Proc `since:"13000"`
 	MemDiscardAndPrefetchBatchAsync loader.Proc `since:"13000"`
-	MemGetMemPool                   loader.Proc `since:"13000"`
 }
 
 // newDriver resolves this package's entry points from the loaded driver d.

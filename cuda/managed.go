@@ -81,12 +81,9 @@ const (
 	MemRangeAttrLastPrefetchLocationID   MemRangeAttribute = 8
 )
 
-// Device ordinals the driver reports in range attributes
-// (CU_DEVICE_CPU, CU_DEVICE_INVALID).
-const (
-	deviceCPU     = -1
-	deviceInvalid = -2
-)
+// deviceCPU is CU_DEVICE_CPU, the host among the device ordinals a range
+// attribute lists (the driver pads the list with CU_DEVICE_INVALID, -2).
+const deviceCPU = -1
 
 // ManagedRange is what the driver reports of a range of managed memory:
 // the advice in force over all of it and where it was last prefetched.
@@ -238,9 +235,9 @@ func (s *Stream) managedBatch(op string, proc func(*driver) *loader.Proc, ptrs [
 		p, z := uint64(ptrs[i]), sizes[i]
 		switch {
 		case p == 0 || z == 0:
-			return BatchErrorf(op, i, n, ErrInvalidArgument, "null or empty range (%#x, %d bytes)", p, z)
+			return Errorf(op, ErrInvalidArgument, "range %d of %d: null or empty (%#x, %d bytes)", i, n, p, z)
 		case p+z < p:
-			return BatchErrorf(op, i, n, ErrInvalidArgument, "range %#x + %d bytes wraps past 2^64", p, z)
+			return Errorf(op, ErrInvalidArgument, "range %d of %d: %#x + %d bytes wraps past 2^64", i, n, p, z)
 		}
 	}
 	if withLocs {
@@ -265,7 +262,7 @@ func (s *Stream) managedBatch(op string, proc func(*driver) *loader.Proc, ptrs [
 		zs = make([]uintptr, n)
 		for i, z := range sizes {
 			if uint64(uintptr(z)) != z {
-				return BatchErrorf(op, i, n, ErrInvalidArgument, "%d bytes do not fit this target's size_t", z)
+				return Errorf(op, ErrInvalidArgument, "range %d of %d: %d bytes do not fit this target's size_t", i, n, z)
 			}
 			zs[i] = uintptr(z)
 		}

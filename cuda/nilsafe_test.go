@@ -39,6 +39,7 @@ func init() {
 		cuda.CaptureMode(0), cuda.CaptureStatus(0), cuda.Graph{}, cuda.GraphExec{},
 		cuda.GraphInstantiateFlags(0), cuda.GraphMemAttributes{},
 		cuda.Context{}, cuda.ContextFlags(0),
+		cuda.MemRangeAttribute(0), cuda.ManagedRange{},
 	} {
 		t := reflect.TypeOf(v)
 		exportedTypes[t.Name()] = t
