@@ -32,6 +32,14 @@
 // (internal/testkit/kernels) run on the host; other kernels are not emulated.
 // Graph launches run the copies, fills and kernels captured into them.
 //
+// Managed memory: cuMemAllocManaged and managed pools (CUDA 13.0) keep,
+// per page, the advice given and the last prefetch location, which
+// cuMemRangeGetAttribute reads back; the batched prefetch and discard
+// calls check the whole batch before applying any of it, and a discard
+// scribbles over the range (its contents are indeterminate).
+// FAKECUDA_NO_CONCURRENT_MANAGED=1 plays devices without concurrent
+// managed access.
+//
 // Not emulated: other kernels, asynchrony (every call completes before
 // it returns), cross-process sharing other than pool IPC (legacy IPC and
 // VMM handle exports work inside one process only), CUDA 13 host/managed
@@ -41,7 +49,8 @@
 // Environment: FAKECUDA_DEVICES (1 or 2, default 1), FAKECUDA_VERSION
 // (default 13000), FAKECUDA_TOTAL_MEM (bytes per device, default 4 GiB),
 // FAKECUDA_FABRIC (fabric handles: "1" working, "none" unsupported, else
-// supported by the device but without IMEX; see fabric_mode).
+// supported by the device but without IMEX; see fabric_mode),
+// FAKECUDA_NO_CONCURRENT_MANAGED ("1": no concurrent managed access).
 //
 // Written from the CUDA driver API documentation's enum values and struct
 // layouts; built by the tests with the system C compiler; never shipped.
