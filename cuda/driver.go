@@ -123,11 +123,12 @@ type driver struct {
 	MemcpyBatchAsyncV1 loader.Proc `since:"12080" dlsym:"cuMemcpyBatchAsync"`    // with failIdx
 
 	// Managed memory: range attributes, and the batched prefetch and
-	// discard calls of CUDA 13.0.
+	// discard calls and current pools by location of CUDA 13.0.
 	MemRangeGetAttribute            loader.Proc
 	MemPrefetchBatchAsync           loader.Proc `since:"13000"`
 	MemDiscardBatchAsync            loader.Proc `since:"13000"`
 	MemDiscardAndPrefetchBatchAsync loader.Proc `since:"13000"`
+	MemGetMemPool                   loader.Proc `since:"13000"`
 }
 
 // newDriver resolves this package's entry points from the loaded driver d.

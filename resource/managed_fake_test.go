@@ -77,6 +77,9 @@ func TestManagedOldDriverFake(t *testing.T) {
 	_, err := resource.NewManagedPool(dev, nil)
 	require.ErrorIs(t, err, cuda.ErrNotSupported)
 	assert.Contains(t, err.Error(), "NewManagedPool: cuda: not supported: managed memory pools need a CUDA 13.0 driver (this one is 12.8)")
+	_, err = resource.CurrentManagedPool(dev)
+	require.ErrorIs(t, err, cuda.ErrNotSupported)
+	assert.Contains(t, err.Error(), "CurrentManagedPool: cuda: not supported: managed memory pools need a CUDA 13.0 driver")
 
 	m, err := resource.NewManaged(dev, nil)
 	require.NoError(t, err)
@@ -115,6 +118,9 @@ func TestManagedNoConcurrentAccessFake(t *testing.T) {
 	base := stats.Snapshot()
 
 	_, err := resource.NewManagedPool(dev, nil)
+	require.ErrorIs(t, err, cuda.ErrNotSupported)
+	assert.Contains(t, err.Error(), "lacks concurrent managed access")
+	_, err = resource.CurrentManagedPool(dev)
 	require.ErrorIs(t, err, cuda.ErrNotSupported)
 	assert.Contains(t, err.Error(), "lacks concurrent managed access")
 

@@ -168,6 +168,44 @@ func TestGPUManagedPool(t *testing.T) {
 	})
 }
 
+// TestGPUCurrentManagedPool: the driver's current managed pool, borrowed
+// (cuda.core's ManagedMemoryResource() without options): its memory
+// round-trips, and Close leaves the pool to its other users.
+func TestGPUCurrentManagedPool(t *testing.T) {
+	dev := managedDevice(t, 4*managedSize)
+	k := cudatest.LoadKernels(t, dev)
+	s := cudatest.Stream(t, dev)
+	a, err := resource.CurrentManagedPool(dev)
+	cudatest.SkipIfNotSupported(t, err)
+	require.NoError(t, err)
+	devs, err := cuda.Devices()
+	require.NoError(t, err)
+	checkLeaks(t, a, devs...)
+	assert.False(t, a.IsOwned())
+	assert.Contains(t, a.String(), "current pool")
+	attrs, err := a.Attributes()
+	require.NoError(t, err)
+	assert.Equal(t, ^uint64(0), attrs.ReleaseThreshold, "a threshold of 0 is raised, as for CurrentDevicePool")
+
+	b := managedBufs(t, a, s, 1, 60)[0]
+	info, err := cuda.QueryPointer(b.Ptr())
+	require.NoError(t, err)
+	assert.True(t, info.Managed)
+	assert.Equal(t, a.Pool().Handle(), info.Pool)
+	roundTrip(t, k, dev, s, b, 60)
+
+	other, err := resource.CurrentManagedPool(dev)
+	require.NoError(t, err)
+	assert.Equal(t, a.Pool().Handle(), other.Pool().Handle(), "one current pool")
+	require.NoError(t, other.Close())
+	c, err := a.Allocate(managedSize, s)
+	require.NoError(t, err, "closing one borrower leaves the pool")
+	require.NoError(t, buffer.CopyFromHost(c, cudatest.Pattern(managedSize, 61), s))
+	roundTrip(t, k, dev, s, c, 61)
+	closeBuf(t, c)
+	require.NoError(t, s.Sync())
+}
+
 // TestGPUManagedBatches: the batched prefetch, discard and
 // discard-prefetch over pool and cuMemAllocManaged buffers (cuda.core's
 // TestPrefetchBatch, TestDiscardBatch, TestDiscardPrefetchBatch), each

@@ -45,12 +45,13 @@ const minDriverManagedPool = 13000
 // DevicePool pair does, against a synchronizing cuMemAllocManaged and
 // cuMemFree for Managed.
 //
-// The pool is owned: Close destroys it once no buffer from it is live.
-// Calls on the pool run in the context of the device it was made with;
-// the nil stream is that device's legacy default stream, and streams of
-// any device may order allocations. Methods are safe for concurrent use;
-// after Close they return errors matching cuda.ErrClosed, except
-// Deallocate (see DevicePool).
+// NewManagedPool makes and owns a pool: Close destroys it once no buffer
+// from it is live. CurrentManagedPool borrows the driver's current one:
+// Close ends only that value's use. Calls on the pool run in the context
+// of the device it was made with; the nil stream is that device's legacy
+// default stream, and streams of any device may order allocations.
+// Methods are safe for concurrent use; after Close they return errors
+// matching cuda.ErrClosed, except Deallocate (see DevicePool).
 type ManagedPool struct {
 	core poolCore
 	loc  cuda.MemLocation
@@ -64,6 +65,62 @@ func (p *ManagedPool) base() *poolCore {
 		return nil
 	}
 	return &p.core
+}
+
+// CurrentManagedPool returns a resource over the driver's current pool of
+// managed memory with no preferred location (cuMemGetMemPool, CUDA 13.0),
+// without owning it: Close ends only this value. dev's context serves
+// the calls. A release threshold of 0 is raised to the maximum, so freed
+// memory stays cached, as CurrentDevicePool does. It is cuda.core's
+// ManagedMemoryResource() without options. What it refuses is as for
+// NewManagedPool.
+func CurrentManagedPool(dev *cuda.Device) (*ManagedPool, error) {
+	const op = "CurrentManagedPool"
+	if err := checkManagedPools(op, dev); err != nil {
+		return nil, err
+	}
+	pool, err := dev.CurrentMemPoolAt(cuda.MemLocation{}, cuda.MemAllocationTypeManaged)
+	var t uint64
+	if err == nil {
+		t, err = pool.Attribute(cuda.MemPoolAttrReleaseThreshold)
+	}
+	if err == nil && t == 0 {
+		err = pool.SetAttribute(cuda.MemPoolAttrReleaseThreshold, keepAll)
+	}
+	if err != nil {
+		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("current managed pool: %w", err)}
+	}
+	return &ManagedPool{core: poolCore{kind: "ManagedPool", dev: dev, pool: pool}}, nil
+}
+
+// checkManagedPools refuses, for op, a device and driver without managed
+// pools, saying what is missing.
+func checkManagedPools(op string, dev *cuda.Device) error {
+	if err := checkDevice(op, dev); err != nil {
+		return err
+	}
+	_, version, err := cuda.Driver()
+	if err != nil {
+		return &cuda.OpError{Op: op, Err: err}
+	}
+	if version < minDriverManagedPool {
+		return cuda.Errorf(op, cuda.ErrNotSupported, "managed memory pools need a CUDA %s driver (this one is %s); use NewManaged",
+			cuda.VersionString(minDriverManagedPool), cuda.VersionString(version))
+	}
+	f, err := dev.Features()
+	if err != nil {
+		return &cuda.OpError{Op: op, Err: fmt.Errorf("%v features: %w", dev, err)}
+	}
+	switch {
+	case !f.MemoryPools:
+		return cuda.Errorf(op, cuda.ErrNotSupported, "%v does not support memory pools (use NewManaged)", dev)
+	case !f.ManagedMemory:
+		return cuda.Errorf(op, cuda.ErrNotSupported, "%v does not support managed memory", dev)
+	case !f.ConcurrentManagedAccess:
+		return cuda.Errorf(op, cuda.ErrNotSupported,
+			"%v lacks concurrent managed access (the CPU and the device touching managed memory at once), which managed pools need; use NewManaged", dev)
+	}
+	return nil
 }
 
 // NewManagedPool creates a pool of managed memory (cuMemPoolCreate with
@@ -87,29 +144,12 @@ func NewManagedPool(dev *cuda.Device, opts *ManagedPoolOptions) (*ManagedPool, e
 			return nil, err
 		}
 	}
-	if err := checkDevice(op, dev); err != nil {
+	if err := checkManagedPools(op, dev); err != nil {
 		return nil, err
-	}
-	_, version, err := cuda.Driver()
-	if err != nil {
-		return nil, &cuda.OpError{Op: op, Err: err}
-	}
-	if version < minDriverManagedPool {
-		return nil, cuda.Errorf(op, cuda.ErrNotSupported, "managed memory pools need a CUDA %s driver (this one is %s); use NewManaged",
-			cuda.VersionString(minDriverManagedPool), cuda.VersionString(version))
 	}
 	f, err := dev.Features()
 	if err != nil {
 		return nil, &cuda.OpError{Op: op, Err: fmt.Errorf("%v features: %w", dev, err)}
-	}
-	switch {
-	case !f.MemoryPools:
-		return nil, cuda.Errorf(op, cuda.ErrNotSupported, "%v does not support memory pools (use NewManaged)", dev)
-	case !f.ManagedMemory:
-		return nil, cuda.Errorf(op, cuda.ErrNotSupported, "%v does not support managed memory", dev)
-	case !f.ConcurrentManagedAccess:
-		return nil, cuda.Errorf(op, cuda.ErrNotSupported,
-			"%v lacks concurrent managed access (the CPU and the device touching managed memory at once), which managed pools need; use NewManaged", dev)
 	}
 	switch loc.Type {
 	case cuda.MemLocationTypeHostNUMACurrent:
@@ -197,6 +237,10 @@ func (p *ManagedPool) Device() *cuda.Device {
 	return p.core.dev
 }
 
+// IsOwned reports whether p created its pool (NewManagedPool), rather
+// than borrowing the current one (CurrentManagedPool).
+func (p *ManagedPool) IsOwned() bool { return p != nil && p.core.life.Owned() }
+
 // PreferredLocation is the pool's preferred location as made: the zero
 // MemLocation for none, a host NUMA node for HostNUMACurrentLocation.
 func (p *ManagedPool) PreferredLocation() cuda.MemLocation {
@@ -234,8 +278,9 @@ func (p *ManagedPool) ResetHighWatermarks() error {
 // Trim gives cached memory back until the pool holds at most keep bytes.
 func (p *ManagedPool) Trim(keep uint64) error { return p.base().trim("ManagedPool", keep) }
 
-// Close ends the resource and destroys the pool, as [DevicePool.Close]
-// does for an owned pool, once every device's work has finished.
+// Close ends the resource and destroys an owned pool, as
+// [DevicePool.Close] does, once every device's work has finished; a
+// borrowed pool is left as it is.
 func (p *ManagedPool) Close() error {
 	if p == nil || !p.core.initialized() {
 		return nil
@@ -261,6 +306,9 @@ func (p *ManagedPool) String() string {
 		return "ManagedPool(nil)"
 	}
 	s := fmt.Sprintf("ManagedPool(%v", p.core.dev)
+	if !p.core.life.Owned() {
+		s += ", current pool"
+	}
 	if !p.loc.IsZero() {
 		s += ", preferred " + p.loc.String()
 	}

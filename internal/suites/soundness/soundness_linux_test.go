@@ -164,6 +164,7 @@ var funcs = map[string]any{
 
 	// Managed pools and managed buffer operations.
 	"resource.NewManagedPool":       resource.NewManagedPool,
+	"resource.CurrentManagedPool":   resource.CurrentManagedPool,
 	"resource.QueryManaged":         resource.QueryManaged,
 	"resource.Discard":              resource.Discard,
 	"resource.DiscardPrefetch":      resource.DiscardPrefetch,

@@ -32,7 +32,8 @@
 // (internal/testkit/kernels) run on the host; other kernels are not emulated.
 // Graph launches run the copies, fills and kernels captured into them.
 //
-// Managed memory: cuMemAllocManaged and managed pools (CUDA 13.0) keep,
+// Managed memory: cuMemAllocManaged and managed pools (CUDA 13.0, and a
+// default one) keep,
 // per page, the advice given and the last prefetch location, which
 // cuMemRangeGetAttribute reads back; the batched prefetch and discard
 // calls check the whole batch before applying any of it, and a discard
@@ -42,9 +43,10 @@
 //
 // Not emulated: other kernels, asynchrony (every call completes before
 // it returns), cross-process sharing other than pool IPC (legacy IPC and
-// VMM handle exports work inside one process only), CUDA 13 host/managed
-// default pools (cuMemGetDefaultMemPool and friends are absent, so they
-// report "not supported").
+// VMM handle exports work inside one process only), CUDA 13 host
+// default pools (cuMemGetDefaultMemPool is absent, so it reports "not
+// supported"; cuMemGetMemPool knows devices' pools and the default managed
+// pool only).
 //
 // Environment: FAKECUDA_DEVICES (1 or 2, default 1), FAKECUDA_VERSION
 // (default 13000), FAKECUDA_TOTAL_MEM (bytes per device, default 4 GiB),
@@ -228,8 +230,10 @@ static int npools;
 static long long next_pool_id = 1;
 static pool_t default_pool[MAXDEV];
 static pool_t *current_pool[MAXDEV];
+static pool_t default_managed; /* the default managed pool, no preferred location (CUDA 13.0) */
 
 static pool_t *as_pool(void *p) {
+	if (p == (void *)&default_managed && default_managed.live) return &default_managed;
 	for (int i = 0; i < ndev; i++)
 		if (p == (void *)&default_pool[i]) return &default_pool[i];
 	for (int i = 0; i < npools; i++)
@@ -559,6 +563,8 @@ CUresult cuInit(unsigned int flags) {
 			default_pool[i].access[i] = 3;
 			current_pool[i] = &default_pool[i];
 		}
+		default_managed = (pool_t){.alloc_type = 2, .is_default = 1, .reuse = {1, 1, 1}, .live = 1, .id = 0};
+		for (int i = 0; i < MAXDEV; i++) default_managed.access[i] = 3;
 	}
 	initialized = 1;
 	UNLOCK();
@@ -643,6 +649,20 @@ static CUresult fDeviceGetMemPool(void **p, int d) {
 	LOCK();
 	*p = current_pool[d];
 	RET(OK);
+}
+/* cuMemGetMemPool (CUDA 13.0): a device's current pool, and the default
+   managed pool with no preferred location; host pools are not emulated. */
+static CUresult fMemGetMemPool(void **p, const int *loc, int type) {
+	if (!initialized) return E_NOT_INITIALIZED;
+	if (!p || !loc) return E_INVALID_VALUE;
+	LOCK();
+	if (type == 1 && loc[0] == 1 && !bad_dev(loc[1])) { *p = current_pool[loc[1]]; RET(OK); }
+	if (type == 2 && loc[0] == 0) {
+		if (no_concurrent_managed()) RET(E_NOT_SUPPORTED);
+		*p = &default_managed;
+		RET(OK);
+	}
+	RET(E_INVALID_VALUE);
 }
 static CUresult fDeviceSetMemPool(int d, void *p) {
 	if (bad_dev(d)) return E_INVALID_DEVICE;
@@ -2949,6 +2969,7 @@ static const struct { const char *name; void *fn; } table[] = {
 	{"cuDeviceGetDefaultMemPool", (void *)fDeviceGetDefaultMemPool},
 	{"cuDeviceGetMemPool", (void *)fDeviceGetMemPool},
 	{"cuDeviceSetMemPool", (void *)fDeviceSetMemPool},
+	{"cuMemGetMemPool", (void *)fMemGetMemPool},
 	{"cuDevicePrimaryCtxRetain", (void *)fPrimaryCtxRetain},
 	{"cuDevicePrimaryCtxRelease", (void *)fPrimaryCtxRelease},
 	{"cuCtxSetCurrent", (void *)fCtxSetCurrent},
