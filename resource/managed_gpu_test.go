@@ -318,6 +318,32 @@ func TestGPUManagedInstanceOps(t *testing.T) {
 	}
 }
 
+// TestGPUManagedFromPointer: managed memory the program got elsewhere,
+// wrapped as a borrowed Buffer (cuda.core's test_from_handle), takes
+// every operation: the driver says which device serves it.
+func TestGPUManagedFromPointer(t *testing.T) {
+	dev := managedDevice(t, 4*managedSize)
+	k := cudatest.LoadKernels(t, dev)
+	s := cudatest.Stream(t, dev)
+	m, err := resource.NewManaged(dev, nil)
+	require.NoError(t, err)
+	owner := managedBufs(t, m, s, 1, 200)[0]
+	b := buffer.FromPointer(owner.Ptr(), owner.Size())
+	defer closeBuf(t, b) // borrowed: frees nothing
+	assert.Nil(t, b.Resource())
+	require.NoError(t, resource.Advise(b, cuda.MemAdviseSetPreferredLocation, cuda.DeviceLocation(dev)))
+	require.NoError(t, resource.PrefetchBatch([]*buffer.Buffer{b}, []cuda.MemLocation{cuda.DeviceLocation(dev)}, s))
+	require.NoError(t, s.Sync())
+	info, err := resource.QueryManaged(b)
+	require.NoError(t, err)
+	assert.Equal(t, cuda.DeviceLocation(dev), info.PreferredLocation)
+	assert.Equal(t, cuda.DeviceLocation(dev), info.LastPrefetchLocation)
+	roundTrip(t, k, dev, s, b, 200)
+	require.NoError(t, resource.DiscardPrefetch(b, cuda.HostLocation(), s))
+	require.NoError(t, s.Sync())
+	assert.Equal(t, cuda.HostLocation(), lastPrefetch(t, owner), "one memory, seen through either buffer")
+}
+
 // TestGPUManagedBatchRefusals: what the batches refuse, before anything
 // is submitted (the buffers' last prefetch locations stay as they were):
 // an empty batch, location counts that match neither one nor the

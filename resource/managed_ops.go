@@ -178,6 +178,13 @@ func Prefetch(b *buffer.Buffer, loc cuda.MemLocation, s *cuda.Stream) error {
 			s = d.DefaultStream()
 		}
 	}
+	if sd := s.Device(); sd != nil && loc.Type == cuda.MemLocationTypeDevice {
+		// The driver wants concurrent managed access of the stream's
+		// device too.
+		if err := checkConcurrent(op, "stream's device", cuda.DeviceLocation(sd)); err != nil {
+			return err
+		}
+	}
 	return useRange(op, b, ptr, func() error {
 		if err := s.MemPrefetchAsync(ptr, size, loc); err != nil {
 			return &cuda.OpError{Op: op, Err: fmt.Errorf("buffer %#x (%d bytes) to %s: %w", uint64(ptr), size, loc, err)}

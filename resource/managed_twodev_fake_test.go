@@ -12,7 +12,7 @@ import (
 // discard scribbles over the memory, so a test that trusted discarded
 // contents would fail.
 func TestManagedTwoDevicesFake(t *testing.T) {
-	fakecuda.RunOnTwoDevices(t, "TestGPUManagedPool", "TestGPUCurrentManagedPool", "TestGPUManagedBatches", "TestGPUManagedInstanceOps",
+	fakecuda.RunOnTwoDevices(t, "TestGPUManagedPool", "TestGPUCurrentManagedPool", "TestGPUManagedBatches", "TestGPUManagedInstanceOps", "TestGPUManagedFromPointer",
 		"TestGPUManagedBatchRefusals", "TestGPUManagedAdvice", "TestGPUManagedRejectNonManaged",
 		"TestGPUManagedTwoDevices", "TestManaged")
 }
