@@ -76,7 +76,7 @@ func (r *Managed) AllocatePtr(size uint64, s *cuda.Stream) (cuda.DevicePtr, *cud
 			return p, err
 		}
 		if err := r.dev.MemAdvise(p, size, cuda.MemAdviseSetPreferredLocation, *r.preferred); err != nil {
-			err = fmt.Errorf("preferred location %s: %w", locString(*r.preferred), err)
+			err = fmt.Errorf("preferred location %s: %w", r.preferred.String(), err)
 			// Undo the allocation; if that fails too, say the memory leaked.
 			if ferr := r.dev.MemFree(p); ferr != nil {
 				err = errors.Join(err, fmt.Errorf("free %#x (%d bytes) after the failure: %w (leaked)", uint64(p), size, ferr))
@@ -116,7 +116,7 @@ func (r *Managed) String() string {
 		return "Managed(nil)"
 	}
 	if r.preferred != nil {
-		return fmt.Sprintf("Managed(%v, preferred %s)", r.dev, locString(*r.preferred))
+		return fmt.Sprintf("Managed(%v, preferred %s)", r.dev, r.preferred.String())
 	}
 	return fmt.Sprintf("Managed(%v)", r.dev)
 }

@@ -80,12 +80,6 @@ func TestThreshold(t *testing.T) {
 	assert.Equal(t, uint64(5), threshold(5))
 }
 
-func TestLocString(t *testing.T) {
-	assert.Equal(t, "GPU 1", locString(cuda.MemLocation{Type: cuda.MemLocationTypeDevice, ID: 1}))
-	assert.Equal(t, "host", locString(cuda.MemLocation{Type: cuda.MemLocationTypeHost}))
-	assert.Equal(t, "host NUMA node 2", locString(cuda.MemLocation{Type: cuda.MemLocationTypeHostNUMA, ID: 2}))
-}
-
 func TestHostPtrRoundTrip(t *testing.T) {
 	x := new(int)
 	p := devicePtr(unsafePointer(x))

@@ -473,6 +473,3 @@ func threshold(v uint64) uint64 {
 	}
 	return v
 }
-
-// locString describes a memory location for messages.
-func locString(l cuda.MemLocation) string { return l.String() }
