@@ -155,7 +155,8 @@ func useAll(op string, bufs []*buffer.Buffer, ptrs []cuda.DevicePtr, call func()
 // device (of the buffer's device for host targets). A buffer that is not
 // managed memory is an error matching cuda.ErrInvalidArgument; a closed
 // one, cuda.ErrClosed; a device target without concurrent managed access,
-// cuda.ErrNotSupported. QueryManaged reads the location back.
+// cuda.ErrNotSupported; a capturing stream, cuda.ErrCapturing.
+// QueryManaged reads the location back.
 func Prefetch(b *buffer.Buffer, loc cuda.MemLocation, s *cuda.Stream) error {
 	const op = "Prefetch"
 	if err := checkLocation(op, "target", loc); err != nil {
@@ -177,6 +178,11 @@ func Prefetch(b *buffer.Buffer, loc cuda.MemLocation, s *cuda.Stream) error {
 			}
 			s = d.DefaultStream()
 		}
+	}
+	// A prefetch is not a graph node cudamem relies on: refused while s
+	// (or, for the legacy stream, a blocking stream) captures.
+	if err := s.RefuseCapture(op); err != nil {
+		return err
 	}
 	if sd := s.Device(); sd != nil && loc.Type == cuda.MemLocationTypeDevice {
 		// The driver wants concurrent managed access of the stream's
