@@ -107,8 +107,10 @@ type ManagedRange struct {
 }
 
 // MemRangeInfo reads what the driver reports of the managed range of size
-// bytes at p (cuMemRangeGetAttribute, in d's context). A range the driver
-// does not know as managed memory is an error matching ErrorInvalidValue.
+// bytes at p (cuMemRangeGetAttribute, in d's context; the location
+// attributes it reads came with CUDA 12.2, as did the MemAdvise and
+// MemPrefetchAsync this package speaks). A range the driver does not know
+// as managed memory is an error matching ErrorInvalidValue.
 func (d *Device) MemRangeInfo(p DevicePtr, size uint64) (ManagedRange, error) {
 	var info ManagedRange
 	ctx, err := d.contextFor("Device.MemRangeInfo")
