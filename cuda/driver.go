@@ -127,6 +127,13 @@ type driver struct {
 	CheckpointProcessLock, CheckpointProcessCheckpoint, CheckpointProcessRestore,
 	CheckpointProcessUnlock, CheckpointProcessGetState,
 	CheckpointProcessGetRestoreThreadId loader.Proc `since:"12080"`
+	// Managed memory: range attributes, and the batched prefetch and
+	// discard calls and current pools by location of CUDA 13.0.
+	MemRangeGetAttribute            loader.Proc
+	MemPrefetchBatchAsync           loader.Proc `since:"13000"`
+	MemDiscardBatchAsync            loader.Proc `since:"13000"`
+	MemDiscardAndPrefetchBatchAsync loader.Proc `since:"13000"`
+	MemGetMemPool                   loader.Proc `since:"13000"`
 }
 
 // newDriver resolves this package's entry points from the loaded driver d.

@@ -40,6 +40,7 @@ func init() {
 		cuda.GraphInstantiateFlags(0), cuda.GraphMemAttributes{},
 		cuda.Context{}, cuda.ContextFlags(0),
 		cuda.ProcessState(0), cuda.CheckpointGPUPair{},
+		cuda.MemRangeAttribute(0), cuda.ManagedRange{},
 	} {
 		t := reflect.TypeOf(v)
 		exportedTypes[t.Name()] = t

@@ -83,6 +83,27 @@ func (d *Device) DefaultHostMemPool(loc MemLocation) (MemPool, error) {
 	return MemPool{handle: h, dev: d}, nil
 }
 
+// CurrentMemPoolAt returns the pool the driver allocates memory of type t
+// at loc from (cuMemGetMemPool, CUDA 13.0): the last one set for them, or
+// their default pool. For managed memory, loc may be the zero MemLocation
+// (no preferred location). A driver without the call gives an error
+// matching ErrNotSupported.
+func (d *Device) CurrentMemPoolAt(loc MemLocation, t MemAllocationType) (MemPool, error) {
+	ctx, err := d.contextFor("Device.CurrentMemPoolAt")
+	if err != nil {
+		return MemPool{}, err
+	}
+	var h uintptr
+	p := &d.drv.MemGetMemPool
+	if r := p.CallCtx(ctx, uintptr(unsafe.Pointer(&h)), uintptr(unsafe.Pointer(&loc)), uintptr(t)); !ok(r) {
+		return MemPool{}, fmt.Errorf("location %s, allocation type %d: %w", loc, t, fail(p, r))
+	}
+	if h == 0 {
+		return MemPool{}, zeroHandleErr("Device.CurrentMemPoolAt", "cuMemGetMemPool", "memory pool")
+	}
+	return MemPool{handle: h, dev: d}, nil
+}
+
 // CreateMemPool creates a pool with the given properties (cuMemPoolCreate).
 // The device's context serves later calls on the pool; the pool's memory
 // lives where props.Location says.

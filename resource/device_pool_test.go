@@ -299,6 +299,17 @@ func TestDevicePoolPeerAccess(t *testing.T) {
 		peers, err = b.PeerAccess()
 		require.NoError(t, err)
 		assert.Empty(t, peers)
+		// A change made on the driver pool itself shows too, and
+		// SetPeerAccess computes its change against it.
+		rw := cuda.MemAccessDesc{Location: deviceLoc(d1), Flags: cuda.MemAccessProtReadWrite}
+		require.NoError(t, b.Pool().SetAccess(rw))
+		peers, err = a.PeerAccess()
+		require.NoError(t, err)
+		assert.Equal(t, []int{1}, peers)
+		require.NoError(t, a.SetPeerAccess())
+		f, err := b.Pool().Access(deviceLoc(d1))
+		require.NoError(t, err)
+		assert.Equal(t, cuda.MemAccessProtNone, f, "revoked though a never granted it")
 	})
 }
 

@@ -18,8 +18,14 @@
 //     PinnedMemoryResource.
 //   - [LegacyPinned]: page-locked host memory from cuMemHostAlloc, for
 //     drivers without host pools. cuda.core: LegacyPinnedMemoryResource.
-//   - [Managed]: managed (unified) memory from cuMemAllocManaged, with
-//     [Prefetch] and [Advise] for its buffers.
+//   - [Managed]: managed (unified) memory from cuMemAllocManaged.
+//   - [ManagedPool]: managed memory from a CUDA 13 managed pool, stream
+//     ordered, with a preferred location. cuda.core:
+//     ManagedMemoryResource with options. The buffers of both managed
+//     resources take advice ([Advise], read back with [QueryManaged]),
+//     prefetches ([Prefetch]) and discards ([Discard], [DiscardPrefetch]),
+//     one at a time or many in one driver call ([PrefetchBatch],
+//     [DiscardBatch], [DiscardPrefetchBatch]).
 //   - [SyncDevice]: device memory from cuMemAlloc, for devices without
 //     memory pools. cuda.core: _SynchronousMemoryResource.
 //   - [Default] and [SetDefault]: a per-device default resource, chosen

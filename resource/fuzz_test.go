@@ -94,18 +94,18 @@ func FuzzManagedOptions(f *testing.F) {
 		switch loc.Type {
 		case cuda.MemLocationTypeHost, cuda.MemLocationTypeHostNUMACurrent:
 			if err != nil {
-				t.Fatalf("%s rejected: %v", locString(loc), err)
+				t.Fatalf("%s rejected: %v", loc.String(), err)
 			}
 		case cuda.MemLocationTypeHostNUMA:
 			if (id < 0) != (err != nil) {
-				t.Fatalf("%s: %v", locString(loc), err)
+				t.Fatalf("%s: %v", loc.String(), err)
 			}
 		case cuda.MemLocationTypeDevice:
 			// Needs the driver to say whether the device exists; without
 			// one it must fail cleanly, with one it may pass.
 		default:
 			if !errors.Is(err, cuda.ErrInvalidArgument) || !optionNamed(err, "PreferredLocation") {
-				t.Fatalf("%s accepted or badly reported: %v", locString(loc), err)
+				t.Fatalf("%s accepted or badly reported: %v", loc.String(), err)
 			}
 		}
 		if err != nil && !strings.HasPrefix(err.Error(), "NewManaged") {

@@ -49,6 +49,8 @@ var nilZeroTypes = []any{
 	(*resource.Retrying)(nil),
 	(*resource.Fallback)(nil),
 	(*resource.RetryFunc)(nil),
+	(*resource.ManagedPool)(nil),
+	(*resource.ManagedPoolOptions)(nil),
 }
 
 // argSets builds arguments for a method: all zero; "plausible" values

@@ -65,7 +65,8 @@ func TestCheckLocation(t *testing.T) {
 		loc cuda.MemLocation
 		msg string
 	}{
-		{cuda.MemLocation{}, "op: cuda: invalid argument: loc: location type 0 (id 0) is not a device, host or host NUMA location"},
+		{cuda.MemLocation{}, "op: cuda: invalid argument: loc: a location is required (cuda.DeviceLocation, cuda.HostLocation, cuda.HostNUMALocation or cuda.HostNUMACurrentLocation)"},
+		{cuda.MemLocation{Type: 9, ID: 2}, "op: cuda: invalid argument: loc: location type 9 (id 2) is not a device, host or host NUMA location"},
 		{cuda.MemLocation{Type: cuda.MemLocationTypeHostNUMA, ID: -4}, "op: cuda: invalid argument: loc: negative NUMA node -4"},
 	} {
 		err := checkLocation("op", "loc", tc.loc)
@@ -77,12 +78,6 @@ func TestCheckLocation(t *testing.T) {
 func TestThreshold(t *testing.T) {
 	assert.Equal(t, uint64(keepAll), threshold(0))
 	assert.Equal(t, uint64(5), threshold(5))
-}
-
-func TestLocString(t *testing.T) {
-	assert.Equal(t, "GPU 1", locString(cuda.MemLocation{Type: cuda.MemLocationTypeDevice, ID: 1}))
-	assert.Equal(t, "host", locString(cuda.MemLocation{Type: cuda.MemLocationTypeHost}))
-	assert.Equal(t, "host NUMA node 2", locString(cuda.MemLocation{Type: cuda.MemLocationTypeHostNUMA, ID: 2}))
 }
 
 func TestHostPtrRoundTrip(t *testing.T) {

@@ -135,7 +135,7 @@ func NewPinnedPool(opts *PinnedPoolOptions) (*PinnedPool, error) {
 	}
 	if version < need {
 		return nil, cuda.Errorf(op, cuda.ErrNotSupported, "pools at %s need a CUDA %s driver (this one is %s)",
-			locString(loc), cuda.VersionString(need), cuda.VersionString(version))
+			loc.String(), cuda.VersionString(need), cuda.VersionString(version))
 	}
 	props := cuda.MemPoolProps{AllocType: cuda.MemAllocationTypePinned, Location: loc, MaxSize: opts.MaxSize}
 	if opts.IPC {
@@ -263,7 +263,7 @@ func (p *PinnedPool) String() string {
 	if p == nil || p.core.dev == nil {
 		return "PinnedPool(nil)"
 	}
-	s := locString(p.loc)
+	s := p.loc.String()
 	if p.core.ipc {
 		s += ", IPC"
 	}

@@ -43,14 +43,14 @@ type PoolAttributes struct {
 	UsedMemHigh uint64
 }
 
-// poolCore is what DevicePool and PinnedPool share: a driver memory pool,
+// poolCore is what DevicePool, PinnedPool and ManagedPool share: a driver memory pool,
 // whether this value owns it, and its lifecycle (internal/poolcore, shared
 // with ipc.ImportedPool). The outer types give its methods their
 // documentation; kind names the outer type in errors (it is empty in a
 // zero value, so methods take it), and a nil *poolCore is a nil outer
 // pool.
 type poolCore struct {
-	kind string       // "DevicePool" or "PinnedPool", for error messages
+	kind string       // "DevicePool", "PinnedPool" or "ManagedPool", for error messages
 	dev  *cuda.Device // serves the pool's calls; its default stream is the nil-stream default
 	pool cuda.MemPool
 	ipc  bool
@@ -198,6 +198,10 @@ func opName(kind, method string) string {
 		return "PinnedPool.Allocate"
 	case kind == "PinnedPool" && method == "Deallocate":
 		return "PinnedPool.Deallocate"
+	case kind == "ManagedPool" && method == "Allocate":
+		return "ManagedPool.Allocate"
+	case kind == "ManagedPool" && method == "Deallocate":
+		return "ManagedPool.Deallocate"
 	}
 	return kind + "." + method
 }
@@ -310,8 +314,11 @@ func (c *poolCore) close() error {
 
 // where describes the pool's location for messages.
 func (c *poolCore) where() string {
-	if c.kind == "PinnedPool" {
+	switch c.kind {
+	case "PinnedPool":
 		return "host memory"
+	case "ManagedPool":
+		return "managed memory of " + c.dev.String()
 	}
 	return c.dev.String()
 }
@@ -466,19 +473,4 @@ func threshold(v uint64) uint64 {
 		return keepAll
 	}
 	return v
-}
-
-// locString describes a memory location for messages.
-func locString(l cuda.MemLocation) string {
-	switch l.Type {
-	case cuda.MemLocationTypeDevice:
-		return fmt.Sprintf("GPU %d", l.ID)
-	case cuda.MemLocationTypeHost:
-		return "host"
-	case cuda.MemLocationTypeHostNUMA:
-		return fmt.Sprintf("host NUMA node %d", l.ID)
-	case cuda.MemLocationTypeHostNUMACurrent:
-		return "host NUMA node of the calling thread"
-	}
-	return fmt.Sprintf("location type %d (id %d)", l.Type, l.ID)
 }

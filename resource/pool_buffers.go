@@ -44,7 +44,7 @@ func (b poolBuffers) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream)
 func (b poolBuffers) Record(ptr cuda.DevicePtr, size uint64) { b.c.ptrs.add(ptr, size) }
 
 func (b poolBuffers) DeviceAccessible() bool { return true }
-func (b poolBuffers) HostAccessible() bool   { return b.c.kind == "PinnedPool" }
+func (b poolBuffers) HostAccessible() bool   { return b.c.kind != "DevicePool" }
 
 func (b poolBuffers) DeviceID() int {
 	if b.c.kind == "PinnedPool" {

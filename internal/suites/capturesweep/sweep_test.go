@@ -32,6 +32,7 @@ type capEnv struct {
 	onS    *buffer.Buffer // from pool, allocated on the operation's stream
 	onW    *buffer.Buffer // from pool, allocated on the other stream
 	host   *buffer.Buffer // from pinned
+	mgd    *buffer.Buffer // managed memory (cuMemAllocManaged)
 	ev     *cuda.Event    // recorded on the other stream before the capture
 	later  []func() error // run after the capture ended
 }
@@ -176,6 +177,16 @@ func captureOps() []capOp {
 			return e.keep(e.sub.Allocate(64*kib, s))
 		}},
 		{"SyncDevice.Allocate", func(e *capEnv, s, w *cuda.Stream) error { return e.keep(e.syncd.Allocate(kib, s)) }},
+		{"Prefetch", func(e *capEnv, s, w *cuda.Stream) error {
+			return resource.Prefetch(e.mgd, cuda.DeviceLocation(e.d), s)
+		}},
+		{"PrefetchBatch", func(e *capEnv, s, w *cuda.Stream) error {
+			err := resource.PrefetchBatch([]*buffer.Buffer{e.mgd}, []cuda.MemLocation{cuda.DeviceLocation(e.d)}, s)
+			if errors.Is(err, cuda.ErrInvalidArgument) && s.IsDefault() {
+				return nil // the driver's batches refuse the legacy stream: refused as documented
+			}
+			return err
+		}},
 		{"GraphMemory.Allocate", func(e *capEnv, s, w *cuda.Stream) error {
 			b, err := e.gm.Allocate(kib, s)
 			if errors.Is(err, cuda.ErrInvalidArgument) && !s.IsCapturing() {
@@ -273,7 +284,7 @@ func runCaptureCase(t *testing.T, d *cuda.Device, op capOp, sit capSituation, c 
 		for _, f := range e.later {
 			f()
 		}
-		for _, bb := range []*buffer.Buffer{e.onS, e.onW, e.host} {
+		for _, bb := range []*buffer.Buffer{e.onS, e.onW, e.host, e.mgd} {
 			bb.Close()
 		}
 		e.ev.Close()
@@ -302,6 +313,10 @@ func runCaptureCase(t *testing.T, d *cuda.Device, op capOp, sit capSituation, c 
 	e.onW, err = e.pool.Allocate(kib, opW)
 	require.NoError(t, err)
 	e.host, err = e.pinned.Allocate(kib, opS)
+	require.NoError(t, err)
+	mgd, err := resource.NewManaged(d, nil)
+	require.NoError(t, err)
+	e.mgd, err = mgd.Allocate(64*kib, opS)
 	require.NoError(t, err)
 	e.ev, err = d.NewEvent(cuda.EventDefault)
 	require.NoError(t, err)
@@ -358,7 +373,7 @@ func runCaptureCase(t *testing.T, d *cuda.Device, op capOp, sit capSituation, c 
 	for _, f := range e.later {
 		require.NoError(t, f())
 	}
-	for _, bb := range []*buffer.Buffer{e.onS, e.onW, e.host} {
+	for _, bb := range []*buffer.Buffer{e.onS, e.onW, e.host, e.mgd} {
 		require.NoError(t, bb.Close())
 	}
 	require.NoError(t, e.ev.Close())

@@ -271,7 +271,62 @@ func TestFaultSweepManaged(t *testing.T) {
 		mk("Advise", func(b *buffer.Buffer, s *cuda.Stream) error {
 			return resource.Advise(b, cuda.MemAdviseSetReadMostly, devLoc)
 		}),
+		mk("QueryManaged", func(b *buffer.Buffer, s *cuda.Stream) error {
+			_, err := resource.QueryManaged(b)
+			return err
+		}),
+		mk("PrefetchBatch", func(b *buffer.Buffer, s *cuda.Stream) error {
+			return resource.PrefetchBatch([]*buffer.Buffer{b}, []cuda.MemLocation{devLoc}, s)
+		}),
 	})
+	sweepAll(t, managedDiscardCases())
+}
+
+// managedDiscardCases sweeps the discards over a managed pool's buffers:
+// discarded contents are indeterminate, so each check writes the buffer
+// again after the discard succeeds.
+func managedDiscardCases() []sweepCase {
+	devLoc := cuda.MemLocation{Type: cuda.MemLocationTypeDevice, ID: 0}
+	mk := func(name string, op func(b *buffer.Buffer, s *cuda.Stream) error) sweepCase {
+		return sweepCase{name: name, absorbed: queryPointerAbsorbed, setup: func() (*fixture, error) {
+			var cl closers
+			p, err := resource.NewManagedPool(dev0(), nil)
+			if err != nil {
+				return nil, err
+			}
+			cl.add(p.Close)
+			s, err := newStream(&cl, 0)
+			if err != nil {
+				return nil, joinSetup(err, cl)
+			}
+			b, err := p.Allocate(1<<20, s)
+			if err != nil {
+				return nil, joinSetup(err, cl)
+			}
+			cl.add(b.Close)
+			return &fixture{
+				op: func() error { return op(b, s) },
+				verify: func() error {
+					if err := op(b, s); err != nil {
+						return err
+					}
+					if err := write(b, s, 5); err != nil {
+						return err
+					}
+					return check(b, s, pattern(1<<20, 5))
+				},
+				cleanup: func() error { return cl.run() },
+			}, nil
+		}}
+	}
+	return []sweepCase{
+		mk("Discard", resource.Discard),
+		mk("DiscardPrefetch", func(b *buffer.Buffer, s *cuda.Stream) error { return resource.DiscardPrefetch(b, devLoc, s) }),
+		mk("DiscardBatch", func(b *buffer.Buffer, s *cuda.Stream) error { return resource.DiscardBatch([]*buffer.Buffer{b}, s) }),
+		mk("DiscardPrefetchBatch", func(b *buffer.Buffer, s *cuda.Stream) error {
+			return resource.DiscardPrefetchBatch([]*buffer.Buffer{b}, []cuda.MemLocation{devLoc}, s)
+		}),
+	}
 }
 
 // poolOps is a pool resource's control surface.

@@ -62,6 +62,22 @@ func makers() []maker {
 			cl.add(p.Close)
 			return p, poolState(p.Attributes), nil
 		}},
+		{"ManagedPool current", 64 << 10, func(cl *closers) (buffer.MemoryResource, func() string, error) {
+			p, err := resource.CurrentManagedPool(dev0())
+			if err != nil {
+				return nil, nil, err
+			}
+			cl.add(p.Close)
+			return p, poolState(p.Attributes), nil
+		}},
+		{"ManagedPool", 64 << 10, func(cl *closers) (buffer.MemoryResource, func() string, error) {
+			p, err := resource.NewManagedPool(dev0(), nil)
+			if err != nil {
+				return nil, nil, err
+			}
+			cl.add(p.Close)
+			return p, poolState(p.Attributes), nil
+		}},
 		{"Managed", 64 << 10, func(cl *closers) (buffer.MemoryResource, func() string, error) {
 			r, err := resource.NewManaged(dev0(), nil)
 			return r, nil, err

@@ -64,6 +64,7 @@ func init() {
 		cuda.GraphInstantiateFlags(0), cuda.GraphMemAttributes{},
 		cuda.Context{}, cuda.ContextFlags(0),
 		cuda.ProcessState(0), cuda.CheckpointGPUPair{},
+		cuda.MemRangeAttribute(0), cuda.ManagedRange{},
 	)
 	register("cuda/checkpoint", checkpoint.Process{}, checkpoint.RestoreOptions{})
 	types["cuda/checkpoint.State"] = reflect.TypeOf(checkpoint.State(0)) // an alias of cuda.ProcessState
@@ -82,6 +83,7 @@ func init() {
 		resource.LoggingOptions{}, resource.Logging{}, resource.GraphMemory{},
 		resource.AllocationSite{}, resource.Fallback{}, resource.RetryFunc(nil), resource.Retrying{},
 		resource.SegmentHooks{},
+		resource.ManagedPoolOptions{}, resource.ManagedPool{},
 	)
 	register("resource/metrics", metrics.Registry{}, metrics.Snapshot{})
 	register("resource/timeline",
@@ -170,6 +172,16 @@ var funcs = map[string]any{
 	"cuda.CheckpointProcessUnlock":             cuda.CheckpointProcessUnlock,
 	"cuda.CheckpointProcessGetState":           cuda.CheckpointProcessGetState,
 	"cuda.CheckpointProcessGetRestoreThreadID": cuda.CheckpointProcessGetRestoreThreadID,
+
+	// Managed pools and managed buffer operations.
+	"resource.NewManagedPool":       resource.NewManagedPool,
+	"resource.CurrentManagedPool":   resource.CurrentManagedPool,
+	"resource.QueryManaged":         resource.QueryManaged,
+	"resource.Discard":              resource.Discard,
+	"resource.DiscardPrefetch":      resource.DiscardPrefetch,
+	"resource.PrefetchBatch":        resource.PrefetchBatch,
+	"resource.DiscardBatch":         resource.DiscardBatch,
+	"resource.DiscardPrefetchBatch": resource.DiscardPrefetchBatch,
 }
 
 // skipped lists methods not called, and why. None of the handle types

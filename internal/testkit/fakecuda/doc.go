@@ -17,5 +17,7 @@
 //
 // Environment read by the fake at cuInit: FAKECUDA_DEVICES (1 or 2),
 // FAKECUDA_VERSION, FAKECUDA_TOTAL_MEM; and at first use FAKECUDA_FABRIC
-// (see FabricMode; Driver.SetFabric changes it at run time).
+// (see FabricMode; Driver.SetFabric changes it at run time) and
+// FAKECUDA_NO_CONCURRENT_MANAGED=1 (devices without concurrent managed
+// access).
 package fakecuda

@@ -32,16 +32,27 @@
 // (internal/testkit/kernels) run on the host; other kernels are not emulated.
 // Graph launches run the copies, fills and kernels captured into them.
 //
+// Managed memory: cuMemAllocManaged and managed pools (CUDA 13.0, and a
+// default one) keep,
+// per page, the advice given and the last prefetch location, which
+// cuMemRangeGetAttribute reads back; the batched prefetch and discard
+// calls check the whole batch before applying any of it, and a discard
+// scribbles over the range (its contents are indeterminate).
+// FAKECUDA_NO_CONCURRENT_MANAGED=1 plays devices without concurrent
+// managed access.
+//
 // Not emulated: other kernels, asynchrony (every call completes before
 // it returns), cross-process sharing other than pool IPC (legacy IPC and
-// VMM handle exports work inside one process only), CUDA 13 host/managed
-// default pools (cuMemGetDefaultMemPool and friends are absent, so they
-// report "not supported").
+// VMM handle exports work inside one process only), CUDA 13 host
+// default pools (cuMemGetDefaultMemPool is absent, so it reports "not
+// supported"; cuMemGetMemPool knows devices' pools and the default managed
+// pool only).
 //
 // Environment: FAKECUDA_DEVICES (1 or 2, default 1), FAKECUDA_VERSION
 // (default 13000), FAKECUDA_TOTAL_MEM (bytes per device, default 4 GiB),
 // FAKECUDA_FABRIC (fabric handles: "1" working, "none" unsupported, else
-// supported by the device but without IMEX; see fabric_mode).
+// supported by the device but without IMEX; see fabric_mode),
+// FAKECUDA_NO_CONCURRENT_MANAGED ("1": no concurrent managed access).
 //
 // Written from the CUDA driver API documentation's enum values and struct
 // layouts; built by the tests with the system C compiler; never shipped.
@@ -102,6 +113,8 @@ static CUresult fabric_mem_export(void *out, u64 hv, u64 flags);
 static CUresult fabric_mem_import(u64 *out, const void *fh);
 static CUresult fabric_pool_export(void *out, void *h, u64 flags);
 static CUresult fabric_pool_import(void **out, const void *fh, u64 flags);
+
+static int no_concurrent_managed(void); /* see the managed memory calls */
 
 static int driver_version = 13000;
 static int ndev = 1;
@@ -218,8 +231,10 @@ static int npools;
 static long long next_pool_id = 1;
 static pool_t default_pool[MAXDEV];
 static pool_t *current_pool[MAXDEV];
+static pool_t default_managed; /* the default managed pool, no preferred location (CUDA 13.0) */
 
 static pool_t *as_pool(void *p) {
+	if (p == (void *)&default_managed && default_managed.live) return &default_managed;
 	for (int i = 0; i < ndev; i++)
 		if (p == (void *)&default_pool[i]) return &default_pool[i];
 	for (int i = 0; i < npools; i++)
@@ -227,16 +242,29 @@ static pool_t *as_pool(void *p) {
 	return 0;
 }
 
-static int pool_dev_bytes(pool_t *p) { return p->loc_type == 1; }
+static int pool_dev_bytes(pool_t *p) { return p->loc_type == 1 && p->alloc_type == 1; }
 
 /* ---- allocations ---- */
 enum { K_DEVICE, K_PINNED, K_MANAGED, K_POOL, K_IMPORT, K_REGISTERED, K_GRAPH };
+/* mpage_t is what the driver keeps of one page of managed memory: its
+   advice and where it was last prefetched (location types as
+   CUmemLocationType, 0 for none), which cuMemRangeGetAttribute reads. */
+typedef struct {
+	int read_mostly;
+	int pref_type, pref_id;
+	int last_type, last_id;
+	unsigned accessed; /* bit d: device d has SET_ACCESSED_BY; bit MAXDEV: the host */
+} mpage_t;
 typedef struct alloc {
 	u64 base, size, maplen;
 	int kind, dev;
 	pool_t *pool;
 	int memfd1; /* the memfd backing it, plus one (0: none; see new_alloc) */
+	mpage_t *pages; /* managed memory: one entry per page (see mpage_t) */
 } alloc_t;
+static int is_managed(const alloc_t *a) {
+	return a->kind == K_MANAGED || (a->kind == K_POOL && a->pool->alloc_type == 2);
+}
 static alloc_t *allocs;
 static int nallocs, capallocs;
 
@@ -249,7 +277,9 @@ static void add_bytes(int kind, int dev, pool_t *p, long long n) {
 	case K_PINNED: stats[ST_PINNED_BYTES] += n; break;
 	case K_MANAGED: stats[ST_MANAGED_BYTES] += n; break;
 	case K_POOL:
-		if (pool_dev_bytes(p)) {
+		if (p->alloc_type == 2) {
+			stats[ST_MANAGED_BYTES] += n;
+		} else if (pool_dev_bytes(p)) {
 			stats[ST_DEVICE_BYTES] += n;
 			if (p->loc_id == 1) stats[ST_DEVICE_BYTES_1] += n;
 		} else {
@@ -307,7 +337,15 @@ static CUresult new_alloc(u64 *out, u64 size, int kind, int dev, pool_t *p) {
 		m = map_shared(len);
 		if (!m) return E_OUT_OF_MEMORY;
 	}
-	allocs[nallocs++] = (alloc_t){(u64)m, size, len, kind, dev, p, memfd + 1};
+	mpage_t *pages = 0;
+	if (kind == K_MANAGED || (kind == K_POOL && p->alloc_type == 2)) {
+		pages = calloc(len / PAGE, sizeof *pages);
+		if (!pages) { munmap(m, len); if (memfd >= 0) close(memfd); return E_OUT_OF_MEMORY; }
+		/* A managed pool's preferred location is its allocations'. */
+		if (kind == K_POOL && p->loc_type >= 1 && p->loc_type <= 3)
+			for (u64 i = 0; i < len / PAGE; i++) pages[i].pref_type = p->loc_type, pages[i].pref_id = p->loc_type == 2 ? 0 : p->loc_id;
+	}
+	allocs[nallocs++] = (alloc_t){(u64)m, size, len, kind, dev, p, memfd + 1, pages};
 	add_bytes(kind, dev, p, (long long)size);
 	stats[ST_ALLOCS]++;
 	*out = (u64)m;
@@ -317,6 +355,7 @@ static CUresult new_alloc(u64 *out, u64 size, int kind, int dev, pool_t *p) {
 static void drop_alloc(alloc_t *a) {
 	if (a->kind != K_REGISTERED) munmap((void *)a->base, a->maplen);
 	if (a->memfd1) close(a->memfd1 - 1);
+	free(a->pages);
 	add_bytes(a->kind, a->dev, a->pool, -(long long)a->size);
 	if (a->kind == K_REGISTERED) stats[ST_REGISTERED]--;
 	else stats[ST_ALLOCS]--;
@@ -525,6 +564,8 @@ CUresult cuInit(unsigned int flags) {
 			default_pool[i].access[i] = 3;
 			current_pool[i] = &default_pool[i];
 		}
+		default_managed = (pool_t){.alloc_type = 2, .is_default = 1, .reuse = {1, 1, 1}, .live = 1, .id = 0};
+		for (int i = 0; i < MAXDEV; i++) default_managed.access[i] = 3;
 	}
 	initialized = 1;
 	UNLOCK();
@@ -574,7 +615,8 @@ static CUresult fDeviceGetAttribute(int *v, int attr, int d) {
 	case 75: *v = 9; break;         /* compute capability major */
 	case 76: *v = 0; break;         /* minor */
 	case 16: *v = 132; break;       /* multiprocessors */
-	case 19: case 41: case 83: case 89: case 99: case 102: case 103: case 115: case 116: case 110:
+	case 89: *v = !no_concurrent_managed(); break; /* concurrent managed access */
+	case 19: case 41: case 83: case 99: case 102: case 103: case 115: case 116: case 110:
 		*v = 1; break;              /* map host, UVA, managed, concurrent managed, register, VMM, POSIX fd, pools, RDMA, RDMA+VMM */
 	case 88: *v = 0; break;         /* pageable memory access */
 	case 119: *v = 1 | (fabric_mode() != 2 ? 8 : 0); break; /* pool handle types: POSIX fd (+ fabric) */
@@ -608,6 +650,20 @@ static CUresult fDeviceGetMemPool(void **p, int d) {
 	LOCK();
 	*p = current_pool[d];
 	RET(OK);
+}
+/* cuMemGetMemPool (CUDA 13.0): a device's current pool, and the default
+   managed pool with no preferred location; host pools are not emulated. */
+static CUresult fMemGetMemPool(void **p, const int *loc, int type) {
+	if (!initialized) return E_NOT_INITIALIZED;
+	if (!p || !loc) return E_INVALID_VALUE;
+	LOCK();
+	if (type == 1 && loc[0] == 1 && !bad_dev(loc[1])) { *p = current_pool[loc[1]]; RET(OK); }
+	if (type == 2 && loc[0] == 0) {
+		if (no_concurrent_managed()) RET(E_NOT_SUPPORTED);
+		*p = &default_managed;
+		RET(OK);
+	}
+	RET(E_INVALID_VALUE);
 }
 static CUresult fDeviceSetMemPool(int d, void *p) {
 	if (bad_dev(d)) return E_INVALID_DEVICE;
@@ -930,22 +986,190 @@ static CUresult fMemAllocManaged(u64 *p, size_t n, unsigned flags) {
 	if (!p || (flags != 1 && flags != 2)) RET(E_INVALID_VALUE);
 	RET(new_alloc(p, n, K_MANAGED, current->dev, 0));
 }
+/* no_concurrent_managed: FAKECUDA_NO_CONCURRENT_MANAGED=1 plays devices
+   without concurrent managed access (attribute 89 is 0): prefetches to a
+   device, advice naming a device and the batched calls are refused, as
+   the driver documents. */
+static int no_concurrent_managed(void) {
+	const char *e = getenv("FAKECUDA_NO_CONCURRENT_MANAGED");
+	return e && !strcmp(e, "1");
+}
+/* managed_range finds the managed allocation that holds [p, p+n) and the
+   pages it covers (first and one past the last). Called with the lock held. */
+static alloc_t *managed_range(u64 p, u64 n, u64 *first, u64 *end) {
+	alloc_t *a = find_alloc(p);
+	if (!a || !is_managed(a) || n == 0 || p + n < p || p + n > a->base + a->size) return 0;
+	*first = (p - a->base) / PAGE;
+	*end = (p + n - 1 - a->base) / PAGE + 1;
+	return a;
+}
+/* resolve_loc checks a prefetch or preferred location (loc packed as the
+   _v2 entry points take it, type low and id high) and says where it
+   lands: the host is type 2, a NUMA node type 3 (the fake has node 0
+   only; the calling thread's node is node 0). */
+static CUresult resolve_loc(u64 loc, int *type, int *id) {
+	int lt = (int)(loc & 0xffffffff), li = (int)(loc >> 32);
+	switch (lt) {
+	case 1:
+		if (bad_dev(li)) return E_INVALID_DEVICE;
+		if (no_concurrent_managed()) return E_INVALID_DEVICE;
+		*type = 1, *id = li;
+		return OK;
+	case 2: *type = 2, *id = 0; return OK;
+	case 3: if (li != 0) return E_INVALID_VALUE; *type = 3, *id = 0; return OK;
+	case 4: *type = 3, *id = 0; return OK;
+	}
+	return E_INVALID_VALUE;
+}
 static CUresult fMemPrefetchAsync(u64 p, size_t n, u64 loc, unsigned flags, void *s) {
 	LOCK();
 	NEED_CTX();
 	NEED_STREAM(s);
-	alloc_t *a = find_alloc(p);
-	if (!a || a->kind != K_MANAGED || p + n > a->base + a->size || flags) RET(E_INVALID_VALUE);
-	int lt = (int)(loc & 0xffffffff), id = (int)(loc >> 32);
-	if (lt < 1 || lt > 4 || (lt == 1 && bad_dev(id))) RET(E_INVALID_VALUE);
+	u64 first, end;
+	alloc_t *a = managed_range(p, n, &first, &end);
+	if (!a || flags) RET(E_INVALID_VALUE);
+	int t, id;
+	CUresult r = resolve_loc(loc, &t, &id);
+	if (r) RET(r);
+	for (u64 i = first; i < end; i++) a->pages[i].last_type = t, a->pages[i].last_id = id;
 	RET(OK);
 }
 static CUresult fMemAdvise(u64 p, size_t n, int advice, u64 loc) {
 	LOCK();
 	NEED_CTX();
-	alloc_t *a = find_alloc(p);
-	if (!a || a->kind != K_MANAGED || p + n > a->base + a->size || advice < 1 || advice > 6) RET(E_INVALID_VALUE);
+	u64 first, end;
+	alloc_t *a = managed_range(p, n, &first, &end);
+	if (!a || advice < 1 || advice > 6) RET(E_INVALID_VALUE);
+	int lt = (int)(loc & 0xffffffff), li = (int)(loc >> 32), t = 0, id = 0;
+	unsigned bit = 0;
+	switch (advice) {
+	case 3: {
+		CUresult r = resolve_loc(loc, &t, &id);
+		if (r) RET(r);
+		break;
+	}
+	case 5: case 6:
+		/* Accessed-by takes a device or the host, nothing else. */
+		if (lt == 1 && !bad_dev(li)) {
+			if (no_concurrent_managed()) RET(E_INVALID_DEVICE);
+			bit = 1u << li;
+		} else if (lt == 2) {
+			bit = 1u << MAXDEV;
+		} else {
+			RET(E_INVALID_VALUE);
+		}
+		break;
+	default:
+		/* The location is ignored, but must be valid, as on the driver. */
+		if (lt < 1 || lt > 4 || (lt == 1 && bad_dev(li))) RET(E_INVALID_VALUE);
+	}
+	for (u64 i = first; i < end; i++) {
+		mpage_t *pg = &a->pages[i];
+		switch (advice) {
+		case 1: pg->read_mostly = 1; break;
+		case 2: pg->read_mostly = 0; break;
+		case 3: pg->pref_type = t, pg->pref_id = id; break;
+		case 4: pg->pref_type = 0, pg->pref_id = 0; break;
+		case 5: pg->accessed |= bit; break;
+		case 6: pg->accessed &= ~bit; break;
+		}
+	}
 	RET(OK);
+}
+/* cuMemRangeGetAttribute: a value holds for the range when every page
+   has it; otherwise the driver's "none" (invalid location, -2 device). */
+static CUresult fMemRangeGetAttribute(void *data, size_t size, int attr, u64 p, size_t n) {
+	LOCK();
+	NEED_CTX();
+	u64 first, end;
+	alloc_t *a = managed_range(p, n, &first, &end);
+	if (!a || !data) RET(E_INVALID_VALUE);
+	if (attr == 3 ? (size == 0 || size % 4) : size != 4) RET(E_INVALID_VALUE);
+	mpage_t *pg = a->pages;
+	int same_pref = 1, same_last = 1, rm = 1;
+	unsigned acc = ~0u;
+	for (u64 i = first; i < end; i++) {
+		same_pref &= pg[i].pref_type == pg[first].pref_type && pg[i].pref_id == pg[first].pref_id;
+		same_last &= pg[i].last_type == pg[first].last_type && pg[i].last_id == pg[first].last_id;
+		rm &= pg[i].read_mostly;
+		acc &= pg[i].accessed;
+	}
+	int pt = same_pref ? pg[first].pref_type : 0, pi = same_pref ? pg[first].pref_id : 0;
+	int lt = same_last ? pg[first].last_type : 0, li = same_last ? pg[first].last_id : 0;
+	int *out = data;
+	switch (attr) {
+	case 1: *out = rm; break;
+	case 2: *out = pt == 1 ? pi : pt == 2 || pt == 3 ? -1 : -2; break;
+	case 4: *out = lt == 1 ? li : lt == 2 || lt == 3 ? -1 : -2; break;
+	case 5: *out = pt; break;
+	case 6: *out = pi; break;
+	case 7: *out = lt; break;
+	case 8: *out = li; break;
+	case 3: {
+		size_t k = 0, cap = size / 4;
+		for (int d = 0; d < ndev && k < cap; d++)
+			if (acc & (1u << d)) out[k++] = d;
+		if (k < cap && (acc & (1u << MAXDEV))) out[k++] = -1;
+		while (k < cap) out[k++] = -2;
+		break;
+	}
+	default: RET(E_INVALID_VALUE);
+	}
+	RET(OK);
+}
+/* The batched calls (CUDA 13.0) check the whole batch before touching
+   any of it. A discard scribbles over the range: its contents are
+   indeterminate until written or prefetched, and nothing may rely on
+   them. */
+typedef struct { int type, id; } bloc_t;
+static CUresult managed_batch(const u64 *ptrs, const size_t *sizes, size_t count, const bloc_t *locs,
+                              const size_t *idxs, size_t nlocs, u64 flags, void *s, int discard, int prefetch) {
+	LOCK();
+	NEED_CTX();
+	NEED_STREAM(s);
+	if (s == 0 || s == (void *)1) RET(E_INVALID_VALUE); /* not the legacy stream */
+	if (!ptrs || !sizes || count == 0 || flags) RET(E_INVALID_VALUE);
+	if (no_concurrent_managed()) RET(E_NOT_SUPPORTED);
+	int captured = 0;
+	CUresult cr = capture_op(s, &captured);
+	if (cr) RET(cr);
+	if (captured) RET(E_CAPTURE_UNSUPPORTED);
+	if (prefetch) {
+		if (!locs || !idxs || nlocs == 0 || nlocs > count || idxs[0] != 0) RET(E_INVALID_VALUE);
+		for (size_t k = 0; k < nlocs; k++) {
+			int t, id;
+			if ((k > 0 && idxs[k] <= idxs[k - 1]) || idxs[k] >= count) RET(E_INVALID_VALUE);
+			CUresult r = resolve_loc((u64)(unsigned)locs[k].type | (u64)(unsigned)locs[k].id << 32, &t, &id);
+			if (r) RET(r);
+		}
+	}
+	for (size_t i = 0; i < count; i++) {
+		u64 first, end;
+		if (!managed_range(ptrs[i], sizes[i], &first, &end)) RET(E_INVALID_VALUE);
+	}
+	size_t k = 0;
+	for (size_t i = 0; i < count; i++) {
+		u64 first, end;
+		alloc_t *a = managed_range(ptrs[i], sizes[i], &first, &end);
+		if (discard) memset((void *)ptrs[i], 0xdb, sizes[i]);
+		if (!prefetch) continue;
+		while (k + 1 < nlocs && idxs[k + 1] <= i) k++;
+		int t, id;
+		resolve_loc((u64)(unsigned)locs[k].type | (u64)(unsigned)locs[k].id << 32, &t, &id);
+		for (u64 j = first; j < end; j++) a->pages[j].last_type = t, a->pages[j].last_id = id;
+	}
+	RET(OK);
+}
+static CUresult fMemPrefetchBatchAsync(const u64 *ptrs, const size_t *sizes, size_t count, const bloc_t *locs,
+                                       const size_t *idxs, size_t nlocs, u64 flags, void *s) {
+	return managed_batch(ptrs, sizes, count, locs, idxs, nlocs, flags, s, 0, 1);
+}
+static CUresult fMemDiscardBatchAsync(const u64 *ptrs, const size_t *sizes, size_t count, u64 flags, void *s) {
+	return managed_batch(ptrs, sizes, count, 0, 0, 0, flags, s, 1, 0);
+}
+static CUresult fMemDiscardAndPrefetchBatchAsync(const u64 *ptrs, const size_t *sizes, size_t count, const bloc_t *locs,
+                                                 const size_t *idxs, size_t nlocs, u64 flags, void *s) {
+	return managed_batch(ptrs, sizes, count, locs, idxs, nlocs, flags, s, 1, 1);
 }
 static CUresult fPointerGetAttribute(void *data, int attr, u64 p) {
 	LOCK();
@@ -954,12 +1178,12 @@ static CUresult fPointerGetAttribute(void *data, int attr, u64 p) {
 	mapping_t *m = a ? 0 : find_map(p);
 	if (!a && !m) RET(E_INVALID_VALUE);
 	int dev = a ? (a->kind == K_POOL ? a->pool->loc_id : a->dev) : (m->h->dev);
-	int host = a && (a->kind == K_PINNED || a->kind == K_REGISTERED || (a->kind == K_POOL && a->pool->loc_type != 1));
+	int host = a && (a->kind == K_PINNED || a->kind == K_REGISTERED || (a->kind == K_POOL && a->pool->loc_type != 1 && a->pool->alloc_type != 2));
 	switch (attr) {
 	case 1: *(void **)data = dev >= 0 ? &ctxs[dev] : 0; break;
 	case 2: *(unsigned *)data = host ? 1 : 2; break;
 	case 3: case 4: *(u64 *)data = p; break;
-	case 8: *(int *)data = a && a->kind == K_MANAGED; break;
+	case 8: *(int *)data = a && is_managed(a); break;
 	case 9: *(int *)data = dev < 0 ? 0 : dev; break;
 	case 11: *(u64 *)data = a ? a->base : m->base; break;
 	case 12: *(size_t *)data = a ? a->size : m->size; break;
@@ -1055,7 +1279,25 @@ typedef struct {
 static CUresult fMemPoolCreate(void **out, const pool_props_t *pr) {
 	LOCK();
 	NEED_CTX();
-	if (!out || !pr || pr->alloc_type != 1 || (pr->handle_types & ~9) || npools == MAXPOOLS) RET(E_INVALID_VALUE);
+	if (!out || !pr || pr->alloc_type < 1 || pr->alloc_type > 2 || (pr->handle_types & ~9) || npools == MAXPOOLS) RET(E_INVALID_VALUE);
+	if (pr->alloc_type == 2) {
+		/* Managed pools (CUDA 13.0): no IPC; at no location (type 0), a
+		   device, the host or a host NUMA node; devices need concurrent
+		   managed access. */
+		if (driver_version < 13000 || no_concurrent_managed()) RET(E_NOT_SUPPORTED);
+		if (pr->handle_types || pr->loc_type < 0 || pr->loc_type > 3) RET(E_INVALID_VALUE);
+		if (pr->loc_type == 1 && bad_dev(pr->loc_id)) RET(E_INVALID_VALUE);
+		if (pr->loc_type == 3 && pr->loc_id != 0) RET(E_INVALID_VALUE);
+		pool_t *p = calloc(1, sizeof *p);
+		if (!p) RET(E_OUT_OF_MEMORY);
+		*p = (pool_t){.alloc_type = 2, .loc_type = pr->loc_type, .loc_id = pr->loc_type == 1 || pr->loc_type == 3 ? pr->loc_id : 0,
+			.max_size = pr->max_size, .reuse = {1, 1, 1}, .live = 1, .id = next_pool_id++};
+		for (int d = 0; d < ndev; d++) p->access[d] = 3; /* managed memory: every device */
+		pools[npools++] = p;
+		stats[ST_POOLS]++;
+		*out = p;
+		RET(OK);
+	}
 	/* Without IMEX (fabric mode 0) a pool with fabric handles is made, at
 	   any location type, as the real driver makes it; its export is
 	   refused and destroying it is where the real driver crashes. */
@@ -2841,6 +3083,7 @@ static const struct { const char *name; void *fn; } table[] = {
 	{"cuDeviceGetDefaultMemPool", (void *)fDeviceGetDefaultMemPool},
 	{"cuDeviceGetMemPool", (void *)fDeviceGetMemPool},
 	{"cuDeviceSetMemPool", (void *)fDeviceSetMemPool},
+	{"cuMemGetMemPool", (void *)fMemGetMemPool},
 	{"cuDevicePrimaryCtxRetain", (void *)fPrimaryCtxRetain},
 	{"cuDevicePrimaryCtxRelease", (void *)fPrimaryCtxRelease},
 	{"cuCtxSetCurrent", (void *)fCtxSetCurrent},
@@ -2891,6 +3134,10 @@ static const struct { const char *name; void *fn; } table[] = {
 	{"cuMemsetD32Async", (void *)fMemsetD32Async},
 	{"cuMemPrefetchAsync", (void *)fMemPrefetchAsync},
 	{"cuMemAdvise", (void *)fMemAdvise},
+	{"cuMemRangeGetAttribute", (void *)fMemRangeGetAttribute},
+	{"cuMemPrefetchBatchAsync", (void *)fMemPrefetchBatchAsync},
+	{"cuMemDiscardBatchAsync", (void *)fMemDiscardBatchAsync},
+	{"cuMemDiscardAndPrefetchBatchAsync", (void *)fMemDiscardAndPrefetchBatchAsync},
 	{"cuMemAllocAsync", (void *)fMemAllocAsync},
 	{"cuMemFreeAsync", (void *)fMemFreeAsync},
 	{"cuMemAllocFromPoolAsync", (void *)fMemAllocFromPoolAsync},
