@@ -21,7 +21,7 @@ func StagingConfig() (chunkSize, chunks, workers int) {
 }
 
 // StageMinBytes is the smallest staged copy.
-const StageMinBytes = stageMinBytes
+const StageMinBytes = defaultStageMinBytes
 
 // StagedCopies counts the host copies that went through the staging pool.
 func StagedCopies() int64 { return stage.staged.Load() }
