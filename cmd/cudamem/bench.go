@@ -18,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/staging"
 )
 
 // result is one repetition of one measurement; the C baseline program
@@ -31,6 +32,9 @@ type result struct {
 	// Error, when set, says why the measurement failed; it has no
 	// figures then. Other measurements still run and are reported.
 	Error string `json:"error,omitempty"`
+	// Extra holds a measurement's further figures for the repetition
+	// (a staged copy's breakdown: DMA wait, memcpy, page faults).
+	Extra map[string]float64 `json:"extra,omitempty"`
 }
 
 // measurement is one benchmark of ours and the baseline it is compared to.
@@ -58,6 +62,9 @@ type measurement struct {
 	// child's start-up time beside ipc/child_import); each becomes a row
 	// of its own, divided by the same operation count.
 	sides []*side
+	// extra, if set, returns the further figures of the run just made
+	// (result.Extra).
+	extra func() map[string]float64
 }
 
 // side is a figure a measurement's run reports besides its own.
@@ -87,6 +94,10 @@ type benchEnv struct {
 	cleanup []func() error
 	growTo  uint64    // -grow-to: the size vmm/growstep grows to
 	stderr  io.Writer // for notes beside the figures (nil: none)
+	// staging is the staging parameters every measurement but the
+	// host-copy sweeps runs with (-staging over the defaults).
+	staging staging.Params
+	host    *hostBufs // the host-copy measurements' memory
 }
 
 // close runs the cleanups in reverse order and joins their errors.
@@ -113,6 +124,8 @@ type benchFlags struct {
 	svg      string
 	growTo   uint64
 	cpuProf  string
+	maxCopy  uint64 // -max-copy
+	staging  string // -staging
 }
 
 // sizeFlag is a byte size flag that takes 8GiB, 512MiB, 4096 and so on.
@@ -159,7 +172,7 @@ func parseSize(s string) (uint64, error) {
 
 // parseBenchFlags parses bench's arguments (CPU-testable).
 func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
-	f := &benchFlags{growTo: 8 << 30}
+	f := &benchFlags{growTo: 8 << 30, maxCopy: defaultMaxCopy}
 	fs := newFlagSet("bench", stderr)
 	fs.IntVar(&f.device, "device", 0, "run on the GPU with ordinal `ORDINAL`")
 	fs.StringVar(&f.only, "only", "", "run only measurements whose name starts with `PREFIX`")
@@ -172,6 +185,8 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs.StringVar(&f.svg, "svg", "", "also write an SVG bar chart of the ratios to the C baseline to `FILE` (needs the baseline)")
 	fs.StringVar(&f.cpuProf, "cpuprofile", "", "also write a CPU profile of cudamem's side of the measurements to `FILE`, for go tool pprof (the C baseline runs in a process of its own)")
 	fs.Var(sizeFlag{&f.growTo}, "grow-to", "`SIZE` vmm/growstep grows one allocation to, in 2 MiB steps (e.g. 8GiB, 1GiB)")
+	fs.Var(sizeFlag{&f.maxCopy}, "max-copy", "the largest `SIZE` the hostcopy and staging measurements copy (from 4KiB)")
+	fs.StringVar(&f.staging, "staging", "", "staging parameters for every measurement but the staging sweep, as `KEY=VALUE,...` over the defaults: min=SIZE, chunks=COUNTxSIZE, in=N, out=N (workers), prefault=off|touch|populate, eager=BOOL, huge=BOOL")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -209,6 +224,12 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	}
 	if grow := growStepName(f.growTo); setFlags(fs)["grow-to"] && !strings.HasPrefix(grow, f.only) {
 		return nil, fmt.Errorf("%w: -grow-to sets the size of %s, which -only %q leaves out", errUsage, grow, f.only)
+	}
+	if f.maxCopy < 4<<10 || f.maxCopy > 16<<30 {
+		return nil, fmt.Errorf("%w: bad -max-copy %s (want 4KiB to 16GiB)", errUsage, sizeLabel(f.maxCopy))
+	}
+	if _, err := parseStagingSpec(f.staging, staging.Current()); err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
 	if err := checkFiles([]namedFile{{"-cgo", f.baseline}}, []namedFile{{"-svg", f.svg}, {"-cpuprofile", f.cpuProf}}); err != nil {
 		return nil, err
@@ -258,9 +279,21 @@ func runBench(args []string, stdout, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	env := &benchEnv{dev: dev, stream: s, growTo: f.growTo, stderr: stderr}
+	defaults := staging.Current()
+	params, err := parseStagingSpec(f.staging, defaults)
+	if err != nil {
+		return err
+	}
+	env := &benchEnv{dev: dev, stream: s, growTo: f.growTo, stderr: stderr, staging: params}
+	env.host = &hostBufs{e: env, max: f.maxCopy}
 	env.cleanup = append(env.cleanup, s.Close)
 	defer func() { err = errors.Join(err, env.close()) }()
+	// The staging parameters in force for the run, and the defaults after it.
+	if err := staging.Set(params); err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, staging.Set(defaults)) }()
+	fmt.Fprintf(stderr, "bench: staging %v; %s\n", params, hostNotes())
 
 	all, err := measurements(env)
 	if err != nil {
@@ -424,6 +457,9 @@ func runOne(m *measurement, n, count int) ([]result, error) {
 		r := result{Name: m.name, NsPerOp: float64(d.Nanoseconds()) / float64(ops), Iters: ops, Rep: rep}
 		if m.bytes > 0 {
 			r.GBps = float64(m.bytes) / (float64(d.Nanoseconds()) / float64(n))
+		}
+		if m.extra != nil {
+			r.Extra = m.extra()
 		}
 		rs = append(rs, r)
 		for _, s := range m.sides {
@@ -599,6 +635,8 @@ func measurements(e *benchEnv) ([]measurement, error) {
 	ms = append(ms, vmmMeasurements(e)...)
 	ms = append(ms, mtMeasurements(e)...)
 	ms = append(ms, batchMeasurements(e)...)
+	ms = append(ms, hostCopyMeasurements(e)...)
+	ms = append(ms, sweepMeasurements(e)...)
 	return ms, nil
 }
 

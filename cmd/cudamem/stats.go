@@ -171,10 +171,18 @@ func cell(s summary, rate bool) (fig, spread string) {
 }
 
 func printBench(w io.Writer, ms []measurement, ours, base []result) {
-	rows := ratioRows(ms, ours, base)
+	// The host-copy families have tables of their own, below.
+	rows := slices.DeleteFunc(ratioRows(ms, ours, base), func(r ratioRow) bool {
+		return strings.HasPrefix(r.Name, hostCopyPrefix) || strings.HasPrefix(r.Name, sweepPrefix)
+	})
 	reps := 1
 	for _, r := range rows {
 		reps = max(reps, r.Ours.N, r.Base.N)
+	}
+	if len(rows) == 0 {
+		printHostCopies(w, ours)
+		printSweep(w, ours)
+		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	spread := reps > 1 // the min–max columns, for -count above 1
@@ -203,6 +211,8 @@ func printBench(w io.Writer, ms []measurement, ours, base []result) {
 	}
 	tw.Flush()
 	printScaling(w, rows)
+	printHostCopies(w, ours)
+	printSweep(w, ours)
 }
 
 // mtKey parses "suballoc/mt/16/own" into (16, "own").

@@ -1,0 +1,19 @@
+//go:build !linux
+
+package main
+
+import (
+	"fmt"
+	"runtime"
+)
+
+// minorFaults is not counted here.
+func minorFaults() int64 { return -1 }
+
+// releasePages cannot release pages here: the fresh-destination copies
+// are skipped.
+func releasePages([]byte) bool { return false }
+
+func hostNotes() string {
+	return fmt.Sprintf("%d CPUs, GOMAXPROCS %d", runtime.NumCPU(), runtime.GOMAXPROCS(0))
+}
