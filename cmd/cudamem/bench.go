@@ -35,6 +35,10 @@ type result struct {
 	// Extra holds a measurement's further figures for the repetition
 	// (a staged copy's breakdown: DMA wait, memcpy, page faults).
 	Extra map[string]float64 `json:"extra,omitempty"`
+	// Pair is this repetition's time ÷ that of its baseline's repetition
+	// run next to it (alternated runs; see benchpair.go); 0 when there
+	// was none.
+	Pair float64 `json:"pair_ratio,omitempty"`
 }
 
 // measurement is one benchmark of ours and the baseline it is compared to.
@@ -114,18 +118,19 @@ func (e *benchEnv) close() error {
 
 // benchFlags are bench's command line.
 type benchFlags struct {
-	device   int
-	only     string
-	scale    float64
-	baseline string
-	format   string // table, benchstat or json
-	lock     bool
-	count    int
-	svg      string
-	growTo   uint64
-	cpuProf  string
-	maxCopy  uint64 // -max-copy
-	staging  string // -staging
+	device    int
+	only      string
+	scale     float64
+	baseline  string
+	format    string // table, benchstat or json
+	lock      bool
+	count     int
+	svg       string
+	growTo    uint64
+	cpuProf   string
+	maxCopy   uint64 // -max-copy
+	staging   string // -staging
+	alternate bool   // -alternate
 }
 
 // sizeFlag is a byte size flag that takes 8GiB, 512MiB, 4096 and so on.
@@ -181,12 +186,13 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	asJSON := fs.Bool("json", false, "print JSON lines (one per repetition) instead of a table; the same as -format json")
 	fs.StringVar(&f.format, "format", "table", "output `FORMAT`: table (medians, spreads and ratios), benchstat (Go benchmark lines, one per repetition) or json")
 	fs.BoolVar(&f.lock, "lock", false, "lock the benchmarking goroutine to one OS thread (as the C baseline is); cudamem never needs it, this shows what thread affinity is worth")
+	fs.BoolVar(&f.alternate, "alternate", true, "run the C baseline beside ours, each repetition of ours next to one of its baseline's (the order swapping each time), and print the ratio of each pair; false: the baseline runs after all of ours")
 	fs.IntVar(&f.count, "count", 1, "run each measurement (ours and the baseline's) `N` times; the table shows medians and min–max")
 	fs.StringVar(&f.svg, "svg", "", "also write an SVG bar chart of the ratios to the C baseline to `FILE` (needs the baseline)")
 	fs.StringVar(&f.cpuProf, "cpuprofile", "", "also write a CPU profile of cudamem's side of the measurements to `FILE`, for go tool pprof (the C baseline runs in a process of its own)")
 	fs.Var(sizeFlag{&f.growTo}, "grow-to", "`SIZE` vmm/growstep grows one allocation to, in 2 MiB steps (e.g. 8GiB, 1GiB)")
 	fs.Var(sizeFlag{&f.maxCopy}, "max-copy", "the largest `SIZE` the hostcopy and staging measurements copy (from 4KiB)")
-	fs.StringVar(&f.staging, "staging", "", "staging parameters for every measurement but the staging sweep, as `KEY=VALUE,...` over the defaults: min=SIZE, chunks=COUNTxSIZE, in=N, out=N (workers), prefault=off|touch|populate, eager=BOOL, huge=BOOL")
+	fs.StringVar(&f.staging, "staging", "", "staging parameters for every measurement but the staging sweep, as `SETTINGS` over the defaults, comma-separated: min=SIZE, chunks=COUNTxSIZE, in=N, out=N (workers), prefault=off|touch|populate, eager=BOOL, huge=BOOL")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -314,7 +320,17 @@ func runBench(args []string, stdout, stderr io.Writer) (err error) {
 			return fmt.Errorf("-cpuprofile: %w", err)
 		}
 	}
-	ours, _ := runOurs(ms, f.scale, f.count, stderr) // failures are in ours, marked
+	names := baselineNames(ms)
+	var pr *pairer
+	if _, err := baselinePath(f); err == nil && f.alternate && len(names) > 0 {
+		srv, err := startBaseline(f, names, stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "bench: the C baseline cannot alternate with ours (%v); it runs after ours\n", err)
+		} else {
+			pr = &pairer{srv: srv, reps: map[string]int{}}
+		}
+	}
+	ours, _ := runOurs(ms, f.scale, f.count, stderr, pr) // failures are in ours, marked
 	if prof != nil {
 		pprof.StopCPUProfile()
 		if err := prof.write(func(w io.Writer) error { _, err := w.Write(profile.Bytes()); return err }); err != nil {
@@ -324,7 +340,15 @@ func runBench(args []string, stdout, stderr io.Writer) (err error) {
 	}
 	var base []result
 	var baseErr error
-	if names := baselineNames(ms); len(names) > 0 {
+	switch {
+	case pr != nil:
+		base, baseErr = pr.base, pr.err
+		if pr.srv != nil {
+			if err := pr.srv.close(); err != nil {
+				baseErr = err
+			}
+		}
+	case len(names) > 0:
 		base, baseErr = runBaseline(f, names, stderr)
 	}
 	return report(f.format, svg, ms, ours, base, baseErr, stdout, stderr)
@@ -396,7 +420,10 @@ func failures(ms []measurement, ours []result) error {
 // that stays alive, as ipc/child_import's does, makes every later pool
 // create + export + destroy about six times faster, in C as in Go; set up
 // lazily, ours ran without it and C's with it.)
-func runOurs(ms []measurement, scale float64, count int, stderr io.Writer) ([]result, error) {
+//
+// With p, each repetition is paired with one of its baseline's (see
+// benchpair.go), whose figures p keeps.
+func runOurs(ms []measurement, scale float64, count int, stderr io.Writer, p *pairer) ([]result, error) {
 	var ours []result
 	var errs []error
 	setupErr := make([]error, len(ms))
@@ -419,7 +446,7 @@ func runOurs(ms []measurement, scale float64, count int, stderr io.Writer) ([]re
 		}
 		n := max(1, int(float64(m.iters)*scale))
 		fmt.Fprintf(stderr, "bench: [%d/%d] %s (%d × %d iterations)\n", i+1, len(ms), m.name, count, n)
-		rs, err := runOne(&m, n, count)
+		rs, err := runOne(&m, n, count, p)
 		switch {
 		case errors.As(err, &skip):
 			fmt.Fprintf(stderr, "bench: skipped %s: %s\n", m.name, skip.reason)
@@ -435,7 +462,7 @@ func runOurs(ms []measurement, scale float64, count int, stderr io.Writer) ([]re
 	return ours, errors.Join(errs...)
 }
 
-func runOne(m *measurement, n, count int) ([]result, error) {
+func runOne(m *measurement, n, count int, p *pairer) ([]result, error) {
 	if m.skip != "" {
 		return nil, &skipError{reason: m.skip}
 	}
@@ -450,9 +477,19 @@ func runOne(m *measurement, n, count int) ([]result, error) {
 	var rs []result
 	ops := m.ops(n)
 	for rep := 1; rep <= count; rep++ {
+		// Paired with a baseline repetition: first ours, then the
+		// baseline's, then the other way round, so that neither always
+		// runs in the other's wake.
+		var base map[string]result
+		if rep%2 == 0 {
+			base = p.once(m.baseline)
+		}
 		d, err := m.run(n)
 		if err != nil {
 			return nil, err
+		}
+		if rep%2 == 1 {
+			base = p.once(m.baseline)
 		}
 		r := result{Name: m.name, NsPerOp: float64(d.Nanoseconds()) / float64(ops), Iters: ops, Rep: rep}
 		if m.bytes > 0 {
@@ -461,9 +498,12 @@ func runOne(m *measurement, n, count int) ([]result, error) {
 		if m.extra != nil {
 			r.Extra = m.extra()
 		}
+		r.Pair = pairRatio(r, base, m.baseline)
 		rs = append(rs, r)
 		for _, s := range m.sides {
-			rs = append(rs, result{Name: s.name, NsPerOp: float64(s.d.Nanoseconds()) / float64(ops), Iters: ops, Rep: rep})
+			sr := result{Name: s.name, NsPerOp: float64(s.d.Nanoseconds()) / float64(ops), Iters: ops, Rep: rep}
+			sr.Pair = pairRatio(sr, base, s.baseline)
+			rs = append(rs, sr)
 		}
 	}
 	return rs, nil
