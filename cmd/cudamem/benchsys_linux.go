@@ -52,3 +52,6 @@ func hostNotes() string {
 	return fmt.Sprintf("kernel %s, transparent huge pages %q (defrag %q), %d CPUs, GOMAXPROCS %d",
 		kernel, thp("enabled"), thp("defrag"), runtime.NumCPU(), runtime.GOMAXPROCS(0))
 }
+
+// gettid is the calling OS thread's id.
+func gettid() int { return unix.Gettid() }

@@ -17,3 +17,6 @@ func releasePages([]byte) bool { return false }
 func hostNotes() string {
 	return fmt.Sprintf("%d CPUs, GOMAXPROCS %d", runtime.NumCPU(), runtime.GOMAXPROCS(0))
 }
+
+// gettid is not known here.
+func gettid() int { return 0 }
