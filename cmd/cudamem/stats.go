@@ -223,7 +223,7 @@ func printBench(w io.Writer, ms []measurement, ours, base []result) {
 		fmt.Fprintln(tw, strings.Join(cols, "\t"))
 	}
 	tw.Flush()
-	printScaling(w, rows)
+	printScaling(w, rows, extraMedians(ours))
 	printHostCopies(w, ours)
 	printSweep(w, ours)
 }
@@ -261,7 +261,12 @@ func mtKey(name string) (g int, mode string, ok bool) {
 // printScaling prints the concurrency table: pairs per second of each
 // suballoc/mt measurement and its baseline, and each against its own
 // one-goroutine (one-thread) figure.
-func printScaling(w io.Writer, rows []ratioRow) {
+//
+// Beside them, from ex (extraMedians): the collections per run and their
+// share of the CPU, and when the first and the median goroutine finished,
+// as a fraction of the run's wall time (1.00 and 1.00: all ended together;
+// a low median: the run waited for stragglers).
+func printScaling(w io.Writer, rows []ratioRow, ex map[string]map[string]float64) {
 	one := map[string]ratioRow{}
 	var mt []ratioRow
 	for _, r := range rows {
@@ -279,7 +284,7 @@ func printScaling(w io.Writer, rows []ratioRow) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "concurrency (256 B pairs)\tcudamem pairs/s\tvs 1 goroutine\tC driver pool pairs/s\tvs 1 thread\tcudamem/C throughput")
+	fmt.Fprintln(tw, "concurrency (256 B pairs)\tcudamem pairs/s\tvs 1 goroutine\tC driver pool pairs/s\tvs 1 thread\tcudamem/C throughput\tGC cycles/run\tGC CPU\tfirst/median goroutine end")
 	for _, r := range mt {
 		_, mode, _ := mtKey(r.Name)
 		vs := func(s, first summary) string {
@@ -299,8 +304,18 @@ func printScaling(w io.Writer, rows []ratioRow) {
 				thr = fmt.Sprintf("%.2fx", r.Base.Median/r.Ours.Median)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, ours, vs(r.Ours, one[mode].Ours),
-			base, vs(r.Base, one[mode].Base), thr)
+		gc, share, ends := "-", "-", "-"
+		if x := ex[r.Name]; x != nil {
+			gc = fmt.Sprintf("%.0f", x["gc_cycles"])
+			if v, ok := x["gc_cpu_share"]; ok {
+				share = fmt.Sprintf("%.0f%%", 100*v)
+			}
+			if _, ok := x["median_end"]; ok {
+				ends = fmt.Sprintf("%.2f/%.2f", x["first_end"], x["median_end"])
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, ours, vs(r.Ours, one[mode].Ours),
+			base, vs(r.Base, one[mode].Base), thr, gc, share, ends)
 	}
 	tw.Flush()
 }
