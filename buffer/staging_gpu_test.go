@@ -1,0 +1,52 @@
+package buffer_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/cudamem/cudamem/buffer"
+	"github.com/cudamem/cudamem/internal/staging"
+	"github.com/cudamem/cudamem/internal/testkit/cudatest"
+)
+
+// Copies out of a device into fresh Go memory land the device's bytes
+// under every staging setting the bench sweeps (prefault modes, eager or
+// not, worker counts, pool shapes, huge pages), and copies in still
+// arrive; every one of them is staged. The defaults are restored after.
+func TestCopyToHostStagingVariants(t *testing.T) {
+	d, s, k := gpu(t)
+	def := staging.Current()
+	t.Cleanup(func() { require.NoError(t, staging.Set(def)) })
+	variants := []func(*staging.Params){
+		func(p *staging.Params) { p.Prefault = staging.PrefaultOff; p.Eager = false },
+		func(p *staging.Params) { p.Prefault = staging.PrefaultTouch },
+		func(p *staging.Params) { p.Prefault = staging.PrefaultPopulate },
+		func(p *staging.Params) { p.Prefault = staging.PrefaultPopulate; p.HugePages = true },
+		func(p *staging.Params) { p.OutWorkers = 3; p.Chunks, p.ChunkSize = 8, 1<<20 },
+		func(p *staging.Params) { p.OutWorkers = 16; p.Chunks, p.ChunkSize = 2, 4<<20; p.Eager = false },
+		func(p *staging.Params) { p.Chunks = 1; p.MinBytes = 0 },
+	}
+	const n = 21<<20 + 4097 // odd pieces at the end
+	b := alloc(t, newResource(t, "device", d), n, s)
+	for i, v := range variants {
+		p := def
+		v(&p)
+		t.Run(fmt.Sprintf("%d/%v", i, p), func(t *testing.T) {
+			require.NoError(t, staging.Set(p))
+			seed := uint32(40 + i)
+			require.NoError(t, k.Write(s, b.Ptr(), n, seed))
+			before := buffer.StagedCopies()
+			got := make([]byte, n) // fresh pages, most of them
+			require.NoError(t, buffer.CopyToHost(got, b, s))
+			requireBytes(t, cudatest.Pattern(n, seed), got)
+
+			src := cudatest.Pattern(n, seed+100)
+			require.NoError(t, buffer.CopyFromHost(b, src, s))
+			k.RequireCheck(t, s, b.Ptr(), n, seed+100)
+			assert.Equal(t, before+2, buffer.StagedCopies(), "both copies staged")
+		})
+	}
+}
