@@ -131,6 +131,7 @@ type benchFlags struct {
 	maxCopy   uint64 // -max-copy
 	staging   string // -staging
 	alternate bool   // -alternate
+	log       string // -log
 }
 
 // sizeFlag is a byte size flag that takes 8GiB, 512MiB, 4096 and so on.
@@ -189,6 +190,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs.BoolVar(&f.alternate, "alternate", true, "run the C baseline beside ours, each repetition of ours next to one of its baseline's (the order swapping each time), and print the ratio of each pair; false: the baseline runs after all of ours")
 	fs.IntVar(&f.count, "count", 1, "run each measurement (ours and the baseline's) `N` times; the table shows medians and min–max")
 	fs.StringVar(&f.svg, "svg", "", "also write an SVG bar chart of the ratios to the C baseline to `FILE` (needs the baseline)")
+	fs.StringVar(&f.log, "log", "", "also append every figure to `FILE` as a JSON line the moment it is measured (the baseline's too), so that a run cut short keeps what it measured")
 	fs.StringVar(&f.cpuProf, "cpuprofile", "", "also write a CPU profile of cudamem's side of the measurements to `FILE`, for go tool pprof (the C baseline runs in a process of its own)")
 	fs.Var(sizeFlag{&f.growTo}, "grow-to", "`SIZE` vmm/growstep grows one allocation to, in 2 MiB steps (e.g. 8GiB, 1GiB)")
 	fs.Var(sizeFlag{&f.maxCopy}, "max-copy", "the largest `SIZE` the hostcopy and staging measurements copy (from 4KiB)")
@@ -222,6 +224,9 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	if f.cpuProf == "-" {
 		return nil, fmt.Errorf("%w: -cpuprofile - would mix a binary profile into the output (want a file name)", errUsage)
 	}
+	if f.log == "-" {
+		return nil, fmt.Errorf("%w: -log - would mix the log into the %s output on standard output (want a file name)", errUsage, f.format)
+	}
 	if f.svg == "-" {
 		return nil, fmt.Errorf("%w: -svg - would mix the chart into the %s output on standard output (want a file name)", errUsage, f.format)
 	}
@@ -237,7 +242,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	if _, err := parseStagingSpec(f.staging, staging.Current()); err != nil {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
-	if err := checkFiles([]namedFile{{"-cgo", f.baseline}}, []namedFile{{"-svg", f.svg}, {"-cpuprofile", f.cpuProf}}); err != nil {
+	if err := checkFiles([]namedFile{{"-cgo", f.baseline}}, []namedFile{{"-svg", f.svg}, {"-cpuprofile", f.cpuProf}, {"-log", f.log}}); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -276,6 +281,15 @@ func runBench(args []string, stdout, stderr io.Writer) (err error) {
 			return err
 		}
 		defer prof.discard()
+	}
+	if f.log != "" {
+		lf, err := os.OpenFile(f.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o666)
+		if err != nil {
+			return fmt.Errorf("-log: %w", err)
+		}
+		defer lf.Close()
+		resultLog = json.NewEncoder(lf)
+		defer func() { resultLog = nil }()
 	}
 	dev, err := deviceFlag(f.device)
 	if err != nil {
@@ -454,10 +468,16 @@ func runOurs(ms []measurement, scale float64, count int, stderr io.Writer, p *pa
 		case err != nil:
 			fmt.Fprintf(stderr, "bench: FAILED %s: %v\n", m.name, err)
 			ours = append(ours, result{Name: m.name, Error: err.Error()})
+			logResults(ours[len(ours)-1:])
 			errs = append(errs, fmt.Errorf("%s: %w", m.name, err))
 			continue
 		}
 		ours = append(ours, rs...)
+		logResults(rs)
+		if p != nil {
+			logResults(p.base[p.logged:])
+			p.logged = len(p.base)
+		}
 	}
 	return ours, errors.Join(errs...)
 }
@@ -507,6 +527,23 @@ func runOne(m *measurement, n, count int, p *pairer) ([]result, error) {
 		}
 	}
 	return rs, nil
+}
+
+// resultLog, when -log is given, receives every figure as it is made.
+var resultLog *json.Encoder
+
+// logResults appends rs to the -log file, if any. A write that fails
+// stops the log, not the run.
+func logResults(rs []result) {
+	if resultLog == nil {
+		return
+	}
+	for _, r := range rs {
+		if resultLog.Encode(r) != nil {
+			resultLog = nil
+			return
+		}
+	}
 }
 
 // baselineNames lists the baseline measurements ms are compared with, once each.

@@ -308,7 +308,7 @@ func sweepConfigs(def staging.Params, reused bool) []sweepConfig {
 		return cs
 	}
 	for _, pf := range []staging.Prefault{staging.PrefaultOff, staging.PrefaultPopulate} {
-		for _, shape := range [][2]int{{4, 8 << 20}, {8, 8 << 20}, {4, 16 << 20}, {8, 4 << 20}, {16, 4 << 20}} {
+		for _, shape := range [][2]int{{4, 8 << 20}, {8, 8 << 20}, {4, 16 << 20}, {4, 32 << 20}, {8, 4 << 20}, {16, 4 << 20}} {
 			for _, w := range []int{4, 8, 12, 16} {
 				p := base
 				p.Chunks, p.ChunkSize, p.OutWorkers, p.Prefault, p.Eager = shape[0], shape[1], w, pf, true

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -107,6 +109,17 @@ func TestBenchHostCopiesOnFakeDriver(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 4*5, n, "4 sizes, 5 variants")
+
+	// -log keeps every figure as it is made.
+	code, _, stderr = runProcess(t, dir, env, "bench", "-only", "hostcopy/htod/pinned", "-max-copy", "16KiB", "-iters", "0.01", "-count", "2", "-log", "run.jsonl")
+	require.Equal(t, 0, code, stderr)
+	data, err := os.ReadFile(filepath.Join(dir, "run.jsonl"))
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	require.Len(t, lines, 4, "2 sizes, 2 repetitions")
+	var r result
+	require.NoError(t, json.Unmarshal([]byte(lines[3]), &r))
+	assert.Equal(t, result{Name: "hostcopy/htod/pinned/16KiB", NsPerOp: r.NsPerOp, GBps: r.GBps, Iters: r.Iters, Rep: 2}, r)
 
 	code, stdout, stderr = runProcess(t, dir, env, "bench", "-only", "staging/", "-max-copy", "1MiB", "-iters", "0.01")
 	require.Equal(t, 0, code, stderr)

@@ -80,7 +80,7 @@ func ipcMeasurements(e *benchEnv) []measurement {
 		// The same with the child's goroutine locked to its thread, as
 		// the C child runs on one: the difference is what a goroutine
 		// moving to another thread during the import costs.
-		{name: "ipc/child_import/locked", baseline: "ipc/child_import/c", iters: 10, skip: skip,
+		{name: "ipc/child_import/locked", baseline: "ipc/child_import/c", iters: 5, skip: skip,
 			setup: locked.setupFrom(child), run: locked.run, sides: []*side{lockedInit}},
 	}
 }

@@ -118,10 +118,11 @@ func (b *baselineServer) close() error {
 // pairer runs the baseline repetitions paired with ours. Once the program
 // failed, it pairs no more (err says why).
 type pairer struct {
-	srv  *baselineServer
-	base []result // every baseline figure, numbered per name
-	reps map[string]int
-	err  error
+	srv    *baselineServer
+	base   []result // every baseline figure, numbered per name
+	logged int      // how many of base -log has
+	reps   map[string]int
+	err    error
 }
 
 // once runs name's baseline once and returns its figures by name; nil
