@@ -143,3 +143,41 @@ func TestStagingParamsRoundTrip(t *testing.T) {
 	}
 	assert.Equal(t, p, staging.Current(), "a refused Set changes nothing")
 }
+
+// failingPoll is a DMA end whose poll fails (its wait does not).
+type failingPoll struct{ chanWaiter }
+
+func (failingPoll) Done() (bool, error) { return false, errFakeDMA }
+
+type failingPollEngine struct{ *fakeEngine }
+
+func (e failingPollEngine) record(c *chunk) error {
+	if err := e.fakeEngine.record(c); err != nil {
+		return err
+	}
+	if w, ok := c.pending.(chanWaiter); ok {
+		c.pending = failingPoll{w}
+	}
+	return nil
+}
+
+// An eager copy whose poll of a DMA fails reports it, and leaves the pool
+// usable: the next copy lands the right bytes.
+func TestStagingDtoHPollFailure(t *testing.T) {
+	defer func(w int, eager bool) { stageWorkers, stageEager = w, eager }(stageWorkers, stageEager)
+	stageWorkers, stageEager = 2, true
+	p := fakePool(64<<10, 2)
+	const n = 6 << 16
+	e := newFakeEngine(t, n, 1)
+	copy(e.dev, pattern(n, 5))
+	dst := make([]byte, n)
+	done, err := stagedDtoH(p, failingPollEngine{e}, nil, dst, fakeBase)
+	require.True(t, done)
+	require.ErrorIs(t, err, errFakeDMA)
+	assert.True(t, p.mu.TryLock(), "the pool is free again")
+	p.mu.Unlock()
+	done, err = stagedDtoH(p, pollEngine{e}, nil, dst, fakeBase)
+	require.True(t, done)
+	require.NoError(t, err)
+	assert.Equal(t, pattern(n, 5), dst)
+}

@@ -534,18 +534,18 @@ func (l *pipeline) open(i int) error {
 }
 
 // landed reports, without blocking, whether piece i's chunk has no DMA
-// left to wait for; false where its waiter cannot be asked.
-func (l *pipeline) landed(i int) bool {
+// left to wait for; false where its waiter cannot be asked. A failure to
+// ask is the copy's error, as a failed wait would be.
+func (l *pipeline) landed(i int) (bool, error) {
 	c := l.pool.take(i)
 	if c.pending == nil {
-		return true
+		return true, nil
 	}
 	pl, ok := c.pending.(poller)
 	if !ok {
-		return false
+		return false, nil
 	}
-	done, err := pl.Done()
-	return err == nil && done // an error: open's wait reports it
+	return pl.Done()
 }
 
 // submitted follows the DMA of chunk c just submitted to q (err: how the
@@ -730,8 +730,8 @@ func (l *pipeline) refillWhileWaiting(i int, refill func(i int) error) (refilled
 			return true, refill(i)
 		default:
 		}
-		if l.landed(i) {
-			return false, nil
+		if done, err := l.landed(i); done || err != nil {
+			return false, err
 		}
 		if spins > 64 {
 			runtime.Gosched()

@@ -25,7 +25,7 @@ func TestParamsCheck(t *testing.T) {
 	for _, bad := range []func(*Params){
 		func(p *Params) { p.MinBytes = -1 },
 		func(p *Params) { p.ChunkSize = 100 << 10 },
-		func(p *Params) { p.ChunkSize = 2 << 30 },
+		func(p *Params) { p.ChunkSize = 1<<30 + 64<<10 },
 		func(p *Params) { p.Chunks = 65 },
 		func(p *Params) { p.OutWorkers = 0 },
 		func(p *Params) { p.InWorkers = 257 },
