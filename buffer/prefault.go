@@ -60,3 +60,15 @@ func pageRange(b []byte, align int) []byte {
 	}
 	return b[lo:hi]
 }
+
+// populateAhead maps b's whole pages for writing, from a goroutine other
+// than the one that writes them: only through the kernel (populate), which
+// leaves the bytes as they are; where it refuses, nothing is done and the
+// copy faults the pages in itself.
+func populateAhead(b []byte) {
+	whole := pageRange(b, pageSize)
+	if whole == nil || populateRefused.Load() || mapped(whole) {
+		return
+	}
+	populateWhole(whole)
+}

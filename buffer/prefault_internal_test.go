@@ -12,6 +12,10 @@ import (
 	"github.com/cudamem/cudamem/internal/staging"
 )
 
+// prefaultAhead stands for PrefaultPopulate with goroutines of their own
+// mapping pages ahead (stageAhead) in the variants below.
+const prefaultAhead staging.Prefault = 99
+
 // pollWaiter is a fake DMA end that can also be polled, as a cuda.Event
 // can: the eager pipeline polls it while it watches the workers.
 type pollWaiter struct{ chanWaiter }
@@ -42,19 +46,22 @@ func (e pollEngine) record(c *chunk) error {
 // pollable DMA ends or not, land the right bytes and nothing outside dst;
 // and with the counters on, they are counted.
 func TestStagingDtoHVariants(t *testing.T) {
-	defer func(w, o int, pf staging.Prefault, eager bool) {
-		stageWorkers, stageOutWorkers, stagePrefault, stageEager = w, o, pf, eager
-	}(stageWorkers, stageOutWorkers, stagePrefault, stageEager)
+	defer func(w, o int, pf staging.Prefault, eager bool, ahead int) {
+		stageWorkers, stageOutWorkers, stagePrefault, stageEager, stageAhead = w, o, pf, eager, ahead
+	}(stageWorkers, stageOutWorkers, stagePrefault, stageEager, stageAhead)
 	defer staging.Profile.Store(staging.Profile.Load())
 	staging.Profile.Store(true)
-	for _, pf := range []staging.Prefault{staging.PrefaultOff, staging.PrefaultTouch, staging.PrefaultPopulate} {
+	for _, pf := range []staging.Prefault{staging.PrefaultOff, staging.PrefaultTouch, staging.PrefaultPopulate, prefaultAhead} {
 		for _, eager := range []bool{false, true} {
 			for _, poll := range []bool{false, true} {
 				for _, out := range []int{1, 3, 8} {
 					for _, shape := range []struct{ chunk, chunks int }{{64 << 10, 1}, {64 << 10, 2}, {256 << 10, 4}} {
 						name := fmt.Sprintf("%v/eager=%v/poll=%v/out=%d/%dKiBx%d", pf, eager, poll, out, shape.chunk>>10, shape.chunks)
 						t.Run(name, func(t *testing.T) {
-							stageWorkers, stageOutWorkers, stagePrefault, stageEager = 2, out, pf, eager
+							stageWorkers, stageOutWorkers, stagePrefault, stageEager, stageAhead = 2, out, pf, eager, 0
+							if pf == prefaultAhead {
+								stagePrefault, stageAhead = staging.PrefaultPopulate, 3
+							}
 							for _, n := range []int{1, 5000, 3*shape.chunk + 4097} {
 								p := fakePool(shape.chunk, shape.chunks)
 								fe := newFakeEngine(t, n+100, int64(n))
@@ -131,6 +138,9 @@ func TestStagingParamsRoundTrip(t *testing.T) {
 	p.Prefault, p.HugePages, p.Eager = staging.PrefaultTouch, true, false
 	require.NoError(t, staging.Set(p))
 	assert.Equal(t, p, staging.Current())
+	p.Prefault, p.Ahead = staging.PrefaultPopulate, 4
+	require.NoError(t, staging.Set(p))
+	assert.Equal(t, p, staging.Current())
 	assert.Equal(t, int64(1<<20), stageMinBytes.Load())
 	for _, bad := range []staging.Params{
 		{MinBytes: -1, ChunkSize: 1 << 20, Chunks: 1, InWorkers: 1, OutWorkers: 1},
@@ -138,6 +148,7 @@ func TestStagingParamsRoundTrip(t *testing.T) {
 		{ChunkSize: 1 << 20, Chunks: 0, InWorkers: 1, OutWorkers: 1},
 		{ChunkSize: 1 << 20, Chunks: 1, InWorkers: 0, OutWorkers: 1},
 		{ChunkSize: 1 << 20, Chunks: 1, InWorkers: 1, OutWorkers: 1, Prefault: 9},
+		{ChunkSize: 1 << 20, Chunks: 1, InWorkers: 1, OutWorkers: 1, Prefault: staging.PrefaultTouch, Ahead: 2},
 	} {
 		assert.Error(t, staging.Set(bad), "%v", bad)
 	}

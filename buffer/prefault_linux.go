@@ -17,10 +17,7 @@ func populate(b []byte) bool {
 		touch(b)
 		return true
 	}
-	if err := unix.Madvise(whole, unix.MADV_POPULATE_WRITE); err != nil {
-		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
-			populateRefused.Store(true)
-		}
+	if !populateWhole(whole) {
 		return false
 	}
 	head := addrOf(whole) - addrOf(b)
@@ -29,6 +26,18 @@ func populate(b []byte) bool {
 	}
 	if tail := int(head) + len(whole); tail < len(b) {
 		b[len(b)-1] = 0
+	}
+	return true
+}
+
+// populateWhole maps whole (page-aligned) for writing, and reports
+// whether the kernel did.
+func populateWhole(whole []byte) bool {
+	if err := unix.Madvise(whole, unix.MADV_POPULATE_WRITE); err != nil {
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+			populateRefused.Store(true)
+		}
+		return false
 	}
 	return true
 }

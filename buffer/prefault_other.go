@@ -16,3 +16,8 @@ func adviseHugePages([]byte) {}
 
 // mapped cannot tell here: prefaulting touches every page.
 func mapped([]byte) bool { return false }
+
+func populateWhole([]byte) bool {
+	populateRefused.Store(true)
+	return false
+}

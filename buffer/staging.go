@@ -54,6 +54,9 @@ var (
 	stageHugePages = false
 	// stageEager queues a chunk's next DMA as soon as it is emptied.
 	stageEager = true
+	// stageAhead is how many goroutines map a copy's destination ahead
+	// of its workers (0: the workers map their own shares).
+	stageAhead = 0
 )
 
 // stagingOff sends every host copy to the driver's path (tests and
@@ -591,7 +594,10 @@ func (p *stagePool) runCopy(q dmaQueue, dev *cuda.Device, n int, dir copyDir, ds
 		if stageHugePages {
 			adviseHugePages(dst)
 		}
-		if pf := stagePrefault; pf != staging.PrefaultOff {
+		switch pf := stagePrefault; {
+		case stageAhead > 0 && pf == staging.PrefaultPopulate:
+			l.startAhead(dst, stageAhead)
+		case pf != staging.PrefaultOff:
 			l.before = func(off, lo, hi int) { prefault(dst[off+lo:off+hi], pf) }
 		}
 	}
@@ -621,6 +627,39 @@ func (p *stagePool) runCopy(q dmaQueue, dev *cuda.Device, n int, dir copyDir, ds
 func (l *pipeline) stop() {
 	close(l.abort)
 	l.wg.Wait()
+}
+
+// startAhead runs n goroutines that map dst's pages piece by piece, each
+// its stripe of every piece, ahead of the workers (populate never changes
+// the bytes, so the order does not matter); they stop at the copy's end
+// or abort, and the copy waits for them (l.wg).
+func (l *pipeline) startAhead(dst []byte, n int) {
+	for w := range n {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for i := range l.pieces {
+				select {
+				case <-l.abort:
+					return
+				case <-l.done[i]:
+					continue // the workers got there first
+				default:
+				}
+				off, size := l.span(i)
+				lo := (size * w / n) &^ 63
+				hi := size
+				if w+1 < n {
+					hi = (size * (w + 1) / n) &^ 63
+				}
+				if lo < hi {
+					t := l.clock()
+					populateAhead(dst[off+lo : off+hi])
+					l.tally(&staging.PrefaultNs, t)
+				}
+			}
+		}()
+	}
 }
 
 // stagedHtoD copies src to dst through pool p (the process's, outside
@@ -789,6 +828,7 @@ func currentStaging() staging.Params {
 		ChunkSize: stageChunkSize, Chunks: stageChunks,
 		InWorkers: stageWorkers, OutWorkers: out,
 		Prefault: stagePrefault, HugePages: stageHugePages, Eager: stageEager,
+		Ahead: stageAhead,
 	}
 }
 
@@ -806,6 +846,6 @@ func setStaging(p staging.Params) error {
 	stageMinBytes.Store(int64(p.MinBytes))
 	stageChunkSize, stageChunks = p.ChunkSize, p.Chunks
 	stageWorkers, stageOutWorkers = p.InWorkers, p.OutWorkers
-	stagePrefault, stageHugePages, stageEager = p.Prefault, p.HugePages, p.Eager
+	stagePrefault, stageHugePages, stageEager, stageAhead = p.Prefault, p.HugePages, p.Eager, p.Ahead
 	return err
 }

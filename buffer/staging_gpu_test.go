@@ -21,10 +21,11 @@ func TestCopyToHostStagingVariants(t *testing.T) {
 	def := staging.Current()
 	t.Cleanup(func() { require.NoError(t, staging.Set(def)) })
 	variants := []func(*staging.Params){
-		func(p *staging.Params) { p.Prefault = staging.PrefaultOff; p.Eager = false },
-		func(p *staging.Params) { p.Prefault = staging.PrefaultTouch },
+		func(p *staging.Params) { p.Prefault = staging.PrefaultOff; p.Eager = false; p.Ahead = 0 },
+		func(p *staging.Params) { p.Prefault = staging.PrefaultTouch; p.Ahead = 0 },
 		func(p *staging.Params) { p.Prefault = staging.PrefaultPopulate },
 		func(p *staging.Params) { p.Prefault = staging.PrefaultPopulate; p.HugePages = true },
+		func(p *staging.Params) { p.Prefault = staging.PrefaultPopulate; p.Ahead = 4; p.OutWorkers = 12 },
 		func(p *staging.Params) { p.OutWorkers = 3; p.Chunks, p.ChunkSize = 8, 1<<20 },
 		func(p *staging.Params) { p.OutWorkers = 16; p.Chunks, p.ChunkSize = 2, 4<<20; p.Eager = false },
 		func(p *staging.Params) { p.Chunks = 1; p.MinBytes = 0 },

@@ -275,6 +275,9 @@ func configName(p staging.Params) string {
 	if p.HugePages {
 		s += "-huge"
 	}
+	if p.Ahead > 0 {
+		s += fmt.Sprintf("-ahead%d", p.Ahead)
+	}
 	return s
 }
 
@@ -293,6 +296,9 @@ func sweepConfigs(def staging.Params, reused bool) []sweepConfig {
 	seen := map[staging.Params]bool{cs[0].p: true, cs[1].p: true}
 	add := func(p staging.Params) {
 		p.MinBytes = 0
+		if p.Prefault != staging.PrefaultPopulate {
+			p.Ahead = 0 // goroutines ahead only populate
+		}
 		if !seen[p] {
 			seen[p] = true
 			cs = append(cs, sweepConfig{configName(p), p})
@@ -316,8 +322,16 @@ func sweepConfigs(def staging.Params, reused bool) []sweepConfig {
 			}
 		}
 	}
+	// Pages mapped by goroutines of their own, ahead of the workers.
+	for _, w := range []int{8, 12} {
+		for _, ahead := range []int{2, 4, 8} {
+			p := base
+			p.OutWorkers, p.Prefault, p.Ahead, p.Eager = w, staging.PrefaultPopulate, ahead, true
+			add(p)
+		}
+	}
 	for _, f := range []func(*staging.Params){
-		func(p *staging.Params) { p.Prefault = staging.PrefaultTouch },
+		func(p *staging.Params) { p.Prefault = staging.PrefaultTouch; p.Ahead = 0 },
 		func(p *staging.Params) { p.Eager = !p.Eager },
 		func(p *staging.Params) { p.HugePages = true },
 	} {
@@ -560,7 +574,8 @@ func printSweep(w io.Writer, ours []result) {
 
 // parseStagingSpec reads -staging: comma-separated key=value settings
 // over base. Keys: min (SIZE), chunks (KxSIZE), in, out (workers),
-// prefault (off, touch, populate), eager, huge (0 or 1).
+// prefault (off, touch, populate), eager, huge (0 or 1), ahead (the
+// goroutines that map pages ahead of the workers).
 func parseStagingSpec(spec string, base staging.Params) (staging.Params, error) {
 	p := base
 	if spec == "" {
@@ -597,8 +612,10 @@ func parseStagingSpec(spec string, base staging.Params) (staging.Params, error) 
 			p.Eager, err = strconv.ParseBool(v)
 		case "huge":
 			p.HugePages, err = strconv.ParseBool(v)
+		case "ahead":
+			p.Ahead, err = strconv.Atoi(v)
 		default:
-			return p, fmt.Errorf("-staging: unknown key %q (want min, chunks, in, out, prefault, eager or huge)", k)
+			return p, fmt.Errorf("-staging: unknown key %q (want min, chunks, in, out, prefault, eager, huge or ahead)", k)
 		}
 		if err != nil {
 			return p, fmt.Errorf("-staging: %s: %w", kv, err)

@@ -69,12 +69,21 @@ type Params struct {
 	// Eager queues a chunk's next DMA as soon as the workers have
 	// emptied it, rather than after the DMA before it has landed.
 	Eager bool
+	// Ahead is how many goroutines of their own map a copy's
+	// destination pages ahead of the copying workers, piece by piece
+	// (with PrefaultPopulate only: the kernel maps pages without
+	// changing their bytes, whatever the order); 0: the copying
+	// workers map their own shares (Prefault).
+	Ahead int
 }
 
 func (p Params) String() string {
 	s := fmt.Sprintf("min=%s chunks=%dx%s in=%d out=%d prefault=%v eager=%v", size(p.MinBytes), p.Chunks, size(p.ChunkSize), p.InWorkers, p.OutWorkers, p.Prefault, p.Eager)
 	if p.HugePages {
 		s += " hugepages"
+	}
+	if p.Ahead > 0 {
+		s += fmt.Sprintf(" ahead=%d", p.Ahead)
 	}
 	return s
 }
@@ -92,6 +101,10 @@ func (p Params) Check() error {
 		return fmt.Errorf("staging: workers %d (in), %d (out) not between 1 and 256", p.InWorkers, p.OutWorkers)
 	case p.Prefault < PrefaultOff || p.Prefault > PrefaultPopulate:
 		return fmt.Errorf("staging: unknown prefault mode %d", int(p.Prefault))
+	case p.Ahead < 0 || p.Ahead > 256:
+		return fmt.Errorf("staging: Ahead %d not between 0 and 256", p.Ahead)
+	case p.Ahead > 0 && p.Prefault != PrefaultPopulate:
+		return fmt.Errorf("staging: Ahead %d needs PrefaultPopulate (touching pages ahead would race with the copy), not %v", p.Ahead, p.Prefault)
 	}
 	return nil
 }

@@ -30,6 +30,8 @@ func TestParamsCheck(t *testing.T) {
 		func(p *Params) { p.OutWorkers = 0 },
 		func(p *Params) { p.InWorkers = 257 },
 		func(p *Params) { p.Prefault = -1 },
+		func(p *Params) { p.Ahead = -1 },
+		func(p *Params) { p.Ahead = 2; p.Prefault = PrefaultTouch },
 	} {
 		p := good
 		bad(&p)
