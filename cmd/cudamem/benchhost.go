@@ -58,8 +58,9 @@ func hostIters(n uint64) int {
 }
 
 // hostBufs are the host-copy measurements' memory, made once for all of
-// them: a device buffer, pinned memory and two Go slices of the largest
-// size (one kept mapped, one whose pages each fresh copy releases).
+// them: a device buffer, pinned memory and two slices of ordinary memory
+// of the largest size (one kept mapped, one whose pages each fresh copy
+// releases), mapped outside the Go heap (see hostMemory).
 type hostBufs struct {
 	e      *benchEnv
 	max    uint64
@@ -111,11 +112,17 @@ func (h *hostBufs) make() error {
 	}
 	h.pinned = p
 	e.cleanup = append(e.cleanup, func() error { return e.dev.MemFreeHost(p) })
-	h.page = make([]byte, h.max)
+	for _, m := range []*[]byte{&h.page, &h.fresh} {
+		b, free, err := hostMemory(h.max)
+		if err != nil {
+			return err
+		}
+		e.cleanup = append(e.cleanup, free)
+		*m = b
+	}
 	for i := range h.page {
 		h.page[i] = byte(i)
 	}
-	h.fresh = make([]byte, h.max)
 	return e.stream.Sync()
 }
 

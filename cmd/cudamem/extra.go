@@ -169,7 +169,15 @@ func bufferMeasurements(e *benchEnv) []measurement {
 		for i := range pageable {
 			pageable[i] = byte(i)
 		}
-		fresh = make([]byte, copyBytes)
+		// Outside the Go heap, as the host-copy measurements' memory
+		// (see hostMemory); pageable stays a Go slice, as before.
+		m, free, err := hostMemory(copyBytes)
+		if err != nil {
+			setupErr = err
+			return err
+		}
+		e.cleanup = append(e.cleanup, free)
+		fresh = m
 		return nil
 	}
 	// The copies from and to Go memory run with the run's staging
