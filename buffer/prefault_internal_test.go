@@ -134,7 +134,7 @@ func TestStagingParamsRoundTrip(t *testing.T) {
 	old := staging.Current()
 	t.Cleanup(func() { require.NoError(t, staging.Set(old)) })
 	p := old
-	p.MinBytes, p.ChunkSize, p.Chunks, p.InWorkers, p.OutWorkers = 1<<20, 1<<20, 3, 2, 5
+	p.MinBytes, p.OutMinBytes, p.ChunkSize, p.Chunks, p.InWorkers, p.OutWorkers = 1<<20, 2<<20, 1<<20, 3, 2, 5
 	p.Prefault, p.HugePages, p.Eager = staging.PrefaultTouch, true, false
 	require.NoError(t, staging.Set(p))
 	assert.Equal(t, p, staging.Current())
@@ -142,6 +142,7 @@ func TestStagingParamsRoundTrip(t *testing.T) {
 	require.NoError(t, staging.Set(p))
 	assert.Equal(t, p, staging.Current())
 	assert.Equal(t, int64(1<<20), stageMinBytes.Load())
+	assert.Equal(t, int64(2<<20), stageOutMinBytes.Load())
 	for _, bad := range []staging.Params{
 		{MinBytes: -1, ChunkSize: 1 << 20, Chunks: 1, InWorkers: 1, OutWorkers: 1},
 		{ChunkSize: 1000, Chunks: 1, InWorkers: 1, OutWorkers: 1},

@@ -31,11 +31,13 @@ import (
 // pageable copy and the staged one, both ways).
 const defaultStageMinBytes = 4 << 20
 
-// stageMinBytes is the smallest copy staged now (see internal/staging).
-var stageMinBytes atomic.Int64
+// stageMinBytes and stageOutMinBytes are the smallest copies staged now,
+// into a device and out of one (see internal/staging).
+var stageMinBytes, stageOutMinBytes atomic.Int64
 
 func init() {
 	stageMinBytes.Store(defaultStageMinBytes)
+	stageOutMinBytes.Store(defaultStageMinBytes)
 	staging.Register(currentStaging, setStaging)
 }
 
@@ -824,7 +826,7 @@ func currentStaging() staging.Params {
 		out = stageOutWorkers
 	}
 	return staging.Params{
-		MinBytes:  int(stageMinBytes.Load()),
+		MinBytes: int(stageMinBytes.Load()), OutMinBytes: int(stageOutMinBytes.Load()),
 		ChunkSize: stageChunkSize, Chunks: stageChunks,
 		InWorkers: stageWorkers, OutWorkers: out,
 		Prefault: stagePrefault, HugePages: stageHugePages, Eager: stageEager,
@@ -844,6 +846,7 @@ func setStaging(p staging.Params) error {
 		stage.allocErr, stage.freeErr = nil, nil
 	}
 	stageMinBytes.Store(int64(p.MinBytes))
+	stageOutMinBytes.Store(int64(p.OutMinBytes))
 	stageChunkSize, stageChunks = p.ChunkSize, p.Chunks
 	stageWorkers, stageOutWorkers = p.InWorkers, p.OutWorkers
 	stagePrefault, stageHugePages, stageEager, stageAhead = p.Prefault, p.HugePages, p.Eager, p.Ahead

@@ -66,9 +66,13 @@ func TestParseBenchFlags(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, f.alternate)
 	assert.Equal(t, uint64(64<<20), f.maxCopy)
-	p, err := parseStagingSpec(f.staging, staging.Params{MinBytes: 4 << 20, ChunkSize: 8 << 20, Chunks: 4, InWorkers: 8, OutWorkers: 8})
+	base := staging.Params{MinBytes: 4 << 20, OutMinBytes: 4 << 20, ChunkSize: 8 << 20, Chunks: 4, InWorkers: 8, OutWorkers: 8}
+	p, err := parseStagingSpec(f.staging, base)
 	require.NoError(t, err)
-	assert.Equal(t, staging.Params{MinBytes: 1 << 20, ChunkSize: 4 << 20, Chunks: 8, InWorkers: 4, OutWorkers: 12, Prefault: staging.PrefaultTouch, HugePages: true}, p)
+	assert.Equal(t, staging.Params{MinBytes: 1 << 20, OutMinBytes: 1 << 20, ChunkSize: 4 << 20, Chunks: 8, InWorkers: 4, OutWorkers: 12, Prefault: staging.PrefaultTouch, HugePages: true}, p)
+	p, err = parseStagingSpec("min_in=1MiB,min_out=16MiB,ahead=2,prefault=populate", base)
+	require.NoError(t, err)
+	assert.Equal(t, [3]int{1 << 20, 16 << 20, 2}, [3]int{p.MinBytes, p.OutMinBytes, p.Ahead})
 
 	f, err = parseBenchFlags([]string{"-json"}, io.Discard)
 	require.NoError(t, err)

@@ -187,7 +187,7 @@ func (p *probe) extra() map[string]float64 { return p.last }
 
 // withStaging returns params with min as the threshold.
 func withMin(p staging.Params, min int) staging.Params {
-	p.MinBytes = min
+	p.MinBytes, p.OutMinBytes = min, min
 	return p
 }
 
@@ -291,7 +291,7 @@ func configName(p staging.Params) string {
 // beforeParams are the staging parameters of the previous release: eight
 // workers both ways, four chunks of 8 MiB, no prefault, no eager refill.
 func beforeParams(min int) staging.Params {
-	return staging.Params{MinBytes: min, ChunkSize: 8 << 20, Chunks: 4, InWorkers: 8, OutWorkers: 8, Prefault: staging.PrefaultOff}
+	return staging.Params{MinBytes: min, OutMinBytes: min, ChunkSize: 8 << 20, Chunks: 4, InWorkers: 8, OutWorkers: 8, Prefault: staging.PrefaultOff}
 }
 
 // sweepConfigs lists the sweep's points: the previous release's and the
@@ -302,7 +302,7 @@ func sweepConfigs(def staging.Params, reused bool) []sweepConfig {
 	cs := []sweepConfig{{"before-" + configName(beforeParams(0)), beforeParams(0)}, {"default-" + configName(def), withMin(def, 0)}}
 	seen := map[staging.Params]bool{cs[0].p: true, cs[1].p: true}
 	add := func(p staging.Params) {
-		p.MinBytes = 0
+		p.MinBytes, p.OutMinBytes = 0, 0
 		if p.Prefault != staging.PrefaultPopulate {
 			p.Ahead = 0 // goroutines ahead only populate
 		}
@@ -338,6 +338,10 @@ func sweepConfigs(def staging.Params, reused bool) []sweepConfig {
 		}
 	}
 	for _, f := range []func(*staging.Params){
+		func(p *staging.Params) {
+			p.OutWorkers, p.Prefault, p.Ahead, p.HugePages = 12, staging.PrefaultPopulate, 4, true
+		},
+		func(p *staging.Params) { p.OutWorkers, p.Prefault, p.HugePages = 16, staging.PrefaultPopulate, true },
 		func(p *staging.Params) { p.Prefault = staging.PrefaultTouch; p.Ahead = 0 },
 		func(p *staging.Params) { p.Eager = !p.Eager },
 		func(p *staging.Params) { p.HugePages = true },
@@ -580,7 +584,8 @@ func printSweep(w io.Writer, ours []result) {
 }
 
 // parseStagingSpec reads -staging: comma-separated key=value settings
-// over base. Keys: min (SIZE), chunks (KxSIZE), in, out (workers),
+// over base. Keys: min, min_in, min_out (SIZE: the thresholds, both ways
+// or one), chunks (KxSIZE), in, out (workers),
 // prefault (off, touch, populate), eager, huge (0 or 1), ahead (the
 // goroutines that map pages ahead of the workers).
 func parseStagingSpec(spec string, base staging.Params) (staging.Params, error) {
@@ -595,10 +600,16 @@ func parseStagingSpec(spec string, base staging.Params) (staging.Params, error) 
 		}
 		var err error
 		switch k {
-		case "min":
+		case "min", "min_in", "min_out":
 			var n uint64
 			n, err = parseSize(v)
-			p.MinBytes = int(min(n, math.MaxInt))
+			m := int(min(n, math.MaxInt))
+			if k != "min_out" {
+				p.MinBytes = m
+			}
+			if k != "min_in" {
+				p.OutMinBytes = m
+			}
 		case "chunks":
 			ks, ss, ok := strings.Cut(v, "x")
 			if !ok {
@@ -622,7 +633,7 @@ func parseStagingSpec(spec string, base staging.Params) (staging.Params, error) 
 		case "ahead":
 			p.Ahead, err = strconv.Atoi(v)
 		default:
-			return p, fmt.Errorf("-staging: unknown key %q (want min, chunks, in, out, prefault, eager, huge or ahead)", k)
+			return p, fmt.Errorf("-staging: unknown key %q (want min, min_in, min_out, chunks, in, out, prefault, eager, huge or ahead)", k)
 		}
 		if err != nil {
 			return p, fmt.Errorf("-staging: %s: %w", kv, err)

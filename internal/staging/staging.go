@@ -50,9 +50,9 @@ func ParsePrefault(s string) (Prefault, error) {
 
 // Params are the staging parameters.
 type Params struct {
-	// MinBytes is the smallest copy staged; smaller ones take the
-	// driver's own path.
-	MinBytes int
+	// MinBytes and OutMinBytes are the smallest copies staged into a
+	// device and out of one; smaller ones take the driver's own path.
+	MinBytes, OutMinBytes int
 	// ChunkSize and Chunks are the pinned pool's shape: Chunks chunks of
 	// ChunkSize bytes, which is also how many DMAs one copy keeps queued.
 	ChunkSize, Chunks int
@@ -78,7 +78,7 @@ type Params struct {
 }
 
 func (p Params) String() string {
-	s := fmt.Sprintf("min=%s chunks=%dx%s in=%d out=%d prefault=%v eager=%v", size(p.MinBytes), p.Chunks, size(p.ChunkSize), p.InWorkers, p.OutWorkers, p.Prefault, p.Eager)
+	s := fmt.Sprintf("min=%s/%s chunks=%dx%s in=%d out=%d prefault=%v eager=%v", size(p.MinBytes), size(p.OutMinBytes), p.Chunks, size(p.ChunkSize), p.InWorkers, p.OutWorkers, p.Prefault, p.Eager)
 	if p.HugePages {
 		s += " hugepages"
 	}
@@ -91,8 +91,8 @@ func (p Params) String() string {
 // Check reports what is wrong with p, or nil.
 func (p Params) Check() error {
 	switch {
-	case p.MinBytes < 0:
-		return fmt.Errorf("staging: MinBytes %d is negative", p.MinBytes)
+	case p.MinBytes < 0 || p.OutMinBytes < 0:
+		return fmt.Errorf("staging: MinBytes %d or OutMinBytes %d is negative", p.MinBytes, p.OutMinBytes)
 	case p.ChunkSize < 64<<10 || p.ChunkSize > 1<<30 || p.ChunkSize%(64<<10) != 0:
 		return fmt.Errorf("staging: ChunkSize %d is not a multiple of 64 KiB between 64 KiB and 1 GiB", p.ChunkSize)
 	case p.Chunks < 1 || p.Chunks > 64:

@@ -19,11 +19,12 @@ func TestPrefaultNames(t *testing.T) {
 }
 
 func TestParamsCheck(t *testing.T) {
-	good := Params{MinBytes: 4 << 20, ChunkSize: 8 << 20, Chunks: 4, InWorkers: 8, OutWorkers: 8, Prefault: PrefaultPopulate, Eager: true}
+	good := Params{MinBytes: 4 << 20, OutMinBytes: 16 << 20, ChunkSize: 8 << 20, Chunks: 4, InWorkers: 8, OutWorkers: 8, Prefault: PrefaultPopulate, Eager: true}
 	require.NoError(t, good.Check())
-	assert.Equal(t, "min=4MiB chunks=4x8MiB in=8 out=8 prefault=populate eager=true", good.String())
+	assert.Equal(t, "min=4MiB/16MiB chunks=4x8MiB in=8 out=8 prefault=populate eager=true", good.String())
 	for _, bad := range []func(*Params){
 		func(p *Params) { p.MinBytes = -1 },
+		func(p *Params) { p.OutMinBytes = -1 },
 		func(p *Params) { p.ChunkSize = 100 << 10 },
 		func(p *Params) { p.ChunkSize = 1<<30 + 64<<10 },
 		func(p *Params) { p.Chunks = 65 },
