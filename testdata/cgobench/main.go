@@ -1206,7 +1206,12 @@ func serveRequests(ms []measurement, enc *json.Encoder) {
 		case !ok:
 			out = []result{{Name: name, Error: "not set up (not in -names)"}}
 		case m.skip != nil && m.skip() != "":
-			out = []result{{Name: name, Error: "skipped: " + m.skip()}}
+			why := m.skip()
+			if reps[name] == 0 {
+				fmt.Fprintf(os.Stderr, "cgo-baseline: skipped %s: %s\n", name, why)
+				reps[name] = -1 // said once
+			}
+			out = []result{{Name: name, Error: "skipped: " + why}}
 		default:
 			n := int64(math.Round(float64(m.iters) * flags.scale))
 			n = max(n, 1)
