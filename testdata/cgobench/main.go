@@ -1197,6 +1197,7 @@ func serveRequests(ms []measurement, enc *json.Encoder) {
 		fatalf("%v", err)
 	}
 	reps := map[string]int{}
+	said := map[string]bool{} // skips reported on stderr
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
 		name := strings.TrimSpace(in.Text())
@@ -1207,9 +1208,9 @@ func serveRequests(ms []measurement, enc *json.Encoder) {
 			out = []result{{Name: name, Error: "not set up (not in -names)"}}
 		case m.skip != nil && m.skip() != "":
 			why := m.skip()
-			if reps[name] == 0 {
+			if !said[name] {
 				fmt.Fprintf(os.Stderr, "cgo-baseline: skipped %s: %s\n", name, why)
-				reps[name] = -1 // said once
+				said[name] = true
 			}
 			out = []result{{Name: name, Error: "skipped: " + why}}
 		default:
