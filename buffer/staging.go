@@ -25,11 +25,15 @@ import (
 // copy uses it at a time; a copy that finds it busy goes to the driver's
 // own path rather than wait.
 
-// defaultStageMinBytes is the smallest copy worth staging by default:
-// below it staging gains nothing over the driver's own path. It is set
+// defaultStageMinBytes and defaultStageOutMinBytes are the smallest
+// copies worth staging by default, into a device and out of one: below
+// them staging gains nothing over the driver's own path. They are set
 // from cudamem bench's hostcopy table (the crossover of the driver's
-// pageable copy and the staged one, both ways).
-const defaultStageMinBytes = 4 << 20
+// pageable copy and the staged one, each way).
+const (
+	defaultStageMinBytes    = 4 << 20
+	defaultStageOutMinBytes = 4 << 20
+)
 
 // stageMinBytes and stageOutMinBytes are the smallest copies staged now,
 // into a device and out of one (see internal/staging).
@@ -37,7 +41,7 @@ var stageMinBytes, stageOutMinBytes atomic.Int64
 
 func init() {
 	stageMinBytes.Store(defaultStageMinBytes)
-	stageOutMinBytes.Store(defaultStageMinBytes)
+	stageOutMinBytes.Store(defaultStageOutMinBytes)
 	staging.Register(currentStaging, setStaging)
 }
 
