@@ -98,6 +98,9 @@
 // (no more than GOMAXPROCS) move the data between the slice and the pool
 // while the DMA engine moves the pieces before, several times faster than
 // the driver's own staging for large copies (BENCHMARKS.md has figures).
+// A copy into a slice whose pages the kernel has not mapped yet (a slice
+// just made) maps them while the DMA of each piece still runs, so their
+// first touch costs the copy little.
 // Smaller copies, and copies made while another one uses the pool, go
 // through the driver. Copies to and from pinned host buffers need no
 // staging: they are plain memory moves, and so are copies to and from

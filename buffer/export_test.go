@@ -20,8 +20,8 @@ func StagingConfig() (chunkSize, chunks, workers int) {
 	return stageChunkSize, stageChunks, stageWorkers
 }
 
-// StageMinBytes is the smallest staged copy.
-const StageMinBytes = stageMinBytes
+// StageMinBytes is the smallest copy staged both ways by default.
+const StageMinBytes = max(defaultStageMinBytes, defaultStageOutMinBytes)
 
 // StagedCopies counts the host copies that went through the staging pool.
 func StagedCopies() int64 { return stage.staged.Load() }

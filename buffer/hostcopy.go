@@ -160,7 +160,11 @@ func (b *Buffer) hostCopy(op string, ptr cuda.DevicePtr, p []byte, s *cuda.Strea
 		}
 		return nil
 	}
-	if n >= stageMinBytes && !stagingOff.Load() {
+	threshold := &stageMinBytes
+	if !into {
+		threshold = &stageOutMinBytes
+	}
+	if n >= uint64(threshold.Load()) && !stagingOff.Load() {
 		var done bool
 		if into {
 			done, err = stagedHtoD(&stage, streamQueue{s}, s.Device(), ptr, p)

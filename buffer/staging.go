@@ -5,9 +5,11 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/staging"
 )
 
 // Host copies from and to ordinary (pageable) Go memory. The driver copies
@@ -23,17 +25,44 @@ import (
 // copy uses it at a time; a copy that finds it busy goes to the driver's
 // own path rather than wait.
 
-// stageMinBytes is the smallest copy worth staging: below about 4 MiB
-// staging gains nothing over the driver's own path, above it more with
-// size.
-const stageMinBytes = 4 << 20
+// defaultStageMinBytes and defaultStageOutMinBytes are the smallest
+// copies worth staging by default, into a device and out of one: below
+// them staging gains nothing over the driver's own path. They are set
+// from cudamem bench's hostcopy table (the crossover of the driver's
+// pageable copy and the staged one, each way).
+const (
+	defaultStageMinBytes    = 4 << 20
+	defaultStageOutMinBytes = 4 << 20
+)
+
+// stageMinBytes and stageOutMinBytes are the smallest copies staged now,
+// into a device and out of one (see internal/staging).
+var stageMinBytes, stageOutMinBytes atomic.Int64
+
+func init() {
+	stageMinBytes.Store(defaultStageMinBytes)
+	stageOutMinBytes.Store(defaultStageOutMinBytes)
+	staging.Register(currentStaging, setStaging)
+}
 
 // Staging parameters; tests and benchmarks change them through
-// resetStaging (never while copies run).
+// resetStaging or staging.Set (never while copies run). A copy reads them
+// holding the pool's lock.
 var (
-	stageChunkSize = 8 << 20 // bytes per pinned chunk
-	stageChunks    = 4       // chunks in the pool
-	stageWorkers   = 8       // goroutines moving memory (capped by GOMAXPROCS)
+	stageChunkSize  = 8 << 20 // bytes per pinned chunk
+	stageChunks     = 4       // chunks in the pool
+	stageWorkers    = 8       // goroutines moving memory into a device (capped by GOMAXPROCS)
+	stageOutWorkers = 8       // and out of one
+	// stagePrefault is how a copy out maps its destination's pages
+	// ahead of the DMA (see prefault.go).
+	stagePrefault = staging.PrefaultPopulate
+	// stageHugePages asks for huge pages behind a copy's destination.
+	stageHugePages = false
+	// stageEager queues a chunk's next DMA as soon as it is emptied.
+	stageEager = true
+	// stageAhead is how many goroutines map a copy's destination ahead
+	// of its workers (0: the workers map their own shares).
+	stageAhead = 0
 )
 
 // stagingOff sends every host copy to the driver's path (tests and
@@ -403,11 +432,17 @@ type pipeline struct {
 	count                     []atomic.Int32
 	abort                     chan struct{}
 	wg                        sync.WaitGroup
+	// before, when set, runs for a worker's stripe of a piece before the
+	// piece is open, while its DMA may still run (see prefault.go).
+	before func(off, lo, hi int)
+	eager  bool // see stageEager
+	prof   bool // staging.Profile was on when the copy started
 }
 
-// newPipeline plans a copy of n bytes through p's k chunks. Small copies
-// use smaller pieces, so that moving and DMA still overlap.
-func newPipeline(p *stagePool, n int) *pipeline {
+// newPipeline plans a copy of n bytes through p's k chunks by workers
+// goroutines (capped by GOMAXPROCS). Small copies use smaller pieces, so
+// that moving and DMA still overlap.
+func newPipeline(p *stagePool, n, workers int) *pipeline {
 	size, k := p.size, len(p.chunks)
 	piece := (n + 2*k - 1) / (2 * k)
 	piece = (piece + 64<<10 - 1) &^ (64<<10 - 1)
@@ -415,11 +450,12 @@ func newPipeline(p *stagePool, n int) *pipeline {
 	pieces := (n + piece - 1) / piece
 	l := &pipeline{
 		pool: p, n: n, piece: piece, pieces: pieces,
-		workers: max(1, min(stageWorkers, runtime.GOMAXPROCS(0))),
+		workers: max(1, min(workers, runtime.GOMAXPROCS(0))),
 		ready:   make([]chan struct{}, pieces),
 		done:    make([]chan struct{}, pieces),
 		count:   make([]atomic.Int32, pieces),
 		abort:   make(chan struct{}),
+		prof:    staging.Profile.Load(),
 	}
 	for i := range pieces {
 		l.ready[i], l.done[i] = make(chan struct{}), make(chan struct{})
@@ -433,6 +469,33 @@ func (l *pipeline) span(i int) (off, n int) {
 	return off, min(l.piece, l.n-off)
 }
 
+// stripe is worker w's share [lo, hi) of piece i, which starts at off in
+// the copy; empty when lo >= hi.
+func (l *pipeline) stripe(i, w int) (off, lo, hi int) {
+	off, n := l.span(i)
+	lo = (n * w / l.workers) &^ 63
+	hi = n
+	if w+1 < l.workers {
+		hi = (n * (w + 1) / l.workers) &^ 63
+	}
+	return off, lo, hi
+}
+
+// clock and tally time what the counters of internal/staging sum, only
+// while they are on.
+func (l *pipeline) clock() time.Time {
+	if !l.prof {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+func (l *pipeline) tally(c *atomic.Int64, since time.Time) {
+	if l.prof {
+		c.Add(int64(time.Since(since)))
+	}
+}
+
 // start runs the workers; move(c, off, lo, hi) moves bytes [lo, hi) of
 // the piece at off in the copy, through chunk c.
 func (l *pipeline) start(move func(c *chunk, off, lo, hi int)) {
@@ -441,19 +504,23 @@ func (l *pipeline) start(move func(c *chunk, off, lo, hi int)) {
 		go func() {
 			defer l.wg.Done()
 			for i := range l.pieces {
+				off, lo, hi := l.stripe(i, w)
+				if l.before != nil && lo < hi {
+					t := l.clock()
+					l.before(off, lo, hi)
+					l.tally(&staging.PrefaultNs, t)
+				}
+				t := l.clock()
 				select {
 				case <-l.ready[i]:
 				case <-l.abort:
 					return
 				}
-				off, n := l.span(i)
-				lo := (n * w / l.workers) &^ 63
-				hi := n
-				if w+1 < l.workers {
-					hi = (n * (w + 1) / l.workers) &^ 63
-				}
+				l.tally(&staging.IdleNs, t)
 				if lo < hi {
+					t := l.clock()
 					move(l.pool.take(i), off, lo, hi)
+					l.tally(&staging.MoveNs, t)
 				}
 				if int(l.count[i].Add(1)) == l.workers {
 					close(l.done[i])
@@ -465,11 +532,29 @@ func (l *pipeline) start(move func(c *chunk, off, lo, hi int)) {
 
 // open lets the workers at piece i once its chunk's last DMA is over.
 func (l *pipeline) open(i int) error {
-	if err := l.pool.take(i).wait(); err != nil {
+	t := l.clock()
+	err := l.pool.take(i).wait()
+	l.tally(&staging.WaitNs, t)
+	if err != nil {
 		return err
 	}
 	close(l.ready[i])
 	return nil
+}
+
+// landed reports, without blocking, whether piece i's chunk has no DMA
+// left to wait for; false where its waiter cannot be asked. A failure to
+// ask is the copy's error, as a failed wait would be.
+func (l *pipeline) landed(i int) (bool, error) {
+	c := l.pool.take(i)
+	if c.pending == nil {
+		return true, nil
+	}
+	pl, ok := c.pending.(poller)
+	if !ok {
+		return false, nil
+	}
+	return pl.Done()
 }
 
 // submitted follows the DMA of chunk c just submitted to q (err: how the
@@ -486,16 +571,42 @@ func (c *chunk) submitted(q dmaQueue, err error) error {
 	return nil
 }
 
+// copyDir is the direction of a staged copy.
+type copyDir bool
+
+const (
+	intoDevice  copyDir = true
+	outOfDevice copyDir = false
+)
+
 // runCopy runs one staged copy of n bytes through pool p on q, a stream of
 // dev: the workers move the bytes (move), and drive queues the DMAs and
-// opens the pieces to the workers. done is false when the pool was not
-// available (nothing was done). When drive fails, or panics in q, the
-// workers stop and the pool is left usable (fail).
-func (p *stagePool) runCopy(q dmaQueue, dev *cuda.Device, n int, move func(c *chunk, off, lo, hi int), drive func(l *pipeline, k int) error) (done bool, err error) {
+// opens the pieces to the workers. dst is the Go memory a copy out of the
+// device fills (prefaulted as the parameters say). done is false when the
+// pool was not available (nothing was done). When drive fails, or panics
+// in q, the workers stop and the pool is left usable (fail).
+func (p *stagePool) runCopy(q dmaQueue, dev *cuda.Device, n int, dir copyDir, dst []byte, move func(c *chunk, off, lo, hi int), drive func(l *pipeline, k int) error) (done bool, err error) {
 	if !p.acquire(dev) {
 		return false, nil
 	}
-	l := newPipeline(p, n)
+	// The parameters are read holding the pool's lock (setStaging takes it).
+	workers := stageWorkers
+	if dir == outOfDevice && stageOutWorkers > 0 {
+		workers = stageOutWorkers
+	}
+	l := newPipeline(p, n, workers)
+	if dir == outOfDevice {
+		l.eager = stageEager
+		if stageHugePages {
+			adviseHugePages(dst)
+		}
+		switch pf := stagePrefault; {
+		case stageAhead > 0 && pf == staging.PrefaultPopulate:
+			l.startAhead(dst, stageAhead)
+		case pf != staging.PrefaultOff:
+			l.before = func(off, lo, hi int) { prefault(dst[off+lo:off+hi], pf) }
+		}
+	}
 	l.start(move)
 	failed := true
 	defer func() {
@@ -509,6 +620,11 @@ func (p *stagePool) runCopy(q dmaQueue, dev *cuda.Device, n int, move func(c *ch
 	}
 	l.wg.Wait()
 	failed = false
+	if l.prof {
+		staging.Copies.Add(1)
+		staging.Bytes.Add(int64(n))
+		staging.Workers.Add(int64(l.workers))
+	}
 	p.done(l.pieces)
 	return true, nil
 }
@@ -519,12 +635,45 @@ func (l *pipeline) stop() {
 	l.wg.Wait()
 }
 
+// startAhead runs n goroutines that map dst's pages piece by piece, each
+// its stripe of every piece, ahead of the workers (populate never changes
+// the bytes, so the order does not matter); they stop at the copy's end
+// or abort, and the copy waits for them (l.wg).
+func (l *pipeline) startAhead(dst []byte, n int) {
+	for w := range n {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			for i := range l.pieces {
+				select {
+				case <-l.abort:
+					return
+				case <-l.done[i]:
+					continue // the workers got there first
+				default:
+				}
+				off, size := l.span(i)
+				lo := (size * w / n) &^ 63
+				hi := size
+				if w+1 < n {
+					hi = (size * (w + 1) / n) &^ 63
+				}
+				if lo < hi {
+					t := l.clock()
+					populateAhead(dst[off+lo : off+hi])
+					l.tally(&staging.PrefaultNs, t)
+				}
+			}
+		}()
+	}
+}
+
 // stagedHtoD copies src to dst through pool p (the process's, outside
 // tests) on q, a stream of dev. It returns once src may be reused; the last
 // DMAs may still run.
 func stagedHtoD(p *stagePool, q dmaQueue, dev *cuda.Device, dst cuda.DevicePtr, src []byte) (done bool, err error) {
 	move := func(c *chunk, off, lo, hi int) { copy(c.mem[lo:hi], src[off+lo:off+hi]) }
-	return p.runCopy(q, dev, len(src), move, func(l *pipeline, k int) error {
+	return p.runCopy(q, dev, len(src), intoDevice, nil, move, func(l *pipeline, k int) error {
 		for j := range min(k, l.pieces) {
 			if err := l.open(j); err != nil {
 				return err
@@ -555,7 +704,7 @@ func stagedHtoD(p *stagePool, q dmaQueue, dev *cuda.Device, dst cuda.DevicePtr, 
 // returns once dst holds the data.
 func stagedDtoH(p *stagePool, q dmaQueue, dev *cuda.Device, dst []byte, src cuda.DevicePtr) (done bool, err error) {
 	move := func(c *chunk, off, lo, hi int) { copy(dst[off+lo:off+hi], c.mem[lo:hi]) }
-	return p.runCopy(q, dev, len(dst), move, func(l *pipeline, k int) error {
+	return p.runCopy(q, dev, len(dst), outOfDevice, dst, move, func(l *pipeline, k int) error {
 		issue := func(j int) error {
 			c := p.take(j)
 			if err := c.wait(); err != nil {
@@ -591,10 +740,20 @@ func stagedDtoH(p *stagePool, q dmaQueue, dev *cuda.Device, dst []byte, src cuda
 					return err
 				}
 			}
+			refilled := i == 0 || k == 1
+			if l.eager && !refilled {
+				// Eager: while piece i's DMA runs, refill the chunk of
+				// piece i-1 the moment the workers empty it, so the
+				// engine keeps k-1 DMAs queued rather than k-2.
+				var err error
+				if refilled, err = l.refillWhileWaiting(i, refill); err != nil {
+					return err
+				}
+			}
 			if err := l.open(i); err != nil {
 				return err
 			}
-			if i > 0 && k > 1 {
+			if !refilled {
 				if err := refill(i); err != nil {
 					return err
 				}
@@ -602,6 +761,27 @@ func stagedDtoH(p *stagePool, q dmaQueue, dev *cuda.Device, dst []byte, src cuda
 		}
 		return nil
 	})
+}
+
+// refillWhileWaiting polls until piece i's DMA has landed or the workers
+// are done with piece i-1, whichever comes first; in the second case it
+// refills (see stagedDtoH) and reports true.
+func (l *pipeline) refillWhileWaiting(i int, refill func(i int) error) (refilled bool, err error) {
+	t := l.clock()
+	defer l.tally(&staging.WaitNs, t)
+	for spins := 0; ; spins++ {
+		select {
+		case <-l.done[i-1]:
+			return true, refill(i)
+		default:
+		}
+		if done, err := l.landed(i); done || err != nil {
+			return false, err
+		}
+		if spins > 64 {
+			runtime.Gosched()
+		}
+	}
 }
 
 // copyPiece is the least a goroutine of parallelCopy moves.
@@ -638,5 +818,41 @@ func resetStaging(chunkSize, chunks, workers int) error {
 	err := stage.free()
 	stage.allocErr, stage.freeErr = nil, nil
 	stageChunkSize, stageChunks, stageWorkers = chunkSize, chunks, workers
+	return err
+}
+
+// currentStaging returns the staging parameters (for internal/staging).
+func currentStaging() staging.Params {
+	stage.mu.Lock()
+	defer stage.mu.Unlock()
+	out := stageWorkers
+	if stageOutWorkers > 0 {
+		out = stageOutWorkers
+	}
+	return staging.Params{
+		MinBytes: int(stageMinBytes.Load()), OutMinBytes: int(stageOutMinBytes.Load()),
+		ChunkSize: stageChunkSize, Chunks: stageChunks,
+		InWorkers: stageWorkers, OutWorkers: out,
+		Prefault: stagePrefault, HugePages: stageHugePages, Eager: stageEager,
+		Ahead: stageAhead,
+	}
+}
+
+// setStaging sets the staging parameters (for internal/staging, which
+// checked them). It waits for the copy in progress; a new pool shape
+// frees the pool, and the next copy allocates the new one.
+func setStaging(p staging.Params) error {
+	stage.mu.Lock()
+	defer stage.mu.Unlock()
+	var err error
+	if p.ChunkSize != stageChunkSize || p.Chunks != stageChunks {
+		err = stage.free()
+		stage.allocErr, stage.freeErr = nil, nil
+	}
+	stageMinBytes.Store(int64(p.MinBytes))
+	stageOutMinBytes.Store(int64(p.OutMinBytes))
+	stageChunkSize, stageChunks = p.ChunkSize, p.Chunks
+	stageWorkers, stageOutWorkers = p.InWorkers, p.OutWorkers
+	stagePrefault, stageHugePages, stageEager, stageAhead = p.Prefault, p.HugePages, p.Eager, p.Ahead
 	return err
 }

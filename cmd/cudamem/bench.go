@@ -18,6 +18,7 @@ import (
 	"unsafe"
 
 	"github.com/cudamem/cudamem/cuda"
+	"github.com/cudamem/cudamem/internal/staging"
 )
 
 // result is one repetition of one measurement; the C baseline program
@@ -31,6 +32,13 @@ type result struct {
 	// Error, when set, says why the measurement failed; it has no
 	// figures then. Other measurements still run and are reported.
 	Error string `json:"error,omitempty"`
+	// Extra holds a measurement's further figures for the repetition
+	// (a staged copy's breakdown: DMA wait, memcpy, page faults).
+	Extra map[string]float64 `json:"extra,omitempty"`
+	// Pair is this repetition's time ÷ that of its baseline's repetition
+	// run next to it (alternated runs; see benchpair.go); 0 when there
+	// was none.
+	Pair float64 `json:"pair_ratio,omitempty"`
 }
 
 // measurement is one benchmark of ours and the baseline it is compared to.
@@ -58,6 +66,9 @@ type measurement struct {
 	// child's start-up time beside ipc/child_import); each becomes a row
 	// of its own, divided by the same operation count.
 	sides []*side
+	// extra, if set, returns the further figures of the run just made
+	// (result.Extra).
+	extra func() map[string]float64
 }
 
 // side is a figure a measurement's run reports besides its own.
@@ -87,6 +98,10 @@ type benchEnv struct {
 	cleanup []func() error
 	growTo  uint64    // -grow-to: the size vmm/growstep grows to
 	stderr  io.Writer // for notes beside the figures (nil: none)
+	// staging is the staging parameters every measurement but the
+	// host-copy sweeps runs with (-staging over the defaults).
+	staging staging.Params
+	host    *hostBufs // the host-copy measurements' memory
 }
 
 // close runs the cleanups in reverse order and joins their errors.
@@ -103,16 +118,20 @@ func (e *benchEnv) close() error {
 
 // benchFlags are bench's command line.
 type benchFlags struct {
-	device   int
-	only     string
-	scale    float64
-	baseline string
-	format   string // table, benchstat or json
-	lock     bool
-	count    int
-	svg      string
-	growTo   uint64
-	cpuProf  string
+	device    int
+	only      string
+	scale     float64
+	baseline  string
+	format    string // table, benchstat or json
+	lock      bool
+	count     int
+	svg       string
+	growTo    uint64
+	cpuProf   string
+	maxCopy   uint64 // -max-copy
+	staging   string // -staging
+	alternate bool   // -alternate
+	log       string // -log
 }
 
 // sizeFlag is a byte size flag that takes 8GiB, 512MiB, 4096 and so on.
@@ -159,7 +178,7 @@ func parseSize(s string) (uint64, error) {
 
 // parseBenchFlags parses bench's arguments (CPU-testable).
 func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
-	f := &benchFlags{growTo: 8 << 30}
+	f := &benchFlags{growTo: 8 << 30, maxCopy: defaultMaxCopy}
 	fs := newFlagSet("bench", stderr)
 	fs.IntVar(&f.device, "device", 0, "run on the GPU with ordinal `ORDINAL`")
 	fs.StringVar(&f.only, "only", "", "run only measurements whose name starts with `PREFIX`")
@@ -168,10 +187,14 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	asJSON := fs.Bool("json", false, "print JSON lines (one per repetition) instead of a table; the same as -format json")
 	fs.StringVar(&f.format, "format", "table", "output `FORMAT`: table (medians, spreads and ratios), benchstat (Go benchmark lines, one per repetition) or json")
 	fs.BoolVar(&f.lock, "lock", false, "lock the benchmarking goroutine to one OS thread (as the C baseline is); cudamem never needs it, this shows what thread affinity is worth")
+	fs.BoolVar(&f.alternate, "alternate", true, "run the C baseline beside ours, each repetition of ours next to one of its baseline's (the order swapping each time), and print the ratio of each pair; false: the baseline runs after all of ours")
 	fs.IntVar(&f.count, "count", 1, "run each measurement (ours and the baseline's) `N` times; the table shows medians and min–max")
 	fs.StringVar(&f.svg, "svg", "", "also write an SVG bar chart of the ratios to the C baseline to `FILE` (needs the baseline)")
+	fs.StringVar(&f.log, "log", "", "also append every figure to `FILE` as a JSON line the moment it is measured (the baseline's too), so that a run cut short keeps what it measured")
 	fs.StringVar(&f.cpuProf, "cpuprofile", "", "also write a CPU profile of cudamem's side of the measurements to `FILE`, for go tool pprof (the C baseline runs in a process of its own)")
 	fs.Var(sizeFlag{&f.growTo}, "grow-to", "`SIZE` vmm/growstep grows one allocation to, in 2 MiB steps (e.g. 8GiB, 1GiB)")
+	fs.Var(sizeFlag{&f.maxCopy}, "max-copy", "the largest `SIZE` the hostcopy and staging measurements copy (from 4KiB)")
+	fs.StringVar(&f.staging, "staging", "", "staging parameters for every measurement but the staging sweep, as `SETTINGS` over the defaults, comma-separated: min=SIZE (min_in, min_out: one way), chunks=COUNTxSIZE, in=N, out=N (workers), prefault=off|touch|populate, eager=BOOL, huge=BOOL, ahead=N (goroutines mapping pages ahead, with prefault=populate)")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
@@ -201,6 +224,9 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	if f.cpuProf == "-" {
 		return nil, fmt.Errorf("%w: -cpuprofile - would mix a binary profile into the output (want a file name)", errUsage)
 	}
+	if f.log == "-" {
+		return nil, fmt.Errorf("%w: -log - would mix the log into the %s output on standard output (want a file name)", errUsage, f.format)
+	}
 	if f.svg == "-" {
 		return nil, fmt.Errorf("%w: -svg - would mix the chart into the %s output on standard output (want a file name)", errUsage, f.format)
 	}
@@ -210,7 +236,13 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	if grow := growStepName(f.growTo); setFlags(fs)["grow-to"] && !strings.HasPrefix(grow, f.only) {
 		return nil, fmt.Errorf("%w: -grow-to sets the size of %s, which -only %q leaves out", errUsage, grow, f.only)
 	}
-	if err := checkFiles([]namedFile{{"-cgo", f.baseline}}, []namedFile{{"-svg", f.svg}, {"-cpuprofile", f.cpuProf}}); err != nil {
+	if f.maxCopy < 4<<10 || f.maxCopy > 16<<30 {
+		return nil, fmt.Errorf("%w: bad -max-copy %s (want 4KiB to 16GiB)", errUsage, sizeLabel(f.maxCopy))
+	}
+	if _, err := parseStagingSpec(f.staging, staging.Current()); err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if err := checkFiles([]namedFile{{"-cgo", f.baseline}}, []namedFile{{"-svg", f.svg}, {"-cpuprofile", f.cpuProf}, {"-log", f.log}}); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -250,6 +282,15 @@ func runBench(args []string, stdout, stderr io.Writer) (err error) {
 		}
 		defer prof.discard()
 	}
+	if f.log != "" {
+		lf, err := os.OpenFile(f.log, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o666)
+		if err != nil {
+			return fmt.Errorf("-log: %w", err)
+		}
+		defer lf.Close()
+		resultLog = json.NewEncoder(lf)
+		defer func() { resultLog = nil }()
+	}
 	dev, err := deviceFlag(f.device)
 	if err != nil {
 		return err
@@ -258,9 +299,21 @@ func runBench(args []string, stdout, stderr io.Writer) (err error) {
 	if err != nil {
 		return err
 	}
-	env := &benchEnv{dev: dev, stream: s, growTo: f.growTo, stderr: stderr}
+	defaults := staging.Current()
+	params, err := parseStagingSpec(f.staging, defaults)
+	if err != nil {
+		return err
+	}
+	env := &benchEnv{dev: dev, stream: s, growTo: f.growTo, stderr: stderr, staging: params}
+	env.host = &hostBufs{e: env, max: f.maxCopy}
 	env.cleanup = append(env.cleanup, s.Close)
 	defer func() { err = errors.Join(err, env.close()) }()
+	// The staging parameters in force for the run, and the defaults after it.
+	if err := staging.Set(params); err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, staging.Set(defaults)) }()
+	fmt.Fprintf(stderr, "bench: staging %v; %s\n", params, hostNotes())
 
 	all, err := measurements(env)
 	if err != nil {
@@ -281,7 +334,17 @@ func runBench(args []string, stdout, stderr io.Writer) (err error) {
 			return fmt.Errorf("-cpuprofile: %w", err)
 		}
 	}
-	ours, _ := runOurs(ms, f.scale, f.count, stderr) // failures are in ours, marked
+	names := baselineNames(ms)
+	var pr *pairer
+	if _, err := baselinePath(f); err == nil && f.alternate && len(names) > 0 {
+		srv, err := startBaseline(f, names, stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "bench: the C baseline cannot alternate with ours (%v); it runs after ours\n", err)
+		} else {
+			pr = &pairer{srv: srv, reps: map[string]int{}}
+		}
+	}
+	ours, _ := runOurs(ms, f.scale, f.count, stderr, pr) // failures are in ours, marked
 	if prof != nil {
 		pprof.StopCPUProfile()
 		if err := prof.write(func(w io.Writer) error { _, err := w.Write(profile.Bytes()); return err }); err != nil {
@@ -291,7 +354,15 @@ func runBench(args []string, stdout, stderr io.Writer) (err error) {
 	}
 	var base []result
 	var baseErr error
-	if names := baselineNames(ms); len(names) > 0 {
+	switch {
+	case pr != nil:
+		base, baseErr = pr.base, pr.err
+		if pr.srv != nil {
+			if err := pr.srv.close(); err != nil {
+				baseErr = err
+			}
+		}
+	case len(names) > 0:
 		base, baseErr = runBaseline(f, names, stderr)
 	}
 	return report(f.format, svg, ms, ours, base, baseErr, stdout, stderr)
@@ -363,7 +434,10 @@ func failures(ms []measurement, ours []result) error {
 // that stays alive, as ipc/child_import's does, makes every later pool
 // create + export + destroy about six times faster, in C as in Go; set up
 // lazily, ours ran without it and C's with it.)
-func runOurs(ms []measurement, scale float64, count int, stderr io.Writer) ([]result, error) {
+//
+// With p, each repetition is paired with one of its baseline's (see
+// benchpair.go), whose figures p keeps.
+func runOurs(ms []measurement, scale float64, count int, stderr io.Writer, p *pairer) ([]result, error) {
 	var ours []result
 	var errs []error
 	setupErr := make([]error, len(ms))
@@ -386,7 +460,7 @@ func runOurs(ms []measurement, scale float64, count int, stderr io.Writer) ([]re
 		}
 		n := max(1, int(float64(m.iters)*scale))
 		fmt.Fprintf(stderr, "bench: [%d/%d] %s (%d × %d iterations)\n", i+1, len(ms), m.name, count, n)
-		rs, err := runOne(&m, n, count)
+		rs, err := runOne(&m, n, count, p)
 		switch {
 		case errors.As(err, &skip):
 			fmt.Fprintf(stderr, "bench: skipped %s: %s\n", m.name, skip.reason)
@@ -394,15 +468,21 @@ func runOurs(ms []measurement, scale float64, count int, stderr io.Writer) ([]re
 		case err != nil:
 			fmt.Fprintf(stderr, "bench: FAILED %s: %v\n", m.name, err)
 			ours = append(ours, result{Name: m.name, Error: err.Error()})
+			logResults(ours[len(ours)-1:])
 			errs = append(errs, fmt.Errorf("%s: %w", m.name, err))
 			continue
 		}
 		ours = append(ours, rs...)
+		logResults(rs)
+		if p != nil {
+			logResults(p.base[p.logged:])
+			p.logged = len(p.base)
+		}
 	}
 	return ours, errors.Join(errs...)
 }
 
-func runOne(m *measurement, n, count int) ([]result, error) {
+func runOne(m *measurement, n, count int, p *pairer) ([]result, error) {
 	if m.skip != "" {
 		return nil, &skipError{reason: m.skip}
 	}
@@ -417,20 +497,53 @@ func runOne(m *measurement, n, count int) ([]result, error) {
 	var rs []result
 	ops := m.ops(n)
 	for rep := 1; rep <= count; rep++ {
+		// Paired with a baseline repetition: first ours, then the
+		// baseline's, then the other way round, so that neither always
+		// runs in the other's wake.
+		var base map[string]result
+		if rep%2 == 0 {
+			base = p.once(m.baseline)
+		}
 		d, err := m.run(n)
 		if err != nil {
 			return nil, err
+		}
+		if rep%2 == 1 {
+			base = p.once(m.baseline)
 		}
 		r := result{Name: m.name, NsPerOp: float64(d.Nanoseconds()) / float64(ops), Iters: ops, Rep: rep}
 		if m.bytes > 0 {
 			r.GBps = float64(m.bytes) / (float64(d.Nanoseconds()) / float64(n))
 		}
+		if m.extra != nil {
+			r.Extra = m.extra()
+		}
+		r.Pair = pairRatio(r, base, m.baseline)
 		rs = append(rs, r)
 		for _, s := range m.sides {
-			rs = append(rs, result{Name: s.name, NsPerOp: float64(s.d.Nanoseconds()) / float64(ops), Iters: ops, Rep: rep})
+			sr := result{Name: s.name, NsPerOp: float64(s.d.Nanoseconds()) / float64(ops), Iters: ops, Rep: rep}
+			sr.Pair = pairRatio(sr, base, s.baseline)
+			rs = append(rs, sr)
 		}
 	}
 	return rs, nil
+}
+
+// resultLog, when -log is given, receives every figure as it is made.
+var resultLog *json.Encoder
+
+// logResults appends rs to the -log file, if any. A write that fails
+// stops the log, not the run.
+func logResults(rs []result) {
+	if resultLog == nil {
+		return
+	}
+	for _, r := range rs {
+		if resultLog.Encode(r) != nil {
+			resultLog = nil
+			return
+		}
+	}
 }
 
 // baselineNames lists the baseline measurements ms are compared with, once each.
@@ -599,6 +712,8 @@ func measurements(e *benchEnv) ([]measurement, error) {
 	ms = append(ms, vmmMeasurements(e)...)
 	ms = append(ms, mtMeasurements(e)...)
 	ms = append(ms, batchMeasurements(e)...)
+	ms = append(ms, hostCopyMeasurements(e)...)
+	ms = append(ms, sweepMeasurements(e)...)
 	return ms, nil
 }
 

@@ -17,6 +17,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/cudamem/cudamem/internal/staging"
 )
 
 func TestMedian(t *testing.T) {
@@ -54,11 +56,23 @@ func TestParseSize(t *testing.T) {
 func TestParseBenchFlags(t *testing.T) {
 	f, err := parseBenchFlags(nil, io.Discard)
 	require.NoError(t, err)
-	assert.Equal(t, benchFlags{scale: 1, format: "table", count: 1, growTo: 8 << 30}, *f)
+	assert.Equal(t, benchFlags{scale: 1, format: "table", count: 1, growTo: 8 << 30, maxCopy: 1 << 30, alternate: true}, *f)
 
 	f, err = parseBenchFlags([]string{"-count", "5", "-format", "benchstat", "-svg", "r.svg", "-grow-to", "1GiB", "-only", "vmm", "-device", "1"}, io.Discard)
 	require.NoError(t, err)
-	assert.Equal(t, benchFlags{device: 1, only: "vmm", scale: 1, format: "benchstat", count: 5, svg: "r.svg", growTo: 1 << 30}, *f)
+	assert.Equal(t, benchFlags{device: 1, only: "vmm", scale: 1, format: "benchstat", count: 5, svg: "r.svg", growTo: 1 << 30, maxCopy: 1 << 30, alternate: true}, *f)
+
+	f, err = parseBenchFlags([]string{"-alternate=false", "-max-copy", "64MiB", "-staging", "out=12,chunks=8x4MiB,prefault=touch,eager=false,min=1MiB,huge=true,in=4"}, io.Discard)
+	require.NoError(t, err)
+	assert.False(t, f.alternate)
+	assert.Equal(t, uint64(64<<20), f.maxCopy)
+	base := staging.Params{MinBytes: 4 << 20, OutMinBytes: 4 << 20, ChunkSize: 8 << 20, Chunks: 4, InWorkers: 8, OutWorkers: 8}
+	p, err := parseStagingSpec(f.staging, base)
+	require.NoError(t, err)
+	assert.Equal(t, staging.Params{MinBytes: 1 << 20, OutMinBytes: 1 << 20, ChunkSize: 4 << 20, Chunks: 8, InWorkers: 4, OutWorkers: 12, Prefault: staging.PrefaultTouch, HugePages: true}, p)
+	p, err = parseStagingSpec("min_in=1MiB,min_out=16MiB,ahead=2,prefault=populate", base)
+	require.NoError(t, err)
+	assert.Equal(t, [3]int{1 << 20, 16 << 20, 2}, [3]int{p.MinBytes, p.OutMinBytes, p.Ahead})
 
 	f, err = parseBenchFlags([]string{"-json"}, io.Discard)
 	require.NoError(t, err)
@@ -67,6 +81,7 @@ func TestParseBenchFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-count", "0"}, {"-iters", "0"}, {"-iters", "NaN"}, {"-format", "xml"}, {"-json", "-format", "benchstat"},
 		{"-grow-to", "2MiB"}, {"-grow-to", "1000MiB1"}, {"-grow-to", "101MiB"}, {"extra"},
+		{"-max-copy", "1KiB"}, {"-staging", "out"}, {"-staging", "out=0"}, {"-staging", "chunks=4"}, {"-staging", "prefault=maybe"}, {"-staging", "color=red"},
 	} {
 		_, err := parseBenchFlags(args, io.Discard)
 		assert.Error(t, err, "%q", args)
@@ -305,7 +320,7 @@ func TestRunOurs(t *testing.T) {
 		{name: "c", iters: 1, run: func(int) (time.Duration, error) { return 0, skipf("needs 16GiB") }},
 	}
 	var stderr bytes.Buffer
-	rs, err := runOurs(ms, 1, 3, &stderr)
+	rs, err := runOurs(ms, 1, 3, &stderr, nil)
 	require.NoError(t, err)
 	assert.Equal(t, 1, setups)
 	assert.Equal(t, 4, calls, "a warm-up and three repetitions")
@@ -326,7 +341,7 @@ func TestRunOurs(t *testing.T) {
 		"bench: skipped c: needs 16GiB",
 	}, lines)
 
-	_, err = runOurs([]measurement{{name: "d", iters: 1, run: func(int) (time.Duration, error) { return 0, errors.New("boom") }}}, 1, 1, io.Discard)
+	_, err = runOurs([]measurement{{name: "d", iters: 1, run: func(int) (time.Duration, error) { return 0, errors.New("boom") }}}, 1, 1, io.Discard, nil)
 	assert.ErrorContains(t, err, "d: boom")
 }
 
@@ -381,7 +396,7 @@ func TestBenchKeepsResultsWhenOneFails(t *testing.T) {
 		{name: "trivial/go", baseline: "trivial/cgo", iters: 10, run: ok(90)},
 	}
 	var stderr bytes.Buffer
-	ours, err := runOurs(ms, 1, 2, &stderr)
+	ours, err := runOurs(ms, 1, 2, &stderr, nil)
 	require.ErrorContains(t, err, "copy/dtod/go: cuMemcpyAsync: CUDA_ERROR_ILLEGAL_ADDRESS")
 	require.Len(t, ours, 5, "two repetitions each of the two that ran, one failure")
 	assert.Equal(t, result{Name: "copy/dtod/go", Error: "cuMemcpyAsync: CUDA_ERROR_ILLEGAL_ADDRESS"}, ours[2])
@@ -490,7 +505,7 @@ func TestRunOursSetsUpFirst(t *testing.T) {
 	}
 	ms := []measurement{mk("a", nil), mk("b", errors.New("no pool")), mk("c", nil), mk("d", skipf("no VMM here"))}
 	var stderr bytes.Buffer
-	ours, err := runOurs(ms, 1, 1, &stderr)
+	ours, err := runOurs(ms, 1, 1, &stderr, nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "b: setup: no pool")
 	assert.NotContains(t, err.Error(), "d:", "a setup that skips is no failure")

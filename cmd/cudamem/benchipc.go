@@ -31,6 +31,7 @@ const (
 	ipcChildArg  = "-ipc-child" // bench's hidden first argument in the child
 	ipcEnvDesc   = "CUDAMEM_BENCH_IPC_DESC"
 	ipcEnvDevice = "CUDAMEM_BENCH_IPC_DEVICE"
+	ipcEnvLock   = "CUDAMEM_BENCH_IPC_LOCK" // "1": the child locks its goroutine to one thread, as C's runs on one
 	ipcBufSize   = 1 << 20
 	ipcFill      = 42 // the byte the parent fills the shared buffer with
 )
@@ -40,9 +41,17 @@ type ipcChildReport struct {
 	InitNs   int64 `json:"init_ns"`   // driver load, cuInit, primary context
 	ImportNs int64 `json:"import_ns"` // pool from the fd, buffer from the descriptor
 	First    []int `json:"first"`     // the buffer's first bytes, read back
-	// Steps splits ImportNs: the handle from the fd and token, the
-	// descriptor decoded, the pool imported, the buffer imported.
+	// Steps splits ImportNs, their sum: the handle from the fd and
+	// token, the descriptor decoded, the pool imported, the buffer
+	// imported (the probes between them are not counted).
 	Steps [4]int64 `json:"steps"`
+	// Faults are the minor page faults of each step (getrusage; -1
+	// where not counted): first touches of code, heap and stack a fresh
+	// process makes.
+	Faults [4]int64 `json:"faults"`
+	// Threads is how many OS threads the import ran on: the driver keeps
+	// per-thread state, and a goroutine that moves pays for a new one.
+	Threads int `json:"threads"`
 }
 
 // ipcChildSteps names ipcChildReport.Steps.
@@ -59,6 +68,8 @@ func ipcMeasurements(e *benchEnv) []measurement {
 	}
 	initSide := &side{name: "ipc/child_init", baseline: "ipc/child_init/c"}
 	child := &ipcChild{e: e, init: initSide}
+	lockedInit := &side{name: "ipc/child_init/locked", baseline: "ipc/child_init/c"}
+	locked := &ipcChild{e: e, init: lockedInit, lock: true}
 	return []measurement{
 		{name: "ipc/pool_create_export", baseline: "ipc/pool_create_export/c", iters: 200, skip: skip,
 			run: func(n int) (time.Duration, error) {
@@ -66,6 +77,11 @@ func ipcMeasurements(e *benchEnv) []measurement {
 			}},
 		{name: "ipc/child_import", baseline: "ipc/child_import/c", iters: 10, skip: skip,
 			setup: child.setup, run: child.run, sides: []*side{initSide}},
+		// The same with the child's goroutine locked to its thread, as
+		// the C child runs on one: the difference is what a goroutine
+		// moving to another thread during the import costs.
+		{name: "ipc/child_import/locked", baseline: "ipc/child_import/c", iters: 5, skip: skip,
+			setup: locked.setupFrom(child), run: locked.run, sides: []*side{lockedInit}},
 	}
 }
 
@@ -97,11 +113,23 @@ func poolCreateExport(e *benchEnv) (err error) {
 type ipcChild struct {
 	e     *benchEnv
 	init  *side
+	lock  bool // the child locks its goroutine to its thread
 	exe   string
 	h     *ipc.Handle
 	desc  string // the buffer's descriptor, hex
 	ready bool
 	runs  int // calls of run so far; runOne's first is its warm-up
+}
+
+// setupFrom returns a setup that shares other's pool and buffer.
+func (c *ipcChild) setupFrom(other *ipcChild) func() error {
+	return func() error {
+		if err := other.setup(); err != nil {
+			return err
+		}
+		c.exe, c.h, c.desc, c.ready = other.exe, other.h, other.desc, true
+		return nil
+	}
 }
 
 func (c *ipcChild) setup() error {
@@ -151,6 +179,8 @@ func (c *ipcChild) setup() error {
 func (c *ipcChild) run(n int) (time.Duration, error) {
 	var imp, ini time.Duration
 	var steps [4]time.Duration
+	var faults [4]int64
+	moved := 0
 	for i := 0; i < n; i++ {
 		rep, err := c.once()
 		if err != nil {
@@ -160,6 +190,10 @@ func (c *ipcChild) run(n int) (time.Duration, error) {
 		ini += time.Duration(rep.InitNs)
 		for j, v := range rep.Steps {
 			steps[j] += time.Duration(v)
+			faults[j] += rep.Faults[j]
+		}
+		if rep.Threads > 1 {
+			moved++
 		}
 	}
 	c.init.d = ini
@@ -167,9 +201,13 @@ func (c *ipcChild) run(n int) (time.Duration, error) {
 	if c.e.stderr != nil && c.runs > 1 { // not for the warm-up
 		var parts []string
 		for j, d := range steps {
-			parts = append(parts, fmt.Sprintf("%s %v", ipcChildSteps[j], (d/time.Duration(n)).Round(time.Microsecond/10)))
+			parts = append(parts, fmt.Sprintf("%s %v (%d faults)", ipcChildSteps[j], (d/time.Duration(n)).Round(time.Microsecond/10), faults[j]/int64(n)))
 		}
-		fmt.Fprintf(c.e.stderr, "bench: ipc/child_import, mean of %d children: %s\n", n, strings.Join(parts, ", "))
+		name := "ipc/child_import"
+		if c.lock {
+			name += "/locked"
+		}
+		fmt.Fprintf(c.e.stderr, "bench: %s, mean of %d children: %s; %d of %d changed OS thread during the import\n", name, n, strings.Join(parts, ", "), moved, n)
 	}
 	return imp, nil
 }
@@ -181,9 +219,14 @@ func (c *ipcChild) once() (*ipcChildReport, error) {
 	}
 	defer f.Close()
 	cmd := exec.Command(c.exe, "bench", ipcChildArg)
+	lock := "0"
+	if c.lock {
+		lock = "1"
+	}
 	cmd.Env = append(os.Environ(),
 		ipcEnvDesc+"="+c.desc,
-		ipcEnvDevice+"="+strconv.Itoa(c.e.dev.Ordinal()))
+		ipcEnvDevice+"="+strconv.Itoa(c.e.dev.Ordinal()),
+		ipcEnvLock+"="+lock)
 	// The token holds the pool's key: over the child's stdin, never in
 	// its environment (inherited by whatever it starts, and readable in
 	// /proc/PID/environ).
@@ -228,6 +271,16 @@ func runIPCChild(stdout io.Writer) (err error) {
 	if err != nil {
 		return fmt.Errorf("reading the pool's token from stdin: %w", err)
 	}
+	if os.Getenv(ipcEnvLock) == "1" {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
+	// The descriptor's bytes come from the environment before the clock
+	// starts, as the C child's do: transport, not import.
+	raw, err := hex.DecodeString(os.Getenv(ipcEnvDesc))
+	if err != nil {
+		return fmt.Errorf("%s: %w", ipcEnvDesc, err)
+	}
 	t0 := time.Now()
 	ord, err := strconv.Atoi(os.Getenv(ipcEnvDevice))
 	if err != nil {
@@ -241,12 +294,22 @@ func runIPCChild(stdout io.Writer) (err error) {
 		return err
 	}
 	t1 := time.Now()
-	var steps [4]int64
-	last := t1
+	var steps, faults [4]int64
+	tids := map[int]bool{gettid(): true}
+	lastFaults := minorFaults()
+	last := time.Now()
 	step := func(i int) {
 		now := time.Now()
 		steps[i] = now.Sub(last).Nanoseconds()
-		last = now
+		f := minorFaults()
+		faults[i] = f - lastFaults
+		if f < 0 {
+			faults[i] = -1
+		}
+		tids[gettid()] = true
+		// The probes' own time and faults count in no step.
+		lastFaults = minorFaults()
+		last = time.Now()
 	}
 	h, err := ipc.NewHandle(3, strings.TrimSpace(token))
 	if err != nil {
@@ -254,10 +317,6 @@ func runIPCChild(stdout io.Writer) (err error) {
 	}
 	defer func() { err = errors.Join(err, h.Close()) }()
 	step(0)
-	raw, err := hex.DecodeString(os.Getenv(ipcEnvDesc))
-	if err != nil {
-		return fmt.Errorf("%s: %w", ipcEnvDesc, err)
-	}
 	var d ipc.Descriptor
 	if err := d.UnmarshalBinary(raw); err != nil {
 		return err
@@ -274,14 +333,14 @@ func runIPCChild(stdout io.Writer) (err error) {
 		return err
 	}
 	step(3)
-	t2 := time.Now()
 	defer func() { err = errors.Join(err, b.Close()) }()
 	first, err := readFirst(b, 4)
 	if err != nil {
 		return err
 	}
 	return json.NewEncoder(stdout).Encode(ipcChildReport{
-		InitNs: t1.Sub(t0).Nanoseconds(), ImportNs: t2.Sub(t1).Nanoseconds(), First: first, Steps: steps})
+		InitNs: t1.Sub(t0).Nanoseconds(), ImportNs: steps[0] + steps[1] + steps[2] + steps[3], First: first, Steps: steps,
+		Faults: faults, Threads: len(tids)})
 }
 
 func readFirst(b *buffer.Buffer, n int) ([]int, error) {

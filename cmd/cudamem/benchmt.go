@@ -3,6 +3,8 @@ package main
 import (
 	"errors"
 	"fmt"
+	"runtime/metrics"
+	"slices"
 	"sync"
 	"time"
 
@@ -64,6 +66,7 @@ func mtMeasurements(e *benchEnv) []measurement {
 		for _, c := range mtCounts {
 			g := c.g
 			var sub *resource.SubAllocator
+			var last map[string]float64
 			ms = append(ms, measurement{
 				name:     fmt.Sprintf("%s%d/%s", mtPrefix, g, mode),
 				baseline: fmt.Sprintf("poolpair/mt/c/%d/%s", g, mode),
@@ -80,22 +83,63 @@ func mtMeasurements(e *benchEnv) []measurement {
 					return nil
 				},
 				run: func(n int) (time.Duration, error) {
-					return concurrentPairs(sub, streams, g, mode == "shared", n)
+					var d time.Duration
+					var err error
+					last, d, err = mtProbe(func() (time.Duration, []time.Duration, error) {
+						return concurrentPairs(sub, streams, g, mode == "shared", n)
+					})
+					return d, err
 				},
+				extra: func() map[string]float64 { return last },
 			})
 		}
 	}
 	return ms
 }
 
+// mtProbe runs f (concurrentPairs) and says where its wall time went:
+// the collections it saw and their share of the CPU, and how the
+// goroutines' finishing times spread (a run whose last goroutine ends
+// long after the median one measured the scheduler, not the pairs).
+func mtProbe(f func() (time.Duration, []time.Duration, error)) (map[string]float64, time.Duration, error) {
+	samples := []metrics.Sample{
+		{Name: "/gc/cycles/total:gc-cycles"},
+		{Name: "/cpu/classes/gc/total:cpu-seconds"},
+		{Name: "/cpu/classes/total:cpu-seconds"},
+	}
+	metrics.Read(samples)
+	before := []float64{float64(samples[0].Value.Uint64()), samples[1].Value.Float64(), samples[2].Value.Float64()}
+	d, ends, err := f()
+	if err != nil {
+		return nil, d, err
+	}
+	metrics.Read(samples)
+	x := map[string]float64{"gc_cycles": float64(samples[0].Value.Uint64()) - before[0]}
+	// The CPU classes are estimates the runtime updates at collections;
+	// a run with none has no share to give.
+	if cpu := samples[2].Value.Float64() - before[2]; cpu > 0 && x["gc_cycles"] > 0 {
+		x["gc_cpu_share"] = (samples[1].Value.Float64() - before[1]) / cpu
+	}
+	if len(ends) > 0 && d > 0 {
+		sorted := slices.Clone(ends)
+		slices.Sort(sorted)
+		x["first_end"] = float64(sorted[0]) / float64(d)
+		x["median_end"] = float64(sorted[len(sorted)/2]) / float64(d)
+	}
+	return x, d, nil
+}
+
 // concurrentPairs runs g goroutines of n pairs each and returns the wall
-// time from their common start until the last finished.
-func concurrentPairs(sub *resource.SubAllocator, streams []*cuda.Stream, g int, shared bool, n int) (time.Duration, error) {
+// time from their common start until the last finished, and when each
+// finished (since the start).
+func concurrentPairs(sub *resource.SubAllocator, streams []*cuda.Stream, g int, shared bool, n int) (time.Duration, []time.Duration, error) {
 	if g > len(streams) {
-		return 0, fmt.Errorf("%d goroutines, %d streams", g, len(streams))
+		return 0, nil, fmt.Errorf("%d goroutines, %d streams", g, len(streams))
 	}
 	start := make(chan struct{})
 	errs := make([]error, g)
+	ends := make([]time.Duration, g)
+	var t0 time.Time
 	var wg sync.WaitGroup
 	for i := range g {
 		s := streams[i]
@@ -106,6 +150,7 @@ func concurrentPairs(sub *resource.SubAllocator, streams []*cuda.Stream, g int, 
 		go func() {
 			defer wg.Done()
 			<-start
+			defer func() { ends[i] = time.Since(t0) }()
 			for range n {
 				b, err := sub.Allocate(mtSize, s)
 				if err == nil {
@@ -118,9 +163,9 @@ func concurrentPairs(sub *resource.SubAllocator, streams []*cuda.Stream, g int, 
 			}
 		}()
 	}
-	t0 := time.Now()
+	t0 = time.Now()
 	close(start)
 	wg.Wait()
 	d := time.Since(t0)
-	return d, errors.Join(errs...)
+	return d, ends, errors.Join(errs...)
 }

@@ -24,6 +24,9 @@ type summary struct {
 	GBps             float64 // median bandwidth; 0 for latency measurements
 	GBpsMin, GBpsMax float64
 	Err              string // why the measurement failed; N is 0 then
+	// Pairs are the repetitions' ratios to their paired baseline
+	// repetitions (result.Pair), in order.
+	Pairs []float64
 }
 
 // median returns the median of xs (the mean of the middle two for an even
@@ -54,7 +57,7 @@ func summarize(rs []result) []summary {
 	}
 	out := make([]summary, 0, len(order))
 	for _, name := range order {
-		var ns, gb []float64
+		var ns, gb, pairs []float64
 		failed := ""
 		for _, r := range by[name] {
 			if r.Error != "" {
@@ -62,6 +65,9 @@ func summarize(rs []result) []summary {
 				continue
 			}
 			ns = append(ns, r.NsPerOp)
+			if r.Pair > 0 {
+				pairs = append(pairs, r.Pair)
+			}
 			if r.GBps > 0 {
 				gb = append(gb, r.GBps)
 			}
@@ -70,7 +76,7 @@ func summarize(rs []result) []summary {
 			out = append(out, summary{Name: name, Err: cmp.Or(failed, "no results")})
 			continue
 		}
-		s := summary{Name: name, N: len(ns), Median: median(ns), Min: slices.Min(ns), Max: slices.Max(ns)}
+		s := summary{Name: name, N: len(ns), Median: median(ns), Min: slices.Min(ns), Max: slices.Max(ns), Pairs: pairs}
 		if len(gb) > 0 {
 			s.GBps, s.GBpsMin, s.GBpsMax = median(gb), slices.Min(gb), slices.Max(gb)
 		}
@@ -171,18 +177,30 @@ func cell(s summary, rate bool) (fig, spread string) {
 }
 
 func printBench(w io.Writer, ms []measurement, ours, base []result) {
-	rows := ratioRows(ms, ours, base)
+	// The host-copy families have tables of their own, below.
+	rows := slices.DeleteFunc(ratioRows(ms, ours, base), func(r ratioRow) bool {
+		return strings.HasPrefix(r.Name, hostCopyPrefix) || strings.HasPrefix(r.Name, sweepPrefix)
+	})
 	reps := 1
 	for _, r := range rows {
 		reps = max(reps, r.Ours.N, r.Base.N)
 	}
+	if len(rows) == 0 {
+		printHostCopies(w, ours)
+		printSweep(w, ours)
+		return
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	spread := reps > 1 // the min–max columns, for -count above 1
+	paired := slices.ContainsFunc(rows, func(r ratioRow) bool { return len(r.Ours.Pairs) > 0 })
+	head := []string{"measurement", "cudamem", "baseline", "C baseline", "ratio (time, cudamem/baseline)"}
 	if spread {
-		fmt.Fprintf(tw, "measurement (median of %d)\tcudamem\tmin–max\tbaseline\tC baseline\tmin–max\tratio (time, cudamem/baseline)\n", reps)
-	} else {
-		fmt.Fprintln(tw, "measurement\tcudamem\tbaseline\tC baseline\tratio (time, cudamem/baseline)")
+		head = []string{fmt.Sprintf("measurement (median of %d)", reps), "cudamem", "min–max", "baseline", "C baseline", "min–max", "ratio (time, cudamem/baseline)"}
 	}
+	if paired {
+		head = append(head, "paired runs: median ratio (each pair)")
+	}
+	fmt.Fprintln(tw, strings.Join(head, "\t"))
 	for _, r := range rows {
 		fig, sp := cell(r.Ours, r.Rate)
 		if r.Failed() {
@@ -195,14 +213,32 @@ func printBench(w io.Writer, ms []measurement, ours, base []result) {
 				ratio = fmt.Sprintf("%.2fx", r.Ratio())
 			}
 		}
+		cols := []string{r.Name, fig, r.Baseline, bfig, ratio}
 		if spread {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, fig, sp, r.Baseline, bfig, bsp, ratio)
-		} else {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.Name, fig, r.Baseline, bfig, ratio)
+			cols = []string{r.Name, fig, sp, r.Baseline, bfig, bsp, ratio}
 		}
+		if paired {
+			cols = append(cols, pairCell(r.Ours.Pairs))
+		}
+		fmt.Fprintln(tw, strings.Join(cols, "\t"))
 	}
 	tw.Flush()
-	printScaling(w, rows)
+	printScaling(w, rows, extraMedians(ours))
+	printHostCopies(w, ours)
+	printSweep(w, ours)
+}
+
+// pairCell is the paired-runs column: the median of the pair ratios and
+// each of them, in order.
+func pairCell(pairs []float64) string {
+	if len(pairs) == 0 {
+		return "-"
+	}
+	each := make([]string, len(pairs))
+	for i, p := range pairs {
+		each[i] = fmt.Sprintf("%.2f", p)
+	}
+	return fmt.Sprintf("%.2fx (%s)", median(pairs), strings.Join(each, " "))
 }
 
 // mtKey parses "suballoc/mt/16/own" into (16, "own").
@@ -225,7 +261,12 @@ func mtKey(name string) (g int, mode string, ok bool) {
 // printScaling prints the concurrency table: pairs per second of each
 // suballoc/mt measurement and its baseline, and each against its own
 // one-goroutine (one-thread) figure.
-func printScaling(w io.Writer, rows []ratioRow) {
+//
+// Beside them, from ex (extraMedians): the collections per run and their
+// share of the CPU, and when the first and the median goroutine finished,
+// as a fraction of the run's wall time (1.00 and 1.00: all ended together;
+// a low median: the run waited for stragglers).
+func printScaling(w io.Writer, rows []ratioRow, ex map[string]map[string]float64) {
 	one := map[string]ratioRow{}
 	var mt []ratioRow
 	for _, r := range rows {
@@ -243,7 +284,7 @@ func printScaling(w io.Writer, rows []ratioRow) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "concurrency (256 B pairs)\tcudamem pairs/s\tvs 1 goroutine\tC driver pool pairs/s\tvs 1 thread\tcudamem/C throughput")
+	fmt.Fprintln(tw, "concurrency (256 B pairs)\tcudamem pairs/s\tvs 1 goroutine\tC driver pool pairs/s\tvs 1 thread\tcudamem/C throughput\tGC cycles/run\tGC CPU\tfirst/median goroutine end")
 	for _, r := range mt {
 		_, mode, _ := mtKey(r.Name)
 		vs := func(s, first summary) string {
@@ -263,8 +304,18 @@ func printScaling(w io.Writer, rows []ratioRow) {
 				thr = fmt.Sprintf("%.2fx", r.Base.Median/r.Ours.Median)
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, ours, vs(r.Ours, one[mode].Ours),
-			base, vs(r.Base, one[mode].Base), thr)
+		gc, share, ends := "-", "-", "-"
+		if x := ex[r.Name]; x != nil {
+			gc = fmt.Sprintf("%.0f", x["gc_cycles"])
+			if v, ok := x["gc_cpu_share"]; ok {
+				share = fmt.Sprintf("%.0f%%", 100*v)
+			}
+			if _, ok := x["median_end"]; ok {
+				ends = fmt.Sprintf("%.2f/%.2f", x["first_end"], x["median_end"])
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, ours, vs(r.Ours, one[mode].Ours),
+			base, vs(r.Base, one[mode].Base), thr, gc, share, ends)
 	}
 	tw.Flush()
 }

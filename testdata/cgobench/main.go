@@ -17,7 +17,7 @@
 //
 // Usage:
 //
-//	cgo-baseline [-device N] [-only PREFIX] [-names LIST] [-iters X] [-count N] [-grow-to BYTES]
+//	cgo-baseline [-device N] [-only PREFIX] [-names LIST] [-iters X] [-count N] [-grow-to BYTES] [-serve]
 //
 // -device picks the CUDA device ordinal (default 0), -only runs just the
 // measurements whose name starts with PREFIX, -names just those named in
@@ -25,7 +25,11 @@
 // measured), -iters multiplies every measurement's default iteration
 // count (default 1; 0.1 for a quick run), -count repeats each measurement
 // N times (one line per repetition, numbered by "rep"), and -grow-to sets
-// the size vmm/growstep grows to (default 8 GiB). Progress goes to
+// the size vmm/growstep grows to (default 8 GiB). With -serve it sets up
+// what the selection needs, then runs one repetition of the measurement
+// named on each line of its stdin and answers with its JSON lines and an
+// empty line: cudamem bench alternates its own repetitions with these.
+// Progress goes to
 // stderr, one line per measurement started, and so do skips (a
 // measurement that needs more device memory than is free, or a feature
 // the driver lacks, is reported and left out).
@@ -946,6 +950,7 @@ static CUresult cb_call_stream_synchronize(CUstream s) {
 import "C"
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
@@ -984,6 +989,7 @@ type result struct {
 	GBps    float64 `json:"gbps,omitempty"`
 	Iters   int64   `json:"iters"`
 	Rep     int     `json:"rep,omitempty"`
+	Error   string  `json:"error,omitempty"` // -serve: why there is no figure
 }
 
 type measurement struct {
@@ -1047,6 +1053,7 @@ func main() {
 	scale := flag.Float64("iters", 1, "multiply every measurement's default iteration count by `X`")
 	count := flag.Int("count", 1, "run each measurement `N` times (one JSON line each)")
 	growTo := flag.Uint64("grow-to", 8<<30, "`BYTES` vmm/growstep/c grows to, in 2 MiB steps")
+	serve := flag.Bool("serve", false, "set up, then run one repetition of the measurement named on each line of stdin (see serveRequests)")
 	flag.Parse()
 	if flag.NArg() != 0 || *scale <= 0 || math.IsInf(*scale, 0) || math.IsNaN(*scale) || *count < 1 ||
 		*growTo%vmmStep != 0 || *growTo < (2*vmmWindow+1)*vmmStep {
@@ -1119,6 +1126,10 @@ func main() {
 	}
 
 	enc := json.NewEncoder(os.Stdout)
+	if *serve {
+		serveRequests(ms, enc)
+		ms = nil // served; the teardown below still runs
+	}
 	for i, m := range ms {
 		n := int64(math.Round(float64(m.iters) * *scale))
 		if n < 1 {
@@ -1134,17 +1145,8 @@ func main() {
 		if m.warm {
 			m.run(max(1, n/10))
 		}
-		ops := n * max(1, m.perIter)
 		for rep := 1; rep <= *count; rep++ {
-			ns, sideNs := m.run(n)
-			out := []result{{Name: m.name, NsPerOp: ns / float64(ops), Iters: ops, Rep: rep}}
-			if m.bytes > 0 && ns > 0 {
-				out[0].GBps = float64(m.bytes) * float64(n) / ns
-			}
-			if m.side != "" {
-				out = append(out, result{Name: m.side, NsPerOp: sideNs / float64(ops), Iters: ops, Rep: rep})
-			}
-			for _, r := range out {
+			for _, r := range repeat(m, n, rep) {
 				if err := enc.Encode(r); err != nil {
 					fatalf("%v", err)
 				}
@@ -1160,6 +1162,77 @@ func main() {
 	}
 	if needContext {
 		checkC(C.cb_teardown())
+	}
+}
+
+// repeat runs m once (a repetition numbered rep) and returns its lines.
+func repeat(m measurement, n int64, rep int) []result {
+	ops := n * max(1, m.perIter)
+	ns, sideNs := m.run(n)
+	out := []result{{Name: m.name, NsPerOp: ns / float64(ops), Iters: ops, Rep: rep}}
+	if m.bytes > 0 && ns > 0 {
+		out[0].GBps = float64(m.bytes) * float64(n) / ns
+	}
+	if m.side != "" {
+		out = append(out, result{Name: m.side, NsPerOp: sideNs / float64(ops), Iters: ops, Rep: rep})
+	}
+	return out
+}
+
+// serveRequests is -serve: cudamem bench alternates its measurements
+// with these, one repetition each in turn, so that the driver's state
+// drifts alike under both. Each line of stdin names a measurement; the
+// answer is its JSON lines (the measurement's, then its side figure's),
+// then an empty line. A measurement's first request runs its warm-up
+// first; its repetitions are numbered from 1. A name not set up (not in
+// -names), or a skip, is answered with one line with "error" set. An
+// empty line first says the setup is done. The serving ends at the end of
+// stdin.
+func serveRequests(ms []measurement, enc *json.Encoder) {
+	by := map[string]measurement{}
+	for _, m := range ms {
+		by[m.name] = m
+	}
+	if _, err := os.Stdout.WriteString("\n"); err != nil {
+		fatalf("%v", err)
+	}
+	reps := map[string]int{}
+	said := map[string]bool{} // skips reported on stderr
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		name := strings.TrimSpace(in.Text())
+		m, ok := by[name]
+		var out []result
+		switch {
+		case !ok:
+			out = []result{{Name: name, Error: "not set up (not in -names)"}}
+		case m.skip != nil && m.skip() != "":
+			why := m.skip()
+			if !said[name] {
+				fmt.Fprintf(os.Stderr, "cgo-baseline: skipped %s: %s\n", name, why)
+				said[name] = true
+			}
+			out = []result{{Name: name, Error: "skipped: " + why}}
+		default:
+			n := int64(math.Round(float64(m.iters) * flags.scale))
+			n = max(n, 1)
+			if reps[name] == 0 && m.warm {
+				m.run(max(1, n/10))
+			}
+			reps[name]++
+			out = repeat(m, n, reps[name])
+		}
+		for _, r := range out {
+			if err := enc.Encode(r); err != nil {
+				fatalf("%v", err)
+			}
+		}
+		if _, err := os.Stdout.WriteString("\n"); err != nil {
+			fatalf("%v", err)
+		}
+	}
+	if err := in.Err(); err != nil {
+		fatalf("reading requests: %v", err)
 	}
 }
 

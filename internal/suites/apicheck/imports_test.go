@@ -18,7 +18,7 @@ const modulePath = "github.com/cudamem/cudamem"
 // fault-injection hook only in builds with the cudamemfault tag
 // (faultImports).
 var internalImports = map[string][]string{
-	"buffer":            {"asleep", "warn"},
+	"buffer":            {"asleep", "staging", "warn"},
 	"cuda":              {"asleep", "warn"},
 	"ipc":               {"osfd", "poolcore"},
 	"resource":          {"frames", "poolcore"},

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package buffer
+
+func mappedOrUnknown([]byte) bool { return true }
