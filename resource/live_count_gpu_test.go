@@ -9,6 +9,7 @@ package resource_test
 // pools and allocations. Each must return to where it began.
 
 import (
+	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -237,13 +238,41 @@ func TestCythonSubclassWrapperIsCounted(t *testing.T) {
 // free through a Statistics shared by all, and close them; afterwards
 // every count is where it began.
 func TestConcurrentConstructAndDropReturnsToStart(t *testing.T) {
+	concurrentConstructAndDrop(t, false)
+}
+
+// TestConcurrentConstructAndDropLegacyStream is the same on the legacy
+// default stream (nil). On an H200 it hung in the driver: every goroutine
+// in cuCtxSynchronize (a pool's Close waiting for the device),
+// cuStreamSynchronize or cuMemFreeAsync, none holding a lock of
+// cudamem's. It runs only with CUDAMEM_REPRO_LEGACY_HANG=1.
+func TestConcurrentConstructAndDropLegacyStream(t *testing.T) {
+	if os.Getenv("CUDAMEM_REPRO_LEGACY_HANG") != "1" {
+		t.Skip("set CUDAMEM_REPRO_LEGACY_HANG=1 to run (it hung in the driver on a real GPU)")
+	}
+	concurrentConstructAndDrop(t, true)
+}
+
+// concurrentConstructAndDrop makes and drops pools, sub-allocators and
+// statistics from eight goroutines, each on a stream of its own (or all
+// on the legacy default stream), and requires every count back where it
+// started.
+func concurrentConstructAndDrop(t *testing.T, legacy bool) {
 	dev := cudatest.Device(t)
 	back := driverCounts(t, dev)
 	var total sync.Mutex
 	var made, freed int
 	const goroutines, rounds = 8, 25
 	var wg sync.WaitGroup
+	var streams []*cuda.Stream
 	for range goroutines {
+		var s *cuda.Stream
+		if !legacy {
+			var err error
+			s, err = dev.NewStream()
+			require.NoError(t, err)
+			streams = append(streams, s)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -258,7 +287,7 @@ func TestConcurrentConstructAndDropReturnsToStart(t *testing.T) {
 					return
 				}
 				st := resource.NewStatistics(a)
-				b, err := st.Allocate(4096, nil)
+				b, err := st.Allocate(4096, s)
 				if assert.NoError(t, err) {
 					total.Lock()
 					made++
@@ -276,6 +305,9 @@ func TestConcurrentConstructAndDropReturnsToStart(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	for _, s := range streams {
+		require.NoError(t, s.Close())
+	}
 	assert.Equal(t, goroutines*rounds, made)
 	assert.Equal(t, made, freed)
 	require.NoError(t, dev.Sync())
