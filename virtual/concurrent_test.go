@@ -1,6 +1,7 @@
 package virtual
 
 import (
+	"errors"
 	"sync"
 	"testing"
 
@@ -202,4 +203,63 @@ func (l *lockedFake) copyHtoDAsync(dst cuda.DevicePtr, src []byte, s *cuda.Strea
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.f.copyHtoDAsync(dst, src, s)
+}
+
+// TestSleepRacesClose closes buffers from other goroutines while one
+// sleeps and wakes their tag over and over: each Close lands awake,
+// asleep or in the middle (then the Sleep or Wake that owns the
+// allocation frees it as it ends), and in the end nothing is left.
+func TestSleepRacesClose(t *testing.T) {
+	lf := &lockedFake{f: newFake(testGran)}
+	lf.f.next = fakeBase + sleepBase.Add(1)<<40
+	r, err := newResource(lf, fakeDevice, &Options{HandleType: HandleNone, Tag: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bufs []*buffer.Buffer
+	for range 8 {
+		b, err := r.Allocate(testGran, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bufs = append(bufs, b)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range 30 {
+			if err := r.Sleep(&SleepOptions{Backup: BackupToHost}, "t"); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := r.Wake(&WakeOptions{KeepHostBackup: true}, "t"); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	var wg sync.WaitGroup
+	for _, b := range bufs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := b.Use("test", func(cuda.DevicePtr) error { return nil }); err != nil && !errors.Is(err, ErrAsleep) {
+				t.Errorf("Use: %v", err)
+			}
+			if err := b.Close(); err != nil {
+				t.Errorf("Close: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	<-done
+	if err := r.DropHostBackup(); err != nil {
+		t.Fatal(err)
+	}
+	lf.mu.Lock()
+	defer lf.mu.Unlock()
+	if live := r.Live(); len(live) != 0 {
+		t.Fatalf("allocations left: %#x", live)
+	}
+	lf.f.requireEmpty(t)
 }

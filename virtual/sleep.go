@@ -121,7 +121,6 @@ type slept struct {
 	backup Backup
 	host   *hostBackup // BackupToHost: shared by the allocations of one Sleep
 	off    uint64      // where a's contents start in host.mem
-	since  time.Time
 }
 
 // hostBackup is the pinned host memory of one Sleep with BackupToHost.
@@ -295,7 +294,7 @@ func (r *Resource) Sleep(opts *SleepOptions, tags ...string) error {
 	r.mu.Lock()
 	var off uint64
 	for _, a := range as {
-		s := &slept{mapped: a.mapped, backup: o.Backup, host: host, off: off, since: start}
+		s := &slept{mapped: a.mapped, backup: o.Backup, host: host, off: off}
 		off += a.mapped
 		for _, c := range a.chunks {
 			s.sizes = append(s.sizes, c.size)
