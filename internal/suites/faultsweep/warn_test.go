@@ -1,4 +1,4 @@
-//go:build cudamemfault
+//go:build cudamemfault && linux
 
 package faultsweep
 
