@@ -144,7 +144,7 @@ func registered(op string, dev *cuda.Device, u UUID, k poolKey) (*ImportedPool, 
 
 func newImportedPool(dev *cuda.Device, pool cuda.MemPool, drv importDriver, u UUID, k poolKey, file *osfd.File) *ImportedPool {
 	p := &ImportedPool{dev: dev, pool: pool, drv: drv, uuid: u, key: k, file: file, maps: map[cuda.DevicePtr]*imported{}}
-	p.life.SetName(fmt.Sprintf("ImportedPool %v on %v", u, dev))
+	p.life.SetName(func() string { return fmt.Sprintf("ImportedPool %v on %v", u, dev) })
 	p.life.SetDestroy(func() error {
 		// Waiting for the device during a capture of its context would
 		// invalidate the capture: the destruction waits for it to end.

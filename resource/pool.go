@@ -68,7 +68,7 @@ type poolCore struct {
 // last capture (cuda.Device.DeferWhileCapturing).
 func (c *poolCore) own(quiesce []*cuda.Device, destroy func() error) {
 	retry := func() { _ = c.life.Retry() }
-	c.life.SetName(fmt.Sprintf("%s %#x on %s", c.kind, c.pool.Handle(), c.where()))
+	c.life.SetName(func() string { return fmt.Sprintf("%s %#x on %s", c.kind, c.pool.Handle(), c.where()) })
 	c.life.SetDestroy(func() error {
 	quiesce:
 		for _, d := range quiesce {

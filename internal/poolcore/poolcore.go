@@ -27,22 +27,28 @@ type Core struct {
 	mu        sync.Mutex // serializes destruction
 	closing   bool       // Close finished waiting for calls: Freed may destroy from now on
 	destroyed bool
-	destroy   func() error // nil: nothing to destroy (a borrowed pool)
-	deferred  error        // the error of a destruction Freed attempted
-	name      string       // names the pool in warnings (SetName)
+	destroy   func() error  // nil: nothing to destroy (a borrowed pool)
+	deferred  error         // the error of a destruction Freed attempted
+	name      func() string // names the pool in warnings (SetName)
 }
 
 // SetName names the pool in the warnings of destructions that fail where
-// no caller sees the error (Freed's, Retry's): "DevicePool 0x55d0c1a2b3c0
-// on GPU 0". Call it before c is shared.
-func (c *Core) SetName(name string) { c.name = name }
+// no caller sees the error (Freed's, Retry's): name returns, say,
+// "DevicePool 0x55d0c1a2b3c0 on GPU 0". It runs only for a warning, so
+// making a pool (an IPC child's import, say) does not pay for the text.
+// Call it before c is shared.
+func (c *Core) SetName(name func() string) { c.name = name }
 
 // warnDeferred logs err, the failure of a destruction that Freed or Retry
 // ran: its callers (a free that succeeded, the end of a capture) have no
 // one to give it to, and the next Close, which reports it too, may never
 // come.
 func (c *Core) warnDeferred(err error) {
-	warn.Failed("deferred pool destruction", err, "pool", c.name)
+	name := ""
+	if c.name != nil {
+		name = c.name()
+	}
+	warn.Failed("deferred pool destruction", err, "pool", name)
 }
 
 // SetDestroy makes c own its pool: fn destroys it, once, when c is closed

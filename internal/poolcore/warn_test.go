@@ -16,7 +16,7 @@ func TestDeferredDestroyFailureWarns(t *testing.T) {
 	var c Core
 	var d destroyer
 	c.SetDestroy(d.fn)
-	c.SetName("DevicePool 0x1234 on GPU 0")
+	c.SetName(func() string { return "DevicePool 0x1234 on GPU 0" })
 	if !c.Enter() {
 		t.Fatal("Enter failed")
 	}
