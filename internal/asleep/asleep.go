@@ -61,6 +61,13 @@ func Remove(ptr uint64) {
 // Check returns the error of a sleeping range that [ptr, ptr+size)
 // overlaps (a range of size 0 overlaps one that contains ptr), or nil.
 func Check(ptr, size uint64) error {
+	if spans.Load() == nil {
+		return nil // inlined into every Buffer call: one atomic load
+	}
+	return checkSlow(ptr, size)
+}
+
+func checkSlow(ptr, size uint64) error {
 	p := spans.Load()
 	if p == nil {
 		return nil
