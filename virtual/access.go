@@ -43,7 +43,7 @@ func (r *Resource) SetPeerAccess(b *buffer.Buffer, access Access, peers ...*cuda
 		return nil
 	}
 	return r.useLive(op, b, a, func() error {
-		if a.resizing {
+		if a.claimed {
 			// A Grow prepares its new memory with the access recorded
 			// now: a change meanwhile would miss that memory.
 			return errResizing(op, a.base)

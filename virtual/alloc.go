@@ -178,7 +178,7 @@ func (r *Resource) Deallocate(ptr cuda.DevicePtr, size uint64, s *cuda.Stream) e
 			r.mu.Unlock()
 			return cuda.Errorf(op, cuda.ErrInvalidArgument, "%#x is an allocation of %d bytes, not %d", uint64(ptr), a.size, size)
 		}
-		if !a.resizing {
+		if !a.claimed {
 			break
 		}
 		if a.freeLater {

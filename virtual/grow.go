@@ -113,10 +113,10 @@ func (r *Resource) beginResize(op string, ptr cuda.DevicePtr, a *allocation) err
 	if err := r.live(op, ptr, a); err != nil {
 		return err
 	}
-	if a.resizing {
+	if a.claimed {
 		return errResizing(op, ptr)
 	}
-	a.resizing = true
+	a.claimed = true
 	return nil
 }
 
@@ -129,7 +129,7 @@ func errResizing(op string, ptr cuda.DevicePtr) error {
 // the claim, out of r.allocs and returns it, for the caller to free with
 // freeLeft once r.mu is released. Otherwise it returns nil.
 func (r *Resource) endResizeLocked(a *allocation) (toFree *allocation) {
-	a.resizing = false
+	a.claimed = false
 	if !a.freeLater {
 		return nil
 	}
@@ -218,7 +218,7 @@ func (r *Resource) Grow(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error
 	if need > a.mapped {
 		if err := r.extend(a, s, g); err != nil {
 			// r.mu was held since beginResize: no free was left to us.
-			a.resizing = false
+			a.claimed = false
 			r.mu.Unlock()
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
@@ -237,7 +237,7 @@ func (r *Resource) Grow(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, error
 		r.allocs[a.base] = a
 	}
 	a.size = newSize
-	a.resizing = false // no free was left to it (freeLater checked above, under r.mu since)
+	a.claimed = false // no free was left to it (freeLater checked above, under r.mu since)
 	base := a.base
 	r.mu.Unlock()
 	nb := buffer.Owned(base, newSize, r, s)
@@ -452,7 +452,7 @@ func (r *Resource) Shrink(b *buffer.Buffer, newSize uint64) (*buffer.Buffer, err
 		err = errors.Join(err, rerr)
 	}
 	r.left.keep(&gone)
-	a.resizing = false // no free was left to it (freeLater checked above, under r.mu since)
+	a.claimed = false // no free was left to it (freeLater checked above, under r.mu since)
 	base, mapped := a.base, a.mapped
 	r.mu.Unlock()
 	nb := buffer.Owned(base, newSize, r, s)

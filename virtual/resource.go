@@ -61,13 +61,13 @@ type allocation struct {
 	resv         uint64 // the reservations' total (kept, not summed: a grow step must not cost more as they add up)
 	chunks       []chunk
 	descs        []cuda.MemAccessDesc // access granted on every chunk
-	// resizing is set while a Grow or Shrink owns the allocation (see
-	// beginResize): other changes are refused meanwhile. It is a claim,
-	// not a cuda.Guard: a second claimant is refused rather than let in,
-	// and the Deallocate that comes meanwhile must not wait for it (the
-	// Grow or Shrink waits for that Deallocate's Close in b.Disown), so
-	// it hands its free over instead (freeLater).
-	resizing bool
+	// claimed is set while a Grow or Shrink (beginResize) or a Sleep or
+	// Wake (claimLocked) owns the allocation: other changes are refused
+	// meanwhile. It is a claim, not a cuda.Guard: a second claimant is
+	// refused rather than let in, and the Deallocate that comes meanwhile
+	// must not wait for it (a Grow or Shrink waits for that Deallocate's
+	// Close in b.Disown), so it hands its free over instead (freeLater).
+	claimed bool
 	// tag selects the allocation for Sleep and Wake; sleep is its state
 	// while asleep (nil when awake: then chunks are mapped).
 	tag   string
@@ -75,10 +75,11 @@ type allocation struct {
 	// shared says how other processes map the physical memory
 	// ("exported", "imported"; "" if none): such memory cannot sleep.
 	shared string
-	// freeLater is set by a Deallocate that came while resizing was (a
-	// Close of the buffer being resized, or the last Release of a Hold
-	// of it): the Grow or Shrink frees the allocation as it ends, once
-	// it has undone its own work (see Deallocate and endResizeLocked).
+	// freeLater is set by a Deallocate that came while claimed was (a
+	// Close of the buffer being resized or put to sleep, or the last
+	// Release of a Hold of it): the claimant frees the allocation as it
+	// ends, once it has undone its own work (see Deallocate and
+	// endResizeLocked).
 	freeLater bool
 }
 

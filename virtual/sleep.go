@@ -155,7 +155,7 @@ func (r *Resource) claimLocked(op string, tags []string, wantAsleep bool) ([]*al
 		if !matches(tags, a.tag) || (a.sleep != nil) != wantAsleep || a.size == 0 {
 			continue
 		}
-		if a.resizing {
+		if a.claimed {
 			return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "allocation %#x (tag %q) is being changed by another call (Grow, Shrink, Sleep or Wake)", uint64(a.base), a.tag)
 		}
 		if !wantAsleep && a.shared != "" {
@@ -165,7 +165,7 @@ func (r *Resource) claimLocked(op string, tags []string, wantAsleep bool) ([]*al
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].base < out[j].base })
 	for _, a := range out {
-		a.resizing = true
+		a.claimed = true
 	}
 	return out, nil
 }
@@ -226,9 +226,10 @@ func (r *Resource) tagsOf(as []*allocation) []string {
 // Allocations exported to other processes (Export, ExportFabric) or
 // imported from one cannot sleep: their physical memory is shared. Sleep
 // of allocations that are all asleep already, or of tags without
-// allocations, does nothing. Allocating on a capturing stream is refused,
-// and so is sleeping while a Grow, Shrink, Sleep or Wake owns one of the
-// allocations.
+// allocations, does nothing. Sleeping while a stream of the device
+// captures is refused (cuda.ErrCapturing: waiting for the device would
+// invalidate the capture), and so is sleeping while a Grow, Shrink or Wake
+// owns one of the allocations; either leaves everything awake.
 func (r *Resource) Sleep(opts *SleepOptions, tags ...string) error {
 	const op = "Resource.Sleep"
 	if err := r.check(op); err != nil {
