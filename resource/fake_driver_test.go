@@ -6,10 +6,6 @@ package resource
 // real one, in this process.
 
 import (
-	"errors"
-	"os"
-	"os/exec"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -20,32 +16,11 @@ import (
 	"github.com/cudamem/cudamem/internal/testkit/fakecuda"
 )
 
-// fakeChildEnv is set in the child process that runs a test over the fake
-// driver.
-const fakeChildEnv = "CUDAMEM_RESOURCE_FAKE_CHILD"
-
 // onFakeDriver reports whether the calling test runs over the fake driver
-// now. In the test process it runs the test again in a child process over
-// the fake, reports the child's outcome as its own and returns false (the
-// test then returns); in the child it returns true. Without a C compiler
-// the test is skipped (failed with CUDAMEM_REQUIRE_CC set).
+// (one device) now: see fakecuda.OnFake.
 func onFakeDriver(t *testing.T) bool {
 	t.Helper()
-	if os.Getenv(fakeChildEnv) == "1" {
-		return true
-	}
-	path, err := fakecuda.Build(t.TempDir())
-	if errors.Is(err, fakecuda.ErrNoCompiler) && !fakecuda.Required() {
-		t.Skipf("the fake driver needs a C compiler: %v", err)
-	}
-	require.NoError(t, err)
-	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v", "-test.timeout=5m")
-	cmd.Env = append(os.Environ(), fakeChildEnv+"=1", "CUDAMEM_DRIVER="+path, "FAKECUDA_DEVICES=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
-		t.Fatalf("over the fake driver: %v\n%s", err, out)
-	}
-	return false
+	return fakecuda.OnFake(t, "FAKECUDA_DEVICES=1")
 }
 
 // Allocations on a stream that was closed are refused with cuda.ErrClosed

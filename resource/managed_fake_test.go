@@ -7,10 +7,7 @@ package resource_test
 // and says why; what remains possible still works.
 
 import (
-	"errors"
 	"os"
-	"os/exec"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -23,30 +20,11 @@ import (
 	"github.com/cudamem/cudamem/resource"
 )
 
-// managedFakeEnv marks the child process of onFakeManaged.
-const managedFakeEnv = "CUDAMEM_MANAGED_FAKE_CHILD"
-
-// onFakeManaged runs the calling test again in a child process over the
-// fake driver with env added, reports the child's outcome and returns
-// false; in the child it returns true. Without a C compiler it skips
-// (fails with CUDAMEM_REQUIRE_CC set).
+// onFakeManaged runs the calling test over the fake driver's two devices
+// with env added: see fakecuda.OnFake.
 func onFakeManaged(t *testing.T, env ...string) bool {
 	t.Helper()
-	if os.Getenv(managedFakeEnv) == "1" {
-		return true
-	}
-	path, err := fakecuda.Build(t.TempDir())
-	if errors.Is(err, fakecuda.ErrNoCompiler) && !fakecuda.Required() {
-		t.Skipf("the fake driver needs a C compiler: %v", err)
-	}
-	require.NoError(t, err)
-	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v", "-test.timeout=5m")
-	cmd.Env = append(append(os.Environ(), managedFakeEnv+"=1", "CUDAMEM_DRIVER="+path, "FAKECUDA_DEVICES=2"), env...)
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: "+t.Name()) {
-		t.Fatalf("over the fake driver (%s): %v\n%s", strings.Join(env, " "), err, out)
-	}
-	return false
+	return fakecuda.OnFake(t, append([]string{"FAKECUDA_DEVICES=2"}, env...)...)
 }
 
 // fakeStats opens the fake driver the process runs on, once every
