@@ -262,7 +262,7 @@ func (r *Resource) Sleep(opts *SleepOptions, tags ...string) error {
 		asleep.Add(uint64(a.base), a.mapped, &AsleepError{Tag: a.tag, Addr: a.base, Size: a.size})
 	}
 	undo := func(err error, released int) error {
-		err = errors.Join(err, r.hooksAcquired(op, as[:released]))
+		err = errors.Join(err, r.undoHooks(op, as[:released], true))
 		for _, a := range as {
 			asleep.Remove(uint64(a.base))
 		}
@@ -271,7 +271,7 @@ func (r *Resource) Sleep(opts *SleepOptions, tags ...string) error {
 	if err := r.drv.syncDevice(); err != nil {
 		return undo(fmt.Errorf("waiting for the device: %w", err), 0)
 	}
-	if n, err := r.hooksReleased(op, as); err != nil {
+	if n, err := r.runHooks(op, as, false); err != nil {
 		return undo(err, n)
 	}
 	var host *hostBackup
@@ -658,8 +658,8 @@ func (r *Resource) Wake(opts *WakeOptions, tags ...string) (err error) {
 	if err := r.restoreStream(as, o.Reader); err != nil {
 		return undo(err)
 	}
-	if n, err := r.hooksAcquiredN(op, as); err != nil {
-		_, rerr := r.hooksReleased(op, as[:n])
+	if n, err := r.runHooks(op, as, true); err != nil {
+		rerr := r.undoHooks(op, as[:n], false)
 		return fail(r.rollback(&t, errors.Join(err, rerr)))
 	}
 	// Everything is back: commit.
@@ -788,30 +788,22 @@ func (r *Resource) restoreStream(as []*allocation, rd io.Reader) (err error) {
 	return nil
 }
 
-// hooksReleased runs Options.Segments.Released for as, in order, and
-// returns how many ran without error (a panic is an error).
-func (r *Resource) hooksReleased(op string, as []*allocation) (int, error) {
-	return r.runHooks(op, as, false)
-}
-
-// hooksAcquired runs Acquired for as (undoing hooksReleased), all of
-// them, and joins the failures.
-func (r *Resource) hooksAcquired(op string, as []*allocation) error {
+// undoHooks runs the hook that undoes another's (Acquired after
+// Released, acquired true; Released after Acquired, false) for each of
+// as, every one whatever fails, and joins the failures.
+func (r *Resource) undoHooks(op string, as []*allocation, acquired bool) error {
 	var errs []error
 	for i := range as {
-		if _, err := r.runHooks(op, as[i:i+1], true); err != nil {
+		if _, err := r.runHooks(op, as[i:i+1], acquired); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// hooksAcquiredN runs Acquired for as, in order, stopping at the first
-// failure; it returns how many succeeded.
-func (r *Resource) hooksAcquiredN(op string, as []*allocation) (int, error) {
-	return r.runHooks(op, as, true)
-}
-
+// runHooks runs Options.Segments.Acquired (acquired) or Released for as,
+// in order, stopping at the first failure (a panic is one), and returns
+// how many succeeded.
 func (r *Resource) runHooks(op string, as []*allocation, acquired bool) (n int, err error) {
 	h := r.opts.Segments
 	if h == nil {

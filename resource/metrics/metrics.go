@@ -341,7 +341,7 @@ func (r *Registry) WritePrometheus(w io.Writer) error {
 				writeHead(bw, f.name, f.help, f.typ)
 				head = true
 			}
-			line = appendSample(line[:0], f.name, rd, f.value(rd))
+			line = appendSample(line[:0], f.name, rd, nil, f.value(rd))
 			bw.Write(line)
 		}
 	}
@@ -357,7 +357,7 @@ func (r *Registry) WritePrometheus(w io.Writer) error {
 					writeHead(bw, f.name, f.help, f.typ)
 					head = true
 				}
-				line = appendTagSample(line[:0], f.name, rd, &rd.sleep[j], f.value(&rd.sleep[j]))
+				line = appendSample(line[:0], f.name, rd, &rd.sleep[j].Tag, f.value(&rd.sleep[j]))
 				bw.Write(line)
 			}
 		}
@@ -369,7 +369,7 @@ func (r *Registry) WritePrometheus(w io.Writer) error {
 			if rds[i].err != nil {
 				up = 0
 			}
-			line = appendSample(line[:0], "cudamem_source_up", &rds[i], up)
+			line = appendSample(line[:0], "cudamem_source_up", &rds[i], nil, up)
 			bw.Write(line)
 		}
 	}
@@ -384,26 +384,21 @@ func writeHead(w *bufio.Writer, name, help, typ string) {
 	w.WriteString("# TYPE " + name + " " + typ + "\n")
 }
 
-func appendSample(b []byte, name string, rd *reading, v uint64) []byte {
+// appendSample appends one sample of rd's: its resource and device
+// labels, and a tag label when tag is not nil (sleeping memory's).
+func appendSample(b []byte, name string, rd *reading, tag *string, v uint64) []byte {
 	b = append(b, name...)
 	b = append(b, `{resource="`...)
 	b = appendLabelValue(b, rd.name)
 	b = append(b, `",device="`...)
 	b = strconv.AppendInt(b, int64(rd.dev), 10)
+	if tag != nil {
+		b = append(b, `",tag="`...)
+		b = appendLabelValue(b, *tag)
+	}
 	b = append(b, `"} `...)
 	b = strconv.AppendUint(b, v, 10)
 	return append(b, '\n')
-}
-
-func appendTagSample(b []byte, name string, rd *reading, st *virtual.SleepStats, v uint64) []byte {
-	b = appendSample(b, name, rd, v)
-	// Insert the tag label before the closing brace of appendSample's.
-	i := strings.LastIndex(string(b), "} ")
-	tail := append([]byte(nil), b[i:]...)
-	b = append(b[:i], `,tag="`...)
-	b = appendLabelValue(b, st.Tag)
-	b = append(b, '"')
-	return append(b, tail...)
 }
 
 // appendLabelValue escapes a label value: backslash, double quote and
