@@ -99,8 +99,10 @@
 // while the DMA engine moves the pieces before, several times faster than
 // the driver's own staging for large copies (BENCHMARKS.md has figures).
 // A copy into a slice whose pages the kernel has not mapped yet (a slice
-// just made) maps them while the DMA of each piece still runs, so their
-// first touch costs the copy little.
+// just made) is staged from 256 KiB, and maps the pages while the DMA of
+// each piece still runs, with up to 16 goroutines: there the kernel's
+// work of mapping every page bounds the copy, and it grows with the
+// goroutines that share it.
 // Smaller copies, and copies made while another one uses the pool, go
 // through the driver. Copies to and from pinned host buffers need no
 // staging: they are plain memory moves, and so are copies to and from

@@ -160,11 +160,7 @@ func (b *Buffer) hostCopy(op string, ptr cuda.DevicePtr, p []byte, s *cuda.Strea
 		}
 		return nil
 	}
-	threshold := &stageMinBytes
-	if !into {
-		threshold = &stageOutMinBytes
-	}
-	if n >= uint64(threshold.Load()) && !stagingOff.Load() {
+	if stageable(into, n, p) && !stagingOff.Load() {
 		var done bool
 		if into {
 			done, err = stagedHtoD(&stage, streamQueue{s}, s.Device(), ptr, p)
@@ -191,6 +187,16 @@ func (b *Buffer) hostCopy(op string, ptr cuda.DevicePtr, p []byte, s *cuda.Strea
 	}
 	runtime.KeepAlive(p) // the caller's slice, until the copy is known done
 	return err
+}
+
+// stageable reports whether a copy of n bytes between a device and p is
+// large enough to stage: into a device from stageMinBytes; out of one
+// from stageOutMinBytes, or from stageFreshMinBytes where p is fresh.
+func stageable(into bool, n uint64, p []byte) bool {
+	if into {
+		return n >= uint64(stageMinBytes.Load())
+	}
+	return n >= uint64(stageOutMinBytes.Load()) || n >= uint64(stageFreshMinBytes.Load()) && fresh(p)
 }
 
 // refuseCapture refuses a copy between Go memory and a buffer on a

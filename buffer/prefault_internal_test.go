@@ -46,9 +46,10 @@ func (e pollEngine) record(c *chunk) error {
 // pollable DMA ends or not, land the right bytes and nothing outside dst;
 // and with the counters on, they are counted.
 func TestStagingDtoHVariants(t *testing.T) {
-	defer func(w, o int, pf staging.Prefault, eager bool, ahead int) {
-		stageWorkers, stageOutWorkers, stagePrefault, stageEager, stageAhead = w, o, pf, eager, ahead
-	}(stageWorkers, stageOutWorkers, stagePrefault, stageEager, stageAhead)
+	defer func(w, o, f int, pf staging.Prefault, eager bool, ahead int) {
+		stageWorkers, stageOutWorkers, stageFreshWorkers, stagePrefault, stageEager, stageAhead = w, o, f, pf, eager, ahead
+	}(stageWorkers, stageOutWorkers, stageFreshWorkers, stagePrefault, stageEager, stageAhead)
+	stageFreshWorkers = 0 // out workers whatever dst's pages (TestStagingFreshWorkers)
 	defer staging.Profile.Store(staging.Profile.Load())
 	staging.Profile.Store(true)
 	for _, pf := range []staging.Prefault{staging.PrefaultOff, staging.PrefaultTouch, staging.PrefaultPopulate, prefaultAhead} {
@@ -135,7 +136,7 @@ func TestStagingParamsRoundTrip(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, staging.Set(old)) })
 	p := old
 	p.MinBytes, p.OutMinBytes, p.ChunkSize, p.Chunks, p.InWorkers, p.OutWorkers = 1<<20, 2<<20, 1<<20, 3, 2, 5
-	p.Prefault, p.HugePages, p.Eager = staging.PrefaultTouch, true, false
+	p.Prefault, p.HugePages, p.Eager, p.FreshWorkers = staging.PrefaultTouch, true, false, 7
 	require.NoError(t, staging.Set(p))
 	assert.Equal(t, p, staging.Current())
 	p.Prefault, p.Ahead = staging.PrefaultPopulate, 4

@@ -70,3 +70,21 @@ func mapped(whole []byte) bool {
 	}
 	return true
 }
+
+// fresh reports whether b looks fresh: its first or its last whole page
+// is not mapped yet (one mincore call each; a slice touched in part
+// counts as fresh). False where mincore cannot tell.
+func fresh(b []byte) bool {
+	whole := pageRange(b, pageSize)
+	if len(whole) == 0 {
+		return false
+	}
+	for _, off := range [2]int{0, len(whole) - pageSize} {
+		var v byte
+		_, _, errno := unix.Syscall(unix.SYS_MINCORE, addrOf(whole[off:]), uintptr(pageSize), uintptr(unsafe.Pointer(&v)))
+		if errno == 0 && v&1 == 0 {
+			return true
+		}
+	}
+	return false
+}

@@ -1,6 +1,7 @@
 package buffer
 
 import (
+	"runtime"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -36,4 +37,68 @@ func TestPrefaultOffLeavesPagesUnmapped(t *testing.T) {
 	t.Cleanup(func() { _ = unix.Munmap(m) })
 	prefault(m, staging.PrefaultOff)
 	assert.False(t, mapped(m))
+}
+
+// fresh tells a new mapping from a written one by its first and last
+// whole pages; a part of a page is never enough to tell.
+func TestFreshDestination(t *testing.T) {
+	m, err := unix.Mmap(-1, 0, 16*pageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = unix.Munmap(m) })
+	assert.True(t, fresh(m), "a new mapping")
+	assert.False(t, fresh(m[1:pageSize]), "no whole page")
+	m[0] = 1
+	assert.True(t, fresh(m), "its last page still unmapped")
+	m[len(m)-1] = 1
+	assert.False(t, fresh(m), "first and last pages written")
+	assert.True(t, fresh(m[pageSize:len(m)-pageSize]), "the middle is still fresh")
+	require.NoError(t, unix.Madvise(m, unix.MADV_DONTNEED))
+	assert.True(t, fresh(m), "pages given back")
+}
+
+// A copy out into fresh pages runs stageFreshWorkers workers; into
+// mapped memory, stageOutWorkers. Both land the bytes.
+func TestStagingFreshWorkers(t *testing.T) {
+	defer func(o, f int) { stageOutWorkers, stageFreshWorkers = o, f }(stageOutWorkers, stageFreshWorkers)
+	defer staging.Profile.Store(staging.Profile.Load())
+	staging.Profile.Store(true)
+	stageOutWorkers, stageFreshWorkers = 2, 3
+	const n = 8 * 64 << 10
+	m, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = unix.Munmap(m) })
+	for _, c := range []struct {
+		name    string
+		workers int
+	}{{"fresh", 3}, {"mapped", 2}} {
+		p := fakePool(64<<10, 2)
+		fe := newFakeEngine(t, n, int64(n))
+		copy(fe.dev, pattern(n, 9))
+		before := staging.Read()
+		done, err := stagedDtoH(p, fe, nil, m, fakeBase)
+		require.True(t, done, c.name)
+		require.NoError(t, err, c.name)
+		require.Equal(t, pattern(n, 9), m, c.name)
+		assert.Equal(t, int64(min(c.workers, runtime.GOMAXPROCS(0))), staging.Read().Sub(before).Workers, c.name)
+	}
+}
+
+// Copies out of a device into fresh memory are staged from
+// stageFreshMinBytes, into mapped memory from stageOutMinBytes; into a
+// device, from stageMinBytes whatever the slice.
+func TestStageableFreshThreshold(t *testing.T) {
+	const n = 1 << 20
+	m, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = unix.Munmap(m) })
+	require.Less(t, n, defaultStageOutMinBytes)
+	require.Greater(t, n, defaultStageFreshMinBytes)
+	assert.True(t, stageable(false, n, m), "1 MiB out into fresh pages")
+	assert.False(t, stageable(false, defaultStageFreshMinBytes-1, m[:defaultStageFreshMinBytes-1]), "below the fresh threshold")
+	assert.False(t, stageable(true, n, m), "into a device: stageMinBytes alone")
+	for i := range m {
+		m[i] = 1
+	}
+	assert.False(t, stageable(false, n, m), "1 MiB out into mapped pages")
+	assert.True(t, stageable(false, defaultStageOutMinBytes, make([]byte, 0)), "from stageOutMinBytes, any destination")
 }

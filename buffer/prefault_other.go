@@ -17,6 +17,9 @@ func adviseHugePages([]byte) {}
 // mapped cannot tell here: prefaulting touches every page.
 func mapped([]byte) bool { return false }
 
+// fresh cannot tell here: copies out use the workers of mapped memory.
+func fresh([]byte) bool { return false }
+
 func populateWhole([]byte) bool {
 	populateRefused.Store(true)
 	return false

@@ -714,6 +714,7 @@ func measurements(e *benchEnv) ([]measurement, error) {
 	ms = append(ms, batchMeasurements(e)...)
 	ms = append(ms, hostCopyMeasurements(e)...)
 	ms = append(ms, sweepMeasurements(e)...)
+	ms = append(ms, ceilingMeasurements(e)...)
 	return ms, nil
 }
 

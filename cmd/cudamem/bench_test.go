@@ -69,10 +69,10 @@ func TestParseBenchFlags(t *testing.T) {
 	base := staging.Params{MinBytes: 4 << 20, OutMinBytes: 4 << 20, ChunkSize: 8 << 20, Chunks: 4, InWorkers: 8, OutWorkers: 8}
 	p, err := parseStagingSpec(f.staging, base)
 	require.NoError(t, err)
-	assert.Equal(t, staging.Params{MinBytes: 1 << 20, OutMinBytes: 1 << 20, ChunkSize: 4 << 20, Chunks: 8, InWorkers: 4, OutWorkers: 12, Prefault: staging.PrefaultTouch, HugePages: true}, p)
-	p, err = parseStagingSpec("min_in=1MiB,min_out=16MiB,ahead=2,prefault=populate", base)
+	assert.Equal(t, staging.Params{MinBytes: 1 << 20, OutMinBytes: 1 << 20, FreshMinBytes: 1 << 20, ChunkSize: 4 << 20, Chunks: 8, InWorkers: 4, OutWorkers: 12, Prefault: staging.PrefaultTouch, HugePages: true}, p)
+	p, err = parseStagingSpec("min_in=1MiB,min_out=16MiB,min_fresh=64KiB,ahead=2,prefault=populate,fresh=16", base)
 	require.NoError(t, err)
-	assert.Equal(t, [3]int{1 << 20, 16 << 20, 2}, [3]int{p.MinBytes, p.OutMinBytes, p.Ahead})
+	assert.Equal(t, [5]int{1 << 20, 16 << 20, 64 << 10, 2, 16}, [5]int{p.MinBytes, p.OutMinBytes, p.FreshMinBytes, p.Ahead, p.FreshWorkers})
 
 	f, err = parseBenchFlags([]string{"-json"}, io.Discard)
 	require.NoError(t, err)
@@ -81,7 +81,7 @@ func TestParseBenchFlags(t *testing.T) {
 	for _, args := range [][]string{
 		{"-count", "0"}, {"-iters", "0"}, {"-iters", "NaN"}, {"-format", "xml"}, {"-json", "-format", "benchstat"},
 		{"-grow-to", "2MiB"}, {"-grow-to", "1000MiB1"}, {"-grow-to", "101MiB"}, {"extra"},
-		{"-max-copy", "1KiB"}, {"-staging", "out"}, {"-staging", "out=0"}, {"-staging", "chunks=4"}, {"-staging", "prefault=maybe"}, {"-staging", "color=red"},
+		{"-max-copy", "1KiB"}, {"-staging", "out"}, {"-staging", "out=0"}, {"-staging", "chunks=4"}, {"-staging", "prefault=maybe"}, {"-staging", "color=red"}, {"-staging", "fresh=-1"},
 	} {
 		_, err := parseBenchFlags(args, io.Discard)
 		assert.Error(t, err, "%q", args)

@@ -60,7 +60,8 @@ func hostIters(n uint64) int {
 // hostBufs are the host-copy measurements' memory, made once for all of
 // them: a device buffer, pinned memory and two slices of ordinary memory
 // of the largest size (one kept mapped, one whose pages each fresh copy
-// releases), mapped outside the Go heap (see hostMemory).
+// releases, and another such for huge pages), mapped outside the Go heap
+// (see hostMemory).
 type hostBufs struct {
 	e      *benchEnv
 	max    uint64
@@ -71,6 +72,18 @@ type hostBufs struct {
 	pinned unsafe.Pointer
 	page   []byte // mapped: written once at setup
 	fresh  []byte // pages released before every copy
+	// freshHuge is fresh for the staging parameters that ask for huge
+	// pages: the advice stays with the mapping, and would give every
+	// later fresh copy huge pages it did not ask for.
+	freshHuge []byte
+}
+
+// freshFor is the fresh destination for copies under p.
+func (h *hostBufs) freshFor(p staging.Params) []byte {
+	if p.HugePages {
+		return h.freshHuge
+	}
+	return h.fresh
 }
 
 func (h *hostBufs) setup() error {
@@ -112,7 +125,7 @@ func (h *hostBufs) make() error {
 	}
 	h.pinned = p
 	e.cleanup = append(e.cleanup, func() error { return e.dev.MemFreeHost(p) })
-	for _, m := range []*[]byte{&h.page, &h.fresh} {
+	for _, m := range []*[]byte{&h.page, &h.fresh, &h.freshHuge} {
 		b, free, err := hostMemory(h.max)
 		if err != nil {
 			return err
@@ -187,7 +200,7 @@ func (p *probe) extra() map[string]float64 { return p.last }
 
 // withStaging returns params with min as the threshold.
 func withMin(p staging.Params, min int) staging.Params {
-	p.MinBytes, p.OutMinBytes = min, min
+	p.MinBytes, p.OutMinBytes, p.FreshMinBytes = min, min, min
 	return p
 }
 
@@ -227,7 +240,8 @@ func hostCopyMeasurements(e *benchEnv) []measurement {
 					var fresh []byte
 					dst := h.page[:n]
 					if strings.HasSuffix(v, "_fresh") {
-						fresh, dst = h.fresh[:n], h.fresh[:n]
+						fresh = h.freshFor(params)[:n]
+						dst = fresh
 					}
 					var f func() error
 					switch {
@@ -273,7 +287,8 @@ type sweepConfig struct {
 }
 
 // configName names p by how it differs from nothing: wW-KxSIZE-PREFAULT
-// with -lazy when not eager and -huge for huge pages.
+// with -lazy when not eager, -huge for huge pages, -aheadN and -freshN
+// (workers into fresh memory).
 func configName(p staging.Params) string {
 	s := fmt.Sprintf("w%d-%dx%s-%v", p.OutWorkers, p.Chunks, sizeLabel(uint64(p.ChunkSize)), p.Prefault)
 	if !p.Eager {
@@ -285,13 +300,16 @@ func configName(p staging.Params) string {
 	if p.Ahead > 0 {
 		s += fmt.Sprintf("-ahead%d", p.Ahead)
 	}
+	if p.FreshWorkers > 0 {
+		s += fmt.Sprintf("-fresh%d", p.FreshWorkers)
+	}
 	return s
 }
 
 // beforeParams are the staging parameters of the previous release: eight
 // workers both ways, four chunks of 8 MiB, no prefault, no eager refill.
 func beforeParams(min int) staging.Params {
-	return staging.Params{MinBytes: min, OutMinBytes: min, ChunkSize: 8 << 20, Chunks: 4, InWorkers: 8, OutWorkers: 8, Prefault: staging.PrefaultOff}
+	return staging.Params{MinBytes: min, OutMinBytes: min, FreshMinBytes: min, ChunkSize: 8 << 20, Chunks: 4, InWorkers: 8, OutWorkers: 8, Prefault: staging.PrefaultOff}
 }
 
 // sweepConfigs lists the sweep's points: the previous release's and the
@@ -303,6 +321,7 @@ func sweepConfigs(def staging.Params, reused bool) []sweepConfig {
 	seen := map[staging.Params]bool{cs[0].p: true, cs[1].p: true}
 	add := func(p staging.Params) {
 		p.MinBytes, p.OutMinBytes = 0, 0
+		p.FreshWorkers = 0 // the workers are the point's own, fresh or not
 		if p.Prefault != staging.PrefaultPopulate {
 			p.Ahead = 0 // goroutines ahead only populate
 		}
@@ -371,7 +390,8 @@ func sweepMeasurements(e *benchEnv) []measurement {
 						var fresh []byte
 						dst := h.page[:n]
 						if mode == "fresh" {
-							fresh, dst = h.fresh[:n], h.fresh[:n]
+							fresh = h.freshFor(p)[:n]
+							dst = fresh
 						}
 						view := h.views[n]
 						return pr.run(iters, func(iters int) (time.Duration, error) {
@@ -584,8 +604,10 @@ func printSweep(w io.Writer, ours []result) {
 }
 
 // parseStagingSpec reads -staging: comma-separated key=value settings
-// over base. Keys: min, min_in, min_out (SIZE: the thresholds, both ways
-// or one), chunks (KxSIZE), in, out (workers),
+// over base. Keys: min, min_in, min_out, min_fresh (SIZE: the thresholds,
+// all of them or one: into a device, out of one, out of one into fresh
+// memory), chunks (KxSIZE), in, out (workers), fresh (workers into fresh
+// memory; 0: out's),
 // prefault (off, touch, populate), eager, huge (0 or 1), ahead (the
 // goroutines that map pages ahead of the workers).
 func parseStagingSpec(spec string, base staging.Params) (staging.Params, error) {
@@ -600,15 +622,18 @@ func parseStagingSpec(spec string, base staging.Params) (staging.Params, error) 
 		}
 		var err error
 		switch k {
-		case "min", "min_in", "min_out":
+		case "min", "min_in", "min_out", "min_fresh":
 			var n uint64
 			n, err = parseSize(v)
 			m := int(min(n, math.MaxInt))
-			if k != "min_out" {
+			if k == "min" || k == "min_in" {
 				p.MinBytes = m
 			}
-			if k != "min_in" {
+			if k == "min" || k == "min_out" {
 				p.OutMinBytes = m
+			}
+			if k == "min" || k == "min_fresh" {
+				p.FreshMinBytes = m
 			}
 		case "chunks":
 			ks, ss, ok := strings.Cut(v, "x")
@@ -624,6 +649,8 @@ func parseStagingSpec(spec string, base staging.Params) (staging.Params, error) 
 			p.InWorkers, err = strconv.Atoi(v)
 		case "out":
 			p.OutWorkers, err = strconv.Atoi(v)
+		case "fresh":
+			p.FreshWorkers, err = strconv.Atoi(v)
 		case "prefault":
 			p.Prefault, err = staging.ParsePrefault(v)
 		case "eager":
@@ -633,7 +660,7 @@ func parseStagingSpec(spec string, base staging.Params) (staging.Params, error) 
 		case "ahead":
 			p.Ahead, err = strconv.Atoi(v)
 		default:
-			return p, fmt.Errorf("-staging: unknown key %q (want min, min_in, min_out, chunks, in, out, prefault, eager, huge or ahead)", k)
+			return p, fmt.Errorf("-staging: unknown key %q (want min, min_in, min_out, min_fresh, chunks, in, out, fresh, prefault, eager, huge or ahead)", k)
 		}
 		if err != nil {
 			return p, fmt.Errorf("-staging: %s: %w", kv, err)

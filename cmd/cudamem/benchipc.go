@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
@@ -31,7 +32,9 @@ const (
 	ipcChildArg  = "-ipc-child" // bench's hidden first argument in the child
 	ipcEnvDesc   = "CUDAMEM_BENCH_IPC_DESC"
 	ipcEnvDevice = "CUDAMEM_BENCH_IPC_DEVICE"
-	ipcEnvLock   = "CUDAMEM_BENCH_IPC_LOCK" // "1": the child locks its goroutine to one thread, as C's runs on one
+	ipcEnvLock   = "CUDAMEM_BENCH_IPC_LOCK"  // "1": the child locks its goroutine to one thread, as C's runs on one
+	ipcEnvAgain  = "CUDAMEM_BENCH_IPC_AGAIN" // "1": the child imports once untimed and times its second import
+	ipcEnvRaw    = "CUDAMEM_BENCH_IPC_RAW"   // "1": the child imports through package cuda alone (childImportRaw)
 	ipcBufSize   = 1 << 20
 	ipcFill      = 42 // the byte the parent fills the shared buffer with
 )
@@ -57,6 +60,9 @@ type ipcChildReport struct {
 // ipcChildSteps names ipcChildReport.Steps.
 var ipcChildSteps = [4]string{"handle", "descriptor", "pool", "buffer"}
 
+// ipcRawSteps names them for childImportRaw: its driver calls.
+var ipcRawSteps = [4]string{"cuMemPoolImportFromShareableHandle", "cuMemPoolImportPointer", "cuMemGetAddressRange", ""}
+
 func ipcMeasurements(e *benchEnv) []measurement {
 	skip := ""
 	if runtime.GOOS != "linux" {
@@ -70,6 +76,8 @@ func ipcMeasurements(e *benchEnv) []measurement {
 	child := &ipcChild{e: e, init: initSide}
 	lockedInit := &side{name: "ipc/child_init/locked", baseline: "ipc/child_init/c"}
 	locked := &ipcChild{e: e, init: lockedInit, lock: true}
+	again := &ipcChild{e: e, init: &side{}, again: true}
+	raw := &ipcChild{e: e, init: &side{}, raw: true}
 	return []measurement{
 		{name: "ipc/pool_create_export", baseline: "ipc/pool_create_export/c", iters: 200, skip: skip,
 			run: func(n int) (time.Duration, error) {
@@ -82,6 +90,16 @@ func ipcMeasurements(e *benchEnv) []measurement {
 		// moving to another thread during the import costs.
 		{name: "ipc/child_import/locked", baseline: "ipc/child_import/c", iters: 5, skip: skip,
 			setup: locked.setupFrom(child), run: locked.run, sides: []*side{lockedInit}},
+		// The second import of a child that has made one and let it go:
+		// the import without the process's first-time work (its code's
+		// first run, the driver's first import), beside C's second.
+		{name: "ipc/child_import/again", baseline: "ipc/child_import/again/c", iters: 10, skip: skip,
+			setup: again.setupFrom(child), run: again.run},
+		// The same driver calls as C's child, through package cuda alone,
+		// each timed, with the bounds check's cuMemGetAddressRange: what
+		// of the import is the driver's from Go, and what is package ipc's.
+		{name: "ipc/child_import/raw", baseline: "ipc/child_import/c", iters: 10, skip: skip,
+			setup: raw.setupFrom(child), run: raw.run},
 	}
 }
 
@@ -114,6 +132,8 @@ type ipcChild struct {
 	e     *benchEnv
 	init  *side
 	lock  bool // the child locks its goroutine to its thread
+	again bool // the child times its second import
+	raw   bool // the child imports through package cuda alone
 	exe   string
 	h     *ipc.Handle
 	desc  string // the buffer's descriptor, hex
@@ -200,12 +220,28 @@ func (c *ipcChild) run(n int) (time.Duration, error) {
 	c.runs++
 	if c.e.stderr != nil && c.runs > 1 { // not for the warm-up
 		var parts []string
+		names := ipcChildSteps
+		if c.raw {
+			names = ipcRawSteps
+		}
 		for j, d := range steps {
-			parts = append(parts, fmt.Sprintf("%s %v (%d faults)", ipcChildSteps[j], (d/time.Duration(n)).Round(time.Microsecond/10), faults[j]/int64(n)))
+			if names[j] == "" {
+				continue
+			}
+			part := fmt.Sprintf("%s %v", names[j], (d / time.Duration(n)).Round(time.Microsecond/10))
+			if faults[j] >= 0 {
+				part += fmt.Sprintf(" (%d faults)", faults[j]/int64(n))
+			}
+			parts = append(parts, part)
 		}
 		name := "ipc/child_import"
-		if c.lock {
+		switch {
+		case c.lock:
 			name += "/locked"
+		case c.again:
+			name += "/again"
+		case c.raw:
+			name += "/raw"
 		}
 		fmt.Fprintf(c.e.stderr, "bench: %s, mean of %d children: %s; %d of %d changed OS thread during the import\n", name, n, strings.Join(parts, ", "), moved, n)
 	}
@@ -227,6 +263,12 @@ func (c *ipcChild) once() (*ipcChildReport, error) {
 		ipcEnvDesc+"="+c.desc,
 		ipcEnvDevice+"="+strconv.Itoa(c.e.dev.Ordinal()),
 		ipcEnvLock+"="+lock)
+	if c.again {
+		cmd.Env = append(cmd.Env, ipcEnvAgain+"=1")
+	}
+	if c.raw {
+		cmd.Env = append(cmd.Env, ipcEnvRaw+"=1")
+	}
 	// The token holds the pool's key: over the child's stdin, never in
 	// its environment (inherited by whatever it starts, and readable in
 	// /proc/PID/environ).
@@ -294,6 +336,36 @@ func runIPCChild(stdout io.Writer) (err error) {
 		return err
 	}
 	t1 := time.Now()
+	token = strings.TrimSpace(token)
+	if os.Getenv(ipcEnvAgain) == "1" {
+		// The first import, untimed, from a duplicate of the pool's fd
+		// (the Handle takes the fd it is given and closes it).
+		fd, err := dupFD(3)
+		if err != nil {
+			return fmt.Errorf("duplicating the pool's fd: %w", err)
+		}
+		if _, err := childImport(dev, fd, token, raw, nil); err != nil {
+			return fmt.Errorf("the first of two imports: %w", err)
+		}
+	}
+	var rep ipcChildReport
+	importer := childImport
+	if os.Getenv(ipcEnvRaw) == "1" {
+		importer = childImportRaw
+	}
+	first, err := importer(dev, 3, token, raw, &rep)
+	if err != nil {
+		return err
+	}
+	rep.InitNs, rep.First = t1.Sub(t0).Nanoseconds(), first
+	return json.NewEncoder(stdout).Encode(rep)
+}
+
+// childImport is the child's import: the Handle from fd and token, the
+// descriptor decoded from raw, the pool and the buffer imported, the
+// buffer's first bytes read back, everything closed again. The steps'
+// times and faults go to rep, when set.
+func childImport(dev *cuda.Device, fd int, token string, raw []byte, rep *ipcChildReport) (first []int, err error) {
 	var steps, faults [4]int64
 	tids := map[int]bool{gettid(): true}
 	lastFaults := minorFaults()
@@ -311,36 +383,82 @@ func runIPCChild(stdout io.Writer) (err error) {
 		lastFaults = minorFaults()
 		last = time.Now()
 	}
-	h, err := ipc.NewHandle(3, strings.TrimSpace(token))
+	h, err := ipc.NewHandle(fd, token)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { err = errors.Join(err, h.Close()) }()
 	step(0)
 	var d ipc.Descriptor
 	if err := d.UnmarshalBinary(raw); err != nil {
-		return err
+		return nil, err
 	}
 	step(1)
 	p, err := ipc.ImportPool(dev, h)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer func() { err = errors.Join(err, p.Close()) }()
 	step(2)
 	b, err := p.Import(d, nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	step(3)
 	defer func() { err = errors.Join(err, b.Close()) }()
-	first, err := readFirst(b, 4)
-	if err != nil {
-		return err
+	if rep != nil {
+		rep.ImportNs = steps[0] + steps[1] + steps[2] + steps[3]
+		rep.Steps, rep.Faults, rep.Threads = steps, faults, len(tids)
 	}
-	return json.NewEncoder(stdout).Encode(ipcChildReport{
-		InitNs: t1.Sub(t0).Nanoseconds(), ImportNs: steps[0] + steps[1] + steps[2] + steps[3], First: first, Steps: steps,
-		Faults: faults, Threads: len(tids)})
+	return readFirst(b, 4)
+}
+
+// childImportRaw is childImport through package cuda alone, each driver
+// call a step: the pool from fd, the pointer from the descriptor's export
+// data, and the pointer's allocation range (the bounds check Import adds;
+// C's child makes the first two). No Handle, no MAC check, no Buffer.
+func childImportRaw(dev *cuda.Device, fd int, _ string, raw []byte, rep *ipcChildReport) (first []int, err error) {
+	var d ipc.Descriptor
+	if err := d.UnmarshalBinary(raw); err != nil {
+		return nil, err
+	}
+	var steps [4]int64
+	last := time.Now()
+	step := func(i int) {
+		now := time.Now()
+		steps[i], last = now.Sub(last).Nanoseconds(), now
+	}
+	pool, err := dev.ImportMemPoolFD(fd)
+	if err != nil {
+		return nil, err
+	}
+	step(0)
+	defer func() { err = errors.Join(err, dev.Sync(), pool.Destroy()) }()
+	ptr, err := pool.ImportPointer(&d.Data)
+	if err != nil {
+		return nil, err
+	}
+	step(1)
+	defer func() { err = errors.Join(err, dev.DefaultStream().MemFreeAsync(ptr)) }()
+	if _, _, err := dev.MemGetAddressRange(ptr); err != nil {
+		return nil, err
+	}
+	step(2)
+	rep.ImportNs = steps[0] + steps[1] + steps[2]
+	rep.Steps, rep.Faults, rep.Threads = steps, [4]int64{-1, -1, -1, -1}, 1
+	b := make([]byte, 4)
+	s := dev.DefaultStream()
+	if err := s.MemcpyDtoHAsync(unsafe.Pointer(&b[0]), ptr, uint64(len(b))); err != nil {
+		return nil, err
+	}
+	if err := s.Sync(); err != nil {
+		return nil, err
+	}
+	first = make([]int, len(b))
+	for i, v := range b {
+		first[i] = int(v)
+	}
+	return first, nil
 }
 
 func readFirst(b *buffer.Buffer, n int) ([]int, error) {

@@ -67,3 +67,27 @@ func hostMemory(n uint64) (b []byte, free func() error, err error) {
 	}
 	return b, func() error { return unix.Munmap(b) }, nil
 }
+
+// populatePages has the kernel map b's pages for writing without
+// changing their bytes (madvise MADV_POPULATE_WRITE, Linux 5.14 and
+// later), or writes a byte of every page where the kernel refuses.
+func populatePages(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	if unix.Madvise(b, unix.MADV_POPULATE_WRITE) == nil {
+		return nil
+	}
+	ps := os.Getpagesize()
+	for i := 0; i < len(b); i += ps {
+		b[i] = 0
+	}
+	return nil
+}
+
+// dupFD duplicates fd (close-on-exec).
+func dupFD(fd int) (int, error) { return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0) }
+
+// adviseHuge asks for huge pages behind b (madvise MADV_HUGEPAGE; b is
+// a mapping of its own, page-aligned).
+func adviseHuge(b []byte) { _ = unix.Madvise(b, unix.MADV_HUGEPAGE) }

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 )
@@ -25,3 +26,17 @@ func gettid() int { return 0 }
 func hostMemory(n uint64) ([]byte, func() error, error) {
 	return make([]byte, n), func() error { return nil }, nil
 }
+
+// populatePages writes a byte of every page (no fresh pages here).
+func populatePages(b []byte) error {
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 0
+	}
+	return nil
+}
+
+// dupFD is not needed here: the IPC measurements are Linux's.
+func dupFD(int) (int, error) { return -1, errors.ErrUnsupported }
+
+// adviseHuge has no huge pages to ask for here.
+func adviseHuge([]byte) {}

@@ -179,7 +179,7 @@ func cell(s summary, rate bool) (fig, spread string) {
 func printBench(w io.Writer, ms []measurement, ours, base []result) {
 	// The host-copy families have tables of their own, below.
 	rows := slices.DeleteFunc(ratioRows(ms, ours, base), func(r ratioRow) bool {
-		return strings.HasPrefix(r.Name, hostCopyPrefix) || strings.HasPrefix(r.Name, sweepPrefix)
+		return strings.HasPrefix(r.Name, hostCopyPrefix) || strings.HasPrefix(r.Name, sweepPrefix) || strings.HasPrefix(r.Name, ceilingPrefix)
 	})
 	reps := 1
 	for _, r := range rows {
@@ -188,6 +188,7 @@ func printBench(w io.Writer, ms []measurement, ours, base []result) {
 	if len(rows) == 0 {
 		printHostCopies(w, ours)
 		printSweep(w, ours)
+		printCeilings(w, ours)
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -226,6 +227,7 @@ func printBench(w io.Writer, ms []measurement, ours, base []result) {
 	printScaling(w, rows, extraMedians(ours))
 	printHostCopies(w, ours)
 	printSweep(w, ours)
+	printCeilings(w, ours)
 }
 
 // pairCell is the paired-runs column: the median of the pair ratios and

@@ -53,6 +53,11 @@ type Params struct {
 	// MinBytes and OutMinBytes are the smallest copies staged into a
 	// device and out of one; smaller ones take the driver's own path.
 	MinBytes, OutMinBytes int
+	// FreshMinBytes is the smallest copy out of a device staged when its
+	// destination is fresh (pages the kernel has not mapped yet): the
+	// driver's own copy faults them in page by page, so staging pays
+	// from smaller sizes there.
+	FreshMinBytes int
 	// ChunkSize and Chunks are the pinned pool's shape: Chunks chunks of
 	// ChunkSize bytes, which is also how many DMAs one copy keeps queued.
 	ChunkSize, Chunks int
@@ -60,6 +65,12 @@ type Params struct {
 	// between the Go slice and the chunks, for copies into a device and
 	// out of one (capped by GOMAXPROCS).
 	InWorkers, OutWorkers int
+	// FreshWorkers, when above 0, are the workers of a copy out of a
+	// device into fresh memory (pages the kernel has not mapped yet, as
+	// in a new slice): there the kernel's mapping of every page is the
+	// work, and it scales with the goroutines that fault, where a copy
+	// into mapped memory is bound by the memory's bandwidth.
+	FreshWorkers int
 	// Prefault is how a copy out of a device maps the destination's pages.
 	Prefault Prefault
 	// HugePages asks the kernel (madvise MADV_HUGEPAGE) to back the
@@ -78,7 +89,10 @@ type Params struct {
 }
 
 func (p Params) String() string {
-	s := fmt.Sprintf("min=%s/%s chunks=%dx%s in=%d out=%d prefault=%v eager=%v", size(p.MinBytes), size(p.OutMinBytes), p.Chunks, size(p.ChunkSize), p.InWorkers, p.OutWorkers, p.Prefault, p.Eager)
+	s := fmt.Sprintf("min=%s/%s/%s chunks=%dx%s in=%d out=%d prefault=%v eager=%v", size(p.MinBytes), size(p.OutMinBytes), size(p.FreshMinBytes), p.Chunks, size(p.ChunkSize), p.InWorkers, p.OutWorkers, p.Prefault, p.Eager)
+	if p.FreshWorkers > 0 {
+		s += fmt.Sprintf(" fresh=%d", p.FreshWorkers)
+	}
 	if p.HugePages {
 		s += " hugepages"
 	}
@@ -91,14 +105,16 @@ func (p Params) String() string {
 // Check reports what is wrong with p, or nil.
 func (p Params) Check() error {
 	switch {
-	case p.MinBytes < 0 || p.OutMinBytes < 0:
-		return fmt.Errorf("staging: MinBytes %d or OutMinBytes %d is negative", p.MinBytes, p.OutMinBytes)
+	case p.MinBytes < 0 || p.OutMinBytes < 0 || p.FreshMinBytes < 0:
+		return fmt.Errorf("staging: MinBytes %d, OutMinBytes %d or FreshMinBytes %d is negative", p.MinBytes, p.OutMinBytes, p.FreshMinBytes)
 	case p.ChunkSize < 64<<10 || p.ChunkSize > 1<<30 || p.ChunkSize%(64<<10) != 0:
 		return fmt.Errorf("staging: ChunkSize %d is not a multiple of 64 KiB between 64 KiB and 1 GiB", p.ChunkSize)
 	case p.Chunks < 1 || p.Chunks > 64:
 		return fmt.Errorf("staging: Chunks %d is not between 1 and 64", p.Chunks)
 	case p.InWorkers < 1 || p.InWorkers > 256 || p.OutWorkers < 1 || p.OutWorkers > 256:
 		return fmt.Errorf("staging: workers %d (in), %d (out) not between 1 and 256", p.InWorkers, p.OutWorkers)
+	case p.FreshWorkers < 0 || p.FreshWorkers > 256:
+		return fmt.Errorf("staging: FreshWorkers %d not between 0 and 256", p.FreshWorkers)
 	case p.Prefault < PrefaultOff || p.Prefault > PrefaultPopulate:
 		return fmt.Errorf("staging: unknown prefault mode %d", int(p.Prefault))
 	case p.Ahead < 0 || p.Ahead > 256:

@@ -19,12 +19,13 @@ func TestPrefaultNames(t *testing.T) {
 }
 
 func TestParamsCheck(t *testing.T) {
-	good := Params{MinBytes: 4 << 20, OutMinBytes: 16 << 20, ChunkSize: 8 << 20, Chunks: 4, InWorkers: 8, OutWorkers: 8, Prefault: PrefaultPopulate, Eager: true}
+	good := Params{MinBytes: 4 << 20, OutMinBytes: 16 << 20, FreshMinBytes: 256 << 10, ChunkSize: 8 << 20, Chunks: 4, InWorkers: 8, OutWorkers: 8, Prefault: PrefaultPopulate, Eager: true}
 	require.NoError(t, good.Check())
-	assert.Equal(t, "min=4MiB/16MiB chunks=4x8MiB in=8 out=8 prefault=populate eager=true", good.String())
+	assert.Equal(t, "min=4MiB/16MiB/256KiB chunks=4x8MiB in=8 out=8 prefault=populate eager=true", good.String())
 	for _, bad := range []func(*Params){
 		func(p *Params) { p.MinBytes = -1 },
 		func(p *Params) { p.OutMinBytes = -1 },
+		func(p *Params) { p.FreshMinBytes = -1 },
 		func(p *Params) { p.ChunkSize = 100 << 10 },
 		func(p *Params) { p.ChunkSize = 1<<30 + 64<<10 },
 		func(p *Params) { p.Chunks = 65 },
@@ -32,6 +33,8 @@ func TestParamsCheck(t *testing.T) {
 		func(p *Params) { p.InWorkers = 257 },
 		func(p *Params) { p.Prefault = -1 },
 		func(p *Params) { p.Ahead = -1 },
+		func(p *Params) { p.FreshWorkers = -1 },
+		func(p *Params) { p.FreshWorkers = 257 },
 		func(p *Params) { p.Ahead = 2; p.Prefault = PrefaultTouch },
 	} {
 		p := good

@@ -73,7 +73,9 @@
 //     (child_import), after loading the driver, cuInit and making the
 //     primary context current (child_init, timed from the child's main);
 //     it reads the first 4 bytes back with cuMemcpyDtoH and the parent
-//     checks them.
+//     checks them. ipc/child_import/again/c: each child does all that
+//     once untimed and times a second import, the cost of an import
+//     with the process's first-time work behind it.
 //   - vmm/allocfree/c/{2MiB,64MiB,1GiB,16GiB}: cuMemAddressReserve
 //     (aligned to the granularity), cuMemCreate (pinned device memory,
 //     POSIX-fd handle type), cuMemMap, cuMemSetAccess (read-write), then
@@ -976,6 +978,7 @@ const (
 	ipcChildArg  = "-ipc-child" // the hidden first argument of the re-executed child
 	ipcEnvDesc   = "CGOBENCH_IPC_EXPORT_DATA"
 	ipcEnvDevice = "CGOBENCH_IPC_DEVICE"
+	ipcEnvAgain  = "CGOBENCH_IPC_AGAIN" // "1": the child times its second import
 	ipcFill      = 42
 
 	vmmStep   = 2 << 20
@@ -1300,7 +1303,9 @@ func measurements() []measurement {
 				return float64(ns)
 			})},
 		measurement{name: "ipc/child_import/c", side: "ipc/child_init/c", iters: 10, context: true, needs: needIPC, warm: true,
-			run: ipcChildren},
+			run: func(n int64) (float64, float64) { return ipcChildren(n, false) }},
+		measurement{name: "ipc/child_import/again/c", iters: 10, context: true, needs: needIPC, warm: true,
+			run: noSide(func(n int64) float64 { ns, _ := ipcChildren(n, true); return ns })},
 		measurement{name: "poolpair/hostpool/c/1MiB", iters: 200_000, context: true, needs: needHostPool,
 			skip: func() string { return hostPoolErr[0] },
 			run: noSide(func(n int64) float64 {
@@ -1444,11 +1449,16 @@ type ipcChildReport struct {
 }
 
 // ipcChildren runs n children one after another, and returns the sum of
-// their import times and of their init times.
-func ipcChildren(n int64) (importNs, initNs float64) {
+// their import times and of their init times. With again, each child
+// imports and lets go once untimed, and times its second import: what an
+// import costs once the process has run one.
+func ipcChildren(n int64, again bool) (importNs, initNs float64) {
 	for i := int64(0); i < n; i++ {
 		cmd := exec.Command(ipcParent.exe, ipcChildArg)
 		cmd.Env = append(os.Environ(), ipcEnvDesc+"="+ipcParent.data, ipcEnvDevice+"="+strconv.Itoa(flags.device))
+		if again {
+			cmd.Env = append(cmd.Env, ipcEnvAgain+"=1")
+		}
 		cmd.ExtraFiles = []*os.File{ipcParent.file}
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
@@ -1496,6 +1506,9 @@ func ipcChildMain() {
 	first := make([]byte, 4)
 	cdata := C.CBytes(data)
 	defer C.free(cdata)
+	if os.Getenv(ipcEnvAgain) == "1" {
+		checkC(C.cb_ipc_child(3, (*C.uchar)(cdata), &ns, (*C.uchar)(unsafe.Pointer(&first[0]))))
+	}
 	checkC(C.cb_ipc_child(3, (*C.uchar)(cdata), &ns, (*C.uchar)(unsafe.Pointer(&first[0]))))
 	rep := ipcChildReport{InitNs: initNs, ImportNs: int64(ns)}
 	for _, b := range first {
