@@ -92,12 +92,13 @@
 // buffer held open, before anything is submitted.
 //
 // Go slices live in pageable memory, which the DMA engines cannot read
-// directly. Copies of 4 MiB or more between a Go slice and device memory
-// are staged through a small pool of pinned host memory (32 MiB, allocated
-// on first use and kept for the life of the process): up to 8 goroutines
-// (no more than GOMAXPROCS) move the data between the slice and the pool
-// while the DMA engine moves the pieces before, several times faster than
-// the driver's own staging for large copies (BENCHMARKS.md has figures).
+// directly. Copies of 4 MiB or more from a Go slice into device memory,
+// and of 16 MiB or more back, are staged through a small pool of pinned
+// host memory (32 MiB, allocated on first use and kept for the life of
+// the process): up to 8 goroutines (no more than GOMAXPROCS) move the
+// data between the slice and the pool while the DMA engine moves the
+// pieces before, several times faster than the driver's own staging for
+// large copies (BENCHMARKS.md has figures).
 // A copy into a slice whose pages the kernel has not mapped yet (a slice
 // just made) is staged from 256 KiB, and maps the pages while the DMA of
 // each piece still runs, with up to 16 goroutines: there the kernel's

@@ -23,5 +23,8 @@ func StagingConfig() (chunkSize, chunks, workers int) {
 // StageMinBytes is the smallest copy staged both ways by default.
 const StageMinBytes = max(defaultStageMinBytes, defaultStageOutMinBytes)
 
+// StageInMinBytes is the threshold of copies into a device alone.
+const StageInMinBytes = defaultStageMinBytes
+
 // StagedCopies counts the host copies that went through the staging pool.
 func StagedCopies() int64 { return stage.staged.Load() }

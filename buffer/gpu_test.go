@@ -351,11 +351,11 @@ func TestCopyHostLarge(t *testing.T) {
 				require.NoError(t, buffer.CopyToHost(got, b, s))
 				requireBytes(t, cudatest.Pattern(int(n), seed+1), got)
 
-				// Below the staging threshold.
-				small, err := b.Slice(1, buffer.StageMinBytes-1)
+				// Below the staging threshold into a device.
+				small, err := b.Slice(1, buffer.StageInMinBytes-1)
 				require.NoError(t, err)
-				require.NoError(t, buffer.CopyFromHost(small, cudatest.Pattern(buffer.StageMinBytes-1, 9), s))
-				k.RequireCheck(t, s, small.Ptr(), buffer.StageMinBytes-1, 9)
+				require.NoError(t, buffer.CopyFromHost(small, cudatest.Pattern(buffer.StageInMinBytes-1, 9), s))
+				k.RequireCheck(t, s, small.Ptr(), buffer.StageInMinBytes-1, 9)
 			})
 		}
 	}

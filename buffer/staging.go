@@ -25,20 +25,21 @@ import (
 // copy uses it at a time; a copy that finds it busy goes to the driver's
 // own path rather than wait.
 
-// defaultStageMinBytes and defaultStageOutMinBytes are the smallest
-// copies worth staging by default, into a device and out of one: below
-// them staging gains nothing over the driver's own path. They come from
-// cudamem bench's hostcopy table (the crossover of the driver's pageable
-// copy and the staged one, each way): into a device staging pays from
-// 4 MiB; out of one, from 16 MiB into memory touched before and from
-// 64 KiB into fresh memory (where the driver's own copy faults page by
-// page). So 4 MiB out of a device, and 256 KiB into a destination whose
-// pages are not mapped yet (a look at two pages tells): from there the
-// staged copy is twice the driver's, where at 64 KiB it gains a fifth,
-// too little for the shared pool it keeps from a larger copy meanwhile.
+// defaultStageMinBytes, defaultStageOutMinBytes and
+// defaultStageFreshMinBytes are the smallest copies worth staging by
+// default: into a device, out of one, and out of one into fresh memory.
+// They come from cudamem bench's hostcopy table (the crossover of the
+// driver's pageable copy and the staged one, each way, in two runs): into
+// a device the two are within 15% of each other at 4 MiB, either ahead,
+// and staging is 1.7x and more from 16 MiB; out of one into memory
+// touched before, the driver's copy is ahead at 4 MiB in both runs and
+// staging from 16 MiB; into fresh memory (where the driver's own copy
+// faults page by page, and a look at two pages tells) staging is twice
+// the driver's from 256 KiB, where at 64 KiB it gains a fifth, too little
+// for the shared pool it keeps from a larger copy meanwhile.
 const (
 	defaultStageMinBytes      = 4 << 20
-	defaultStageOutMinBytes   = 4 << 20
+	defaultStageOutMinBytes   = 16 << 20
 	defaultStageFreshMinBytes = 256 << 10
 )
 

@@ -62,7 +62,9 @@ func TestCopyHostThresholdPerWay(t *testing.T) {
 	b := alloc(t, newResource(t, "device", d), n, s)
 	for _, c := range []struct{ in, out int }{{0, 1 << 30}, {1 << 30, 0}, {n, n + 1}} {
 		p := def
-		p.MinBytes, p.OutMinBytes = c.in, c.out
+		// A fresh destination would be staged from FreshMinBytes
+		// (TestCopyToHostFreshThreshold): here it is the way's own.
+		p.MinBytes, p.OutMinBytes, p.FreshMinBytes = c.in, c.out, c.out
 		require.NoError(t, staging.Set(p))
 		before := buffer.StagedCopies()
 		src := cudatest.Pattern(n, 3)
