@@ -34,9 +34,9 @@ import (
 // and staging is 1.7x and more from 16 MiB; out of one into memory
 // touched before, the driver's copy is ahead at 4 MiB in both runs and
 // staging from 16 MiB; into fresh memory (where the driver's own copy
-// faults page by page, and a look at two pages tells) staging is twice
-// the driver's from 256 KiB, where at 64 KiB it gains a fifth, too little
-// for the shared pool it keeps from a larger copy meanwhile.
+// faults page by page, and a look at two pages tells) staging is
+// 1.7-2.3x the driver's from 256 KiB, where at 64 KiB the two are level:
+// too little for the shared pool it keeps from a larger copy meanwhile.
 const (
 	defaultStageMinBytes      = 4 << 20
 	defaultStageOutMinBytes   = 16 << 20
