@@ -66,8 +66,9 @@ var (
 	// stageFreshWorkers move memory out of a device into fresh pages
 	// (0: stageOutWorkers). The kernel's mapping of fresh pages scales
 	// with the goroutines faulting them in: 16 workers copy 1 GiB into
-	// a fresh slice 1.4x as fast as 8, where into mapped memory, bound by
-	// the memory's bandwidth, 8 beat 16 (cudamem bench's staging sweep).
+	// a fresh slice 1.3-1.4x as fast as 8, where into mapped memory,
+	// bound by the memory's bandwidth, 8 beat 16 (cudamem bench's
+	// staging sweep, two runs).
 	stageFreshWorkers = 16
 	// stagePrefault is how a copy out maps its destination's pages
 	// ahead of the DMA (see prefault.go).
