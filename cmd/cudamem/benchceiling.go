@@ -18,8 +18,11 @@ import (
 // timing, for the copies out of a device into Go memory to be read
 // against. A staged copy out is the DMA into pinned chunks and the
 // workers' memmove from there into the destination, plus, for a fresh
-// destination, the kernel mapping every page on first write. None of
-// those can go faster in the copy than on its own:
+// destination, the kernel mapping every page on first write. Mapping
+// fresh pages, and a memmove into them, bound a copy into fresh memory.
+// The memmove into mapped memory reads its source from memory, where a
+// staged copy reads chunks the DMA has just written, often in cache: it
+// shows what the memory moves, not a bound.
 //
 //   - ceiling/map/SIZE/wN: N goroutines have the kernel map SIZE bytes
 //     of fresh pages (released before every repetition, untimed), each
