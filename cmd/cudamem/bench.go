@@ -194,7 +194,7 @@ func parseBenchFlags(args []string, stderr io.Writer) (*benchFlags, error) {
 	fs.StringVar(&f.cpuProf, "cpuprofile", "", "also write a CPU profile of cudamem's side of the measurements to `FILE`, for go tool pprof (the C baseline runs in a process of its own)")
 	fs.Var(sizeFlag{&f.growTo}, "grow-to", "`SIZE` vmm/growstep grows one allocation to, in 2 MiB steps (e.g. 8GiB, 1GiB)")
 	fs.Var(sizeFlag{&f.maxCopy}, "max-copy", "the largest `SIZE` the hostcopy and staging measurements copy (from 4KiB)")
-	fs.StringVar(&f.staging, "staging", "", "staging parameters for every measurement but the staging sweep, as `SETTINGS` over the defaults, comma-separated: min=SIZE (min_in, min_out: one way), chunks=COUNTxSIZE, in=N, out=N (workers), prefault=off|touch|populate, eager=BOOL, huge=BOOL, ahead=N (goroutines mapping pages ahead, with prefault=populate)")
+	fs.StringVar(&f.staging, "staging", "", "staging parameters for every measurement but the staging sweep, as `SETTINGS` over the defaults, comma-separated: min=SIZE (min_in, min_out, min_fresh: one way, or out into fresh memory), chunks=COUNTxSIZE, in=N, out=N, fresh=N (workers; fresh: out into fresh memory, 0 for out's), prefault=off|touch|populate, eager=BOOL, huge=BOOL, ahead=N (goroutines mapping pages ahead, with prefault=populate)")
 	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}

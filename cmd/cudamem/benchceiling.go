@@ -54,7 +54,7 @@ func ceilingMeasurements(e *benchEnv) []measurement {
 			for _, w := range ceilingWorkers(e.staging.OutWorkers) {
 				ms = append(ms, measurement{
 					name:  fmt.Sprintf("%s%s/%s/w%d", ceilingPrefix, kind, sizeLabel(n), w),
-					iters: int(max(2, (256<<20)/n)), bytes: n, setup: h.setup,
+					iters: hostIters(n), bytes: n, setup: h.setup,
 					run: func(iters int) (time.Duration, error) {
 						src := unsafe.Slice((*byte)(h.pinned), n)
 						dst := h.page[:n]

@@ -198,7 +198,7 @@ func (p *probe) run(n int, f func(n int) (time.Duration, error)) (time.Duration,
 
 func (p *probe) extra() map[string]float64 { return p.last }
 
-// withStaging returns params with min as the threshold.
+// withMin returns params with min as every threshold.
 func withMin(p staging.Params, min int) staging.Params {
 	p.MinBytes, p.OutMinBytes, p.FreshMinBytes = min, min, min
 	return p
@@ -382,7 +382,7 @@ func sweepMeasurements(e *benchEnv) []measurement {
 				p := c.p
 				ms = append(ms, measurement{
 					name:  fmt.Sprintf("%sdtoh/%s/%s/%s", sweepPrefix, sizeLabel(n), mode, c.name),
-					iters: int(max(2, (256<<20)/n)), bytes: n, setup: h.setup, extra: pr.extra,
+					iters: hostIters(n), bytes: n, setup: h.setup, extra: pr.extra,
 					run: func(iters int) (time.Duration, error) {
 						if err := useStaging(p); err != nil {
 							return 0, err
