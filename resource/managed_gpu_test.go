@@ -412,6 +412,9 @@ func TestGPUManagedBatchRefusals(t *testing.T) {
 				require.ErrorIs(t, err, cuda.ErrInvalidArgument)
 				assert.Contains(t, err.Error(), "location is required")
 			}
+			// Anything a refused call had queued would show once the
+			// stream has drained.
+			require.NoError(t, s.Sync())
 			for i, b := range bufs {
 				assert.Equal(t, host, lastPrefetch(t, b), "buffer %d: nothing was submitted", i)
 			}
@@ -466,10 +469,7 @@ func TestGPUManagedAdvice(t *testing.T) {
 		}
 		got := query().PreferredLocation
 		require.NoError(t, resource.Advise(b, cuda.MemAdviseUnsetPreferredLocation, cuda.MemLocation{}))
-		if got != numa {
-			t.Skipf("the driver reports %s for a host NUMA node 0 preference", got)
-		}
-		assert.Equal(t, numa, got)
+		assert.Contains(t, []cuda.MemLocation{numa, host}, got, "a host NUMA node 0 preference reads back as itself, or as the host")
 	})
 
 	assert.NotContains(t, query().AccessedBy, here)

@@ -42,14 +42,10 @@ func (r *Resource) SetPeerAccess(b *buffer.Buffer, access Access, peers ...*cuda
 	if len(descs) == 0 {
 		return nil
 	}
-	return r.useLive(op, b, a, func() error {
-		if a.claimed {
-			// A Grow prepares its new memory with the access recorded
-			// now: a change meanwhile would miss that memory.
-			return errResizing(op, a.base)
-		}
-		return r.setAccess(op, a, descs)
-	})
+	// useLive refuses a claimed allocation: a Grow prepares its new
+	// memory with the access recorded now, and a change meanwhile would
+	// miss that memory.
+	return r.useLive(op, b, a, func() error { return r.setAccess(op, a, descs) })
 }
 
 // setAccess sets descs on all of a's memory, or puts the previous access

@@ -90,8 +90,26 @@ func (r *Resource) useLive(op string, b *buffer.Buffer, a *allocation, f func() 
 		if err := r.live(op, ptr, a); err != nil {
 			return err
 		}
+		// b.Use passed before a Sleep, Wake, Grow or Shrink claimed a
+		// (or before a Sleep ended): a's memory is theirs, or gone.
+		if err := a.refuseChanging(op); err != nil {
+			return err
+		}
 		return f()
 	})
+}
+
+// refuseChanging refuses a call on a while a claim is changing its memory
+// (Grow, Shrink, Sleep, Wake) or after a Sleep released it. Called with
+// r.mu held.
+func (a *allocation) refuseChanging(op string) error {
+	if a.sleep != nil {
+		return &cuda.OpError{Op: op, Err: &AsleepError{Tag: a.tag, Addr: a.base, Size: a.size}}
+	}
+	if a.claimed {
+		return errResizing(op, a.base)
+	}
+	return nil
 }
 
 // withLive is take then useLive: it runs f on b's allocation with b held
@@ -113,8 +131,8 @@ func (r *Resource) beginResize(op string, ptr cuda.DevicePtr, a *allocation) err
 	if err := r.live(op, ptr, a); err != nil {
 		return err
 	}
-	if a.claimed {
-		return errResizing(op, ptr)
+	if err := a.refuseChanging(op); err != nil {
+		return err
 	}
 	a.claimed = true
 	return nil

@@ -17,7 +17,8 @@ const DefaultPoolKeepFree = 16 << 20
 type PoolOptions struct {
 	// Memory are the properties of the physical chunks, as for New (nil:
 	// New's defaults). Reserve and AddrHint are refused: the pool decides
-	// the address ranges.
+	// the address ranges; so is Segments: the pool's hooks are Segments
+	// below.
 	Memory *Options
 	// Release says how much free memory stays mapped (nil: KeepFree
 	// DefaultPoolKeepFree); &resource.ReleasePolicy{} keeps none.
@@ -67,6 +68,10 @@ func NewPool(dev *cuda.Device, opts *PoolOptions) (*resource.SubAllocator, error
 	}
 	if o.Memory != nil && (o.Memory.Reserve != 0 || o.Memory.AddrHint != 0) {
 		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "Memory.Reserve %d and Memory.AddrHint %#x must be 0: the pool places its blocks", o.Memory.Reserve, uint64(o.Memory.AddrHint))
+	}
+	if o.Memory != nil && o.Memory.Segments != nil {
+		// The blocks' Segments hooks are the pool's own (PoolOptions.Segments).
+		return nil, cuda.Errorf(op, cuda.ErrInvalidArgument, "Memory.Segments must be nil: a pool's hooks are PoolOptions.Segments, which see each block once")
 	}
 	var mo Options
 	if o.Memory != nil {

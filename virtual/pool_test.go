@@ -174,3 +174,11 @@ func BenchmarkPoolPair(b *testing.B) {
 		})
 	}
 }
+
+// Hooks on the chunks' Options would be replaced by the pool's own:
+// NewPool refuses them rather than drop them, before any driver call.
+func TestPoolRefusesMemorySegments(t *testing.T) {
+	_, err := virtual.NewPool(nil, &virtual.PoolOptions{Memory: &virtual.Options{Segments: &resource.SegmentHooks{}}})
+	require.ErrorIs(t, err, cuda.ErrInvalidArgument)
+	assert.ErrorContains(t, err, "Memory.Segments must be nil")
+}
