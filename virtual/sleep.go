@@ -729,19 +729,28 @@ func (r *Resource) restoreStream(as []*allocation, rd io.Reader) (err error) {
 			err = errors.Join(err, fmt.Errorf("freeing the staging memory: %w", ferr))
 		}
 	}()
+	// A malformed stream is an invalid argument; one that ends early is
+	// too, and keeps the reader's error (io.ErrUnexpectedEOF, say); any
+	// other read error is the reader's own, wrapped.
 	bad := func(format string, args ...any) error {
-		return cuda.Errorf("Resource.Wake", cuda.ErrInvalidArgument, "the backup stream "+format, args...)
+		return fmt.Errorf("%w: the backup stream "+format, append([]any{cuda.ErrInvalidArgument}, args...)...)
+	}
+	readErr := func(err error, where string) error {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("%w: the backup stream ends in %s: %w", cuda.ErrInvalidArgument, where, err)
+		}
+		return fmt.Errorf("reading %s of the backup stream: %w", where, err)
 	}
 	var hdr [16]byte
 	if _, err := io.ReadFull(rd, hdr[:8]); err != nil {
-		return bad("has no header: %v", err)
+		return readErr(err, "its header")
 	}
 	if [8]byte(hdr[:8]) != streamMagic {
 		return bad("does not start as a backup stream does (header %q)", hdr[:8])
 	}
 	for {
 		if _, err := io.ReadFull(rd, hdr[:]); err != nil {
-			return bad("ends before its last record: %v", err)
+			return readErr(err, "a record's header")
 		}
 		base := cuda.DevicePtr(binary.LittleEndian.Uint64(hdr[:8]))
 		size := binary.LittleEndian.Uint64(hdr[8:])
@@ -755,7 +764,7 @@ func (r *Resource) restoreStream(as []*allocation, rd io.Reader) (err error) {
 				return bad("has a record of %d bytes at %#x", size, uint64(base))
 			}
 			if _, err := io.CopyN(io.Discard, rd, int64(size)+4); err != nil {
-				return bad("ends inside the record of %#x: %v", uint64(base), err)
+				return readErr(err, fmt.Sprintf("the record of %#x", uint64(base)))
 			}
 			continue
 		}
@@ -766,7 +775,7 @@ func (r *Resource) restoreStream(as []*allocation, rd io.Reader) (err error) {
 		for off := uint64(0); off < size; {
 			n := min(uint64(len(stage)), size-off)
 			if _, err := io.ReadFull(rd, stage[:n]); err != nil {
-				return bad("ends inside the record of %#x: %v", uint64(base), err)
+				return readErr(err, fmt.Sprintf("the record of %#x", uint64(base)))
 			}
 			crc = crc32.Update(crc, crcTable, stage[:n])
 			if err := r.drv.copyHtoD(a.base+cuda.DevicePtr(off), stage[:n]); err != nil {
@@ -775,7 +784,7 @@ func (r *Resource) restoreStream(as []*allocation, rd io.Reader) (err error) {
 			off += n
 		}
 		if _, err := io.ReadFull(rd, hdr[:4]); err != nil {
-			return bad("ends inside the record of %#x: %v", uint64(base), err)
+			return readErr(err, fmt.Sprintf("the record of %#x", uint64(base)))
 		}
 		if got := binary.LittleEndian.Uint32(hdr[:4]); got != crc {
 			return bad("record of %#x is corrupt (CRC-32C %#08x, the bytes give %#08x)", uint64(base), got, crc)

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/iotest"
 
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
@@ -244,12 +246,24 @@ func TestSleepRefusals(t *testing.T) {
 	bad := bytes.Clone(good)
 	bad[len(bad)/2] ^= 1
 	for name, b := range map[string][]byte{"corrupt": bad, "truncated": good[:len(good)-30], "empty": nil, "foreign": []byte("not a backup stream at all")} {
-		if err := r.Wake(&WakeOptions{Reader: bytes.NewReader(b)}, "kv"); err == nil {
-			t.Fatalf("Wake from a %s stream succeeded", name)
+		err := r.Wake(&WakeOptions{Reader: bytes.NewReader(b)}, "kv")
+		if !errors.Is(err, cuda.ErrInvalidArgument) || !strings.Contains(err.Error(), "Resource.Wake") {
+			t.Fatalf("Wake from a %s stream = %v, want an invalid argument naming Resource.Wake", name, err)
+		}
+		if ended := errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF); ended != (name == "truncated" || name == "empty") {
+			t.Fatalf("Wake from a %s stream = %v: the reader's end of stream kept %v", name, err, ended)
 		}
 		checkInvariants(t, r, f)
 		requireAsleep(t, f, bufs, true, 0)
 	}
+	// A reader that fails is the reader's error, not a malformed stream.
+	broken := errors.New("connection reset")
+	err := r.Wake(&WakeOptions{Reader: io.MultiReader(bytes.NewReader(good[:100]), iotest.ErrReader(broken))}, "kv")
+	if !errors.Is(err, broken) || errors.Is(err, cuda.ErrInvalidArgument) {
+		t.Fatalf("Wake from a failing reader = %v, want its error and no invalid argument", err)
+	}
+	checkInvariants(t, r, f)
+	requireAsleep(t, f, bufs, true, 0)
 	if err := r.Wake(&WakeOptions{Reader: bytes.NewReader(good)}, "kv"); err != nil {
 		t.Fatal(err)
 	}

@@ -76,7 +76,7 @@ func TestProcessStateMachineFake(t *testing.T) {
 	require.NoError(t, p.Unlock())
 	state(cuda.ProcessRunning)
 
-	// A sub-millisecond timeout is a timeout (of 1 ms), not none.
+	// A sub-millisecond timeout is taken (as 1 ms: TestLockMs).
 	require.NoError(t, p.Lock(time.Nanosecond))
 	require.NoError(t, p.Unlock())
 }

@@ -32,9 +32,14 @@ func (p Process) Lock(timeout time.Duration) error {
 	if timeout < 0 || timeout > math.MaxUint32*time.Millisecond {
 		return p.wrap(op, cuda.Errorf("cuCheckpointProcessLock", cuda.ErrInvalidArgument, "timeout %v (want 0 for none, or up to %v)", timeout, math.MaxUint32*time.Millisecond))
 	}
-	// Round up: 0 would mean no timeout at all.
-	ms := uint32((timeout + time.Millisecond - 1) / time.Millisecond)
-	return p.wrap(op, cuda.CheckpointProcessLock(p.PID, ms))
+	return p.wrap(op, cuda.CheckpointProcessLock(p.PID, lockMs(timeout)))
+}
+
+// lockMs is a Lock timeout in the driver's whole milliseconds, rounded
+// up: a positive timeout of less than one would be 0, no timeout at all.
+// timeout is between 0 and 2^32-1 milliseconds.
+func lockMs(timeout time.Duration) uint32 {
+	return uint32((timeout + time.Millisecond - 1) / time.Millisecond)
 }
 
 // Checkpoint checkpoints the locked process: its GPU memory is copied to

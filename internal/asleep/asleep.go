@@ -2,6 +2,7 @@ package asleep
 
 import (
 	"cmp"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -77,8 +78,11 @@ func checkSlow(ptr, size uint64) error {
 
 func check(s []span, ptr, size uint64) error {
 	end := ptr + size
-	if size == 0 || end < ptr {
+	if size == 0 {
 		end = ptr + 1
+	}
+	if end <= ptr {
+		end = math.MaxUint64 // past the top of the address space: all of it
 	}
 	// The last range starting before end is the only candidate: the
 	// ranges are disjoint and sorted, so any earlier one ends before it

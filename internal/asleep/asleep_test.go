@@ -14,19 +14,21 @@ func TestCheckOverlaps(t *testing.T) {
 	for _, c := range []struct {
 		ptr, size uint64
 		want      error
+		orB       bool // b is as right as want: the range overlaps both
 	}{
-		{0x0, 0x1000, nil},    // ends where a starts
-		{0x0, 0x1001, a},      // one byte into a
-		{0x1000, 0, a},        // size 0 inside a
-		{0x1fff, 1, a},        // a's last byte
-		{0x2000, 0x1000, nil}, // between
-		{0x2000, 0x1001, b},   // reaches b
-		{0x1800, 0x2000, a},   // over a's end and b's start: one of them
-		{0x3100, 10, nil},     // after b
-		{0x5000, 1, nil},      // the size-0 range was not added
-		{^uint64(0) - 1, 5, nil},
+		{0x0, 0x1000, nil, false},    // ends where a starts
+		{0x0, 0x1001, a, false},      // one byte into a
+		{0x1000, 0, a, false},        // size 0 inside a
+		{0x1fff, 1, a, false},        // a's last byte
+		{0x2000, 0x1000, nil, false}, // between
+		{0x2000, 0x1001, b, false},   // reaches b
+		{0x1800, 0x2000, a, true},    // over a's end and b's start: one of them
+		{0x3100, 10, nil, false},     // after b
+		{0x5000, 1, nil, false},      // the size-0 range was not added
+		{^uint64(0) - 1, 5, nil, false},
+		{0x2000, ^uint64(0) - 0x1000, b, false}, // a size that wraps reaches to the top, over b
 	} {
-		if got := Check(c.ptr, c.size); got != c.want && !(c.want == a && got == b) {
+		if got := Check(c.ptr, c.size); got != c.want && !(c.orB && got == b) {
 			t.Errorf("Check(%#x, %#x) = %v, want %v", c.ptr, c.size, got, c.want)
 		}
 	}

@@ -44,6 +44,9 @@ func (c *Core) SetName(name func() string) { c.name = name }
 // one to give it to, and the next Close, which reports it too, may never
 // come.
 func (c *Core) warnDeferred(err error) {
+	if err == nil {
+		return // no warning: the name is not built
+	}
 	name := ""
 	if c.name != nil {
 		name = c.name()

@@ -43,10 +43,41 @@ func TestDeferredDestroyFailureWarns(t *testing.T) {
 			}
 		}
 	}
-	if err := c.Close(); err != nil || !c.IsDestroyed() {
-		t.Fatalf("Close retries: %v, destroyed %v", err, c.IsDestroyed())
+	d.fail.Store(1)
+	if err := c.Close(); err == nil || c.IsDestroyed() {
+		t.Fatalf("Close's retry fails: %v, destroyed %v", err, c.IsDestroyed())
 	}
 	if n := len(log.Lines()); n != 2 {
 		t.Errorf("Close, which returns its error, logged: %d lines", n)
+	}
+	if err := c.Close(); err != nil || !c.IsDestroyed() {
+		t.Fatalf("the next Close retries: %v, destroyed %v", err, c.IsDestroyed())
+	}
+	if n := len(log.Lines()); n != 2 {
+		t.Errorf("a destruction that succeeds logged: %d lines", n)
+	}
+}
+
+// The pool's name is built for a warning only: a destruction that
+// succeeds, or is deferred, never asks for it.
+func TestDeferredDestroyNameOnlyForWarnings(t *testing.T) {
+	var c Core
+	var d destroyer
+	named := 0
+	c.SetDestroy(d.fn)
+	c.SetName(func() string { named++; return "pool" })
+	if !c.Enter() {
+		t.Fatal("Enter failed")
+	}
+	c.Allocated()
+	c.Leave()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Freed(); err != nil || !c.IsDestroyed() {
+		t.Fatalf("Freed destroys: %v, destroyed %v", err, c.IsDestroyed())
+	}
+	if named != 0 {
+		t.Errorf("the name was built %d times for a destruction that succeeded", named)
 	}
 }
