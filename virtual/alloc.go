@@ -316,12 +316,15 @@ func (r *Resource) unmapFrom(a *allocation, i int) (int, error) {
 // driver refuses (mappings, handles, address ranges) moves to r.left, so
 // a itself holds nothing any more and nothing is released twice.
 func (r *Resource) free(a *allocation) (freed bool, err error) {
+	// Leftovers may sit in a's address space: a mapping a failed unmap
+	// left there keeps it from being freed, asleep or not.
+	r.retryLeftovers()
 	if a.sleep != nil {
-		// Nothing is mapped: only the address space (and the backup) go.
+		// Nothing of a's own is mapped: only the address space (and the
+		// backup) go.
 		serr := r.forgetSleep(a)
 		return true, errors.Join(serr, r.giveUp(a, 0))
 	}
-	r.retryLeftovers() // they may sit in a's address space
 	k, err := r.unmapFrom(a, 0)
 	if err != nil && k == len(a.chunks) {
 		return false, err // nothing changed: a is still whole and usable

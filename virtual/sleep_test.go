@@ -10,6 +10,8 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/cudamem/cudamem/buffer"
 	"github.com/cudamem/cudamem/cuda"
 	"github.com/cudamem/cudamem/internal/asleep"
@@ -460,4 +462,35 @@ func TestSleepTimeline(t *testing.T) {
 		t.Fatal(err)
 	}
 	closeAll(t, r, f, bufs...)
+}
+
+// A Sleep whose unmap fails leaves the mapping to r's leftovers; closing
+// the sleeping buffer then retries them before it frees the address
+// space, so the range is freed with nothing mapped in it.
+func TestCloseAsleepRetriesLeftovers(t *testing.T) {
+	r, f, bufs := sleepers(t, nil)
+	f.failCall("cuMemUnmap", 1, true) // the whole range's unmap, and the chunks' after it
+	err := r.Sleep(nil, "scratch")
+	f.heal()
+	checkInvariants(t, r, f)
+	r.left.mu.Lock()
+	left := len(r.left.l.maps)
+	r.left.mu.Unlock()
+	if left == 0 {
+		t.Fatalf("the failed unmaps left no mapping behind (Sleep: %v)", err)
+	}
+	// Sleep is past its point of no return: asleep, the rest kept for a
+	// retry, and said so.
+	require.ErrorContains(t, err, "kept for a retry")
+	if err := bufs[2].Close(); err != nil {
+		t.Fatalf("closing the sleeping buffer: %v", err)
+	}
+	checkInvariants(t, r, f)
+	r.left.mu.Lock()
+	l := r.left.l
+	r.left.mu.Unlock()
+	if len(l.maps) != 0 || len(l.spans) != 0 {
+		t.Fatalf("left after the close: %+v", l)
+	}
+	closeAll(t, r, f, bufs[:2]...)
 }
